@@ -1,0 +1,34 @@
+"""dnnctl: doctor for the GPU deep-learning stack, cuDNN-class kernels, per-shape autotuning.
+
+Run-time API::
+
+    import dnnctl
+    plan = dnnctl.load_plan("plan.yaml")
+    y = dnnctl.ops.conv2d(x, w, padding=1, activation="relu", plan=plan)
+    with dnnctl.use_plan(plan):
+        p = dnnctl.ops.softmax(logits)
+
+Importing dnnctl needs neither a GPU nor CuPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl import ops
+from dnnctl._version import __version__
+from dnnctl.errors import DnnctlError
+from dnnctl.ops.dispatch import use_plan
+
+__all__ = ["DnnctlError", "__version__", "load_plan", "ops", "use_plan"]
+
+
+def load_plan(path: str, **kwargs: Any) -> Any:
+    """Load and validate a plan file; select the section matching the running device.
+
+    See :func:`dnnctl.plan.load_plan` for the options (``strict``, ``device``,
+    ``record_misses``).
+    """
+    from dnnctl.plan import load_plan as _load
+
+    return _load(path, **kwargs)

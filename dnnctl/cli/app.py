@@ -1,0 +1,79 @@
+"""Root of the ``dnnctl`` command line.
+
+Exit codes (see dnnctl.errors.ExitCode): 0 success / doctor pass; 1 a check failed (doctor
+fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unreadable input;
+3 the requested device or backend is unavailable; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from dnnctl._version import __version__
+from dnnctl.cli import compat, doctor, kernels, plan, tune
+from dnnctl.cli.render import render_error
+from dnnctl.errors import DnnctlError, ExitCode
+
+
+class _Root(TyperGroup):
+    """Renders every DnnctlError once, with its exit code (also under CliRunner)."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DnnctlError as exc:
+            render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:  # a bug: one clear line, the traceback only on request
+            if os.environ.get("DNNCTL_DEBUG"):
+                raise
+            err = DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
+                              hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
+                                   "traceback and report it", code="internal")
+            render_error(err, as_json=bool(ctx.meta.get("dnnctl.json")))
+            raise typer.Exit(int(ExitCode.FAIL)) from None
+
+
+app = typer.Typer(
+    name="dnnctl",
+    cls=_Root,
+    help="Doctor for the GPU deep-learning stack, cuDNN-class kernels, per-shape autotuning.",
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dnnctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+) -> None:
+    """dnnctl: will this GPU stack work, and which kernel is fastest for each shape."""
+
+
+doctor.register(app)
+app.add_typer(compat.app, name="compat")
+app.add_typer(kernels.app, name="kernels")
+tune.register(app)
+app.add_typer(plan.app, name="plan")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

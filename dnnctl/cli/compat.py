@@ -1,0 +1,7 @@
+"""`dnnctl compat` (being written; see the issue)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="compat", no_args_is_help=True)

@@ -1,0 +1,1 @@
+"""dnnctl doctor: probes -> EnvSnapshot; pure rules over the matrix -> Findings."""

@@ -1,0 +1,106 @@
+"""The data doctor passes around: the environment snapshot and the findings.
+
+``EnvSnapshot`` mirrors the ``dnnctl-env/1`` file (DESIGN.md); every field may be absent,
+and absent means unknown. ``Finding`` is one judgement with its fix and its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENV_SCHEMA = "dnnctl-env/1"
+DOCTOR_SCHEMA = "dnnctl-doctor/1"
+
+SEVERITIES = ("error", "warning", "info")
+
+# Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
+CODES = {
+    "no-driver": "no NVIDIA driver is loaded or reachable",
+    "no-gpu": "the driver sees no GPU",
+    "driver-too-old": "the driver is older than a CUDA runtime / build needs",
+    "driver-mvc": "runs only through minor-version compatibility (PTX JIT may fail)",
+    "driver-mismatch": "kernel module and user-space driver library versions differ",
+    "arch-unsupported": "a build has neither cubins nor reachable PTX for the GPU",
+    "arch-ptx-jit": "the GPU is reached only by JIT-compiling PTX (slow first start)",
+    "cuda-mismatch": "CUDA runtimes / builds disagree in a way that breaks loading",
+    "cudnn-mismatch": "the cuDNN a framework loads is not the one it needs",
+    "cudnn-shadowed": "a system cuDNN on LD_LIBRARY_PATH shadows a bundled one",
+    "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
+    "unknown-version": "the matrix has no row for a version: not judged, never guessed",
+    "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
+    "probe-failed": "a probe could not read something (permission, broken library, timeout)",
+    "ok": "a component checked and fine",
+}
+
+
+@dataclass
+class Gpu:
+    index: int | None = None
+    name: str | None = None
+    compute_capability: str | None = None  # "9.0"
+    memory_mib: int | None = None
+    uuid: str | None = None
+
+
+@dataclass
+class Component:
+    """A versioned thing found somewhere (a CUDA runtime, a cuDNN copy)."""
+
+    version: str | None = None
+    source: str | None = None  # "pip:nvidia-cudnn-cu12", "system:/usr/lib/...", "conda", ...
+    path: str | None = None
+    loaded_first: bool | None = None  # for cuDNN: would the dynamic loader pick this one first
+
+
+@dataclass
+class EnvSnapshot:
+    """What doctor detected (or what a user wrote for a planned deployment)."""
+
+    os: str | None = None
+    python: str | None = None
+    driver: dict[str, Any] = field(default_factory=dict)  # {version, kernel_module, cuda}
+    gpus: list[Gpu] = field(default_factory=list)
+    cuda_runtimes: list[Component] = field(default_factory=list)
+    cudnn: list[Component] = field(default_factory=list)
+    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"schema": ENV_SCHEMA, **asdict(self)}
+        return _prune(data)
+
+
+def _prune(obj: Any) -> Any:
+    """Drop None / empty values so a saved snapshot only says what is known."""
+    if isinstance(obj, dict):
+        out = {k: _prune(v) for k, v in obj.items()}
+        return {k: v for k, v in out.items() if v not in (None, [], {})}
+    if isinstance(obj, list):
+        return [_prune(v) for v in obj]
+    return obj
+
+
+@dataclass
+class Finding:
+    code: str
+    severity: str  # error | warning | info
+    component: str  # driver | gpu | cuda | cudnn | torch | tensorflow | jax | cupy | packages
+    message: str
+    fix: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    source: str | None = None  # the matrix fact's citation
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verdict(findings: list[Finding]) -> str:
+    """pass | warn | fail from the worst severity."""
+    sev = {f.severity for f in findings}
+    if "error" in sev:
+        return "fail"
+    if "warning" in sev:
+        return "warn"
+    return "pass"

@@ -1,0 +1,36 @@
+"""``dnnctl.ops``: the public op functions, each dispatched to its planned variant.
+
+Names resolve lazily so that ``import dnnctl`` stays fast and CuPy-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> module that defines it
+_PUBLIC: dict[str, str] = {
+    **{n: "dnnctl.ops.activation" for n in (
+        "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh")},
+    **{n: "dnnctl.ops.softmax" for n in ("softmax", "log_softmax")},
+    **{n: "dnnctl.ops.norm" for n in ("layer_norm", "rms_norm", "batch_norm", "group_norm")},
+    **{n: "dnnctl.ops.pool" for n in (
+        "max_pool2d", "avg_pool2d", "global_avg_pool2d")},
+    "conv2d": "dnnctl.ops.conv2d",
+    "matmul": "dnnctl.ops.matmul",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    mod = _PUBLIC.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'dnnctl.ops' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

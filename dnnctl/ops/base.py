@@ -1,0 +1,409 @@
+"""The op / variant model shared by the tuner, the dispatcher and the kernels.
+
+* :class:`Problem` — an op name plus a frozen, hashable key (shape, dtype, layout, ...).
+  Workload files, plan entries and run-time calls all use the same key.
+* :class:`Op` — the key schema, a float64 numpy reference, a tolerance per dtype, an input
+  generator, FLOP and minimum-byte counts, and a default heuristic.
+* :class:`Variant` — one algorithm of one op on one backend: a parameter space with
+  constraints, ``supports()`` with a reason, ``workspace_bytes()`` and ``build()``.
+
+A built kernel is any callable ``kernel(inputs, outputs, attrs) -> None`` where ``inputs``
+and ``outputs`` map names to backend arrays (CuPy or NumPy) and ``attrs`` holds the
+non-shape scalars of the call (eps, momentum, negative_slope, ...). Kernels write every
+element of every output; the tuner poisons outputs before each verification run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from dnnctl.errors import UsageError
+
+# ----------------------------------------------------------------------------- dtypes
+
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+
+
+def np_dtype(name: str) -> np.dtype:
+    """NumPy dtype for a dnnctl dtype name (bfloat16 comes from ml_dtypes, as in CuPy 14)."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    if name in ("float32", "float16", "float64", "int32", "int64", "uint8"):
+        return np.dtype(name)
+    raise UsageError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
+
+
+def dtype_name(dtype: Any) -> str:
+    """dnnctl dtype name of a NumPy / CuPy / torch dtype (or of a name)."""
+    text = str(dtype).replace("torch.", "")
+    aliases = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
+               "fp32": "float32", "double": "float64"}
+    return aliases.get(text, text)
+
+
+def dtype_size(name: str) -> int:
+    return np_dtype(name).itemsize
+
+
+# ----------------------------------------------------------------------------- keys
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Field:
+    """Schema of one key field.
+
+    kind: "int", "ints" (tuple of ``length`` ints; a scalar is broadcast), "str", "bool",
+    "float". ``choices`` restricts values; ``minimum`` bounds ints.
+    """
+
+    kind: str
+    default: Any = _REQUIRED
+    choices: tuple[Any, ...] | None = None
+    minimum: int | None = None
+    length: int | None = None
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+    def normalize(self, op: str, name: str, value: Any) -> Any:
+        """Validate and canonicalize one value; raise UsageError naming the field."""
+        where = f"{op} key field '{name}'"
+        try:
+            out = self._convert(value)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{where}: {value!r} is not a valid {self.kind} ({exc})",
+                             hint=self.doc or None) from None
+        if self.choices is not None and out not in self.choices:
+            raise UsageError(f"{where}: {value!r} is not one of {list(self.choices)}")
+        if self.minimum is not None:
+            vals = out if isinstance(out, tuple) else (out,)
+            if any(v < self.minimum for v in vals):
+                raise UsageError(f"{where}: {value!r} must be >= {self.minimum}")
+        return out
+
+    def _convert(self, value: Any) -> Any:
+        if self.kind == "int":
+            return _as_int(value)
+        if self.kind == "ints":
+            if isinstance(value, str):
+                value = [v for v in value.replace("x", ",").split(",") if v.strip()]
+            if isinstance(value, (list, tuple)):
+                vals = tuple(_as_int(v) for v in value)
+            else:
+                vals = (_as_int(value),) * (self.length or 1)
+            if self.length is not None and len(vals) == 1:
+                vals = vals * self.length
+            if self.length is not None and len(vals) != self.length:
+                raise ValueError(f"expected {self.length} values, got {len(vals)}")
+            return vals
+        if self.kind == "str":
+            if not isinstance(value, str):
+                raise TypeError("expected a string")
+            return value
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            raise ValueError("expected true or false")
+        if self.kind == "float":
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError("must be finite")
+            return out
+        raise TypeError(f"unknown field kind {self.kind}")
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("expected an integer, got a boolean")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("expected an integer")
+        value = int(value)
+    out = int(str(value).strip()) if isinstance(value, str) else int(value)
+    if abs(out) > 2**40:
+        raise ValueError("absurdly large")
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An op name plus its normalized key, as sorted (field, value) pairs. Hashable."""
+
+    op: str
+    key: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, name: str) -> Any:
+        for k, v in self.key:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict for YAML/JSON (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.key}
+
+    def short(self) -> str:
+        parts = []
+        for k, v in self.key:
+            text = "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            parts.append(f"{k}={text}")
+        return f"{self.op}[{','.join(parts)}]"
+
+
+# ----------------------------------------------------------------------------- support
+
+
+@dataclass(frozen=True)
+class Support:
+    """Answer of ``Variant.supports``: ``ok`` with a ``reason`` when it is not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+SUPPORTED = Support(True)
+
+
+def unsupported(reason: str) -> Support:
+    return Support(False, reason)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A variant and its parameters: what a plan entry records and the dispatcher runs."""
+
+    variant: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, variant: str, params: Mapping[str, Any] | None = None) -> Choice:
+        return cls(variant, tuple(sorted((params or {}).items())))
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def label(self) -> str:
+        if not self.params:
+            return self.variant
+        return self.variant + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+
+class Kernel(Protocol):
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+
+
+# ----------------------------------------------------------------------------- op
+
+
+class Op(ABC):
+    """One operation: key schema, reference, tolerances, counts and default heuristic."""
+
+    name: ClassVar[str]
+    fields: ClassVar[dict[str, Field]]
+    doc: ClassVar[str] = ""
+    # attrs: non-shape scalars with their defaults; the tuner uses these values.
+    attrs: ClassVar[dict[str, Any]] = {}
+
+    # -- keys
+    def problem(self, key: Mapping[str, Any] | None = None, **kwargs: Any) -> Problem:
+        """Normalize and validate a key (from a call, a workload file or the CLI)."""
+        raw = dict(key or {}, **kwargs)
+        unknown = sorted(set(raw) - set(self.fields))
+        if unknown:
+            raise UsageError(f"{self.name}: unknown key field(s) {unknown}",
+                             hint=f"valid fields: {', '.join(self.fields)}")
+        out: dict[str, Any] = {}
+        for fname, spec in self.fields.items():
+            if fname in raw and raw[fname] is not None:
+                out[fname] = spec.normalize(self.name, fname, raw[fname])
+            elif spec.required:
+                raise UsageError(f"{self.name}: key field '{fname}' is missing",
+                                 hint=spec.doc or f"valid fields: {', '.join(self.fields)}")
+            else:
+                out[fname] = spec.default
+        self.check(out)
+        return Problem(self.name, tuple(sorted(out.items())))
+
+    def check(self, key: dict[str, Any]) -> None:
+        """Cross-field validation of a normalized key; raise UsageError when inconsistent."""
+
+    # -- tensors
+    @abstractmethod
+    def input_specs(self, problem: Problem) -> dict[str, TensorSpec]: ...
+
+    @abstractmethod
+    def output_specs(self, problem: Problem) -> dict[str, TensorSpec]: ...
+
+    def make_inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Fresh random inputs (never zeros); ops override where values are constrained."""
+        out = {}
+        for name, spec in self.input_specs(problem).items():
+            out[name] = rng.standard_normal(spec.shape, dtype=np.float32).astype(
+                np_dtype(spec.dtype))
+        return out
+
+    def default_attrs(self, problem: Problem) -> dict[str, Any]:
+        return dict(self.attrs)
+
+    @abstractmethod
+    def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """float64 numpy reference of every output (inputs are upcast by the caller)."""
+
+    def tolerance(self, problem: Problem, output: str) -> float:
+        """Allowed ‖out − ref‖ / ‖ref‖ for ``output``, by the problem's dtype."""
+        dtype = problem.get("dtype", "float32")
+        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}.get(dtype, 1e-5)
+
+    # -- roofline
+    def flops(self, problem: Problem) -> float:
+        return 0.0
+
+    def min_bytes(self, problem: Problem) -> float:
+        total = 0
+        for spec in (*self.input_specs(problem).values(), *self.output_specs(problem).values()):
+            total += math.prod(spec.shape) * dtype_size(spec.dtype)
+        return float(total)
+
+    # -- heuristic
+    @abstractmethod
+    def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
+        """The variant + params run when no plan covers ``problem`` (a sound default)."""
+
+
+# ----------------------------------------------------------------------------- variant
+
+
+class Variant(ABC):
+    """One algorithm of one op on one backend, with a searchable parameter space."""
+
+    op: ClassVar[str]
+    name: ClassVar[str]
+    backend: ClassVar[str]  # "cupy" | "numpy"
+    params: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    deterministic: ClassVar[bool] = True
+    source: ClassVar[str | None] = None  # kernels/<op>/<variant>.cu, relative to kernels/
+    doc: ClassVar[str] = ""
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        """Constraints between parameters and the problem (tile fits, vector divides, ...)."""
+        return True
+
+    @abstractmethod
+    def supports(self, problem: Problem, device: Any) -> Support: ...
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 0
+
+    @abstractmethod
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel: ...
+
+    def param_space(self, problem: Problem, device: Any) -> Iterator[dict[str, Any]]:
+        """Every valid parameter combination, in a fixed order."""
+        names = list(self.params)
+        for values in itertools.product(*(self.params[n] for n in names)):
+            cand = dict(zip(names, values))
+            if self.valid_params(problem, cand, device):
+                yield cand
+
+    def check_params(self, params: Mapping[str, Any]) -> str | None:
+        """Reason the parameter dict is not in this variant's declared space, else None."""
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            return f"unknown parameter(s) {unknown} for {self.op}/{self.name}"
+        for pname, values in self.params.items():
+            if pname not in params:
+                return f"parameter '{pname}' missing for {self.op}/{self.name}"
+            if params[pname] not in values:
+                return (f"parameter {pname}={params[pname]!r} is not one of {list(values)} "
+                        f"for {self.op}/{self.name}")
+        return None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    max_rel_err: float
+    detail: str = ""
+    errors: dict[str, float] = field(default_factory=dict)
+
+
+def rel_norm_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; NaN/inf where the reference is finite gives inf.
+
+    Positions where the reference itself is NaN/inf must hold the same non-finite value
+    (propagation); they are excluded from the norm.
+    """
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        return math.inf
+    ref_bad = ~np.isfinite(ref)
+    if ref_bad.any():
+        same = (np.isnan(ref) & np.isnan(out)) | (np.isinf(ref) & (out == ref))
+        if not np.all(same[ref_bad]):
+            return math.inf
+    good = ~ref_bad
+    o, r = out[good], ref[good]
+    if not np.all(np.isfinite(o)):
+        return math.inf
+    denom = float(np.linalg.norm(r))
+    diff = float(np.linalg.norm(o - r))
+    if denom == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / denom
+
+
+def verify_outputs(op: Op, problem: Problem, outputs: Mapping[str, np.ndarray],
+                   refs: Mapping[str, np.ndarray]) -> VerifyResult:
+    """Compare every output against the reference with the op's tolerance."""
+    errors: dict[str, float] = {}
+    bad = []
+    for name, ref in refs.items():
+        err = rel_norm_error(outputs[name], ref)
+        errors[name] = err
+        tol = op.tolerance(problem, name)
+        if not err <= tol:
+            bad.append(f"{name}: rel err {err:.3g} > tol {tol:.3g}")
+    worst = max(errors.values(), default=0.0)
+    return VerifyResult(not bad, worst, "; ".join(bad), errors)
+
+
+Factory = Callable[..., Kernel]

@@ -1,0 +1,188 @@
+"""Run-time dispatch: array interop, plan lookup, kernel build cache.
+
+A call of ``dnnctl.ops.<op>`` goes: convert the arguments to backend arrays (NumPy, CuPy, or
+any DLPack tensor such as a torch CUDA tensor, zero-copy) -> make the problem key -> ask the
+active plan (a dict lookup) -> else the op's default heuristic -> fetch the built kernel from
+a cache -> launch -> hand the outputs back in the caller's array kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from dnnctl.backends.base import Backend, DeviceInfo, get_backend
+from dnnctl.errors import ShapeError
+from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
+from dnnctl.ops.registry import get_op, get_variant
+
+
+class PlanLike(Protocol):
+    """What the dispatcher needs of a loaded plan (dnnctl.plan.LoadedPlan implements it)."""
+
+    def lookup(self, problem: Problem, backend: str, device: DeviceInfo) -> Choice | None: ...
+
+
+_ACTIVE_PLAN: ContextVar[PlanLike | None] = ContextVar("dnnctl_active_plan", default=None)
+
+
+def active_plan() -> PlanLike | None:
+    return _ACTIVE_PLAN.get()
+
+
+@contextlib.contextmanager
+def use_plan(plan: PlanLike | None) -> Iterator[PlanLike | None]:
+    """Make ``plan`` the plan of every ``dnnctl.ops`` call inside the block."""
+    token = _ACTIVE_PLAN.set(plan)
+    try:
+        yield plan
+    finally:
+        _ACTIVE_PLAN.reset(token)
+
+
+# ----------------------------------------------------------------------------- interop
+
+
+@dataclass
+class Bound:
+    """The arguments of one call, converted to one backend's arrays."""
+
+    backend: Backend
+    device: DeviceInfo
+    arrays: list[Any]
+    wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
+
+
+def _is_cupy(x: Any) -> bool:
+    return type(x).__module__.startswith("cupy")
+
+
+def bind(*arrays: Any) -> Bound:
+    """Convert call arguments (None allowed) to one backend; all must live on one device."""
+    kinds = set()
+    for a in arrays:
+        if a is None:
+            continue
+        if isinstance(a, np.ndarray):
+            kinds.add("numpy")
+        elif _is_cupy(a):
+            kinds.add("cupy")
+        elif hasattr(a, "__dlpack__"):
+            kinds.add("dlpack")
+        else:
+            raise ShapeError(
+                f"expected an array (NumPy, CuPy or a DLPack tensor), got {type(a).__name__}",
+                hint="pass numpy.ndarray, cupy.ndarray or e.g. a torch tensor")
+    if len(kinds) > 1:
+        raise ShapeError(f"arguments mix array kinds {sorted(kinds)}",
+                         hint="pass all arrays of one call on one device and of one kind")
+    kind = kinds.pop() if kinds else "numpy"
+    if kind == "numpy":
+        backend = get_backend("numpy")
+        return Bound(backend, backend.device(0), list(arrays), lambda y: y)
+    if kind == "cupy":
+        backend = get_backend("cupy")
+        dev = _cupy_device_of(arrays)
+        return Bound(backend, backend.device(dev), list(arrays), lambda y: y)
+    return _bind_dlpack(arrays)
+
+
+def _cupy_device_of(arrays: tuple[Any, ...]) -> int:
+    ids = {a.device.id for a in arrays if a is not None}
+    if len(ids) > 1:
+        raise ShapeError(f"arrays live on different GPUs {sorted(ids)}",
+                         hint="move them to one device first")
+    dev = ids.pop()
+    import cupy
+
+    if cupy.cuda.Device().id != dev:
+        cupy.cuda.Device(dev).use()
+    return dev
+
+
+def _bind_dlpack(arrays: tuple[Any, ...]) -> Bound:
+    first = next(a for a in arrays if a is not None)
+    dev_type, _ = first.__dlpack_device__()
+    producer = importlib.import_module(type(first).__module__.split(".")[0])
+    back = getattr(producer, "from_dlpack", None)
+    if int(dev_type) == 1:  # kDLCPU
+        conv = [None if a is None else np.from_dlpack(a) for a in arrays]
+        backend = get_backend("numpy")
+        return Bound(backend, backend.device(0), conv, back or (lambda y: y))
+    if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        raise ShapeError(f"DLPack device type {dev_type} is not supported",
+                         hint="pass a CUDA or CPU tensor")
+    import cupy
+
+    conv = [None if a is None else cupy.from_dlpack(a) for a in arrays]
+    backend = get_backend("cupy")
+    dev = _cupy_device_of(tuple(conv))
+    return Bound(backend, backend.device(dev), conv, back or (lambda y: y))
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+_VALID: dict[Problem, Problem] = {}
+_KERNELS: dict[tuple[Problem, str, int, Choice], Kernel] = {}
+
+
+def problem_of(op: Op, key: Mapping[str, Any]) -> Problem:
+    """The validated problem for a call's key; validation is memoized per key."""
+    raw = Problem(op.name, tuple(sorted(key.items())))
+    hit = _VALID.get(raw)
+    if hit is None:
+        hit = op.problem(key)
+        _VALID[raw] = hit
+    return hit
+
+
+def resolve(op: Op, problem: Problem, backend: Backend, device: DeviceInfo,
+            plan: PlanLike | None = None) -> Choice:
+    """The choice a call runs: the plan's, else the op's default heuristic."""
+    plan = plan if plan is not None else _ACTIVE_PLAN.get()
+    if plan is not None:
+        choice = plan.lookup(problem, backend.name, device)
+        if choice is not None:
+            return choice
+    return op.default_choice(problem, backend.name, device)
+
+
+def kernel_for(problem: Problem, backend: Backend, device: DeviceInfo, choice: Choice) -> Kernel:
+    """Build (once) and return the kernel of ``choice`` for ``problem``."""
+    ck = (problem, backend.name, device.index, choice)
+    kern = _KERNELS.get(ck)
+    if kern is None:
+        variant = get_variant(problem.op, backend.name, choice.variant)
+        kern = variant.build(problem, choice.param_dict, device)
+        _KERNELS[ck] = kern
+    return kern
+
+
+def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
+        attrs: Mapping[str, Any], *, plan: PlanLike | None = None,
+        out: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run one op call; ``names`` label ``bound.arrays`` (None entries are skipped)."""
+    op = get_op(op_name)
+    problem = problem_of(op, key)
+    choice = resolve(op, problem, bound.backend, bound.device, plan)
+    kern = kernel_for(problem, bound.backend, bound.device, choice)
+    inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
+    outputs = dict(out or {})
+    xp = bound.backend.xp
+    for oname, spec in op.output_specs(problem).items():
+        if oname in outputs:
+            given = outputs[oname]
+            if tuple(given.shape) != spec.shape or str(given.dtype) != str(np_dtype(spec.dtype)):
+                raise ShapeError(
+                    f"{op_name}: out '{oname}' has shape {tuple(given.shape)} {given.dtype}, "
+                    f"expected {spec.shape} {spec.dtype}")
+        else:
+            outputs[oname] = xp.empty(spec.shape, dtype=np_dtype(spec.dtype))
+    kern(inputs, outputs, attrs)
+    return outputs

@@ -1,0 +1,85 @@
+"""The op / variant registry: register once, iterate everywhere (tests, tuner, CLI)."""
+
+from __future__ import annotations
+
+import importlib
+
+from dnnctl.errors import UsageError
+from dnnctl.ops.base import Op, Variant
+
+# Every module that registers ops or variants. Adding an op = one line here.
+OP_MODULES: tuple[str, ...] = (
+    "dnnctl.ops.activation",
+    "dnnctl.ops.softmax",
+    "dnnctl.ops.norm",
+    "dnnctl.ops.pool",
+    "dnnctl.ops.conv2d",
+    "dnnctl.ops.matmul",
+)
+
+_OPS: dict[str, Op] = {}
+_VARIANTS: dict[tuple[str, str], dict[str, Variant]] = {}  # (op, backend) -> name -> variant
+_loaded = False
+
+
+def register_op(cls: type[Op]) -> type[Op]:
+    """Class decorator: instantiate and register an Op."""
+    if cls.name in _OPS and type(_OPS[cls.name]) is not cls:
+        raise RuntimeError(f"op {cls.name!r} registered twice")
+    _OPS[cls.name] = cls()
+    return cls
+
+
+def register_variant(cls: type[Variant]) -> type[Variant]:
+    """Class decorator: instantiate and register a Variant under (op, backend, name)."""
+    table = _VARIANTS.setdefault((cls.op, cls.backend), {})
+    if cls.name in table and type(table[cls.name]) is not cls:
+        raise RuntimeError(f"variant {cls.op}/{cls.backend}/{cls.name} registered twice")
+    table[cls.name] = cls()
+    return cls
+
+
+def load_all() -> None:
+    """Import every op module so the registry is complete."""
+    global _loaded
+    if _loaded:
+        return
+    for mod in OP_MODULES:
+        importlib.import_module(mod)
+    _loaded = True
+
+
+def ops() -> dict[str, Op]:
+    load_all()
+    return dict(sorted(_OPS.items()))
+
+
+def get_op(name: str) -> Op:
+    load_all()
+    try:
+        return _OPS[name]
+    except KeyError:
+        raise UsageError(f"unknown op {name!r}",
+                         hint=f"known ops: {', '.join(sorted(_OPS))}") from None
+
+
+def variants(op: str, backend: str | None = None) -> list[Variant]:
+    """Variants of ``op`` (for one backend, or all), in registration order."""
+    load_all()
+    out: list[Variant] = []
+    for (o, b), table in _VARIANTS.items():
+        if o == op and (backend is None or b == backend):
+            out.extend(table.values())
+    return out
+
+
+def get_variant(op: str, backend: str, name: str) -> Variant:
+    load_all()
+    table = _VARIANTS.get((op, backend), {})
+    try:
+        return table[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown variant {name!r} of op {op!r} on backend {backend!r}",
+            hint=f"known variants: {', '.join(table) or '(none)'}",
+        ) from None
