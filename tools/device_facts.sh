@@ -35,3 +35,13 @@ python3 -c "import torch, json; print(json.dumps({'v': torch.__version__, 'cuda'
 python3 -c "import cupy, json; print(json.dumps({'v': cupy.__version__, 'rt': cupy.cuda.runtime.runtimeGetVersion(), 'drv': cupy.cuda.runtime.driverGetVersion(), 'local': cupy.cuda.get_local_runtime_version()}))" > "$out/cupy-deep.json" 2>&1
 python3 -c "
 import pynvml as n; n.nvmlInit(); print(n.nvmlSystemGetDriverVersion(), n.nvmlSystemGetCudaDriverVersion_v2()); h=n.nvmlDeviceGetHandleByIndex(0); print(n.nvmlDeviceGetName(h), n.nvmlDeviceGetCudaComputeCapability(h), n.nvmlDeviceGetMemoryInfo(h).total)" > "$out/nvml.txt" 2>&1
+python3 - > "$out/cudnn-ctypes.txt" 2>&1 <<'PY'
+import ctypes, glob, sys, os
+for base in sys.path:
+    for g in glob.glob(os.path.join(base, "nvidia", "*", "lib", "libcudnn.so*")) + glob.glob(os.path.join(base, "nvidia", "cudnn", "lib", "libcudnn.so*")):
+        try:
+            lib = ctypes.CDLL(g); lib.cudnnGetVersion.restype = ctypes.c_size_t
+            print(g, lib.cudnnGetVersion())
+        except OSError as e:
+            print(g, "ERR", e)
+PY
