@@ -59,7 +59,7 @@ def measure_ceilings() -> Ctx:
     n = 1 << 30  # 1 GiB each way
     src = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 255)
     dst = torch.empty_like(src)
-    t = time_us(lambda: dst.copy_(src), flush_l2=False, budget_ms=100)["median_us"]
+    t = time_us(lambda s=src, d=dst: d.copy_(s), flush_l2=False, budget_ms=100)["median_us"]
     copy_gbps = 2 * n / (t * 1e-6) / 1e9
     del src, dst
     flops = {}

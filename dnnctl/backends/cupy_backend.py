@@ -185,7 +185,7 @@ class CupyBackend(Backend):
         return np.asarray([cp.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compile(source: str, defines: tuple[tuple[str, Any], ...], names: tuple[str, ...],
              options: tuple[str, ...], cc: tuple[int, int], device_id: int) -> Any:
     cp = _cupy()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -16,8 +16,8 @@ app = typer.Typer(help="List the bundled ops, algorithm variants and parameter s
 
 @app.command("list")
 def list_kernels(
-    op: Annotated[Optional[str], typer.Option("--op", help="Only this op.")] = None,
-    backend: Annotated[Optional[str], typer.Option(help="Only 'cupy' or 'numpy'.")] = None,
+    op: Annotated[str | None, typer.Option("--op", help="Only this op.")] = None,
+    backend: Annotated[str | None, typer.Option(help="Only 'cupy' or 'numpy'.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show every op, variant and parameter space."""

@@ -44,6 +44,11 @@ def np_dtype(name: str) -> np.dtype:
 
 def dtype_name(dtype: Any) -> str:
     """dnnctl dtype name of a NumPy / CuPy / torch dtype (or of a name)."""
+    if not isinstance(dtype, str) and not str(dtype).startswith("torch."):
+        try:
+            dtype = np.dtype(dtype).name
+        except TypeError:
+            pass
     text = str(dtype).replace("torch.", "")
     aliases = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
                "fp32": "float32", "double": "float64"}
