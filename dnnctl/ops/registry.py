@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 
 from dnnctl.errors import UsageError
 from dnnctl.ops.base import Op, Variant
@@ -39,13 +41,35 @@ def register_variant(cls: type[Variant]) -> type[Variant]:
     return cls
 
 
+PLUGINS_ENV = "DNNCTL_PLUGINS"
+
+
+def plugin_modules() -> list[str]:
+    """Extra modules named in $DNNCTL_PLUGINS (comma separated) that register ops/variants.
+
+    Tuning workers inherit the environment, so a plugin's variants exist in every process.
+    """
+    return [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+
+
 def load_all() -> None:
-    """Import every op module so the registry is complete."""
+    """Import every op module (and every plugin module) so the registry is complete.
+
+    An op module whose file does not exist (yet) is skipped; any other import error is raised.
+    """
     global _loaded
     if _loaded:
         return
     for mod in OP_MODULES:
-        importlib.import_module(mod)
+        if importlib.util.find_spec(mod) is not None:
+            importlib.import_module(mod)
+    for mod in plugin_modules():
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise UsageError(f"plugin module {mod!r} (from ${PLUGINS_ENV}) cannot be imported: "
+                             f"{exc}", hint="check the module name and sys.path / PYTHONPATH"
+                             ) from None
     _loaded = True
 
 
