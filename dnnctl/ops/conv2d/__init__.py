@@ -1,0 +1,25 @@
+"""conv2d: the op, its variants (numpy and CUDA) and the public ``conv2d`` function.
+
+Importing this package registers the op and every variant. The package is callable, so
+``dnnctl.ops.conv2d(x, w, ...)`` works whether ``dnnctl.ops.conv2d`` resolved to this
+package (once imported, Python binds submodules on their parent) or to the function.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from dnnctl.ops.conv2d.function import conv2d
+from dnnctl.ops.conv2d.op import Conv2d, ConvGeom, geometry, output_size, pad4
+
+__all__ = ["Conv2d", "ConvGeom", "conv2d", "geometry", "output_size", "pad4"]
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return conv2d(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

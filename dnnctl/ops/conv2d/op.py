@@ -1,0 +1,395 @@
+"""The conv2d op: key schema, float64 reference, tolerances, counts and default heuristic.
+
+Key (docs/ops.md): n, c, h, w, k, r, s, stride [2] = 1, pad [ph, pw] or [top, bottom, left,
+right] = 0 (canonical: 2 values when symmetric), dilation [2] = 1, groups = 1, dtype, layout,
+bias = false, activation (none, relu, gelu, silu) = none, residual = false, tf32 = false.
+
+Tensors: x NCHW (N, C, H, W) or NHWC (N, H, W, C); w NCHW (K, C/g, R, S) or NHWC (K, R, S, C/g);
+bias (K,) and residual (shape of y) in the I/O dtype; y NCHW (N, K, P, Q) or NHWC (N, P, Q, K).
+Epilogue order: + bias, then the activation (gelu is the erf form), then + residual.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dnnctl.errors import UnsupportedError, UsageError
+from dnnctl.ops.base import (
+    DTYPES,
+    Choice,
+    Field,
+    Op,
+    Problem,
+    TensorSpec,
+    Variant,
+    np_dtype,
+)
+from dnnctl.ops.registry import register_op, variants
+
+ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
+LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+
+
+# ----------------------------------------------------------------------------- geometry
+
+
+def pad4(pad: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) of a canonical pad (2 values: symmetric, or 4)."""
+    if len(pad) == 2:
+        return (pad[0], pad[0], pad[1], pad[1])
+    if len(pad) == 4:
+        return (pad[0], pad[1], pad[2], pad[3])
+    raise UsageError(f"conv2d pad {pad!r} must have 2 or 4 values")
+
+
+def canonical_pad(pad: tuple[int, ...]) -> tuple[int, ...]:
+    """1 value -> (p, p); 4 values -> 2 when top == bottom and left == right."""
+    if len(pad) == 1:
+        return (pad[0], pad[0])
+    if len(pad) == 2:
+        return tuple(pad)
+    if len(pad) == 4:
+        top, bottom, left, right = pad
+        return (top, left) if top == bottom and left == right else tuple(pad)
+    raise UsageError(f"conv2d key field 'pad': {list(pad)} must have 1, 2 or 4 values",
+                     hint="pad is [ph, pw] or [top, bottom, left, right]")
+
+
+def output_size(h: int, w: int, r: int, s: int, stride: tuple[int, int],
+                pad: tuple[int, ...], dilation: tuple[int, int]) -> tuple[int, int]:
+    """Output (P, Q) of a convolution, as cuDNN and PyTorch compute it (floor mode)."""
+    top, bottom, left, right = pad4(tuple(pad))
+    p = (h + top + bottom - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    q = (w + left + right - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    return p, q
+
+
+@dataclass(frozen=True)
+class ConvGeom:
+    """Every size of one conv2d problem as plain ints (what kernels are launched with)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    k: int
+    r: int
+    s: int
+    sh: int
+    sw: int
+    pt: int
+    pb: int
+    pl: int
+    pr: int
+    dh: int
+    dw: int
+    groups: int
+    p: int
+    q: int
+    dtype: str
+    layout: str
+    bias: bool
+    activation: str
+    residual: bool
+    tf32: bool
+
+    @property
+    def cg(self) -> int:
+        """Input channels per group."""
+        return self.c // self.groups
+
+    @property
+    def kg(self) -> int:
+        """Output channels per group."""
+        return self.k // self.groups
+
+    @property
+    def nhwc(self) -> bool:
+        return self.layout == "NHWC"
+
+    @property
+    def depthwise(self) -> bool:
+        """One group per input channel (K/C output channels each)."""
+        return self.groups == self.c
+
+    @property
+    def crs(self) -> int:
+        """Reduction length of one output element (C/g * R * S)."""
+        return self.cg * self.r * self.s
+
+    @property
+    def npq(self) -> int:
+        return self.n * self.p * self.q
+
+    def x_shape(self) -> tuple[int, ...]:
+        return (self.n, self.h, self.w, self.c) if self.nhwc else (self.n, self.c, self.h, self.w)
+
+    def w_shape(self) -> tuple[int, ...]:
+        if self.nhwc:
+            return (self.k, self.r, self.s, self.cg)
+        return (self.k, self.cg, self.r, self.s)
+
+    def y_shape(self) -> tuple[int, ...]:
+        return (self.n, self.p, self.q, self.k) if self.nhwc else (self.n, self.k, self.p, self.q)
+
+
+def geometry(problem: Problem) -> ConvGeom:
+    """The :class:`ConvGeom` of a normalized conv2d problem."""
+    top, bottom, left, right = pad4(problem["pad"])
+    sh, sw = problem["stride"]
+    dh, dw = problem["dilation"]
+    p, q = output_size(problem["h"], problem["w"], problem["r"], problem["s"],
+                       (sh, sw), (top, bottom, left, right), (dh, dw))
+    return ConvGeom(
+        n=problem["n"], c=problem["c"], h=problem["h"], w=problem["w"], k=problem["k"],
+        r=problem["r"], s=problem["s"], sh=sh, sw=sw, pt=top, pb=bottom, pl=left, pr=right,
+        dh=dh, dw=dw, groups=problem["groups"], p=p, q=q, dtype=problem["dtype"],
+        layout=problem["layout"], bias=problem["bias"], activation=problem["activation"],
+        residual=problem["residual"], tf32=problem["tf32"])
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def apply_activation(y: np.ndarray, activation: str) -> np.ndarray:
+    """relu / gelu (erf form) / silu in the array's precision (float64 in the reference)."""
+    if activation == "none":
+        return y
+    if activation == "relu":
+        return np.where(y > 0, y, np.where(np.isnan(y), y, 0.0)).astype(y.dtype)
+    if activation == "gelu":
+        return (0.5 * y * (1.0 + _erf(y / math.sqrt(2.0)))).astype(y.dtype)
+    if activation == "silu":
+        with np.errstate(over="ignore"):
+            return (y / (1.0 + np.exp(-y))).astype(y.dtype)
+    raise UsageError(f"unknown conv2d activation {activation!r}",
+                     hint=f"use one of {', '.join(ACTIVATIONS)}")
+
+
+def conv_nchw(x: np.ndarray, w: np.ndarray, g: ConvGeom) -> np.ndarray:
+    """Plain convolution (no epilogue) of NCHW ``x`` with (K, C/g, R, S) ``w``, in x's dtype.
+
+    Loops over the R*S filter taps; each tap is one strided view of the padded input and one
+    batched matmul over the groups.
+    """
+    xp = np.pad(x, ((0, 0), (0, 0), (g.pt, g.pb), (g.pl, g.pr)))
+    hp, wp = xp.shape[2], xp.shape[3]
+    xg = xp.reshape(g.n, g.groups, g.cg, hp, wp)
+    wg = w.reshape(g.groups, g.kg, g.cg, g.r, g.s)
+    y = np.zeros((g.n, g.groups, g.kg, g.p * g.q), dtype=x.dtype)
+    for r in range(g.r):
+        h0 = r * g.dh
+        for s in range(g.s):
+            w0 = s * g.dw
+            tap = xg[:, :, :, h0:h0 + (g.p - 1) * g.sh + 1:g.sh,
+                     w0:w0 + (g.q - 1) * g.sw + 1:g.sw]
+            tap = tap.reshape(g.n, g.groups, g.cg, g.p * g.q)
+            y += np.matmul(wg[:, :, :, r, s], tap)
+    return y.reshape(g.n, g.k, g.p, g.q)
+
+
+def to_nchw(x: np.ndarray, layout: str) -> np.ndarray:
+    return x.transpose(0, 3, 1, 2) if layout == "NHWC" else x
+
+
+def from_nchw(y: np.ndarray, layout: str) -> np.ndarray:
+    return y.transpose(0, 2, 3, 1) if layout == "NHWC" else y
+
+
+def epilogue_nchw(y: np.ndarray, g: ConvGeom, bias: np.ndarray | None,
+                  residual_nchw: np.ndarray | None) -> np.ndarray:
+    """+ bias, activation, + residual on an NCHW result (in y's dtype)."""
+    if g.bias:
+        if bias is None:
+            raise UsageError("conv2d: the key says bias=true but no bias was given")
+        y = y + bias.astype(y.dtype).reshape(1, g.k, 1, 1)
+    y = apply_activation(y, g.activation)
+    if g.residual:
+        if residual_nchw is None:
+            raise UsageError("conv2d: the key says residual=true but no residual was given")
+        y = y + residual_nchw.astype(y.dtype)
+    return y
+
+
+# ----------------------------------------------------------------------------- op
+
+
+class _PadField(Field):
+    """pad: 1, 2 or 4 ints (>= 0), canonicalized to 2 when symmetric."""
+
+    def normalize(self, op: str, name: str, value: Any) -> Any:
+        return canonical_pad(super().normalize(op, name, value))
+
+
+@register_op
+class Conv2d(Op):
+    """2-D convolution forward with optional fused bias, activation and residual."""
+
+    name = "conv2d"
+    doc = "2-D convolution (cross-correlation) forward, NCHW/NHWC, groups, fused epilogue"
+    fields = {
+        "n": Field("int", minimum=1, doc="batch size"),
+        "c": Field("int", minimum=1, doc="input channels"),
+        "h": Field("int", minimum=1, doc="input height"),
+        "w": Field("int", minimum=1, doc="input width"),
+        "k": Field("int", minimum=1, doc="output channels"),
+        "r": Field("int", minimum=1, doc="filter height"),
+        "s": Field("int", minimum=1, doc="filter width"),
+        "stride": Field("ints", default=(1, 1), minimum=1, length=2, doc="[sh, sw]"),
+        "pad": _PadField("ints", default=(0, 0), minimum=0,
+                         doc="[ph, pw] or [top, bottom, left, right]"),
+        "dilation": Field("ints", default=(1, 1), minimum=1, length=2, doc="[dh, dw]"),
+        "groups": Field("int", default=1, minimum=1, doc="channel groups (C for depthwise)"),
+        "dtype": Field("str", choices=DTYPES, doc="I/O dtype; accumulation is fp32"),
+        "layout": Field("str", choices=LAYOUTS, doc="NCHW or NHWC"),
+        "bias": Field("bool", default=False),
+        "activation": Field("str", default="none", choices=ACTIVATIONS),
+        "residual": Field("bool", default=False),
+        "tf32": Field("bool", default=False, doc="allow TF32 math for float32 (as torch does)"),
+    }
+
+    def check(self, key: dict[str, Any]) -> None:
+        """C and K divisible by groups; output at least 1x1; tf32 only means something for
+        float32 (it is canonicalized to false for fp16/bf16 so plan keys match)."""
+        c, k, groups = key["c"], key["k"], key["groups"]
+        if c % groups:
+            raise UsageError(f"conv2d: c={c} is not divisible by groups={groups}",
+                             hint="input channels must be a multiple of groups")
+        if k % groups:
+            raise UsageError(f"conv2d: k={k} is not divisible by groups={groups}",
+                             hint="output channels must be a multiple of groups")
+        p, q = output_size(key["h"], key["w"], key["r"], key["s"], key["stride"], key["pad"],
+                           key["dilation"])
+        if p < 1 or q < 1:
+            raise UsageError(
+                f"conv2d: output size {p}x{q} is empty (input {key['h']}x{key['w']}, filter "
+                f"{key['r']}x{key['s']}, pad {list(key['pad'])}, dilation "
+                f"{list(key['dilation'])})",
+                hint="the dilated filter must fit in the padded input")
+        if key["dtype"] != "float32":
+            key["tf32"] = False
+
+    # -- tensors
+    def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        g = geometry(problem)
+        specs = {"x": TensorSpec(g.x_shape(), g.dtype), "w": TensorSpec(g.w_shape(), g.dtype)}
+        if g.bias:
+            specs["bias"] = TensorSpec((g.k,), g.dtype)
+        if g.residual:
+            specs["residual"] = TensorSpec(g.y_shape(), g.dtype)
+        return specs
+
+    def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        g = geometry(problem)
+        return {"y": TensorSpec(g.y_shape(), g.dtype)}
+
+    def make_inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Normal x and residual, weights scaled by 1/sqrt(C/g*R*S) so y stays O(1)."""
+        g = geometry(problem)
+        dt = np_dtype(g.dtype)
+        out = {"x": rng.standard_normal(g.x_shape(), dtype=np.float32).astype(dt)}
+        scale = 1.0 / math.sqrt(g.crs)
+        out["w"] = (rng.standard_normal(g.w_shape(), dtype=np.float32) * scale).astype(dt)
+        if g.bias:
+            out["bias"] = (rng.standard_normal((g.k,), dtype=np.float32) * 0.5).astype(dt)
+        if g.residual:
+            out["residual"] = rng.standard_normal(g.y_shape(), dtype=np.float32).astype(dt)
+        return out
+
+    def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """float64 convolution + epilogue, in the problem's layout."""
+        g = geometry(problem)
+        x = to_nchw(np.asarray(inputs["x"], dtype=np.float64), g.layout)
+        w = to_nchw(np.asarray(inputs["w"], dtype=np.float64), g.layout)
+        y = conv_nchw(np.ascontiguousarray(x), np.ascontiguousarray(w), g)
+        res = inputs.get("residual")
+        res = None if res is None else to_nchw(np.asarray(res, dtype=np.float64), g.layout)
+        bias = inputs.get("bias")
+        bias = None if bias is None else np.asarray(bias, dtype=np.float64)
+        y = epilogue_nchw(y, g, bias, res)
+        return {"y": np.ascontiguousarray(from_nchw(y, g.layout))}
+
+    def tolerance(self, problem: Problem, output: str) -> float:
+        """‖out − ref‖/‖ref‖: fp32 1e-5, tf32 1e-3 (10-bit mantissa inputs: ~3e-4 rounded,
+        ~8e-4 truncated), fp16 2e-3, bf16 8e-3 (output rounding alone is ~3e-4 / ~2e-3)."""
+        dtype = problem["dtype"]
+        if dtype == "float32":
+            return 1e-3 if problem["tf32"] else 1e-5
+        return {"float16": 2e-3, "bfloat16": 8e-3}[dtype]
+
+    # -- roofline
+    def flops(self, problem: Problem) -> float:
+        g = geometry(problem)
+        return 2.0 * g.n * g.k * g.p * g.q * g.crs
+
+    # -- heuristic
+    def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
+        """First supported variant of a shape-based preference list (see preference())."""
+        table = {v.name: v for v in variants(self.name, backend)}
+        for name in preference(problem, backend):
+            variant = table.get(name)
+            if variant is None or not variant.supports(problem, device):
+                continue
+            params = default_params(variant, problem, device)
+            if params is not None:
+                return Choice.of(name, params)
+        for name, variant in table.items():  # anything that runs beats an error
+            if variant.supports(problem, device):
+                params = default_params(variant, problem, device)
+                if params is not None:
+                    return Choice.of(name, params)
+        raise UnsupportedError(
+            f"no registered conv2d variant on backend {backend!r} supports {problem.short()}",
+            hint="run 'dnnctl kernels list --op conv2d' to see the registered variants")
+
+
+def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:
+    """A variant's own default_params() if it has one, else its first valid parameters."""
+    own = getattr(variant, "default_params", None)
+    if own is not None:
+        return own(problem, device)
+    return next(iter(variant.param_space(problem, device)), None)
+
+
+def preference(problem: Problem, backend: str) -> list[str]:
+    """Variant names to try, best first, for a problem nobody tuned."""
+    g = geometry(problem)
+    if backend == "numpy":
+        return numpy_preference(g)
+    low_precision = g.dtype in ("float16", "bfloat16") or g.tf32
+    order: list[str] = []
+    if g.depthwise:
+        order.append("depthwise")
+    is_1x1 = g.r == 1 and g.s == 1 and (g.pt, g.pb, g.pl, g.pr) == (0, 0, 0, 0)
+    if is_1x1 and g.groups == 1:
+        order.append("gemm_1x1")
+    winograd_shape = (g.r == 3 and g.s == 3 and (g.sh, g.sw) == (1, 1)
+                      and (g.dh, g.dw) == (1, 1) and g.groups == 1)
+    if winograd_shape and g.cg >= 64 and g.kg >= 64 and g.p * g.q >= 64:
+        order.append("winograd")
+    if low_precision:
+        order.append("implicit_gemm")
+    if g.groups == 1 and g.crs >= 64:
+        order.append("im2col_gemm")
+    order.append("direct")
+    return order
+
+
+def numpy_preference(g: ConvGeom) -> list[str]:
+    """CPU heuristic, from timings of the numpy variants (see numpy_variants.py)."""
+    if g.groups > 1 and g.cg * g.kg <= 64:
+        return ["direct", "im2col_gemm", "fft"]
+    big_filter = g.r * g.s >= 49 and (g.sh, g.sw) == (1, 1) and (g.dh, g.dw) == (1, 1)
+    if big_filter and g.groups == 1:
+        return ["fft", "im2col_gemm", "direct"]
+    return ["im2col_gemm", "direct", "fft"]
