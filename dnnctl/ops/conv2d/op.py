@@ -389,7 +389,7 @@ def numpy_preference(g: ConvGeom) -> list[str]:
     """CPU heuristic, from timings of the numpy variants (see numpy_variants.py)."""
     if g.groups > 1 and g.cg * g.kg <= 64:
         return ["direct", "im2col_gemm", "fft"]
-    big_filter = g.r * g.s >= 49 and (g.sh, g.sw) == (1, 1) and (g.dh, g.dw) == (1, 1)
+    big_filter = g.r * g.s >= 81 and (g.sh, g.sw) == (1, 1)
     if big_filter and g.groups == 1:
         return ["fft", "im2col_gemm", "direct"]
     return ["im2col_gemm", "direct", "fft"]
