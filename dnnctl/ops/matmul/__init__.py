@@ -1,0 +1,26 @@
+"""matmul: the op, its variants (numpy and CUDA) and the public ``matmul`` function.
+
+Importing this package registers the op and every variant. The package is callable, so
+``dnnctl.ops.matmul(a, b, ...)`` works whether ``dnnctl.ops.matmul`` resolved to this
+package or to the function.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+from dnnctl.ops.matmul import numpy_variants  # noqa: F401  (registers the CPU variants)
+from dnnctl.ops.matmul.function import matmul
+from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
+
+__all__ = ["ACTIVATIONS", "ACT_CODES", "Matmul", "matmul"]
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return matmul(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
