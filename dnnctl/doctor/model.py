@@ -13,6 +13,8 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "frameworks",
+             "packages", "notes")
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {
@@ -31,6 +33,41 @@ CODES = {
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",
     "ok": "a component checked and fine",
+}
+
+
+# What each free-form dict of a snapshot may hold, and the type of every key ("str" values
+# are versions or names kept exactly as written). Detection writes these keys; the dnnctl-env/1
+# loader accepts exactly these, so a typo in a hand-written file is an error, not a no-op.
+DRIVER_FIELDS = {
+    "present": "bool",  # detected snapshots always say; False = looked and found no driver
+    "version": "str",  # "580.159.04"
+    "cuda": "str",  # newest CUDA the driver supports (cuDriverGetVersion), "13.0"
+    "kernel_module": "str",  # /proc/driver/nvidia/version or /sys/module/nvidia/version
+    "library": "str",  # user-space libcuda / libnvidia-ml version (from its file name)
+    "libcuda": "str",  # path of the libcuda.so.1 the loader finds first
+    "mismatch": "bool",  # kernel module and user-space library differ
+    "forward_compat": "bool",  # that libcuda is cuda-compat's (forward compatibility)
+    "device_nodes": "int",  # number of /dev/nvidiaN nodes visible here
+    "gpu_count": "int",  # set when the GPUs could be listed (0 = the driver sees none)
+    "source": "str",  # nvml | nvidia-smi | libcuda | proc
+    "error": "str",  # a present driver that could not be read fully (probe problem)
+    "reason": "str",  # why no driver was found (present: false)
+}
+_COMMON = {"version": "str", "source": "str", "cuda": "str", "cudnn": "str"}
+FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
+    "torch": {**_COMMON, "arch_list": "strlist", "local_tag": "str", "path": "str",
+              "installer": "str", "cuda_build": "bool", "hip": "str", "rocm": "str",
+              "xpu": "str", "cudnn_package": "str", "cudnn_runtime": "str",
+              "cudnn_compiled": "str", "cudnn_loaded": "str", "cuda_available": "bool",
+              "device_count": "int", "capability": "str"},
+    "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "strlist",
+                   "cuda_build": "bool", "gpus_visible": "int"},
+    "jax": {**_COMMON, "jaxlib": "str", "plugin": "str", "plugin_version": "str",
+            "plugins": "strlist", "cuda_runtime": "str", "cudnn_runtime": "str",
+            "backend": "str"},
+    "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "str",
+             "local_runtime": "str", "driver": "str", "nvrtc": "str", "device_count": "int"},
 }
 
 
@@ -59,17 +96,21 @@ class EnvSnapshot:
 
     os: str | None = None
     python: str | None = None
-    driver: dict[str, Any] = field(default_factory=dict)  # {version, kernel_module, cuda}
+    driver: dict[str, Any] = field(default_factory=dict)  # keys: DRIVER_FIELDS
     gpus: list[Gpu] = field(default_factory=list)
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
-    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"schema": ENV_SCHEMA, **asdict(self)}
-        return _prune(data)
+        data = _prune({"schema": ENV_SCHEMA, **asdict(self)})
+        if isinstance(self.driver.get("present"), bool) and "gpus" not in data:
+            # a detected snapshot: an empty GPU list is a finding, not "unknown"
+            data = {k: data[k] if k != "gpus" else [] for k in ENV_ORDER
+                    if k in data or k == "gpus"}
+        return data
 
 
 def _prune(obj: Any) -> Any:
@@ -104,3 +145,21 @@ def verdict(findings: list[Finding]) -> str:
     if "warning" in sev:
         return "warn"
     return "pass"
+
+
+@dataclass
+class DoctorReport:
+    """One doctor run: the snapshot judged, the findings, and where the snapshot came from."""
+
+    env: EnvSnapshot
+    findings: list[Finding]
+    origin: str = "detected"  # "detected", or the --from file's path
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``dnnctl-doctor/1`` JSON document."""
+        return {"schema": DOCTOR_SCHEMA, "verdict": self.verdict,
+                "findings": [f.to_dict() for f in self.findings], "env": self.env.to_dict()}

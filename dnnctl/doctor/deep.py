@@ -1,0 +1,283 @@
+"""``doctor --deep``: ask each installed framework itself, in a subprocess with a timeout.
+
+Each framework gets its own interpreter (they run concurrently), so a hang, a crash or a
+slow import costs only that framework's answers; every failure becomes a note. Answers are
+merged into the snapshot built from metadata; where they disagree, a note says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from dnnctl.doctor import parse
+from dnnctl.doctor.host import Host
+from dnnctl.doctor.model import Component, EnvSnapshot
+
+MARK = "DNNCTL_JSON "
+DEEP_TIMEOUT = 90.0
+
+_PRELUDE = r"""
+import json, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+out = {}
+def err(key, e):
+    out.setdefault("errors", {})[key] = "%s: %s" % (type(e).__name__, e)
+def done():
+    print("DNNCTL_JSON " + json.dumps(out, default=str), flush=True)
+"""
+
+SCRIPTS = {
+    "torch": _PRELUDE + r"""
+try:
+    import torch
+except Exception as e:
+    err("import", e); done(); sys.exit(0)
+out["version"] = str(torch.__version__)
+out["cuda"] = torch.version.cuda
+try:
+    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)()
+    out["arch_list"] = flags.split() if flags else torch.cuda.get_arch_list()
+except Exception as e:
+    err("arch_list", e)
+try:
+    out["cudnn_compiled"] = list(torch._C._cudnn.getCompileVersion())
+except Exception:
+    pass
+try:
+    out["cudnn"] = torch.backends.cudnn.version()
+except Exception as e:
+    err("cudnn", e)
+try:
+    with open("/proc/self/maps") as fh:
+        out["cudnn_libs"] = sorted({l.split()[-1] for l in fh if "/libcudnn" in l})
+except OSError:
+    pass
+try:
+    out["cuda_available"] = bool(torch.cuda.is_available())
+    if out["cuda_available"]:
+        out["device_count"] = torch.cuda.device_count()
+        out["capability"] = list(torch.cuda.get_device_capability(0))
+except Exception as e:
+    err("cuda", e)
+done()
+""",
+    "cupy": _PRELUDE + r"""
+try:
+    import cupy
+    from cupy.cuda import runtime
+except Exception as e:
+    err("import", e); done(); sys.exit(0)
+out["version"] = cupy.__version__
+for key, fn in (("runtime", runtime.runtimeGetVersion),
+                ("local_runtime", cupy.cuda.get_local_runtime_version),
+                ("driver", runtime.driverGetVersion),
+                ("device_count", runtime.getDeviceCount)):
+    try:
+        out[key] = fn()
+    except Exception as e:
+        err(key, e)
+try:
+    from cupy.cuda import nvrtc
+    out["nvrtc"] = list(nvrtc.getVersion())
+except Exception as e:
+    err("nvrtc", e)
+done()
+""",
+    "tensorflow": _PRELUDE + r"""
+try:
+    import tensorflow as tf
+except Exception as e:
+    err("import", e); done(); sys.exit(0)
+out["version"] = tf.__version__
+try:
+    info = dict(tf.sysconfig.get_build_info())
+    out.update(cuda=info.get("cuda_version"), cudnn=info.get("cudnn_version"),
+               arch_list=info.get("cuda_compute_capabilities"),
+               cuda_build=info.get("is_cuda_build"))
+except Exception as e:
+    err("build_info", e)
+try:
+    out["gpus_visible"] = len(tf.config.list_physical_devices("GPU"))
+except Exception as e:
+    err("gpus", e)
+done()
+""",
+    "jax": _PRELUDE + r"""
+try:
+    import jax, jaxlib
+except Exception as e:
+    err("import", e); done(); sys.exit(0)
+out["version"] = jax.__version__
+out["jaxlib"] = getattr(jaxlib, "__version__", None)
+try:
+    from jax._src.lib import cuda_versions
+    for key in ("cuda_runtime_get_version", "cuda_runtime_build_version",
+                "cudnn_get_version", "cudnn_build_version", "cuda_driver_get_version"):
+        fn = getattr(cuda_versions, key, None) if cuda_versions else None
+        if fn is not None:
+            try:
+                out[key] = fn()
+            except Exception as e:
+                err(key, e)
+except Exception as e:
+    err("cuda_versions", e)
+try:
+    out["backend"] = jax.default_backend()
+    out["devices"] = [str(d) for d in jax.devices()]
+except Exception as e:
+    err("devices", e)
+done()
+""",
+}
+
+
+def ask(host: Host, framework: str, timeout: float) -> tuple[dict[str, Any], str | None]:
+    """Run one framework's script; (answers, why it failed or None)."""
+    res = host.run([host.python, "-c", SCRIPTS[framework]], timeout=timeout)
+    if res is None:
+        return {}, f"cannot run {host.python}"
+    for line in reversed(res.stdout.splitlines()):
+        if line.startswith(MARK):
+            try:
+                data = json.loads(line[len(MARK):])
+            except ValueError:
+                break
+            return (data, None) if isinstance(data, dict) else ({}, "malformed answer")
+    if res.error:
+        return {}, res.error
+    tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
+    return {}, f"exited with status {res.returncode}: {tail[:300]}"
+
+
+def run_deep(host: Host, env: EnvSnapshot, timeout: float = DEEP_TIMEOUT) -> None:
+    """Ask every framework present in ``env`` and merge the answers into it (in place)."""
+    names = [f for f in SCRIPTS if f in env.frameworks]
+    if not names:
+        return
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        results = dict(zip(names, pool.map(lambda f: ask(host, f, timeout), names)))
+    no_driver = env.driver.get("present") is False
+    for name in names:
+        data, failure = results[name]
+        if failure:
+            env.notes.append(f"--deep {name}: {failure}")
+            continue
+        for key, msg in sorted((data.get("errors") or {}).items()):
+            env.notes.append(f"--deep {name}: {key}: {_explain(msg, no_driver)}")
+        MERGE[name](env, env.frameworks[name], data)
+        env.frameworks[name]["source"] = "deep"
+
+
+def _explain(msg: str, no_driver: bool) -> str:
+    # CuPy (cudart) reports a missing driver as "CUDA driver version is insufficient for CUDA
+    # runtime version", which sends people to upgrade a driver that is not even there.
+    if no_driver and ("insufficient" in msg.lower() or "cudaErrorInsufficientDriver" in msg):
+        return "cannot reach a GPU: no NVIDIA driver is loaded"
+    return msg
+
+
+def _version_note(env: EnvSnapshot, name: str, before: Any, after: Any) -> None:
+    if before and after and str(before) != str(after):
+        env.notes.append(f"--deep {name}: installed metadata says {before} but the imported "
+                         f"module reports {after} (two installs on the path?)")
+
+
+def _merge_torch(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -> None:
+    _version_note(env, "torch", info.get("version"), data.get("version"))
+    if data.get("version"):
+        info["version"] = data["version"]
+        tag = parse.local_tag(data["version"])
+        if tag:
+            info["local_tag"] = tag
+    if data.get("cuda"):
+        info["cuda"] = data["cuda"]
+    if isinstance(data.get("arch_list"), list):
+        info["arch_list"] = [str(a) for a in data["arch_list"]]
+    runtime = parse.cudnn_int_version(data.get("cudnn"))
+    if runtime:
+        info["cudnn_runtime"] = runtime
+        info.setdefault("cudnn", runtime)
+    compiled = data.get("cudnn_compiled")
+    if isinstance(compiled, list) and compiled:
+        info["cudnn_compiled"] = ".".join(str(x) for x in compiled)
+    for key in ("cuda_available", "device_count"):
+        if key in data:
+            info[key] = data[key]
+    if isinstance(data.get("capability"), list) and len(data["capability"]) == 2:
+        info["capability"] = "{}.{}".format(*data["capability"])
+    libs = [p for p in data.get("cudnn_libs") or [] if "libcudnn.so." in os.path.basename(p)]
+    if libs:
+        info["cudnn_loaded"] = libs[0]
+        _mark_loaded(env, libs[0])
+
+
+def _mark_loaded(env: EnvSnapshot, loaded: str) -> None:
+    """What torch really mapped beats the loader-order model for that cuDNN major."""
+    real = os.path.realpath(loaded)
+    hit = next((c for c in env.cudnn if c.path and os.path.realpath(c.path) == real), None)
+    if hit is None:
+        return
+    major = (hit.version or "").split(".")[0]
+    for c in env.cudnn:
+        if (c.version or "").split(".")[0] == major:
+            c.loaded_first = c is hit
+
+
+def _merge_cupy(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -> None:
+    _version_note(env, "cupy", info.get("version"), data.get("version"))
+    for key in ("runtime", "local_runtime", "driver"):
+        v = parse.cuda_int_version(data.get(key))
+        if v:
+            info[key] = v
+    nvrtc = data.get("nvrtc")
+    if isinstance(nvrtc, list) and len(nvrtc) == 2:
+        info["nvrtc"] = "{}.{}".format(*nvrtc)
+    if isinstance(data.get("device_count"), int):
+        info["device_count"] = data["device_count"]
+    if info.get("runtime"):  # the runtime CuPy links statically: a concrete version now
+        source = f"pip:{info.get('package', 'cupy')}"
+        comp = next((c for c in env.cuda_runtimes if c.source == source), None)
+        if comp is None:
+            env.cuda_runtimes.append(Component(version=info["runtime"], source=source))
+        else:
+            comp.version = info["runtime"]
+
+
+def _merge_tensorflow(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -> None:
+    _version_note(env, "tensorflow", info.get("version"), data.get("version"))
+    for key in ("cuda", "cudnn"):
+        v = parse.tf_version_field(data.get(key))
+        if v:
+            info[key] = v
+    if isinstance(data.get("arch_list"), list):
+        info["arch_list"] = [str(a) for a in data["arch_list"]]
+    if data.get("cuda_build") is False:
+        info["cuda_build"] = False
+    if isinstance(data.get("gpus_visible"), int):
+        info["gpus_visible"] = data["gpus_visible"]
+
+
+def _merge_jax(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -> None:
+    _version_note(env, "jax", info.get("version"), data.get("version"))
+    if data.get("version"):
+        info["version"] = data["version"]
+    if data.get("jaxlib"):
+        info["jaxlib"] = data["jaxlib"]
+    for key, parser, dest in (
+        ("cuda_runtime_get_version", parse.cuda_int_version, "cuda_runtime"),
+        ("cuda_runtime_build_version", parse.cuda_int_version, "cuda"),
+        ("cudnn_get_version", parse.cudnn_int_version, "cudnn_runtime"),
+        ("cudnn_build_version", parse.cudnn_int_version, "cudnn"),
+    ):
+        v = parser(data.get(key))
+        if v:
+            info[dest] = v
+    if data.get("backend"):
+        info["backend"] = data["backend"]
+
+
+MERGE = {"torch": _merge_torch, "cupy": _merge_cupy, "tensorflow": _merge_tensorflow,
+         "jax": _merge_jax}

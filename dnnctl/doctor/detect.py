@@ -1,0 +1,95 @@
+"""``detect()``: probe this machine into an :class:`EnvSnapshot`, fast and without raising.
+
+Plain detection imports no framework: it reads metadata, files and NVML, and starts two
+short subprocesses (``ldconfig -p`` and the cuDNN version helper) that run while the
+in-process probes work. ``deep=True`` then asks each framework itself (dnnctl.doctor.deep).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from concurrent.futures import ThreadPoolExecutor
+
+from dnnctl.doctor import parse
+from dnnctl.doctor.deep import DEEP_TIMEOUT, run_deep
+from dnnctl.doctor.host import Host, Runner
+from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
+from dnnctl.doctor.probe_driver import probe_driver
+from dnnctl.doctor.probe_python import probe_python
+
+
+def detect(runner: Runner | None = None, deep: bool = False, timeout: float | None = None,
+           *, host: Host | None = None, deep_timeout: float = DEEP_TIMEOUT) -> EnvSnapshot:
+    """Detect driver, GPUs, CUDA runtimes, cuDNN copies, frameworks and packages.
+
+    ``runner`` replaces the command runner (argv lists, never a shell); ``host`` replaces
+    everything else the probes touch (see dnnctl.doctor.host.Host). ``timeout`` bounds each
+    quick subprocess, ``deep_timeout`` each framework asked with ``deep=True``.
+    Problems become ``notes`` (and ``driver["error"]``), never exceptions.
+    """
+    host = host or Host()
+    if runner is not None:
+        host = dataclasses.replace(host, runner=runner)
+    if timeout is not None:
+        host = dataclasses.replace(host, timeout=timeout)
+
+    env = EnvSnapshot(os=os_name(host), python=platform.python_version())
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        ld_future = pool.submit(ldconfig_cache, host)
+        frameworks, packages, dists, py_notes = probe_python(host)
+        ldconfig, ld_note = ld_future.result()
+        cudnn_future = pool.submit(probe_cudnn, host, dists, ldconfig)
+        drv = probe_driver(host, ldconfig)
+        runtimes = pip_cuda_runtimes(dists) + system_cuda_runtimes(host, ldconfig)
+        cudnn, cudnn_notes = cudnn_future.result()
+
+    env.driver = drv.driver
+    env.gpus = drv.gpus
+    if drv.gpus_known:
+        env.driver["gpu_count"] = len(drv.gpus)
+    env.frameworks = frameworks
+    env.packages = packages
+    cupy = frameworks.get("cupy")
+    if cupy and cupy.get("cuda"):  # CuPy carries its own (static) CUDA runtime
+        runtimes.append(Component(version=cupy["cuda"], source=f"pip:{cupy['package']}"))
+    env.cuda_runtimes = runtimes
+    env.cudnn = cudnn
+    torch = frameworks.get("torch")
+    if torch and "cudnn" not in torch:  # no pinned wheel: a copy inside torch/lib says it
+        bundled = next((c for c in cudnn if c.source == "torch:bundled" and c.version), None)
+        if bundled:
+            torch["cudnn"] = bundled.version
+    env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes]
+    if deep:
+        run_deep(host, env, timeout=deep_timeout)
+    return env
+
+
+def ldconfig_cache(host: Host) -> tuple[dict[str, list[str]], str | None]:
+    """The dynamic linker cache (``ldconfig -p``), and a note when it cannot be read."""
+    prog = host.which("ldconfig") or next(
+        (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if host.exists(p)), None)
+    if prog is None:
+        return {}, "ldconfig not found: libraries in the system cache were not listed"
+    res = host.run([prog, "-p"])
+    if res is None or not res.ok:
+        why = (res.error or f"exit status {res.returncode}") if res else "not runnable"
+        return {}, f"ldconfig -p failed ({why}): system libraries were not listed"
+    return parse.ldconfig_libs(res.stdout), None
+
+
+def os_name(host: Host) -> str | None:
+    """"Ubuntu 24.04.1 LTS; Linux 6.8.0-49-generic x86_64", plus WSL / container markers."""
+    text, _ = host.read_text("/etc/os-release")
+    name = parse.os_release_name(text)
+    kernel_text, _ = host.read_text("/proc/sys/kernel/osrelease")
+    kernel = (kernel_text or "").strip() or platform.release()
+    parts = [p for p in (name, f"{platform.system()} {kernel} {platform.machine()}".strip())
+             if p]
+    if "microsoft" in kernel.lower():
+        parts.append("WSL2")
+    if host.exists("/.dockerenv") or host.exists("/run/.containerenv"):
+        parts.append("container")
+    return "; ".join(parts) or None

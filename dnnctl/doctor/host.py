@@ -1,0 +1,251 @@
+"""The machine as the probes see it, with every access injectable for tests.
+
+A :class:`Host` bundles the command runner (argv lists, never a shell), the filesystem root
+(tests point it at a directory of canned ``/proc``, ``/sys``, ``/usr/local/cuda*`` files),
+the environment variables, the Python ``site`` directories whose installed distributions are
+read, the NVML module and the ``ctypes`` loader. Probes only go through it, and every
+accessor returns ``None`` or an error string instead of raising.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob as _glob
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PathDistribution
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+
+from dnnctl.doctor.parse import canonical_name
+
+MAX_READ = 1 << 20  # text files we read are small; never slurp something huge
+
+
+@dataclass(frozen=True)
+class CmdResult:
+    """What a command did. ``error`` is set when it did not finish (timeout, no permission)."""
+
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.returncode == 0
+
+
+class Runner(Protocol):
+    def __call__(self, argv: Sequence[str], timeout: float) -> CmdResult | None:
+        """Run ``argv``; ``None`` when the program does not exist."""
+        ...
+
+
+def run_command(argv: Sequence[str], timeout: float) -> CmdResult | None:
+    """The real runner: no shell, no stdin, output decoded leniently, a hard timeout."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace",
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError:
+        return None
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+        return CmdResult(None, out, "", f"timed out after {timeout:g} s")
+    except PermissionError as exc:
+        return CmdResult(None, "", "", f"permission denied: {exc.filename or argv[0]}")
+    except OSError as exc:
+        return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
+    return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _import_pynvml() -> Any:
+    import pynvml  # nvidia-ml-py; imported lazily so a broken install is just a probe note
+
+    return pynvml
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One installed distribution, read from its ``*.dist-info`` / ``*.egg-info`` folder."""
+
+    name: str  # canonical (PEP 503)
+    version: str
+    location: Path  # the site directory holding it
+    info_dir: Path
+
+    def _meta(self) -> PathDistribution:
+        return PathDistribution(self.info_dir)
+
+    def requires(self) -> list[str]:
+        try:
+            return list(self._meta().requires or [])
+        except (OSError, ValueError):
+            return []
+
+    def files(self) -> list[Path]:
+        """Absolute paths of the files its RECORD lists (empty when there is no RECORD)."""
+        try:
+            return [Path(str(f.locate())) for f in (self._meta().files or [])]
+        except (OSError, ValueError):
+            return []
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return self._meta().read_text(name)
+        except (OSError, ValueError):
+            return None
+
+
+@dataclass
+class Host:
+    """Everything a probe may touch. The defaults are this machine and this interpreter."""
+
+    root: Path = Path("/")
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    runner: Runner = run_command
+    site_paths: Sequence[str] = field(default_factory=lambda: list(sys.path))
+    python: str = sys.executable
+    nvml: Callable[[], Any] = _import_pynvml
+    load_library: Callable[[str], Any] = ctypes.CDLL
+    timeout: float = 5.0
+
+    # -- filesystem (logical absolute paths, mapped under ``root``) -----------------------
+
+    def path(self, logical: str) -> Path:
+        if str(self.root) == "/":
+            return Path(logical)
+        return self.root / logical.lstrip("/")
+
+    def exists(self, logical: str) -> bool:
+        try:
+            return self.path(logical).exists()
+        except OSError:
+            return False
+
+    def is_dir(self, logical: str) -> bool:
+        try:
+            return self.path(logical).is_dir()
+        except OSError:
+            return False
+
+    def read_text(self, logical: str) -> tuple[str | None, str | None]:
+        """(text, None), or (None, why): "missing", "permission denied", "unreadable: ..."."""
+        try:
+            with open(self.path(logical), "rb") as fh:
+                return fh.read(MAX_READ).decode("utf-8", errors="replace"), None
+        except FileNotFoundError:
+            return None, "missing"
+        except PermissionError:
+            return None, "permission denied"
+        except OSError as exc:
+            return None, f"unreadable: {exc.strerror or exc}"
+
+    def glob(self, pattern: str) -> list[str]:
+        """Logical paths matching a glob pattern, sorted."""
+        hits = _glob.glob(str(self.path(pattern)))
+        if str(self.root) == "/":
+            return sorted(hits)
+        base = str(self.root).rstrip("/")
+        return sorted("/" + os.path.relpath(h, base) for h in hits)
+
+    def listdir(self, logical: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self.path(logical)))
+        except OSError:
+            return []
+
+    def realpath(self, logical: str) -> str:
+        """Resolve symlinks component by component inside ``root`` (absolute links too)."""
+        stack = list(reversed(PurePosixPath(logical).parts[1:]))
+        resolved = PurePosixPath("/")
+        hops = 0
+        while stack:
+            part = stack.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                resolved = resolved.parent
+                continue
+            candidate = resolved / part
+            real = self.path(str(candidate))
+            if hops < 40 and real.is_symlink():
+                hops += 1
+                try:
+                    target = PurePosixPath(os.readlink(real))
+                except OSError:
+                    resolved = candidate
+                    continue
+                if target.is_absolute():
+                    resolved = PurePosixPath("/")
+                    stack.extend(reversed(target.parts[1:]))
+                else:
+                    stack.extend(reversed(target.parts))
+            else:
+                resolved = candidate
+        return str(resolved)
+
+    def which(self, program: str) -> str | None:
+        for d in self.environ.get("PATH", "").split(os.pathsep):
+            if d and os.access(self.path(os.path.join(d, program)), os.X_OK):
+                return os.path.join(d, program)
+        return None
+
+    def env_paths(self, name: str) -> list[str]:
+        """A PATH-like variable as a list of directories (empty entries dropped)."""
+        return [p for p in self.environ.get(name, "").split(os.pathsep) if p]
+
+    # -- processes ------------------------------------------------------------------------
+
+    def run(self, argv: Sequence[str], timeout: float | None = None) -> CmdResult | None:
+        try:
+            return self.runner(list(argv), timeout if timeout is not None else self.timeout)
+        except Exception as exc:  # an injected runner must not take doctor down either
+            return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
+
+    # -- installed Python distributions ---------------------------------------------------
+
+    def distributions(self, wanted: Callable[[str], bool]) -> tuple[dict[str, Dist], list[str]]:
+        """Distributions whose canonical name passes ``wanted``, first on the path winning.
+
+        Returns ({name: Dist}, notes about shadowed duplicates). Only folder names are
+        listed for everything; metadata is read for the wanted ones only (fast).
+        """
+        found: dict[str, Dist] = {}
+        notes: list[str] = []
+        seen_dirs: set[str] = set()
+        for entry in self.site_paths:
+            base = Path(entry or ".")
+            try:
+                key = str(base.resolve())
+                if key in seen_dirs or not base.is_dir():
+                    continue
+                seen_dirs.add(key)
+                names = sorted(os.listdir(base))
+            except OSError:
+                continue
+            for fname in names:
+                if not fname.endswith((".dist-info", ".egg-info")):
+                    continue
+                raw = fname.rsplit(".", 1)[0].split("-", 1)[0]
+                name = canonical_name(raw)
+                if not wanted(name):
+                    continue
+                info = base / fname
+                try:
+                    version = PathDistribution(info).version
+                except (OSError, ValueError):
+                    version = None
+                if not version:
+                    continue
+                if name in found:
+                    first = found[name]
+                    if first.info_dir != info:
+                        notes.append(f"{name} is installed twice: {first.version} in "
+                                     f"{first.location} (imported) and {version} in {base}")
+                    continue
+                found[name] = Dist(name, str(version), base, info)
+        return found, notes

@@ -1,0 +1,268 @@
+"""Pure parsers for what the probes read: tool outputs, version files, library names.
+
+Every function takes text (or a number) and returns a value or ``None``; none of them touch
+the machine, so each is tested with canned outputs, garbage included.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+_DRIVER_VER = r"(\d{2,4}\.\d{1,3}(?:\.\d{1,3})?)"
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalized distribution name: ``Nvidia_CUDNN.cu12`` -> ``nvidia-cudnn-cu12``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``"570.124.06"`` -> (570, 124, 6); the numeric prefix only; None when there is none."""
+    if not text:
+        return None
+    m = re.match(r"\s*(\d+(?:\.\d+)*)", str(text))
+    return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def cuda_int_version(value: Any) -> str | None:
+    """CUDA's integer encoding (cuDriverGetVersion, cudaRuntimeGetVersion): 12080 -> "12.8"."""
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    if v <= 0:
+        return None
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def cudnn_int_version(value: Any) -> str | None:
+    """cudnnGetVersion(): 91900 -> "9.19.0" (cuDNN 9+), 8907 -> "8.9.7" (cuDNN 7/8)."""
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        return None
+    if v <= 0:
+        return None
+    if v >= 10000:  # cuDNN 9 changed the encoding to major*10000 + minor*100 + patch
+        return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"
+    return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
+
+
+def proc_driver_version(text: str | None) -> str | None:
+    """Kernel module version from /proc/driver/nvidia/version (proprietary or open module)."""
+    if not text:
+        return None
+    m = re.search(r"NVRM version:.*?Kernel Module(?: for \S+)?\s+" + _DRIVER_VER, text)
+    return m.group(1) if m else None
+
+
+def sys_module_version(text: str | None) -> str | None:
+    """Kernel module version from /sys/module/nvidia/version (just the number)."""
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*" + _DRIVER_VER + r"\s*", text)
+    return m.group(1) if m else None
+
+
+def soname_version(filename: str, stem: str) -> str | None:
+    """Version in a library file name: ``libcuda.so.580.159.04`` -> ``580.159.04``."""
+    m = re.fullmatch(re.escape(stem) + r"\.so\.(\d+(?:\.\d+)*)", filename)
+    return m.group(1) if m else None
+
+
+def nvcc_version(text: str | None) -> str | None:
+    """``nvcc --version`` -> "13.0.88" (the V number), else "13.0" from ``release 13.0``."""
+    if not text:
+        return None
+    m = re.search(r"release\s+(\d+\.\d+)\s*,\s*V(\d+\.\d+(?:\.\d+)?)", text)
+    if m:
+        return m.group(2)
+    m = re.search(r"release\s+(\d+\.\d+)", text)
+    return m.group(1) if m else None
+
+
+def cuda_version_json(text: str | None) -> str | None:
+    """Toolkit version from /usr/local/cuda*/version.json (``{"cuda": {"version": ...}}``)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in ("cuda", "cuda_cudart"):
+        entry = data.get(key)
+        if isinstance(entry, dict) and version_tuple(str(entry.get("version", ""))):
+            return str(entry["version"])
+    return None
+
+
+def cuda_version_txt(text: str | None) -> str | None:
+    """Toolkit version from the older version.txt: ``CUDA Version 11.2.152``."""
+    if not text:
+        return None
+    m = re.search(r"CUDA Version\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def ldconfig_libs(text: str | None) -> dict[str, list[str]]:
+    """``ldconfig -p`` -> {soname: [paths in cache order]}; 32-bit entries dropped on 64-bit."""
+    entries = []
+    for line in (text or "").splitlines():
+        m = re.match(r"\s+(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)\s*$", line)
+        if m:
+            wide = any(k in m.group(2) for k in ("x86-64", "AArch64", "64bit"))
+            entries.append((m.group(1), m.group(3), wide))
+    any_wide = any(wide for _, _, wide in entries)
+    libs: dict[str, list[str]] = {}
+    for soname, path, wide in entries:
+        if wide or not any_wide:
+            libs.setdefault(soname, []).append(path)
+    return libs
+
+
+def cudnn_header_version(text: str | None) -> str | None:
+    """cudnn_version.h (or cudnn.h for cuDNN <= 7): CUDNN_MAJOR/MINOR/PATCHLEVEL defines."""
+    if not text:
+        return None
+    parts = []
+    for key in ("CUDNN_MAJOR", "CUDNN_MINOR", "CUDNN_PATCHLEVEL"):
+        m = re.search(r"#\s*define\s+" + key + r"\s+(\d+)", text)
+        if not m:
+            return None
+        parts.append(m.group(1))
+    return ".".join(parts)
+
+
+def local_tag(version: str | None) -> str | None:
+    """PEP 440 local label: ``2.2.0+cu121`` -> ``cu121``."""
+    if not version or "+" not in version:
+        return None
+    return version.split("+", 1)[1] or None
+
+
+def cuda_from_tag(tag: str | None) -> str | None:
+    """``cu121`` -> "12.1", ``cu130`` -> "13.0", ``cu92`` -> "9.2"; ``cpu``/``rocm*`` -> None."""
+    if not tag:
+        return None
+    m = re.fullmatch(r"cu(\d+)(\d)", tag.strip().lower())
+    return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
+def py_assignments(source: str | None) -> dict[str, Any]:
+    """Literal module-level assignments of a Python file (torch/version.py), never executed."""
+    out: dict[str, Any] = {}
+    if not source:
+        return out
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return out
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name):
+            try:
+                out[target.id] = ast.literal_eval(value)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                continue
+    return out
+
+
+def tf_build_info(source: str | None) -> dict[str, Any]:
+    """tensorflow/python/platform/build_info.py: a dict literal or OrderedDict([...]) call."""
+    if not source:
+        return {}
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "build_info"):
+            continue
+        value = node.value
+        if isinstance(value, ast.Call) and value.args:
+            value = value.args[0]
+        try:
+            data = ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            return {}
+        if isinstance(data, list):
+            data = dict(item for item in data if isinstance(item, tuple) and len(item) == 2)
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
+def tf_version_field(value: Any) -> str | None:
+    """TF build_info versions: "12.3" on Linux, "64_112" (= 11.2) on Windows builds."""
+    if value is None:
+        return None
+    text = str(value)
+    m = re.fullmatch(r"64_(\d+)(\d)", text)
+    if m:
+        return f"{m.group(1)}.{m.group(2)}"
+    m = re.fullmatch(r"64_(\d+)", text)
+    if m:
+        return m.group(1)
+    return text if version_tuple(text) else None
+
+
+def requirement_pins(requires: list[str] | None) -> dict[str, str]:
+    """``["nvidia-cudnn-cu13==9.19.0.56; platform_system == 'Linux'"]`` -> {name: version}."""
+    pins: dict[str, str] = {}
+    for req in requires or []:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*===?\s*([^\s;,]+)",
+                     req)
+        if m and "extra ==" not in req:
+            pins[canonical_name(m.group(1))] = m.group(2)
+    return pins
+
+
+def os_release_name(text: str | None) -> str | None:
+    """PRETTY_NAME from /etc/os-release."""
+    if not text:
+        return None
+    m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?\s*$', text, re.MULTILINE)
+    return m.group(1).strip() or None if m else None
+
+
+def nvidia_smi_query(text: str | None) -> list[dict[str, Any]]:
+    """``nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,uuid
+    --format=csv,noheader`` -> one dict per GPU; malformed lines are skipped."""
+    rows = []
+    for line in (text or "").splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 6 or not cells[0].isdigit():
+            continue
+        mem = re.match(r"(\d+)\s*MiB", cells[3])
+        rows.append({
+            "index": int(cells[0]), "name": cells[1] or None,
+            "compute_capability": cells[2] if re.fullmatch(r"\d+\.\d+", cells[2]) else None,
+            "memory_mib": int(mem.group(1)) if mem else None,
+            "driver": cells[4] if version_tuple(cells[4]) else None,
+            "uuid": cells[5] if cells[5].startswith(("GPU-", "MIG-")) else None,
+        })
+    return rows
+
+
+def proc_gpu_information(text: str | None) -> dict[str, Any]:
+    """/proc/driver/nvidia/gpus/<bus>/information -> {name, minor} (no compute capability)."""
+    out: dict[str, Any] = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "Model" and value:
+            out["name"] = value
+        elif key == "Device Minor" and value.isdigit():
+            out["minor"] = int(value)
+    return out

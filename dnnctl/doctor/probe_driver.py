@@ -1,0 +1,280 @@
+"""Driver and GPU detection: NVML, else ``libcuda.so.1`` via ctypes, else ``/proc``.
+
+The result follows the convention agreed with the rules: ``driver.present`` is always set in a
+detected snapshot (``False`` = looked, found no usable driver); an empty GPU list with a
+present driver means the driver sees no GPU. Problems land in ``driver["error"]`` and in the
+returned notes, never as exceptions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnctl.doctor import parse
+from dnnctl.doctor.host import Host
+from dnnctl.doctor.model import Gpu
+
+NVML_MISMATCH = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch")
+NVML_NO_PERMISSION = 4
+NVML_DRIVER_NOT_LOADED = 9
+NVML_LIBRARY_NOT_FOUND = 12
+
+
+@dataclass
+class DriverProbe:
+    driver: dict[str, Any] = field(default_factory=dict)
+    gpus: list[Gpu] = field(default_factory=list)
+    gpus_known: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def kernel_module(host: Host) -> tuple[str | None, str | None]:
+    """(version of the loaded nvidia kernel module, why not) from /proc, else /sys."""
+    text, err = host.read_text("/proc/driver/nvidia/version")
+    version = parse.proc_driver_version(text)
+    if version:
+        return version, None
+    text2, err2 = host.read_text("/sys/module/nvidia/version")
+    version = parse.sys_module_version(text2)
+    if version:
+        return version, None
+    if text is not None or text2 is not None:
+        return None, "unrecognised kernel module version text"
+    if "permission denied" in (err, err2):
+        return None, "permission denied reading /proc/driver/nvidia/version"
+    return None, None  # module not loaded
+
+
+def library_candidates(host: Host, soname: str, ldconfig: dict[str, list[str]]) -> list[str]:
+    """Where the dynamic loader looks for ``soname``: LD_LIBRARY_PATH, then the ld cache."""
+    out = [os.path.join(d, soname) for d in host.env_paths("LD_LIBRARY_PATH")
+           if host.exists(os.path.join(d, soname))]
+    out += [p for p in ldconfig.get(soname, []) if p not in out]
+    return out
+
+
+def library_version(host: Host, path: str, stem: str) -> str | None:
+    """The driver version a user-space library carries in its real file name."""
+    return parse.soname_version(os.path.basename(host.realpath(path)), stem)
+
+
+def _nvml_text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def probe_nvml(host: Host, out: DriverProbe) -> tuple[int, str] | None:
+    """Fill driver + GPUs from NVML. None on success, else (NVML error code or -1, message)."""
+    try:
+        nvml = host.nvml()
+    except Exception as exc:  # ImportError, or a broken nvidia-ml-py
+        return -1, f"cannot import pynvml (nvidia-ml-py): {exc}"
+    error_cls = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except error_cls as exc:
+        code = getattr(exc, "value", -1)
+        return (code if isinstance(code, int) else -1), _nvml_text(exc)
+    except Exception as exc:
+        return -1, f"{type(exc).__name__}: {exc}"
+    try:
+        out.driver["version"] = _nvml_text(nvml.nvmlSystemGetDriverVersion())
+        out.driver["source"] = "nvml"
+        try:
+            fn = getattr(nvml, "nvmlSystemGetCudaDriverVersion_v2", None) or \
+                nvml.nvmlSystemGetCudaDriverVersion
+            cuda = parse.cuda_int_version(fn())
+            if cuda:
+                out.driver["cuda"] = cuda
+        except error_cls as exc:
+            out.notes.append(f"NVML: CUDA driver version unavailable: {_nvml_text(exc)}")
+        count = nvml.nvmlDeviceGetCount()
+        out.gpus_known = True
+        for i in range(int(count)):
+            out.gpus.append(_nvml_gpu(nvml, error_cls, i, out.notes))
+    except error_cls as exc:
+        out.driver["error"] = f"NVML: {_nvml_text(exc)}"
+        out.notes.append(f"NVML query failed: {_nvml_text(exc)}")
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:  # shutting down cannot change what we learnt
+            pass
+    return None
+
+
+def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> Gpu:
+    gpu = Gpu(index=index)
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    except error_cls as exc:  # e.g. a GPU that fell off the bus
+        notes.append(f"NVML: GPU {index}: {_nvml_text(exc)}")
+        return gpu
+    for attr, call in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
+        try:
+            setattr(gpu, attr, _nvml_text(getattr(nvml, call)(handle)))
+        except error_cls as exc:
+            notes.append(f"NVML: GPU {index} {attr}: {_nvml_text(exc)}")
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        gpu.compute_capability = f"{int(major)}.{int(minor)}"
+    except error_cls as exc:
+        notes.append(f"NVML: GPU {index} compute capability: {_nvml_text(exc)}")
+    try:
+        gpu.memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1 << 20)
+    except error_cls as exc:
+        notes.append(f"NVML: GPU {index} memory: {_nvml_text(exc)}")
+    return gpu
+
+
+def probe_libcuda(host: Host, path: str) -> str | None:
+    """cuDriverGetVersion through ctypes (needs no cuInit, hence no GPU access)."""
+    try:
+        lib = host.load_library(str(host.path(path)))
+        version = ctypes.c_int(0)
+        rc = lib.cuDriverGetVersion(ctypes.byref(version))
+    except (OSError, AttributeError, TypeError) as exc:
+        raise LookupError(f"{path}: {exc}") from None
+    if rc != 0:
+        raise LookupError(f"{path}: cuDriverGetVersion returned CUDA error {rc}")
+    return parse.cuda_int_version(version.value)
+
+
+def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
+    """GPUs from nvidia-smi (used when the Python NVML binding itself is the problem)."""
+    smi = host.which("nvidia-smi")
+    if not smi:
+        return
+    res = host.run([smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid",
+                    "--format=csv,noheader"])
+    if res is None or not res.ok:
+        return
+    rows = parse.nvidia_smi_query(res.stdout)
+    if not rows:
+        return
+    out.gpus_known = True
+    for row in rows:
+        out.gpus.append(Gpu(index=row["index"], name=row["name"],
+                            compute_capability=row["compute_capability"],
+                            memory_mib=row["memory_mib"], uuid=row["uuid"]))
+    if rows[0]["driver"] and "version" not in out.driver:
+        out.driver["version"] = rows[0]["driver"]
+        out.driver["source"] = "nvidia-smi"
+
+
+def probe_proc_gpus(host: Host, out: DriverProbe) -> None:
+    """GPU names from /proc/driver/nvidia/gpus/*/information (no compute capability there)."""
+    for info in host.glob("/proc/driver/nvidia/gpus/*/information"):
+        text, _ = host.read_text(info)
+        data = parse.proc_gpu_information(text)
+        if data.get("name"):
+            out.gpus_known = True
+            out.gpus.append(Gpu(index=data.get("minor"), name=data["name"]))
+
+
+def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
+    """Everything about the driver and the GPUs it exposes."""
+    out = DriverProbe(driver={"present": None})  # decided below; first key in the file
+    drv = out.driver
+    kmod, kmod_err = kernel_module(host)
+    if kmod:
+        drv["kernel_module"] = kmod
+    if kmod_err:
+        out.notes.append(f"kernel module: {kmod_err}")
+    nodes = host.glob("/dev/nvidia[0-9]*")
+    drv["device_nodes"] = len(nodes)
+
+    libcuda = library_candidates(host, "libcuda.so.1", ldconfig)
+    libnvml = library_candidates(host, "libnvidia-ml.so.1", ldconfig)
+    if libcuda:
+        drv["libcuda"] = libcuda[0]
+        lib_version = library_version(host, libcuda[0], "libcuda")
+        if lib_version:
+            drv["library"] = lib_version
+        if "/compat" in libcuda[0]:
+            drv["forward_compat"] = True  # cuda-compat's libcuda on the loader path
+    if "library" not in drv and libnvml:
+        lib_version = library_version(host, libnvml[0], "libnvidia-ml")
+        if lib_version:
+            drv["library"] = lib_version
+
+    failed = probe_nvml(host, out)
+    if failed is None:
+        drv["present"] = True
+    elif failed[0] == NVML_MISMATCH:
+        drv.update(present=True, mismatch=True, error=f"NVML: {failed[1]}")
+        if kmod:
+            drv.update(version=kmod, source="proc")
+    else:
+        _fallbacks(host, out, failed, libcuda, kmod)
+
+    if (kmod and drv.get("library") and not drv.get("forward_compat")
+            and drv["library"] != kmod):
+        drv["mismatch"] = True
+    if drv.get("mismatch"):
+        out.notes.append(
+            f"driver: kernel module {kmod or '?'} but user-space library "
+            f"{drv.get('library') or '?'} (\"Driver/library version mismatch\"; reboot or "
+            "reload the nvidia module after a driver upgrade)")
+    if drv.get("present") and not out.gpus_known:
+        probe_smi_gpus(host, out)
+        if not out.gpus_known:
+            probe_proc_gpus(host, out)
+        if not out.gpus_known:
+            out.notes.append("GPUs: the driver is present but the GPUs could not be listed")
+    return out
+
+
+def _fallbacks(host: Host, out: DriverProbe, failed: tuple[int, str], libcuda: list[str],
+               kmod: str | None) -> None:
+    """NVML failed: ask libcuda, then the kernel module, and explain what is missing.
+
+    A present driver that NVML could not read is a probe problem (``driver.error``); NVML
+    failing because there is no driver at all is the ordinary no-driver case (``reason``).
+    """
+    drv = out.driver
+    nvml_error, nvml_msg = failed
+    cuda = None
+    if libcuda:
+        try:
+            cuda = probe_libcuda(host, libcuda[0])
+        except LookupError as exc:
+            out.notes.append(f"libcuda: {exc}")
+    if cuda:
+        drv["cuda"] = cuda
+    if kmod and "version" not in drv:
+        drv["version"] = kmod
+        drv["source"] = "proc"
+    elif cuda and drv.get("library") and "version" not in drv:
+        drv["version"] = drv["library"]
+        drv["source"] = "libcuda"
+    if nvml_error == NVML_NO_PERMISSION:
+        drv["present"] = bool(kmod or cuda)
+        drv["error"] = f"NVML: {nvml_msg} (may this user open /dev/nvidia*?)"
+        out.notes.append(drv["error"])
+        return
+    # Usable only when the kernel side is there *and* this process can reach it.
+    drv["present"] = bool(kmod and (cuda or libcuda) and drv["device_nodes"])
+    if drv["present"]:
+        drv["error"] = f"NVML: {nvml_msg}"
+        out.notes.append(f"NVML unusable ({nvml_msg}); driver read from libcuda and the "
+                         "kernel module")
+    elif kmod and not drv["device_nodes"]:
+        drv["reason"] = (
+            f"the nvidia kernel module {kmod} is loaded on the host but this environment has "
+            "no /dev/nvidia* device nodes"
+            + ("" if libcuda else " and no user-space driver (libcuda.so.1)")
+            + ": a container started without --gpus / the NVIDIA Container Toolkit?")
+    elif kmod:
+        drv["reason"] = (f"the nvidia kernel module {kmod} is loaded but the user-space driver "
+                         "library libcuda.so.1 is missing")
+    elif libcuda:
+        drv["reason"] = (f"{libcuda[0]} is installed but the nvidia kernel module is not "
+                         "loaded")
+    else:
+        drv["reason"] = "no nvidia kernel module is loaded and no libcuda.so.1 was found"
+    if not drv["present"] and nvml_error not in (NVML_LIBRARY_NOT_FOUND,
+                                                 NVML_DRIVER_NOT_LOADED, -1):
+        drv["error"] = f"NVML: {nvml_msg}"
