@@ -1,0 +1,1 @@
+"""The compatibility matrix (compat/*.yaml): loading, versions, and queries over it."""

@@ -1,0 +1,221 @@
+"""Load the compatibility matrix (compat/*.yaml) plus user overlays, and look rows up.
+
+``load_matrix(overlays)`` reads every bundled ``compat/*.yaml``, then each file named in
+``DNNCTL_MATRIX`` (os.pathsep-separated), then ``overlays``; an overlay row whose key matches
+a bundled row replaces it, any other row is added. Malformed files raise
+``InputFileError`` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dnnctl.compat.schema import MATRIX_SCHEMA, TABLES, Row, row_key, validate_row
+from dnnctl.compat.versions import CC, Version, VersionRange
+from dnnctl.errors import InputFileError
+from dnnctl.resources import compat_dir
+
+ENV_VAR = "DNNCTL_MATRIX"
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A safe loader whose mappings remember the line they start on."""
+
+
+def _construct_row(loader: _LineLoader, node: yaml.MappingNode) -> Row:
+    loader.flatten_mapping(node)
+    row = Row(loader.construct_mapping(node, deep=True))
+    row.line = node.start_mark.line + 1
+    return row
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_row)
+
+
+@dataclass
+class Matrix:
+    """Every table as a list of rows, plus the files they came from."""
+
+    tables: dict[str, list[Row]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    files: list[str] = field(default_factory=list)
+
+    def rows(self, table: str) -> list[Row]:
+        return self.tables[table]
+
+    # -- GPUs and architectures -------------------------------------------------------------
+
+    def gpu(self, name: str) -> Row | None:
+        """The GPU model whose NVML name pattern matches ``name`` (longest match wins)."""
+        best: tuple[int, Row] | None = None
+        for row in self.tables["gpus"]:
+            for pattern in row["match"]:
+                m = re.search(pattern, name, re.IGNORECASE)
+                if m and (best is None or len(m.group(0)) > best[0]):
+                    best = (len(m.group(0)), row)
+        return best[1] if best else None
+
+    def arch(self, cc: CC) -> Row | None:
+        for row in self.tables["architectures"]:
+            if CC.parse(row["cc"]) == cc or any(CC.parse(a) == cc for a in row.get("aliases") or []):
+                return row
+        return None
+
+    # -- CUDA and drivers ---------------------------------------------------------------------
+
+    def cuda_release(self, version: Version) -> Row | None:
+        want = version.trunc(2)
+        for row in self.tables["cuda_releases"]:
+            if Version.parse(row["version"]).trunc(2) == want:
+                return row
+        return None
+
+    def cuda_major(self, major: int) -> Row | None:
+        return next((r for r in self.tables["cuda_majors"] if r["major"] == major), None)
+
+    def driver_cuda(self, driver: Version) -> tuple[Version | None, bool]:
+        """The newest CUDA (major.minor) the driver fully supports, and whether a newer
+        release with an unknown driver minimum makes that answer uncertain."""
+        best: Version | None = None
+        unsure = False  # minimums only grow, so an unknown row matters only past the last known
+        for row in sorted(self.tables["cuda_releases"], key=lambda r: Version.parse(r["version"])):
+            need = row.get("driver_linux")
+            if need is None or row.uncertain:
+                unsure = unsure or best is not None
+                continue
+            if driver >= Version.parse(need):
+                best = Version.parse(row["version"]).trunc(2)
+                unsure = False
+            else:
+                return best, False
+        return best, unsure
+
+    def forward_compat(self) -> Row | None:
+        rows = self.tables["forward_compat"]
+        return rows[0] if rows else None
+
+    # -- libraries and frameworks ---------------------------------------------------------
+
+    def cudnn_rows(self, version: Version, cuda_major: int | None = None) -> list[Row]:
+        return [r for r in self.tables["cudnn"]
+                if VersionRange.parse(r["versions"]).contains(version)
+                and (cuda_major is None or r["cuda_major"] == cuda_major)]
+
+    def torch_rows(self, line: str) -> list[Row]:
+        want = Version.parse(line).trunc(2)
+        return [r for r in self.tables["torch"] if Version.parse(r["torch"]).trunc(2) == want]
+
+    def torch_row(self, line: str, variant: str) -> Row | None:
+        return next((r for r in self.torch_rows(line) if r["variant"].lower() == variant.lower()),
+                    None)
+
+    def tensorflow_row(self, version: Version) -> Row | None:
+        want = version.trunc(2)
+        return next((r for r in self.tables["tensorflow"]
+                     if Version.parse(r["tensorflow"]).trunc(2) == want), None)
+
+    def jax_rows(self, version: Version) -> list[Row]:
+        return [r for r in self.tables["jax"] if VersionRange.parse(r["jax"]).contains(version)]
+
+    def cupy_row(self, package: str) -> Row | None:
+        return next((r for r in self.tables["cupy"] if r["package"] == package.lower()), None)
+
+
+def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
+    """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""
+    matrix = Matrix()
+    for path in sorted(compat_dir().glob("*.yaml")):
+        _merge(matrix, path, base=True)
+    env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
+    for path in [*env, *overlays]:
+        _merge(matrix, Path(path), base=False)
+    return matrix
+
+
+def _merge(matrix: Matrix, path: Path, *, base: bool) -> None:
+    data = _read(path)
+    seen: dict[tuple[str, tuple[str, ...]], Row] = {}
+    for table, rows in data.items():
+        if table == "schema":
+            continue
+        for row in rows:
+            row.file = str(path)
+            validate_row(table, row)
+            key = row_key(table, row)
+            if (table, key) in seen:  # the same key twice in one file contradicts itself
+                raise InputFileError(str(path), f"duplicate row {key} in table {table} (also at "
+                                     f"line {seen[(table, key)].line})",
+                                     "merge the two rows, or mark the fact certainty: '?' with "
+                                     "both sources in 'conflicts'", line=row.line)
+            seen[(table, key)] = row
+            existing = matrix.tables[table]
+            index = next((i for i, r in enumerate(existing) if row_key(table, r) == key), None)
+            if index is None:
+                existing.append(row)
+            elif base:
+                raise InputFileError(str(path), f"row {key} of table {table} is already defined at "
+                                     f"{existing[index].where}", line=row.line)
+            else:
+                existing[index] = row
+    matrix.files.append(str(path))
+
+
+def _read(path: Path) -> dict[str, list[Row]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputFileError(str(path), f"cannot read matrix file: {exc.strerror or exc}",
+                             "check the path given to --matrix / DNNCTL_MATRIX") from None
+    try:
+        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputFileError(str(path), f"not valid YAML: {getattr(exc, 'problem', exc)}",
+                             "fix the YAML syntax (indentation, quotes, colons)",
+                             line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise InputFileError(str(path), "a matrix file must be a mapping of tables",
+                             f"start the file with 'schema: {MATRIX_SCHEMA}' and table names")
+    if data.get("schema") != MATRIX_SCHEMA:
+        raise InputFileError(str(path), f"schema must be {MATRIX_SCHEMA!r}, got "
+                             f"{data.get('schema')!r}", f"add 'schema: {MATRIX_SCHEMA}'", line=1)
+    out: dict[str, list[Row]] = {}
+    for table, rows in data.items():
+        if table == "schema":
+            continue
+        if table not in TABLES:
+            raise InputFileError(str(path), f"unknown table {table!r}",
+                                 f"tables: {', '.join(TABLES)}", line=_line_of(text, table))
+        if not isinstance(rows, list):
+            raise InputFileError(str(path), f"table {table!r} must be a list of rows",
+                                 line=_line_of(text, table))
+        for row in rows:
+            if not isinstance(row, Row):
+                raise InputFileError(str(path), f"table {table!r}: every row must be a mapping",
+                                     line=_line_of(text, table), where=f"table {table}")
+        out[table] = rows
+    return out
+
+
+def _line_of(text: str, key: str) -> int | None:
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{key}:"):
+            return n
+    return None
+
+
+def iter_rows(matrix: Matrix, tables: Iterable[str] | None = None) -> Iterable[tuple[str, Row]]:
+    for table in tables or TABLES:
+        for row in matrix.tables[table]:
+            yield table, row
+
+
+def as_plain(row: Row) -> dict[str, Any]:
+    """A row as a plain dict (for JSON output)."""
+    return dict(row)

@@ -1,0 +1,200 @@
+"""The matrix schema: one spec per table, checked row by row with file and line in errors.
+
+A JSON-schema-like description kept in Python: each table lists its fields with a kind and
+whether they are required, and the fields that identify a row (an overlay row with the same
+key replaces the bundled one). Every row carries ``source`` and ``certainty``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dnnctl.compat.versions import CC, Target, Version, VersionRange
+from dnnctl.errors import InputFileError, UsageError
+
+MATRIX_SCHEMA = "dnnctl-matrix/1"
+CERTAINTIES = ("V", "S", "?")
+
+
+class Row(dict):
+    """A table row: a plain dict that remembers its file and line."""
+
+    file: str = "?"
+    line: int | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+    @property
+    def uncertain(self) -> bool:
+        return self.get("certainty") == "?"
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+
+
+def F(kind: str, required: bool = False, *choices: str) -> Field:  # noqa: N802 - table DSL
+    return Field(kind, required, tuple(choices))
+
+
+_COMMON = {"source": F("text", True), "certainty": F("certainty", True),
+           "conflicts": F("list_text"), "note": F("text")}
+
+TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
+    "cuda_majors": (("major",), {
+        "major": F("int", True), "mvc_min_driver": F("version", True),
+        "mvc_min_driver_windows": F("version")}),
+    "cuda_releases": (("version",), {
+        "version": F("version", True), "driver_linux": F("version"), "driver_windows": F("version"),
+        "updates": F("version_map"), "targets": F("cc_list", True), "arch_specific": F("cc_list"),
+        "family": F("cc_list"), "deprecated": F("cc_list"), "dropped": F("cc_list"),
+        "renamed": F("cc_map")}),
+    "forward_compat": (("name",), {
+        "name": F("text", True), "package": F("text", True), "gpu_classes": F("list_text", True),
+        "error": F("text")}),
+    "driver_branches": (("branch",), {
+        "branch": F("int", True), "type": F("choice", True, "PB", "LTSB", "NFB"), "eol": F("text"),
+        "last_for": F("list_text")}),
+    "architectures": (("cc",), {
+        "cc": F("cc", True), "name": F("text", True), "family": F("text", True),
+        "min_cuda": F("version", True), "last_cuda": F("version"), "min_driver": F("version"),
+        "last_driver_branch": F("int"), "aliases": F("cc_list")}),
+    "gpus": (("model",), {
+        "model": F("text", True), "match": F("regex_list", True), "cc": F("cc", True),
+        "class": F("choice", True, "datacenter", "workstation", "consumer", "jetson"),
+        "platform": F("choice", False, "x86_64", "aarch64"), "examples": F("list_text", True)}),
+    "cudnn": (("versions", "cuda_major"), {
+        "versions": F("range", True), "cuda_major": F("int", True), "cuda": F("range", True),
+        "driver_linux": F("version", True), "cc": F("cc_list", True), "cc_uncertain": F("cc_list"),
+        "cc_needs_cuda": F("cc_version_map"), "pip": F("text_or_null")}),
+    "torch": (("torch", "variant"), {
+        "torch": F("version", True), "variant": F("text", True), "cuda": F("version", True),
+        "cudnn": F("version", True), "status": F("choice", True, "stable", "experimental"),
+        "pypi_default": F("bool"), "python": F("range"), "arch_list": F("target_list", True),
+        "arch_list_aarch64": F("target_list"), "arch_uncertain": F("target_list"),
+        "index_url": F("text")}),
+    "tensorflow": (("tensorflow",), {
+        "tensorflow": F("version", True), "python": F("range"), "cuda": F("version", True),
+        "cudnn": F("version", True), "arch_list": F("target_list", True), "pip_extra": F("text")}),
+    "jax": (("jax", "plugin"), {
+        "jax": F("range", True), "plugin": F("int", True), "cuda": F("range", True),
+        "cudnn": F("version", True), "cudnn_max": F("version"), "arch_list": F("target_list", True),
+        "install": F("text", True)}),
+    "cupy": (("package",), {
+        "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
+        "blackwell_min_cupy": F("version"), "install": F("text", True)}),
+    "package_conflicts": (("name",), {
+        "name": F("text", True), "pattern": F("regex", True),
+        "severity": F("choice", True, "error", "warning"), "why": F("text", True),
+        "fix": F("text", True)}),
+}
+
+
+def row_key(table: str, row: dict[str, Any]) -> tuple[str, ...]:
+    """The identity of a row: an overlay row with the same key replaces the bundled one."""
+    fields = TABLES[table][0]
+    return tuple(_norm_key(row.get(f)) for f in fields)
+
+
+def _norm_key(value: Any) -> str:
+    text = str(value).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)*", text):  # "12.0" and "12" are the same release
+        return ".".join(map(str, Version.parse(text)._key()))
+    return re.sub(r"\s+", "", text)
+
+
+def validate_row(table: str, row: Row) -> None:
+    """Raise InputFileError (file:line, field) when the row does not fit its table."""
+    spec = {**TABLES[table][1], **_COMMON}
+    if not isinstance(row, dict):
+        _fail(row, table, None, "a row must be a mapping")
+    for name in row:
+        if name not in spec:
+            _fail(row, table, name, f"unknown field {name!r}",
+                  hint=f"fields of {table}: {', '.join(sorted(spec))}")
+    for name, field in spec.items():
+        if name not in row or row[name] is None:
+            if field.required and not (field.kind == "text_or_null" and name in row):
+                _fail(row, table, name, f"missing required field {name!r}")
+            continue
+        problem = _check(field, row[name])
+        if problem:
+            _fail(row, table, name, f"field {name!r}: {problem}")
+    if not str(row.get("source", "")).strip():
+        _fail(row, table, "source", "every row needs a source (URL or document + section)")
+
+
+def _fail(row: Any, table: str, field: str | None, message: str, hint: str | None = None) -> None:
+    file = getattr(row, "file", "?")
+    line = getattr(row, "line", None)
+    where = f"table {table}" + (f", field {field}" if field else "")
+    raise InputFileError(file, message, hint or "see compat/README.md for the matrix schema",
+                         line=line, where=where)
+
+
+def _check(field: Field, value: Any) -> str | None:
+    k = field.kind
+    try:
+        if k in ("text", "text_or_null"):
+            return None if isinstance(value, str) and value.strip() else "expected text"
+        if k == "certainty":
+            return None if value in CERTAINTIES else f"expected one of {', '.join(CERTAINTIES)}"
+        if k == "choice":
+            return None if value in field.choices else f"expected one of {', '.join(field.choices)}"
+        if k == "int":
+            return None if isinstance(value, int) and not isinstance(value, bool) else "expected an integer"
+        if k == "bool":
+            return None if isinstance(value, bool) else "expected true or false"
+        if k == "version":
+            return _version_text(value)
+        if k == "range":
+            VersionRange.parse(str(value))
+            return None
+        if k == "cc":
+            CC.parse(value)
+            return None if isinstance(value, str) else 'quote compute capabilities ("9.0")'
+        if k == "regex":
+            re.compile(str(value))
+            return None
+        if k in ("list_text", "regex_list", "cc_list", "target_list"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                return "expected a list of strings"
+            for v in value:
+                if k == "regex_list":
+                    re.compile(v)
+                elif k == "cc_list":
+                    CC.parse(v)
+                elif k == "target_list":
+                    Target.parse(v)
+            return None
+        if k in ("version_map", "cc_map", "cc_version_map"):
+            if not isinstance(value, dict):
+                return "expected a mapping"
+            for a, b in value.items():
+                if k == "version_map":
+                    Version.parse(a)
+                    if _version_text(b):
+                        return _version_text(b)
+                elif k == "cc_map":
+                    CC.parse(a), CC.parse(b)
+                else:
+                    CC.parse(a)
+                    Version.parse(b)
+            return None
+    except (UsageError, re.error) as exc:
+        return str(getattr(exc, "message", exc))
+    return f"unknown field kind {k}"
+
+
+def _version_text(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return 'quote versions ("570.26"): YAML would read 12.10 as the number 12.1'
+    Version.parse(value)
+    return None

@@ -1,0 +1,168 @@
+"""Which builds can run on a GPU, and the working combinations newest first.
+
+``reach`` applies the code-compatibility rules to one build's arch list: a cubin runs on
+the same major with an equal or higher minor (sm_86 on 8.9; nothing crosses 9.x -> 10.x),
+PTX JIT-compiles onto any newer GPU, ``a`` targets only on their exact CC, ``f`` targets
+across the family. Suggestions only name builds with real cubins for the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dnnctl.compat.matrix import Matrix
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import CC, Target, Version, VersionRange, parse_arch_list
+
+TORCH_INDEX = "https://download.pytorch.org/whl/{variant}"
+
+
+def reach(cc: CC, targets: list[Target]) -> str | None:
+    """'cubin' if some cubin runs on ``cc``, else 'ptx' if some PTX can JIT, else None."""
+    if any(not t.ptx and t.runs_on(cc) for t in targets):
+        return "cubin"
+    if any(t.ptx and t.runs_on(cc) for t in targets):
+        return "ptx"
+    return None
+
+
+def reach_row(cc: CC, row: Row, platform: str | None,
+              arch_list: list[str] | None = None) -> tuple[str | None, bool, list[str] | None]:
+    """(reach, uncertain, the arch list used) for a framework row on one GPU.
+
+    ``uncertain`` is True when the answer changes with the entries sources disagree on, or
+    when the platform's arch list is not in the matrix (then the list used is None)."""
+    if arch_list is None:
+        key = "arch_list_aarch64" if platform == "aarch64" else "arch_list"
+        if key not in row:
+            return None, True, None
+        arch_list = list(row[key])
+        extra = [t for t in row.get("arch_uncertain") or [] if t not in arch_list]
+    else:
+        extra = []
+    targets = parse_arch_list(arch_list)
+    base = reach(cc, targets)
+    with_extra = reach(cc, targets + parse_arch_list(extra)) if extra else base
+    return base, with_extra != base, arch_list
+
+
+@dataclass
+class TorchOption:
+    row: Row
+    reach: str  # cubin | ptx
+    driver_ok: str  # full | mvc | too-old | unknown
+
+    @property
+    def install(self) -> str:
+        return torch_install(self.row)
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.row
+        return {"framework": "torch", "version": f"{r['torch']}.*", "variant": r["variant"],
+                "cuda": r["cuda"], "cudnn": r["cudnn"], "status": r["status"],
+                "code": self.reach, "driver": self.driver_ok, "install": self.install,
+                "certainty": r["certainty"], "source": r["source"]}
+
+
+def torch_install(row: Row) -> str:
+    index = row.get("index_url") or TORCH_INDEX.format(variant=row["variant"])
+    return f"pip install 'torch=={row['torch']}.*' --index-url {index}"
+
+
+def driver_status(matrix: Matrix, driver: Version | None, cuda: Version) -> str:
+    """full | mvc | too-old | unknown for a driver against one CUDA version."""
+    if driver is None:
+        return "unknown"
+    have, unsure = matrix.driver_cuda(driver)
+    if have is not None and have >= cuda.trunc(2) and not unsure:
+        return "full"
+    major = matrix.cuda_major(cuda.major)
+    if major and driver >= Version.parse(major["mvc_min_driver"]) and have is not None \
+            and have.major >= cuda.major:
+        rel = matrix.cuda_release(cuda)
+        return "unknown" if rel is None or rel.uncertain else "mvc"
+    return "too-old"
+
+
+def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
+                  platform: str | None = None, allow_ptx: bool = False,
+                  python: Version | None = None) -> list[TorchOption]:
+    """Torch wheels with real code for ``cc`` (cubins; PTX-only when allowed), newest
+    release line first, stable before experimental, newest CUDA first."""
+    out = []
+    for row in matrix.rows("torch"):
+        if row.uncertain:
+            continue
+        got, unsure, _ = reach_row(cc, row, platform)
+        if got is None or unsure or (got == "ptx" and not allow_ptx):
+            continue
+        if python is not None and row.get("python") and \
+                not VersionRange.parse(row["python"]).contains(python.trunc(2)):
+            continue
+        status = driver_status(matrix, driver, Version.parse(row["cuda"]))
+        out.append(TorchOption(row, got, status))
+    rank = {"full": 0, "mvc": 1, "unknown": 2, "too-old": 3}
+    out.sort(key=lambda o: (-_vkey(o.row["torch"]), o.row["status"] != "stable",
+                            -_vkey(o.row["cuda"])))
+    if driver is not None:  # a working driver first, within that newest first
+        out.sort(key=lambda o: rank[o.driver_ok])
+    return out
+
+
+def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: str | None,
+                   same_line: str | None = None) -> str | None:
+    """The install command to suggest for a torch build that cannot run on ``cc``: the same
+    release line if it has a wheel for the GPU, else the newest wheel that works with this
+    driver; with the driver it needs when the driver must change anyway."""
+    arch = matrix.arch(cc)
+    gpu_need = Version.maybe(arch.get("min_driver")) if arch else None
+    if driver is not None and gpu_need is not None and driver < gpu_need:
+        driver = None  # the driver must be upgraded for this GPU anyway: rank newest first
+    options = torch_options(matrix, cc, driver=driver, platform=platform)
+    if not options:
+        return None
+    pick = options[0]
+    if same_line:
+        line = [o for o in options if Version.parse(o.row["torch"]).trunc(2) ==
+                Version.parse(same_line).trunc(2) and o.driver_ok in ("full", "mvc", "unknown")]
+        pick = line[0] if line else pick
+    text = pick.install
+    rel = matrix.cuda_release(Version.parse(pick.row["cuda"]))
+    need = Version.maybe(rel.get("driver_linux")) if rel else None
+    if gpu_need is not None and (need is None or gpu_need > need):
+        need = gpu_need
+    if need is not None and (driver is None or pick.driver_ok == "too-old"):
+        text += f" (with driver >= {need})"
+    return text
+
+
+def torch_arch_history(matrix: Matrix, cc: CC, platform: str | None = None) -> list[str]:
+    """Per wheel variant: the torch line that dropped code for ``cc``, or that it never had."""
+    notes = []
+    by_variant: dict[str, list[Row]] = {}
+    for row in matrix.rows("torch"):
+        by_variant.setdefault(row["variant"], []).append(row)
+    for variant, rows in sorted(by_variant.items(), key=lambda kv: _vkey(kv[1][0]["cuda"])):
+        rows.sort(key=lambda r: _vkey(r["torch"]))
+        prev: bool | None = None
+        for row in rows:
+            got, unsure, _ = reach_row(cc, row, platform)
+            if unsure:
+                notes.append(f"{variant}: torch {row['torch']} is uncertain for sm_{cc.major}"
+                             f"{cc.minor} (sources disagree)")
+                continue
+            ok = got == "cubin"
+            if prev is True and not ok:
+                notes.append(f"{variant}: torch {row['torch']} dropped sm_{cc.major}{cc.minor}")
+            prev = ok
+        results = [reach_row(cc, r, platform) for r in rows]
+        if all(got != "cubin" and not unsure for got, unsure, _ in results):
+            notes.append(f"{variant}: never had code for sm_{cc.major}{cc.minor} "
+                         f"(torch {rows[0]['torch']}-{rows[-1]['torch']})")
+    return notes
+
+
+def _vkey(text: str) -> float:
+    v = Version.parse(text)
+    return v.major * 1000 + v.minor
