@@ -1,0 +1,81 @@
+"""Common ground of the CUDA (cupy backend) conv2d variants: support checks, workspace
+carving, the stand-alone epilogue kernel, and parameter helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops.base import SUPPORTED, Problem, Support, Variant, np_dtype, unsupported
+from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.conv2d.op import ConvGeom, geometry
+
+INT_MAX = 2**31 - 1
+ALIGN = 256  # every workspace piece starts 256-byte aligned (cuBLAS / vector access friendly)
+
+
+def next_pow2(v: int) -> int:
+    return 1 << max(0, (v - 1).bit_length())
+
+
+def align(nbytes: int) -> int:
+    return (nbytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Workspace:
+    """One device allocation carved into typed 1-D pieces (the sizes workspace_bytes counts)."""
+
+    def __init__(self, pieces: list[tuple[str, int, Any]]):
+        self.pieces = pieces  # (name, elements, numpy dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(align(n * np.dtype(dt).itemsize) for _, n, dt in self.pieces)
+
+    def allocate(self, xp: Any) -> dict[str, Any]:
+        buf = xp.empty(max(self.nbytes, 1), dtype=np.uint8)
+        out, off = {}, 0
+        for name, n, dt in self.pieces:
+            nb = n * np.dtype(dt).itemsize
+            out[name] = buf[off:off + nb].view(dt)
+            off += align(nb)
+        return out
+
+
+class CudaConv(Variant):
+    """Base of the cupy conv2d variants."""
+
+    op = "conv2d"
+    backend = "cupy"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        g = geometry(problem)
+        cc = getattr(device, "cc_tuple", (0, 0))
+        if cc and cc < (8, 0) and g.dtype == "bfloat16":
+            return unsupported("bfloat16 needs compute capability 8.0 or newer")
+        if g.npq > INT_MAX or g.n * g.c * g.h * g.w > INT_MAX or g.n * g.k * g.p * g.q > INT_MAX:
+            return unsupported("tensors above 2^31 elements are not supported")
+        return self.supports_geom(g, device)
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        return SUPPORTED
+
+
+def epilogue_fn(rt: Any, g: ConvGeom) -> Any:
+    """The in-place epilogue kernel for ``g``'s dtype and layout."""
+    return rt.function("conv2d/epilogue.cu", {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype],
+                                            "NHWC": int(g.nhwc)}, "conv_epilogue_inplace")
+
+
+def run_epilogue(fn: Any, g: ConvGeom, y: Any, inputs: Mapping[str, Any]) -> None:
+    """y = residual + act(y + bias), in place over all of y (after a cuBLAS GEMM)."""
+    bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
+    total = g.n * g.k * g.p * g.q
+    fn(_cuda.grid1d(total, 256, 65535 * 8), (256, 1, 1),
+       (y, bias, res, np.int64(total), *_cuda.i32(g.k, g.p * g.q), act, flags))
+
+
+def io_dtype(g: ConvGeom) -> np.dtype:
+    return np_dtype(g.dtype)

@@ -1,0 +1,51 @@
+// dnnctl conv2d helpers shared by kernels/conv2d/*.cu: the fused epilogue and vector I/O.
+// NVRTC-compatible (no host headers). Include as <dnnctl/conv.cuh>.
+#pragma once
+#include <dnnctl/common.cuh>
+
+namespace dnnctl {
+namespace conv {
+
+// Epilogue flags passed at run time (one compiled kernel serves every epilogue).
+enum EpiFlags { EPI_BIAS = 1, EPI_RESIDUAL = 2 };
+
+// y = residual + act(acc + bias[k]); act is an ACT_* code (none, relu, gelu, silu).
+// yi indexes the residual, which has y's shape and layout.
+__device__ __forceinline__ float epilogue(float v, int k, long long yi, const elem_t* bias,
+                                          const elem_t* residual, int act, int flags) {
+  if (flags & EPI_BIAS) v += to_float(bias[k]);
+  switch (act) {
+    case ACT_RELU: v = activate<ACT_RELU>(v); break;
+    case ACT_GELU: v = activate<ACT_GELU>(v); break;
+    case ACT_SILU: v = activate<ACT_SILU>(v); break;
+    default: break;
+  }
+  if (flags & EPI_RESIDUAL) v += to_float(residual[yi]);
+  return v;
+}
+
+// VEC elements moved as one aligned access (VEC * sizeof(elem_t) in {2, 4, 8, 16} bytes).
+template <int VEC>
+struct alignas(VEC * sizeof(elem_t)) Vec {
+  elem_t v[VEC];
+};
+
+template <int VEC>
+__device__ __forceinline__ void load_vec(float (&out)[VEC], const elem_t* p) {
+  const Vec<VEC> t = *reinterpret_cast<const Vec<VEC>*>(p);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) out[i] = to_float(t.v[i]);
+}
+
+template <int VEC>
+__device__ __forceinline__ void store_vec(elem_t* p, const float (&in)[VEC]) {
+  Vec<VEC> t;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) t.v[i] = from_float<elem_t>(in[i]);
+  *reinterpret_cast<Vec<VEC>*>(p) = t;
+}
+
+__device__ __forceinline__ int div_up(int a, int b) { return (a + b - 1) / b; }
+
+}  // namespace conv
+}  // namespace dnnctl
