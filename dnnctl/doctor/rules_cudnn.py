@@ -1,0 +1,102 @@
+"""cuDNN rules: does a framework's cuDNN support the GPU, and which copy loads first."""
+
+from __future__ import annotations
+
+from dnnctl.compat.versions import CC, Version, parse_cudnn
+from dnnctl.doctor.model import Component, Finding
+from dnnctl.doctor.rules import Context, finding, unknown
+
+BUNDLED_SOURCES = ("pip:", "torch:", "bundled", "conda")
+
+
+def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: Version,
+                fix: str | None = None) -> list[Finding]:
+    """The cuDNN line ``cudnn`` (run with CUDA ``cuda``) against every GPU's CC."""
+    rows = ctx.matrix.cudnn_rows(cudnn, cuda.major)
+    if not rows:
+        return [unknown(component, f"{what}: cuDNN {cudnn} for CUDA {cuda.major}.x has no row in "
+                        "the matrix", cudnn=cudnn, cuda=cuda)]
+    row = rows[0]
+    if row.uncertain:
+        return [unknown(component, f"{what}: the matrix row for cuDNN {cudnn} is uncertain",
+                        row=row)]
+    out: list[Finding] = []
+    for gpu in ctx.known_ccs:
+        listed = _covers(row.get("cc") or [], gpu.cc)
+        if listed is not None:
+            need = Version.maybe((row.get("cc_needs_cuda") or {}).get(str(listed)))
+            if need is None or cuda >= need:
+                continue
+            out.append(finding(
+                "cudnn-mismatch", "error", "cudnn",
+                f"{what}: cuDNN {cudnn} supports {gpu.label} (sm_{gpu.cc.major}{gpu.cc.minor}) "
+                f"only with a CUDA >= {need} runtime, and this one is CUDA {cuda}",
+                fix=fix, row=row, cudnn=cudnn, cuda=cuda, compute_capability=gpu.cc))
+            continue
+        if _covers(row.get("cc_uncertain") or [], gpu.cc) is not None:
+            out.append(unknown(component, f"{what}: whether cuDNN {cudnn} supports {gpu.label} "
+                               f"(sm_{gpu.cc.major}{gpu.cc.minor}) is not confirmed", row=row))
+            continue
+        out.append(finding(
+            "cudnn-mismatch", "error", "cudnn",
+            f"{what}: cuDNN {cudnn} has no kernels for {gpu.label} (sm_{gpu.cc.major}"
+            f"{gpu.cc.minor}); it supports compute capability {', '.join(row['cc'])}",
+            fix=fix, row=row, cudnn=cudnn, compute_capability=gpu.cc))
+    return out
+
+
+def _covers(ccs: list[str], gpu: CC) -> CC | None:
+    """The listed CC whose cubins run on ``gpu`` (same major, minor <=), newest first."""
+    best = None
+    for text in ccs:
+        cc = CC.parse(text)
+        if cc.major == gpu.major and cc.minor <= gpu.minor and (best is None or cc > best):
+            best = cc
+    return best
+
+
+def loaded_copy(ctx: Context, major: int) -> Component | None:
+    """The cuDNN copy of this major that the dynamic loader picks first, if known."""
+    for c in ctx.env.cudnn:
+        v = parse_cudnn(c.version)
+        if v is not None and v.major == major and c.loaded_first:
+            return c
+    return None
+
+
+def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
+               loaded: Version | None = None, fix: str | None = None) -> list[Finding]:
+    """The framework was built against ``compiled``: the cuDNN that loads must have the same
+    major and an equal or higher minor (the check torch, TF/XLA and JAX all do at start)."""
+    copy = loaded_copy(ctx, compiled.major)
+    source = None
+    if loaded is None and copy is not None:
+        loaded, source = parse_cudnn(copy.version), copy.source
+    if loaded is None:
+        majors = sorted({v.major for c in ctx.env.cudnn if (v := parse_cudnn(c.version))})
+        if majors and compiled.major not in majors:
+            return [finding("cudnn-mismatch", "error", "cudnn",
+                            f"{what} needs cuDNN {compiled.major}.x (built against {compiled}); "
+                            f"only cuDNN {', '.join(f'{m}.x' for m in majors)} was found",
+                            fix=fix, cudnn_needed=compiled, cudnn_found=majors)]
+        return []
+    src = source or "reported by the framework"
+    shadow = source is not None and not source.startswith(BUNDLED_SOURCES)
+    code = "cudnn-shadowed" if shadow else "cudnn-mismatch"
+    if loaded.major != compiled.major or loaded.trunc(2) < compiled.trunc(2):
+        hint = (f"remove the directory of {copy.path or copy.source} from LD_LIBRARY_PATH (or "
+                "uninstall that cuDNN) so the bundled copy loads" if shadow and copy else fix)
+        return [finding(
+            code, "error", "cudnn",
+            f"{what} was built against cuDNN {compiled}, but the copy that loads first is "
+            f"{loaded} ({src}): the major must match and the minor be at least as high "
+            "('cuDNN version incompatibility' / 'CuDNN library needs to have matching major "
+            "version and equal or higher minor version')",
+            fix=hint, cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=src)]
+    if shadow:
+        return [finding(
+            "cudnn-shadowed", "info", "cudnn",
+            f"{what}: a system cuDNN {loaded} ({src}) loads before the bundled one; it is "
+            f"compatible (same major, minor >= {compiled.trunc(2)}) but not the tested copy",
+            cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=src)]
+    return []

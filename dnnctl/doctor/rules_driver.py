@@ -1,0 +1,232 @@
+"""Driver, GPU and CUDA-runtime rules, and the shared driver-vs-CUDA judgement."""
+
+from __future__ import annotations
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import Version
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.rules import Context, GpuInfo, finding, unknown
+
+NO_DRIVER_MSG = (
+    "no NVIDIA driver is loaded: no kernel module, no libcuda.so.1 and no NVML were found. "
+    "CUDA libraries report this as 'CUDA driver version is insufficient for CUDA runtime "
+    "version', but nothing is too old here: the driver is missing (or, in a container, the "
+    "GPU was not passed in)")
+
+
+def check(ctx: Context) -> list[Finding]:
+    """no-driver / no-gpu / driver-mismatch, each GPU against the driver, CUDA runtimes."""
+    driver = ctx.env.driver or {}
+    if ctx.driver_present is False:
+        return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=(
+            "install the NVIDIA driver (R580 LTSB or newer, e.g. `sudo apt install "
+            "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
+            "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
+    out: list[Finding] = []
+    if driver.get("present") is True and not ctx.env.gpus:
+        out.append(finding("no-gpu", "error", "gpu",
+                           f"the driver ({ctx.driver or 'version unknown'}) is loaded but sees no "
+                           "NVIDIA GPU", fix="check `nvidia-smi -L`, CUDA_VISIBLE_DEVICES, the "
+                           "container's --gpus flag, and that the GPU is not bound to vfio/MIG-less "
+                           "passthrough", driver=ctx.driver))
+    kmod = Version.maybe(driver.get("kernel_module"))
+    lib = Version.maybe(driver.get("library")) or ctx.driver
+    if driver.get("mismatch") is True or (kmod is not None and lib is not None and kmod != lib):
+        out.append(finding("driver-mismatch", "error", "driver",
+                           f"kernel module {kmod} and user-space driver {ctx.driver} differ "
+                           "(NVML: 'Driver/library version mismatch')",
+                           fix="reboot, or unload and reload the nvidia kernel modules, so both "
+                           "come from the same driver install", kernel_module=kmod,
+                           library=lib))
+    for gpu in ctx.gpus:
+        found = _gpu_vs_driver(ctx, gpu)
+        if not found and gpu.arch is not None:
+            found.append(finding("ok", "info", "gpu", f"{gpu.label}: compute capability "
+                                 f"{gpu.cc} ({gpu.arch['name']})", row=gpu.model or gpu.arch))
+        out += found
+    out += _runtimes(ctx)
+    out += _forward_compat(ctx)
+    if ctx.driver is not None and not any(f.component == "driver" for f in out):
+        have, _ = ctx.driver_cuda
+        out.append(finding("ok", "info", "driver", f"driver {ctx.driver} fully supports CUDA "
+                           f"{have or 'unknown'}", driver=ctx.driver, driver_cuda=have))
+    return out
+
+
+def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:
+    if gpu.cc is None:
+        return [unknown("gpu", f"GPU {gpu.label!r} is not in the matrix and its compute "
+                        "capability is unknown: its code requirements were not judged",
+                        fix="give the compute capability (e.g. --gpu 9.0), or add the model to "
+                        "an overlay's gpus table", gpu=gpu.label)]
+    if gpu.arch is None:
+        return [unknown("gpu", f"compute capability {gpu.cc} of {gpu.label} has no row in the "
+                        "matrix", gpu=gpu.label, compute_capability=gpu.cc)]
+    arch = gpu.arch
+    out: list[Finding] = []
+    if gpu.model is not None and gpu.model.uncertain:
+        out.append(unknown("gpu", f"{gpu.label}: the matrix row is uncertain", row=gpu.model))
+    if ctx.driver is None:
+        return out
+    last = arch.get("last_driver_branch")
+    if last is not None and ctx.driver.major > last:
+        out.append(finding(
+            "arch-unsupported", "error", "driver",
+            f"driver {ctx.driver} no longer supports {arch['name']} GPUs ({gpu.label}, "
+            f"sm_{gpu.cc.major}{gpu.cc.minor}): R{last} was the last branch for them",
+            fix=f"install an R{last} driver (the legacy branch for {arch['name']})",
+            row=arch, driver=ctx.driver, last_branch=last, gpu=gpu.label))
+    need = Version.maybe(arch.get("min_driver"))
+    if need is not None and ctx.driver < need:
+        out.append(finding(
+            "driver-too-old", "error", "driver",
+            f"{gpu.label} ({arch['name']}, sm_{gpu.cc.major}{gpu.cc.minor}) needs driver >= "
+            f"{need}; this one is {ctx.driver}",
+            fix=driver_fix(ctx, need), row=arch, driver=ctx.driver, required=need))
+    return out
+
+
+def recommended_branch(ctx: Context, need: Version) -> str:
+    """'R570 or newer (R580 is the LTSB)' for a minimum driver."""
+    text = f"R{need.major} or newer"
+    ltsb = sorted(r["branch"] for r in ctx.matrix.rows("driver_branches")
+                  if r["type"] == "LTSB" and r["branch"] >= need.major)
+    if ltsb and ltsb[0] != need.major:
+        text += f"; R{ltsb[0]} is the long-term support branch"
+    return text
+
+
+def driver_fix(ctx: Context, need: Version) -> str:
+    return f"install NVIDIA driver >= {need} ({recommended_branch(ctx, need)})"
+
+
+def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, jit: bool,
+                     row: Row | None = None, alt_fix: str | None = None,
+                     ptx_only: bool = False) -> list[Finding]:
+    """The driver against one CUDA runtime: full support, minor-version compatibility
+    (a warning when the component JIT-compiles PTX, an error when PTX is its only way onto
+    the GPU), forward compatibility, or too old."""
+    have, unsure = ctx.driver_cuda
+    if ctx.driver is None:
+        if have is None or have >= cuda.trunc(2):
+            return []
+        if have.major == cuda.major:  # a driver reporting X.y is above the X.x floor
+            return [finding("driver-mvc", "warning" if jit or ptx_only else "info", component,
+                            f"{what} uses CUDA {cuda}; the driver supports CUDA {have}: "
+                            "minor-version compatibility only", cuda=cuda, driver_cuda=have)]
+        return [finding("driver-too-old", "error", component, f"{what} needs CUDA {cuda}; the "
+                        f"driver supports CUDA {have}", cuda=cuda, driver_cuda=have)]
+    rel = ctx.matrix.cuda_release(cuda)
+    major = ctx.matrix.cuda_major(cuda.major)
+    if major is None:
+        return [unknown(component, f"{what}: CUDA {cuda.major}.x has no row in the matrix",
+                        cuda=cuda, driver=ctx.driver)]
+    floor = Version.parse(major["mvc_min_driver"])
+    ev = {"cuda": cuda, "driver": ctx.driver, "driver_cuda": have}
+    if rel is not None and not rel.uncertain and rel.get("driver_linux"):
+        full_need = Version.parse(rel["driver_linux"])
+        if have is not None and have >= cuda.trunc(2):
+            return []
+    else:
+        full_need = None
+        if ctx.driver >= floor and not (have is not None and have >= cuda.trunc(2)):
+            return [unknown(component, f"{what}: the full-support driver for CUDA {cuda} is not "
+                            f"known; driver {ctx.driver} is above the CUDA {cuda.major}.x "
+                            f"minor-version floor {floor}", row=rel or major, **ev)]
+        if have is not None and have >= cuda.trunc(2) and not unsure:
+            return []
+    cite = rel or major
+    if ctx.driver >= floor and have is not None and have.major >= cuda.major:
+        sev = "error" if ptx_only else ("warning" if jit else "info")
+        why = (" Its only code for this GPU is PTX, and a driver older than the toolkit "
+               "cannot JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
+               " PTX it JIT-compiles can fail with 'the provided PTX was compiled with an "
+               "unsupported toolchain' (cudaErrorUnsupportedPtxVersion)." if jit else
+               " Prebuilt kernels work; features needing the newer driver do not.")
+        return [finding("driver-mvc", sev, component,
+                        f"{what} uses CUDA {cuda}, but driver {ctx.driver} fully supports CUDA "
+                        f"{have} only, so it runs through minor-version compatibility.{why}",
+                        fix=driver_fix(ctx, full_need) if full_need else None, row=cite, **ev)]
+    need = full_need or floor
+    fix = driver_fix(ctx, need)
+    if have is None or cuda.major > have.major:
+        fc = ctx.matrix.forward_compat()
+        if ctx.fc_eligible and fc is not None:
+            pkg = fc["package"].format(major=cuda.major, minor=cuda.minor)
+            fix += f"; or, on these data-center GPUs, install {pkg} (forward compatibility)"
+        elif fc is not None and ctx.gpus:
+            fix += " (the cuda-compat forward-compatibility package is not an option: it " \
+                   "works on data-center GPUs only and fails with error 804 elsewhere)"
+    if alt_fix:
+        fix += f"; or {alt_fix}"
+    return [finding("driver-too-old", "error", component,
+                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
+                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA {cuda.major}.x "
+                    f"minimum {floor}" if ctx.driver < floor else
+                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
+                    fix=fix, row=cite, required=need, **ev)]
+
+
+def _runtimes(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    for rt in ctx.env.cuda_runtimes:
+        src = f"{rt.source or ''}"
+        if "compat" in f"{src} {rt.path or ''}".lower():
+            continue
+        v = Version.maybe(rt.version)
+        if v is None:
+            origin = src or "unknown source"
+            out.append(unknown("cuda", f"CUDA runtime version {rt.version!r} ({origin}) could not "
+                               "be read", source_of=src))
+            continue
+        toolkit = not src.startswith("pip")
+        what = f"CUDA {v} ({src or 'runtime'})"
+        out += runtime_findings(ctx, "cuda", v, what=what, jit=toolkit)
+        rel = ctx.matrix.cuda_release(v)
+        if toolkit and rel is not None:
+            targets = {t for t in rel["targets"]}
+            for gpu in ctx.known_ccs:
+                if str(gpu.cc) not in targets:
+                    out.append(finding(
+                        "cuda-mismatch", "warning", "cuda",
+                        f"the CUDA {v} toolkit ({src}) cannot compile for {gpu.label} "
+                        f"(sm_{gpu.cc.major}{gpu.cc.minor}); extensions built with it will not "
+                        "run there", fix=_toolkit_fix(ctx, gpu), row=rel, cuda=v,
+                        compute_capability=gpu.cc))
+    return out
+
+
+def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
+    arch = gpu.arch
+    if arch is None:
+        return "use a CUDA toolkit that lists this compute capability"
+    text = f"use a CUDA toolkit >= {arch['min_cuda']}"
+    if arch.get("last_cuda"):
+        text += f" and <= {arch['last_cuda']}"
+    return text
+
+
+def _forward_compat(ctx: Context) -> list[Finding]:
+    if ctx.forward_compat is None:
+        return []
+    row = ctx.matrix.forward_compat()
+    if row is None:
+        return []
+    out: list[Finding] = []
+    for gpu in ctx.gpus:
+        if gpu.gpu_class is None:
+            out.append(unknown("driver", f"cuda-compat {ctx.forward_compat} is in use and the class "
+                               f"of {gpu.label} is unknown", row=row))
+        elif gpu.gpu_class not in row["gpu_classes"]:
+            out.append(finding(
+                "forward-compat", "error", "driver",
+                f"cuda-compat {ctx.forward_compat} (forward compatibility) is in use, but "
+                f"{gpu.label} is a {gpu.gpu_class} GPU: it fails with '{row['error']}'",
+                fix="remove the cuda-compat libraries from LD_LIBRARY_PATH (e.g. "
+                "/usr/local/cuda/compat) and upgrade the driver instead",
+                row=row, gpu=gpu.label, gpu_class=gpu.gpu_class))
+        else:
+            out.append(finding("forward-compat", "info", "driver",
+                               f"cuda-compat {ctx.forward_compat} extends driver {ctx.driver} to "
+                               f"CUDA {ctx.forward_compat} on {gpu.label}", row=row))
+    return out

@@ -1,0 +1,293 @@
+"""Framework rules: each build's code for the GPU, its CUDA against the driver, its cuDNN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import best_torch_fix, reach_row
+from dnnctl.compat.versions import (
+    TorchVersion,
+    Version,
+    VersionRange,
+    parse_cudnn,
+    tag_from_cuda,
+)
+from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.rules import Context, finding, unknown
+from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.errors import UsageError
+
+NO_KERNEL = ("the first kernel launch fails with 'CUDA error: no kernel image is available "
+             "for execution on the device'")
+
+
+def check(ctx: Context) -> list[Finding]:
+    out: list[Finding] = []
+    fw = ctx.env.frameworks or {}
+    for name, fn in (("torch", _torch), ("tensorflow", _tensorflow), ("jax", _jax),
+                     ("cupy", _cupy)):
+        info = fw.get(name)
+        if not info or not info.get("version"):
+            continue
+        found = fn(ctx, info)
+        if not any(f.severity in ("error", "warning") for f in found):
+            found.append(finding("ok", "info", name, f"{name} {info['version']}: no problem "
+                                 "found against the matrix", version=info["version"]))
+        out += found
+    return out
+
+
+# -- shared -----------------------------------------------------------------------------------
+
+def arch_findings(ctx: Context, component: str, what: str, row: Row,
+                  arch_list: list[str] | None, fix: str | None) -> tuple[list[Finding], bool]:
+    """Each GPU against the build's cubins and PTX; returns (findings, reached only by PTX)."""
+    out: list[Finding] = []
+    ptx_only = False
+    for gpu in ctx.known_ccs:
+        sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
+        got, unsure, used = reach_row(gpu.cc, row, ctx.platform, arch_list)
+        if used is None:
+            out.append(unknown(component, f"{what}: the matrix has no {ctx.platform} arch list "
+                               "for this build", row=row, platform=ctx.platform))
+            continue
+        if unsure:
+            disputed = ", ".join(row.get("arch_uncertain") or [])
+            out.append(unknown(component, f"{what}: whether it has code for {gpu.label} ({sm}) "
+                               f"depends on {disputed}, which public sources disagree on",
+                               row=row, conflicts=row.get("conflicts"), arch_list=used))
+        elif got is None:
+            out.append(finding(
+                "arch-unsupported", "error", component,
+                f"{what} has no code for {gpu.label} ({sm}): its builds carry "
+                f"{' '.join(used)} and no cubin of compute capability {gpu.cc.major}.x nor PTX "
+                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row, arch_list=used,
+                compute_capability=gpu.cc))
+        elif got == "ptx":
+            ptx_only = True
+            out.append(finding(
+                "arch-ptx-jit", "warning", component,
+                f"{what} reaches {gpu.label} ({sm}) only by JIT-compiling PTX: the first start "
+                "compiles for minutes and performance may be lower", fix=fix, row=row,
+                arch_list=used, compute_capability=gpu.cc))
+    return out, ptx_only
+
+
+def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
+    return Version.maybe(info.get(key))
+
+
+# -- torch ------------------------------------------------------------------------------------
+
+def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    try:
+        ver = TorchVersion.parse(info["version"])
+    except UsageError:
+        return [unknown("torch", f"torch version {info['version']!r} could not be read")]
+    what = f"torch {ver.text}"
+    local = (info.get("local_tag") or ver.local or "").lower() or None
+    cc0 = ctx.known_ccs[0].cc if ctx.known_ccs else None
+    driver = ctx.driver
+
+    def fix(same_line: bool = True) -> str | None:
+        if cc0 is None:
+            return None
+        return best_torch_fix(ctx.matrix, cc0, driver=driver, platform=ctx.platform,
+                              same_line=ver.line if same_line else None)
+
+    if local == "cpu" or info.get("cuda_build") is False:
+        if ctx.gpus or ctx.driver_present:
+            return [finding("cuda-mismatch", "warning", "torch",
+                            f"{what} is a CPU-only build: it will not use the NVIDIA GPU",
+                            fix=fix(), build="cpu")]
+        return []
+    if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
+        return [finding("cuda-mismatch", "error", "torch",
+                        f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix())]
+    rows = ctx.matrix.torch_rows(ver.line)
+    if not rows:
+        known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
+        return [unknown("torch", f"torch {ver.line} has no rows in the matrix (it knows "
+                        f"{known[0]}-{known[-1]})", torch=ver.text)]
+    cuda = _cuda_of(info)
+    variant = local if local and local.startswith("cu") else (tag_from_cuda(cuda) if cuda else None)
+    if variant is None:
+        default = [r for r in rows if r.get("pypi_default")]
+        if not default:
+            return [unknown("torch", f"{what}: no CUDA tag and the matrix does not know which "
+                            "CUDA the PyPI wheel of this line uses", torch=ver.text)]
+        variant = default[0]["variant"]
+    row = ctx.matrix.torch_row(ver.line, variant)
+    if row is None:
+        have = ", ".join(r["variant"] for r in rows)
+        return [unknown("torch", f"{what}: the matrix has no {variant} wheel of torch "
+                        f"{ver.line} (it knows {have}); a custom build is not judged",
+                        torch=ver.text, variant=variant)]
+    if row.uncertain:
+        return [unknown("torch", f"{what}: the matrix row is uncertain", row=row)]
+    what = f"torch {ver.text}" + ("" if local else f" ({variant})")
+    cuda = cuda or Version.parse(row["cuda"])
+    out, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
+    alt = fix(same_line=False) if ctx.known_ccs else None
+    out += runtime_findings(ctx, "torch", cuda, what=what, jit=False, ptx_only=ptx_only, row=row,
+                            alt_fix=f"install a build for an older CUDA: {alt}" if alt else None)
+    compiled = parse_cudnn(info.get("cudnn_compiled")) or Version.parse(row["cudnn"])
+    cudnn_fix = fix()
+    if not any(f.code == "arch-unsupported" for f in out):
+        out += rules_cudnn.gpu_support(ctx, "torch", what, compiled, cuda, fix=cudnn_fix)
+    loaded = parse_cudnn(info.get("cudnn_loaded") or info.get("cudnn_runtime"))
+    pip_fix = f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'"
+    out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix)
+    return out
+
+
+# -- TensorFlow -----------------------------------------------------------------------------
+
+def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    ver = Version.maybe(info["version"])
+    row = ctx.matrix.tensorflow_row(ver) if ver else None
+    what = f"tensorflow {info['version']}"
+    if row is None or row.uncertain:
+        return [unknown("tensorflow", f"{what}: no {'certain ' if row else ''}tested "
+                        "configuration in the matrix", row=row)]
+    cuda = _cuda_of(info) or Version.parse(row["cuda"])
+    compiled = parse_cudnn(info.get("cudnn")) or Version.parse(row["cudnn"])
+    install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
+    out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"), None)
+    out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
+                            row=row)
+    out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
+    out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled, fix=(
+        f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
+        if row.get("pip_extra") else f"install cuDNN {compiled.trunc(2)} for CUDA {cuda.major}.x"))
+    return out
+
+
+# -- JAX --------------------------------------------------------------------------------------
+
+def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    ver = Version.maybe(info.get("jaxlib") or info.get("plugin_version") or info["version"])
+    what = f"jax {info['version']}"
+    plugin = _plugin_major(info)
+    rows = ctx.matrix.jax_rows(ver) if ver else []
+    if plugin is not None:
+        rows = [r for r in rows if r["plugin"] == plugin]
+    if plugin is None and len({r["plugin"] for r in rows}) > 1:
+        return [unknown("jax", f"{what}: which CUDA plugin (cuda12/cuda13) is installed is "
+                        "unknown", jax=info["version"])]
+    if not rows or rows[0].uncertain:
+        return [unknown("jax", f"{what}: no {'cuda' + str(plugin) if plugin else 'CUDA'} "
+                        "plugin row in the matrix", jax=info["version"])]
+    row = rows[0]
+    what = f"jax {info['version']} (cuda{row['plugin']} plugin)"
+    install = row["install"].format(version=info["version"])
+    cuda = _cuda_of(info, "cuda_runtime") or _cuda_of(info)
+    need = VersionRange.parse(row["cuda"])
+    out: list[Finding] = []
+    if cuda is not None and not need.contains(cuda):
+        out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
+                           f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
+    runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
+    arch, ptx_only = arch_findings(ctx, "jax", what, row, None, install)
+    out += arch
+    out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
+    minimum = Version.parse(row["cudnn"])
+    loaded = parse_cudnn(info.get("cudnn_runtime") or info.get("cudnn"))
+    if loaded is None:
+        copy = rules_cudnn.loaded_copy(ctx, minimum.major)
+        loaded = parse_cudnn(copy.version) if copy else None
+    if loaded is not None and (loaded < minimum or loaded.major != minimum.major):
+        out.append(finding(
+            "cudnn-mismatch", "error", "cudnn",
+            f"{what} needs cuDNN >= {minimum} (< {minimum.major + 1}), and cuDNN {loaded} loads: "
+            "JAX refuses to start ('Loaded runtime CuDNN library ... but source was compiled "
+            "with ...')", fix=f"pip install 'nvidia-cudnn-cu{row['plugin']}>={minimum}' "
+            "(and unset LD_LIBRARY_PATH entries with an older cuDNN)", row=row,
+            cudnn_min=minimum, cudnn_loaded=loaded))
+    elif loaded is not None:
+        out += rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
+    return out
+
+
+def _plugin_major(info: dict[str, Any]) -> int | None:
+    names = [info.get("plugin") or "", *(info.get("plugins") or [])]
+    for name in names:
+        for major in (12, 13, 11):
+            if f"cuda{major}" in str(name).lower():
+                return major
+    cuda = _cuda_of(info, "cuda_runtime") or _cuda_of(info)
+    return cuda.major if cuda else None
+
+
+# -- CuPy -------------------------------------------------------------------------------------
+
+def _cupy(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    package = (info.get("package") or "").lower()
+    row = ctx.matrix.cupy_row(package) if package else None
+    what = f"CuPy {info['version']} ({package or 'package unknown'})"
+    ver = Version.maybe(info["version"])
+    if row is None or row.uncertain or ver is None:
+        return [unknown("cupy", f"{what}: the package is not in the matrix", row=row)]
+    if not VersionRange.parse(row["cupy"]).contains(ver):
+        return [unknown("cupy", f"{what}: {package} has no release {ver} in the matrix "
+                        f"({row['cupy']})", row=row)]
+    need = VersionRange.parse(row["cuda"])
+    cuda = _cuda_of(info, "nvrtc") or _cuda_of(info) or _cuda_of(info, "runtime")
+    out: list[Finding] = []
+    if cuda is not None and not need.contains(cuda):
+        out.append(finding("cuda-mismatch", "error", "cupy", f"{what} is built for CUDA {need}; "
+                           f"the CUDA it uses is {cuda}", fix=row["install"], row=row, cuda=cuda))
+    runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
+    for gpu in ctx.known_ccs:
+        out += _cupy_arch(ctx, gpu, what, row, ver, cuda, runtime)
+    out += runtime_findings(ctx, "cupy", runtime, what=what, jit=True, row=row)
+    return out
+
+
+def _cupy_arch(ctx: Context, gpu: Any, what: str, row: Row, ver: Version,
+               cuda: Version | None, runtime: Version) -> list[Finding]:
+    arch = gpu.arch
+    if arch is None:
+        return []
+    sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
+    lo = Version.parse(arch["min_cuda"])
+    hi = Version.maybe(arch.get("last_cuda"))
+    bw_min = Version.maybe(row.get("blackwell_min_cupy"))
+    if bw_min is not None and arch["family"] == "blackwell" and ver < bw_min:
+        return [finding("arch-unsupported", "error", "cupy",
+                        f"{what} predates Blackwell support (CuPy >= {bw_min}) and fails on "
+                        f"{gpu.label} with CUDA_ERROR_NO_BINARY_FOR_GPU",
+                        fix=f"pip install -U '{row['package']}>={bw_min}'", row=row)]
+    if cuda is not None:
+        if cuda < lo or (hi is not None and cuda.trunc(2) > hi):
+            rng = f">= {lo}" + (f" and <= {hi}" if hi else "")
+            return [finding("arch-unsupported", "error", "cupy",
+                            f"{what} compiles its kernels with NVRTC from CUDA {cuda}, which "
+                            f"cannot target {gpu.label} ({sm}, needs CUDA {rng}): "
+                            "CUDA_ERROR_NO_BINARY_FOR_GPU", fix=_cupy_fix(ctx, lo, hi),
+                            row=arch, cuda=cuda, compute_capability=gpu.cc)]
+        return []
+    major = runtime.major
+    if major < lo.major or (hi is not None and major > hi.major):
+        return [finding("arch-unsupported", "error", "cupy",
+                        f"{what} uses CUDA {major}.x, which cannot target {gpu.label} ({sm})",
+                        fix=_cupy_fix(ctx, lo, hi), row=arch, compute_capability=gpu.cc)]
+    if major == lo.major and lo.minor > 0:
+        return [unknown("cupy", f"{what}: {gpu.label} ({sm}) needs CUDA >= {lo} components "
+                        "(NVRTC); their version is unknown", row=arch,
+                        fix=f"pip install 'nvidia-cuda-nvrtc-cu{major}>={lo}'")]
+    return []
+
+
+def _cupy_fix(ctx: Context, lo: Version, hi: Version | None) -> str:
+    """The newest CuPy package whose CUDA range overlaps what can target the GPU."""
+    best: tuple[Version, str] | None = None
+    for r in ctx.matrix.rows("cupy"):
+        rng = VersionRange.parse(r["cuda"])
+        low = max([lo] + [v for op, v, _ in rng.clauses if op in (">=", "==")])
+        if rng.contains(low) and (hi is None or low.trunc(2) <= hi) and \
+                (best is None or low > best[0]):
+            best = (low, f"{r['install']} (with CUDA >= {low} components)")
+    return best[1] if best else "use a CuPy build for a CUDA that can target this GPU"

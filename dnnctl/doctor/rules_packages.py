@@ -1,0 +1,29 @@
+"""Package rules: distributions that must not be installed together."""
+
+from __future__ import annotations
+
+import re
+
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.rules import Context, finding
+
+
+def check(ctx: Context) -> list[Finding]:
+    """Two or more installed distributions matching one conflict group."""
+    names = {_norm(n) for n in (ctx.env.packages or {})}
+    for fw in ("cupy", "tensorflow"):
+        info = (ctx.env.frameworks or {}).get(fw) or {}
+        names |= {_norm(n) for n in info.get("packages") or []}
+    out: list[Finding] = []
+    for row in ctx.matrix.rows("package_conflicts"):
+        hits = sorted(n for n in names if re.fullmatch(row["pattern"], n))
+        if len(hits) > 1:
+            versions = {n: (ctx.env.packages or {}).get(n) for n in hits}
+            out.append(finding("duplicate-package", row["severity"], "packages",
+                               f"{' and '.join(hits)} are installed together: {row['why']}",
+                               fix=row["fix"], row=row, packages=versions))
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
