@@ -116,9 +116,13 @@ class Host:
     # -- filesystem (logical absolute paths, mapped under ``root``) -----------------------
 
     def path(self, logical: str) -> Path:
+        """Where a logical absolute path is on this filesystem (links resolved in ``root``)."""
         if str(self.root) == "/":
             return Path(logical)
-        return self.root / logical.lstrip("/")
+        return self._raw(self.realpath(logical))
+
+    def _raw(self, logical: str) -> Path:
+        return Path(logical) if str(self.root) == "/" else self.root / logical.lstrip("/")
 
     def exists(self, logical: str) -> bool:
         try:
@@ -171,7 +175,7 @@ class Host:
                 resolved = resolved.parent
                 continue
             candidate = resolved / part
-            real = self.path(str(candidate))
+            real = self._raw(str(candidate))
             if hops < 40 and real.is_symlink():
                 hops += 1
                 try:

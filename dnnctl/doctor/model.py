@@ -47,7 +47,7 @@ DRIVER_FIELDS = {
     "library": "str",  # user-space libcuda / libnvidia-ml version (from its file name)
     "libcuda": "str",  # path of the libcuda.so.1 the loader finds first
     "mismatch": "bool",  # kernel module and user-space library differ
-    "forward_compat": "bool",  # that libcuda is cuda-compat's (forward compatibility)
+    "forward_compat": "str",  # CUDA version of cuda-compat's libcuda when that one loads
     "device_nodes": "int",  # number of /dev/nvidiaN nodes visible here
     "gpu_count": "int",  # set when the GPUs could be listed (0 = the driver sees none)
     "source": "str",  # nvml | nvidia-smi | libcuda | proc

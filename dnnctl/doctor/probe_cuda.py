@@ -71,7 +71,7 @@ def pip_cuda_runtimes(dists: dict[str, Dist]) -> list[Component]:
     for name in CUDART_PIP:
         d = dists.get(name)
         if d:
-            lib = _pip_lib_dir(d, r"libcudart\.so\.\d+", ("nvidia/cuda_runtime/lib",
+            lib = _pip_lib_dir(d, r"libcudart\.so\.\d+(?:\.0)?", ("nvidia/cuda_runtime/lib",
                                                           "nvidia/cu13/lib"))
             out.append(Component(version=d.version, source=f"pip:{name}", path=lib))
     return out
@@ -83,8 +83,9 @@ def toolkit_dirs(host: Host) -> list[str]:
     cands += [host.environ[k] for k in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT")
               if host.environ.get(k)]
     out, seen = [], set()
-    # versioned names first, so /usr/local/cuda (a link) collapses onto cuda-13.0
-    for c in sorted(cands, key=lambda p: (not re.search(r"cuda-\d", p), p)):
+    # real versioned folders first, so /usr/local/cuda (a link) collapses onto cuda-13.0
+    for c in sorted(cands, key=lambda p: (host.realpath(p) != p, not re.search(r"cuda-\d", p),
+                                          p)):
         real = host.realpath(c)
         if real in seen or not host.is_dir(c):
             continue
@@ -130,7 +131,7 @@ def system_cuda_runtimes(host: Host, ldconfig: dict[str, list[str]]) -> list[Com
         return any(real.startswith(r) for r in real_roots)
 
     for soname, paths in sorted(ldconfig.items()):
-        if not re.fullmatch(r"libcudart\.so\.\d+", soname):
+        if not re.fullmatch(r"libcudart\.so\.\d+(?:\.0)?", soname):  # CUDA 11: .so.11.0
             continue
         for p in paths:
             if not inside_toolkit(p):

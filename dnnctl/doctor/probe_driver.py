@@ -188,13 +188,17 @@ def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
 
     libcuda = library_candidates(host, "libcuda.so.1", ldconfig)
     libnvml = library_candidates(host, "libnvidia-ml.so.1", ldconfig)
+    compat = bool(libcuda) and "/compat" in libcuda[0]  # cuda-compat's libcuda loads first
     if libcuda:
         drv["libcuda"] = libcuda[0]
         lib_version = library_version(host, libcuda[0], "libcuda")
-        if lib_version:
+        if lib_version and not compat:
             drv["library"] = lib_version
-        if "/compat" in libcuda[0]:
-            drv["forward_compat"] = True  # cuda-compat's libcuda on the loader path
+    if compat:
+        try:
+            drv["forward_compat"] = probe_libcuda(host, libcuda[0])
+        except LookupError as exc:
+            out.notes.append(f"forward compatibility library: {exc}")
     if "library" not in drv and libnvml:
         lib_version = library_version(host, libnvml[0], "libnvidia-ml")
         if lib_version:
@@ -210,8 +214,7 @@ def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
     else:
         _fallbacks(host, out, failed, libcuda, kmod)
 
-    if (kmod and drv.get("library") and not drv.get("forward_compat")
-            and drv["library"] != kmod):
+    if kmod and drv.get("library") and drv["library"] != kmod:
         drv["mismatch"] = True
     if drv.get("mismatch"):
         out.notes.append(
