@@ -18,6 +18,11 @@ from dnnctl.cli import compat, doctor, kernels, plan, tune
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
+try:  # typer < 0.20 uses click; newer typer vendors it
+    from click.exceptions import ClickException as _ClickError
+except ImportError:  # pragma: no cover - depends on the typer version
+    from typer.exceptions import TyperException as _ClickError  # type: ignore[assignment]
+
 
 class _Root(TyperGroup):
     """Renders every DnnctlError once, with its exit code (also under CliRunner)."""
@@ -30,8 +35,8 @@ class _Root(TyperGroup):
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except (typer.Exit, typer.Abort):
-            raise
+        except (typer.Exit, typer.Abort, _ClickError):
+            raise  # click renders its own usage errors (exit 2)
         except Exception as exc:  # a bug: one clear line, the traceback only on request
             if os.environ.get("DNNCTL_DEBUG"):
                 raise
