@@ -131,21 +131,21 @@ def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
     """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""
     matrix = Matrix()
     for path in sorted(compat_dir().glob("*.yaml")):
-        _merge(matrix, path, base=True)
+        _merge(matrix, path, base=True, label=f"compat/{path.name}")
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
     for path in [*env, *overlays]:
         _merge(matrix, Path(path), base=False)
     return matrix
 
 
-def _merge(matrix: Matrix, path: Path, *, base: bool) -> None:
+def _merge(matrix: Matrix, path: Path, *, base: bool, label: str | None = None) -> None:
     data = _read(path)
     seen: dict[tuple[str, tuple[str, ...]], Row] = {}
     for table, rows in data.items():
         if table == "schema":
             continue
         for row in rows:
-            row.file = str(path)
+            row.file = label or str(path)
             validate_row(table, row)
             key = row_key(table, row)
             if (table, key) in seen:  # the same key twice in one file contradicts itself

@@ -47,6 +47,20 @@ def reach_row(cc: CC, row: Row, platform: str | None,
     return base, with_extra != base, arch_list
 
 
+def cubin_status(cc: CC, row: Row, platform: str | None) -> bool | None:
+    """Whether the build has a cubin that runs on ``cc``; None when sources disagree on it
+    or the platform's list is unknown (uncertain PTX entries do not matter here)."""
+    key = "arch_list_aarch64" if platform == "aarch64" else "arch_list"
+    if key not in row:
+        return None
+    sure = [t for t in parse_arch_list(list(row[key])) if not t.ptx]
+    maybe = [t for t in parse_arch_list(list(row.get("arch_uncertain") or [])) if not t.ptx]
+    ok = reach(cc, sure) == "cubin"
+    if not ok and maybe and reach(cc, maybe) == "cubin":
+        return None
+    return ok
+
+
 @dataclass
 class TorchOption:
     row: Row
@@ -95,8 +109,10 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
         if row.uncertain:
             continue
         got, unsure, _ = reach_row(cc, row, platform)
-        if got is None or unsure or (got == "ptx" and not allow_ptx):
+        cubin = cubin_status(cc, row, platform)
+        if cubin is None or (not cubin and (got is None or unsure or not allow_ptx)):
             continue
+        got = "cubin" if cubin else got
         if python is not None and row.get("python") and \
                 not VersionRange.parse(row["python"]).contains(python.trunc(2)):
             continue
@@ -146,18 +162,16 @@ def torch_arch_history(matrix: Matrix, cc: CC, platform: str | None = None) -> l
     for variant, rows in sorted(by_variant.items(), key=lambda kv: _vkey(kv[1][0]["cuda"])):
         rows.sort(key=lambda r: _vkey(r["torch"]))
         prev: bool | None = None
-        for row in rows:
-            got, unsure, _ = reach_row(cc, row, platform)
-            if unsure:
+        states = [cubin_status(cc, row, platform) for row in rows]
+        for row, ok in zip(rows, states):
+            if ok is None:
                 notes.append(f"{variant}: torch {row['torch']} is uncertain for sm_{cc.major}"
                              f"{cc.minor} (sources disagree)")
                 continue
-            ok = got == "cubin"
             if prev is True and not ok:
                 notes.append(f"{variant}: torch {row['torch']} dropped sm_{cc.major}{cc.minor}")
             prev = ok
-        results = [reach_row(cc, r, platform) for r in rows]
-        if all(got != "cubin" and not unsure for got, unsure, _ in results):
+        if all(ok is False for ok in states):
             notes.append(f"{variant}: never had code for sm_{cc.major}{cc.minor} "
                          f"(torch {rows[0]['torch']}-{rows[-1]['torch']})")
     return notes

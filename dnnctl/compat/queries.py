@@ -1,0 +1,274 @@
+"""`dnnctl compat` queries: check a planned deployment, suggest combinations, show tables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnctl.compat.matrix import Matrix
+from dnnctl.compat.suggest import driver_status, reach_row, torch_arch_history, torch_options
+from dnnctl.compat.versions import CC, TorchVersion, Version, VersionRange
+from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
+from dnnctl.errors import UsageError
+
+_CC_TEXT = re.compile(r"^(?:(?:sm|compute)_\d{2,3}[af]?|\d{1,2}\.\d)$", re.IGNORECASE)
+FRAMEWORKS = ("torch", "tensorflow", "jax", "cupy")
+
+
+@dataclass
+class Plan:
+    """What `compat check` was asked about (any subset)."""
+
+    gpu: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    torch: str | None = None
+    tensorflow: str | None = None
+    jax: str | None = None
+    cupy: list[str] = field(default_factory=list)
+    python: str | None = None
+
+
+def plan_snapshot(plan: Plan) -> EnvSnapshot:
+    """The planned deployment as an EnvSnapshot; every flag left out stays unknown."""
+    env = EnvSnapshot(python=_ver(plan.python, "--python") if plan.python else None)
+    if plan.gpu:
+        env.gpus = [gpu_from_text(plan.gpu)]
+    if plan.driver:
+        env.driver = {"version": _ver(plan.driver, "--driver")}
+    if plan.cuda:
+        env.cuda_runtimes = [Component(_ver(plan.cuda, "--cuda"), source="planned")]
+    if plan.cudnn:
+        env.cudnn = [Component(_ver(plan.cudnn, "--cudnn"), source="planned", loaded_first=True)]
+    if plan.torch:
+        tv = _parse(TorchVersion.parse, plan.torch, "--torch")
+        info: dict[str, Any] = {"version": tv.text}
+        if plan.cuda and not tv.local:
+            info["cuda"] = plan.cuda
+        env.frameworks["torch"] = info
+    if plan.tensorflow:
+        env.frameworks["tensorflow"] = {"version": _ver(plan.tensorflow, "--tensorflow")}
+    if plan.jax:
+        version, _, plugin = plan.jax.partition("+")
+        info = {"version": _ver(version, "--jax")}
+        if plugin:
+            if not re.fullmatch(r"cuda1[123]", plugin.lower()):
+                raise UsageError(f"--jax {plan.jax!r}: the plugin must be cuda12 or cuda13",
+                                 hint="e.g. --jax 0.6.2+cuda12")
+            info["plugin"] = f"jax-{plugin.lower()}-plugin"
+        env.frameworks["jax"] = info
+    if plan.cupy:
+        env.frameworks["cupy"], env.packages = _cupy(plan.cupy)
+    return env
+
+
+def gpu_from_text(text: str) -> Gpu:
+    """``"B200"`` / ``"NVIDIA GeForce RTX 5090"`` -> a named GPU; ``"9.0"`` / ``"sm_90"`` -> a CC."""
+    t = text.strip()
+    if _CC_TEXT.match(t):
+        return Gpu(compute_capability=str(CC.parse(t)))
+    return Gpu(name=t)
+
+
+def _cupy(specs: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    packages: dict[str, str] = {}
+    first: dict[str, Any] = {}
+    for spec in specs:
+        name, _, version = spec.partition("==")
+        name = name.strip().lower()
+        if re.fullmatch(r"[\d.]+", name):  # just a version
+            name, version = "", name
+        if name and not re.fullmatch(r"cupy(-cuda\d+x?)?", name):
+            raise UsageError(f"--cupy {spec!r}: not a CuPy package",
+                             hint="e.g. --cupy cupy-cuda12x==13.3.0 (repeat for several)")
+        if version:
+            _ver(version, "--cupy")
+        if name:
+            packages[name] = version or ""
+        if not first:
+            first = {"version": version or None, "package": name or None}
+    first["packages"] = list(packages)
+    if not first.get("version"):
+        first["version"] = "unknown"
+    return {k: v for k, v in first.items() if v}, {k: v for k, v in packages.items()}
+
+
+def _ver(text: str, flag: str) -> str:
+    _parse(Version.parse, text, flag)
+    return text.strip()
+
+
+def _parse(fn: Any, text: str, flag: str) -> Any:
+    try:
+        return fn(text)
+    except UsageError as exc:
+        raise UsageError(f"{flag} {text!r}: {exc.message}", hint=exc.hint) from None
+
+
+# -- suggest ----------------------------------------------------------------------------------
+
+def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
+            framework: str | None = None, python: str | None = None,
+            platform: str | None = None) -> dict[str, Any]:
+    """Working combinations for a GPU, newest first, each with its install command."""
+    from dnnctl.doctor.rules import resolve_gpu
+
+    if framework and framework not in FRAMEWORKS:
+        raise UsageError(f"--framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    g = gpu_from_text(gpu)
+    info = resolve_gpu(matrix, g.name, g.compute_capability)
+    if info.cc is None or info.arch is None:
+        raise UsageError(f"GPU {gpu!r} is not in the matrix",
+                         hint="give its compute capability instead, e.g. --gpu 9.0 or --gpu sm_90 "
+                         "(see `dnnctl compat show gpus`)")
+    drv = Version.parse(driver) if driver else None
+    platform = platform or (info.model.get("platform") if info.model else None)
+    arch = info.arch
+    notes: list[str] = []
+    need = Version.maybe(arch.get("min_driver"))
+    if drv is not None and need is not None and drv < need:
+        notes.append(f"driver {drv} is too old for {arch['name']} GPUs: install >= {need}")
+    last = arch.get("last_driver_branch")
+    if last is not None:
+        notes.append(f"{arch['name']} is supported by driver branches up to R{last}")
+    if arch.get("last_cuda"):
+        notes.append(f"CUDA {arch['min_cuda']}-{arch['last_cuda']} can target sm_"
+                     f"{info.cc.major}{info.cc.minor}; newer CUDA cannot")
+    gpu_blocked = drv is not None and need is not None and drv < need
+    user_drv, drv = drv, (None if gpu_blocked else drv)  # rank newest first: it must change
+    combos: list[dict[str, Any]] = []
+    ptx_only: list[dict[str, Any]] = []
+    wanted = [framework] if framework else list(FRAMEWORKS)
+    py = Version.parse(python) if python else None
+    if "torch" in wanted:
+        for opt in torch_options(matrix, info.cc, driver=drv, platform=platform, python=py,
+                                 allow_ptx=True):
+            d = opt.to_dict()
+            (combos if opt.reach == "cubin" else ptx_only).append(d)
+        notes += [f"torch {n}" for n in torch_arch_history(matrix, info.cc, platform)]
+    for name, fn in (("tensorflow", _tf_options), ("jax", _jax_options),
+                     ("cupy", _cupy_options)):
+        if name in wanted:
+            for d in fn(matrix, info.cc, drv, platform):
+                (combos if d["code"] in ("cubin", "jit") else ptx_only).append(d)
+    if gpu_blocked:
+        for c in combos + ptx_only:
+            c["driver"] = "too-old"
+    if drv is not None:
+        combos = [c for c in combos if c["driver"] != "too-old"] + \
+                 [c for c in combos if c["driver"] == "too-old"]
+    return {"gpu": info.label, "model": info.model["model"] if info.model else None,
+            "compute_capability": str(info.cc), "architecture": arch["name"],
+            "driver": str(user_drv) if user_drv else None, "min_driver": arch.get("min_driver"),
+            "platform": platform, "combinations": combos, "ptx_only": ptx_only, "notes": notes}
+
+
+def _min_driver(matrix: Matrix, cuda: Version) -> str | None:
+    major = matrix.cuda_major(cuda.major)
+    return major["mvc_min_driver"] if major else None
+
+
+def _tf_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | None) -> list[dict]:
+    out = []
+    for row in sorted(matrix.rows("tensorflow"), key=lambda r: Version.parse(r["tensorflow"]),
+                      reverse=True):
+        got, unsure, _ = reach_row(cc, row, platform)
+        if row.uncertain or unsure or got is None:
+            continue
+        cuda = Version.parse(row["cuda"])
+        extra = f"[{row['pip_extra']}]" if row.get("pip_extra") else ""
+        out.append({"framework": "tensorflow", "version": f"{row['tensorflow']}.*",
+                    "cuda": row["cuda"], "cudnn": row["cudnn"], "code": got,
+                    "driver": driver_status(matrix, drv, cuda),
+                    "min_driver": _min_driver(matrix, cuda),
+                    "install": f"pip install 'tensorflow{extra}=={row['tensorflow']}.*'",
+                    "certainty": row["certainty"], "source": row["source"]})
+    return out
+
+
+def _jax_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | None) -> list[dict]:
+    out = []
+    def upper(r: dict) -> Version:
+        return max(v for op, v, _ in VersionRange.parse(r["jax"]).clauses)
+    for row in sorted(matrix.rows("jax"), key=lambda r: (upper(r), r["plugin"]), reverse=True):
+        got, unsure, _ = reach_row(cc, row, platform)
+        if row.uncertain or unsure or got is None:
+            continue
+        cuda = min(v for op, v, _ in VersionRange.parse(row["cuda"]).clauses if op == ">=")
+        out.append({"framework": "jax", "version": row["jax"], "plugin": f"cuda{row['plugin']}",
+                    "cuda": row["cuda"], "cudnn": f">={row['cudnn']}", "code": got,
+                    "driver": driver_status(matrix, drv, Version((cuda.major, 0))),
+                    "min_driver": _min_driver(matrix, cuda),
+                    "install": row["install"].format(version="<version>"),
+                    "certainty": row["certainty"], "source": row["source"]})
+    return out
+
+
+def _cupy_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | None) -> list[dict]:
+    arch = matrix.arch(cc)
+    if arch is None:
+        return []
+    lo, hi = Version.parse(arch["min_cuda"]), Version.maybe(arch.get("last_cuda"))
+    out = []
+    for row in matrix.rows("cupy"):
+        rng = VersionRange.parse(row["cuda"])
+        low = max([lo] + [v for op, v, _ in rng.clauses if op in (">=", "==")])
+        if row.uncertain or not rng.contains(low) or (hi is not None and low.trunc(2) > hi):
+            continue
+        if not re.search(r"\dx$", row["package"]):
+            continue  # per-minor wheels are long gone: suggest the per-major ones
+        cupy_min = row.get("blackwell_min_cupy") if arch["family"] == "blackwell" else None
+        out.append({"framework": "cupy", "version": f">={cupy_min}" if cupy_min else row["cupy"],
+                    "package": row["package"], "cuda": f">={low}", "code": "jit",
+                    "driver": driver_status(matrix, drv, low),
+                    "min_driver": _min_driver(matrix, low), "install": row["install"],
+                    "certainty": row["certainty"], "source": row["source"]})
+    return sorted(out, key=lambda d: d["package"], reverse=True)
+
+
+# -- show -------------------------------------------------------------------------------------
+
+SHOW = {
+    "gpus": ("gpus", ("model", "cc", "class", "platform", "examples", "certainty")),
+    "archs": ("architectures", ("cc", "name", "min_cuda", "last_cuda", "min_driver",
+                                "last_driver_branch", "certainty")),
+    "cuda": ("cuda_releases", ("version", "driver_linux", "driver_windows", "targets",
+                               "family", "dropped", "certainty")),
+    "cudnn": ("cudnn", ("versions", "cuda_major", "driver_linux", "cc", "pip", "certainty")),
+    "torch": ("torch", ("torch", "variant", "cuda", "cudnn", "status", "arch_list",
+                        "arch_uncertain", "certainty")),
+    "tensorflow": ("tensorflow", ("tensorflow", "cuda", "cudnn", "python", "arch_list",
+                                  "certainty")),
+    "jax": ("jax", ("jax", "plugin", "cuda", "cudnn", "arch_list", "certainty")),
+    "cupy": ("cupy", ("package", "cupy", "cuda", "install", "certainty")),
+}
+
+
+def show(matrix: Matrix, what: str, filters: Sequence[str] = ()) -> dict[str, Any]:
+    """One matrix table, rows filtered by ``KEY=TEXT`` (substring) or plain ``TEXT``."""
+    if what not in SHOW:
+        raise UsageError(f"unknown table {what!r}", hint=f"one of: {', '.join(SHOW)}")
+    table, columns = SHOW[what]
+    rows = [r for r in matrix.rows(table) if all(_matches(r, f) for f in filters)]
+    return {"table": what, "columns": list(columns),
+            "rows": [{**dict(r), "where": r.where} for r in rows]}
+
+
+def _matches(row: dict[str, Any], spec: str) -> bool:
+    key, sep, text = spec.partition("=")
+    if sep:
+        if key.strip() not in row:
+            return False
+        return text.strip().lower() in _flat(row[key.strip()]).lower()
+    return any(spec.strip().lower() in _flat(v).lower() for v in row.values())
+
+
+def _flat(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value))
+    if isinstance(value, dict):
+        return " ".join(f"{k} {v}" for k, v in value.items())
+    return "" if value is None else str(value)
