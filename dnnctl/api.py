@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dnnctl.ops import registry
+
+if TYPE_CHECKING:
+    from dnnctl.doctor.model import DoctorReport
 
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
