@@ -24,25 +24,25 @@ __device__ __forceinline__ float epilogue(float v, int k, long long yi, const el
   return v;
 }
 
-// VEC elements moved as one aligned access (VEC * sizeof(elem_t) in {2, 4, 8, 16} bytes).
-template <int VEC>
-struct alignas(VEC * sizeof(elem_t)) Vec {
-  elem_t v[VEC];
+// NV elements moved as one aligned access (NV * sizeof(elem_t) in {2, 4, 8, 16} bytes).
+template <int NV>
+struct alignas(NV * sizeof(elem_t)) Vec {
+  elem_t v[NV];
 };
 
-template <int VEC>
-__device__ __forceinline__ void load_vec(float (&out)[VEC], const elem_t* p) {
-  const Vec<VEC> t = *reinterpret_cast<const Vec<VEC>*>(p);
+template <int NV>
+__device__ __forceinline__ void load_vec(float (&out)[NV], const elem_t* p) {
+  const Vec<NV> t = *reinterpret_cast<const Vec<NV>*>(p);
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) out[i] = to_float(t.v[i]);
+  for (int i = 0; i < NV; ++i) out[i] = to_float(t.v[i]);
 }
 
-template <int VEC>
-__device__ __forceinline__ void store_vec(elem_t* p, const float (&in)[VEC]) {
-  Vec<VEC> t;
+template <int NV>
+__device__ __forceinline__ void store_vec(elem_t* p, const float (&in)[NV]) {
+  Vec<NV> t;
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) t.v[i] = from_float<elem_t>(in[i]);
-  *reinterpret_cast<Vec<VEC>*>(p) = t;
+  for (int i = 0; i < NV; ++i) t.v[i] = from_float<elem_t>(in[i]);
+  *reinterpret_cast<Vec<NV>*>(p) = t;
 }
 
 __device__ __forceinline__ int div_up(int a, int b) { return (a + b - 1) / b; }

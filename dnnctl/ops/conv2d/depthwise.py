@@ -1,0 +1,140 @@
+"""conv2d ``depthwise`` (groups == C, any channel multiplier): kernels/conv2d/depthwise.cu.
+
+NHWC runs the channel-vectorized kernel (params vec, cb, tq, threads; th = tw = 0), NCHW the
+spatial-tiled one (params th, tw, tq, threads = th*tw/tq; vec = 1, cb = 0). The filter,
+stride and dilation are compiled in, so every tap loop is unrolled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.ops.base import Kernel, Problem, Support, unsupported
+from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, next_pow2
+from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.registry import register_variant
+
+SMEM_LIMIT = 48 * 1024  # static shared memory per block
+
+
+def _esize(g: ConvGeom) -> int:
+    return 4 if g.dtype == "float32" else 2
+
+
+def _nchw_tile_bytes(g: ConvGeom, th: int, tw: int) -> int:
+    ih = (th - 1) * g.sh + (g.r - 1) * g.dh + 1
+    iw = (tw - 1) * g.sw + (g.s - 1) * g.dw + 1
+    return 4 * (ih * iw + g.r * g.s)
+
+
+@register_variant
+class CudaDepthwise(CudaConv):
+    """Depthwise convolution, memory-bound: one DRAM read of the input, reuse on chip."""
+
+    name = "depthwise"
+    source = "conv2d/depthwise.cu"
+    doc = "groups == C: NHWC channel-vectorized / NCHW spatial-tiled kernels, unrolled taps"
+    params = {"vec": (1, 2, 4, 8), "cb": (0, 32, 64, 128), "th": (0, 4, 8, 16),
+              "tw": (0, 8, 16, 32, 64), "tq": (1, 2, 4), "threads": (64, 128, 256)}
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        if g.groups != g.c:
+            return unsupported(f"not depthwise: groups={g.groups} != c={g.c}")
+        if g.r > 11 or g.s > 11:
+            return unsupported("filters above 11x11 are not unrolled")
+        if max(g.sh, g.sw, g.dh, g.dw) > 8:
+            return unsupported("stride or dilation above 8")
+        if not g.nhwc and (g.k > 65535 or g.n > 65535):
+            return unsupported("NCHW kernel: K and N must be <= 65535 (grid limits)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        g = geometry(problem)
+        vec, cb, th, tw = params["vec"], params["cb"], params["th"], params["tw"]
+        tq, threads = params["tq"], params["threads"]
+        if tq > 1 and tq > next_pow2(g.q):
+            return False
+        if g.nhwc:
+            if th or tw or not cb or vec * _esize(g) > 16 or g.k % vec or cb % vec:
+                return False
+            tc = cb // vec
+            if tc > threads or threads % tc:
+                return False
+            if cb > 32 and cb > next_pow2(g.k):
+                return False
+            return 4 * g.r * g.s * cb <= SMEM_LIMIT
+        if cb or vec != 1 or not th or not tw or tw % tq or threads != th * tw // tq:
+            return False
+        if (th > 4 and th > next_pow2(g.p)) or (tw > 8 and tw > next_pow2(g.q)):
+            return False
+        return _nchw_tile_bytes(g, th, tw) <= SMEM_LIMIT
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        g = geometry(problem)
+        if g.nhwc:
+            vec = next(v for v in (8, 4, 2, 1) if v * _esize(g) <= 16 and g.k % v == 0)
+            cb = 64 if g.k > 32 else 32
+            want = {"vec": vec, "cb": cb, "th": 0, "tw": 0, "tq": 2 if g.sw == 1 else 1,
+                    "threads": max(128, cb // vec)}
+        elif g.p * g.q >= 512:
+            want = {"vec": 1, "cb": 0, "th": 8, "tw": 32, "tq": 2, "threads": 128}
+        elif g.p * g.q >= 128:
+            want = {"vec": 1, "cb": 0, "th": 8, "tw": 16, "tq": 1, "threads": 128}
+        else:
+            want = {"vec": 1, "cb": 0, "th": 8, "tw": 8, "tq": 1, "threads": 64}
+        if self.valid_params(problem, want, device):
+            return want
+        return next(iter(self.param_space(problem, device)), None)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        rt = _cuda.runtime()
+        base = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc), "KR": g.r,
+                "KS": g.s, "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
+                "TQ": params["tq"]}
+        dims = _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.pt, g.pl)
+        if g.nhwc:
+            return self._build_nhwc(rt, g, params, base, dims)
+        defines = dict(base, TH=params["th"], TW=params["tw"])
+        fn = rt.function(self.source, defines, "dw_nchw")
+        tiles = -(-g.p // params["th"]) * -(-g.q // params["tw"])
+        grid, block = (tiles, g.k, g.n), (params["threads"], 1, 1)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            y = outputs["y"]
+            bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
+            fn(grid, block, (inputs["x"], inputs["w"], y, bias, res, *dims, act, flags))
+
+        return kernel
+
+    def _build_nhwc(self, rt: Any, g: ConvGeom, params: Mapping[str, Any],
+                    base: dict[str, Any], dims: tuple[Any, ...]) -> Kernel:
+        vec, cb, threads = params["vec"], params["cb"], params["threads"]
+
+        def make(vec: int, cb: int) -> tuple[Any, tuple[int, int, int]]:
+            defines = dict(base, VEC=vec, CB=cb, THREADS=threads, MULT1=int(g.k == g.c))
+            fn = rt.function(self.source, defines, "dw_nhwc")
+            strips = g.n * g.p * -(-g.q // params["tq"])
+            per_block = threads // (cb // vec)
+            return fn, (-(-strips // per_block), -(-g.k // cb), 1)
+
+        fast = make(vec, cb)
+        scalar: list[tuple[Any, tuple[int, int, int]]] = []
+        align = vec * _esize(g)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            x, y = inputs["x"], outputs["y"]
+            fn, grid = fast
+            if vec > 1 and (rt.ptr(x) % align or rt.ptr(y) % align):
+                # a DLPack view need not be vector-aligned: same algorithm, scalar accesses
+                if not scalar:
+                    scalar.append(make(1, 32))
+                fn, grid = scalar[0]
+            bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
+            fn(grid, (threads, 1, 1), (x, inputs["w"], y, bias, res, *dims, act, flags))
+
+        return kernel
