@@ -1,9 +1,271 @@
-"""`dnnctl tune` (being written; see the issue)."""
+"""``dnnctl tune``: pick the fastest verified kernel for every problem and write a plan.
+
+Parses the options, calls :func:`dnnctl.api.tune`, shows a progress bar per problem (ETA)
+and a final table: winner, its time, speed-up over the default heuristic and over the
+runner-up, candidates tried / failed by reason. Exit status: 0 every problem planned,
+1 some problem unplanned, 2 bad usage, 3 device unavailable, 130 interrupted (--resume).
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from dnnctl.cli.options import DeviceOpt, JsonOpt
+from dnnctl.cli.render import console, err_console, print_json
+from dnnctl.errors import ExitCode, UsageError
+
+HELP_EPILOG = ("Examples: dnnctl tune  |  dnnctl tune resnet50 --batch 32  |  "
+               "dnnctl tune my_workload.yaml -o plan.yaml  |  "
+               "dnnctl tune --op matmul --key m=4096,n=4096,k=4096,dtype=float16")
 
 
 def register(app: typer.Typer) -> None:
     """Add the `tune` command to the root app."""
+    app.command("tune", epilog=HELP_EPILOG)(tune)
+
+
+def tune(
+    ctx: typer.Context,
+    workload: Annotated[str | None, typer.Argument(
+        metavar="[WORKLOAD|FILE]",
+        help="Bundled workload (resnet50, mobilenet_v2, bert_base, vit_b16, llama7b_layer, "
+             "default; options as name:batch=8,seq=128) or a dnnctl-workload/1 file. "
+             "Default: a small workload that tunes in seconds.")] = None,
+    op: Annotated[str | None, typer.Option("--op", help="Tune one problem of this op.")] = None,
+    key: Annotated[str | None, typer.Option(
+        "--key", help="The problem key for --op, e.g. m=512,n=512,k=512,dtype=float16 "
+                      "(lists: stride=2,2 or 2x2).")] = None,
+    device: DeviceOpt = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write/update.")
+                      ] = Path("plan.yaml"),
+    budget: Annotated[float | None, typer.Option(
+        "--budget", metavar="SECONDS", min=0.0,
+        help="Time budget for the whole run (each problem still gets planned).")] = None,
+    candidate_timeout: Annotated[float, typer.Option(
+        "--candidate-timeout", metavar="S", min=0.1,
+        help="Limit for one candidate (build + verify + time); a hang is killed.")] = 120.0,
+    strategy: Annotated[str, typer.Option(
+        "--strategy", help="Search strategy: exhaustive, random or local.")] = "exhaustive",
+    max_evals: Annotated[int | None, typer.Option(
+        "--max-evals", min=1, help="At most this many candidates per problem.")] = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Continue an interrupted run from its journal; keep entries already "
+                         "in the plan.")] = False,
+    deterministic: Annotated[bool, typer.Option(
+        "--deterministic", help="Exclude non-deterministic variants (e.g. split-K atomics).")
+    ] = False,
+    ops: Annotated[str | None, typer.Option(
+        "--ops", help="Only these ops of the workload, e.g. conv2d,matmul.")] = None,
+    devices: Annotated[str | None, typer.Option(
+        "--devices", help="Tune on several identical GPUs in parallel, e.g. 0,1,2,3.")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", min=1, help="Workload batch size.")
+                     ] = None,
+    seq: Annotated[int | None, typer.Option("--seq", min=1, help="Workload sequence length.")
+                   ] = None,
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", help="Workload dtype: float16, bfloat16 or float32.")] = None,
+    layout: Annotated[str | None, typer.Option("--layout", help="Workload layout: NCHW / NHWC.")
+                      ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and random search.")] = 0,
+    plugin: Annotated[list[str] | None, typer.Option(
+        "--plugin", metavar="MODULE",
+        help="Import MODULE (registering extra variants) here and in the workers; "
+             "same as $DNNCTL_PLUGINS.")] = None,
+    keep_journal: Annotated[bool, typer.Option(
+        "--keep-journal", help="Keep the journal after a complete run.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Tune kernels for every problem of a workload on this GPU (or CPU) and write a plan."""
+    if json_out:
+        ctx.meta["dnnctl.json"] = True
+    if plugin:
+        extra = [m for m in os.environ.get("DNNCTL_PLUGINS", "").split(",") if m.strip()]
+        os.environ["DNNCTL_PLUGINS"] = ",".join(dict.fromkeys([*extra, *plugin]))
+    from dnnctl import api
+
+    view = None if json_out else _View()
+    try:
+        report = api.tune(
+            workload, op=op, key=key, progress=view,
+            workload_options={"batch": batch, "seq": seq, "dtype": dtype, "layout": layout},
+            device=device, output=output, budget_s=budget,
+            candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
+            resume=resume, deterministic=deterministic, ops=_names(ops),
+            devices=_ints(devices), seed=seed, keep_journal=keep_journal)
+    finally:
+        if view is not None:
+            view.close()
+    if json_out:
+        print_json(report.to_dict())
+    else:
+        render(report)
+    raise typer.Exit(int(ExitCode.FAIL if report.unplanned else ExitCode.OK))
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    if not text:
+        return None
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise UsageError(f"--devices {text!r} must be GPU indices like 0,1,2") from None
+
+
+# -- progress -----------------------------------------------------------------------------
+
+
+class _View:
+    """Receives tuner events: a live progress display on a terminal, else one line per
+    finished problem (logs stay readable)."""
+
+    def __init__(self) -> None:
+        self.live = err_console.is_terminal
+        self.progress: Progress | None = None
+        self.overall: TaskID | None = None
+        self.tasks: dict[Any, TaskID] = {}
+        self.done = 0
+        self.total = 0
+
+    def __call__(self, event: Any) -> None:
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            handler(event.data)
+
+    def _on_start(self, d: dict[str, Any]) -> None:
+        self.total = d["problems"]
+        dev = d["device"]
+        err_console.print(f"[bold]dnnctl tune[/] {escape(d['workload'])}: {self.total} problems "
+                          f"on {escape(str(dev.get('name')))} ({dev.get('backend')}"
+                          + (f", devices {d['devices']}" if len(d["devices"]) > 1 else "") + ")")
+        if self.live:
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                TimeRemainingColumn(), console=err_console, transient=True)
+            self.progress.start()
+            self.overall = self.progress.add_task("[bold]problems", total=self.total)
+
+    def _on_problem(self, d: dict[str, Any]) -> None:
+        if self.progress is None:
+            return
+        label = escape(short_problem(d["problem"]))[:60]
+        tid = self.tasks.get(d["device"])
+        if tid is None:
+            tid = self.progress.add_task(label, total=max(1, d["candidates"]))
+            self.tasks[d["device"]] = tid
+        else:
+            self.progress.reset(tid, total=max(1, d["candidates"]), description=label)
+
+    def _on_candidate(self, d: dict[str, Any]) -> None:
+        tid = self.tasks.get(d["device"])
+        if self.progress is not None and tid is not None:
+            self.progress.update(tid, completed=d["done"], total=max(1, d["total"]))
+
+    def _on_retime(self, d: dict[str, Any]) -> None:
+        tid = self.tasks.get(d["device"])
+        if self.progress is not None and tid is not None:
+            self.progress.update(tid, description=escape(
+                f"{short_problem(d['problem'])[:44]} (re-timing {d['leaders']} leaders)"))
+
+    def _on_problem_done(self, d: dict[str, Any]) -> None:
+        self.done += 1
+        o = d["outcome"]
+        if self.progress is not None and self.overall is not None:
+            self.progress.advance(self.overall)
+            return
+        line = f"[{self.done}/{self.total}] {short_problem(o.problem)}: "
+        if o.entry is not None:
+            sp = o.entry.speedup_vs_default()
+            line += f"{o.entry.choice.label()} ({o.status}" + (
+                f", {_us(o.entry.stats.median_us)}" if o.entry.stats else "") + (
+                f", {sp:.2f}x vs default" if sp else "") + ")"
+        else:
+            line += f"unplanned: {o.detail}"
+        err_console.print(escape(line))
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+# -- final table --------------------------------------------------------------------------
+
+
+def render(report: Any) -> None:
+    """The per-problem table and a summary line."""
+    table = Table(title=f"dnnctl tune — {escape(report.workload)} on "
+                        f"{escape(str(report.device.get('name')))}", show_lines=False)
+    for col, just in (("problem", "left"), ("winner", "left"), ("time", "right"),
+                      ("×default", "right"), ("×runner-up", "right"), ("tried", "right"),
+                      ("failed", "left")):
+        table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+    for o in report.outcomes:
+        e = o.entry
+        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n) or "—"
+        problem = escape(short_problem(o.problem))
+        if e is None:
+            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}", "—", "—", "—",
+                          str(o.tried), failed)
+            continue
+        winner = escape(e.choice.label()) + ("" if o.status == "planned" else
+                                             f" [dim]({o.status})[/]")
+        sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
+        table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
+                      f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
+                      str(o.tried or e.tried), failed)
+    console.print(table)
+    n_unplanned = len(report.unplanned)
+    summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"
+               f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
+    console.print(("[bold red]" if n_unplanned else "[bold green]") + summary + "[/]")
+    for note in report.notes:
+        console.print(f"[dim]{escape(note)}[/]")
+    if n_unplanned:
+        console.print("[yellow]unplanned problems run the default heuristic; see the "
+                      "failures above (--json for details)[/]")
+
+
+def short_key(problem: Any) -> str:
+    """The key fields that differ from their defaults, compactly."""
+    from dnnctl.ops import registry
+
+    fields = registry.get_op(problem.op).fields
+    parts = []
+    for name, value in problem.key:
+        spec = fields.get(name)
+        if spec is not None and not spec.required and spec.default == value:
+            continue
+        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
+    return " ".join(parts)
+
+
+def short_problem(problem: Any) -> str:
+    return f"{problem.op} {short_key(problem)}"
+
+
+def _us(v: float) -> str:
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"

@@ -1,0 +1,58 @@
+"""Reading and writing plan files (validated on read, atomic under a lock on write)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from dnnctl.errors import PlanError
+from dnnctl.plan.schema import Plan
+from dnnctl.plan.validate import plan_from_data
+from dnnctl.plan.yamlio import dump_yaml, file_lock, load_yaml, parse_yaml, write_atomic
+
+HEADER = ("# dnnctl plan: per-shape kernel choices, made by 'dnnctl tune'.\n"
+          "# Load with dnnctl.load_plan(path); inspect with 'dnnctl plan show | validate | diff';\n"
+          "# keep a choice through re-tuning with 'dnnctl plan pin'.\n")
+
+
+def read_plan(path: str | os.PathLike[str]) -> Plan:
+    """Parse and validate a plan file; PlanError names the file, entry and field."""
+    data = load_yaml(path, error=PlanError)
+    if data is None:
+        raise PlanError(str(path), "the file is empty", "regenerate it with 'dnnctl tune'")
+    return plan_from_data(data, str(path))
+
+
+def parse_plan(text: str, name: str = "<text>") -> Plan:
+    """Like :func:`read_plan`, for YAML text."""
+    data = parse_yaml(text, name, error=PlanError)
+    if data is None:
+        raise PlanError(name, "the text is empty")
+    return plan_from_data(data, name)
+
+
+def plan_text(plan: Plan) -> str:
+    """The canonical YAML of ``plan`` (stable key and entry order)."""
+    return dump_yaml(plan.to_data(), HEADER)
+
+
+def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write ``plan`` atomically under the plan's file lock."""
+    with file_lock(path):
+        write_atomic(path, plan_text(plan))
+    plan.source = str(path)
+
+
+def update_plan(path: str | os.PathLike[str], change: Callable[[Plan], None]) -> Plan:
+    """Read-modify-write ``path`` under its lock (a missing file starts an empty plan).
+
+    ``change`` mutates the plan in place; the result is written atomically and returned.
+    """
+    p = Path(path)
+    with file_lock(p):
+        plan = read_plan(p) if p.exists() else Plan(source=str(p))
+        change(plan)
+        write_atomic(p, plan_text(plan))
+    plan.source = str(p)
+    return plan

@@ -1,0 +1,106 @@
+"""Candidates: every (variant, parameters) that can run a problem on a device.
+
+The enumeration order is the *preference order* used to break ties: the op's default
+heuristic first (a tie keeps what would have run anyway), then variants in registration
+order with their parameters in declaration order. It is a pure function of the registry,
+the problem and the device, so the same machine always gives the same order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.ops import registry
+from dnnctl.ops.base import Choice, Problem
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant with one parameter set: a small hashable value."""
+
+    variant: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, variant: str, params: Mapping[str, Any] | None = None) -> Candidate:
+        return cls(variant, tuple(sorted((params or {}).items())))
+
+    @classmethod
+    def from_choice(cls, choice: Choice) -> Candidate:
+        return cls(choice.variant, choice.params)
+
+    @property
+    def param_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def choice(self) -> Choice:
+        return Choice(self.variant, self.params)
+
+    def label(self) -> str:
+        return self.choice.label()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "params": self.param_dict}
+
+
+@dataclass
+class Space:
+    """The candidates of one problem, in preference order, and what was left out and why."""
+
+    problem: Problem
+    candidates: list[Candidate]
+    default: Candidate | None  # the heuristic's choice (may be outside ``candidates``)
+    skipped: dict[str, str] = field(default_factory=dict)  # variant -> reason
+    workspace: dict[Candidate, int] = field(default_factory=dict)
+
+    def order(self) -> dict[Candidate, int]:
+        return {c: i for i, c in enumerate(self.candidates)}
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+
+def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
+                    deterministic: bool = False, max_workspace: int | None = None) -> Space:
+    """Every supported candidate for ``problem``, default heuristic first."""
+    op = registry.get_op(problem.op)
+    try:
+        default: Candidate | None = Candidate.from_choice(
+            op.default_choice(problem, backend, device))
+    except Exception:  # an op with no runnable default still gets tuned
+        default = None
+    cands: list[Candidate] = []
+    skipped: dict[str, str] = {}
+    workspace: dict[Candidate, int] = {}
+    limit = max_workspace if max_workspace is not None else math.inf
+    for variant in registry.variants(problem.op, backend):
+        if deterministic and not variant.deterministic:
+            skipped[variant.name] = "non-deterministic (--deterministic)"
+            continue
+        support = variant.supports(problem, device)
+        if not support:
+            skipped[variant.name] = support.reason or "not supported"
+            continue
+        n_before = len(cands)
+        too_big = 0
+        for params in variant.param_space(problem, device):
+            cand = Candidate.of(variant.name, params)
+            ws = int(variant.workspace_bytes(problem, params))
+            if ws > limit:
+                too_big += 1
+                continue
+            workspace[cand] = ws
+            cands.append(cand)
+        if len(cands) == n_before:
+            skipped[variant.name] = (f"every parameter set needs more workspace than "
+                                     f"{limit:.0f} bytes" if too_big else
+                                     "no valid parameters for this shape")
+    if default is not None and default in workspace:
+        cands.remove(default)
+        cands.insert(0, default)
+    return Space(problem, cands, default, skipped, workspace)

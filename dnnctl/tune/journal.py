@@ -1,0 +1,164 @@
+"""The tuning journal: one JSON line per event, flushed and fsync'ed as it lands.
+
+An interrupted run (Ctrl-C, kill -9, a power cut) loses at most the line being written;
+``dnnctl tune --resume`` reads the journal back (a torn last line is ignored), skips every
+candidate already measured and every problem already decided, and carries on.
+
+Lines: a ``header`` (device fingerprint, kernels digest, timing policy), then per problem
+``result`` (one candidate), ``retime`` (the leaders' interleaved re-timing) and ``done``
+(the decided plan entry, or ``unplanned``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dnnctl.errors import UsageError
+from dnnctl.ops.base import Problem
+from dnnctl.plan.schema import Timing
+from dnnctl.tune.candidates import Candidate
+from dnnctl.tune.results import Result
+from dnnctl.tune.select import Retimed
+
+SCHEMA = "dnnctl-journal/1"
+
+
+def problem_id(problem: Problem) -> str:
+    """A stable text id of a problem (op + canonical key JSON)."""
+    return problem.op + json.dumps(problem.as_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass
+class ProblemLog:
+    """What the journal knows about one problem."""
+
+    results: dict[Candidate, Result] = field(default_factory=dict)
+    retimed: dict[Candidate, Retimed] | None = None
+    done: dict[str, Any] | None = None  # the 'done' record
+
+
+@dataclass
+class JournalState:
+    header: dict[str, Any] | None
+    problems: dict[str, ProblemLog]
+    torn_lines: int = 0
+
+
+class Journal:
+    """Append-only, durable event log of one tuning run."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._fh: Any = None
+        self._lock = threading.Lock()
+
+    def start(self, header: dict[str, Any], *, resume: bool) -> JournalState:
+        """Open for appending. With ``resume`` and a matching header, return what is known;
+        otherwise start an empty journal."""
+        state = JournalState(None, {})
+        if resume and self.path.exists():
+            state = read_journal(self.path)
+            if state.header is not None:
+                mismatch = header_mismatch(state.header, header)
+                if mismatch:
+                    raise UsageError(
+                        f"cannot resume from {self.path}: it was written {mismatch}",
+                        hint="run without --resume to start over (the old journal is replaced)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = state.header is None
+        self._fh = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        if fresh:
+            state = JournalState(None, {})
+            self._append({"type": "header", "schema": SCHEMA, **header})
+        elif state.torn_lines:
+            self._fh.write("\n")  # terminate a torn last line so new records parse
+        return state
+
+    def result(self, problem: Problem, result: Result, device: int) -> None:
+        self._append({"type": "result", "problem": problem_id(problem), "device": device,
+                      **result.to_dict()})
+
+    def retime(self, problem: Problem, retimed: dict[Candidate, Retimed]) -> None:
+        self._append({"type": "retime", "problem": problem_id(problem), "leaders": [
+            {**rt.candidate.to_dict(), "median_us": rt.timing.median_us,
+             "p20_us": rt.timing.p20_us, "p80_us": rt.timing.p80_us, "n": rt.timing.n,
+             "round_medians": list(rt.round_medians)} for rt in retimed.values()]})
+
+    def done(self, problem: Problem, record: dict[str, Any]) -> None:
+        self._append({"type": "done", "problem": problem_id(problem), **record})
+
+    def _append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=False, separators=(",", ":"), default=str)
+        with self._lock:
+            if self._fh is None:
+                raise RuntimeError("journal is not open")
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+    def remove(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def read_journal(path: str | os.PathLike[str]) -> JournalState:
+    """Parse a journal; unparseable lines (a torn last write) are counted and skipped."""
+    header: dict[str, Any] | None = None
+    problems: dict[str, ProblemLog] = {}
+    torn = 0
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+                kind = rec.get("type")
+                if kind == "header":
+                    if rec.get("schema") != SCHEMA:
+                        raise ValueError("schema")
+                    header = rec
+                    continue
+                log = problems.setdefault(str(rec["problem"]), ProblemLog())
+                if kind == "result":
+                    res = Result.from_dict(rec)
+                    log.results[res.candidate] = res
+                elif kind == "retime":
+                    log.retimed = {}
+                    for d in rec["leaders"]:
+                        cand = Candidate.of(d["variant"], d.get("params") or {})
+                        log.retimed[cand] = Retimed(cand, Timing(
+                            float(d["median_us"]), float(d["p20_us"]), float(d["p80_us"]),
+                            int(d["n"])), tuple(float(x) for x in d.get("round_medians", ())))
+                elif kind == "done":
+                    log.done = rec
+            except (ValueError, KeyError, TypeError, AttributeError):
+                torn += 1
+    return JournalState(header, problems, torn)
+
+
+def header_mismatch(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why a journal cannot be resumed by this run, or None."""
+    if old.get("device") != new.get("device"):
+        return f"on another device ({old.get('device')})"
+    if old.get("kernels_digest") != new.get("kernels_digest"):
+        return "with other kernels (kernels digest differs)"
+    if old.get("policy") != new.get("policy"):
+        return "with other timing settings"
+    if old.get("deterministic") != new.get("deterministic"):
+        return "with a different --deterministic setting"
+    return None
