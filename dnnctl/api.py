@@ -73,3 +73,155 @@ def compat_show(table: str, filters: Sequence[str] = (),
     from dnnctl.compat.queries import show
 
     return show(load_matrix([Path(m) for m in matrix]), table, filters)
+
+
+# ----------------------------------------------------------------------------- tune & plans
+
+
+def tune(workload: str | None = None, *, op: str | None = None,
+         key: dict[str, Any] | str | None = None, workload_options: dict[str, Any] | None = None,
+         progress: Any = None, **options: Any) -> Any:
+    """Tune a bundled workload (``"resnet50:batch=32"``), a workload file, one problem
+    (``op`` + ``key``) or, with none of these, the small default workload; write the plan.
+
+    ``options`` are :class:`dnnctl.tune.tuner.TuneOptions` fields (device, devices, output,
+    budget_s, candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed,
+    policy, ...). Returns a :class:`dnnctl.tune.report.TuneReport`.
+    """
+    from dnnctl.backends.base import parse_device
+    from dnnctl.errors import UsageError
+    from dnnctl.tune.tuner import TuneOptions
+    from dnnctl.tune.tuner import tune as _tune
+    from dnnctl.workloads import Workload, default_workload, parse_kv, resolve
+
+    opts = TuneOptions(**options)
+    wl_opts = {k: v for k, v in (workload_options or {}).items() if v is not None}
+    if op is not None or key is not None:
+        if workload is not None:
+            raise UsageError("give a workload or --op/--key, not both")
+        if op is None or key is None:
+            raise UsageError("--op and --key go together",
+                             hint="e.g. --op matmul --key m=512,n=512,k=512,dtype=float16")
+        for mod in registry.plugin_modules():
+            __import__(mod)
+        wl = Workload(f"{op}")
+        wl.add(op, parse_kv(key) if isinstance(key, str) else dict(key))
+    elif workload is not None:
+        wl = resolve(workload, **wl_opts)
+    else:
+        if wl_opts:
+            from dnnctl.workloads import build
+
+            backend, _ = parse_device(opts.device)
+            base = {"dtype": "float16", "layout": "NHWC"} if backend == "cupy" else {}
+            wl = build("default", **{**base, **wl_opts})
+        else:
+            wl = default_workload(parse_device(opts.device)[0])
+    return _tune(wl, opts, progress=progress)
+
+
+def list_workloads() -> list[dict[str, Any]]:
+    """The bundled workloads with their options and problem counts at default options."""
+    from dnnctl.workloads import bundled
+
+    return [{"name": b.name, "doc": b.doc, "options": b.options} for b in bundled()]
+
+
+def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every section and entry of a plan, plus whether a section serves this machine."""
+    from dnnctl.plan import kernels_digest, read_plan
+    from dnnctl.plan.schema import same_device
+    from dnnctl.plan.sections import this_device
+
+    plan = read_plan(path)
+    here = {}
+    for spec in ("cpu", None):
+        dev = this_device(spec)
+        if dev is not None:
+            here[dev.backend] = dev.fingerprint()
+    digest = kernels_digest()
+    sections = []
+    for i, s in enumerate(plan.sections):
+        fp = here.get(s.backend)
+        matches = fp is not None and same_device(s.device, fp)
+        sections.append({
+            "index": i, "device": dict(s.device), "label": s.label(),
+            "kernels_digest": s.kernels_digest, "created": s.created, "tuning": dict(s.tuning),
+            "this_machine": matches and s.kernels_digest == digest,
+            "stale_kernels": matches and s.kernels_digest != digest,
+            "entries": [{
+                "op": e.problem.op, "key": e.problem.as_dict(), "choice": e.choice.label(),
+                "variant": e.choice.variant, "params": e.choice.param_dict,
+                "median_us": e.stats.median_us if e.stats else None,
+                "speedup_vs_default": e.speedup_vs_default(),
+                "speedup_vs_runner_up": e.speedup_vs_runner_up(),
+                "tried": e.tried, "failed": dict(e.failed), "pinned": e.pinned}
+                for e in s.entries]})
+    return {"plan": str(path), "schema": "dnnctl-plan/1", "sections": sections}
+
+
+def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Validate a plan (raises PlanError naming file, entry and field) and summarize it."""
+    info = plan_show(path)
+    return {"plan": str(path), "valid": True, "sections": [
+        {"index": s["index"], "label": s["label"], "entries": len(s["entries"]),
+         "this_machine": s["this_machine"], "stale_kernels": s["stale_kernels"]}
+        for s in info["sections"]]}
+
+
+def plan_diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> dict[str, Any]:
+    """What changed from plan A to plan B, per device section."""
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.compare import diff_plans
+
+    return diff_plans(read_plan(a), read_plan(b))
+
+
+def plan_merge(a: str | os.PathLike[str], b: str | os.PathLike[str],
+               output: str | os.PathLike[str], prefer: str = "faster") -> dict[str, Any]:
+    """Merge plans A and B into ``output`` (written atomically); report the conflicts."""
+    from dnnctl.plan import read_plan, write_plan
+    from dnnctl.plan.compare import merge_plans
+
+    merged, conflicts = merge_plans(read_plan(a), read_plan(b), prefer)
+    write_plan(merged, output)
+    return {"output": str(output), "sections": len(merged.sections),
+            "entries": sum(len(s.entries) for s in merged.sections), "conflicts": conflicts,
+            "prefer": prefer}
+
+
+def plan_coverage(plan: str | os.PathLike[str], workload: str, section: int | None = None,
+                  workload_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Which problems of ``workload`` the plan would hit, fall back on, or miss."""
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.coverage import coverage
+    from dnnctl.workloads import resolve
+
+    return coverage(read_plan(plan), resolve(workload, **(workload_options or {})), section)
+
+
+def plan_pin(path: str | os.PathLike[str], op: str | None = None,
+             key: dict[str, Any] | str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Pin / unpin plan entries (see :func:`dnnctl.plan.pin.pin`)."""
+    from dnnctl.plan.pin import pin
+    from dnnctl.workloads import parse_kv
+
+    parsed = parse_kv(key) if isinstance(key, str) else key
+    params = kwargs.pop("params", None)
+    if isinstance(params, str):
+        params = {k: _param_value(v) for k, v in parse_kv(params).items()}
+    return pin(path, op, parsed, params=params, **kwargs)
+
+
+def _param_value(text: str) -> Any:
+    """CLI parameter text -> the YAML scalar it spells (int, float, bool or text)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (int, float, bool, str)) else text
+
+
+# -- compat (the matrix as a planning tool) ----------------------------------------------------
