@@ -1,0 +1,210 @@
+"""Plumbing shared by the memory-bound ops (activation, softmax, norms, pooling).
+
+CUDA side: dtype codes for ``-DDNNCTL_DTYPE``, module compilation through the cupy backend
+(memoized there), launch objects that hold their function handle and launch configuration
+(computed once at build time, so a call is one argument tuple and one launch), and pointer
+alignment checks for the 16-byte vector paths.
+
+Call side: validation of the arrays handed to ``dnnctl.ops.*`` (float dtype, contiguity,
+parameter vectors), raising :class:`~dnnctl.errors.ShapeError` that says what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from dnnctl.errors import ShapeError
+from dnnctl.ops.base import DTYPES, dtype_name, dtype_size
+
+DTYPE_CODE: dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
+VECS: tuple[int, ...] = (1, 2, 4, 8)  # elements per vector access; bytes <= 16 (see vec_fits)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def vec_fits(dtype: str, vec: int) -> bool:
+    """A vector of ``vec`` elements is at most one 16-byte access."""
+    return vec * dtype_size(dtype) <= 16
+
+
+def max_vec(dtype: str) -> int:
+    return 16 // dtype_size(dtype)
+
+
+def sm_count(device: Any) -> int:
+    return int(getattr(device, "sm_count", 0) or 132)
+
+
+def smem_limit(device: Any) -> int:
+    """Dynamic shared memory one block may opt into (bytes)."""
+    return int(getattr(device, "smem_per_block_optin", 0) or 48 * 1024)
+
+
+def index_type(n: int) -> str:
+    """C index type of a kernel walking ``n`` elements: 32-bit while sums cannot overflow."""
+    return "unsigned int" if n < (1 << 30) else "long long"
+
+
+def index_scalar(n: int, itype: str) -> Any:
+    return np.uint32(n) if itype == "unsigned int" else np.int64(n)
+
+
+# ----------------------------------------------------------------------------- CUDA
+
+
+def compile_cuda(source: str, defines: dict[str, Any], names: Iterable[str], device: Any) -> Any:
+    """Compile ``kernels/<source>`` with every template instance in ``names`` (memoized)."""
+    from dnnctl.backends.base import get_backend
+
+    return get_backend("cupy").compile_module(
+        source, defines=defines, name_expressions=tuple(dict.fromkeys(names)),
+        device=getattr(device, "index", None))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch with its configuration fixed at build time."""
+
+    fn: Any
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int = 0
+
+    def __call__(self, args: tuple[Any, ...]) -> None:
+        self.fn(self.grid, self.block, args, shared_mem=self.smem)
+
+
+def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Sequence[int],
+           smem: int = 0) -> Launch:
+    """A :class:`Launch` of ``name`` in ``module``; opts into > 48 KiB of shared memory."""
+    fn = module.get_function(name)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    grid_t = (int(grid),) if isinstance(grid, int) else tuple(int(g) for g in grid)
+    block_t = (int(block),) if isinstance(block, int) else tuple(int(b) for b in block)
+    return Launch(fn, grid_t, block_t, int(smem))
+
+
+def aligned(nbytes: int, *arrays: Any) -> bool:
+    """Every (CuPy) array's data pointer is a multiple of ``nbytes``."""
+    return all(a is None or a.data.ptr % nbytes == 0 for a in arrays)
+
+
+def workspace(device: Any, nbytes: int) -> Any:
+    """A float32 scratch buffer of at least ``nbytes`` on ``device`` (CuPy)."""
+    import cupy
+
+    with cupy.cuda.Device(getattr(device, "index", 0)):
+        return cupy.empty(max(1, cdiv(nbytes, 4)), dtype=cupy.float32)
+
+
+# ----------------------------------------------------------------------------- numpy
+
+
+def f32(a: np.ndarray) -> np.ndarray:
+    """A float32 copy / view of ``a`` for the CPU variants (which compute in fp32)."""
+    return a.astype(np.float32, copy=False)
+
+
+def put(dst: np.ndarray, value: np.ndarray) -> None:
+    """Write ``value`` into ``dst`` rounding once to ``dst``'s dtype."""
+    np.copyto(dst, value, casting="unsafe")
+
+
+@lru_cache(maxsize=1)
+def _erf_table() -> tuple[float, np.ndarray, np.ndarray]:
+    h = 1.0 / 256.0
+    xs = np.arange(0, 6.0 + 2 * h, h)
+    vals = np.array([math.erf(v) for v in xs])
+    slopes = 2.0 / math.sqrt(math.pi) * np.exp(-xs * xs)
+    return h, vals, slopes
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (numpy has none): cubic Hermite interpolation of math.erf on a 1/256 grid,
+    with the exact derivative; absolute error < 1e-11. NaN propagates, erf(+-inf) = +-1."""
+    x = np.asarray(x, dtype=np.float64)
+    h, vals, slopes = _erf_table()
+    with np.errstate(invalid="ignore"):
+        a = np.minimum(np.nan_to_num(np.abs(x), nan=0.0, posinf=6.0), 6.0)
+        t = a / h
+        i = np.minimum(t.astype(np.int64), len(vals) - 2)
+        s = t - i
+        s2 = s * s
+        s3 = s2 * s
+        y = ((2 * s3 - 3 * s2 + 1) * vals[i] + (s3 - 2 * s2 + s) * h * slopes[i]
+             + (-2 * s3 + 3 * s2) * vals[i + 1] + (s3 - s2) * h * slopes[i + 1])
+        y = np.copysign(y, x)
+        y[np.isnan(x)] = np.nan
+    return y
+
+
+# ----------------------------------------------------------------------------- call side
+
+
+def float_dtype(x: Any, what: str) -> str:
+    """dnnctl dtype name of ``x`` (float32 / float16 / bfloat16) or a ShapeError."""
+    name = dtype_name(x.dtype)
+    if name not in DTYPES:
+        raise ShapeError(f"{what} has dtype {name}, expected one of {', '.join(DTYPES)}",
+                         hint="cast it first, e.g. x.astype('float32')")
+    return name
+
+
+def contiguous(x: Any, what: str) -> Any:
+    """``x`` if it is C-contiguous; otherwise a ShapeError (kernels index flat memory)."""
+    if not x.flags.c_contiguous:
+        raise ShapeError(f"{what} must be C-contiguous (shape {tuple(x.shape)}, strides "
+                         f"{tuple(x.strides)})",
+                         hint="pass x.copy() / ascontiguousarray(x) / tensor.contiguous()")
+    return x
+
+
+def check_vector(v: Any, length: int, dtype: str, what: str) -> None:
+    """A parameter vector must be contiguous, 1-D of ``length`` and of ``dtype``."""
+    if v is None:
+        return
+    if tuple(v.shape) != (length,):
+        raise ShapeError(f"{what} has shape {tuple(v.shape)}, expected ({length},)")
+    got = dtype_name(v.dtype)
+    if got != dtype:
+        raise ShapeError(f"{what} has dtype {got}, expected {dtype}",
+                         hint=f"cast it: {what}.astype('{dtype}')")
+    contiguous(v, what)
+
+
+def check_out(out: Any, shape: tuple[int, ...], dtype: str, what: str = "out") -> None:
+    if out is None:
+        return
+    if tuple(out.shape) != tuple(shape):
+        raise ShapeError(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}")
+    got = dtype_name(out.dtype)
+    if got != dtype:
+        raise ShapeError(f"{what} has dtype {got}, expected {dtype}")
+    contiguous(out, what)
+
+
+def data_ptr(a: Any) -> int:
+    if isinstance(a, np.ndarray):
+        return int(a.__array_interface__["data"][0])
+    return int(a.data.ptr)
+
+
+def same_memory(a: Any, b: Any) -> bool:
+    """``a`` and ``b`` are the same tensor memory (start pointer and shape)."""
+    return a is b or (data_ptr(a) == data_ptr(b) and tuple(a.shape) == tuple(b.shape))
+
+
+def check_layout(layout: str) -> str:
+    text = str(layout).upper()
+    if text not in ("NCHW", "NHWC"):
+        raise ShapeError(f"layout {layout!r} is not supported, expected 'NCHW' or 'NHWC'")
+    return text

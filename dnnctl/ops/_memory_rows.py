@@ -1,0 +1,222 @@
+"""Row-kernel variants shared by softmax, layer_norm and rms_norm (rows x cols, reduce a row).
+
+The four row strategies are mixins over :class:`RowVariant`; an op's variant class names its
+.cu file, the kernel template, the defines and how its arrays are passed:
+
+* ``warp_row``  — TPR threads (part of a warp) per row, row in registers (cols <= 2048)
+* ``block_row`` — a block per row, row in registers (cols <= 16384)
+* ``block_smem`` — a block per row staged in shared memory (cols * itemsize <= opt-in smem)
+* ``online``    — a block per row, single-pass statistics, second read (any length)
+
+Every kernel has the signature ``k(arrays..., int rows, int cols, scalars...)``. A built
+kernel holds two launch programs: the VEC one, and a VEC = 1 one run when a pointer is not
+aligned to VEC elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import SUPPORTED, Choice, Kernel, Problem, Support, Variant, unsupported
+
+Program = Callable[[tuple, Mapping[str, Any]], None]
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+class RowKernel:
+    """Runs ``fast`` when every array is aligned to ``align`` bytes, else ``safe``."""
+
+    __slots__ = ("fast", "safe", "align", "arrays")
+
+    def __init__(self, fast: Program, safe: Program, align: int,
+                 arrays: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple]) -> None:
+        self.fast, self.safe, self.align, self.arrays = fast, safe, align, arrays
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        arrs = self.arrays(inputs, outputs)
+        (self.fast if mc.aligned(self.align, *arrs) else self.safe)(arrs, attrs)
+
+
+class RowVariant(Variant):
+    """A CUDA row kernel: subclasses set ``kernel``, ``source`` and the three hooks below."""
+
+    backend = "cupy"
+    kernel: ClassVar[str] = ""
+    params: ClassVar[dict[str, tuple[Any, ...]]] = {"block": (128, 256, 512, 1024),
+                                                    "vec": mc.VECS}
+
+    # -- hooks
+    def defines(self, problem: Problem) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def arrays(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple:
+        raise NotImplementedError
+
+    def scalars(self, attrs: Mapping[str, Any]) -> tuple:
+        return ()
+
+    # -- strategy (mixins)
+    def instance(self, problem: Problem, params: Mapping[str, Any], vec: int) -> str:
+        return f"{self.kernel}<{params['block']},{vec}>"
+
+    def grid(self, problem: Problem, params: Mapping[str, Any]) -> Any:
+        return problem["rows"]
+
+    def smem(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 0
+
+    def module_space(self, problem: Problem, device: Any) -> Iterable[str]:
+        """Template instances compiled together (shared by every candidate of the tuner)."""
+        for p in self.param_space(problem, device):
+            yield self.instance(problem, p, p["vec"])
+
+    # -- common
+    def vec_valid(self, problem: Problem, vec: int) -> bool:
+        return mc.vec_fits(problem["dtype"], vec) and problem["cols"] % vec == 0
+
+    def busy(self, problem: Problem, params: Mapping[str, Any]) -> bool:
+        """No half-idle blocks: a smaller block would not also cover the row in one sweep."""
+        return params["block"] == 128 or (params["block"] // 2) * params["vec"] < problem["cols"]
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return self.vec_valid(problem, params["vec"]) and self.busy(problem, params)
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["rows"] >= 2**31:
+            return unsupported("2^31 rows or more")
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
+        names = [*self.module_space(problem, device), self.instance(problem, params, vec),
+                 self.instance(problem, params, 1)]
+        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        fast = self._program(mod, problem, params, vec)
+        safe = self._program(mod, problem, params, 1)
+        return RowKernel(fast, safe, vec * mc.dtype_size(problem["dtype"]), self.arrays)
+
+    def _program(self, mod: Any, problem: Problem, params: Mapping[str, Any],
+                 vec: int) -> Program:
+        run = mc.launch(mod, self.instance(problem, params, vec), self.grid(problem, params),
+                        params["block"], self.smem(problem, params))
+        dims = (np.int32(problem["rows"]), np.int32(problem["cols"]))
+        scalars = self.scalars
+
+        def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+            run((*arrs, *dims, *scalars(attrs)))
+
+        return go
+
+
+class WarpRowMixin(RowVariant):
+    params = {"block": (128, 256), "tpr": (1, 2, 4, 8, 16, 32), "vec": mc.VECS}
+    MAX_ELEMS = 64  # floats per thread kept in registers
+
+    def nv(self, problem: Problem, params: Mapping[str, Any], vec: int) -> int:
+        return mc.cdiv(problem["cols"], params["tpr"] * vec)
+
+    def instance(self, problem: Problem, params: Mapping[str, Any], vec: int) -> str:
+        nv = self.nv(problem, params, vec)
+        return f"{self.kernel}<{params['block']},{params['tpr']},{vec},{nv}>"
+
+    def grid(self, problem: Problem, params: Mapping[str, Any]) -> Any:
+        return mc.cdiv(problem["rows"], params["block"] // params["tpr"])
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["cols"] > 32 * self.MAX_ELEMS:
+            return unsupported(f"rows longer than {32 * self.MAX_ELEMS} do not fit a warp's "
+                               "registers: use block_row, block_smem or online")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        vec, tpr = params["vec"], params["tpr"]
+        return (self.vec_valid(problem, vec)
+                and self.nv(problem, params, vec) * vec <= self.MAX_ELEMS
+                and (tpr == 1 or (tpr // 2) * vec < problem["cols"]))
+
+
+class BlockRowMixin(RowVariant):
+    MAX_COLS = 16384
+
+    @staticmethod
+    def cap(block: int) -> int:
+        return 16 if block == 1024 else 32  # floats per thread (1024 threads: <= 64 registers)
+
+    def nv(self, problem: Problem, params: Mapping[str, Any], vec: int) -> int:
+        return mc.cdiv(problem["cols"], params["block"] * vec)
+
+    def instance(self, problem: Problem, params: Mapping[str, Any], vec: int) -> str:
+        return f"{self.kernel}<{params['block']},{vec},{self.nv(problem, params, vec)}>"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["cols"] > self.MAX_COLS:
+            return unsupported(f"rows longer than {self.MAX_COLS} do not fit a block's "
+                               "registers: use block_smem or online")
+        return RowVariant.supports(self, problem, device)
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        vec = params["vec"]
+        return (self.vec_valid(problem, vec) and self.busy(problem, params)
+                and self.nv(problem, params, vec) * vec <= self.cap(params["block"]))
+
+
+class BlockSmemMixin(RowVariant):
+    def smem(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return -(-problem["cols"] * mc.dtype_size(problem["dtype"]) // 16) * 16
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        need = self.smem(problem, {}) + 1024
+        if need > mc.smem_limit(device):
+            return unsupported(f"a row needs {need} bytes of shared memory, the device allows "
+                               f"{mc.smem_limit(device)}: use online")
+        return RowVariant.supports(self, problem, device)
+
+    def module_space(self, problem: Problem, device: Any) -> Iterable[str]:
+        for block in self.params["block"]:
+            for vec in mc.VECS:
+                if mc.vec_fits(problem["dtype"], vec):
+                    yield f"{self.kernel}<{block},{vec}>"
+
+
+class OnlineMixin(BlockSmemMixin):
+    def smem(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 0
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return RowVariant.supports(self, problem, device)
+
+
+def default_row_choice(problem: Problem, device: Any, op: str, online: str = "online") -> Choice:
+    """Warp per short row, block per medium row, split / smem / online for long rows.
+
+    ``online`` names the op's single-pass any-length variant (softmax: online, norms: welford).
+    """
+    from dnnctl.ops.registry import get_variant
+
+    rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
+    vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)
+    sms = mc.sm_count(device)
+    cands: list[tuple[str, dict[str, Any]]] = []
+    if op == "softmax" and rows < 2 * sms and cols >= 16384:
+        cands.append(("split_row", {"block": 512, "vec": vec,
+                                    "chunk": 16384 if cols >= 65536 else 4096}))
+    cands.append(("warp_row", {"block": 128, "vec": vec,
+                               "tpr": min(32, next_pow2(mc.cdiv(cols, vec * 4)))}))
+    cands.append(("block_row", {"block": min(1024, max(128, next_pow2(mc.cdiv(cols, vec * 4)))),
+                                "vec": vec}))
+    cands.append(("block_smem", {"block": 512 if cols * mc.dtype_size(dtype) > 8192 else 128,
+                                 "vec": vec}))
+    cands.append((online, {"block": 1024 if cols >= 8192 else 256, "vec": vec}))
+    for name, params in cands:
+        v = get_variant(op, "cupy", name)
+        if v.supports(problem, device) and v.valid_params(problem, params, device):
+            return Choice.of(name, params)
+    return Choice.of(online, {"block": 128, "vec": 1})

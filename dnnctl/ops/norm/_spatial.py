@@ -1,0 +1,143 @@
+"""(N, C, H, W) geometry shared by batch_norm and group_norm: key fields, shapes, vector
+constraints, and the launch geometry of the batch_norm normalize / statistics kernels."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import Field, Problem
+
+SPATIAL_FIELDS = {
+    "n": Field("int", minimum=1, doc="batch"),
+    "c": Field("int", minimum=1, doc="channels"),
+    "h": Field("int", minimum=1, doc="height"),
+    "w": Field("int", minimum=1, doc="width"),
+}
+
+
+def tensor_shape(problem: Problem) -> tuple[int, int, int, int]:
+    n, c, h, w = problem["n"], problem["c"], problem["h"], problem["w"]
+    return (n, c, h, w) if problem["layout"] == "NCHW" else (n, h, w, c)
+
+
+def channel_shape(problem: Problem) -> tuple[int, ...]:
+    """Broadcast shape of a per-channel vector against the tensor."""
+    c = problem["c"]
+    return (1, c, 1, 1) if problem["layout"] == "NCHW" else (1, 1, 1, c)
+
+
+def reduce_axes(problem: Problem) -> tuple[int, ...]:
+    return (0, 2, 3) if problem["layout"] == "NCHW" else (0, 1, 2)
+
+
+def numel(problem: Problem) -> int:
+    return math.prod(tensor_shape(problem))
+
+
+def vec_ok(problem: Problem, vec: int) -> bool:
+    """A vector stays in one channel plane (NCHW) or one pixel's channel run (NHWC)."""
+    if not mc.vec_fits(problem["dtype"], vec):
+        return False
+    inner = problem["h"] * problem["w"] if problem["layout"] == "NCHW" else problem["c"]
+    return inner % vec == 0
+
+
+def best_vec(problem: Problem) -> int:
+    return max(v for v in mc.VECS if vec_ok(problem, v))
+
+
+# ----------------------------------------------------------------------------- batch_norm
+
+
+def normalize_names(params: Mapping[str, Iterable[int]], problem: Problem) -> list[str]:
+    """Template instances of bn_planes (NCHW) / bn_rows (NHWC) for every block x vec x unroll."""
+    kern = "bn_planes" if problem["layout"] == "NCHW" else "bn_rows"
+    return [f"{kern}<{b},{v},{u}>" for b in params["block"] for v in mc.VECS
+            for u in params["unroll"] if mc.vec_fits(problem["dtype"], v)]
+
+
+def normalize_launch(mod: Any, problem: Problem, block: int, vec: int, unroll: int,
+                     device: Any) -> tuple[mc.Launch, tuple]:
+    """The channel-stationary normalize launch and its trailing size arguments."""
+    n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+    sms = mc.sm_count(device)
+    if problem["layout"] == "NCHW":
+        planes = n * c
+        splits = max(1, min(mc.cdiv(sms * 8, planes), mc.cdiv(hw // vec, block * unroll),
+                            65535))
+        run = mc.launch(mod, f"bn_planes<{block},{vec},{unroll}>", (planes, splits), block)
+        return run, (np.int32(c), np.int32(hw))
+    rows = n * hw
+    tx = min(c // vec, block)
+    tile = (block // tx) * unroll
+    resident = sms * max(1, 2048 // block)
+    grid = max(1, min(mc.cdiv(rows, tile), 2 * resident))
+    run = mc.launch(mod, f"bn_rows<{block},{vec},{unroll}>", grid, block)
+    return run, (np.int64(rows), np.int32(c))
+
+
+def stats_splits(problem: Problem, block: int, vec: int, waves: int, sms: int) -> int:
+    """Partials per channel of the batch_norm statistics kernels."""
+    n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+    if problem["layout"] == "NCHW":
+        parts = max(1, mc.cdiv(hw // vec, block * 8))
+        return max(1, min(mc.cdiv(sms * waves, c), n * parts, 65535))
+    tx = min(c // vec, block)
+    tiles = mc.cdiv(c // vec, tx)
+    return max(1, min(mc.cdiv(sms * waves, tiles), mc.cdiv(n * hw, block // tx), 65535))
+
+
+def stats_launches(mod: Any, problem: Problem, block: int, vec: int, waves: int,
+                   device: Any) -> tuple[dict[int, Any], int]:
+    """Per MODE (0 fused, 1 sums, 2 centered) a callable ``f((x, part, mean_in))``."""
+    n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+    splits = stats_splits(problem, block, vec, waves, mc.sm_count(device))
+    out: dict[int, Any] = {}
+    for mode in (0, 1, 2):
+        if problem["layout"] == "NCHW":
+            nv = hw // vec
+            parts = max(1, mc.cdiv(nv, block * 8))
+            run = mc.launch(mod, f"bn_stats_planes<{block},{vec},{mode}>", (c, splits), block)
+            dims: tuple = (np.int32(n), np.int32(c), np.int32(hw), np.int32(parts),
+                           np.int32(mc.cdiv(nv, parts)))
+        else:
+            tx = min(c // vec, block)
+            run = mc.launch(mod, f"bn_stats_rows<{block},{vec},{mode}>",
+                            (splits, mc.cdiv(c // vec, tx)), block, 12 * block * vec)
+            dims = (np.int64(n * hw), np.int32(c))
+        out[mode] = _bind(run, dims)
+    return out, splits
+
+
+def _bind(run: mc.Launch, dims: tuple) -> Any:
+    def go(args: tuple) -> None:
+        run((*args, *dims))
+
+    return go
+
+
+def dims_of(shape: tuple[int, ...], layout: str, op: str) -> tuple[int, int, int, int]:
+    """(n, c, h, w) of a rank-2..4 call tensor: (N, C), (N, C, L) / (N, L, C), 4-D."""
+    from dnnctl.errors import ShapeError
+
+    if len(shape) == 4:
+        if layout == "NCHW":
+            n, c, h, w = shape
+        else:
+            n, h, w, c = shape
+    elif len(shape) == 3:
+        n, c, h = shape if layout == "NCHW" else (shape[0], shape[2], shape[1])
+        w = 1
+    elif len(shape) == 2:
+        (n, c), h, w = shape, 1, 1
+    else:
+        raise ShapeError(f"{op}: x has shape {shape}, expected rank 2, 3 or 4 "
+                         f"({layout} for rank 4)")
+    if 0 in shape:
+        raise ShapeError(f"{op}: x has shape {shape} with a zero-size axis")
+    return n, c, h, w

@@ -1,0 +1,285 @@
+"""softmax and log_softmax over the last axis (rows of 1 .. 256k+ elements).
+
+Op key ``softmax``: rows, cols, dtype, log. CUDA variants (kernels/softmax/):
+``warp_row`` (TPR threads per row, row in registers), ``block_row`` (block per row, row in
+registers), ``block_smem`` (block per row staged in shared memory), ``online`` (single-pass
+online max/sum, second read for the output; any length) and ``split_row`` (few long rows split
+across blocks; two launches). CPU variants: ``numpy_whole`` and ``numpy_rows``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.errors import ShapeError
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import _memory_rows as mr
+from dnnctl.ops.base import (
+    DTYPES,
+    SUPPORTED,
+    Choice,
+    Field,
+    Kernel,
+    Op,
+    Problem,
+    Support,
+    TensorSpec,
+    Variant,
+    dtype_size,
+    np_dtype,
+    unsupported,
+)
+from dnnctl.ops.dispatch import Bound, bind, run
+from dnnctl.ops.registry import register_op, register_variant
+
+
+def softmax_numpy(x: np.ndarray, log: bool) -> np.ndarray:
+    """Row softmax in x's precision; NaN / +inf in a row make the row NaN (as the kernels)."""
+    with np.errstate(all="ignore"):
+        m = x.max(axis=-1, keepdims=True)
+        z = x - m
+        e = np.exp(z)
+        s = e.sum(axis=-1, keepdims=True)
+        return z - np.log(s) if log else e / s
+
+
+@register_op
+class SoftmaxOp(Op):
+    name = "softmax"
+    doc = "softmax / log_softmax over the last axis of a (rows, cols) tensor"
+    fields = {
+        "rows": Field("int", minimum=1, doc="product of all but the last axis"),
+        "cols": Field("int", minimum=1, doc="length of the softmax axis"),
+        "dtype": Field("str", choices=DTYPES),
+        "log": Field("bool", False, doc="log_softmax"),
+    }
+
+    def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        return {"x": TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])}
+
+    def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        return {"y": TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])}
+
+    def make_inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        shape = (problem["rows"], problem["cols"])
+        x = rng.standard_normal(shape, dtype=np.float32) * 3
+        return {"x": x.astype(np_dtype(problem["dtype"]))}
+
+    def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return {"y": softmax_numpy(np.asarray(inputs["x"], np.float64), problem["log"])}
+
+    def tolerance(self, problem: Problem, output: str) -> float:
+        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
+
+    def flops(self, problem: Problem) -> float:
+        return 5.0 * problem["rows"] * problem["cols"]
+
+    def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
+        if backend == "numpy":
+            return Choice.of("numpy_rows", {"chunk_rows": 256})
+        return mr.default_row_choice(problem, device, "softmax")
+
+
+# ----------------------------------------------------------------------------- CUDA
+
+
+class _SoftmaxCuda(mr.RowVariant):
+    op = "softmax"
+
+    def defines(self, problem: Problem) -> dict[str, Any]:
+        return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "LOG": int(problem["log"])}
+
+    def arrays(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple:
+        return (inputs["x"], outputs["y"])
+
+
+@register_variant
+class SoftmaxWarpRow(mr.WarpRowMixin, _SoftmaxCuda):
+    name = "warp_row"
+    source = "softmax/warp_row.cu"
+    kernel = "softmax_warp"
+    doc = "tpr threads per row (shuffles only), the row in registers; cols <= 2048"
+
+
+@register_variant
+class SoftmaxBlockRow(mr.BlockRowMixin, _SoftmaxCuda):
+    name = "block_row"
+    source = "softmax/block_row.cu"
+    kernel = "softmax_block"
+    doc = "a block per row, the row in registers; cols <= 16384"
+
+
+@register_variant
+class SoftmaxBlockSmem(mr.BlockSmemMixin, _SoftmaxCuda):
+    name = "block_smem"
+    source = "softmax/block_smem.cu"
+    kernel = "softmax_smem"
+    doc = "a block per row staged in shared memory; cols * itemsize <= opt-in shared memory"
+
+
+@register_variant
+class SoftmaxOnline(mr.OnlineMixin, _SoftmaxCuda):
+    name = "online"
+    source = "softmax/online.cu"
+    kernel = "softmax_online"
+    doc = "a block per row, single-pass online max/sum, second read writes; any length"
+
+
+@register_variant
+class SoftmaxSplitRow(_SoftmaxCuda):
+    name = "split_row"
+    source = "softmax/split_row.cu"
+    doc = "few long rows: chunks of a row on separate blocks, partial max/sum then apply"
+    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": (4096, 16384, 65536)}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["rows"] > 65535:
+            return unsupported("more than 65535 rows (grid y): use online or block_smem")
+        if problem["cols"] < 8192:
+            return unsupported("rows shorter than 8192 gain nothing from splitting")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        splits = mc.cdiv(problem["cols"], params["chunk"])
+        return (self.vec_valid(problem, params["vec"]) and 2 <= splits <= 4096
+                and params["chunk"] >= params["block"] * params["vec"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 8 * problem["rows"] * mc.cdiv(problem["cols"], params["chunk"])
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        rows, cols = problem["rows"], problem["cols"]
+        block, chunk = params["block"], params["chunk"]
+        vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
+        splits = mc.cdiv(cols, chunk)
+        names = [f"softmax_split_{k}<{block},{v}>" for k in ("stats", "apply")
+                 for v in dict.fromkeys((vec, 1))]
+        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        part = mc.workspace(device, self.workspace_bytes(problem, params))
+        dims = (np.int32(rows), np.int32(cols), np.int32(chunk))
+
+        def program(v: int) -> mr.Program:
+            stats = mc.launch(mod, f"softmax_split_stats<{block},{v}>", (splits, rows), block)
+            apply = mc.launch(mod, f"softmax_split_apply<{block},{v}>", (splits, rows), block)
+
+            def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+                x, y = arrs
+                stats((x, part, *dims))
+                apply((x, part, y, *dims))
+
+            return go
+
+        return mr.RowKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                            self.arrays)
+
+
+# ----------------------------------------------------------------------------- numpy
+
+
+@register_variant
+class SoftmaxNumpyWhole(Variant):
+    op = "softmax"
+    backend = "numpy"
+    name = "numpy_whole"
+    doc = "whole-tensor fp32 numpy"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        log = problem["log"]
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            mc.put(outputs["y"], softmax_numpy(mc.f32(inputs["x"]), log))
+
+        return kernel
+
+
+@register_variant
+class SoftmaxNumpyRows(Variant):
+    op = "softmax"
+    backend = "numpy"
+    name = "numpy_rows"
+    doc = "fp32 numpy over cache-sized blocks of rows"
+    params = {"chunk_rows": (16, 256, 4096)}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        log, step, rows = problem["log"], params["chunk_rows"], problem["rows"]
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            x, y = inputs["x"], outputs["y"]
+            for r in range(0, rows, step):
+                mc.put(y[r:r + step], softmax_numpy(mc.f32(x[r:r + step]), log))
+
+        return kernel
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def _softmax(x: Any, axis: int, out: Any, plan: Any, log: bool) -> Any:
+    bound = bind(x, out)
+    xa, oa = bound.arrays
+    dtype = mc.float_dtype(xa, "x")
+    shape = tuple(xa.shape)
+    if not shape or 0 in shape:
+        raise ShapeError(f"softmax: x has shape {shape}, expected at least one dimension and "
+                         "no zero-size axis")
+    rank = len(shape)
+    if not -rank <= axis < rank:
+        raise ShapeError(f"softmax: axis {axis} is out of range for x of rank {rank}")
+    axis %= rank
+    mc.check_out(oa, shape, dtype)
+    key = {"rows": xa.size // shape[axis], "cols": shape[axis], "dtype": dtype, "log": log}
+    if axis != rank - 1:
+        # kernels reduce over contiguous rows: move the axis last (a copy), then back (a copy)
+        xp = bound.backend.xp
+        moved = xp.ascontiguousarray(xp.moveaxis(xa, axis, -1))
+        flat = moved.reshape(key["rows"], key["cols"])
+        res = run("softmax", key, Bound(bound.backend, bound.device, [flat], bound.wrap),
+                  ("x",), {}, plan=plan)
+        y = xp.moveaxis(res["y"].reshape(moved.shape), -1, axis)
+        if oa is not None:
+            oa[...] = y
+            return out
+        return bound.wrap(xp.ascontiguousarray(y))
+    mc.contiguous(xa, "x")
+    rows, cols = key["rows"], key["cols"]
+    x2 = xa.reshape(rows, cols)
+    res = run("softmax", key, Bound(bound.backend, bound.device, [x2], bound.wrap), ("x",), {},
+              plan=plan, out=None if oa is None else {"y": oa.reshape(rows, cols)})
+    if oa is not None:
+        return out
+    return bound.wrap(res["y"].reshape(shape))
+
+
+def softmax(x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
+    """exp(x - max) / sum over ``axis``. Another axis than the last costs two copies."""
+    return _softmax(x, axis, out, plan, log=False)
+
+
+def log_softmax(x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
+    """x - max - log(sum(exp(x - max))) over ``axis`` (same rules as :func:`softmax`)."""
+    return _softmax(x, axis, out, plan, log=True)
+
+
+class _CallableModule(types.ModuleType):
+    """``dnnctl.ops.softmax`` names both this module and the function: importing the module
+    makes the package attribute the module, so the module itself calls :func:`softmax`."""
+
+    def __call__(self, x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
+        return softmax(x, axis, out=out, plan=plan)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,87 @@
+// Shared body of the activation kernels (kernels/activation/*.cu).
+// Defines: DNNCTL_DTYPE, ACT_FN (dnnctl::Act code), BIAS (0 none, 1 channel = axis 1 (NCHW),
+// 2 channel = last axis (NHWC)), INPLACE (1: x and y may be the same memory).
+#pragma once
+#include <dnnctl/memory.cuh>
+
+#ifndef ACT_FN
+#define ACT_FN 1
+#endif
+#ifndef BIAS
+#define BIAS 0
+#endif
+#ifndef INPLACE
+#define INPLACE 0
+#endif
+
+#if INPLACE
+// each element is read and then written by the same thread: no restrict, no read-only cache
+#define DNNCTL_RESTRICT
+#define DNNCTL_XLOAD dnnctl::LD_PLAIN
+#else
+#define DNNCTL_RESTRICT __restrict__
+#define DNNCTL_XLOAD dnnctl::LD_NC
+#endif
+
+namespace dnnctl {
+
+// Activation (with the channel bias added first) of VEC consecutive elements from flat index e.
+// With a bias and VEC > 1 the host guarantees one channel per vector (NCHW: inner % VEC == 0)
+// or VEC consecutive channels (NHWC: C % VEC == 0, bias 16-byte aligned as x and y are).
+template <int VEC, typename I>
+__device__ __forceinline__ void act_apply(float (&v)[VEC], const elem_t* bias, I e, I inner,
+                                          I C, float slope) {
+#if BIAS == 1
+  const float b = to_float(bias[(e / inner) % C]);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) v[i] = activate<ACT_FN>(v[i] + b, slope);
+#elif BIAS == 2
+  float b[VEC];
+  load_vec<LD_NC, VEC>(bias + e % C, b);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) v[i] = activate<ACT_FN>(v[i] + b[i], slope);
+#else
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) v[i] = activate<ACT_FN>(v[i], slope);
+#endif
+}
+
+// UNROLL vectors per thread, BLOCK vectors apart (a warp's accesses stay contiguous); all the
+// loads are issued before any store so UNROLL * 16 bytes per thread are in flight.
+template <int BLOCK, int VEC, int UNROLL, typename I>
+__device__ __forceinline__ void act_tile(const elem_t* DNNCTL_RESTRICT x,
+                                         const elem_t* DNNCTL_RESTRICT bias,
+                                         elem_t* DNNCTL_RESTRICT y, I base, I nvec, I inner,
+                                         I C, float slope) {
+  float v[UNROLL][VEC];
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const I k = base + (I)(u * BLOCK);
+    if (k < nvec) load_vec<DNNCTL_XLOAD, VEC>(x + k * VEC, v[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; ++u) {
+    const I k = base + (I)(u * BLOCK);
+    if (k < nvec) {
+      act_apply<VEC>(v[u], bias, k * VEC, inner, C, slope);
+      store_vec<ST_PLAIN, VEC>(y + k * VEC, v[u]);
+    }
+  }
+}
+
+// The n % VEC elements after the last whole vector, one per thread of the first block.
+template <int VEC, typename I>
+__device__ __forceinline__ void act_tail(const elem_t* DNNCTL_RESTRICT x,
+                                         const elem_t* DNNCTL_RESTRICT bias,
+                                         elem_t* DNNCTL_RESTRICT y, I n, I nvec, I inner, I C,
+                                         float slope) {
+  if (VEC == 1 || blockIdx.x != 0) return;
+  const I e = nvec * VEC + threadIdx.x;
+  if (threadIdx.x < VEC && e < n) {
+    float v[1] = {to_float(x[e])};
+    act_apply<1>(v, bias, e, inner, C, slope);
+    y[e] = from_float<elem_t>(v[0]);
+  }
+}
+
+}  // namespace dnnctl

@@ -1,0 +1,234 @@
+// dnnctl helpers for memory-bound kernels: vector loads/stores of elem_t as fp32, warp and
+// block reductions, Welford and online-softmax combines. NVRTC-compatible (no host headers).
+// Kernels include it as <dnnctl/memory.cuh>; it includes <dnnctl/common.cuh>.
+#pragma once
+#include <dnnctl/common.cuh>
+
+namespace dnnctl {
+
+typedef long long i64;
+
+#define DNNCTL_INF __int_as_float(0x7f800000)
+
+// ---------------------------------------------------------------------------- vector I/O
+// A "vector" is N consecutive elements read or written with as few instructions as possible:
+// 16-byte chunks (ld.global.v4.u32) when N * sizeof(T) >= 16, else one 8/4/2-byte access.
+// The address must be aligned to min(16, N * sizeof(T)) bytes: the host checks pointers and
+// falls back to N = 1 when they are not.
+
+template <int BYTES> struct Bits;
+template <> struct Bits<2> { typedef unsigned short type; };
+template <> struct Bits<4> { typedef unsigned int type; };
+template <> struct Bits<8> { typedef uint2 type; };
+template <> struct Bits<16> { typedef uint4 type; };
+
+enum LoadPolicy { LD_PLAIN = 0, LD_NC = 1, LD_STREAM = 2 };
+enum StorePolicy { ST_PLAIN = 0, ST_STREAM = 1 };
+
+template <int L, typename B>
+__device__ __forceinline__ B ld_bits(const B* p) {
+  if (L == LD_NC) return __ldg(p);        // read-only path; never for data this kernel writes
+  if (L == LD_STREAM) return __ldcs(p);   // evict-first: read once
+  return *p;
+}
+
+template <int S, typename B>
+__device__ __forceinline__ void st_bits(B* p, B v) {
+  if (S == ST_STREAM) __stcs(p, v); else *p = v;
+}
+
+template <typename T, int N>
+struct VecShape {
+  static constexpr int BYTES = N * (int)sizeof(T);
+  static constexpr int CHUNK = BYTES > 16 ? 16 : BYTES;   // bytes per access
+  static constexpr int PER = CHUNK / (int)sizeof(T);       // elements per access
+  static constexpr int COUNT = N / PER;                    // accesses
+  static_assert(PER * COUNT == N, "vector length must fill whole accesses");
+};
+
+template <int L, int N, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[N]) {
+  typedef VecShape<T, N> S;
+  typedef typename Bits<S::CHUNK>::type B;
+#pragma unroll
+  for (int c = 0; c < S::COUNT; ++c) {
+    B b = ld_bits<L>(reinterpret_cast<const B*>(p + c * S::PER));
+    const T* e = reinterpret_cast<const T*>(&b);
+#pragma unroll
+    for (int i = 0; i < S::PER; ++i) f[c * S::PER + i] = to_float(e[i]);
+  }
+}
+
+template <int S_, int N, typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[N]) {
+  typedef VecShape<T, N> S;
+  typedef typename Bits<S::CHUNK>::type B;
+#pragma unroll
+  for (int c = 0; c < S::COUNT; ++c) {
+    B b;
+    T* e = reinterpret_cast<T*>(&b);
+#pragma unroll
+    for (int i = 0; i < S::PER; ++i) e[i] = from_float<T>(f[c * S::PER + i]);
+    st_bits<S_>(reinterpret_cast<B*>(p + c * S::PER), b);
+  }
+}
+
+// fp32 parameter vectors (batch/group norm weights): N floats, 16-byte chunks.
+template <int N>
+__device__ __forceinline__ void load_f32(const float* p, float (&f)[N]) {
+  load_vec<LD_NC, N, float>(p, f);
+}
+
+// ---------------------------------------------------------------------------- reductions
+// Groups of WIDTH consecutive lanes (WIDTH a power of two <= 32). Every lane of the warp must
+// execute these (full mask): kernels keep out-of-range threads alive and let them add identity.
+
+template <int WIDTH>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <int WIDTH>
+__device__ __forceinline__ float group_max(float v) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum / max over NWARPS full warps; every thread gets the result. ``red`` is a
+// shared array of >= 32 floats; the leading barrier makes back-to-back calls safe.
+template <int NWARPS>
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  v = group_sum<32>(v);
+  if (NWARPS == 1) return v;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  return group_sum<32>(lane < NWARPS ? red[lane] : 0.f);
+}
+
+template <int NWARPS>
+__device__ __forceinline__ float block_max(float v, float* red) {
+  v = group_max<32>(v);
+  if (NWARPS == 1) return v;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  return group_max<32>(lane < NWARPS ? red[lane] : -DNNCTL_INF);
+}
+
+// ---------------------------------------------------------------------------- Welford
+// Running (count, mean, M2); combine is Chan et al.'s parallel formula. Counts are floats
+// (exact to 2^24 per partial; partials are combined in float with relative error ~1e-7).
+
+struct Welford {
+  float n, mean, m2;
+};
+
+__device__ __forceinline__ Welford welford_init() { return Welford{0.f, 0.f, 0.f}; }
+
+__device__ __forceinline__ void welford_add(Welford& w, float x) {
+  w.n += 1.f;
+  const float d = x - w.mean;
+  w.mean += d / w.n;
+  w.m2 += d * (x - w.mean);
+}
+
+__device__ __forceinline__ Welford welford_combine(const Welford& a, const Welford& b) {
+  if (b.n == 0.f) return a;
+  if (a.n == 0.f) return b;
+  const float n = a.n + b.n;
+  const float d = b.mean - a.mean;
+  const float fb = b.n / n;
+  return Welford{n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
+}
+
+template <int WIDTH>
+__device__ __forceinline__ Welford group_welford(Welford w) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o >>= 1) {
+    Welford t;
+    t.n = __shfl_xor_sync(0xffffffffu, w.n, o);
+    t.mean = __shfl_xor_sync(0xffffffffu, w.mean, o);
+    t.m2 = __shfl_xor_sync(0xffffffffu, w.m2, o);
+    w = welford_combine(w, t);
+  }
+  return w;
+}
+
+// Block-wide Welford; ``red`` holds >= 96 floats.
+template <int NWARPS>
+__device__ __forceinline__ Welford block_welford(Welford w, float* red) {
+  w = group_welford<32>(w);
+  if (NWARPS == 1) return w;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) {
+    red[wid] = w.n;
+    red[32 + wid] = w.mean;
+    red[64 + wid] = w.m2;
+  }
+  __syncthreads();
+  Welford t = lane < NWARPS ? Welford{red[lane], red[32 + lane], red[64 + lane]} : welford_init();
+  return group_welford<32>(t);
+}
+
+// Per-vector Welford step: the vector's own mean and M2, then one Chan combine.
+template <int VEC>
+__device__ __forceinline__ void welford_add_vec(Welford& w, const float (&f)[VEC]) {
+  if (VEC == 1) {
+    welford_add(w, f[0]);
+    return;
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) s += f[i];
+  const float vm = s * (1.f / VEC);
+  float m2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) m2 += (f[i] - vm) * (f[i] - vm);
+  w = welford_combine(w, Welford{(float)VEC, vm, m2});
+}
+
+// ---------------------------------------------------------------------------- softmax
+// Online (max, sum of exp(x - max)) with the special cases that keep NaN/inf semantics equal
+// to the two-pass formula: a -inf element adds nothing, an empty partial (s == 0) rescales to
+// nothing, and NaN (in x or from inf - inf) reaches the sum and propagates.
+
+__device__ __forceinline__ float fast_exp(float x) {
+#if DNNCTL_DTYPE == 0
+  return expf(x);
+#else
+  return __expf(x);
+#endif
+}
+
+struct MaxSum {
+  float m, s;
+};
+
+__device__ __forceinline__ MaxSum maxsum_init() { return MaxSum{-DNNCTL_INF, 0.f}; }
+
+__device__ __forceinline__ void maxsum_add(MaxSum& a, float x) {
+  const float m = fmaxf(a.m, x);
+  a.s = (a.s == 0.f ? 0.f : a.s * fast_exp(a.m - m)) + (x == -DNNCTL_INF ? 0.f : fast_exp(x - m));
+  a.m = m;
+}
+
+__device__ __forceinline__ MaxSum maxsum_combine(const MaxSum& a, const MaxSum& b) {
+  const float m = fmaxf(a.m, b.m);
+  const float s = (a.s == 0.f ? 0.f : a.s * fast_exp(a.m - m)) +
+                  (b.s == 0.f ? 0.f : b.s * fast_exp(b.m - m));
+  return MaxSum{m, s};
+}
+
+// Rescale a partial to a known row maximum ``m`` (for block-wide combination by sum).
+__device__ __forceinline__ float maxsum_rescale(const MaxSum& a, float m) {
+  return a.s == 0.f ? 0.f : a.s * fast_exp(a.m - m);
+}
+
+}  // namespace dnnctl

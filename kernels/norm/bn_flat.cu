@@ -1,0 +1,50 @@
+// batch_norm inference, flat: resident blocks (grid stride) walk the tensor as one vector
+// stream; each block first folds every channel's (mean, scale, beta) into shared memory
+// (3 * C floats, dynamic). NCHW channel = (e / hw) % C (host: hw % VEC == 0), NHWC channel =
+// e % C (host: C % VEC == 0); else VEC = 1. Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW,
+// 1 NHWC).
+#include <dnnctl/batchnorm.cuh>
+
+#ifndef LAYOUT
+#define LAYOUT 0
+#endif
+
+using namespace dnnctl;
+
+template <int BLOCK, int VEC, int UNROLL, typename I>
+__global__ void __launch_bounds__(BLOCK)
+bn_flat(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* mean,
+        const float* var, const float* w, const float* b, I n, I hw, I C, float eps) {
+  extern __shared__ __align__(16) float sp[];  // mean[C], scale[C], beta[C]
+  for (int c = threadIdx.x; c < (int)C; c += BLOCK)
+    bn_params(mean, var, w, b, eps, c, sp[c], sp[C + c], sp[2 * C + c]);
+  __syncthreads();
+  const I nvec = n / VEC;
+  const I tile = (I)(BLOCK * UNROLL);
+  for (I k0 = (I)blockIdx.x * tile + threadIdx.x; k0 < nvec; k0 += (I)gridDim.x * tile) {
+    float v[UNROLL][VEC];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const I k = k0 + (I)(u * BLOCK);
+      if (k < nvec) load_vec<LD_NC, VEC>(x + k * VEC, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const I k = k0 + (I)(u * BLOCK);
+      if (k < nvec) {
+        const I e = k * VEC;
+#if LAYOUT == 0
+        const int c = (int)((e / hw) % C);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - sp[c]) * sp[C + c] + sp[2 * C + c];
+#else
+        const int c = (int)(e % C);
+#pragma unroll
+        for (int i = 0; i < VEC; ++i)
+          v[u][i] = (v[u][i] - sp[c + i]) * sp[C + c + i] + sp[2 * C + c + i];
+#endif
+        store_vec<ST_PLAIN, VEC>(y + e, v[u]);
+      }
+    }
+  }
+}

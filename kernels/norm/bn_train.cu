@@ -1,0 +1,159 @@
+// batch_norm training forward: per-channel statistics over (N, H, W), then the normalize pass
+// of <dnnctl/batchnorm.cuh> (compile with PARAMS=1: scale = weight * invstd from finalize).
+//
+// bn_stats_*<.., MODE> write one partial (count, mean, M2) per (channel, split) to `part`
+// (C x S x 3 floats):
+//   MODE 0  one fused pass: per-thread sums shifted by the thread's first value (no
+//           cancellation when |mean| >> std), turned into (n, mean, M2) and Chan-combined;
+//   MODE 1  first of two passes: plain sums -> (n, mean, 0);
+//   MODE 2  second pass: sum of (x - mean[c])^2 with the mean of pass 1 -> (n, mean, M2).
+// bn_finalize<STAGE> (a thread per channel) folds the S partials in a fixed order:
+//   STAGE 1 writes the mean only (between the two passes); STAGE 0 / 2 write save_mean,
+//   save_invstd, the running statistics (unbiased variance, momentum; the running arrays may
+//   alias the new ones: each element is read, then written, by one thread) and scale.
+// Defines: DNNCTL_DTYPE, AFFINE, PARAMS=1.
+#include <dnnctl/batchnorm.cuh>
+
+struct Acc {
+  float k, s1, s2, n;
+};
+
+template <int MODE>
+__device__ __forceinline__ void acc_add(Acc& a, float v, float mref) {
+  if (MODE == 0) {
+    if (a.n == 0.f) a.k = v;
+    const float t = v - a.k;
+    a.s1 += t;
+    a.s2 += t * t;
+  } else if (MODE == 1) {
+    a.s1 += v;
+  } else {
+    const float t = v - mref;
+    a.s2 += t * t;
+  }
+  a.n += 1.f;
+}
+
+template <int MODE>
+__device__ __forceinline__ Welford acc_welford(const Acc& a, float mref) {
+  if (a.n == 0.f) return welford_init();
+  if (MODE == 0) {
+    const float d = a.s1 / a.n;
+    return Welford{a.n, a.k + d, fmaxf(a.s2 - a.s1 * d, 0.f)};
+  }
+  if (MODE == 1) return Welford{a.n, a.s1 / a.n, 0.f};
+  return Welford{a.n, mref, a.s2};
+}
+
+// NCHW: grid (C, S). Work items are (n, part) pairs, P parts of `chunk` vectors per plane.
+// Host: hw % VEC == 0 and VEC-aligned x (else VEC = 1).
+template <int BLOCK, int VEC, int MODE>
+__global__ void __launch_bounds__(BLOCK)
+bn_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, const float* mean_in,
+                int N, int C, int hw, int P, int chunk) {
+  __shared__ float red[96];
+  const int c = blockIdx.x;
+  const float mref = MODE == 2 ? mean_in[c] : 0.f;
+  const int nv = hw / VEC;
+  Acc a{0.f, 0.f, 0.f, 0.f};
+  for (i64 item = blockIdx.y; item < (i64)N * P; item += gridDim.y) {
+    const int n = (int)(item / P), p = (int)(item % P);
+    const int begin = p * chunk, end = min(nv, begin + chunk);
+    const elem_t* xp = x + ((i64)n * C + c) * hw;
+    for (int k = begin + (int)threadIdx.x; k < end; k += BLOCK) {
+      float f[VEC];
+      load_vec<LD_NC, VEC>(xp + (i64)k * VEC, f);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc_add<MODE>(a, f[i], mref);
+    }
+  }
+  const Welford t = block_welford<BLOCK / 32>(acc_welford<MODE>(a, mref), red);
+  if (threadIdx.x == 0) {
+    float* o = part + ((i64)c * gridDim.y + blockIdx.y) * 3;
+    o[0] = t.n;
+    o[1] = t.mean;
+    o[2] = t.m2;
+  }
+}
+
+// NHWC: x as M rows of C channels; grid (S, channel tiles). A block is TX = min(C/VEC, BLOCK)
+// channel-vector lanes by RB = BLOCK / TX rows; the RB partials of a channel are folded through
+// shared memory (BLOCK * VEC * 3 floats, dynamic). Host: C % VEC == 0, VEC-aligned x.
+template <int BLOCK, int VEC, int MODE>
+__global__ void __launch_bounds__(BLOCK)
+bn_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, const float* mean_in,
+              i64 M, int C) {
+  extern __shared__ __align__(16) float sw[];  // [3][BLOCK][VEC]
+  const int cvn = C / VEC;
+  const int tx_n = min(cvn, BLOCK);
+  const int rb = BLOCK / tx_n;
+  const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
+  const int cv = blockIdx.y * tx_n + tx;
+  const bool live = ty < rb && cv < cvn;
+  float mref[VEC];
+  Acc a[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    mref[i] = (MODE == 2 && live) ? mean_in[cv * VEC + i] : 0.f;
+    a[i] = Acc{0.f, 0.f, 0.f, 0.f};
+  }
+  if (live) {
+    for (i64 r = (i64)blockIdx.x * rb + ty; r < M; r += (i64)gridDim.x * rb) {
+      float f[VEC];
+      load_vec<LD_NC, VEC>(x + r * C + cv * VEC, f);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc_add<MODE>(a[i], f[i], mref[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    const Welford t = acc_welford<MODE>(a[i], mref[i]);
+    sw[(0 * BLOCK + threadIdx.x) * VEC + i] = t.n;
+    sw[(1 * BLOCK + threadIdx.x) * VEC + i] = t.mean;
+    sw[(2 * BLOCK + threadIdx.x) * VEC + i] = t.m2;
+  }
+  __syncthreads();
+  if (ty != 0 || !live) return;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    Welford t = welford_init();
+    for (int r = 0; r < rb; ++r) {
+      const int j = r * tx_n + tx;
+      t = welford_combine(t, Welford{sw[(0 * BLOCK + j) * VEC + i], sw[(1 * BLOCK + j) * VEC + i],
+                                     sw[(2 * BLOCK + j) * VEC + i]});
+    }
+    float* o = part + ((i64)(cv * VEC + i) * gridDim.x + blockIdx.x) * 3;
+    o[0] = t.n;
+    o[1] = t.mean;
+    o[2] = t.m2;
+  }
+}
+
+template <int STAGE>
+__global__ void __launch_bounds__(128)
+bn_finalize(const float* __restrict__ part, int S, int C, const float* running_mean,
+            const float* running_var, float* new_running_mean, float* new_running_var,
+            float* __restrict__ save_mean, float* __restrict__ save_invstd,
+            const float* __restrict__ w, float* __restrict__ ws_mean,
+            float* __restrict__ ws_scale, float eps, float momentum) {
+  const int c = blockIdx.x * 128 + threadIdx.x;
+  if (c >= C) return;
+  Welford t = welford_init();
+  for (int s = 0; s < S; ++s) {
+    const float* p = part + ((i64)c * S + s) * 3;
+    t = welford_combine(t, Welford{p[0], p[1], p[2]});
+  }
+  if (STAGE == 1) {
+    ws_mean[c] = t.mean;
+    return;
+  }
+  const float mean = STAGE == 2 ? ws_mean[c] : t.mean;
+  const float var = t.m2 / t.n;
+  const float invstd = rsqrtf(var + eps);
+  save_mean[c] = mean;
+  save_invstd[c] = invstd;
+  const float rm = running_mean[c], rv = running_var[c];
+  new_running_mean[c] = (1.f - momentum) * rm + momentum * mean;
+  new_running_var[c] = (1.f - momentum) * rv + momentum * (var * t.n / (t.n - 1.f));
+  ws_scale[c] = AFFINE ? invstd * w[c] : invstd;
+}
