@@ -225,3 +225,38 @@ def _param_value(text: str) -> Any:
 
 
 # -- compat (the matrix as a planning tool) ----------------------------------------------------
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+
+def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = False,
+           matrix: Sequence[str | os.PathLike[str]] = (), save: str | os.PathLike[str] | None = None,
+           timeout: float | None = None) -> DoctorReport:
+    """Judge this machine's GPU stack (or a saved / hand-written snapshot) against the matrix.
+
+    ``from_file`` loads a ``dnnctl-env/1`` snapshot instead of probing; ``deep`` also asks
+    each installed framework in a subprocess; ``matrix`` adds overlay files; ``save`` writes
+    the snapshot (atomically) before it is judged. Raises UsageError / InputFileError for bad
+    arguments and unreadable files; never for what the probes find.
+    """
+    from dnnctl.compat.matrix import load_matrix
+    from dnnctl.doctor.envfile import load_env, save_env
+    from dnnctl.doctor.model import DoctorReport
+    from dnnctl.doctor.rules import judge
+    from dnnctl.errors import UsageError
+
+    if from_file is not None and deep:
+        raise UsageError("--deep probes this machine, so it cannot be combined with --from",
+                         hint="drop --deep to judge the snapshot file, or --from to probe here")
+    table = load_matrix([Path(m) for m in matrix])  # a bad overlay fails before any probing
+    if from_file is not None:
+        env = load_env(from_file)
+    else:
+        from dnnctl.doctor.detect import detect
+
+        env = detect(deep=deep, timeout=timeout)
+    if save is not None:
+        save_env(env, save)
+    return DoctorReport(env, judge(env, table),
+                        origin=str(from_file) if from_file is not None else "detected")
