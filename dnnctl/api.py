@@ -249,13 +249,19 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     if from_file is not None and deep:
         raise UsageError("--deep probes this machine, so it cannot be combined with --from",
                          hint="drop --deep to judge the snapshot file, or --from to probe here")
-    table = load_matrix([Path(m) for m in matrix])  # a bad overlay fails before any probing
     if from_file is not None:
+        table = load_matrix([Path(m) for m in matrix])
         env = load_env(from_file)
     else:
+        from concurrent.futures import ThreadPoolExecutor
+
         from dnnctl.doctor.detect import detect
 
-        env = detect(deep=deep, timeout=timeout)
+        # probing waits on NVML and subprocesses while the matrix YAML is parsed
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            probing = pool.submit(detect, deep=deep, timeout=timeout)
+            table = load_matrix([Path(m) for m in matrix])
+            env = probing.result()
     if save is not None:
         save_env(env, save)
     return DoctorReport(env, judge(env, table),
