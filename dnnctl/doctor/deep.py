@@ -22,6 +22,7 @@ DEEP_TIMEOUT = 90.0
 _PRELUDE = r"""
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a probe, not a job
 out = {}
 def err(key, e):
     out.setdefault("errors", {})[key] = "%s: %s" % (type(e).__name__, e)

@@ -61,7 +61,8 @@ class FakeRunner:
                 return self._cudnn(args, timeout)
             for fw, text in SCRIPTS.items():
                 if script == text:
-                    return self._answer(self.deep.get(fw, None))
+                    return self._answer(self.deep.get(fw, CmdResult(
+                        1, "", f"ModuleNotFoundError: No module named '{fw}'\n")))
             return CmdResult(1, "", "unexpected script")
         name = os.path.basename(argv[0])
         if name not in self.commands:
