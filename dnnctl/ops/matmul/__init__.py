@@ -11,7 +11,7 @@ import sys
 import types
 from typing import Any
 
-from dnnctl.ops.matmul import numpy_variants  # noqa: F401  (registers the CPU variants)
+from dnnctl.ops.matmul import cupy_variants, numpy_variants  # noqa: F401  (registration)
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
 

@@ -1,0 +1,283 @@
+"""CUDA matmul variants: cuBLAS through CuPy, and our own tiled kernels (kernels/gemm/gemm.cu).
+
+* ``cublas``: cublasGemmStridedBatchedEx with fp32 compute (TF32 when the key allows it);
+  with bias / activation it writes fp32 into a workspace and our finish kernel applies the
+  epilogue, so the output is rounded once.
+* ``mma``: tensor cores (mma.sync m16n8k16 fp16/bf16; m16n8k8 TF32 for float32 with tf32),
+  cp.async multi-stage pipeline, ldmatrix, fused epilogue; split-K with a deterministic
+  two-pass reduction.
+* ``mma_atomic``: the same with split-K partial sums added by fp32 atomics (not
+  deterministic: the summation order varies run to run).
+* ``simt``: exact fp32 with FFMA (float32 keys; the only one of ours that does not round
+  inputs to TF32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dnnctl.backends.base import get_backend
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.matmul.gemm_launch import (
+    BIAS_COL,
+    BIAS_NONE,
+    MATH_MMA16,
+    MATH_SIMT,
+    MAX_GRID_Z,
+    GemmDesc,
+    finish_kernel,
+    launch_finish,
+    make_gemm,
+    math_for,
+    ptr,
+    split_plan,
+    tile_config,
+    tile_ok,
+    workspace_elems,
+)
+from dnnctl.ops.matmul.op import ACT_CODES
+from dnnctl.ops.registry import register_variant
+
+
+def matmul_desc(p: Problem) -> GemmDesc:
+    """The GemmDesc of a matmul problem (operands in their stored layouts)."""
+    m, n, k = p["m"], p["n"], p["k"]
+    ta, tb = p["trans_a"], p["trans_b"]
+    return GemmDesc(
+        dtype=p["dtype"], m=m, n=n, k=k, batch=p["batch"], a_kmajor=not ta, b_kmajor=tb,
+        lda=m if ta else k, ldb=k if tb else n, ldc=n, sa=m * k, sb=k * n, sc=m * n,
+        act=ACT_CODES[p["activation"]], bias_mode=BIAS_COL if p["bias"] else BIAS_NONE)
+
+
+def _round_up(x: int, q: int) -> int:
+    return -(-x // q) * q
+
+
+def _pow2_at_least(x: int, lo: int, hi: int) -> int:
+    v = lo
+    while v < x and v < hi:
+        v *= 2
+    return v
+
+
+class TiledGemmParams:
+    """Parameter-space rules shared by the tiled GEMM variants (matmul and conv)."""
+
+    simt: ClassVar[bool] = False
+    atomic: ClassVar[bool] = False
+
+    @staticmethod
+    def space_ok(params: Mapping[str, Any], math_kind: int, dtype: str, m: int, n: int, k: int,
+                 batch: int, device: Any, atomic: bool) -> bool:
+        """Legal tile (warps, registers, shared memory) that makes sense for an M x N x K
+        product: no tile twice the problem, split-K only while the grid underfills the GPU,
+        each split at least two k-tiles, no more stages than k-tiles to prefetch."""
+        cfg = tile_config(params, math_kind)
+        if cfg is None or not tile_ok(cfg, dtype, device):
+            return False
+        if math_kind == MATH_SIMT and cfg.acc_per_thread > 64:
+            return False  # FFMA tiles above 64 accumulators spill
+        if cfg.bm > 32 and cfg.bm >= 2 * _round_up(m, 16):
+            return False
+        if cfg.bn > 64 and cfg.bn >= 2 * _round_up(n, 16):
+            return False
+        sms = getattr(device, "sm_count", 0) or 132
+        tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+        if tiles >= 4 * sms and cfg.bm * cfg.bn < 64 * 64:
+            return False  # plenty of work: small tiles only waste bandwidth
+        ktiles = -(-k // cfg.bk)
+        splitk = params["splitk"]
+        if splitk > 1:
+            if ktiles < 2 * splitk or tiles >= sms or batch * splitk > MAX_GRID_Z:
+                return False
+            if split_plan(k, cfg.bk, splitk)[1] != splitk:
+                return False  # fewer effective splits: a duplicate of a smaller splitk
+        elif atomic:
+            return False
+        per_split = -(-ktiles // splitk)
+        return cfg.stages <= 2 or cfg.stages - 1 <= per_split
+
+    @staticmethod
+    def heuristic(math_kind: int, m: int, n: int, k: int, batch: int,
+                  device: Any, atomic: bool) -> dict[str, Any]:
+        """A sound configuration without tuning: 128 x 128 tiles on big products, tiles
+        shrunk to skinny shapes, split-K until the grid covers the GPU."""
+        sms = getattr(device, "sm_count", 0) or 132
+        if math_kind == MATH_SIMT:
+            bm, bn, bk, warps, stages = 128, 64, 16, 4, 3
+        else:
+            bm = 128 if m >= 128 else _pow2_at_least(m, 16, 128)
+            bn = 128 if n >= 128 else _pow2_at_least(n, 32, 128)
+            bk = 32
+            warps = 4
+            stages = 4 if math_kind == MATH_MMA16 else 3
+        tiles = -(-m // bm) * -(-n // bn) * batch
+        ktiles = -(-k // bk)
+        splitk = 2 if atomic else 1
+        while (splitk * 2 <= 16 and tiles * splitk * 2 <= sms and ktiles >= 8 * splitk):
+            splitk *= 2
+        return {"bm": bm, "bn": bn, "bk": bk, "warps": warps, "stages": stages,
+                "splitk": splitk}
+
+
+class _TiledMatmul(TiledGemmParams, Variant):
+    op = "matmul"
+    backend = "cupy"
+    source = "gemm/gemm.cu"
+
+    def _math(self, p: Problem) -> int:
+        return math_for(p["dtype"], p["tf32"], self.simt)
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if device.cc_tuple < (8, 0):
+            return unsupported(f"needs compute capability >= 8.0 (cp.async, bf16 mma); "
+                               f"{device.name} is {device.compute_capability}")
+        dtype = problem["dtype"]
+        if self.simt and dtype != "float32":
+            return unsupported("simt is the fp32 FFMA kernel; fp16/bf16 use mma")
+        if not self.simt and dtype == "float32" and not problem["tf32"]:
+            return unsupported("float32 without tf32: tensor cores would round the inputs "
+                               "to TF32; simt computes exact fp32 (or pass tf32=True)")
+        if problem["batch"] > MAX_GRID_Z:
+            return unsupported(f"batch {problem['batch']} exceeds the grid limit {MAX_GRID_Z}")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        p = problem
+        return self.space_ok(params, self._math(p), p["dtype"], p["m"], p["n"], p["k"],
+                             p["batch"], device, self.atomic)
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        p = problem
+        params = self.heuristic(self._math(p), p["m"], p["n"], p["k"], p["batch"], device,
+                                self.atomic)
+        if self.check_params(params) is None and self.valid_params(p, params, device):
+            return params
+        return next(iter(self.param_space(p, device)), None)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 4 * workspace_elems(matmul_desc(problem), params["bk"], params["splitk"],
+                                   self.atomic)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        cfg = tile_config(params, self._math(problem))
+        if cfg is None or not tile_ok(cfg, problem["dtype"], device):
+            raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
+                                   f"form a legal tile on {device.name}")
+        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic, device)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            run(inputs["a"], inputs["b"], outputs["y"], inputs.get("bias"), None)
+
+        return kernel
+
+
+_MMA_SPACE = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32, 64),
+              "warps": (4, 8), "stages": (2, 3, 4, 5)}
+
+
+@register_variant
+class MmaMatmul(_TiledMatmul):
+    """Our tensor-core GEMM (deterministic split-K)."""
+
+    name = "mma"
+    params = {**_MMA_SPACE, "splitk": (1, 2, 4, 8, 16)}
+    doc = ("tiled tensor-core GEMM: mma.sync (fp16/bf16, or tf32 for float32 with tf32), "
+           "cp.async pipeline, ldmatrix, fused bias+activation, deterministic split-K")
+
+
+@register_variant
+class MmaAtomicMatmul(_TiledMatmul):
+    """Our tensor-core GEMM with split-K partial sums added by fp32 atomics."""
+
+    name = "mma_atomic"
+    atomic = True
+    deterministic = False
+    params = {**_MMA_SPACE, "splitk": (2, 4, 8, 16)}
+    doc = "tiled tensor-core GEMM, split-K reduced with fp32 atomics (not deterministic)"
+
+
+@register_variant
+class SimtMatmul(_TiledMatmul):
+    """Our exact-fp32 FFMA GEMM."""
+
+    name = "simt"
+    simt = True
+    params = {"bm": (32, 64, 128), "bn": (32, 64, 128), "bk": (8, 16, 32), "warps": (4, 8),
+              "stages": (2, 3, 4), "splitk": (1, 2, 4, 8)}
+    doc = "tiled fp32 FFMA GEMM (exact fp32), cp.async pipeline, fused epilogue, split-K"
+
+
+# ----------------------------------------------------------------------------- cuBLAS
+
+_CUDA_R = {"float32": 0, "float16": 2, "bfloat16": 14}  # cudaDataType
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
+_OP_N, _OP_T = 0, 1
+_GEMM_DEFAULT = -1
+
+
+@register_variant
+class CublasMatmul(Variant):
+    """cuBLAS (through CuPy's bindings) with our epilogue kernel."""
+
+    op = "matmul"
+    name = "cublas"
+    backend = "cupy"
+    source = "gemm/epilogue.cu"
+    doc = "cublasGemmStridedBatchedEx (fp32 compute; TF32 if allowed) + our fused epilogue"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["dtype"] == "bfloat16" and device.cc_tuple < (8, 0):
+            return unsupported("cuBLAS bf16 GEMM needs compute capability >= 8.0")
+        p = problem
+        if max(p["m"], p["n"], p["k"]) >= 2**31 or p["batch"] >= 2**31:
+            return unsupported("cuBLAS takes 32-bit sizes")
+        return SUPPORTED
+
+    @staticmethod
+    def _epilogue(p: Problem) -> bool:
+        return p["bias"] or p["activation"] != "none"
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        p = problem
+        return 4 * p["batch"] * p["m"] * p["n"] if self._epilogue(p) else 0
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import cupy
+        from cupy_backends.cuda.libs import cublas
+
+        p = problem
+        m, n, k, bt = p["m"], p["n"], p["k"], p["batch"]
+        ta, tb = p["trans_a"], p["trans_b"]
+        dt = _CUDA_R[p["dtype"]]
+        compute = _COMPUTE_32F_FAST_TF32 if p["tf32"] else _COMPUTE_32F
+        epi = self._epilogue(p)
+        fin = finish_kernel(p["dtype"], ACT_CODES[p["activation"]],
+                            BIAS_COL if p["bias"] else BIAS_NONE, False, 0) if epi else None
+        one = np.ones((), dtype=np.float32)
+        zero = np.zeros((), dtype=np.float32)
+        xp = get_backend("cupy").xp
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            a, b, y = inputs["a"], inputs["b"], outputs["y"]
+            c = xp.empty((bt * m * n,), dtype=np.float32) if epi else y
+            handle = cupy.cuda.device.get_cublas_handle()
+            # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b
+            cublas.gemmStridedBatchedEx(
+                handle, _OP_T if tb else _OP_N, _OP_T if ta else _OP_N, n, m, k,
+                one.ctypes.data, ptr(b), dt, k if tb else n, k * n,
+                ptr(a), dt, m if ta else k, m * k,
+                zero.ctypes.data, ptr(c), 0 if epi else dt, n, m * n,
+                bt, compute, _GEMM_DEFAULT)
+            if fin is not None:
+                launch_finish(fin, c, y, inputs.get("bias"), None, m=m, n=n, batch=bt,
+                              splits=1, ldc=n, sc=m * n, s_bias=0,
+                              sm_count=device.sm_count or 132)
+
+        return kernel

@@ -1,0 +1,275 @@
+"""Host side of our tiled GEMM kernels (kernels/gemm/gemm.cu and the split-K finish in
+kernels/gemm/epilogue.cu): tile configurations, compile-time defines, shared-memory sizes,
+workspace sizes and launches. The matmul variants and the conv2d gemm_1x1 variant use it.
+
+A :class:`GemmDesc` is one strided-batched product ``C[b] = epi(A[b] @ B[b])`` for
+``b < batch`` with ``A[b] = A + b * sa`` (M x K, K contiguous when ``a_kmajor`` else M
+contiguous, leading dimension ``lda``), likewise B (K x N; ``b_kmajor`` means stored N x K)
+and row-major C. :func:`make_gemm` compiles the kernels for it and returns a launcher.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.errors import KernelLaunchError
+
+MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
+BIAS_NONE, BIAS_COL, BIAS_ROW = 0, 1, 2
+OUT_STORE, OUT_PARTIAL, OUT_ATOMIC = 0, 1, 2
+DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DEFAULT_SMEM_OPTIN = 227 * 1024  # H100 / H200 per-block opt-in limit
+MAX_GRID_Z = 65535
+
+
+def math_for(dtype: str, tf32: bool, simt: bool = False) -> int:
+    """The math policy for a dtype: mma16 for fp16/bf16, tf32 mma or SIMT FFMA for fp32."""
+    if dtype != "float32":
+        return MATH_MMA16
+    return MATH_SIMT if simt or not tf32 else MATH_TF32
+
+
+def vec_for(extent: int, elem_bytes: int) -> int:
+    """Elements per global load: the largest power of two <= 16 bytes dividing ``extent``."""
+    v = 16 // elem_bytes
+    while v > 1 and extent % v:
+        v //= 2
+    return v
+
+
+def warp_layout(bm: int, bn: int, warps: int, math_kind: int) -> tuple[int, int] | None:
+    """(warps along M, warps along N) giving the squarest legal warp tiles, or None.
+
+    mma warp tiles are multiples of 16 x 16 (ldmatrix.x4 loads two n8 tiles of B); SIMT warp
+    tiles are multiples of 4 x 8 (lanes as 4 x 8).
+    """
+    um, un = (4, 8) if math_kind == MATH_SIMT else (16, 16)
+    best: tuple[float, int, int] | None = None
+    wm = 1
+    while wm <= warps:
+        wn = warps // wm
+        if wm * wn == warps and bm % (wm * um) == 0 and bn % (wn * un) == 0:
+            skew = abs(math.log2((bm // wm) / (bn // wn)))
+            if best is None or skew < best[0]:
+                best = (skew, wm, wn)
+        wm *= 2
+    return None if best is None else (best[1], best[2])
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Block tile, warps and pipeline of one kernel instantiation."""
+
+    math: int
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return self.wm * self.wn * 32
+
+    @property
+    def acc_per_thread(self) -> int:
+        return (self.bm // self.wm) * (self.bn // self.wn) // 32
+
+    def smem_bytes(self, dtype: str) -> int:
+        elem = 4 if self.math != MATH_MMA16 else ELEM_BYTES[dtype]
+        return self.stages * (self.bm + self.bn) * self.bk * elem
+
+
+def tile_config(params: Mapping[str, Any], math_kind: int) -> TileConfig | None:
+    """The TileConfig of a variant's parameters (bm, bn, bk, warps, stages), or None."""
+    layout = warp_layout(params["bm"], params["bn"], params["warps"], math_kind)
+    if layout is None:
+        return None
+    return TileConfig(math_kind, params["bm"], params["bn"], params["bk"], layout[0],
+                      layout[1], params["stages"])
+
+
+def tile_ok(cfg: TileConfig, dtype: str, device: DeviceInfo | None) -> bool:
+    """Register and shared-memory budget of a configuration on ``device``."""
+    if cfg.acc_per_thread > 128 or cfg.acc_per_thread < 8:
+        return False
+    if cfg.math == MATH_MMA16 and cfg.bk % 16:
+        return False
+    if cfg.math == MATH_TF32 and cfg.bk % 8:
+        return False
+    limit = (device.smem_per_block_optin if device is not None else 0) or DEFAULT_SMEM_OPTIN
+    return cfg.smem_bytes(dtype) <= limit
+
+
+def split_plan(k: int, bk: int, splitk: int) -> tuple[int, int]:
+    """(kchunk, splits): K per split (a multiple of bk) and the number of non-empty splits."""
+    ktiles = max(1, -(-k // bk))
+    per = -(-ktiles // max(1, splitk))
+    return per * bk, -(-ktiles // per)
+
+
+@dataclass(frozen=True)
+class GemmDesc:
+    """One strided-batched GEMM with its fused epilogue (see the module docstring)."""
+
+    dtype: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    a_kmajor: bool
+    b_kmajor: bool
+    lda: int
+    ldb: int
+    ldc: int
+    sa: int
+    sb: int
+    sc: int
+    act: int = 0
+    bias_mode: int = BIAS_NONE
+    s_bias: int = 0
+    residual: bool = False
+
+    def vecs(self) -> tuple[int, int]:
+        """Load widths: each divides its operand's leading dimension, its contiguous extent
+        (so a piece is wholly inside or outside the matrix) and its batch stride."""
+        eb = ELEM_BYTES[self.dtype]
+        ga = math.gcd(self.lda, self.k if self.a_kmajor else self.m)
+        gb = math.gcd(self.ldb, self.k if self.b_kmajor else self.n)
+        if self.batch > 1:
+            ga, gb = math.gcd(ga, self.sa), math.gcd(gb, self.sb)
+        return vec_for(ga, eb), vec_for(gb, eb)
+
+    def pair_ok(self) -> bool:
+        """Two adjacent outputs form one aligned store (ldc and batch stride even)."""
+        return self.ldc % 2 == 0 and (self.batch == 1 or self.sc % 2 == 0)
+
+
+def workspace_elems(desc: GemmDesc, bk: int, splitk: int, atomic: bool) -> int:
+    """fp32 elements of split-K workspace (0 without split-K)."""
+    if atomic:
+        return desc.batch * desc.m * desc.n
+    if splitk <= 1:
+        return 0
+    _, splits = split_plan(desc.k, bk, splitk)
+    return 0 if splits <= 1 else splits * desc.batch * desc.m * desc.n
+
+
+def ptr(x: Any) -> int:
+    """Device (or host) address of an array's first element."""
+    if isinstance(x, np.ndarray):  # the emulator, or host data (ctypes refuses bfloat16)
+        return int(x.__array_interface__["data"][0])
+    return int(x.data.ptr)
+
+
+def _aligned(x: Any, nbytes: int, xp: Any) -> Any:
+    """``x`` itself when its address is a multiple of nbytes, else an aligned copy."""
+    if x is None or ptr(x) % nbytes == 0:
+        return x
+    y = xp.empty(x.shape, dtype=x.dtype)
+    y[...] = x
+    return y
+
+
+def load_kernel(source: str, name: str, defines: Mapping[str, int], smem: int) -> Any:
+    """Compile (memoized by the backend) and fetch one kernel; opt in to its shared memory."""
+    mod = get_backend("cupy").compile_module(source, defines=dict(defines))
+    fn = mod.get_function(name)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    return fn
+
+
+def finish_kernel(dtype: str, act: int, bias_mode: int, residual: bool, layout: int) -> Any:
+    """The split-K finish kernel (sums fp32 slabs, applies the epilogue, stores)."""
+    defines = {"DNNCTL_DTYPE": DTYPE_CODES[dtype], "EPI_ACT": act, "EPI_BIAS": bias_mode,
+               "EPI_RES": int(residual), "EPI_LAYOUT": layout}
+    return load_kernel("gemm/epilogue.cu", "splitk_finish", defines, 0)
+
+
+def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: int,
+                  batch: int, splits: int, ldc: int, sc: int, s_bias: int, pq: int = 1,
+                  img_stride: int = 0, sm_count: int = 132) -> None:
+    total = m * n * batch
+    blocks = max(1, min(-(-total // 256), sm_count * 16))
+    i32, i64 = np.int32, np.int64
+    fn((blocks, 1, 1), (256, 1, 1),
+       (ws, c, bias, res, i32(m), i32(n), i32(batch), i32(splits), i64(ldc), i64(sc),
+        i64(s_bias), i64(pq), i64(img_stride)))
+
+
+def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
+              device: DeviceInfo) -> Callable[..., None]:
+    """Compile the kernels of ``desc`` with ``cfg`` and return ``run(a, b, c, bias, res)``.
+
+    ``splitk`` > 1 reduces K in slices: into per-split fp32 slabs summed in order by the
+    finish kernel (deterministic), or, with ``atomic``, into one slab by fp32 atomics.
+    """
+    va, vb = desc.vecs()
+    eb = ELEM_BYTES[desc.dtype]
+    kchunk, splits = split_plan(desc.k, cfg.bk, splitk if not atomic else max(2, splitk))
+    if not atomic and splits <= 1:
+        kchunk, splits = desc.k, 1
+    if desc.batch * splits > MAX_GRID_Z:
+        raise KernelLaunchError(f"gemm: batch {desc.batch} x splits {splits} exceeds the "
+                                f"grid limit {MAX_GRID_Z}", hint="use fewer splits")
+    out_mode = OUT_ATOMIC if atomic else (OUT_PARTIAL if splits > 1 else OUT_STORE)
+    pair = desc.pair_ok()
+    defines = {
+        "DNNCTL_DTYPE": DTYPE_CODES[desc.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
+        "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
+        "GEMM_STAGES": cfg.stages, "GEMM_A_KMAJOR": int(desc.a_kmajor),
+        "GEMM_B_KMAJOR": int(desc.b_kmajor), "GEMM_VEC_A": va, "GEMM_VEC_B": vb,
+        "EPI_ACT": desc.act if out_mode == OUT_STORE else 0,
+        "EPI_BIAS": desc.bias_mode if out_mode == OUT_STORE else BIAS_NONE,
+        "EPI_RES": int(desc.residual and out_mode == OUT_STORE),
+        "EPI_OUT": out_mode,
+        "EPI_PAIR": int(pair if out_mode == OUT_STORE else desc.n % 2 == 0),
+    }
+    smem = cfg.smem_bytes(desc.dtype)
+    main = load_kernel("gemm/gemm.cu", "gemm_kernel", defines, smem)
+    fin = None
+    if out_mode != OUT_STORE:
+        fin = finish_kernel(desc.dtype, desc.act, desc.bias_mode, desc.residual, 0)
+    tiles = -(-desc.m // cfg.bm) * -(-desc.n // cfg.bn)
+    grid = (tiles, 1, desc.batch * splits)
+    block = (cfg.threads, 1, 1)
+    ws_elems = desc.batch * desc.m * desc.n * (1 if atomic else splits) if fin else 0
+    xp = get_backend("cupy").xp
+    i32, i64 = np.int32, np.int64
+    d = desc
+
+    def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
+        a = _aligned(a, va * eb, xp)
+        b = _aligned(b, vb * eb, xp)
+        c_out = c if ptr(c) % (2 * eb) == 0 else xp.empty(c.shape, dtype=c.dtype)
+        res = _aligned(res, 2 * eb, xp)
+        ws = None
+        if fin is not None:
+            ws = xp.empty((ws_elems,), dtype=np.float32)
+            if atomic:
+                ws.fill(0)
+        main(grid, block,
+             (a, b, c_out, bias, res, ws, i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb),
+              i64(d.ldc), i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch),
+              i32(splits), i32(kchunk)), shared_mem=smem)
+        if fin is not None:
+            launch_finish(fin, ws, c_out, bias, res, m=d.m, n=d.n, batch=d.batch,
+                          splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc, s_bias=d.s_bias,
+                          sm_count=device.sm_count or 132)
+        if c_out is not c:
+            c[...] = c_out
+
+    return run
+
+
+def with_epilogue(desc: GemmDesc, act: int, bias_mode: int, residual: bool) -> GemmDesc:
+    return replace(desc, act=act, bias_mode=bias_mode, residual=residual)

@@ -1,0 +1,333 @@
+// dnnctl tiled GEMM core shared by the matmul and convolution kernels.
+//
+// A block computes a BM x BN tile of C = A (M x K) * B (K x N) over a range of K (split-K),
+// with WM x WN warps. Operand tiles stream through a STAGES-deep ring of shared-memory
+// buffers filled by cp.async (zero-filled outside the matrix), one __syncthreads per k-tile:
+//
+//   prologue: issue k-tiles 0 .. STAGES-2, one commit group each
+//   kt:       wait until k-tile kt landed; sync (everyone also left k-tile kt-1's buffer);
+//             issue k-tile kt+STAGES-1 into that buffer; compute on k-tile kt.
+//
+// Math policies: MATH_MMA16 (fp16/bf16 mma.sync m16n8k16 with ldmatrix), MATH_TF32 (fp32 data,
+// mma.sync m16n8k8 on tf32-rounded values), MATH_SIMT (fp32 FFMA). Loaders decide where the
+// elements come from (a strided matrix here; an implicit im2col gather in the conv kernels).
+//
+// Shared-memory tiles are rows of 16-byte chunks with an XOR swizzle of the chunk index, so
+// cp.async stores, ldmatrix and the scalar fragment loads are free of bank conflicts.
+#pragma once
+#include <dnnctl/epilogue.cuh>
+#include <dnnctl/ptx.cuh>
+
+namespace dnnctl {
+
+enum Math { MATH_MMA16 = 0, MATH_TF32 = 1, MATH_SIMT = 2 };
+
+template <int X>
+struct Log2 {
+  static constexpr int value = 1 + Log2<X / 2>::value;
+};
+template <>
+struct Log2<1> {
+  static constexpr int value = 0;
+};
+
+// ROWS x COLS elements of T; byte offset of (r, c) with the chunk index XOR-swizzled by the
+// row so that any 8 consecutive rows at one chunk column hit 8 different bank groups.
+template <typename T, int ROWS, int COLS>
+struct SmemTile {
+  static constexpr int EB = sizeof(T);
+  static constexpr int W = COLS * EB;  // bytes per row
+  static_assert(W % 16 == 0, "tile rows must be whole 16-byte chunks");
+  static constexpr int NC = W / 16;
+  static_assert((NC & (NC - 1)) == 0, "chunks per row must be a power of two");
+  static constexpr int S = NC < 8 ? NC : 8;
+  static constexpr int SHIFT = 3 - Log2<S>::value;
+  static constexpr int BYTES = ROWS * W;
+
+  __device__ __forceinline__ static int offset(int r, int c) {
+    const int cb = c * EB;
+    const int phys = (cb >> 4) ^ ((r >> SHIFT) & (S - 1));
+    return r * W + (phys << 4) + (cb & 15);
+  }
+};
+
+template <typename T_, int MATH_, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_,
+          bool A_KMAJOR_, bool B_KMAJOR_>
+struct GemmCfg {
+  typedef T_ T;  // element type in shared memory (and of the inputs)
+  static constexpr int MATH = MATH_, BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr bool A_KMAJOR = A_KMAJOR_, B_KMAJOR = B_KMAJOR_;
+  static constexpr int NT = WM * WN * 32;
+  static constexpr int WTM = BM / WM, WTN = BN / WN;  // warp tile
+  static_assert(BM % WM == 0 && BN % WN == 0, "warps must tile the block");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  typedef SmemTile<T, A_KMAJOR ? BM : BK, A_KMAJOR ? BK : BM> TileA;
+  typedef SmemTile<T, B_KMAJOR ? BN : BK, B_KMAJOR ? BK : BN> TileB;
+  static constexpr int STAGE_BYTES = TileA::BYTES + TileB::BYTES;
+  static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES;
+
+  // byte offsets of A(m, k) and B(k, n) inside one stage's tiles
+  __device__ __forceinline__ static int a_off(int m, int k) {
+    return A_KMAJOR ? TileA::offset(m, k) : TileA::offset(k, m);
+  }
+  __device__ __forceinline__ static int b_off(int k, int n) {
+    return B_KMAJOR ? TileB::offset(n, k) : TileB::offset(k, n);
+  }
+};
+
+// Copy VEC elements global -> shared (async when the piece is >= 4 bytes, else through a
+// register); zero when !ok.
+template <typename T, int VEC>
+__device__ __forceinline__ void copy_piece(unsigned char* dst, const T* src, bool ok) {
+  constexpr int BYTES = VEC * (int)sizeof(T);
+  static_assert(BYTES <= 16, "a piece is at most 16 bytes");
+  if constexpr (BYTES >= 4) {
+    cp_async<BYTES>(dst, src, ok);
+  } else {
+    sts<T>(dst, ok ? ldg(src) : from_float<T>(0.f));
+  }
+}
+
+// A strided row-major matrix seen through the tile: KMAJOR means the reduction index is the
+// contiguous one (tile rows = M or N, tile cols = K), else tile rows = K. VEC divides the
+// leading dimension and the base is VEC-element aligned, so a piece is all in or all out.
+template <class C, int ROWS, int COLS, int VEC, bool KMAJOR>
+struct MatLoader {
+  typedef typename C::T T;
+  typedef SmemTile<T, ROWS, COLS> Tile;
+  static constexpr int CPR = COLS / VEC;  // pieces per tile row
+  static constexpr int PIECES = ROWS * CPR;
+  static constexpr int ITERS = (PIECES + C::NT - 1) / C::NT;
+  static_assert(COLS % VEC == 0, "a piece never straddles a tile row");
+  const T* base;  // this batch's matrix
+  long long ld;
+  int mn0;     // first m (A) or n (B) of the block's tile
+  int mn_lim;  // M or N
+  int k_begin, k_end;
+
+  __device__ __forceinline__ void load(unsigned char* dst, int kt) const {
+    const int k0 = k_begin + kt * (KMAJOR ? COLS : ROWS);
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int p = (int)threadIdx.x + it * C::NT;
+      if (PIECES % C::NT != 0 && p >= PIECES) break;
+      const int tr = p / CPR, tc = (p % CPR) * VEC;
+      const int r = KMAJOR ? mn0 + tr : k0 + tr;
+      const int c = KMAJOR ? k0 + tc : mn0 + tc;
+      const bool ok = KMAJOR ? (r < mn_lim && c < k_end) : (r < k_end && c < mn_lim);
+      const T* src = ok ? base + (long long)r * ld + c : base;
+      copy_piece<T, VEC>(dst + Tile::offset(tr, tc), src, ok);
+    }
+  }
+};
+
+// ----------------------------------------------------------------------------- math
+
+template <class C, int MATH>
+struct GemmMath;
+
+// Accumulators of the mma policies: per warp (WTM/16) x (WTN/8) tiles of 16 x 8; element
+// (mt, nt, v) is row g (+8 for v >= 2), column 2t + (v & 1), with g = lane / 4, t = lane % 4.
+template <class C>
+struct MmaAccum {
+  static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static_assert(C::WTM % 16 == 0 && C::WTN % 16 == 0, "mma warp tiles are multiples of 16");
+  float acc[MT][NT8][4];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+  }
+
+  template <class E>
+  __device__ __forceinline__ void epilogue(const E& e, int row0, int col0, int lane) const {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT8; ++nt) {
+        const int r = row0 + mt * 16 + g, c = col0 + nt * 8 + 2 * t;
+        e.store2(r, c, acc[mt][nt][0], acc[mt][nt][1]);
+        e.store2(r + 8, c, acc[mt][nt][2], acc[mt][nt][3]);
+      }
+  }
+};
+
+// fp16 / bf16 tensor cores: mma.sync m16n8k16, fragments by ldmatrix (.trans for operands
+// whose contiguous index is M or N).
+template <class C>
+struct GemmMath<C, MATH_MMA16> : MmaAccum<C> {
+  static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static_assert(C::BK % 16 == 0, "mma16 needs BK % 16 == 0");
+  typedef typename C::T T;
+
+  __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
+                                          int wm0, int wn0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < C::BK; kk += 16) {
+      unsigned a[MT][4];
+      unsigned b[NT8][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if (C::A_KMAJOR) {
+          const int row = wm0 + mt * 16 + (lane & 15);
+          const int col = kk + (lane >> 4) * 8;
+          ldmatrix_x4(a[mt], sA + C::TileA::offset(row, col));
+        } else {
+          const int krow = kk + (lane & 7) + (lane >> 4) * 8;
+          const int mcol = wm0 + mt * 16 + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4_trans(a[mt], sA + C::TileA::offset(krow, mcol));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < NT8 / 2; ++np) {
+        unsigned r[4];
+        if (C::B_KMAJOR) {
+          const int nrow = wn0 + np * 16 + (lane & 7) + (lane >> 4) * 8;
+          const int kcol = kk + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(r, sB + C::TileB::offset(nrow, kcol));
+        } else {
+          const int krow = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int ncol = wn0 + np * 16 + (lane >> 4) * 8;
+          ldmatrix_x4_trans(r, sB + C::TileB::offset(krow, ncol));
+        }
+        b[2 * np][0] = r[0];
+        b[2 * np][1] = r[1];
+        b[2 * np + 1][0] = r[2];
+        b[2 * np + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt) mma_16816<T>(this->acc[mt][nt], a[mt], b[nt]);
+    }
+  }
+};
+
+// fp32 data on TF32 tensor cores: m16n8k8, fragments read element by element.
+template <class C>
+struct GemmMath<C, MATH_TF32> : MmaAccum<C> {
+  static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static_assert(C::BK % 8 == 0, "tf32 needs BK % 8 == 0");
+
+  __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
+                                          int wm0, int wn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < C::BK; kk += 8) {
+      unsigned a[MT][4];
+      unsigned b[NT8][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m = wm0 + mt * 16 + g, k = kk + t;
+        a[mt][0] = to_tf32(lds<float>(sA + C::a_off(m, k)));
+        a[mt][1] = to_tf32(lds<float>(sA + C::a_off(m + 8, k)));
+        a[mt][2] = to_tf32(lds<float>(sA + C::a_off(m, k + 4)));
+        a[mt][3] = to_tf32(lds<float>(sA + C::a_off(m + 8, k + 4)));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT8; ++nt) {
+        const int n = wn0 + nt * 8 + g, k = kk + t;
+        b[nt][0] = to_tf32(lds<float>(sB + C::b_off(k, n)));
+        b[nt][1] = to_tf32(lds<float>(sB + C::b_off(k + 4, n)));
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT8; ++nt) mma_1688_tf32(this->acc[mt][nt], a[mt], b[nt]);
+    }
+  }
+};
+
+// fp32 FFMA: lanes as 4 (m) x 8 (n); lane (lm, ln) owns rows lm + 4i and cols ln + 8j of
+// the warp tile, so one k step reads TM + TN shared values for TM * TN FMAs.
+template <class C>
+struct GemmMath<C, MATH_SIMT> {
+  static constexpr int TM = C::WTM / 4, TN = C::WTN / 8;
+  static_assert(C::WTM % 4 == 0 && C::WTN % 8 == 0, "simt warp tiles are 4i x 8j");
+  float acc[TM][TN];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+  }
+
+  __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
+                                          int wm0, int wn0, int lane) {
+    const int lm = lane >> 3, ln = lane & 7;
+#pragma unroll
+    for (int k = 0; k < C::BK; ++k) {
+      float a[TM], b[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a[i] = lds<float>(sA + C::a_off(wm0 + lm + 4 * i, k));
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b[j] = lds<float>(sB + C::b_off(k, wn0 + ln + 8 * j));
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+  }
+
+  template <class E>
+  __device__ __forceinline__ void epilogue(const E& e, int row0, int col0, int lane) const {
+    const int lm = lane >> 3, ln = lane & 7;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) {
+        const int r = row0 + lm + 4 * i, c = col0 + ln + 8 * j;
+        if (r < e.m && c < e.n) e.store1(r, c, acc[i][j]);
+      }
+  }
+};
+
+// ----------------------------------------------------------------------------- mainloop
+
+template <class C, class M, class LA, class LB>
+__device__ __forceinline__ void gemm_mainloop(M& math, const LA& la, const LB& lb,
+                                              unsigned char* smem, int ktiles, int wm0,
+                                              int wn0, int lane) {
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < ktiles) {
+      la.load(smem + s * C::STAGE_BYTES, s);
+      lb.load(smem + s * C::STAGE_BYTES + C::TileA::BYTES, s);
+    }
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<C::STAGES - 2>();
+    block_sync();
+    const int nk = kt + C::STAGES - 1;
+    if (nk < ktiles) {
+      unsigned char* st = smem + (nk % C::STAGES) * C::STAGE_BYTES;
+      la.load(st, nk);
+      lb.load(st + C::TileA::BYTES, nk);
+    }
+    cp_async_commit();
+    const unsigned char* cur = smem + (kt % C::STAGES) * C::STAGE_BYTES;
+    math.compute(cur, cur + C::TileA::BYTES, wm0, wn0, lane);
+  }
+  cp_async_wait<0>();
+}
+
+// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share
+// A rows and B columns in L2.
+__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm,
+                                            int& tn) {
+  const int group = 8 * tiles_n;
+  const int first_m = (pid / group) * 8;
+  const int rows = min(tiles_m - first_m, 8);
+  tm = first_m + (pid % group) % rows;
+  tn = (pid % group) / rows;
+}
+
+}  // namespace dnnctl
