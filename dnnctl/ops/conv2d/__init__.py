@@ -12,7 +12,13 @@ import types
 from typing import Any
 
 # variants register on import: numpy (CPU), then CUDA (import without CuPy; build lazily)
-from dnnctl.ops.conv2d import depthwise, direct, im2col_gemm, numpy_variants  # noqa: F401
+from dnnctl.ops.conv2d import (  # noqa: F401
+    depthwise,
+    direct,
+    im2col_gemm,
+    numpy_variants,
+    winograd,
+)
 from dnnctl.ops.conv2d.function import conv2d
 from dnnctl.ops.conv2d.op import Conv2d, ConvGeom, geometry, output_size, pad4
 

@@ -1,0 +1,239 @@
+// conv2d "winograd" F(m x m, 3 x 3), m = TILE in {2, 4}, alpha = m + 2 (Lavin & Gray 2015):
+//   y_tile = A^T [ (G g G^T) .* (B^T d B) ] A
+// computed as filter transform -> input transform -> alpha^2 batched GEMMs (cuBLAS, over C)
+// -> output transform with the fused epilogue. Transforms are computed in fp32; U and V are
+// stored as uv_t (fp32, or the I/O type when UV_FP32 == 0), the GEMM result M is fp32.
+//
+// Orientation follows the layout so every pass is coalesced:
+//   NHWC: U[a][K][C], V[a][T][C], M[a][T][K] = V U^T  (threads run along channels)
+//   NCHW: U[a][K][C], V[a][C][T], M[a][K][T] = U V    (threads run along tiles)
+// with a = alpha*alpha transform positions and T = nc * tiles_h * tiles_w tiles of the chunk
+// of images n0 .. n0 + nc - 1.
+// Defines: DNNCTL_DTYPE, NHWC (0/1), TILE (2/4), UV_FP32 (0/1).
+#include <dnnctl/conv.cuh>
+
+using namespace dnnctl;
+
+#ifndef NHWC
+#define NHWC 0
+#endif
+#ifndef TILE
+#define TILE 2
+#endif
+#ifndef UV_FP32
+#define UV_FP32 1
+#endif
+#define ALPHA (TILE + 2)
+
+#if UV_FP32
+typedef float uv_t;
+#else
+typedef elem_t uv_t;
+#endif
+
+// ---- transform matrices
+__device__ __forceinline__ void filter_tf(const float (&g)[3][3], float (&u)[ALPHA][ALPHA]) {
+#if TILE == 2
+  const float G[4][3] = {{1.f, 0.f, 0.f}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0.f, 0.f, 1.f}};
+#else
+  const float G[6][3] = {{1.f / 4, 0.f, 0.f},
+                         {-1.f / 6, -1.f / 6, -1.f / 6},
+                         {-1.f / 6, 1.f / 6, -1.f / 6},
+                         {1.f / 24, 1.f / 12, 1.f / 6},
+                         {1.f / 24, -1.f / 12, 1.f / 6},
+                         {0.f, 0.f, 1.f}};
+#endif
+  float t[ALPHA][3];
+#pragma unroll
+  for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+    for (int j = 0; j < 3; ++j) t[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];
+#pragma unroll
+  for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+    for (int j = 0; j < ALPHA; ++j) u[i][j] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+}
+
+__device__ __forceinline__ void input_tf(const float (&d)[ALPHA][ALPHA], float (&v)[ALPHA][ALPHA]) {
+#if TILE == 2
+  const float BT[4][4] = {{1.f, 0.f, -1.f, 0.f}, {0.f, 1.f, 1.f, 0.f}, {0.f, -1.f, 1.f, 0.f},
+                          {0.f, 1.f, 0.f, -1.f}};
+#else
+  const float BT[6][6] = {{4.f, 0.f, -5.f, 0.f, 1.f, 0.f},  {0.f, -4.f, -4.f, 1.f, 1.f, 0.f},
+                          {0.f, 4.f, -4.f, -1.f, 1.f, 0.f}, {0.f, -2.f, -1.f, 2.f, 1.f, 0.f},
+                          {0.f, 2.f, -1.f, -2.f, 1.f, 0.f}, {0.f, 4.f, 0.f, -5.f, 0.f, 1.f}};
+#endif
+  float t[ALPHA][ALPHA];
+#pragma unroll
+  for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+    for (int j = 0; j < ALPHA; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < ALPHA; ++k) acc += BT[i][k] * d[k][j];
+      t[i][j] = acc;
+    }
+#pragma unroll
+  for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+    for (int j = 0; j < ALPHA; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < ALPHA; ++k) acc += t[i][k] * BT[j][k];
+      v[i][j] = acc;
+    }
+}
+
+__device__ __forceinline__ void output_tf(const float (&m)[ALPHA][ALPHA], float (&o)[TILE][TILE]) {
+#if TILE == 2
+  const float AT[2][4] = {{1.f, 1.f, 1.f, 0.f}, {0.f, 1.f, -1.f, -1.f}};
+#else
+  const float AT[4][6] = {{1.f, 1.f, 1.f, 1.f, 1.f, 0.f},
+                          {0.f, 1.f, -1.f, 2.f, -2.f, 0.f},
+                          {0.f, 1.f, 1.f, 4.f, 4.f, 0.f},
+                          {0.f, 1.f, -1.f, 8.f, -8.f, 1.f}};
+#endif
+  float t[TILE][ALPHA];
+#pragma unroll
+  for (int i = 0; i < TILE; ++i)
+#pragma unroll
+    for (int j = 0; j < ALPHA; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < ALPHA; ++k) acc += AT[i][k] * m[k][j];
+      t[i][j] = acc;
+    }
+#pragma unroll
+  for (int i = 0; i < TILE; ++i)
+#pragma unroll
+    for (int j = 0; j < TILE; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < ALPHA; ++k) acc += t[i][k] * AT[j][k];
+      o[i][j] = acc;
+    }
+}
+
+__device__ __forceinline__ uv_t to_uv(float v) { return from_float<uv_t>(v); }
+
+// ---- U[a][k][c] = G g G^T, one thread per (k, c)
+extern "C" __global__ void __launch_bounds__(256)
+wino_filter(const elem_t* __restrict__ w, uv_t* __restrict__ U, int K, int C) {
+  const long long KC = (long long)K * C;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < KC; e += step) {
+    float g[3][3];
+#pragma unroll
+    for (int r = 0; r < 3; ++r)
+#pragma unroll
+      for (int s = 0; s < 3; ++s) {
+#if NHWC
+        const long long k = e / C, c = e - k * C;
+        g[r][s] = to_float(w[((k * 3 + r) * 3 + s) * C + c]);  // (K, R, S, C)
+#else
+        g[r][s] = to_float(w[e * 9 + r * 3 + s]);  // (K, C, R, S)
+#endif
+      }
+    float u[ALPHA][ALPHA];
+    filter_tf(g, u);
+#pragma unroll
+    for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+      for (int j = 0; j < ALPHA; ++j) U[(i * ALPHA + j) * KC + e] = to_uv(u[i][j]);
+  }
+}
+
+// ---- V = B^T d B of every (tile, channel) of the chunk
+extern "C" __global__ void __launch_bounds__(256)
+wino_input(const elem_t* __restrict__ x, uv_t* __restrict__ V, int n0, int nc, int C, int H,
+           int W, int pt, int pl, int tiles_h, int tiles_w) {
+  const int tiles = tiles_h * tiles_w;
+  const long long T = (long long)nc * tiles;
+  const long long TC = T * C;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < TC; e += step) {
+#if NHWC
+    const long long t = e / C;  // V[a][t][c]: channels fastest
+    const int c = (int)(e - t * C);
+#else
+    const int c = (int)(e / T);  // V[a][c][t]: tiles fastest
+    const long long t = e - (long long)c * T;
+#endif
+    const int nl = (int)(t / tiles);
+    const int tr = (int)(t - (long long)nl * tiles);
+    const int ty = tr / tiles_w;
+    const int tx = tr - ty * tiles_w;
+    const int ih0 = ty * TILE - pt;
+    const int iw0 = tx * TILE - pl;
+    float d[ALPHA][ALPHA];
+#pragma unroll
+    for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+      for (int j = 0; j < ALPHA; ++j) {
+        const int ih = ih0 + i, iw = iw0 + j;
+        float v = 0.f;
+        if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) {
+#if NHWC
+          v = to_float(x[(((long long)(n0 + nl) * H + ih) * W + iw) * C + c]);
+#else
+          v = to_float(x[(((long long)(n0 + nl) * C + c) * H + ih) * W + iw]);
+#endif
+        }
+        d[i][j] = v;
+      }
+    float v[ALPHA][ALPHA];
+    input_tf(d, v);
+#pragma unroll
+    for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+      for (int j = 0; j < ALPHA; ++j) V[(i * ALPHA + j) * TC + e] = to_uv(v[i][j]);
+  }
+}
+
+// ---- y = epilogue(A^T M A) of every (tile, output channel) of the chunk
+extern "C" __global__ void __launch_bounds__(256)
+wino_output(const float* __restrict__ M, elem_t* __restrict__ y, const elem_t* __restrict__ bias,
+            const elem_t* __restrict__ residual, int n0, int nc, int K, int P, int Q,
+            int tiles_h, int tiles_w, int act, int flags) {
+  const int tiles = tiles_h * tiles_w;
+  const long long T = (long long)nc * tiles;
+  const long long TK = T * K;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < TK; e += step) {
+#if NHWC
+    const long long t = e / K;  // M[a][t][k]
+    const int k = (int)(e - t * K);
+#else
+    const int k = (int)(e / T);  // M[a][k][t]
+    const long long t = e - (long long)k * T;
+#endif
+    float m[ALPHA][ALPHA];
+#pragma unroll
+    for (int i = 0; i < ALPHA; ++i)
+#pragma unroll
+      for (int j = 0; j < ALPHA; ++j) m[i][j] = M[(i * ALPHA + j) * TK + e];
+    float o[TILE][TILE];
+    output_tf(m, o);
+    const int nl = (int)(t / tiles);
+    const int tr = (int)(t - (long long)nl * tiles);
+    const int ty = tr / tiles_w;
+    const int tx = tr - ty * tiles_w;
+    const int n = n0 + nl;
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {
+      const int p = ty * TILE + i;
+      if (p >= P) break;
+#pragma unroll
+      for (int j = 0; j < TILE; ++j) {
+        const int q = tx * TILE + j;
+        if (q >= Q) break;
+#if NHWC
+        const long long yi = (((long long)n * P + p) * Q + q) * K + k;
+#else
+        const long long yi = (((long long)n * K + k) * P + p) * Q + q;
+#endif
+        y[yi] = from_float<elem_t>(conv::epilogue(o[i][j], k, yi, bias, residual, act, flags));
+      }
+    }
+  }
+}
