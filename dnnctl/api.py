@@ -250,8 +250,8 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
         raise UsageError("--deep probes this machine, so it cannot be combined with --from",
                          hint="drop --deep to judge the snapshot file, or --from to probe here")
     if from_file is not None:
-        table = load_matrix([Path(m) for m in matrix])
         env = load_env(from_file)
+        table = load_matrix([Path(m) for m in matrix])
     else:
         from concurrent.futures import ThreadPoolExecutor
 

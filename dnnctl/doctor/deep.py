@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -221,10 +222,14 @@ def _mark_loaded(env: EnvSnapshot, loaded: str) -> None:
     hit = next((c for c in env.cudnn if c.path and os.path.realpath(c.path) == real), None)
     if hit is None:
         return
-    major = (hit.version or "").split(".")[0]
     for c in env.cudnn:
-        if (c.version or "").split(".")[0] == major:
+        if _soname_major(c.path) == _soname_major(hit.path):
             c.loaded_first = c is hit
+
+
+def _soname_major(path: str | None) -> str | None:
+    m = re.search(r"libcudnn\.so\.(\d+)", os.path.basename(path or ""))
+    return m.group(1) if m else None
 
 
 def _merge_cupy(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -> None:

@@ -196,9 +196,12 @@ def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
             drv["library"] = lib_version
     if compat:
         try:
-            drv["forward_compat"] = probe_libcuda(host, libcuda[0])
+            fc = probe_libcuda(host, libcuda[0])
         except LookupError as exc:
+            fc = None
             out.notes.append(f"forward compatibility library: {exc}")
+        if fc:
+            drv["forward_compat"] = fc
     if "library" not in drv and libnvml:
         lib_version = library_version(host, libnvml[0], "libnvidia-ml")
         if lib_version:
