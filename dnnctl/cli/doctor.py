@@ -157,7 +157,7 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         return []
     if comp in ("cuda", "cudnn"):
         items = env.cuda_runtimes if comp == "cuda" else env.cudnn
-        return [(f"{escape(c.version or '?')}  [dim]{escape(c.source or '')}"
+        return [(f"{escape(c.version or 'version unknown')}  [dim]{escape(c.source or '')}"
                  f"{'  ' + escape(c.path) if c.path and c.path not in (c.source or '') else ''}"
                  f"[/]" + ("  [cyan]← loaded first[/]" if c.loaded_first else ""), True)
                 for c in items]
