@@ -15,6 +15,7 @@ from typing import Any
 from dnnctl.ops.conv2d import (  # noqa: F401
     depthwise,
     direct,
+    fft,
     im2col_gemm,
     numpy_variants,
     winograd,

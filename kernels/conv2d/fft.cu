@@ -1,0 +1,96 @@
+// conv2d "fft" helpers around cuFFT: real-valued fp32 staging buffers in and out of the
+// transforms. The convolution itself is  y = crop( irfft2( rfft2(x_pad) * conj(rfft2(w_dil)) ) )
+// (cross-correlation), summed over input channels by a complex GEMM per frequency.
+//
+// fft_filter: wr[k][c][u][v] (Hf x Wf per filter) = w[k][c][u/dh][v/dw] on the dilation grid,
+//             0 elsewhere.
+// fft_pad:    xr[nl][c][u][v] = x[n0 + nl][c][u - pt][v - pl] inside the image, 0 elsewhere.
+// fft_crop:   y[n0 + nl][k][p][q] = epilogue(scale * yr[nl][k][p*sh][q*sw]), threads follow
+//             y's layout so the stores are coalesced.
+// Defines: DNNCTL_DTYPE, NHWC (0/1: layout of x, w and y).
+#include <dnnctl/conv.cuh>
+
+using namespace dnnctl;
+
+#ifndef NHWC
+#define NHWC 0
+#endif
+
+extern "C" __global__ void __launch_bounds__(256)
+fft_filter(const elem_t* __restrict__ w, float* __restrict__ wr, int K, int Cg, int R, int S,
+           int dh, int dw, int Hf, int Wf) {
+  const long long total = (long long)K * Cg * Hf * Wf;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int v = (int)(e % Wf);
+    long long t = e / Wf;
+    const int u = (int)(t % Hf);
+    t /= Hf;
+    const int c = (int)(t % Cg);
+    const long long k = t / Cg;
+    const int r = u / dh, s = v / dw;
+    float val = 0.f;
+    if (u == r * dh && v == s * dw && r < R && s < S) {
+#if NHWC
+      val = to_float(w[((k * R + r) * S + s) * Cg + c]);
+#else
+      val = to_float(w[((k * Cg + c) * R + r) * S + s]);
+#endif
+    }
+    wr[e] = val;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+fft_pad(const elem_t* __restrict__ x, float* __restrict__ xr, int n0, int nc, int C, int H,
+        int W, int pt, int pl, int Hf, int Wf) {
+  const long long total = (long long)nc * C * Hf * Wf;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int v = (int)(e % Wf);
+    long long t = e / Wf;
+    const int u = (int)(t % Hf);
+    t /= Hf;
+    const int c = (int)(t % C);
+    const long long n = n0 + t / C;
+    const int ih = u - pt, iw = v - pl;
+    float val = 0.f;
+    if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) {
+#if NHWC
+      val = to_float(x[((n * H + ih) * W + iw) * C + c]);
+#else
+      val = to_float(x[((n * C + c) * H + ih) * W + iw]);
+#endif
+    }
+    xr[e] = val;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+fft_crop(const float* __restrict__ yr, elem_t* __restrict__ y, const elem_t* __restrict__ bias,
+         const elem_t* __restrict__ residual, int n0, int nc, int K, int P, int Q, int sh,
+         int sw, int Hf, int Wf, float scale, int act, int flags) {
+  const long long total = (long long)nc * K * P * Q;
+  const long long y_off = (long long)n0 * K * P * Q;
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+#if NHWC
+    const int k = (int)(e % K);
+    long long t = e / K;
+    const int q = (int)(t % Q);
+    t /= Q;
+    const int p = (int)(t % P);
+    const long long nl = t / P;
+#else
+    const int q = (int)(e % Q);
+    long long t = e / Q;
+    const int p = (int)(t % P);
+    t /= P;
+    const int k = (int)(t % K);
+    const long long nl = t / K;
+#endif
+    const float v = scale * yr[((nl * K + k) * Hf + (long long)p * sh) * Wf + (long long)q * sw];
+    const long long yi = y_off + e;
+    y[yi] = from_float<elem_t>(conv::epilogue(v, k, yi, bias, residual, act, flags));
+  }
+}
