@@ -94,12 +94,6 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
   lb.k_begin = k_begin;
   lb.k_end = k_end;
 
-  const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
-  const int wm0 = (warp / GEMM_WN) * Cfg::WTM, wn0 = (warp % GEMM_WN) * Cfg::WTN;
-  GemmMath<Cfg, GEMM_MATH> math;
-  math.zero();
-  gemm_mainloop<Cfg>(math, la, lb, smem, ktiles, wm0, wn0, lane);
-
   Epi e;
   e.c = C;
   e.bias = bias;
@@ -113,5 +107,5 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
   e.ws_off = (long long)(EPI_OUT == OUT_PARTIAL ? kz * batch + bz : bz) * M * N;
   e.pq = 1;
   e.img_stride = 0;
-  math.epilogue(e, tm * GEMM_BM + wm0, tn * GEMM_BN + wn0, lane);
+  gemm_block<Cfg>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
 }

@@ -17,6 +17,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     direct,
     fft,
     im2col_gemm,
+    implicit_gemm,
     numpy_variants,
     winograd,
 )

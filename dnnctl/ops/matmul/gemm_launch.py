@@ -170,7 +170,7 @@ def ptr(x: Any) -> int:
     return int(x.data.ptr)
 
 
-def _aligned(x: Any, nbytes: int, xp: Any) -> Any:
+def aligned(x: Any, nbytes: int, xp: Any) -> Any:
     """``x`` itself when its address is a multiple of nbytes, else an aligned copy."""
     if x is None or ptr(x) % nbytes == 0:
         return x
@@ -248,10 +248,10 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     d = desc
 
     def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
-        a = _aligned(a, va * eb, xp)
-        b = _aligned(b, vb * eb, xp)
+        a = aligned(a, va * eb, xp)
+        b = aligned(b, vb * eb, xp)
         c_out = c if ptr(c) % (2 * eb) == 0 else xp.empty(c.shape, dtype=c.dtype)
-        res = _aligned(res, 2 * eb, xp)
+        res = aligned(res, 2 * eb, xp)
         ws = None
         if fin is not None:
             ws = xp.empty((ws_elems,), dtype=np.float32)

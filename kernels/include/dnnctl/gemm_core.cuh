@@ -319,6 +319,19 @@ __device__ __forceinline__ void gemm_mainloop(M& math, const LA& la, const LB& l
   cp_async_wait<0>();
 }
 
+// One block's whole job: zero the accumulators, run the pipelined k loop over ktiles,
+// hand the accumulators to the epilogue at the block tile's origin (row0, col0).
+template <class C, class LA, class LB, class E>
+__device__ __forceinline__ void gemm_block(const LA& la, const LB& lb, const E& e,
+                                           unsigned char* smem, int ktiles, int row0, int col0) {
+  const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+  const int wm0 = (warp / C::WN) * C::WTM, wn0 = (warp % C::WN) * C::WTN;
+  GemmMath<C, C::MATH> math;
+  math.zero();
+  gemm_mainloop<C>(math, la, lb, smem, ktiles, wm0, wn0, lane);
+  math.epilogue(e, row0 + wm0, col0 + wn0, lane);
+}
+
 // Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share
 // A rows and B columns in L2.
 __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm,
