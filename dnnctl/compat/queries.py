@@ -62,6 +62,9 @@ def plan_snapshot(plan: Plan) -> EnvSnapshot:
         env.frameworks["jax"] = info
     if plan.cupy:
         env.frameworks["cupy"], env.packages = _cupy(plan.cupy)
+    for name in ("cupy", "jax"):  # they run on the CUDA components installed next to them
+        if plan.cuda and name in env.frameworks:
+            env.frameworks[name].setdefault("cuda", plan.cuda)
     return env
 
 

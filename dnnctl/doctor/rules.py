@@ -65,6 +65,12 @@ class Context:
         return all(g.gpu_class in row["gpu_classes"] for g in self.gpus)
 
     @property
+    def tegra(self) -> bool:
+        """Jetson boards: the L4T driver's version (e.g. 580.00 on Thor) is not on the desktop
+        driver's scale, and CUDA support follows the JetPack release instead."""
+        return any(g.gpu_class == "jetson" for g in self.gpus)
+
+    @property
     def known_ccs(self) -> list[GpuInfo]:
         """One GpuInfo per distinct compute capability (rules judge per CC)."""
         seen: dict[CC, GpuInfo] = {}
@@ -86,10 +92,19 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     return _dedupe(findings)
 
 
+def flag(value: Any) -> bool | None:
+    """A yes/no field as written by a probe or by hand (True, "true", "no", ...)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    text = str(value).strip().lower()
+    return True if text in ("true", "yes", "1", "on") else False if text in (
+        "false", "no", "0", "off") else None
+
+
 def build_context(env: EnvSnapshot, matrix: Matrix) -> Context:
     driver = env.driver or {}
     version = Version.maybe(driver.get("version"))
-    present = driver.get("present")
+    present = flag(driver.get("present"))
     if present is None and version is not None:
         present = True
     ctx = Context(env, matrix, version, present)
@@ -125,9 +140,9 @@ def _forward_compat(env: EnvSnapshot) -> Version | None:
     ``forward_compat: true`` and report the libcuda's CUDA version as ``driver.cuda``)."""
     driver = env.driver or {}
     fc = driver.get("forward_compat")
-    if fc is True:
+    if flag(fc) is True:
         return Version.maybe(driver.get("cuda")) or Version((0,), "unknown")
-    v = Version.maybe(fc) if isinstance(fc, str) else None
+    v = Version.maybe(fc) if isinstance(fc, str) and flag(fc) is None else None
     if v is not None:
         return v
     for rt in env.cuda_runtimes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, GpuInfo, finding, unknown
+from dnnctl.doctor.rules import Context, GpuInfo, finding, flag, unknown
 
 NO_DRIVER_MSG = (
     "no NVIDIA driver is loaded: no kernel module, no libcuda.so.1 and no NVML were found. "
@@ -23,7 +23,8 @@ def check(ctx: Context) -> list[Finding]:
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
             "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
     out: list[Finding] = []
-    if driver.get("present") is True and not ctx.env.gpus:
+    listed = flag(driver.get("mismatch")) is not True and str(driver.get("gpu_count", 0)) == "0"
+    if flag(driver.get("present")) is True and not ctx.env.gpus and listed:
         out.append(finding("no-gpu", "error", "gpu",
                            f"the driver ({ctx.driver or 'version unknown'}) is loaded but sees no "
                            "NVIDIA GPU", fix="check `nvidia-smi -L`, CUDA_VISIBLE_DEVICES, the "
@@ -31,7 +32,7 @@ def check(ctx: Context) -> list[Finding]:
                            "passthrough", driver=ctx.driver))
     kmod = Version.maybe(driver.get("kernel_module"))
     lib = Version.maybe(driver.get("library")) or ctx.driver
-    if driver.get("mismatch") is True or (kmod is not None and lib is not None and kmod != lib):
+    if flag(driver.get("mismatch")) is True or (kmod is not None and lib is not None and kmod != lib):
         out.append(finding("driver-mismatch", "error", "driver",
                            f"kernel module {kmod} and user-space driver {ctx.driver} differ "
                            "(NVML: 'Driver/library version mismatch')",
@@ -66,7 +67,7 @@ def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:
     out: list[Finding] = []
     if gpu.model is not None and gpu.model.uncertain:
         out.append(unknown("gpu", f"{gpu.label}: the matrix row is uncertain", row=gpu.model))
-    if ctx.driver is None:
+    if ctx.driver is None or gpu.gpu_class == "jetson":  # L4T driver numbers: see Context
         return out
     last = arch.get("last_driver_branch")
     if last is not None and ctx.driver.major > last:
@@ -107,6 +108,8 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
     (a warning when the component JIT-compiles PTX, an error when PTX is its only way onto
     the GPU), forward compatibility, or too old."""
     have, unsure = ctx.driver_cuda
+    if ctx.tegra:  # Jetson: CUDA support comes with the JetPack release, not a driver number
+        return []
     if ctx.driver is None:
         if have is None or have >= cuda.trunc(2):
             return []
@@ -149,6 +152,13 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                         fix=driver_fix(ctx, full_need) if full_need else None, row=cite, **ev)]
     need = full_need or floor
     fix = driver_fix(ctx, need)
+    stuck = [g for g in ctx.gpus if g.arch and g.arch.get("last_driver_branch") is not None
+             and need.major > g.arch["last_driver_branch"]]
+    if stuck and alt_fix:  # the newer driver does not exist for this GPU: lead with the build
+        g = stuck[0]
+        fix = (f"{alt_fix} (a driver >= {need} does not support {g.arch['name']}: "
+               f"R{g.arch['last_driver_branch']} is its last branch)")
+        alt_fix = None
     if have is None or cuda.major > have.major:
         fc = ctx.matrix.forward_compat()
         if ctx.fc_eligible and fc is not None:

@@ -198,6 +198,9 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if loaded is None:
         copy = rules_cudnn.loaded_copy(ctx, minimum.major)
         loaded = parse_cudnn(copy.version) if copy else None
+    if loaded is None:  # no copy of the needed major: any other copy found is the wrong one
+        others = sorted((v for c in ctx.env.cudnn if (v := parse_cudnn(c.version))), reverse=True)
+        loaded = others[0] if others else None
     if loaded is not None and (loaded < minimum or loaded.major != minimum.major):
         out.append(finding(
             "cudnn-mismatch", "error", "cudnn",
@@ -266,14 +269,14 @@ def _cupy_arch(ctx: Context, gpu: Any, what: str, row: Row, ver: Version,
             return [finding("arch-unsupported", "error", "cupy",
                             f"{what} compiles its kernels with NVRTC from CUDA {cuda}, which "
                             f"cannot target {gpu.label} ({sm}, needs CUDA {rng}): "
-                            "CUDA_ERROR_NO_BINARY_FOR_GPU", fix=_cupy_fix(ctx, lo, hi),
+                            "CUDA_ERROR_NO_BINARY_FOR_GPU", fix=_cupy_fix(ctx, lo, hi, row),
                             row=arch, cuda=cuda, compute_capability=gpu.cc)]
         return []
     major = runtime.major
     if major < lo.major or (hi is not None and major > hi.major):
         return [finding("arch-unsupported", "error", "cupy",
                         f"{what} uses CUDA {major}.x, which cannot target {gpu.label} ({sm})",
-                        fix=_cupy_fix(ctx, lo, hi), row=arch, compute_capability=gpu.cc)]
+                        fix=_cupy_fix(ctx, lo, hi, row), row=arch, compute_capability=gpu.cc)]
     if major == lo.major and lo.minor > 0:
         return [unknown("cupy", f"{what}: {gpu.label} ({sm}) needs CUDA >= {lo} components "
                         "(NVRTC); their version is unknown", row=arch,
@@ -281,13 +284,19 @@ def _cupy_arch(ctx: Context, gpu: Any, what: str, row: Row, ver: Version,
     return []
 
 
-def _cupy_fix(ctx: Context, lo: Version, hi: Version | None) -> str:
-    """The newest CuPy package whose CUDA range overlaps what can target the GPU."""
-    best: tuple[Version, str] | None = None
+def _cupy_fix(ctx: Context, lo: Version, hi: Version | None, current: Row) -> str:
+    """Keep the installed package with newer CUDA components when its CUDA major can reach
+    the GPU; otherwise the newest CuPy package whose CUDA range can."""
+    best: tuple[Version, Row] | None = None
     for r in ctx.matrix.rows("cupy"):
         rng = VersionRange.parse(r["cuda"])
         low = max([lo] + [v for op, v, _ in rng.clauses if op in (">=", "==")])
-        if rng.contains(low) and (hi is None or low.trunc(2) <= hi) and \
-                (best is None or low > best[0]):
-            best = (low, f"{r['install']} (with CUDA >= {low} components)")
-    return best[1] if best else "use a CuPy build for a CUDA that can target this GPU"
+        if rng.contains(low) and (hi is None or low.trunc(2) <= hi):
+            if r is current:
+                return (f"keep {r['package']} and use CUDA >= {low} components: pip install "
+                        f"'nvidia-cuda-nvrtc-cu{low.major}>={low}' (or '{r['package']}[ctk]')")
+            if best is None or low > best[0]:
+                best = (low, r)
+    if best is None:
+        return "use a CuPy build for a CUDA that can target this GPU"
+    return f"pip uninstall {current['package']} && {best[1]['install']} (CUDA >= {best[0]})"
