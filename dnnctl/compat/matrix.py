@@ -8,6 +8,7 @@ a bundled row replaces it, any other row is added. Malformed files raise
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -25,8 +26,8 @@ from dnnctl.resources import compat_dir
 ENV_VAR = "DNNCTL_MATRIX"
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A safe loader whose mappings remember the line they start on."""
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """A safe loader (libyaml when available) whose mappings remember their line."""
 
 
 def _construct_row(loader: _LineLoader, node: yaml.MappingNode) -> Row:
@@ -129,12 +130,21 @@ class Matrix:
 
 def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
     """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""
-    matrix = Matrix()
-    for path in sorted(compat_dir().glob("*.yaml")):
-        _merge(matrix, path, base=True, label=f"compat/{path.name}")
+    base = _bundled(tuple((str(p), p.stat().st_mtime_ns)
+                          for p in sorted(compat_dir().glob("*.yaml"))))
+    matrix = Matrix({t: list(rows) for t, rows in base.tables.items()}, list(base.files))
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
     for path in [*env, *overlays]:
         _merge(matrix, Path(path), base=False)
+    return matrix
+
+
+@functools.lru_cache(maxsize=4)
+def _bundled(files: tuple[tuple[str, int], ...]) -> Matrix:
+    """The shipped tables, validated once per process (keyed by path and mtime)."""
+    matrix = Matrix()
+    for path, _ in files:
+        _merge(matrix, Path(path), base=True, label=f"compat/{Path(path).name}")
     return matrix
 
 
