@@ -23,18 +23,20 @@ def check(ctx: Context) -> list[Finding]:
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
             "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
     out: list[Finding] = []
-    listed = flag(driver.get("mismatch")) is not True and str(driver.get("gpu_count", 0)) == "0"
+    kmod = Version.maybe(driver.get("kernel_module"))
+    lib = Version.maybe(driver.get("library")) or ctx.driver
+    mismatch = flag(driver.get("mismatch")) is True or (
+        kmod is not None and lib is not None and kmod != lib)
+    listed = not mismatch and str(driver.get("gpu_count", 0)) == "0"
     if flag(driver.get("present")) is True and not ctx.env.gpus and listed:
         out.append(finding("no-gpu", "error", "gpu",
                            f"the driver ({ctx.driver or 'version unknown'}) is loaded but sees no "
                            "NVIDIA GPU", fix="check `nvidia-smi -L`, CUDA_VISIBLE_DEVICES, the "
                            "container's --gpus flag, and that the GPU is not bound to vfio/MIG-less "
                            "passthrough", driver=ctx.driver))
-    kmod = Version.maybe(driver.get("kernel_module"))
-    lib = Version.maybe(driver.get("library")) or ctx.driver
-    if flag(driver.get("mismatch")) is True or (kmod is not None and lib is not None and kmod != lib):
+    if mismatch:
         out.append(finding("driver-mismatch", "error", "driver",
-                           f"kernel module {kmod} and user-space driver {ctx.driver} differ "
+                           f"kernel module {kmod or '?'} and user-space driver {lib or '?'} differ "
                            "(NVML: 'Driver/library version mismatch')",
                            fix="reboot, or unload and reload the nvidia kernel modules, so both "
                            "come from the same driver install", kernel_module=kmod,

@@ -1,0 +1,149 @@
+"""Framework rules and the suggestions behind every fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnnctl.compat.matrix import load_matrix
+from dnnctl.compat.queries import suggest
+from dnnctl.compat.suggest import best_torch_fix, torch_options
+from dnnctl.compat.versions import CC, Version, parse_arch_list
+from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
+from dnnctl.doctor.rules import judge
+from dnnctl.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def m():
+    return load_matrix()
+
+
+def codes(findings, severities=("error", "warning")):
+    return sorted({f.code for f in findings if f.severity in severities})
+
+
+def _has_cubin(row, cc: CC, key: str = "arch_list") -> bool:
+    return any(not t.ptx and t.runs_on(cc) for t in parse_arch_list(list(row[key])))
+
+
+def test_suggest_b200_only_builds_with_sm100_code(m) -> None:
+    data = suggest(m, "B200")
+    torch = [c for c in data["combinations"] if c["framework"] == "torch"]
+    assert torch and data["compute_capability"] == "10.0"
+    for c in torch:
+        row = m.torch_row(c["version"].rstrip(".*"), c["variant"])
+        assert "sm_100" in row["arch_list"], c
+        assert c["variant"] not in ("cu118", "cu121", "cu124", "cu126")
+    assert torch[0]["version"] == "2.14.*"  # newest first
+    assert not [c for c in data["combinations"] if c["framework"] == "tensorflow"]
+    assert all(c["code"] == "ptx" for c in data["ptx_only"])
+
+
+def test_suggest_rtx5090_never_cu126_and_respects_driver(m) -> None:
+    data = suggest(m, "NVIDIA GeForce RTX 5090", framework="torch", driver="575.57.08")
+    variants = {c["variant"] for c in data["combinations"]}
+    assert "cu126" not in variants and "cu128" in variants
+    first = data["combinations"][0]
+    assert first["driver"] in ("full", "mvc") and first["variant"] in ("cu128", "cu129")
+    low = suggest(m, "RTX 5090", framework="torch", driver="550.54.15")
+    assert any("too old for Blackwell" in n for n in low["notes"])
+    assert all(c["driver"] == "too-old" for c in low["combinations"])
+
+
+def test_suggest_v100_knows_which_lines_dropped_volta(m) -> None:
+    data = suggest(m, "V100", framework="torch")
+    notes = " | ".join(data["notes"])
+    assert "cu128: torch 2.11 dropped sm_70" in notes
+    assert "cu130: never had code for sm_70" in notes
+    assert "torch 2.8 is uncertain for sm_70" in notes
+    pairs = {(c["version"], c["variant"]) for c in data["combinations"]}
+    assert ("2.14.*", "cu126") in pairs and ("2.10.*", "cu128") in pairs
+    assert ("2.11.*", "cu128") not in pairs and ("2.8.*", "cu128") not in pairs
+
+
+def test_suggest_family_and_aarch64(m) -> None:
+    b300 = suggest(m, "B300", framework="torch")
+    assert b300["combinations"] and all(
+        _has_cubin(m.torch_row(c["version"].rstrip(".*"), c["variant"]), CC(10, 3))
+        for c in b300["combinations"])
+    gb10 = suggest(m, "GB10", framework="torch")
+    assert gb10["platform"] == "aarch64"
+    for c in gb10["combinations"]:
+        row = m.torch_row(c["version"].rstrip(".*"), c["variant"])
+        assert _has_cubin(row, CC(12, 1), "arch_list_aarch64"), c
+    assert {c["variant"] for c in gb10["combinations"]} <= {"cu130", "cu132"}
+
+
+def test_suggest_rejects_unknown_gpu(m) -> None:
+    with pytest.raises(UsageError, match="not in the matrix"):
+        suggest(m, "Quantum Z9000")
+    assert suggest(m, "sm_90")["compute_capability"] == "9.0"
+
+
+def test_best_fix_prefers_same_line_and_working_driver(m) -> None:
+    fix = best_torch_fix(m, CC(7, 0), driver=Version.parse("570.124.06"), platform=None,
+                         same_line="2.11")
+    assert fix == "pip install 'torch==2.11.*' --index-url https://download.pytorch.org/whl/cu126"
+    opts = torch_options(m, CC(12, 0), driver=Version.parse("570.124.06"))
+    assert opts[0].driver_ok == "full" and opts[0].row["variant"] == "cu128"
+
+
+def test_torch_fills_arch_and_cudnn_from_matrix(m) -> None:
+    env = EnvSnapshot(driver={"version": "580.65.06"}, gpus=[Gpu(name="NVIDIA H100 PCIe")],
+                      frameworks={"torch": {"version": "2.8.0"}})  # PyPI default: cu128
+    f = judge(env, m)
+    assert codes(f) == [] and "ok" in codes(f, ("info",))
+
+
+def test_torch_unknowns_and_odd_builds(m) -> None:
+    gpu = [Gpu(name="NVIDIA L4")]
+    f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.7.0+cu121"}}), m)
+    assert codes(f) == ["unknown-version"] and "no cu121 wheel" in f[-1].message
+    f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.14.0"}}), m)
+    assert codes(f) == ["unknown-version"]  # no PyPI default recorded for 2.14
+    f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.5.1+cpu"}}), m)
+    assert codes(f) == ["cuda-mismatch"] and "CPU-only" in f[-1].message
+    f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.5.1+rocm6.2"}}), m)
+    assert codes(f) == ["cuda-mismatch"]
+
+
+def test_detected_arch_list_overrides_the_matrix(m) -> None:
+    env = EnvSnapshot(gpus=[Gpu(name="NVIDIA B200")], frameworks={"torch": {
+        "version": "2.2.0+cu121", "arch_list": ["sm_80", "sm_90", "sm_100"]}})
+    assert "arch-unsupported" not in codes(judge(env, m))
+
+
+def test_tensorflow_uncertain_row_and_conflicting_packages(m) -> None:
+    f = judge(EnvSnapshot(frameworks={"tensorflow": {"version": "2.21.0"}}), m)
+    assert codes(f) == ["unknown-version"]
+    env = EnvSnapshot(packages={"tensorflow": "2.17.0", "tensorflow-cpu": "2.17.0"})
+    f = judge(env, m)
+    assert codes(f) == ["duplicate-package"] and "tensorflow-cpu" in f[0].message
+
+
+def test_jax_plugin_choice(m) -> None:
+    f = judge(EnvSnapshot(frameworks={"jax": {"version": "0.9.0"}}), m)
+    assert codes(f) == ["unknown-version"]  # cuda12 or cuda13 plugin: unknown
+    env = EnvSnapshot(gpus=[Gpu(name="Tesla V100-SXM2-16GB")], driver={"version": "580.65.06"},
+                      frameworks={"jax": {"version": "0.9.0", "plugin": "jax-cuda13-plugin"}})
+    assert codes(judge(env, m)) == ["arch-unsupported"]  # cuda13 builds start at sm_75
+
+
+def test_cupy_duplicates_from_framework_record(m) -> None:
+    env = EnvSnapshot(frameworks={"cupy": {"version": "13.6.0", "package": "cupy-cuda12x",
+                                           "packages": ["cupy-cuda11x", "cupy-cuda12x"]}})
+    assert "duplicate-package" in codes(judge(env, m))
+
+
+def test_cupy_cuda13_cannot_target_volta(m) -> None:
+    env = EnvSnapshot(driver={"version": "580.65.06"}, gpus=[Gpu(name="Tesla V100-PCIE-16GB")],
+                      frameworks={"cupy": {"version": "14.2.0", "package": "cupy-cuda13x"}})
+    f = judge(env, m)
+    assert codes(f) == ["arch-unsupported"] and "cupy-cuda12x" in f[-1].fix
+
+
+def test_cudnn_wrong_major_for_framework(m) -> None:
+    env = EnvSnapshot(cudnn=[Component("8.9.7", "system:ldconfig", loaded_first=True)],
+                      frameworks={"tensorflow": {"version": "2.18.0"}})
+    f = judge(env, m)
+    assert "cudnn-mismatch" in codes(f) and "9.x" in " ".join(x.message for x in f)
