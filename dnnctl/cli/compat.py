@@ -107,8 +107,10 @@ def _combo_table(title: str, combos: list[dict[str, Any]]) -> None:
         table.add_column(col, overflow="fold")
     for c in combos:
         build = c.get("variant") or c.get("plugin") or c.get("package") or ""
+        driver = c["driver"] if c["driver"] != "unknown" or not c.get("min_driver") \
+            else f">={c['min_driver']}"
         table.add_row(c["framework"], str(c["version"]), build, str(c["cuda"]),
-                      str(c.get("cudnn") or ""), c["driver"], escape(c["install"]))
+                      str(c.get("cudnn") or ""), driver, escape(c["install"]))
     console.print(table)
 
 
@@ -133,7 +135,9 @@ def show(
         return
     out = Table(title=f"{table} ({len(data['rows'])} rows)", title_justify="left")
     for col in data["columns"]:
-        out.add_column(col, overflow="fold")
+        listy = col in ("arch_list", "arch_uncertain", "examples", "targets", "family", "dropped",
+                        "cc", "install")
+        out.add_column(col, overflow="fold", no_wrap=not listy)
     for row in data["rows"]:
         out.add_row(*(escape(_cell(row.get(c))) for c in data["columns"]))
     console.print(out)

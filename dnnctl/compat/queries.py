@@ -157,8 +157,11 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
         if name in wanted:
             for d in fn(matrix, info.cc, drv, platform):
                 (combos if d["code"] in ("cubin", "jit") else ptx_only).append(d)
-    if gpu_blocked:
-        for c in combos + ptx_only:
+    for c in combos + ptx_only:  # the GPU itself may need more than the CUDA floor
+        floor = Version.maybe(c.get("min_driver"))
+        if need is not None and (floor is None or need > floor):
+            c["min_driver"] = str(need)
+        if gpu_blocked:
             c["driver"] = "too-old"
     if drv is not None:
         combos = [c for c in combos if c["driver"] != "too-old"] + \

@@ -66,6 +66,7 @@ class TorchOption:
     row: Row
     reach: str  # cubin | ptx
     driver_ok: str  # full | mvc | too-old | unknown
+    min_driver: str | None = None  # the minor-version-compatibility floor of its CUDA major
 
     @property
     def install(self) -> str:
@@ -75,7 +76,8 @@ class TorchOption:
         r = self.row
         return {"framework": "torch", "version": f"{r['torch']}.*", "variant": r["variant"],
                 "cuda": r["cuda"], "cudnn": r["cudnn"], "status": r["status"],
-                "code": self.reach, "driver": self.driver_ok, "install": self.install,
+                "code": self.reach, "driver": self.driver_ok, "min_driver": self.min_driver,
+                "install": self.install,
                 "certainty": r["certainty"], "source": r["source"]}
 
 
@@ -116,8 +118,10 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
         if python is not None and row.get("python") and \
                 not VersionRange.parse(row["python"]).contains(python.trunc(2)):
             continue
-        status = driver_status(matrix, driver, Version.parse(row["cuda"]))
-        out.append(TorchOption(row, got, status))
+        cuda = Version.parse(row["cuda"])
+        major = matrix.cuda_major(cuda.major)
+        out.append(TorchOption(row, got, driver_status(matrix, driver, cuda),
+                               major["mvc_min_driver"] if major else None))
     rank = {"full": 0, "mvc": 1, "unknown": 2, "too-old": 3}
     out.sort(key=lambda o: (-_vkey(o.row["torch"]), o.row["status"] != "stable",
                             -_vkey(o.row["cuda"])))
