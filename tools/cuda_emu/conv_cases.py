@@ -28,4 +28,14 @@ CONV = [
     dict(n=1, c=9, h=5, w=5, k=7, r=1, s=1, dtype="float32", layout="NCHW", bias=True),
     dict(n=1, c=64, h=8, w=8, k=64, r=3, s=3, pad=1, dtype="float16", layout="NHWC",
          bias=True, activation="relu"),
+    # deep reductions on few pixels: the split-K paths
+    dict(n=1, c=128, h=4, w=4, k=24, r=3, s=3, pad=1, dtype="float16", layout="NCHW",
+         bias=True, residual=True, activation="relu"),
+    dict(n=1, c=96, h=5, w=3, k=40, r=3, s=3, pad=1, groups=2, dtype="bfloat16",
+         layout="NHWC", bias=True, residual=True),
+    dict(n=2, c=256, h=5, w=5, k=48, r=1, s=1, stride=2, dtype="float16", layout="NHWC",
+         bias=True, activation="silu"),
+    dict(n=2, c=192, h=6, w=5, k=20, r=1, s=1, stride=2, dtype="bfloat16", layout="NCHW",
+         bias=True, residual=True),
+    dict(n=2, c=160, h=3, w=5, k=18, r=1, s=1, dtype="float16", layout="NCHW", bias=True),
 ]

@@ -16,6 +16,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     depthwise,
     direct,
     fft,
+    gemm_1x1,
     im2col_gemm,
     implicit_gemm,
     numpy_variants,

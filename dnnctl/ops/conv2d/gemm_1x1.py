@@ -1,0 +1,204 @@
+"""conv2d ``gemm_1x1``: 1x1 convolutions as one GEMM on our tiled tensor-core kernel.
+
+Stride 1 needs no index math at all and runs kernels/gemm/gemm.cu directly:
+NHWC is ``Y (NHW x K) = X (NHW x C) @ W^T`` (a batch of strided GEMMs over the groups),
+NCHW is ``Y_n (K x HW) = W (K x C) @ X_n (C x HW)`` for every image (bias per row).
+Strided 1x1 convolutions (the ResNet downsampling projections) run
+kernels/conv2d/gemm_1x1.cu, the same GEMM core with the pixel rows (NHWC) or columns
+(NCHW) found by index math. Unpadded only; NCHW with groups > 1 is left to implicit_gemm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.backends.base import get_backend
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops.base import Kernel, Problem, Support, unsupported
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv
+from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.matmul.cupy_variants import TiledGemmParams
+from dnnctl.ops.matmul.gemm_launch import (
+    BIAS_COL,
+    BIAS_NONE,
+    BIAS_ROW,
+    DTYPE_CODES,
+    ELEM_BYTES,
+    MAX_GRID_Z,
+    OUT_PARTIAL,
+    OUT_STORE,
+    GemmDesc,
+    TileConfig,
+    aligned,
+    finish_kernel,
+    launch_finish,
+    load_kernel,
+    make_gemm,
+    math_for,
+    ptr,
+    split_plan,
+    tile_config,
+    tile_ok,
+    vec_for,
+)
+from dnnctl.ops.matmul.op import ACT_CODES
+from dnnctl.ops.registry import register_variant
+
+
+def gemm_dims(g: ConvGeom) -> tuple[int, int, int, int]:
+    """(M, N, K, batch) of the GEMM a 1x1 convolution is."""
+    if g.nhwc:
+        return g.npq, g.kg, g.cg, g.groups
+    return g.k, g.p * g.q, g.c, g.n
+
+
+def gemm_desc(g: ConvGeom) -> GemmDesc:
+    """The stride-1 problem as a strided-batched GEMM (see the module docstring)."""
+    act = ACT_CODES[g.activation]
+    if g.nhwc:
+        return GemmDesc(
+            dtype=g.dtype, m=g.npq, n=g.kg, k=g.cg, batch=g.groups, a_kmajor=True,
+            b_kmajor=True, lda=g.c, ldb=g.cg, ldc=g.k, sa=g.cg, sb=g.kg * g.cg, sc=g.kg,
+            act=act, bias_mode=BIAS_COL if g.bias else BIAS_NONE, s_bias=g.kg,
+            residual=g.residual)
+    hw = g.h * g.w
+    return GemmDesc(
+        dtype=g.dtype, m=g.k, n=hw, k=g.c, batch=g.n, a_kmajor=True, b_kmajor=False,
+        lda=g.c, ldb=hw, ldc=hw, sa=0, sb=g.c * hw, sc=g.k * hw, act=act,
+        bias_mode=BIAS_ROW if g.bias else BIAS_NONE, s_bias=0, residual=g.residual)
+
+
+@register_variant
+class Gemm1x1(TiledGemmParams, CudaConv):
+    """1x1 convolution as a plain (strided-batched) GEMM with the fused epilogue."""
+
+    name = "gemm_1x1"
+    source = "conv2d/gemm_1x1.cu"
+    doc = ("1x1 convolution as a GEMM on the tiled tensor-core kernel (stride 1: plain GEMM; "
+           "strided: pixel index math), fused bias+act+residual, split-K")
+    params = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32, 64),
+              "warps": (4, 8), "stages": (2, 3, 4, 5), "splitk": (1, 2, 4, 8, 16)}
+
+    @staticmethod
+    def _math(g: ConvGeom) -> int:
+        return math_for(g.dtype, g.tf32)
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        if device.cc_tuple < (8, 0):
+            return unsupported(f"needs compute capability >= 8.0 (cp.async, mma); "
+                               f"{device.name} is {device.compute_capability}")
+        if (g.r, g.s) != (1, 1):
+            return unsupported(f"only 1x1 filters (this one is {g.r}x{g.s})")
+        if (g.pt, g.pb, g.pl, g.pr) != (0, 0, 0, 0):
+            return unsupported("padded 1x1 convolution (border outputs see only padding): "
+                               "implicit_gemm handles it")
+        if g.groups > 1 and g.depthwise:
+            return unsupported("depthwise 1x1 is a per-channel scale, not a GEMM; use the "
+                               "depthwise variant")
+        if not g.nhwc and g.groups > 1:
+            return unsupported("NCHW with groups > 1: the (image, group) operands are not one "
+                               "strided batch; implicit_gemm handles it")
+        if gemm_dims(g)[3] > MAX_GRID_Z:
+            return unsupported(f"more than {MAX_GRID_Z} {'groups' if g.nhwc else 'images'} "
+                               "(grid limit)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        g = geometry(problem)
+        m, n, k, batch = gemm_dims(g)
+        if not self.space_ok(params, self._math(g), g.dtype, m, n, k, batch, device, False):
+            return False
+        if not g.nhwc and (g.sh, g.sw) != (1, 1):  # one output pixel per gather column
+            threads = params["warps"] * 32
+            return threads % params["bn"] == 0 and params["bk"] % (threads // params["bn"]) == 0
+        return True
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        g = geometry(problem)
+        m, n, k, batch = gemm_dims(g)
+        params = self.heuristic(self._math(g), m, n, k, batch, device, False)
+        if self.check_params(params) is None and self.valid_params(problem, params, device):
+            return params
+        return next(iter(self.param_space(problem, device)), None)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        g = geometry(problem)
+        m, n, k, batch = gemm_dims(g)
+        _, splits = split_plan(k, params["bk"], params["splitk"])
+        return 0 if splits <= 1 else 4 * splits * batch * m * n
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        cfg = tile_config(params, self._math(g))
+        if cfg is None or not tile_ok(cfg, g.dtype, device):
+            raise UnsupportedError(f"conv2d/{self.name}: parameters {dict(params)} do not "
+                                   f"form a legal tile on {device.name}")
+        if (g.sh, g.sw) == (1, 1):
+            run = make_gemm(gemm_desc(g), cfg, params["splitk"], False, device)
+
+            def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                       attrs: Mapping[str, Any]) -> None:
+                x, w = inputs["x"], inputs["w"]
+                a, b = (x, w) if g.nhwc else (w, x)
+                run(a, b, outputs["y"], inputs.get("bias"), inputs.get("residual"))
+
+            return kernel
+        return _strided(g, cfg, params["splitk"], device)
+
+
+def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
+    """The strided kernel (kernels/conv2d/gemm_1x1.cu) and its split-K finish."""
+    m, n, k, batch = gemm_dims(g)
+    kchunk, splits = split_plan(k, cfg.bk, splitk)
+    if splits <= 1:
+        kchunk, splits = k, 1
+    eb = ELEM_BYTES[g.dtype]
+    vec_a = vec_for(g.cg if g.nhwc else g.c, eb)
+    vec_b = vec_for(g.cg, eb) if g.nhwc else 1
+    act = ACT_CODES[g.activation]
+    bias_mode = (BIAS_COL if g.nhwc else BIAS_ROW) if g.bias else BIAS_NONE
+    out_mode = OUT_PARTIAL if splits > 1 else OUT_STORE
+    pq = g.p * g.q
+    ldc, sc, s_bias = (g.k, g.kg, g.kg) if g.nhwc else (pq, g.k * pq, 0)
+    pair = n % 2 == 0 if out_mode == OUT_PARTIAL else ldc % 2 == 0 and (batch == 1 or
+                                                                        sc % 2 == 0)
+    defines = {
+        "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
+        "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
+        "GEMM_STAGES": cfg.stages, "CONV_NHWC": int(g.nhwc), "GEMM_VEC_A": vec_a,
+        "GEMM_VEC_B": vec_b, "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
+        "EPI_ACT": act if out_mode == OUT_STORE else 0,
+        "EPI_BIAS": bias_mode if out_mode == OUT_STORE else BIAS_NONE,
+        "EPI_RES": int(g.residual and out_mode == OUT_STORE),
+    }
+    smem = cfg.smem_bytes(g.dtype)
+    main = load_kernel("conv2d/gemm_1x1.cu", "conv_gemm_1x1", defines, smem)
+    fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
+    grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, batch * splits)
+    block = (cfg.threads, 1, 1)
+    dims = tuple(np.int32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.sh, g.sw,
+                                       g.groups, splits, kchunk))
+    ws_elems = splits * batch * m * n if fin is not None else 0
+    xp = get_backend("cupy").xp
+    va_bytes, vb_bytes = (vec_a * eb, vec_b * eb) if g.nhwc else (vec_b * eb, vec_a * eb)
+
+    def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+               attrs: Mapping[str, Any]) -> None:
+        x = aligned(inputs["x"], va_bytes, xp)
+        w = aligned(inputs["w"], vb_bytes, xp)
+        y = outputs["y"]
+        y_out = y if ptr(y) % (2 * eb) == 0 else xp.empty(y.shape, dtype=y.dtype)
+        res = aligned(inputs.get("residual"), 2 * eb, xp)
+        bias = inputs.get("bias")
+        ws = xp.empty((ws_elems,), dtype=np.float32) if fin is not None else None
+        main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
+        if fin is not None:
+            launch_finish(fin, ws, y_out, bias, res, m=m, n=n, batch=batch, splits=splits,
+                          ldc=ldc, sc=sc, s_bias=s_bias, sm_count=device.sm_count or 132)
+        if y_out is not y:
+            y[...] = y_out
+
+    return kernel
