@@ -83,6 +83,9 @@ def tune(
     layout: Annotated[str | None, typer.Option("--layout", help="Workload layout: NCHW / NHWC.")
                       ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of inputs and random search.")] = 0,
+    sample_ms: Annotated[float | None, typer.Option(
+        "--sample-ms", min=0.1, help="Sampling time per candidate (default: 50 on a GPU, 20 "
+                                     "on the CPU); leaders are re-timed on top.")] = None,
     plugin: Annotated[list[str] | None, typer.Option(
         "--plugin", metavar="MODULE",
         help="Import MODULE (registering extra variants) here and in the workers; "
@@ -98,7 +101,12 @@ def tune(
         extra = [m for m in os.environ.get("DNNCTL_PLUGINS", "").split(",") if m.strip()]
         os.environ["DNNCTL_PLUGINS"] = ",".join(dict.fromkeys([*extra, *plugin]))
     from dnnctl import api
+    from dnnctl.backends.base import parse_device
+    from dnnctl.tune.timer import TimingPolicy
 
+    policy = None
+    if sample_ms is not None:
+        policy = TimingPolicy.for_backend(parse_device(device)[0]).replace(budget_ms=sample_ms)
     view = None if json_out else _View()
     try:
         report = api.tune(
@@ -107,7 +115,7 @@ def tune(
             device=device, output=output, budget_s=budget,
             candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
             resume=resume, deterministic=deterministic, ops=_names(ops),
-            devices=_ints(devices), seed=seed, keep_journal=keep_journal)
+            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy)
     finally:
         if view is not None:
             view.close()

@@ -133,6 +133,8 @@ def read_journal(path: str | os.PathLike[str]) -> JournalState:
                         raise ValueError("schema")
                     header = rec
                     continue
+                if kind not in ("result", "retime", "done"):
+                    continue  # a record type this version does not use
                 log = problems.setdefault(str(rec["problem"]), ProblemLog())
                 if kind == "result":
                     res = Result.from_dict(rec)

@@ -52,6 +52,12 @@ class Worker:
 
     def start(self) -> dict[str, Any]:
         """Start the process and return its hello (device facts)."""
+        self.spawn()
+        return self.handshake()
+
+    def spawn(self) -> None:
+        """Start the process. Linux kills a worker when the *thread* that spawned it exits
+        (PR_SET_PDEATHSIG), so spawn from the thread that outlives the worker's use."""
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "dnnctl.tune.worker", "--backend", self.backend,
@@ -62,6 +68,9 @@ class Worker:
         self._stderr.clear()
         threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
         self.prepared = None
+
+    def handshake(self) -> dict[str, Any]:
+        """Wait for the worker to be ready (any thread may do this)."""
         try:
             hello = self._ask({"cmd": "hello"}, self.start_timeout)
         except WorkerLost as exc:

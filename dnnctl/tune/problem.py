@@ -57,7 +57,7 @@ class ProblemTuner:
         s = self.s
         space = enumerate_space(problem, s.backend, s.device, deterministic=s.deterministic)
         out = ProblemOutcome(problem, count, "unplanned", skipped=dict(space.skipped),
-                             space=len(space), device=self.worker.device)
+                             space=len(space), device=self.worker.device, slot=self.slot)
         self.emit(Event("problem", {"problem": problem, "candidates": len(space),
                                     "device": self.worker.device}))
         if not space.candidates:

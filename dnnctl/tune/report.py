@@ -28,6 +28,7 @@ class ProblemOutcome:
     detail: str = ""
     elapsed_s: float = 0.0
     device: int | None = None
+    slot: int | None = None  # which worker (several per run with --devices)
 
     def to_dict(self) -> dict[str, Any]:
         e = self.entry
@@ -36,7 +37,7 @@ class ProblemOutcome:
             "status": self.status, "space": self.space, "tried": self.tried,
             "failed": {r: self.failed.get(r, 0) for r in FAIL_REASONS},
             "skipped": dict(self.skipped), "elapsed_s": round(self.elapsed_s, 3),
-            "device": self.device, "detail": self.detail,
+            "device": self.device, "slot": self.slot, "detail": self.detail,
         }
         if e is not None:
             out["winner"] = {"variant": e.choice.variant, "params": e.choice.param_dict}

@@ -139,13 +139,16 @@ def _check_devices(backend_name: str, slots: list[int], *, explicit: bool) -> No
 
 
 def _start_all(workers: list[Worker]) -> list[dict[str, Any]]:
-    """Start every worker in parallel (imports take seconds); raise the first failure."""
+    """Start every worker; they import and initialize in parallel. Raise the first failure."""
     hellos: list[Any] = [None] * len(workers)
     errors: list[BaseException] = []
 
+    for w in workers:  # spawned by this (long-lived) thread: see Worker.spawn
+        w.spawn()
+
     def go(i: int) -> None:
         try:
-            hellos[i] = workers[i].start()
+            hellos[i] = workers[i].handshake()
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
 
