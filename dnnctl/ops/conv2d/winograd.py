@@ -72,7 +72,10 @@ class CudaWinograd(CudaConv):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
-        tile = 4 if g.p >= 8 and g.q >= 8 else 2
+        # F4 runs an fp32 GEMM (4x fewer multiplies); F2 keeps tensor cores for fp16 / bf16 /
+        # tf32 GEMMs, which outrun fp32 CUDA cores by far more than 1.8x
+        strict_fp32 = g.dtype == "float32" and not g.tf32
+        tile = 4 if strict_fp32 and g.p >= 8 and g.q >= 8 else 2
         for chunk in (0, 64, 16, 4, 1):
             p = {"tile": tile, "chunk": chunk}
             if (self.valid_params(problem, p, device)
