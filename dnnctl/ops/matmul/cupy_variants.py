@@ -144,6 +144,9 @@ class _TiledMatmul(TiledGemmParams, Variant):
                                "to TF32; simt computes exact fp32 (or pass tf32=True)")
         if problem["batch"] > MAX_GRID_Z:
             return unsupported(f"batch {problem['batch']} exceeds the grid limit {MAX_GRID_Z}")
+        if self.atomic and next(iter(self.param_space(problem, device)), None) is None:
+            return unsupported("no split-K configuration pays off: the tile grid already "
+                               "fills the GPU, or K has fewer than 4 k-tiles to split")
         return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
