@@ -80,13 +80,15 @@ class Matrix:
     def cuda_major(self, major: int) -> Row | None:
         return next((r for r in self.tables["cuda_majors"] if r["major"] == major), None)
 
-    def driver_cuda(self, driver: Version) -> tuple[Version | None, bool]:
+    def driver_cuda(self, driver: Version, windows: bool = False) -> tuple[Version | None, bool]:
         """The newest CUDA (major.minor) the driver fully supports, and whether a newer
-        release with an unknown driver minimum makes that answer uncertain."""
+        release with an unknown driver minimum makes that answer uncertain. Windows drivers
+        are numbered apart (``windows=True`` reads the Windows column)."""
         best: Version | None = None
         unsure = False  # minimums only grow, so an unknown row matters only past the last known
+        key = "driver_windows" if windows else "driver_linux"
         for row in sorted(self.tables["cuda_releases"], key=lambda r: Version.parse(r["version"])):
-            need = row.get("driver_linux")
+            need = row.get(key)
             if need is None or row.uncertain:
                 unsure = unsure or best is not None
                 continue

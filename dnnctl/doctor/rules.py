@@ -50,7 +50,7 @@ class Context:
         if self.driver is None:  # a snapshot may know only what the driver reports
             reported = Version.maybe((self.env.driver or {}).get("cuda"))
             return (reported.trunc(2) if reported else None), False
-        best, unsure = self.matrix.driver_cuda(self.driver)
+        best, unsure = self.matrix.driver_cuda(self.driver, windows=self.windows)
         if self.forward_compat is not None and self.fc_eligible and \
                 (best is None or self.forward_compat > best):
             return self.forward_compat.trunc(2), False
@@ -63,6 +63,12 @@ class Context:
         if row is None or not self.gpus:
             return False
         return all(g.gpu_class in row["gpu_classes"] for g in self.gpus)
+
+    @property
+    def windows(self) -> bool:
+        """Windows and WSL report the Windows driver, numbered apart from Linux's."""
+        text = (self.env.os or "").lower()
+        return "windows" in text or "wsl" in text
 
     @property
     def tegra(self) -> bool:

@@ -69,8 +69,8 @@ def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:
     out: list[Finding] = []
     if gpu.model is not None and gpu.model.uncertain:
         out.append(unknown("gpu", f"{gpu.label}: the matrix row is uncertain", row=gpu.model))
-    if ctx.driver is None or gpu.gpu_class == "jetson":  # L4T driver numbers: see Context
-        return out
+    if ctx.driver is None or gpu.gpu_class == "jetson" or ctx.windows:
+        return out  # Jetson (L4T) and Windows drivers are not on the Linux numbering
     last = arch.get("last_driver_branch")
     if last is not None and ctx.driver.major > last:
         out.append(finding(
@@ -126,10 +126,15 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
     if major is None:
         return [unknown(component, f"{what}: CUDA {cuda.major}.x has no row in the matrix",
                         cuda=cuda, driver=ctx.driver)]
-    floor = Version.parse(major["mvc_min_driver"])
+    floor_text = major.get("mvc_min_driver_windows") if ctx.windows else major["mvc_min_driver"]
+    if floor_text is None:
+        return [unknown(component, f"{what}: the matrix has no Windows driver minimum for CUDA "
+                        f"{cuda.major}.x", row=major, cuda=cuda, driver=ctx.driver)]
+    floor = Version.parse(floor_text)
     ev = {"cuda": cuda, "driver": ctx.driver, "driver_cuda": have}
-    if rel is not None and not rel.uncertain and rel.get("driver_linux"):
-        full_need = Version.parse(rel["driver_linux"])
+    key = "driver_windows" if ctx.windows else "driver_linux"
+    if rel is not None and not rel.uncertain and rel.get(key):
+        full_need = Version.parse(rel[key])
         if have is not None and have >= cuda.trunc(2):
             return []
     else:

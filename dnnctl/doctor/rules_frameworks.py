@@ -190,7 +190,7 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
                            f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
     runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
-    arch, ptx_only = arch_findings(ctx, "jax", what, row, None, install)
+    arch, ptx_only = arch_findings(ctx, "jax", what, row, None, _jax_fix(ctx))
     out += arch
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
     minimum = Version.parse(row["cudnn"])
@@ -212,6 +212,20 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     elif loaded is not None:
         out += rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
     return out
+
+
+def _jax_fix(ctx: Context) -> str | None:
+    """The newest JAX build with cubins for every GPU here (never one without code)."""
+    def newest(r: Row) -> Version:
+        return max(v for _, v, _ in VersionRange.parse(r["jax"]).clauses)
+    for r in sorted(ctx.matrix.rows("jax"), key=lambda r: (newest(r), r["plugin"]),
+                    reverse=True):
+        if r.uncertain or not ctx.known_ccs:
+            continue
+        if all(reach_row(g.cc, r, ctx.platform)[0] == "cubin" for g in ctx.known_ccs):
+            spec = str(VersionRange.parse(r["jax"])).replace(" ", "")
+            return f'pip install -U "jax[cuda{r["plugin"]}]{spec}"'
+    return None
 
 
 def _plugin_major(info: dict[str, Any]) -> int | None:

@@ -125,3 +125,19 @@ def test_findings_carry_evidence_and_source(m) -> None:
         if f.severity == "error":
             assert f.evidence and f.source and f.fix
             assert "compat/" in f.source
+
+
+def test_windows_drivers_use_the_windows_column(m) -> None:
+    base = dict(gpus=[Gpu(name="NVIDIA GeForce RTX 4090")],
+                frameworks={"torch": {"version": "2.7.1+cu128"}})
+    # 570.65 is the CUDA 12.8 GA Windows driver (Linux 12.8 needs 570.26): full support
+    f = judge(EnvSnapshot(os="Windows-11-10.0.26100", driver={"version": "570.65"}, **base), m)
+    assert codes(f) == []
+    # 527.41 is the CUDA 12.0 Windows driver: 12.8 only through minor-version compatibility
+    f = judge(EnvSnapshot(os="Windows-10", driver={"version": "527.41"}, **base), m)
+    assert "driver-mvc" in codes(f, ("info",)) and "driver-too-old" not in codes(f)
+    # CUDA 13 on Windows: no Windows driver minimum recorded -> unknown, never guessed
+    env = EnvSnapshot(os="Linux 6.6.87.2-microsoft-standard-WSL2 x86_64; WSL2",
+                      driver={"version": "581.15"},
+                      frameworks={"torch": {"version": "2.9.0+cu130"}})
+    assert codes(judge(env, m)) == ["unknown-version"]
