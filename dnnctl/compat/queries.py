@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnnctl.compat.matrix import Matrix
-from dnnctl.compat.suggest import driver_status, reach_row, torch_arch_history, torch_options
+from dnnctl.compat.suggest import (
+    TORCH_INDEX,
+    driver_status,
+    reach_row,
+    torch_arch_history,
+    torch_options,
+)
 from dnnctl.compat.versions import CC, TorchVersion, Version, VersionRange
 from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
 from dnnctl.errors import UsageError
@@ -245,7 +251,7 @@ SHOW = {
                                "family", "dropped", "certainty")),
     "cudnn": ("cudnn", ("versions", "cuda_major", "driver_linux", "cc", "pip", "certainty")),
     "torch": ("torch", ("torch", "variant", "cuda", "cudnn", "status", "arch_list",
-                        "arch_uncertain", "certainty")),
+                        "arch_uncertain", "min_driver", "certainty")),
     "tensorflow": ("tensorflow", ("tensorflow", "cuda", "cudnn", "python", "arch_list",
                                   "certainty")),
     "jax": ("jax", ("jax", "plugin", "cuda", "cudnn", "arch_list", "certainty")),
@@ -258,9 +264,21 @@ def show(matrix: Matrix, what: str, filters: Sequence[str] = ()) -> dict[str, An
     if what not in SHOW:
         raise UsageError(f"unknown table {what!r}", hint=f"one of: {', '.join(SHOW)}")
     table, columns = SHOW[what]
-    rows = [r for r in matrix.rows(table) if all(_matches(r, f) for f in filters)]
-    return {"table": what, "columns": list(columns),
-            "rows": [{**dict(r), "where": r.where} for r in rows]}
+    rows = [{**dict(r), **_derived(matrix, table, r), "where": r.where}
+            for r in matrix.rows(table)]
+    rows = [r for r in rows if all(_matches(r, f) for f in filters)]
+    return {"table": what, "columns": list(columns), "rows": rows}
+
+
+def _derived(matrix: Matrix, table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """Facts a torch row implies: its pip index and minimum drivers (MVC floor / full)."""
+    if table != "torch":
+        return {}
+    cuda = Version.parse(row["cuda"])
+    major, rel = matrix.cuda_major(cuda.major), matrix.cuda_release(cuda)
+    return {"index_url": row.get("index_url") or TORCH_INDEX.format(variant=row["variant"]),
+            "min_driver": major["mvc_min_driver"] if major else None,
+            "full_support_driver": rel.get("driver_linux") if rel else None}
 
 
 def _matches(row: dict[str, Any], spec: str) -> bool:
