@@ -94,16 +94,25 @@ def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Seque
 
 
 def aligned(nbytes: int, *arrays: Any) -> bool:
-    """Every (CuPy) array's data pointer is a multiple of ``nbytes``."""
-    return all(a is None or a.data.ptr % nbytes == 0 for a in arrays)
+    """Every array's data pointer is a multiple of ``nbytes`` (None entries are skipped)."""
+    for a in arrays:
+        if a is not None:
+            ptr = a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
+            if ptr % nbytes:  # (NumPy arrays: the CPU emulator standing in for CuPy)
+                return False
+    return True
 
 
 def workspace(device: Any, nbytes: int) -> Any:
-    """A float32 scratch buffer of at least ``nbytes`` on ``device`` (CuPy)."""
-    import cupy
+    """A float32 scratch buffer of at least ``nbytes`` on ``device`` for the cupy backend."""
+    from dnnctl.backends.base import get_backend
 
-    with cupy.cuda.Device(getattr(device, "index", 0)):
-        return cupy.empty(max(1, cdiv(nbytes, 4)), dtype=cupy.float32)
+    xp = get_backend("cupy").xp
+    size = max(1, cdiv(nbytes, 4))
+    if xp is np:  # the CPU emulator stands in for CuPy
+        return np.empty(size, dtype=np.float32)
+    with xp.cuda.Device(getattr(device, "index", 0)):
+        return xp.empty(size, dtype=np.float32)
 
 
 # ----------------------------------------------------------------------------- numpy

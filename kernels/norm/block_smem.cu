@@ -10,8 +10,7 @@ template <int BLOCK, int VEC>
 __global__ void __launch_bounds__(BLOCK)
 norm_smem(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
           const elem_t* __restrict__ b, elem_t* __restrict__ y, int rows, int cols, float eps) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  elem_t* buf = reinterpret_cast<elem_t*>(smem_raw);
+  DNNCTL_DYN_SMEM(elem_t, buf);
   __shared__ float red[32];
   const i64 row = blockIdx.x;
   const elem_t* xr = x + row * cols;

@@ -15,10 +15,10 @@ template <int BLOCK, int VEC, int UNROLL, typename I>
 __global__ void __launch_bounds__(BLOCK)
 bn_flat(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* mean,
         const float* var, const float* w, const float* b, I n, I hw, I C, float eps) {
-  extern __shared__ __align__(16) float sp[];  // mean[C], scale[C], beta[C]
+  DNNCTL_DYN_SMEM(float, sp);  // mean[C], scale[C], beta[C]
   for (int c = threadIdx.x; c < (int)C; c += BLOCK)
     bn_params(mean, var, w, b, eps, c, sp[c], sp[C + c], sp[2 * C + c]);
-  __syncthreads();
+  sync_block();
   const I nvec = n / VEC;
   const I tile = (I)(BLOCK * UNROLL);
   for (I k0 = (I)blockIdx.x * tile + threadIdx.x; k0 < nvec; k0 += (I)gridDim.x * tile) {

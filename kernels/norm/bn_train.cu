@@ -83,7 +83,7 @@ template <int BLOCK, int VEC, int MODE>
 __global__ void __launch_bounds__(BLOCK)
 bn_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, const float* mean_in,
               i64 M, int C) {
-  extern __shared__ __align__(16) float sw[];  // [3][BLOCK][VEC]
+  DNNCTL_DYN_SMEM(float, sw);  // [3][BLOCK][VEC]
   const int cvn = C / VEC;
   const int tx_n = min(cvn, BLOCK);
   const int rb = BLOCK / tx_n;
@@ -112,7 +112,7 @@ bn_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, const floa
     sw[(1 * BLOCK + threadIdx.x) * VEC + i] = t.mean;
     sw[(2 * BLOCK + threadIdx.x) * VEC + i] = t.m2;
   }
-  __syncthreads();
+  sync_block();
   if (ty != 0 || !live) return;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {

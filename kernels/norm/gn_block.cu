@@ -10,8 +10,7 @@ template <int BLOCK, int VEC, int STAGE>
 __global__ void __launch_bounds__(BLOCK)
 gn_block(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __restrict__ w,
          const float* __restrict__ b, int C, int hw, int G, float eps) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  elem_t* buf = reinterpret_cast<elem_t*>(smem_raw);
+  DNNCTL_DYN_SMEM(elem_t, buf);
   __shared__ float red[96];
   const GnGroup q = gn_group(blockIdx.x, C, hw, G);
   const int nv = gn_vectors<VEC>(q);

@@ -9,8 +9,7 @@ using namespace dnnctl;
 template <int BLOCK, int VEC>
 __global__ void __launch_bounds__(BLOCK)
 softmax_smem(const elem_t* __restrict__ x, elem_t* __restrict__ y, int rows, int cols) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  elem_t* buf = reinterpret_cast<elem_t*>(smem_raw);
+  DNNCTL_DYN_SMEM(elem_t, buf);
   __shared__ float red[32];
   const i64 row = blockIdx.x;
   const elem_t* xr = x + row * cols;

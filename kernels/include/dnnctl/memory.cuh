@@ -1,14 +1,64 @@
 // dnnctl helpers for memory-bound kernels: vector loads/stores of elem_t as fp32, warp and
 // block reductions, Welford and online-softmax combines. NVRTC-compatible (no host headers).
 // Kernels include it as <dnnctl/memory.cuh>; it includes <dnnctl/common.cuh>.
+//
+// With -DDNNCTL_EMU (the CPU emulator of tools/cuda_emu, used by tests/unit/
+// test_ops_memory_emu.py) the same helpers check every vector access for alignment and
+// bounds (global buffers, shared memory races) and run shuffles / barriers on the emulator.
 #pragma once
 #include <dnnctl/common.cuh>
+
+#ifdef DNNCTL_EMU
+#include <vector_functions.h>
+#define DNNCTL_INF INFINITY
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+// dynamic shared memory: `DNNCTL_DYN_SMEM(float, buf);` declares `float* buf`
+#define DNNCTL_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(emu::g_smem)
+#else
+#define DNNCTL_INF __int_as_float(0x7f800000)
+#define DNNCTL_DYN_SMEM(T, name)                         \
+  extern __shared__ __align__(16) unsigned char name##_raw[]; \
+  T* name = reinterpret_cast<T*>(name##_raw)
+#endif
 
 namespace dnnctl {
 
 typedef long long i64;
 
-#define DNNCTL_INF __int_as_float(0x7f800000)
+__device__ __forceinline__ void sync_block() {
+#ifdef DNNCTL_EMU
+  emu::block_barrier();
+#else
+  sync_block();
+#endif
+}
+
+// Butterfly exchange with lane ^ o; every lane of the warp must call it (full mask).
+__device__ __forceinline__ float shfl_xor(float v, int o) {
+#ifdef DNNCTL_EMU
+  const int lane = emu::cur->lane;
+  *static_cast<float*>(emu::warp_slot(lane)) = v;
+  emu::warp_barrier();
+  const float r = *static_cast<const float*>(emu::warp_slot(lane ^ o));
+  emu::warp_barrier();
+  return r;
+#else
+  return shfl_xor(v, o);
+#endif
+}
+
+#ifdef DNNCTL_EMU
+inline void emu_access(const void* p, size_t bytes, bool write) {
+  if ((uintptr_t)p % bytes) emu::fail(write ? "vector store not aligned" : "vector load not aligned");
+  const unsigned char* q = static_cast<const unsigned char*>(p);
+  if (emu::g_smem && q >= emu::g_smem && q < emu::g_smem + emu::g_smem_bytes) {
+    if (write) emu::smem_write(p, bytes, "shared store");
+    else emu::smem_read(p, bytes, "shared load");
+  } else {
+    emu::check_global(p, bytes, write ? "global store" : "global load");
+  }
+}
+#endif
 
 // ---------------------------------------------------------------------------- vector I/O
 // A "vector" is N consecutive elements read or written with as few instructions as possible:
@@ -27,14 +77,26 @@ enum StorePolicy { ST_PLAIN = 0, ST_STREAM = 1 };
 
 template <int L, typename B>
 __device__ __forceinline__ B ld_bits(const B* p) {
+#ifdef DNNCTL_EMU
+  emu_access(p, sizeof(B), false);
+  B v;
+  std::memcpy(&v, p, sizeof(B));
+  return v;
+#else
   if (L == LD_NC) return __ldg(p);        // read-only path; never for data this kernel writes
   if (L == LD_STREAM) return __ldcs(p);   // evict-first: read once
   return *p;
+#endif
 }
 
 template <int S, typename B>
 __device__ __forceinline__ void st_bits(B* p, B v) {
+#ifdef DNNCTL_EMU
+  emu_access(p, sizeof(B), true);
+  std::memcpy(p, &v, sizeof(B));
+#else
   if (S == ST_STREAM) __stcs(p, v); else *p = v;
+#endif
 }
 
 template <typename T, int N>
@@ -86,14 +148,14 @@ __device__ __forceinline__ void load_f32(const float* p, float (&f)[N]) {
 template <int WIDTH>
 __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
-  for (int o = WIDTH / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = WIDTH / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
   return v;
 }
 
 template <int WIDTH>
 __device__ __forceinline__ float group_max(float v) {
 #pragma unroll
-  for (int o = WIDTH / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = WIDTH / 2; o > 0; o >>= 1) v = fmaxf(v, shfl_xor(v, o));
   return v;
 }
 
@@ -103,9 +165,9 @@ template <int NWARPS>
 __device__ __forceinline__ float block_sum(float v, float* red) {
   v = group_sum<32>(v);
   if (NWARPS == 1) return v;
-  __syncthreads();
+  sync_block();
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
+  sync_block();
   const int lane = threadIdx.x & 31;
   return group_sum<32>(lane < NWARPS ? red[lane] : 0.f);
 }
@@ -114,9 +176,9 @@ template <int NWARPS>
 __device__ __forceinline__ float block_max(float v, float* red) {
   v = group_max<32>(v);
   if (NWARPS == 1) return v;
-  __syncthreads();
+  sync_block();
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
+  sync_block();
   const int lane = threadIdx.x & 31;
   return group_max<32>(lane < NWARPS ? red[lane] : -DNNCTL_INF);
 }
@@ -152,9 +214,9 @@ __device__ __forceinline__ Welford group_welford(Welford w) {
 #pragma unroll
   for (int o = WIDTH / 2; o > 0; o >>= 1) {
     Welford t;
-    t.n = __shfl_xor_sync(0xffffffffu, w.n, o);
-    t.mean = __shfl_xor_sync(0xffffffffu, w.mean, o);
-    t.m2 = __shfl_xor_sync(0xffffffffu, w.m2, o);
+    t.n = shfl_xor(w.n, o);
+    t.mean = shfl_xor(w.mean, o);
+    t.m2 = shfl_xor(w.m2, o);
     w = welford_combine(w, t);
   }
   return w;
@@ -165,14 +227,14 @@ template <int NWARPS>
 __device__ __forceinline__ Welford block_welford(Welford w, float* red) {
   w = group_welford<32>(w);
   if (NWARPS == 1) return w;
-  __syncthreads();
+  sync_block();
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   if (lane == 0) {
     red[wid] = w.n;
     red[32 + wid] = w.mean;
     red[64 + wid] = w.m2;
   }
-  __syncthreads();
+  sync_block();
   Welford t = lane < NWARPS ? Welford{red[lane], red[32 + lane], red[64 + lane]} : welford_init();
   return group_welford<32>(t);
 }

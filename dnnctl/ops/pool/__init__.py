@@ -1,0 +1,88 @@
+"""Pooling: max_pool2d, avg_pool2d (op ``pool2d``) and global_avg_pool2d.
+
+Importing this package registers the ops and their variants; the public functions below
+take NCHW or NHWC 4-D tensors and dispatch through the plan.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl.errors import ShapeError
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import Field
+from dnnctl.ops.dispatch import bind, run
+from dnnctl.ops.pool import gap, pool2d  # noqa: F401  (registration)
+
+__all__ = ["avg_pool2d", "global_avg_pool2d", "max_pool2d"]
+
+_PAIR = Field("ints", length=2, minimum=0)
+
+
+def _nchw_dims(x: Any, layout: str, op: str) -> tuple[int, int, int, int]:
+    if len(x.shape) != 4 or 0 in x.shape:
+        raise ShapeError(f"{op}: x has shape {tuple(x.shape)}, expected a non-empty 4-D "
+                         f"{layout} tensor")
+    n, a, b, d = x.shape
+    return (n, a, b, d) if layout == "NCHW" else (n, d, a, b)
+
+
+def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any,
+          ceil_mode: bool, count_include_pad: bool, layout: str, out: Any, plan: Any) -> Any:
+    op = f"{mode}_pool2d"
+    bound = bind(x, out)
+    xa, oa = bound.arrays
+    dtype = mc.float_dtype(xa, "x")
+    mc.contiguous(xa, "x")
+    layout = mc.check_layout(layout)
+    n, c, h, w = _nchw_dims(xa, layout, op)
+    key = {"n": n, "c": c, "h": h, "w": w, "mode": mode,
+           "kernel": _PAIR.normalize(op, "kernel", kernel),
+           "stride": None if stride is None else _PAIR.normalize(op, "stride", stride),
+           "pad": _PAIR.normalize(op, "padding", padding),
+           "dilation": _PAIR.normalize(op, "dilation", dilation),
+           "ceil_mode": bool(ceil_mode), "count_include_pad": bool(count_include_pad),
+           "dtype": dtype, "layout": layout}
+    if mode == "max":
+        key["count_include_pad"] = True
+    if oa is not None:
+        from dnnctl.ops.registry import get_op
+
+        spec = get_op("pool2d").output_specs(get_op("pool2d").problem(key))["y"]
+        mc.check_out(oa, spec.shape, dtype)
+    res = run("pool2d", key, bound, ("x",), {}, plan=plan,
+              out=None if oa is None else {"y": oa})
+    return out if oa is not None else bound.wrap(res["y"])
+
+
+def max_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+               ceil_mode: bool = False, *, layout: str = "NCHW", out: Any = None,
+               plan: Any = None) -> Any:
+    """2-D max pooling (PyTorch semantics: pad <= kernel // 2, NaN propagates)."""
+    return _pool("max", x, kernel, stride, padding, dilation, ceil_mode, True, layout, out,
+                 plan)
+
+
+def avg_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True, *,
+               layout: str = "NCHW", out: Any = None, plan: Any = None) -> Any:
+    """2-D average pooling (PyTorch semantics for the divisor)."""
+    return _pool("avg", x, kernel, stride, padding, 1, ceil_mode, count_include_pad, layout,
+                 out, plan)
+
+
+def global_avg_pool2d(x: Any, *, layout: str = "NCHW", out: Any = None,
+                      plan: Any = None) -> Any:
+    """Mean over H x W: NCHW -> (N, C, 1, 1), NHWC -> (N, 1, 1, C)."""
+    bound = bind(x, out)
+    xa, oa = bound.arrays
+    dtype = mc.float_dtype(xa, "x")
+    mc.contiguous(xa, "x")
+    layout = mc.check_layout(layout)
+    n, c, h, w = _nchw_dims(xa, layout, "global_avg_pool2d")
+    if oa is not None:
+        mc.check_out(oa, (n, c, 1, 1) if layout == "NCHW" else (n, 1, 1, c), dtype)
+    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout}
+    res = run("global_avg_pool2d", key, bound, ("x",), {}, plan=plan,
+              out=None if oa is None else {"y": oa})
+    return out if oa is not None else bound.wrap(res["y"])

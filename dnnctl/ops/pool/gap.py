@@ -1,0 +1,264 @@
+"""global_avg_pool2d: the mean over H x W per (n, c), NCHW -> (N, C, 1, 1), NHWC -> (N, 1, 1, C).
+
+Op key ``global_avg_pool2d``: n, c, h, w, dtype, layout. CUDA variants (kernels/pool/):
+``gap_reduce`` (one pass: NCHW `group` threads per plane; NHWC a block per (n, `group`
+channel vectors)) and ``gap_split`` (few large planes: pixel chunks on separate blocks, fp32
+partials, a finalize kernel). CPU variants: ``numpy_mean`` and ``numpy_pairwise``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import (
+    DTYPES,
+    SUPPORTED,
+    Choice,
+    Field,
+    Kernel,
+    Op,
+    Problem,
+    Support,
+    TensorSpec,
+    Variant,
+    dtype_size,
+    unsupported,
+)
+from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
+from dnnctl.ops.registry import register_op, register_variant
+
+
+def gap_shape(problem: Problem) -> tuple[int, int, int, int]:
+    n, c = problem["n"], problem["c"]
+    return (n, c, 1, 1) if problem["layout"] == "NCHW" else (n, 1, 1, c)
+
+
+def _axes(problem: Problem) -> tuple[int, int]:
+    return (2, 3) if problem["layout"] == "NCHW" else (1, 2)
+
+
+@register_op
+class GlobalAvgPool2dOp(Op):
+    name = "global_avg_pool2d"
+    doc = "mean over H x W per sample and channel"
+    fields = {**SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
+              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC"))}
+
+    def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        return {"x": TensorSpec(tensor_shape(problem), problem["dtype"])}
+
+    def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
+        return {"y": TensorSpec(gap_shape(problem), problem["dtype"])}
+
+    def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        x = np.asarray(inputs["x"], np.float64)
+        return {"y": x.mean(axis=_axes(problem), keepdims=True)}
+
+    def tolerance(self, problem: Problem, output: str) -> float:
+        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
+
+    def flops(self, problem: Problem) -> float:
+        return float(numel(problem))
+
+    def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
+        if backend == "numpy":
+            return Choice.of("numpy_mean")
+        vec = max(v for v in mc.VECS if vec_ok(problem, v))
+        hw, sms = problem["h"] * problem["w"], mc.sm_count(device)
+        rows = problem["n"] * problem["c"] // (vec if problem["layout"] == "NHWC" else 1)
+        if hw >= 4096 and rows < 64 * sms:
+            return Choice.of("gap_split", {"block": 256, "vec": vec, "waves": 4})
+        if problem["layout"] == "NCHW":
+            group = min(32, max(4, 1 << max(0, (hw // (vec * 4) - 1).bit_length())))
+        else:
+            group = 4 if problem["c"] // vec >= 4 else 1
+        return Choice.of("gap_reduce", {"block": 256, "vec": vec, "group": max(4, group)})
+
+
+# ----------------------------------------------------------------------------- CUDA
+
+
+class _GapKernel:
+    __slots__ = ("fast", "safe", "align")
+
+    def __init__(self, fast: Any, safe: Any, align: int) -> None:
+        self.fast, self.safe, self.align = fast, safe, align
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        x, y = inputs["x"], outputs["y"]
+        (self.fast if mc.aligned(self.align, x, y) else self.safe)(x, y)
+
+
+class _GapCuda(Variant):
+    op = "global_avg_pool2d"
+    backend = "cupy"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = params["vec"] if self.valid_params(problem, params, device) else 1
+        defines = {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]]}
+        return _GapKernel(self.program(problem, params, vec, defines, device),
+                          self.program(problem, params, 1, defines, device),
+                          vec * dtype_size(problem["dtype"]))
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                defines: dict[str, Any], device: Any) -> Any:
+        raise NotImplementedError
+
+
+@register_variant
+class GapReduce(_GapCuda):
+    name = "gap_reduce"
+    source = "pool/gap_reduce.cu"
+    doc = "one pass: NCHW `group` threads per plane; NHWC a block per (n, `group` ch. vectors)"
+    params = {"block": (128, 256, 512), "vec": mc.VECS, "group": (4, 8, 16, 32)}
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        vec, group = params["vec"], params["group"]
+        if not vec_ok(problem, vec):
+            return False
+        if problem["layout"] == "NCHW":
+            return group == 4 or (group // 2) * vec < problem["h"] * problem["w"]
+        return group == 4 or group <= problem["c"] // vec
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                defines: dict[str, Any], device: Any) -> Any:
+        block, group = params["block"], params["group"]
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        vecs = [v for v in mc.VECS if mc.vec_fits(problem["dtype"], v)]
+        if problem["layout"] == "NCHW":
+            names = [f"gap_planes<{b},{g},{v}>" for b in self.params["block"]
+                     for g in self.params["group"] for v in vecs]
+            mod = mc.compile_cuda(self.source, defines, names, device)
+            run = mc.launch(mod, f"gap_planes<{block},{group},{vec}>",
+                            mc.cdiv(n * c, block // group), block)
+            dims: tuple = (np.int64(n * c), np.int32(hw))
+        else:
+            names = [f"gap_rows<{b},{v}>" for b in self.params["block"] for v in vecs]
+            mod = mc.compile_cuda(self.source, defines, names, device)
+            lanes = min(group, c // vec)
+            run = mc.launch(mod, f"gap_rows<{block},{vec}>", (n, mc.cdiv(c // vec, lanes)),
+                            block, 4 * block * vec)
+            dims = (np.int32(hw), np.int32(c), np.int32(lanes))
+
+        def go(x: Any, y: Any) -> None:
+            run((x, y, *dims))
+
+        return go
+
+
+@register_variant
+class GapSplit(_GapCuda):
+    name = "gap_split"
+    source = "pool/gap_split.cu"
+    doc = "few large planes: pixel chunks on separate blocks, fp32 partials, then finalize"
+    params = {"block": (256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["h"] * problem["w"] < 2048:
+            return unsupported("planes under 2048 pixels gain nothing from splitting")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return vec_ok(problem, params["vec"]) and self.geometry(
+            problem, params, params["vec"], mc.sm_count(device))[0] >= 2
+
+    def geometry(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                 sms: int) -> tuple[int, int, int]:
+        """(splits, chunk, lanes): chunk in vectors (NCHW) or pixels (NHWC)."""
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        block, target = params["block"], sms * params["waves"]
+        if problem["layout"] == "NCHW":
+            nv = hw // vec
+            splits = max(1, min(mc.cdiv(target, n * c), nv // block, 65535))
+            return splits, mc.cdiv(nv, splits), 0
+        lanes = min(32, c // vec)
+        tiles = mc.cdiv(c // vec, lanes)
+        splits = max(1, min(mc.cdiv(target, n * tiles), hw // (block // lanes), 65535))
+        return splits, mc.cdiv(hw, splits), lanes
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        splits = self.geometry(problem, params, params["vec"], 132)[0]
+        return 4 * problem["n"] * problem["c"] * splits
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                defines: dict[str, Any], device: Any) -> Any:
+        block = params["block"]
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        splits, chunk, lanes = self.geometry(problem, params, vec, mc.sm_count(device))
+        part = mc.workspace(device, 4 * n * c * splits)
+        kind = "planes" if problem["layout"] == "NCHW" else "rows"
+        names = [f"gap_split_{kind}<{block},{v}>" for v in dict.fromkeys((vec, 1))]
+        mod = mc.compile_cuda(self.source, defines, [*names, f"gap_split_{kind}_fin"], device)
+        fin = mc.launch(mod, f"gap_split_{kind}_fin", mc.cdiv(n * c, 128), 128)
+        if kind == "planes":
+            run = mc.launch(mod, f"gap_split_planes<{block},{vec}>", (n * c, splits), block)
+            args: tuple = (np.int32(hw), np.int32(chunk))
+            fin_args: tuple = (np.int64(n * c), np.int32(splits), np.int32(hw))
+        else:
+            tiles = mc.cdiv(c // vec, lanes)
+            run = mc.launch(mod, f"gap_split_rows<{block},{vec}>", (n * tiles, splits), block,
+                            4 * block * vec)
+            args = (np.int32(hw), np.int32(c), np.int32(lanes), np.int32(chunk))
+            fin_args = (np.int32(n), np.int32(splits), np.int32(c), np.int32(hw))
+
+        def go(x: Any, y: Any) -> None:
+            run((x, part, *args))
+            fin((part, y, *fin_args))
+
+        return go
+
+
+# ----------------------------------------------------------------------------- numpy
+
+
+@register_variant
+class GapNumpyMean(Variant):
+    op = "global_avg_pool2d"
+    backend = "numpy"
+    name = "numpy_mean"
+    doc = "numpy mean with a float32 accumulator"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        axes = _axes(problem)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            mc.put(outputs["y"], inputs["x"].mean(axis=axes, keepdims=True, dtype=np.float32))
+
+        return kernel
+
+
+@register_variant
+class GapNumpyPairwise(Variant):
+    op = "global_avg_pool2d"
+    backend = "numpy"
+    name = "numpy_pairwise"
+    doc = "flatten the pixels to one contiguous axis and reduce it (pairwise sum, float32)"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        nchw = problem["layout"] == "NCHW"
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            x = mc.f32(inputs["x"])
+            rows = x.reshape(n * c, hw) if nchw else np.ascontiguousarray(
+                x.reshape(n, hw, c).transpose(0, 2, 1)).reshape(n * c, hw)
+            mc.put(outputs["y"], (rows.sum(axis=1) / hw).reshape(gap_shape(problem)))
+
+        return kernel
