@@ -32,7 +32,7 @@ def check(ctx: Context) -> list[Finding]:
         if not info or not info.get("version"):
             continue
         found = fn(ctx, info)
-        if not any(f.severity in ("error", "warning") for f in found):
+        if not any(f.severity in ("error", "warning") or f.code == "ok" for f in found):
             found.append(finding("ok", "info", name, f"{name} {info['version']}: no problem "
                                  "found against the matrix", version=info["version"]))
         out += found
@@ -140,6 +140,11 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     loaded = parse_cudnn(info.get("cudnn_loaded") or info.get("cudnn_runtime"))
     pip_fix = f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'"
     out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix)
+    if not any(f.severity in ("error", "warning") for f in out):
+        sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs) or "no GPU given"
+        out.append(finding("ok", "info", "torch", f"{what}: wheel {row['variant']} (CUDA "
+                           f"{cuda}, cuDNN {compiled}) has code for {sms}", row=row,
+                           variant=row["variant"], cuda=cuda, cudnn=compiled))
     return out
 
 

@@ -99,8 +99,10 @@ def test_torch_unknowns_and_odd_builds(m) -> None:
     gpu = [Gpu(name="NVIDIA L4")]
     f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.7.0+cu121"}}), m)
     assert codes(f) == ["unknown-version"] and "no cu121 wheel" in f[-1].message
+    f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.16.0.dev20261101"}}), m)
+    assert codes(f) == ["unknown-version"] and "2.16" in f[-1].message
     f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.14.0"}}), m)
-    assert codes(f) == ["unknown-version"]  # no PyPI default recorded for 2.14
+    assert codes(f) == [] and "cu132" in f[-1].message  # PyPI's default for 2.14 is CUDA 13.2
     f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.5.1+cpu"}}), m)
     assert codes(f) == ["cuda-mismatch"] and "CPU-only" in f[-1].message
     f = judge(EnvSnapshot(gpus=gpu, frameworks={"torch": {"version": "2.5.1+rocm6.2"}}), m)
