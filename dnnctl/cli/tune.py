@@ -61,7 +61,8 @@ def tune(
         "--candidate-timeout", metavar="S", min=0.1,
         help="Limit for one candidate (build + verify + time); a hang is killed.")] = 120.0,
     strategy: Annotated[str, typer.Option(
-        "--strategy", help="Search strategy: exhaustive, random or local.")] = "exhaustive",
+        "--strategy", help="Search strategy: auto (exhaustive for small spaces, else local "
+                           "search), exhaustive, random or local.")] = "auto",
     max_evals: Annotated[int | None, typer.Option(
         "--max-evals", min=1, help="At most this many candidates per problem.")] = None,
     resume: Annotated[bool, typer.Option(

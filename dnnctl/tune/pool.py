@@ -35,9 +35,10 @@ class Worker:
     """One worker subprocess bound to one device."""
 
     def __init__(self, backend: str, device: int, *, start_timeout: float = 180.0,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, nice: int = 0):
         self.backend = backend
         self.device = device
+        self.nice = nice
         self.start_timeout = start_timeout
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
@@ -62,6 +63,8 @@ class Worker:
         env.setdefault("PYTHONUNBUFFERED", "1")
         cmd = [sys.executable, "-m", "dnnctl.tune.worker", "--backend", self.backend,
                "--device", str(self.device), "--parent", str(os.getpid())]
+        if self.nice:
+            cmd += ["--nice", str(self.nice)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, close_fds=True)
         self._buf = b""

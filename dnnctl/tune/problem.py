@@ -10,6 +10,7 @@ from typing import Any
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.base import Problem
 from dnnctl.plan.schema import FAIL_REASONS, Alternative, PlanEntry, Timing
+from dnnctl.tune.build_ahead import BuildAhead
 from dnnctl.tune.candidates import Candidate, Space, enumerate_space
 from dnnctl.tune.journal import Journal, ProblemLog, problem_id
 from dnnctl.tune.pool import Worker, WorkerLost
@@ -43,9 +44,11 @@ class ProblemTuner:
     """Runs one problem to a decision on one worker, journaling every result."""
 
     def __init__(self, settings: Settings, worker: Worker, slot: int, journal: Journal,
-                 emit: Callable[[Event], None], stop: Callable[[], bool]):
+                 emit: Callable[[Event], None], stop: Callable[[], bool],
+                 ahead: BuildAhead | None = None):
         self.s = settings
         self.worker = worker
+        self.ahead = ahead
         self.slot = slot
         self.journal = journal
         self.emit = emit
@@ -111,10 +114,15 @@ class ProblemTuner:
             # excluded from the search (e.g. --deterministic) but still the baseline
             self._evaluate(problem, default, results, space)
         done = sum(1 for c in space.candidates if c in results)
+        if self.ahead is not None:
+            self.ahead.next_problem()
         while not self.stop():
             cand = strategy.next(space, results)
             if cand is None:
                 break
+            if self.ahead is not None:
+                self.ahead.submit(problem, strategy.upcoming(
+                    space, results, 2 * len(self.ahead.workers) + 1))
             have_ok = any(r.ok for c, r in results.items() if c in eligible)
             if have_ok and time.monotonic() > deadline:
                 break

@@ -66,6 +66,7 @@ class TuneReport:
     elapsed_s: float
     policy: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    prebuilt: int = 0  # candidates compiled ahead by build helpers
 
     @property
     def unplanned(self) -> list[ProblemOutcome]:
@@ -77,7 +78,7 @@ class TuneReport:
                 "backend": self.backend, "devices": self.devices, "device": self.device,
                 "workload": self.workload, "strategy": self.strategy,
                 "elapsed_s": round(self.elapsed_s, 3), "counts": counts,
-                "policy": self.policy, "notes": self.notes,
+                "policy": self.policy, "notes": self.notes, "prebuilt": self.prebuilt,
                 "problems": [o.to_dict() for o in self.outcomes]}
 
 

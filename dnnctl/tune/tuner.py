@@ -25,6 +25,7 @@ from dnnctl.plan.digest import kernels_digest
 from dnnctl.plan.io import read_plan, update_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section, same_device, utc_now
 from dnnctl.plan.validate import entry_from_record
+from dnnctl.tune.build_ahead import BuildAhead, default_helpers
 from dnnctl.tune.journal import Journal, JournalState, ProblemLog, problem_id
 from dnnctl.tune.pool import Worker, check_identical
 from dnnctl.tune.problem import ProblemTuner, Settings
@@ -45,7 +46,7 @@ class TuneOptions:
     budget_s: float | None = None  # whole run (soft: each problem still gets planned)
     candidate_timeout_s: float = 120.0  # build + verify + time of one candidate
     prepare_timeout_s: float = 900.0  # inputs + float64 reference of one problem
-    strategy: str = "exhaustive"
+    strategy: str = "auto"  # exhaustive for small spaces, local search for large ones
     max_evals: int | None = None  # per problem
     resume: bool = False
     deterministic: bool = False
@@ -53,6 +54,7 @@ class TuneOptions:
     seed: int = 0
     policy: TimingPolicy | None = None  # default: TimingPolicy.for_backend(...)
     keep_journal: bool = False  # keep the journal after a complete run
+    build_helpers: int | None = None  # compile processes per device (default: GPU only)
     _slots: tuple[int, ...] | None = field(default=None, repr=False)  # tests: worker slots
 
 
@@ -78,8 +80,13 @@ def tune(workload: Workload, options: TuneOptions | None = None,
     journal = Journal(opts.journal or Path(str(output) + ".journal"))
     emit = _emitter(progress)
     workers = [Worker(backend_name, s) for s in slots]
+    aheads: list[BuildAhead | None] = []
     try:
         hellos = _start_all(workers)
+        helpers = opts.build_helpers if opts.build_helpers is not None else default_helpers(
+            backend_name, len(slots))
+        aheads = [BuildAhead(backend_name, s, helpers, opts.candidate_timeout_s)
+                  if helpers > 0 else None for s in slots]
         check_identical(hellos)
         fp = hellos[0]["fingerprint"]
         info = DeviceInfo(**hellos[0]["device"])
@@ -96,7 +103,7 @@ def tune(workload: Workload, options: TuneOptions | None = None,
                              "device": fp, "devices": slots, "workload": work.name}))
         for o in outcomes.values():
             emit(Event("problem_done", {"outcome": o, "device": None}))
-        runner = _Runner(settings, workers, journal, state, queue, emit, opts.budget_s, t0)
+        runner = _Runner(settings, workers, aheads, journal, queue, emit, opts.budget_s, t0)
         outcomes.update(runner.run())
     except KeyboardInterrupt:
         for w in workers:
@@ -106,6 +113,9 @@ def tune(workload: Workload, options: TuneOptions | None = None,
             f"tuning interrupted; every measured candidate is in {journal.path}",
             hint="run the same command with --resume to continue where it stopped") from None
     finally:
+        for a in aheads:
+            if a is not None:
+                a.close()
         for w in workers:
             w.close()
     ordered = [outcomes[problem_id(it.problem)] for it in work.items]
@@ -117,7 +127,8 @@ def tune(workload: Workload, options: TuneOptions | None = None,
     else:
         notes.append(f"journal kept at {journal.path}")
     report = TuneReport(str(output), str(journal.path), backend_name, slots, fp, work.name,
-                        opts.strategy, ordered, time.monotonic() - t0, policy.to_dict(), notes)
+                        opts.strategy, ordered, time.monotonic() - t0, policy.to_dict(), notes,
+                        prebuilt=sum(a.built for a in aheads if a is not None))
     emit(Event("finish", {"report": report}))
     return report
 
@@ -216,11 +227,13 @@ def _emitter(progress: Progress | None) -> Any:
 class _Runner:
     """Hands problems to one thread per worker from a shared queue."""
 
-    def __init__(self, settings: Settings, workers: list[Worker], journal: Journal,
-                 state: JournalState, queue: list[tuple[WorkItem, ProblemLog]], emit: Any,
-                 budget_s: float | None, t0: float):
+    def __init__(self, settings: Settings, workers: list[Worker],
+                 aheads: list[BuildAhead | None], journal: Journal,
+                 queue: list[tuple[WorkItem, ProblemLog]], emit: Any, budget_s: float | None,
+                 t0: float):
         self.settings = settings
         self.workers = workers
+        self.aheads = aheads
         self.journal = journal
         self.queue = collections.deque(queue)
         self.emit = emit
@@ -258,7 +271,7 @@ class _Runner:
 
     def _loop(self, slot: int) -> None:
         tuner = ProblemTuner(self.settings, self.workers[slot], slot, self.journal, self.emit,
-                             self.stopping.is_set)
+                             self.stopping.is_set, self.aheads[slot])
         while not self.stopping.is_set():
             with self.lock:
                 if not self.queue:

@@ -11,7 +11,8 @@ from $DNNCTL_PLUGINS like every other process.
 
 Requests: ``hello``; ``prepare`` (fresh random inputs and the float64 reference of one
 problem, kept for the following requests); ``eval`` (build, verify on inputs copied fresh
-with NaN-poisoned outputs, then time); ``retime`` (the leaders, interleaved in rounds).
+with NaN-poisoned outputs, then time); ``retime`` (the leaders, interleaved in rounds);
+``build`` (compile only: build helpers fill the kernel cache ahead of the measurements).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class Evaluator:
             return self.evaluate(req)
         if cmd == "retime":
             return self.retime(req)
+        if cmd == "build":
+            return self.build(req)
         return {"status": "error", "detail": f"unknown request {cmd!r}"}
 
     # ------------------------------------------------------------------ problem data
@@ -106,6 +109,18 @@ class Evaluator:
         return kern
 
     # ------------------------------------------------------------------ evaluation
+
+    def build(self, req: Mapping[str, Any]) -> dict[str, Any]:
+        """Only build (compile) a candidate: fills the on-disk kernel cache ahead of time."""
+        t0 = time.perf_counter()
+        problem = registry.get_op(req["op"]).problem(req["key"])
+        variant = registry.get_variant(problem.op, self.backend.name, req["variant"])
+        try:
+            variant.build(problem, dict(req.get("params") or {}), self.device)
+        except Exception as exc:
+            return {"status": "error", "detail": f"{type(exc).__name__}: {exc}"[:500],
+                    "fatal": not healthy(self.backend)}
+        return {"status": "ok", "elapsed_s": time.perf_counter() - t0}
 
     def evaluate(self, req: Mapping[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -242,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", required=True, choices=("cupy", "numpy"))
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--parent", type=int, default=0, help="leader pid (exit if it is gone)")
+    ap.add_argument("--nice", type=int, default=0, help="lower the CPU priority (build helpers)")
     args = ap.parse_args(argv)
+    if args.nice:
+        try:
+            os.nice(args.nice)
+        except OSError:
+            pass
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -164,3 +164,18 @@ def test_enumeration_puts_the_default_first_and_filters():
     small = enumerate_space(problem, "numpy", dev, max_workspace=0)
     assert all(space.workspace[c] == 0 for c in small.candidates)
     assert "im2col_gemm" in small.skipped and "workspace" in small.skipped["im2col_gemm"]
+
+
+def test_upcoming_predicts_the_next_proposals():
+    space, times = _grid_space()
+    ex = get_strategy("exhaustive")
+    assert ex.upcoming(space, {}, 3) == space.candidates[:3]
+    assert get_strategy("exhaustive", max_evals=2).upcoming(space, {}, 5) == \
+        space.candidates[:2]
+    local = get_strategy("local")
+    first = space.default
+    results = {first: ok(first, times[first])}
+    predicted = local.upcoming(space, results, 10)
+    assert local.next(space, results) == predicted[0] and first not in predicted
+    auto = get_strategy("auto")
+    assert auto.limit(space) == len(space)  # a small space: exhaustive

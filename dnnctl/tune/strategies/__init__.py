@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dnnctl.errors import UsageError
+from dnnctl.tune.strategies.auto import Auto
 from dnnctl.tune.strategies.base import Strategy
 from dnnctl.tune.strategies.exhaustive import Exhaustive
 from dnnctl.tune.strategies.local import LocalSearch
@@ -16,7 +17,7 @@ def register_strategy(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (Exhaustive, RandomSample, LocalSearch):
+for _cls in (Auto, Exhaustive, RandomSample, LocalSearch):
     register_strategy(_cls)
 
 

@@ -41,6 +41,21 @@ class Strategy(ABC):
     def propose(self, space: Space, results: Mapping[Candidate, Result]) -> Candidate | None:
         """A candidate of ``space`` not in ``results`` yet, or None to stop."""
 
+    def upcoming(self, space: Space, results: Mapping[Candidate, Result], n: int
+                 ) -> list[Candidate]:
+        """The next ``n`` candidates this strategy will probably propose (to compile them
+        ahead). The default replays :meth:`next` as if each proposal had failed, which is
+        exact for strategies whose order does not depend on the timings."""
+        shadow = dict(results)
+        out: list[Candidate] = []
+        while len(out) < n:
+            cand = self.next(space, shadow)
+            if cand is None:
+                break
+            out.append(cand)
+            shadow[cand] = Result(cand, "crashed")
+        return out
+
     def problem_seed(self, space: Space) -> int:
         """A seed from the run seed and the problem, stable across processes and runs."""
         digest = hashlib.sha256(f"{self.seed}:{space.problem.short()}".encode()).digest()

@@ -38,6 +38,18 @@ class LocalSearch(Strategy):
         return None
 
 
+    def upcoming(self, space: Space, results: Mapping[Candidate, Result], n: int
+                 ) -> list[Candidate]:
+        """The unevaluated neighbours of the best candidate so far (what it asks next)."""
+        if not space.candidates:
+            return []
+        start = space.default if space.default in space.order() else space.candidates[0]
+        ok = [r for c, r in results.items() if r.ok and c in space.order()]
+        best = min(ok, key=lambda r: r.score).candidate if ok else start
+        out = [c for c in [start, *neighbours(best, space)] if c not in results]
+        return list(dict.fromkeys(out))[:n]
+
+
 def neighbours(cand: Candidate, space: Space) -> list[Candidate]:
     """Neighbours of ``cand`` that are in ``space``, in a fixed order."""
     present = space.order()
