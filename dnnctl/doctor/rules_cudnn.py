@@ -6,7 +6,7 @@ from dnnctl.compat.versions import CC, Version, parse_cudnn
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules import Context, finding, unknown
 
-BUNDLED_SOURCES = ("pip:", "torch:", "bundled", "conda")
+SHADOW_SOURCES = ("env:", "system:")  # copies found through LD_LIBRARY_PATH / the system
 
 
 def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: Version,
@@ -81,7 +81,7 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
                             fix=fix, cudnn_needed=compiled, cudnn_found=majors)]
         return []
     src = source or "reported by the framework"
-    shadow = source is not None and not source.startswith(BUNDLED_SOURCES)
+    shadow = source is not None and source.startswith(SHADOW_SOURCES)
     code = "cudnn-shadowed" if shadow else "cudnn-mismatch"
     if loaded.major != compiled.major or loaded.trunc(2) < compiled.trunc(2):
         hint = (f"remove the directory of {copy.path or copy.source} from LD_LIBRARY_PATH (or "
