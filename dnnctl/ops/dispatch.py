@@ -127,9 +127,33 @@ def _bind_dlpack(arrays: tuple[Any, ...]) -> Bound:
 
 
 # ----------------------------------------------------------------------------- dispatch
+#
+# A planned call must cost a dict lookup, so everything that depends only on the call's
+# key is computed once per distinct key and kept in a _Site: the validated problem (the
+# same object every time, so the plan's dict lookup short-circuits on identity), the
+# output specs, the default heuristic's choice per device, and the built kernels.
 
 _VALID: dict[Problem, Problem] = {}
 _KERNELS: dict[tuple[Problem, str, int, Choice], Kernel] = {}
+
+
+@dataclass
+class _Site:
+    """Everything a call with one raw key needs, computed once."""
+
+    op: Op
+    problem: Problem
+    outputs: tuple[tuple[str, tuple[int, ...], Any], ...]  # (name, shape, numpy dtype)
+    defaults: dict[tuple[str, int], Choice]
+    kernels: dict[tuple[str, int, Choice], Kernel]
+
+
+_SITES: dict[tuple[str, tuple[tuple[str, Any], ...]], _Site] = {}
+
+
+def intern(problem: Problem) -> Problem:
+    """The one shared object equal to ``problem`` (plans key their tables with it)."""
+    return _VALID.setdefault(problem, problem)
 
 
 def problem_of(op: Op, key: Mapping[str, Any]) -> Problem:
@@ -138,6 +162,7 @@ def problem_of(op: Op, key: Mapping[str, Any]) -> Problem:
     hit = _VALID.get(raw)
     if hit is None:
         hit = op.problem(key)
+        hit = _VALID.setdefault(hit, hit)  # one object per distinct problem
         _VALID[raw] = hit
     return hit
 
@@ -164,25 +189,55 @@ def kernel_for(problem: Problem, backend: Backend, device: DeviceInfo, choice: C
     return kern
 
 
+def _site(op_name: str, key: Mapping[str, Any]) -> _Site:
+    op = get_op(op_name)
+    problem = problem_of(op, key)
+    outs = tuple((name, tuple(spec.shape), np_dtype(spec.dtype))
+                 for name, spec in op.output_specs(problem).items())
+    return _Site(op, problem, outs, {}, {})
+
+
 def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
         attrs: Mapping[str, Any], *, plan: PlanLike | None = None,
         out: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run one op call; ``names`` label ``bound.arrays`` (None entries are skipped)."""
-    op = get_op(op_name)
-    problem = problem_of(op, key)
-    choice = resolve(op, problem, bound.backend, bound.device, plan)
-    kern = kernel_for(problem, bound.backend, bound.device, choice)
+    try:
+        raw: Any = (op_name, tuple(key.items()))
+        site = _SITES.get(raw)
+    except TypeError:  # an unhashable key value (a list): take the slow path
+        raw, site = None, None
+    if site is None:
+        site = _site(op_name, key)
+        if raw is not None:
+            _SITES[raw] = site
+    backend, device = bound.backend, bound.device
+    problem = site.problem
+    active = plan if plan is not None else _ACTIVE_PLAN.get()
+    choice = None if active is None else active.lookup(problem, backend.name, device)
+    if choice is None:
+        dk = (backend.name, device.index)
+        choice = site.defaults.get(dk)
+        if choice is None:
+            choice = site.op.default_choice(problem, backend.name, device)
+            site.defaults[dk] = choice
+    kk = (backend.name, device.index, choice)
+    kern = site.kernels.get(kk)
+    if kern is None:
+        kern = kernel_for(problem, backend, device, choice)
+        site.kernels[kk] = kern
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
-    outputs = dict(out or {})
-    xp = bound.backend.xp
-    for oname, spec in op.output_specs(problem).items():
-        if oname in outputs:
-            given = outputs[oname]
-            if tuple(given.shape) != spec.shape or str(given.dtype) != str(np_dtype(spec.dtype)):
+    if out:
+        outputs = dict(out)
+        for oname, shape, dtype in site.outputs:
+            given = outputs.get(oname)
+            if given is None:
+                outputs[oname] = backend.xp.empty(shape, dtype=dtype)
+            elif tuple(given.shape) != shape or given.dtype != dtype:
                 raise ShapeError(
                     f"{op_name}: out '{oname}' has shape {tuple(given.shape)} {given.dtype}, "
-                    f"expected {spec.shape} {spec.dtype}")
-        else:
-            outputs[oname] = xp.empty(spec.shape, dtype=np_dtype(spec.dtype))
+                    f"expected {shape} {dtype}")
+    else:
+        empty = backend.xp.empty
+        outputs = {oname: empty(shape, dtype=dtype) for oname, shape, dtype in site.outputs}
     kern(inputs, outputs, attrs)
     return outputs

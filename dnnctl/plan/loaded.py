@@ -38,6 +38,16 @@ class StalePlanWarning(UserWarning):
     """The plan has no usable section for this device; calls fall back to the heuristics."""
 
 
+class _Hit:
+    """An exact entry's choice and its call counter (one hash per planned call)."""
+
+    __slots__ = ("choice", "calls")
+
+    def __init__(self, choice: Choice):
+        self.choice = choice
+        self.calls = 0
+
+
 @dataclass
 class _Table:
     """The lookup tables of one section, for one (backend, device index)."""
@@ -45,7 +55,7 @@ class _Table:
     section: Section | None
     status: str  # "ok" | "stale" | "missing"
     reason: str = ""
-    exact: dict[Problem, Choice] = field(default_factory=dict)
+    exact: dict[Problem, _Hit] = field(default_factory=dict)
     by_op: dict[str, list[PlanEntry]] = field(default_factory=dict)
     near: dict[Problem, tuple[Choice, PlanEntry] | None] = field(default_factory=dict)
 
@@ -89,7 +99,7 @@ class LoadedPlan:
         self.digest = digest or kernels_digest()
         self.record_misses = Path(record_misses) if record_misses else None
         self._tables: dict[tuple[str, int], _Table] = {}
-        self._hits: dict[Problem, int] = {}
+        self._last: tuple[Any, _Table | None] = (None, None)  # (device object, its table)
         self._fallbacks: dict[Problem, int] = {}
         self._misses: dict[Problem, int] = {}
         self._lock = threading.Lock()
@@ -150,14 +160,18 @@ class LoadedPlan:
 
     def lookup(self, problem: Problem, backend: str, device: DeviceInfo) -> Choice | None:
         """The planned choice for ``problem``, or None for the default heuristic."""
-        table = self._tables.get((backend, device.index))
-        if table is None:
-            table = self.select(backend, device)
-        choice = table.exact.get(problem)
-        if choice is not None:
-            hits = self._hits
-            hits[problem] = hits.get(problem, 0) + 1
-            return choice
+        last = self._last  # one read: (device, table) always belong together
+        if last[0] is device and last[1] is not None:
+            table = last[1]
+        else:
+            table = self._tables.get((backend, device.index))
+            if table is None:
+                table = self.select(backend, device)
+            self._last = (device, table)
+        hit = table.exact.get(problem)
+        if hit is not None:
+            hit.calls += 1
+            return hit.choice
         return self._lookup_slow(table, problem, backend, device)
 
     def _lookup_slow(self, table: _Table, problem: Problem, backend: str, device: DeviceInfo
@@ -182,7 +196,7 @@ class LoadedPlan:
         if problem in table.exact:
             section = table.section
             entry = section.find(problem) if section is not None else None
-            return "hit", table.exact[problem], entry
+            return "hit", table.exact[problem].choice, entry
         found = table.near.get(problem) if problem in table.near else nearest(
             table, problem, backend, device)
         if found is None:
@@ -193,10 +207,17 @@ class LoadedPlan:
 
     def stats(self) -> PlanStats:
         """Calls so far per key: hits, fallbacks (nearest entry) and misses (heuristic)."""
-        return PlanStats(dict(self._hits), dict(self._fallbacks), dict(self._misses))
+        hits: dict[Problem, int] = {}
+        for table in list(self._tables.values()):
+            for p, h in table.exact.items():
+                if h.calls:
+                    hits[p] = hits.get(p, 0) + h.calls
+        return PlanStats(hits, dict(self._fallbacks), dict(self._misses))
 
     def reset_stats(self) -> None:
-        self._hits.clear()
+        for table in self._tables.values():
+            for h in table.exact.values():
+                h.calls = 0
         self._fallbacks.clear()
         self._misses.clear()
 
@@ -243,9 +264,12 @@ class LoadedPlan:
 
 
 def _table_of(section: Section) -> _Table:
+    from dnnctl.ops.dispatch import intern
+
     table = _Table(section, "ok")
     for e in section.entries:
-        table.exact[e.problem] = e.choice
+        # the dispatcher hands us its interned problem objects: dict hits by identity
+        table.exact[intern(e.problem)] = _Hit(e.choice)
         table.by_op.setdefault(e.problem.op, []).append(e)
     return table
 

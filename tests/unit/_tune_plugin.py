@@ -81,13 +81,13 @@ class _Toy(Variant):
 @register_variant
 class Slow(_Toy):
     name = "slow"
-    reps = 24
+    reps = 32
 
 
 @register_variant
 class Fast(_Toy):
     name = "fast"
-    params = {"reps": (2, 6)}
+    params = {"reps": (4, 8)}
 
 
 @register_variant
