@@ -44,16 +44,20 @@ _K_TANH = math.sqrt(2.0 / math.pi)
 
 
 def act_numpy(fn: str, x: np.ndarray, slope: float = 0.01) -> np.ndarray:
-    """The activation in x's float precision (float64 for the reference, float32 on CPU)."""
+    """The activation in x's float precision (float64 for the reference, float32 on CPU).
+
+    GELU uses forms without cancellation for negative x (as the kernels do):
+    0.5 x erfc(-x / sqrt 2) and, for the tanh form, x / (1 + exp(-2 u)) = 0.5 x (1 + tanh u).
+    """
     with np.errstate(all="ignore"):
         if fn == "relu":
             return np.maximum(x, 0)  # NaN propagates, as in torch and the kernels
         if fn == "leaky_relu":
             return np.where(x > 0, x, x * slope)
         if fn == "gelu":
-            return 0.5 * x * (1.0 + mc.erf(x * _SQRT1_2)).astype(x.dtype, copy=False)
+            return 0.5 * x * mc.erfc(-x * _SQRT1_2).astype(x.dtype, copy=False)
         if fn == "gelu_tanh":
-            return 0.5 * x * (1.0 + np.tanh(_K_TANH * (x + 0.044715 * x * x * x)))
+            return x / (1.0 + np.exp(-2.0 * _K_TANH * (x + 0.044715 * x * x * x)))
         if fn == "silu":
             return x / (1.0 + np.exp(-x))
         if fn == "sigmoid":

@@ -110,11 +110,14 @@ class GroupNormOp(Op):
         vec = gn_best_vec(problem)
         groups = problem["n"] * problem["groups"]
         size = problem["c"] // problem["groups"] * problem["h"] * problem["w"]
-        if groups < 2 * mc.sm_count(device) and size >= 8192:
-            return Choice.of("split_group", {"block": 256, "vec": vec, "waves": 4})
+        split = {"block": 256, "vec": vec, "waves": 4}
+        v = GnSplitGroup()
+        if (groups < 2 * mc.sm_count(device) and size >= 8192 and v.supports(problem, device)
+                and v.valid_params(problem, split, device)):
+            return Choice.of("split_group", split)
         stage = int(size * dtype_size(problem["dtype"]) <= 48 * 1024)
-        return Choice.of("block_group", {"block": 512 if size >= 16384 else 256, "vec": vec,
-                                         "stage": stage})
+        block = min(1024, max(128, 1 << (mc.cdiv(size, vec * 4) - 1).bit_length()))
+        return Choice.of("block_group", {"block": block, "vec": vec, "stage": stage})
 
 
 def gn_vec_ok(problem: Problem, vec: int) -> bool:
@@ -223,6 +226,8 @@ class GnSplitGroup(_GnCuda):
             return unsupported("more than 65535 groups in the batch (grid y): use block_group")
         if self.group_size(problem) < 4096:
             return unsupported("groups smaller than 4096 elements gain nothing from splitting")
+        if next(self.param_space(problem, device), None) is None:
+            return unsupported("enough groups to fill the GPU one block each: use block_group")
         return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:

@@ -69,15 +69,16 @@ class GlobalAvgPool2dOp(Op):
         if backend == "numpy":
             return Choice.of("numpy_mean")
         vec = max(v for v in mc.VECS if vec_ok(problem, v))
-        hw, sms = problem["h"] * problem["w"], mc.sm_count(device)
-        rows = problem["n"] * problem["c"] // (vec if problem["layout"] == "NHWC" else 1)
-        if hw >= 4096 and rows < 64 * sms:
-            return Choice.of("gap_split", {"block": 256, "vec": vec, "waves": 4})
+        hw = problem["h"] * problem["w"]
+        split = {"block": 256, "vec": vec, "waves": 4}
+        v = GapSplit()
+        if hw >= 4096 and v.supports(problem, device) and v.valid_params(problem, split, device):
+            return Choice.of("gap_split", split)
         if problem["layout"] == "NCHW":
-            group = min(32, max(4, 1 << max(0, (hw // (vec * 4) - 1).bit_length())))
+            group = min(32, max(4, 1 << (mc.cdiv(hw, vec * 4) - 1).bit_length()))
         else:
-            group = 4 if problem["c"] // vec >= 4 else 1
-        return Choice.of("gap_reduce", {"block": 256, "vec": vec, "group": max(4, group)})
+            group = 4
+        return Choice.of("gap_reduce", {"block": 256, "vec": vec, "group": group})
 
 
 # ----------------------------------------------------------------------------- CUDA
@@ -165,6 +166,8 @@ class GapSplit(_GapCuda):
     def supports(self, problem: Problem, device: Any) -> Support:
         if problem["h"] * problem["w"] < 2048:
             return unsupported("planes under 2048 pixels gain nothing from splitting")
+        if next(self.param_space(problem, device), None) is None:
+            return unsupported("enough planes to fill the GPU in one pass: use gap_reduce")
         return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
