@@ -1,0 +1,94 @@
+"""The tuner on the GPU: tune small real problems on cuda:0 (worker subprocesses, build
+helpers, CUDA-event timing), load the plan strictly, dispatch CuPy arrays through it and
+check the results; an illegal memory access (a sticky CUDA error) is survived."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dnnctl
+from dnnctl.ops import dispatch, registry
+from dnnctl.ops.base import rel_norm_error
+from dnnctl.plan import read_plan
+from dnnctl.tune.tuner import TuneOptions, tune
+from dnnctl.workloads import Workload
+
+cp = pytest.importorskip("cupy")
+HERE = Path(__file__).resolve().parent
+
+MATMUL = {"m": 512, "n": 384, "k": 256, "dtype": "float16", "bias": True, "activation": "relu"}
+SOFTMAX = {"rows": 1024, "cols": 1000, "dtype": "float16"}
+CONV = {"n": 2, "c": 64, "h": 28, "w": 28, "k": 64, "r": 3, "s": 3, "pad": 1,
+        "dtype": "float16", "layout": "NHWC", "bias": True, "activation": "relu"}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune") / "plan.yaml"
+    wl = Workload("gpu-test")
+    for op, key in (("matmul", MATMUL), ("softmax", SOFTMAX), ("conv2d", CONV)):
+        wl.add(op, key)
+    report = tune(wl, TuneOptions(device="cuda:0", output=out, strategy="random",
+                                  max_evals=6, candidate_timeout_s=300))
+    return report, out
+
+
+def test_every_problem_is_planned_on_the_gpu(tuned):
+    report, out = tuned
+    assert [o.status for o in report.outcomes] == ["planned"] * 3, report.to_dict()
+    sec = read_plan(out).sections[0]
+    assert sec.device["backend"] == "cupy" and sec.device["compute_capability"]
+    for e in sec.entries:
+        assert e.stats.n >= 5 and 0 < e.stats.p20_us <= e.stats.median_us <= e.stats.p80_us
+        assert e.tried >= 2 and e.max_rel_err is not None and e.max_rel_err < 1e-2
+        assert e.default is not None and e.default.median_us > 0
+    assert sec.tuning["l2_flush"] is True
+
+
+def test_planned_dispatch_runs_the_winner_and_is_correct(tuned):
+    _, out = tuned
+    plan = dnnctl.load_plan(str(out), strict=True, device="cuda:0")
+    rng = np.random.default_rng(0)
+    mm = registry.get_op("matmul")
+    p_mm = mm.problem(MATMUL)
+    host = mm.make_inputs(p_mm, rng)
+    dev = {k: cp.asarray(v) for k, v in host.items()}
+    y = dnnctl.ops.matmul(dev["a"], dev["b"], bias=dev["bias"], activation="relu", plan=plan)
+    ref = mm.reference(p_mm, {k: v.astype(np.float64) for k, v in host.items()}, {})["y"]
+    assert isinstance(y, cp.ndarray)
+    assert rel_norm_error(cp.asnumpy(y), ref) <= mm.tolerance(p_mm, "y")
+    sm = registry.get_op("softmax")
+    p_sm = sm.problem(SOFTMAX)
+    x = sm.make_inputs(p_sm, rng)["x"]
+    with dnnctl.use_plan(plan):
+        s = dnnctl.ops.softmax(cp.asarray(x))
+    ref = sm.reference(p_sm, {"x": x.astype(np.float64)}, {})["y"]
+    assert rel_norm_error(cp.asnumpy(s), ref) <= sm.tolerance(p_sm, "y")
+    st = plan.stats()
+    assert st.hits == {p_mm: 1, p_sm: 1} and not st.misses
+    sec = read_plan(out).sections[0]
+    choice = sec.find(p_mm).choice
+    assert any(k[0] == p_mm and k[3] == choice for k in dispatch._KERNELS)
+
+
+def test_illegal_address_candidate_is_survived(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.pop("DNNCTL_PLUGINS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", "from dnnctl.cli.app import main; main()", "tune", "--op",
+         "toy_gpu_scale", "--key", "n=1000003", "--plugin", "_gpu_tune_plugin", "--device",
+         "cuda:0", "--strategy", "exhaustive", "--candidate-timeout", "120", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads(proc.stdout)["problems"][0]
+    assert p["status"] == "planned" and p["tried"] == 4
+    assert p["failed"]["crashed"] == 1 and p["failed"]["wrong"] == 1
+    assert p["winner"]["variant"] == "good"
