@@ -57,6 +57,7 @@ class Space:
     default: Candidate | None  # the heuristic's choice (may be outside ``candidates``)
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> reason
     workspace: dict[Candidate, int] = field(default_factory=dict)
+    starts: dict[str, Candidate] = field(default_factory=dict)  # variant -> its own default
 
     def order(self) -> dict[Candidate, int]:
         return {c: i for i, c in enumerate(self.candidates)}
@@ -77,6 +78,7 @@ def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
     cands: list[Candidate] = []
     skipped: dict[str, str] = {}
     workspace: dict[Candidate, int] = {}
+    starts: dict[str, Any] = {}
     limit = max_workspace if max_workspace is not None else math.inf
     for variant in registry.variants(problem.op, backend):
         if deterministic and not variant.deterministic:
@@ -100,7 +102,25 @@ def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
             skipped[variant.name] = (f"every parameter set needs more workspace than "
                                      f"{limit:.0f} bytes" if too_big else
                                      "no valid parameters for this shape")
+            continue
+        starts[variant.name] = _variant_default(variant, problem, device, set(cands[n_before:]))
+        if starts[variant.name] is None:
+            starts[variant.name] = cands[n_before]
     if default is not None and default in workspace:
         cands.remove(default)
         cands.insert(0, default)
-    return Space(problem, cands, default, skipped, workspace)
+    return Space(problem, cands, default, skipped, workspace, starts)
+
+
+def _variant_default(variant: Any, problem: Problem, device: DeviceInfo,
+                     present: set[Candidate]) -> Candidate | None:
+    """The variant's own default parameters (``default_params``), if they are candidates."""
+    own = getattr(variant, "default_params", None)
+    if own is None:
+        return None
+    try:
+        params = own(problem, device)
+    except Exception:
+        return None
+    cand = Candidate.of(variant.name, params) if params is not None else None
+    return cand if cand in present else None

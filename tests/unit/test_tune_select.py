@@ -146,6 +146,8 @@ def test_local_neighbours_move_one_parameter_step():
     assert Candidate.of("blocked", {"block": 256}) in near
     assert Candidate.of("blocked", {"block": 512}) not in near
     assert any(c.variant == "numpy" for c in near)
+    # another variant is entered at its own default parameters (blocked: block=128)
+    assert neighbours(space.default, space) == [b128]
 
 
 def test_unknown_strategy_is_a_usage_error():

@@ -1,8 +1,8 @@
 """Local search (greedy hill climbing) over each variant's parameter grid.
 
 Start at the default heuristic; the neighbours of a candidate are the same variant with one
-parameter moved to the adjacent value of its declared list, plus the first candidate of
-every other variant. Evaluate every neighbour of the best candidate so far; stop when the
+parameter moved to the adjacent value of its declared list, plus every other variant at its
+own default parameters (``default_params``, else its first valid parameter set). Evaluate every neighbour of the best candidate so far; stop when the
 best has no unevaluated neighbour. Deterministic; good for large parameter spaces where the
 fast region is connected.
 """
@@ -66,10 +66,10 @@ def neighbours(cand: Candidate, space: Space) -> list[Candidate]:
                 if moved in present:
                     out.append(moved)
     seen = {cand.variant}
-    for other in space.candidates:
+    for other in space.candidates:  # every other variant, from its own default parameters
         if other.variant not in seen:
             seen.add(other.variant)
-            out.append(other)
+            out.append(space.starts.get(other.variant) or other)
     return out
 
 
