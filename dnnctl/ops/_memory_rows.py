@@ -15,7 +15,7 @@ aligned to VEC elements.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -73,11 +73,6 @@ class RowVariant(Variant):
     def smem(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return 0
 
-    def module_space(self, problem: Problem, device: Any) -> Iterable[str]:
-        """Template instances compiled together (shared by every candidate of the tuner)."""
-        for p in self.param_space(problem, device):
-            yield self.instance(problem, p, p["vec"])
-
     # -- common
     def vec_valid(self, problem: Problem, vec: int) -> bool:
         return mc.vec_fits(problem["dtype"], vec) and problem["cols"] % vec == 0
@@ -96,8 +91,7 @@ class RowVariant(Variant):
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
-        names = [*self.module_space(problem, device), self.instance(problem, params, vec),
-                 self.instance(problem, params, 1)]
+        names = [self.instance(problem, params, vec), self.instance(problem, params, 1)]
         mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
         fast = self._program(mod, problem, params, vec)
         safe = self._program(mod, problem, params, 1)
@@ -178,12 +172,6 @@ class BlockSmemMixin(RowVariant):
             return unsupported(f"a row needs {need} bytes of shared memory, the device allows "
                                f"{mc.smem_limit(device)}: use online")
         return RowVariant.supports(self, problem, device)
-
-    def module_space(self, problem: Problem, device: Any) -> Iterable[str]:
-        for block in self.params["block"]:
-            for vec in mc.VECS:
-                if mc.vec_fits(problem["dtype"], vec):
-                    yield f"{self.kernel}<{block},{vec}>"
 
 
 class OnlineMixin(BlockSmemMixin):

@@ -197,10 +197,6 @@ class _ActCuda(Variant):
     def grid(self, nvec: int, tile: int, params: Mapping[str, Any], device: Any) -> int:
         return max(1, mc.cdiv(nvec, tile))
 
-    def _space(self, dtype: str) -> list[tuple[int, int, int]]:
-        return [(b, v, u) for b in self.params["block"] for v in mc.VECS
-                for u in self.params["unroll"] if mc.vec_fits(dtype, v)]
-
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         n, inner, channels = geometry(problem)
         itype = mc.index_type(n)
@@ -212,10 +208,10 @@ class _ActCuda(Variant):
         def name(b: int, v: int, u: int) -> str:
             return f"{self.kernel}<{b},{v},{u},{itype}>"
 
-        mod = mc.compile_cuda(self.source, defines,
-                              [name(*c) for c in self._space(problem["dtype"])], device)
         block, unroll = params["block"], params["unroll"]
         vec = params["vec"] if self.valid_params(problem, params, device) else 1
+        mod = mc.compile_cuda(self.source, defines,
+                              [name(block, vec, unroll), name(block, 1, unroll)], device)
         tile = block * unroll
         fast = mc.launch(mod, name(block, vec, unroll), self.grid(n // vec, tile, params, device),
                          block)

@@ -4,7 +4,7 @@ constraints, and the launch geometry of the batch_norm normalize / statistics ke
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -54,11 +54,10 @@ def best_vec(problem: Problem) -> int:
 # ----------------------------------------------------------------------------- batch_norm
 
 
-def normalize_names(params: Mapping[str, Iterable[int]], problem: Problem) -> list[str]:
-    """Template instances of bn_planes (NCHW) / bn_rows (NHWC) for every block x vec x unroll."""
+def normalize_names(problem: Problem, block: int, vecs: Iterable[int], unroll: int) -> list[str]:
+    """Template instances of bn_planes (NCHW) / bn_rows (NHWC) for the given vector widths."""
     kern = "bn_planes" if problem["layout"] == "NCHW" else "bn_rows"
-    return [f"{kern}<{b},{v},{u}>" for b in params["block"] for v in mc.VECS
-            for u in params["unroll"] if mc.vec_fits(problem["dtype"], v)]
+    return [f"{kern}<{block},{v},{unroll}>" for v in vecs]
 
 
 def normalize_launch(mod: Any, problem: Problem, block: int, vec: int, unroll: int,
@@ -93,12 +92,12 @@ def stats_splits(problem: Problem, block: int, vec: int, waves: int, sms: int) -
 
 
 def stats_launches(mod: Any, problem: Problem, block: int, vec: int, waves: int,
-                   device: Any) -> tuple[dict[int, Any], int]:
+                   modes: Iterable[int], device: Any) -> tuple[dict[int, Any], int]:
     """Per MODE (0 fused, 1 sums, 2 centered) a callable ``f((x, part, mean_in))``."""
     n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
     splits = stats_splits(problem, block, vec, waves, mc.sm_count(device))
     out: dict[int, Any] = {}
-    for mode in (0, 1, 2):
+    for mode in modes:
         if problem["layout"] == "NCHW":
             nv = hw // vec
             parts = max(1, mc.cdiv(nv, block * 8))

@@ -183,8 +183,13 @@ class _BnCuda(Variant):
                                else "inference variant (training=false only)")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def vecs(self, problem: Problem, params: Mapping[str, Any], device: Any) -> tuple[int, ...]:
+        """The vector widths a build compiles: the planned one (if valid) and 1."""
         vec = params["vec"] if self.valid_params(problem, params, device) else 1
+        return tuple(dict.fromkeys((vec, 1)))
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = self.vecs(problem, params, device)[0]
         fast = self.program(problem, params, vec, device)
         safe = self.program(problem, params, 1, device)
         return _BnKernel(fast, safe, vec * dtype_size(problem["dtype"]), self.training)
@@ -212,8 +217,8 @@ class BnInferFlat(_BnCuda):
         n = sp.numel(problem)
         itype = mc.index_type(n)
         block, unroll = params["block"], params["unroll"]
-        names = [f"bn_flat<{b},{v},{u},{itype}>" for b in self.params["block"] for v in mc.VECS
-                 for u in self.params["unroll"] if mc.vec_fits(problem["dtype"], v)]
+        names = [f"bn_flat<{block},{v},{unroll},{itype}>"
+                 for v in self.vecs(problem, params, device)]
         mod = mc.compile_cuda(self.source, self.defines(problem, 0), names, device)
         grid = max(1, min(mc.cdiv(n // vec, block * unroll),
                           mc.sm_count(device) * params["blocks_per_sm"]))
@@ -237,8 +242,9 @@ class BnInferChannel(_BnCuda):
 
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
                 device: Any) -> Callable:
-        mod = mc.compile_cuda(self.source, self.defines(problem, 0),
-                              sp.normalize_names(self.params, problem), device)
+        mod = mc.compile_cuda(self.source, self.defines(problem, 0), sp.normalize_names(
+            problem, params["block"], self.vecs(problem, params, device), params["unroll"]),
+            device)
         run, tail = sp.normalize_launch(mod, problem, params["block"], vec, params["unroll"],
                                         device)
 
@@ -261,15 +267,16 @@ class _BnTrain(_BnCuda):
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
                 device: Any) -> Callable:
         block, waves, c = params["block"], params["waves"], problem["c"]
-        names = [f"bn_stats_{k}<{block},{v},{m}>" for k in ("planes", "rows")
-                 for v in dict.fromkeys((vec, 1)) for m in (0, 1, 2)]
-        names += [f"bn_finalize<{s}>" for s in (0, 1, 2)] + list(
-            sp.normalize_names({"block": (block,), "unroll": (2,)}, problem))
+        vecs = self.vecs(problem, params, device)
+        kind = "planes" if problem["layout"] == "NCHW" else "rows"
+        names = [f"bn_stats_{kind}<{block},{v},{m}>" for v in vecs for m in self.modes]
+        names += [f"bn_finalize<{s}>" for s in self.modes]
+        names += sp.normalize_names(problem, block, vecs, 2)
         mod = mc.compile_cuda(self.source, self.defines(problem, 1), names, device)
-        stats, splits = sp.stats_launches(mod, problem, block, vec, waves, device)
+        stats, splits = sp.stats_launches(mod, problem, block, vec, waves, self.modes, device)
         ws = mc.workspace(device, 4 * c * (3 * splits + 2))
         part, ws_mean, ws_scale = ws[:3 * c * splits], ws[3 * c * splits:][:c], ws[-c:]
-        fin = {s: mc.launch(mod, f"bn_finalize<{s}>", mc.cdiv(c, 128), 128) for s in (0, 1, 2)}
+        fin = {s: mc.launch(mod, f"bn_finalize<{s}>", mc.cdiv(c, 128), 128) for s in self.modes}
         norm, tail = sp.normalize_launch(mod, problem, block, vec, 2, device)
         dims = (np.int32(splits), np.int32(c))
         modes = self.modes

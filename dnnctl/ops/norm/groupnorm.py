@@ -200,8 +200,8 @@ class GnBlockGroup(_GnCuda):
         block, stage = params["block"], params["stage"]
         if stage and self.staged_bytes(problem) + 1024 > mc.smem_limit(device):
             stage = 0
-        names = [f"gn_block<{b},{v},{s}>" for b in self.params["block"] for v in mc.VECS
-                 for s in (0, 1) if mc.vec_fits(problem["dtype"], v)]
+        fast = params["vec"] if self.valid_params(problem, params, device) else 1
+        names = [f"gn_block<{block},{v},{stage}>" for v in dict.fromkeys((fast, 1))]
         mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
         run = mc.launch(mod, f"gn_block<{block},{vec},{stage}>",
                         problem["n"] * problem["groups"], block,
@@ -247,8 +247,9 @@ class GnSplitGroup(_GnCuda):
         block = params["block"]
         slices = self.slices(problem, params, mc.sm_count(device))
         groups = problem["n"] * problem["groups"]
+        fast = params["vec"] if self.valid_params(problem, params, device) else 1
         names = [f"gn_split_{k}<{block},{v}>" for k in ("stats", "apply")
-                 for v in dict.fromkeys((vec, 1))]
+                 for v in dict.fromkeys((fast, 1))]
         mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
         stats = mc.launch(mod, f"gn_split_stats<{block},{vec}>", (slices, groups), block)
         apply = mc.launch(mod, f"gn_split_apply<{block},{vec}>", (slices, groups), block)

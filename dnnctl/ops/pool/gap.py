@@ -134,16 +134,16 @@ class GapReduce(_GapCuda):
                 defines: dict[str, Any], device: Any) -> Any:
         block, group = params["block"], params["group"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        vecs = [v for v in mc.VECS if mc.vec_fits(problem["dtype"], v)]
+        fast = params["vec"] if self.valid_params(problem, params, device) else 1
+        vecs = tuple(dict.fromkeys((fast, 1)))
         if problem["layout"] == "NCHW":
-            names = [f"gap_planes<{b},{g},{v}>" for b in self.params["block"]
-                     for g in self.params["group"] for v in vecs]
+            names = [f"gap_planes<{block},{group},{v}>" for v in vecs]
             mod = mc.compile_cuda(self.source, defines, names, device)
             run = mc.launch(mod, f"gap_planes<{block},{group},{vec}>",
                             mc.cdiv(n * c, block // group), block)
             dims: tuple = (np.int64(n * c), np.int32(hw))
         else:
-            names = [f"gap_rows<{b},{v}>" for b in self.params["block"] for v in vecs]
+            names = [f"gap_rows<{block},{v}>" for v in vecs]
             mod = mc.compile_cuda(self.source, defines, names, device)
             lanes = min(group, c // vec)
             run = mc.launch(mod, f"gap_rows<{block},{vec}>", (n, mc.cdiv(c // vec, lanes)),
@@ -199,7 +199,8 @@ class GapSplit(_GapCuda):
         splits, chunk, lanes = self.geometry(problem, params, vec, mc.sm_count(device))
         part = mc.workspace(device, 4 * n * c * splits)
         kind = "planes" if problem["layout"] == "NCHW" else "rows"
-        names = [f"gap_split_{kind}<{block},{v}>" for v in dict.fromkeys((vec, 1))]
+        fast = params["vec"] if self.valid_params(problem, params, device) else 1
+        names = [f"gap_split_{kind}<{block},{v}>" for v in dict.fromkeys((fast, 1))]
         mod = mc.compile_cuda(self.source, defines, [*names, f"gap_split_{kind}_fin"], device)
         fin = mc.launch(mod, f"gap_split_{kind}_fin", mc.cdiv(n * c, 128), 128)
         if kind == "planes":

@@ -238,9 +238,7 @@ class _PoolCuda(Variant):
         vec = params.get("vec", 1) if self.valid_params(problem, params, device) else 1
         itype = mc.index_type(max(math.prod(tensor_shape(problem)),
                                   math.prod(out_shape(problem))))
-        names = [self.instance(p, p.get("vec", 1), itype)
-                 for p in self.param_space(problem, device)]
-        names += [self.instance(params, v, itype) for v in (vec, 1)]
+        names = [self.instance(params, v, itype) for v in (vec, 1)]
         mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
         runs, totals = [], []
         for v in (vec, 1):
