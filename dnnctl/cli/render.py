@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from dnnctl.errors import DnnctlError
 
@@ -33,6 +34,8 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
     if as_json:
         print_json({"error": exc.to_dict()})
         return
-    err_console.print(f"[bold red]error[/] [dim]({exc.code})[/]: {exc.message}", markup=True)
+    # messages quote user input and names like dnnctl[cuda13]: never read them as markup
+    err_console.print(f"[bold red]error[/] [dim]({exc.code})[/]: {escape(exc.message)}",
+                      markup=True)
     if exc.hint:
-        err_console.print(f"  [bold]hint:[/] {exc.hint}")
+        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}")
