@@ -23,6 +23,7 @@ call over thousands of calls, best of several repeats (goal <= 5 us).
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -206,8 +207,15 @@ def _dispatch_overhead(quick: bool) -> list[str]:
         def direct(a=arrs, k=kern, s=spec.shape, dt=np.dtype(np.float16), at=attrs):
             k(a, {"y": cp.empty(s, dtype=dt)}, at)
 
+        names = tuple(op.input_specs(problem))
+        bound = dispatch.bind(*[arrs[nm] for nm in names])
+
+        run_only = functools.partial(dispatch.run, op_name, dict(key), bound, names, attrs,
+                                     plan=plan)
+
         res = {}
-        for label, fn in (("direct", direct), ("planned", planned), ("unplanned", unplanned)):
+        for label, fn in (("direct", direct), ("planned", planned), ("unplanned", unplanned),
+                          ("run", run_only)):
             for _ in range(100):
                 fn()
             cp.cuda.get_current_stream().synchronize()
@@ -221,8 +229,10 @@ def _dispatch_overhead(quick: bool) -> list[str]:
             res[label] = best
         lines.append(f"dispatch overhead {op_name} {problem.short()[:60]}: planned "
                      f"{res['planned']:.2f} us/call vs direct kernel {res['direct']:.2f} us "
-                     f"-> overhead {res['planned'] - res['direct']:.2f} us (goal <= 5); "
-                     f"without a plan (default heuristic) {res['unplanned']:.2f} us; "
+                     f"-> overhead {res['planned'] - res['direct']:.2f} us (goal <= 5), of "
+                     f"which dispatch (key -> plan lookup -> cached kernel -> outputs) "
+                     f"{res['run'] - res['direct']:.2f} us and the op's argument handling the "
+                     f"rest; without a plan (default heuristic) {res['unplanned']:.2f} us; "
                      f"choice {choice.label() if choice else None}")
     return lines
 
