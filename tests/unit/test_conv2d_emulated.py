@@ -1,0 +1,260 @@
+"""conv2d CUDA variants run end to end on the CPU: the real kernels/conv2d/*.cu compiled by g++
+against a small CUDA shim (one std::thread per CUDA thread, __syncthreads as a barrier,
+__shared__ as block-wide statics), launched through each variant's own build() with the
+exact grids and argument lists used on the GPU; cuBLAS and cuFFT replaced by numpy
+implementations of their documented semantics (column-major strided-batched GEMM,
+cufftPlanMany advanced layout). Checked against the float64 reference with poisoned outputs.
+
+Skipped where g++ (C++20) or CUDA's cuda_fp16.h is unavailable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.ops.check import check_variant
+from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.registry import get_op, get_variant
+from dnnctl.resources import kernels_dir
+
+OP = get_op("conv2d")
+DEV = DeviceInfo(backend="cupy", index=0, name="H200 (emulated)", compute_capability="9.0",
+                 sm_count=132, smem_per_block_optin=232448)
+CACHE = Path(tempfile.gettempdir()) / "dnnctl_conv2d_emu"
+
+SHIM = r"""
+#pragma once
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <barrier>
+#include <cmath>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+struct emu_dim3 { unsigned x, y, z; };
+extern thread_local emu_dim3 threadIdx, blockIdx;
+extern emu_dim3 blockDim, gridDim;
+extern std::barrier<>* emu_bar;
+inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+inline float __expf(float x) { return std::exp(x); }
+namespace emu {
+template <typename... A, size_t... I>
+void call(void (*k)(A...), void** argv, std::index_sequence<I...>) {
+  k(*reinterpret_cast<std::remove_reference_t<A>*>(argv[I])...);
+}
+template <typename... A>
+void launch(void (*k)(A...), const unsigned* g, const unsigned* b, void** argv) {
+  gridDim = {g[0], g[1], g[2]};
+  blockDim = {b[0], b[1], b[2]};
+  const unsigned nt = b[0] * b[1] * b[2];
+  std::barrier<> bar(nt);
+  emu_bar = &bar;
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < nt; ++t)
+    ts.emplace_back([=, &bar] {
+      threadIdx = {t % b[0], (t / b[0]) % b[1], t / (b[0] * b[1])};
+      for (unsigned z = 0; z < g[2]; ++z)
+        for (unsigned y = 0; y < g[1]; ++y)
+          for (unsigned x = 0; x < g[0]; ++x) {
+            blockIdx = {x, y, z};
+            call(k, argv, std::index_sequence_for<A...>{});
+            bar.arrive_and_wait();  // a block ends before the next starts
+          }
+    });
+  for (auto& th : ts) th.join();
+}
+template <typename... A>
+int sizes(void (*)(A...), int* out) {
+  int i = 0;
+  if (out) ((out[i++] = (int)sizeof(std::remove_reference_t<A>)), ...);
+  return (int)sizeof...(A);
+}
+}  // namespace emu
+"""
+
+
+def _cuda_include() -> Path | None:
+    for base in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/usr"):
+        if base and (Path(base) / "include" / "cuda_fp16.h").is_file():
+            return Path(base) / "include"
+    return None
+
+
+def _toolchain() -> Path:
+    inc = _cuda_include()
+    if shutil.which("g++") is None or inc is None:
+        pytest.skip("needs g++ and CUDA's cuda_fp16.h for the CPU emulation")
+    return inc
+
+
+class EmuFunction:
+    def __init__(self, lib: ctypes.CDLL, name: str):
+        self.fn = getattr(lib, f"emu_launch_{name}")
+        count = getattr(lib, f"emu_sizes_{name}")
+        sizes = (ctypes.c_int * count(None))()
+        count(sizes)
+        self.sizes, self.name = list(sizes), name
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        grid = tuple(int(v) for v in grid) + (1,) * (3 - len(grid))
+        block = tuple(int(v) for v in block) + (1,) * (3 - len(block))
+        assert len(args) == len(self.sizes), f"{self.name}: {len(args)} args"
+        assert grid[1] <= 65535 and grid[2] <= 65535 and min(grid) >= 1, grid
+        assert 1 <= block[0] * block[1] * block[2] <= 1024, block
+        keep, argv = [], (ctypes.c_void_p * len(args))()
+        for i, (a, size) in enumerate(zip(args, self.sizes)):
+            if isinstance(a, np.ndarray):
+                assert size == 8, f"{self.name} arg {i}: array for a {size}-byte parameter"
+                keep.append(ctypes.c_void_p(a.__array_interface__["data"][0]))
+            else:  # numpy scalars only: CuPy would have to guess a Python number's C type
+                assert isinstance(a, np.generic) and a.nbytes == size, (self.name, i, a)
+                keep.append(ctypes.create_string_buffer(a.tobytes()))
+            argv[i] = ctypes.addressof(keep[-1])
+        self.fn((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), argv)
+
+
+class EmulatedRuntime:
+    """The CudaRuntime interface over numpy arrays and g++-compiled kernels."""
+
+    xp = np
+
+    def __init__(self, cuda_inc: Path):
+        self.inc = cuda_inc
+        CACHE.mkdir(parents=True, exist_ok=True)
+        (CACHE / "emu_shim.h").write_text(SHIM)
+
+    def function(self, source, defines, name):
+        path = kernels_dir() / source
+        defs = [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in
+                sorted(defines.items())]
+        text = SHIM + path.read_text() + "".join(
+            p.read_text() for p in sorted((kernels_dir() / "include").rglob("*.cuh")))
+        key = hashlib.sha256((text + name + " ".join(defs)).encode()).hexdigest()[:16]
+        so = CACHE / f"{path.stem}-{name}-{key}.so"
+        if not so.exists():
+            cpp = so.with_suffix(".cpp")
+            cpp.write_text(
+                f'#include "emu_shim.h"\n#include "{path}"\n'
+                "thread_local emu_dim3 threadIdx, blockIdx; emu_dim3 blockDim, gridDim;\n"
+                "std::barrier<>* emu_bar;\n"
+                f'extern "C" void emu_launch_{name}(const unsigned* g, const unsigned* b, '
+                f"void** a) {{ emu::launch(&{name}, g, b, a); }}\n"
+                f'extern "C" int emu_sizes_{name}(int* o) {{ return emu::sizes(&{name}, o); }}\n')
+            cmd = ["g++", "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread", "-w",
+                   f"-I{CACHE}", f"-I{kernels_dir() / 'include'}", f"-I{self.inc}",
+                   "-DDNNCTL_HEADERS=0", *defs, str(cpp), "-o", f"{so}.tmp"]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode:
+                if "barrier" in res.stderr and "No such file" in res.stderr:
+                    pytest.skip("g++ without C++20 <barrier>")
+                raise AssertionError(f"g++ failed for {source} {defs}:\n{res.stderr[-4000:]}")
+            os.replace(f"{so}.tmp", so)
+        return EmuFunction(ctypes.CDLL(str(so)), name)
+
+    def ptr(self, arr):
+        return arr.__array_interface__["data"][0]
+
+    @staticmethod
+    def _cm(arr, off, rows, cols, ld):  # column-major view, bounds checked as cuBLAS needs
+        flat = arr.reshape(-1)
+        assert ld >= max(1, rows) and off >= 0
+        assert off + rows - 1 + (cols - 1) * ld < flat.size, "GEMM operand out of bounds"
+        return np.lib.stride_tricks.as_strided(flat[off:], (rows, cols),
+                                               (flat.itemsize, ld * flat.itemsize))
+
+    def gemm(self, ta, tb, m, n, k, a, a_off, lda, sa, b, b_off, ldb, sb, c, c_off, ldc, sc,
+             batch, compute):
+        assert a.dtype == b.dtype and compute in (_cuda.CUBLAS_COMPUTE_32F,
+                                                  _cuda.CUBLAS_COMPUTE_32F_FAST_TF32)
+        op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
+        acc = np.complex128 if c.dtype == np.complex64 else np.float64
+        for i in range(batch):
+            A = self._cm(a, a_off + i * sa, *((m, k) if ta == 0 else (k, m)), lda).astype(acc)
+            B = self._cm(b, b_off + i * sb, *((k, n) if tb == 0 else (n, k)), ldb).astype(acc)
+            self._cm(c, c_off + i * sc, m, n, ldc)[...] = (op[ta](A) @ op[tb](B)).astype(
+                c.dtype)
+
+    def fft_plan(self, shape, inembed, istride, idist, onembed, ostride, odist, kind, batch):
+        return dict(shape=shape, inembed=inembed, istride=istride, idist=idist,
+                    onembed=onembed, ostride=ostride, odist=odist, kind=kind, batch=batch)
+
+    def fft_exec(self, plan, src, dst, direction):
+        n0, n1 = plan["shape"]
+        fwd = plan["kind"] == _cuda.CUFFT_R2C
+        ishape = (n0, n1) if fwd else (n0, n1 // 2 + 1)
+        oshape = (n0, n1 // 2 + 1) if fwd else (n0, n1)
+
+        def index(dims, embed, stride, dist):
+            y, x = np.meshgrid(np.arange(dims[0]), np.arange(dims[1]), indexing="ij")
+            b = np.arange(plan["batch"])[:, None, None]
+            return b * dist + (y * embed[1] + x) * stride
+
+        data = src.reshape(-1)[index(ishape, plan["inembed"], plan["istride"], plan["idist"])]
+        if fwd:
+            out = np.fft.rfft2(data.astype(np.float64))
+        else:  # cuFFT's inverse is unnormalized
+            out = np.fft.irfft2(data.astype(np.complex128), s=(n0, n1)) * (n0 * n1)
+        oidx = index(oshape, plan["onembed"], plan["ostride"], plan["odist"])
+        assert oidx.max() < dst.size and np.unique(oidx).size == oidx.size
+        dst.reshape(-1)[oidx] = out.astype(dst.dtype)
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return EmulatedRuntime(_toolchain())
+
+
+CASES = [
+    ("direct", dict(n=2, c=6, h=8, w=9, k=10, r=3, s=3, dilation=2, pad=[2, 1, 0, 2],
+                    groups=2, bias=True, activation="gelu"), "float16", "NHWC"),
+    ("direct", dict(n=1, c=5, h=9, w=7, k=3, r=3, s=2, stride=2, pad=1, residual=True),
+     "float32", "NCHW"),
+    ("depthwise", dict(n=2, c=8, h=11, w=7, k=16, r=3, s=3, stride=2, pad=[1, 0, 0, 1],
+                       groups=8, bias=True, activation="relu"), "float16", "NHWC"),
+    ("depthwise", dict(n=1, c=16, h=9, w=10, k=16, r=5, s=5, pad=2, groups=16,
+                       residual=True, activation="silu"), "bfloat16", "NCHW"),
+    ("im2col_gemm", dict(n=3, c=8, h=6, w=5, k=12, r=3, s=3, pad=1, groups=2, bias=True),
+     "bfloat16", "NHWC"),
+    ("im2col_gemm", dict(n=2, c=9, h=5, w=6, k=7, r=1, s=1, residual=True,
+                         activation="relu"), "float32", "NCHW"),
+    ("winograd", dict(n=2, c=5, h=9, w=7, k=6, r=3, s=3, pad=[1, 0, 2, 1], bias=True),
+     "float16", "NCHW"),
+    ("winograd", dict(n=1, c=8, h=10, w=11, k=4, r=3, s=3, pad=1, residual=True),
+     "float32", "NHWC"),
+    ("fft", dict(n=2, c=4, h=9, w=8, k=6, r=4, s=3, dilation=[1, 2], pad=[2, 1, 1, 2],
+                 groups=2, bias=True, activation="relu"), "float32", "NCHW"),
+    ("fft", dict(n=1, c=3, h=12, w=11, k=5, r=5, s=5, stride=2, pad=2, residual=True),
+     "float16", "NHWC"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "dtype", "layout"), CASES,
+                         ids=[f"{c[0]}-{c[2]}-{c[3]}" for c in CASES])
+def test_cuda_variant_on_cpu_emulation(runtime, name, key, dtype, layout):
+    variant = get_variant("conv2d", "cupy", name)
+    problem = OP.problem(dict(key, dtype=dtype, layout=layout))
+    assert variant.supports(problem, DEV)
+    space = list(variant.param_space(problem, DEV))
+    picks = [variant.default_params(problem, DEV), space[len(space) // 2]]
+    be = get_backend("numpy")
+    with _cuda.use_runtime(runtime):
+        for params in picks:
+            res = check_variant(OP, problem, variant, params, be, DEV, seed=11)
+            assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
