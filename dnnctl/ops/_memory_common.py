@@ -11,8 +11,9 @@ parameter vectors), raising :class:`~dnnctl.errors.ShapeError` that says what wa
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -55,6 +56,24 @@ def index_type(n: int) -> str:
 
 def index_scalar(n: int, itype: str) -> Any:
     return np.uint32(n) if itype == "unsigned int" else np.int64(n)
+
+
+def memo_per_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Memoize an Op method on its arguments (problem, and backend / device for heuristics):
+    the dispatcher asks for default_choice and output_specs on every unplanned call."""
+    cache: dict[tuple, Any] = {}
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any) -> Any:
+        try:
+            return cache[args]
+        except KeyError:
+            out = cache[args] = fn(self, *args)
+            return out
+        except TypeError:  # an unhashable device description: no memo
+            return fn(self, *args)
+
+    return wrapper
 
 
 # ----------------------------------------------------------------------------- CUDA
@@ -188,9 +207,15 @@ def _erfc_chunk(x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- call side
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def float_dtype(x: Any, what: str) -> str:
     """dnnctl dtype name of ``x`` (float32 / float16 / bfloat16) or a ShapeError."""
-    name = dtype_name(x.dtype)
+    dt = x.dtype
+    name = _DTYPE_NAMES.get(dt)
+    if name is None:  # str(dtype) costs microseconds: once per dtype object
+        name = _DTYPE_NAMES[dt] = dtype_name(dt)
     if name not in DTYPES:
         raise ShapeError(f"{what} has dtype {name}, expected one of {', '.join(DTYPES)}",
                          hint="cast it first, e.g. x.astype('float32')")

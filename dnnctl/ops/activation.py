@@ -107,12 +107,14 @@ class ActivationOp(Op):
             raise UsageError("activation: a channel bias with layout NCHW needs rank >= 2",
                              hint="use layout NHWC for a bias on the last axis")
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         specs = {"x": TensorSpec(problem["shape"], problem["dtype"])}
         if problem["bias"] == "channel":
             specs["bias"] = TensorSpec((geometry(problem)[2],), problem["dtype"])
         return specs
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec(problem["shape"], problem["dtype"])}
 
@@ -147,6 +149,7 @@ class ActivationOp(Op):
                "sigmoid": 8, "tanh": 10}[problem["fn"]]
         return float(math.prod(problem["shape"]) * (per + (problem["bias"] != "none")))
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_blocked", {"chunk": 65536})

@@ -59,9 +59,11 @@ class SoftmaxOp(Op):
         "log": Field("bool", False, doc="log_softmax"),
     }
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"x": TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])}
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])}
 
@@ -80,6 +82,7 @@ class SoftmaxOp(Op):
     def flops(self, problem: Problem) -> float:
         return 5.0 * problem["rows"] * problem["cols"]
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_rows", {"chunk_rows": 256})

@@ -89,6 +89,7 @@ class BatchNormOp(Op):
             raise UsageError("batch_norm: training needs more than one value per channel "
                              f"(n*h*w = {key['n'] * key['h'] * key['w']})")
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         c = problem["c"]
         specs = {"x": TensorSpec(sp.tensor_shape(problem), problem["dtype"]),
@@ -99,6 +100,7 @@ class BatchNormOp(Op):
             specs["bias"] = TensorSpec((c,), "float32")
         return specs
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         specs = {"y": TensorSpec(sp.tensor_shape(problem), problem["dtype"])}
         if problem["training"]:
@@ -130,6 +132,7 @@ class BatchNormOp(Op):
     def flops(self, problem: Problem) -> float:
         return (5.0 if problem["training"] else 2.0) * sp.numel(problem)
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_two_pass")

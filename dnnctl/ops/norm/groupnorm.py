@@ -73,6 +73,7 @@ class GroupNormOp(Op):
         if key["c"] // key["groups"] * key["h"] * key["w"] >= 2**31:
             raise UsageError("group_norm: a group of 2^31 elements or more is not supported")
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         specs = {"x": TensorSpec(sp.tensor_shape(problem), problem["dtype"])}
         if problem["affine"]:
@@ -80,6 +81,7 @@ class GroupNormOp(Op):
             specs["bias"] = TensorSpec((problem["c"],), "float32")
         return specs
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec(sp.tensor_shape(problem), problem["dtype"])}
 
@@ -104,6 +106,7 @@ class GroupNormOp(Op):
     def flops(self, problem: Problem) -> float:
         return 8.0 * sp.numel(problem)
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_samples")

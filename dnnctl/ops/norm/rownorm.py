@@ -54,6 +54,7 @@ def rownorm_numpy(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, eps
 class _RowNormOp(Op):
     rms = False
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         rows, cols, dt = problem["rows"], problem["cols"], problem["dtype"]
         specs = {"x": TensorSpec((rows, cols), dt)}
@@ -63,6 +64,7 @@ class _RowNormOp(Op):
             specs["bias"] = TensorSpec((cols,), dt)
         return specs
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])}
 
@@ -86,6 +88,7 @@ class _RowNormOp(Op):
     def flops(self, problem: Problem) -> float:
         return 7.0 * problem["rows"] * problem["cols"]
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_rows", {"chunk_rows": 256})

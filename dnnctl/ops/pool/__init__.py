@@ -11,8 +11,9 @@ from typing import Any
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Field
-from dnnctl.ops.dispatch import bind, run
+from dnnctl.ops.dispatch import bind, problem_of, run
 from dnnctl.ops.pool import gap, pool2d  # noqa: F401  (registration)
+from dnnctl.ops.registry import get_op
 
 __all__ = ["avg_pool2d", "global_avg_pool2d", "max_pool2d"]
 
@@ -46,10 +47,8 @@ def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: A
     if mode == "max":
         key["count_include_pad"] = True
     if oa is not None:
-        from dnnctl.ops.registry import get_op
-
-        spec = get_op("pool2d").output_specs(get_op("pool2d").problem(key))["y"]
-        mc.check_out(oa, spec.shape, dtype)
+        pool = get_op("pool2d")
+        mc.check_out(oa, pool.output_specs(problem_of(pool, key))["y"].shape, dtype)
     res = run("pool2d", key, bound, ("x",), {}, plan=plan,
               out=None if oa is None else {"y": oa})
     return out if oa is not None else bound.wrap(res["y"])

@@ -48,9 +48,11 @@ class GlobalAvgPool2dOp(Op):
     fields = {**SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
               "layout": Field("str", "NCHW", choices=("NCHW", "NHWC"))}
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"x": TensorSpec(tensor_shape(problem), problem["dtype"])}
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec(gap_shape(problem), problem["dtype"])}
 
@@ -65,6 +67,7 @@ class GlobalAvgPool2dOp(Op):
     def flops(self, problem: Problem) -> float:
         return float(numel(problem))
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_mean")
@@ -76,8 +79,8 @@ class GlobalAvgPool2dOp(Op):
             return Choice.of("gap_split", split)
         if problem["layout"] == "NCHW":
             group = min(32, max(4, 1 << (mc.cdiv(hw, vec * 4) - 1).bit_length()))
-        else:
-            group = 4
+        else:  # as many channel vectors per block as there are (<= 32): few, long rows
+            group = max(4, min(32, 1 << ((problem["c"] // vec).bit_length() - 1)))
         return Choice.of("gap_reduce", {"block": 256, "vec": vec, "group": group})
 
 

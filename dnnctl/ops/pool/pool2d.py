@@ -156,9 +156,11 @@ class Pool2dOp(Op):
         if key["h"] * key["w"] * key["c"] >= 2**31:
             raise UsageError("pool2d: one sample of 2^31 elements or more is not supported")
 
+    @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"x": TensorSpec(tensor_shape(problem), problem["dtype"])}
 
+    @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         return {"y": TensorSpec(out_shape(problem), problem["dtype"])}
 
@@ -175,6 +177,7 @@ class Pool2dOp(Op):
     def flops(self, problem: Problem) -> float:
         return float(math.prod(out_shape(problem)) * math.prod(problem["kernel"]))
 
+    @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         if backend == "numpy":
             return Choice.of("numpy_taps")
