@@ -207,6 +207,15 @@ SMALL: dict[str, dict[str, Any]] = {
 }
 
 
+HUGE: dict[str, dict[str, Any]] = {
+    "activation": dict(fn="relu", shape=(3, 1 << 30), dtype="float16", bias="channel",
+                       layout="NHWC"),
+    "batch_norm": dict(n=1024, c=64, h=128, w=128, dtype="float16", layout="NCHW"),
+    "pool2d": dict(n=512, c=64, h=224, w=224, mode="avg", kernel=3, stride=1, pad=1,
+                   dtype="bfloat16", layout="NCHW"),
+}
+
+
 @pytest.mark.parametrize("op_name", MEMORY_OPS)
 def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
                                                  op_name: str) -> None:
@@ -220,6 +229,8 @@ def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
         if op_name == "batch_norm":
             other["training"] = False
         problems.append(op.problem(other))
+    if op_name in HUGE:  # 64-bit index instances (only compiled: nothing is allocated)
+        problems.append(op.problem(HUGE[op_name]))
     seen = set()
     for problem in problems:
         for variant in variants(op_name, "cupy"):
