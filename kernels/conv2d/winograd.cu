@@ -9,7 +9,7 @@
 //   NCHW: U[a][K][C], V[a][C][T], M[a][K][T] = U V    (threads run along tiles)
 // with a = alpha*alpha transform positions and T = nc * tiles_h * tiles_w tiles of the chunk
 // of images n0 .. n0 + nc - 1.
-// Defines: DNNCTL_DTYPE, NHWC (0/1), TILE (2/4), UV_FP32 (0/1).
+// Defines: DNNCTL_DTYPE, NHWC (0/1), TILE (2/4), UV_FP32 (0/1), TF32_RN (0/1).
 #include <dnnctl/conv.cuh>
 
 using namespace dnnctl;
@@ -114,7 +114,19 @@ __device__ __forceinline__ void output_tf(const float (&m)[ALPHA][ALPHA], float 
     }
 }
 
-__device__ __forceinline__ uv_t to_uv(float v) { return from_float<uv_t>(v); }
+// TF32_RN: the GEMM will run on TF32 tensor cores; store U and V already rounded to TF32
+// (nearest, ties away, as cvt.rna) so whatever conversion the GEMM applies is exact.
+#ifndef TF32_RN
+#define TF32_RN 0
+#endif
+__device__ __forceinline__ uv_t to_uv(float v) {
+#if TF32_RN
+  unsigned u = __float_as_uint(v);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  v = __uint_as_float(u);
+#endif
+  return from_float<uv_t>(v);
+}
 
 // ---- U[a][k][c] = G g G^T, one thread per (k, c)
 extern "C" __global__ void __launch_bounds__(256)

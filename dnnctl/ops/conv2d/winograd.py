@@ -5,7 +5,8 @@ Accuracy rule (measured by simulation against the float64 reference): F(2x2) kee
 the I/O dtype (fp16/bf16 GEMM on tensor cores, fp32 accumulate; fp32 problems use fp32, or
 TF32 when the key allows it); F(4x4) amplifies rounding of U and V by its larger transform
 coefficients (fp16 U/V: ~3e-3, bf16: ~2.5e-2 relative), so it always keeps U and V in fp32
-and runs an fp32 GEMM without TF32. The GEMM result M is fp32; the output transform applies
+and runs an fp32 GEMM without TF32. With TF32, F(2x2) stores U and V rounded to TF32 (nearest)
+so the GEMM's own conversion is exact: ~5e-4 (truncating them would give ~9e-4). The GEMM result M is fp32; the output transform applies
 the epilogue. Parameters: ``tile`` (2 or 4), ``chunk`` images per pass (0: the whole batch).
 """
 
@@ -91,7 +92,7 @@ class CudaWinograd(CudaConv):
         fp32_uv = uv_fp32(g, tile)
         tf32 = g.tf32 and tile == 2  # F4 never rounds U/V to TF32 (see module docstring)
         defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc),
-                   "TILE": tile, "UV_FP32": int(fp32_uv)}
+                   "TILE": tile, "UV_FP32": int(fp32_uv), "TF32_RN": int(tf32)}
         f_filter = rt.function(self.source, defines, "wino_filter")
         f_input = rt.function(self.source, defines, "wino_input")
         f_output = rt.function(self.source, defines, "wino_output")
