@@ -25,18 +25,38 @@
 
 namespace dnnctl {
 
-// The activation in fp32. GELU in forms without cancellation for negative x (1 + erf and
-// 1 + tanh lose all relative accuracy below x ~ -4): 0.5 x erfc(-x / sqrt 2), and
-// 0.5 x (1 + tanh u) = x / (1 + exp(-2u)); silu / sigmoid with expf in fp32 I/O.
+// GELU's Phi(x) = 0.5 erfc(-x / sqrt 2) from erfc(|z|) by Numerical Recipes' erfcc (a
+// Chebyshev fit with relative error < 1.2e-7 for every z >= 0): branch-free, about 16
+// instructions (erfcf is ~75, which would make GELU compute-bound on 16-bit data), and no
+// cancellation for negative x, where 1 + erf(x / sqrt 2) loses all relative accuracy.
+__device__ __forceinline__ float gelu_erf(float x) {
+  const float z = fabsf(x) * 0.70710678118654752f;
+  const float t = __frcp_rn(1.f + 0.5f * z);
+  float p = 0.17087277f;
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  const float e = t * fast_exp(p - z * z);  // erfc(z)
+  return x * (x >= 0.f ? 1.f - 0.5f * e : 0.5f * e);
+}
+
+// The activation in fp32. GELU-tanh as 0.5 x (1 + tanh u) = x / (1 + exp(-2u)) (no
+// cancellation for negative x); silu / sigmoid with expf for fp32 I/O (see fast_exp).
 template <int A>
 __device__ __forceinline__ float act_eval(float x, float slope) {
-  if (A == ACT_GELU) return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+  if (A == ACT_GELU) return gelu_erf(x);
   if (A == ACT_GELU_TANH) {
     const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return x / (1.f + fast_exp(-2.f * u));
+    return x * __frcp_rn(1.f + fast_exp(-2.f * u));
   }
-  if (A == ACT_SILU) return x / (1.f + fast_exp(-x));
-  if (A == ACT_SIGMOID) return 1.f / (1.f + fast_exp(-x));
+  if (A == ACT_SILU) return x * __frcp_rn(1.f + fast_exp(-x));
+  if (A == ACT_SIGMOID) return __frcp_rn(1.f + fast_exp(-x));
   return activate<A>(x, slope);
 }
 

@@ -12,6 +12,7 @@
 #include <vector_functions.h>
 #define DNNCTL_INF INFINITY
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __frcp_rn(float x) { return 1.f / x; }
 // dynamic shared memory: `DNNCTL_DYN_SMEM(float, buf);` declares `float* buf`
 #define DNNCTL_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(emu::g_smem)
 #else
