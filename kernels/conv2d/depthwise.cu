@@ -117,6 +117,11 @@ dw_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __re
     const int ih = p * STR_H - pt + r * DIL_H;
     if ((unsigned)ih >= (unsigned)H) continue;
     const elem_t* row = x + ((long long)n * H + ih) * W * C;
+    float wr[KS][VEC];  // this filter row's taps for the thread's channels
+#pragma unroll
+    for (int s = 0; s < KS; ++s)
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) wr[s][v] = ws[r * KS + s][tc * VEC + v];
 #pragma unroll
     for (int j = 0; j < SPAN; ++j) {
       if (!column_used(j)) continue;
@@ -140,7 +145,7 @@ dw_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __re
           if (t * STR_W + s * DIL_W == j) {
 #pragma unroll
             for (int v = 0; v < VEC; ++v)
-              acc[t][v] = fmaf(xv[v], ws[r * KS + s][tc * VEC + v], acc[t][v]);
+              acc[t][v] = fmaf(xv[v], wr[s][v], acc[t][v]);
           }
     }
   }
