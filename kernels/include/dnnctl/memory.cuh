@@ -30,7 +30,7 @@ __device__ __forceinline__ void sync_block() {
 #ifdef DNNCTL_EMU
   emu::block_barrier();
 #else
-  sync_block();
+  __syncthreads();
 #endif
 }
 
