@@ -1,7 +1,7 @@
 // Softmax, a row per TPR threads (a warp or an aligned part of one), the row in registers:
 // one read, one write, reductions by shuffles. Thread `lane` holds vectors lane, lane + TPR,
 // ... (NV of them), so a group's loads are contiguous. Host: cols <= NV * VEC * TPR and
-// cols % VEC == 0 with 16-byte... VEC-aligned pointers (else it launches VEC = 1).
+// cols % VEC == 0 with VEC-aligned pointers (else it launches VEC = 1).
 #include <dnnctl/softmax.cuh>
 
 using namespace dnnctl;
