@@ -193,7 +193,7 @@ def default_row_choice(problem: Problem, device: Any, op: str, online: str = "on
     vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)
     sms = mc.sm_count(device)
     cands: list[tuple[str, dict[str, Any]]] = []
-    if op == "softmax" and rows < 2 * sms and cols >= 16384:
+    if rows < 2 * sms and cols >= 16384:  # few long rows: split them across blocks
         cands.append(("split_row", {"block": 512, "vec": vec,
                                     "chunk": 16384 if cols >= 65536 else 4096}))
     cands.append(("warp_row", {"block": 128, "vec": vec,

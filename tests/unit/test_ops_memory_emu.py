@@ -151,10 +151,12 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         dict(rows=6, cols=100, dtype="float16"),
         dict(rows=3, cols=257, dtype="bfloat16", bias=False),
         dict(rows=2, cols=2048, dtype="float32", weight=False, bias=False),
+        dict(rows=2, cols=8200, dtype="float16"),
     ],
     "rms_norm": [
         dict(rows=5, cols=64, dtype="bfloat16"),
         dict(rows=3, cols=129, dtype="float32", weight=False),
+        dict(rows=1, cols=9000, dtype="bfloat16"),
     ],
     "batch_norm": [
         dict(n=2, c=3, h=5, w=5, dtype="float16", layout="NCHW"),

@@ -29,6 +29,7 @@ from dnnctl.ops.base import (
     TensorSpec,
     Variant,
     np_dtype,
+    unsupported,
 )
 from dnnctl.ops.dispatch import Bound, bind, run
 from dnnctl.ops.registry import register_op, register_variant
@@ -158,6 +159,61 @@ for _op in ("layer_norm", "rms_norm"):
             (_mixin, _NormCuda),
             {"op": _op, "name": _name, "source": f"norm/{_name}.cu", "kernel": _kernel,
              "doc": _doc, "rms": _op == "rms_norm", "__module__": __name__}))
+
+
+class _NormSplit(_NormCuda):
+    """Few, very long rows: chunks of a row on separate blocks (two launches)."""
+
+    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": (4096, 16384, 65536)}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["rows"] > 65535:
+            return unsupported("more than 65535 rows (grid y): use welford or block_smem")
+        if problem["cols"] < 8192:
+            return unsupported("rows shorter than 8192 gain nothing from splitting")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        splits = mc.cdiv(problem["cols"], params["chunk"])
+        return (self.vec_valid(problem, params["vec"]) and 2 <= splits <= 4096
+                and params["chunk"] >= params["block"] * params["vec"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 12 * problem["rows"] * mc.cdiv(problem["cols"], params["chunk"])
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        rows, cols = problem["rows"], problem["cols"]
+        block, chunk = params["block"], params["chunk"]
+        vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
+        splits = mc.cdiv(cols, chunk)
+        names = [f"norm_split_{k}<{block},{v}>" for k in ("stats", "apply")
+                 for v in dict.fromkeys((vec, 1))]
+        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        part = mc.workspace(device, self.workspace_bytes(problem, params))
+        dims = (np.int32(rows), np.int32(cols), np.int32(chunk))
+        scalars = self.scalars
+
+        def program(v: int) -> mr.Program:
+            stats = mc.launch(mod, f"norm_split_stats<{block},{v}>", (splits, rows), block)
+            apply = mc.launch(mod, f"norm_split_apply<{block},{v}>", (splits, rows), block)
+
+            def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+                x, w, b, y = arrs
+                stats((x, part, *dims))
+                apply((x, part, w, b, y, *dims, *scalars(attrs)))
+
+            return go
+
+        return mr.RowKernel(program(vec), program(1), vec * mc.dtype_size(problem["dtype"]),
+                            self.arrays)
+
+
+for _op in ("layer_norm", "rms_norm"):
+    register_variant(type(
+        f"{''.join(p.title() for p in _op.split('_'))}SplitRow", (_NormSplit,),
+        {"op": _op, "name": "split_row", "source": "norm/split_row.cu",
+         "doc": "few long rows: chunks of a row on separate blocks, partial Welford, apply",
+         "rms": _op == "rms_norm", "__module__": __name__}))
 
 
 # ----------------------------------------------------------------------------- numpy
