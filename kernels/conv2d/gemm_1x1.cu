@@ -57,6 +57,7 @@ typedef GemmCfg<elem_t, GEMM_MATH, GEMM_BM, GEMM_BN, GEMM_BK, GEMM_WM, GEMM_WN, 
                 true, CONV_NHWC != 0>
     Cfg;
 
+#if CONV_NHWC
 // A rows = strided output pixels of an NHWC input; tile [BM][BK]. Each thread owns one
 // VEC-wide channel slot and the rows tid / CPR + it * (NT / CPR).
 struct RowGatherLoader {
@@ -105,6 +106,7 @@ struct RowGatherLoader {
   }
 };
 
+#else
 // B columns = strided output pixels of one NCHW image; tile [BK][BN] (N-contiguous). Each
 // thread owns one column and the channel rows tid / BN + it * (NT / BN).
 struct ColGatherLoader {
@@ -147,6 +149,8 @@ struct ColGatherLoader {
   }
 };
 
+#endif
+
 typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, EPI_OUT, 0, EPI_PAIR != 0> Epi;
 
 extern "C" __global__ void __launch_bounds__(Cfg::NT)
@@ -155,7 +159,6 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
                   int sh, int sw, int groups, int splits, int kchunk) {
   DNNCTL_DECLARE_SMEM(smem);
   const int bz = (int)blockIdx.z / splits, kz = (int)blockIdx.z % splits;
-  const long long pq = (long long)P * Q;
 #if CONV_NHWC
   const int cg = C / groups, kg = K / groups;
   const int M = N * P * Q, NG = kg, KG = cg;
@@ -202,6 +205,7 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
   la.mn_lim = K;
   la.k_begin = k_begin;
   la.k_end = k_end;
+  const long long pq = (long long)P * Q;
   ColGatherLoader lb;
   lb.init(x + (long long)bz * C * H * W, x, H, W, P, Q, sh, sw, tn * GEMM_BN, k_begin, k_end);
   e.ldc = pq;

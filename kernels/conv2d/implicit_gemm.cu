@@ -62,6 +62,7 @@ struct ConvShape {
   int n, c, h, w, k, r, s, p, q, sh, sw, pt, pl, dh, dw, cg, kg;
 };
 
+#if CONV_NHWC
 // NHWC patch gather: tile [BM][BK] (K-contiguous). Each thread owns one VEC-wide column
 // slot and the rows tid / CPR + it * (NT / CPR); per-row (image, h0, w0) are computed once.
 template <int VEC>
@@ -122,6 +123,7 @@ struct NhwcPatchLoader {
   }
 };
 
+#else
 // NCHW patch gather: tile [BK][BM] (M-contiguous), one element per copy. Each thread owns
 // one output pixel (column) and the reduction rows tid / BM + it * (NT / BM).
 struct NchwPatchLoader {
@@ -182,6 +184,8 @@ struct NchwPatchLoader {
     }
   }
 };
+
+#endif
 
 #if CONV_NHWC
 typedef NhwcPatchLoader<GEMM_VEC_A> LoaderA;

@@ -1,0 +1,174 @@
+"""matmul: dnnctl's tensor-core GEMM (mma.sync) against torch.matmul (cuBLAS), bf16 and fp16.
+
+Shapes: large squares (4096, 8192) and the LLaMA-7B decoder projections, x @ W^T with W the
+(out, in) weight as nn.Linear stores it, at m = 16, 32, 64, 128 tokens (skinny: split-K
+territory) and m = 4096 (prefill). For each shape our ``mma`` / ``mma_atomic`` variants run
+their default parameters plus a fixed candidate list (the variants' valid_params filters
+it); each candidate is checked once against torch's output (a wrong one cannot win), timed
+briefly; the fastest is re-timed with the full budget next to torch. Columns: times, ratio
+torch/ours (> 1: ours faster), TFLOP/s of both, ours as % of the bf16 ceiling measured in
+this run (torch bf16 8192^3).
+
+    PYTHONPATH=. python3 benchmarks/run.py --only gemm [--quick]
+    PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import common  # noqa: E402
+
+TITLE = "matmul: dnnctl mma.sync GEMM vs torch.matmul (cuBLAS)"
+BUDGET_S = 170.0
+
+# (bm, bn, bk, warps, stages): what mma.sync kernels of this structure usually like on H100
+TILES = [(128, 128, 32, 4, 4), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3),
+         (128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (128, 128, 32, 4, 5),
+         (64, 128, 64, 4, 4), (32, 128, 64, 4, 4), (16, 128, 64, 4, 4), (16, 256, 64, 8, 4),
+         (64, 256, 32, 8, 4)]
+SPLITS = (1, 2, 4, 8, 16)
+
+
+def shapes(quick: bool) -> list[tuple[str, str, dict[str, int]]]:
+    """(name, dtype, key) — trans_b marks x @ W^T with W stored (n, k)."""
+    out = []
+    for dt in ("bfloat16", "float16"):
+        for s in ((4096,) if quick else (4096, 8192)):
+            out.append((f"square {s}", dt, dict(m=s, n=s, k=s)))
+    proj = [("q/k/v/o 4096x4096", 4096, 4096), ("up/gate 4096->11008", 11008, 4096),
+            ("down 11008->4096", 4096, 11008)]
+    for m in ((16, 128) if quick else (16, 32, 64, 128, 4096)):
+        for pname, n, k in proj:
+            out.append((f"llama7b {pname} m={m}", "bfloat16", dict(m=m, n=n, k=k,
+                                                                    trans_b=True)))
+    if not quick:
+        out.append(("llama7b up m=16 fp16", "float16", dict(m=16, n=11008, k=4096,
+                                                             trans_b=True)))
+    return out
+
+
+def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
+    out = []
+    own = variant.default_params(problem, dev)
+    if own is not None:
+        out.append(own)
+    for bm, bn, bk, warps, stages in TILES:
+        for splitk in SPLITS:
+            p = {"bm": bm, "bn": bn, "bk": bk, "warps": warps, "stages": stages,
+                 "splitk": splitk}
+            if p not in out and variant.check_params(p) is None and \
+                    variant.valid_params(problem, p, dev):
+                out.append(p)
+    return out
+
+
+def _bind(kern: Any, inputs: dict, outputs: dict) -> Any:
+    return lambda: kern(inputs, outputs, {})
+
+
+def _rel_err(torch: Any, y: Any, ref: Any) -> float:
+    return float((y.float() - ref).norm() / ref.norm())
+
+
+def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
+    import cupy as cp
+    import torch
+
+    from dnnctl.ops.registry import get_op, get_variant
+
+    be = common.backend()
+    dev = be.device(0)
+    op = get_op("matmul")
+    rows: list[dict[str, Any]] = []
+    t_start = time.time()
+    for name, dt, key in shapes(quick):
+        if time.time() - t_start > BUDGET_S:
+            rows.append({"shape": name, "dtype": dt, "note": "skipped (time budget)"})
+            continue
+        m, n, k = key["m"], key["n"], key["k"]
+        tdt = getattr(torch, dt)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(m, k, device="cuda", generator=g).to(tdt)
+        w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(tdt)
+        b = w.t() if key.get("trans_b") else w.t().contiguous()
+        ref = (a.float() @ b.float())
+        t_torch = common.time_us(lambda a=a, b=b: torch.matmul(a, b), budget_ms=80)
+        problem = op.problem(dict(key, dtype=dt))
+        inputs = {"a": cp.from_dlpack(a), "b": cp.from_dlpack(w if key.get("trans_b") else b)}
+        y = torch.empty(m, n, device="cuda", dtype=tdt)
+        outputs = {"y": cp.from_dlpack(y)}
+        best: tuple[float, str, dict] | None = None
+        tried = 0
+        for vname in ("mma", "mma_atomic"):
+            variant = get_variant("matmul", "cupy", vname)
+            if not variant.supports(problem, dev):
+                continue
+            for params in candidates(variant, problem, dev)[:10 if quick else 24]:
+                kern = variant.build(problem, params, dev)
+                y.fill_(float("nan"))
+                kern(inputs, outputs, {})
+                torch.cuda.synchronize()
+                if not _rel_err(torch, y, ref) < 1e-2:
+                    rows.append({"shape": name, "dtype": dt, "note":
+                                 f"WRONG {vname}{params} err {_rel_err(torch, y, ref):.3g}"})
+                    continue
+                tried += 1
+                med = common.time_us(_bind(kern, inputs, outputs), warmup_ms=5,
+                                     budget_ms=15)["median_us"]
+                if best is None or med < best[0]:
+                    best = (med, vname, params)
+        if best is None:
+            rows.append({"shape": name, "dtype": dt, "note": "no candidate ran"})
+            continue
+        variant = get_variant("matmul", "cupy", best[1])
+        kern = variant.build(problem, best[2], dev)
+        ours = common.time_us(_bind(kern, inputs, outputs), budget_ms=80)
+        flop = 2.0 * m * n * k
+        p = best[2]
+        rows.append({
+            "shape": name, "dtype": dt, "m": m, "n": n, "k": k,
+            "torch_us": t_torch["median_us"], "ours_us": ours["median_us"],
+            "ratio": t_torch["median_us"] / ours["median_us"],
+            "torch_TFLOPs": flop / t_torch["median_us"] / 1e6,
+            "ours_TFLOPs": flop / ours["median_us"] / 1e6,
+            "pct_bf16_peak": 100.0 * flop / ours["median_us"] / 1e6 / ctx.bf16_tflops,
+            "best": f"{best[1]} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} "
+                    f"s{p['stages']} sk{p['splitk']}",
+            "tried": tried,
+        })
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], ctx: common.Ctx) -> str:
+    timed = [r for r in rows if "ratio" in r]
+    square = [r["ratio"] for r in timed if r["shape"].startswith("square")]
+    skinny = [r["ratio"] for r in timed if r["m"] <= 128]
+    wins = sum(r["ratio"] > 1.0 for r in timed)
+    lines = [f"Shapes timed: {len(timed)}; ours faster on {wins}."]
+    if square:
+        lines.append(f"Large squares: geomean ratio torch/ours {common.geomean(square):.2f} "
+                     f"(goal >= 0.9).")
+    if skinny:
+        lines.append(f"Skinny (m <= 128): geomean ratio {common.geomean(skinny):.2f} "
+                     f"(goal > 1).")
+    missed = [r for r in rows if "note" in r]
+    if missed:
+        lines.append("Not timed: " + "; ".join(f"{r['shape']} {r['dtype']}: {r['note']}"
+                                               for r in missed))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    quick = "--quick" in sys.argv
+    c = common.measure_ceilings()
+    print(c.header())
+    r = run(c, quick)
+    print(common.markdown(r))
+    print(summary(r, c))
