@@ -350,20 +350,20 @@ def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str
     return bound.wrap(res["y"])
 
 
-def relu(x: Any, bias: Any = None, *, out: Any = None, inplace: bool = False,
-         layout: str = "NCHW", plan: Any = None) -> Any:
+def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
     """max(x [+ bias], 0). ``bias`` (C,) on the channel axis of ``layout``; NaN propagates."""
     return _activation("relu", x, bias, out, inplace, layout, plan)
 
 
-def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, *, out: Any = None,
-               inplace: bool = False, layout: str = "NCHW", plan: Any = None) -> Any:
+def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any = None,
+               plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
     """x if x > 0 else negative_slope * x (after the optional channel bias)."""
     return _activation("leaky_relu", x, bias, out, inplace, layout, plan, float(negative_slope))
 
 
-def gelu(x: Any, approximate: str = "none", bias: Any = None, *, out: Any = None,
-         inplace: bool = False, layout: str = "NCHW", plan: Any = None) -> Any:
+def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,
+         plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
     """GELU, exact erf form (``approximate='none'``) or the tanh form (``'tanh'``)."""
     if approximate not in ("none", "tanh"):
         raise UsageError(f"gelu: approximate={approximate!r}", hint="use 'none' or 'tanh'")
@@ -371,19 +371,19 @@ def gelu(x: Any, approximate: str = "none", bias: Any = None, *, out: Any = None
     return _activation(fn, x, bias, out, inplace, layout, plan)
 
 
-def silu(x: Any, bias: Any = None, *, out: Any = None, inplace: bool = False,
-         layout: str = "NCHW", plan: Any = None) -> Any:
+def silu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
     """x * sigmoid(x) (after the optional channel bias)."""
     return _activation("silu", x, bias, out, inplace, layout, plan)
 
 
-def sigmoid(x: Any, bias: Any = None, *, out: Any = None, inplace: bool = False,
-            layout: str = "NCHW", plan: Any = None) -> Any:
+def sigmoid(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+            inplace: bool = False, layout: str = "NCHW") -> Any:
     """1 / (1 + exp(-x)) (after the optional channel bias)."""
     return _activation("sigmoid", x, bias, out, inplace, layout, plan)
 
 
-def tanh(x: Any, bias: Any = None, *, out: Any = None, inplace: bool = False,
-         layout: str = "NCHW", plan: Any = None) -> Any:
+def tanh(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
     """tanh(x) (after the optional channel bias)."""
     return _activation("tanh", x, bias, out, inplace, layout, plan)

@@ -267,12 +267,12 @@ def _softmax(x: Any, axis: int, out: Any, plan: Any, log: bool) -> Any:
     return bound.wrap(res["y"].reshape(shape))
 
 
-def softmax(x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
+def softmax(x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
     """exp(x - max) / sum over ``axis``. Another axis than the last costs two copies."""
     return _softmax(x, axis, out, plan, log=False)
 
 
-def log_softmax(x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
+def log_softmax(x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
     """x - max - log(sum(exp(x - max))) over ``axis`` (same rules as :func:`softmax`)."""
     return _softmax(x, axis, out, plan, log=True)
 
@@ -281,8 +281,8 @@ class _CallableModule(types.ModuleType):
     """``dnnctl.ops.softmax`` names both this module and the function: importing the module
     makes the package attribute the module, so the module itself calls :func:`softmax`."""
 
-    def __call__(self, x: Any, axis: int = -1, *, out: Any = None, plan: Any = None) -> Any:
-        return softmax(x, axis, out=out, plan=plan)
+    def __call__(self, x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
+        return softmax(x, axis, plan, out=out)
 
 
 sys.modules[__name__].__class__ = _CallableModule

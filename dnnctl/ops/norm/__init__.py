@@ -33,8 +33,8 @@ def _affine(xp: Any, weight: Any, bias: Any, c: int) -> tuple[Any, Any]:
 
 def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                bias: Any = None, training: bool = False, momentum: float = 0.1,
-               eps: float = 1e-5, *, layout: str = "NCHW", out: Any = None,
-               return_stats: bool = False, plan: Any = None) -> Any:
+               eps: float = 1e-5, layout: str = "NCHW", plan: Any = None, *, out: Any = None,
+               return_stats: bool = False) -> Any:
     """Batch normalization forward over x of rank 2..4 (channel axis per ``layout``).
 
     Parameters and statistics are fp32 (C,). Inference normalizes with the running
@@ -77,7 +77,7 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
 
 
 def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5,
-               *, layout: str = "NCHW", out: Any = None, plan: Any = None) -> Any:
+               layout: str = "NCHW", plan: Any = None, *, out: Any = None) -> Any:
     """Group normalization over (C/groups, H, W) per sample; weight / bias fp32 (C,)."""
     bound = bind(x, weight, bias, out)
     xa, wa, ba, oa = bound.arrays

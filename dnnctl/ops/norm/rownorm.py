@@ -285,13 +285,13 @@ def _rownorm(op: str, x: Any, weight: Any, bias: Any, eps: float, out: Any, plan
     return bound.wrap(res["y"].reshape(shape))
 
 
-def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, *,
-               out: Any = None, plan: Any = None) -> Any:
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
+               plan: Any = None, *, out: Any = None) -> Any:
     """Layer normalization over the last axis; ``weight`` / ``bias`` (cols,) in x's dtype."""
     return _rownorm("layer_norm", x, weight, bias, eps, out, plan)
 
 
-def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, *, out: Any = None,
-             plan: Any = None) -> Any:
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, plan: Any = None, *,
+             out: Any = None) -> Any:
     """RMS normalization over the last axis; ``weight`` (cols,) in x's dtype."""
     return _rownorm("rms_norm", x, weight, None, eps, out, plan)

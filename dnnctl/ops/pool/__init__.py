@@ -55,23 +55,23 @@ def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: A
 
 
 def max_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
-               ceil_mode: bool = False, *, layout: str = "NCHW", out: Any = None,
-               plan: Any = None) -> Any:
+               ceil_mode: bool = False, layout: str = "NCHW", plan: Any = None, *,
+               out: Any = None) -> Any:
     """2-D max pooling (PyTorch semantics: pad <= kernel // 2, NaN propagates)."""
     return _pool("max", x, kernel, stride, padding, dilation, ceil_mode, True, layout, out,
                  plan)
 
 
 def avg_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0,
-               ceil_mode: bool = False, count_include_pad: bool = True, *,
-               layout: str = "NCHW", out: Any = None, plan: Any = None) -> Any:
+               ceil_mode: bool = False, count_include_pad: bool = True, layout: str = "NCHW",
+               plan: Any = None, *, out: Any = None) -> Any:
     """2-D average pooling (PyTorch semantics for the divisor)."""
     return _pool("avg", x, kernel, stride, padding, 1, ceil_mode, count_include_pad, layout,
                  out, plan)
 
 
-def global_avg_pool2d(x: Any, *, layout: str = "NCHW", out: Any = None,
-                      plan: Any = None) -> Any:
+def global_avg_pool2d(x: Any, layout: str = "NCHW", plan: Any = None, *,
+                      out: Any = None) -> Any:
     """Mean over H x W: NCHW -> (N, C, 1, 1), NHWC -> (N, 1, 1, C)."""
     bound = bind(x, out)
     xa, oa = bound.arrays
