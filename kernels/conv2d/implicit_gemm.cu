@@ -64,7 +64,8 @@ struct ConvShape {
 
 #if CONV_NHWC
 // NHWC patch gather: tile [BM][BK] (K-contiguous). Each thread owns one VEC-wide column
-// slot and the rows tid / CPR + it * (NT / CPR); per-row (image, h0, w0) are computed once.
+// slot and the rows tid / CPR + it * (NT / CPR); per-row (image, h0, w0) are computed once,
+// and the column's reduction position (c, r, s) steps by BK from one k-tile to the next.
 template <int VEC>
 struct NhwcPatchLoader {
   typedef typename Cfg::T T;
@@ -75,7 +76,8 @@ struct NhwcPatchLoader {
   static_assert(GEMM_BK % VEC == 0 && Cfg::NT % CPR == 0, "column slots must map to threads");
   const T* x;  // input base (a valid address for predicated-off copies)
   ConvShape g;
-  int k_begin, k_end, col, row0;
+  int k_end, col, row0;
+  int kk, c, r, s, next_kt;  // this thread's column position in the reduction
   int h0[ITERS], w0[ITERS];
   const T* img[ITERS];  // image base + this group's first channel; null when m >= M
 
@@ -83,10 +85,15 @@ struct NhwcPatchLoader {
                                        int kb, int ke) {
     x = x_;
     g = g_;
-    k_begin = kb;
     k_end = ke;
     col = ((int)threadIdx.x % CPR) * VEC;
     row0 = (int)threadIdx.x / CPR;
+    kk = kb + col;
+    const int rs = kk / g.cg;
+    c = kk - rs * g.cg;
+    r = rs / g.s;
+    s = rs - r * g.s;
+    next_kt = 0;
     const int pq = g.p * g.q, mtot = g.n * pq;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
@@ -104,11 +111,9 @@ struct NhwcPatchLoader {
     }
   }
 
-  __device__ __forceinline__ void load(unsigned char* dst, int kt) const {
-    const int kk = k_begin + kt * GEMM_BK + col;
+  __device__ __forceinline__ void load(unsigned char* dst, int kt) {
+    DNNCTL_EMU_CHECK(kt == next_kt, "NhwcPatchLoader: k-tiles must be loaded in order");
     const bool kin = kk < k_end;
-    const int rs = kk / g.cg, c = kk - rs * g.cg;
-    const int r = rs / g.s, s = rs - r * g.s;
     const int dy = r * g.dh, dx = s * g.dw;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
@@ -120,12 +125,24 @@ struct NhwcPatchLoader {
       const T* src = ok ? img[it] + ((long long)hh * g.w + ww) * g.c + c : x;
       copy_piece<T, VEC>(dst + Tile::offset(row, col), src, ok);
     }
+    // step to the next k-tile: kk += BK, carrying channel overflow into s, then r
+    ++next_kt;
+    kk += GEMM_BK;
+    c += GEMM_BK;
+    while (c >= g.cg) {
+      c -= g.cg;
+      if (++s == g.s) {
+        s = 0;
+        ++r;
+      }
+    }
   }
 };
 
 #else
 // NCHW patch gather: tile [BK][BM] (M-contiguous), one element per copy. Each thread owns
-// one output pixel (column) and the reduction rows tid / BM + it * (NT / BM).
+// one output pixel (column) and the reduction rows tid / BM + it * (NT / BM); its position
+// (c, r, s) in the reduction steps by NT / BM per element, so by exactly BK per k-tile.
 struct NchwPatchLoader {
   typedef typename Cfg::T T;
   typedef SmemTile<T, GEMM_BK, GEMM_BM> Tile;
@@ -135,18 +152,24 @@ struct NchwPatchLoader {
                 "NCHW needs BM to divide the thread count and BK to divide evenly");
   const T* x;
   ConvShape g;
-  int k_begin, k_end, col, krow0, h0, w0, rs_total;
+  int k_end, col, krow0, h0, w0;
+  int kk, c, r, s, next_kt;
   const T* img;  // image base + this group's first channel plane; null when m >= M
 
   __device__ __forceinline__ void init(const T* x_, const ConvShape& g_, int group, int m0,
                                        int kb, int ke) {
     x = x_;
     g = g_;
-    k_begin = kb;
     k_end = ke;
     col = (int)threadIdx.x % GEMM_BM;
     krow0 = (int)threadIdx.x / GEMM_BM;
-    rs_total = g.r * g.s;
+    kk = kb + krow0;
+    const int rs_total = g.r * g.s;
+    c = kk / rs_total;
+    const int rs = kk - c * rs_total;
+    r = rs / g.s;
+    s = rs - r * g.s;
+    next_kt = 0;
     const int pq = g.p * g.q, m = m0 + col;
     img = nullptr;
     h0 = 0;
@@ -160,11 +183,9 @@ struct NchwPatchLoader {
     }
   }
 
-  __device__ __forceinline__ void load(unsigned char* dst, int kt) const {
-    int kk = k_begin + kt * GEMM_BK + krow0;
-    int c = kk / rs_total;
-    int rs = kk - c * rs_total;
-    int r = rs / g.s, s = rs - r * g.s;
+  __device__ __forceinline__ void load(unsigned char* dst, int kt) {
+    DNNCTL_EMU_CHECK(kt == next_kt, "NchwPatchLoader: k-tiles must be loaded in order");
+    ++next_kt;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int hh = h0 + r * g.dh, ww = w0 + s * g.dw;

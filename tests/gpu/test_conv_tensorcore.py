@@ -2,7 +2,7 @@
 TF32) / fp16 / bf16 x NCHW / NHWC against the float64 reference on fresh random inputs with
 NaN-poisoned outputs, over N=1, C and K not multiples of 8, odd H/W, stride 2, dilation 2,
 asymmetric padding, groups, 7x7 on 3 channels, deep reductions (split-K), 1x1 (strided too),
-every epilogue; each case with the default parameters, a split-K sample and a random sample.
+every epilogue; mostly split-K (else random) samples of the parameter space, some defaults.
 Then the public API on torch channels_last tensors with the variant pinned.
 (tests/gpu/test_conv2d.py runs every conv variant, these included, at lower depth.)
 """
@@ -50,46 +50,49 @@ def gpu():
     return be, be.device(0)
 
 
-def _params(variant, problem, dev, rng: random.Random, extra: bool) -> list[dict]:
-    out = [variant.default_params(problem, dev)]
+def _params(variant, problem, dev, rng: random.Random, i: int) -> dict | None:
+    """One parameter set per case: mostly a split-K sample (else a random one) of the space,
+    the variant's default every fourth case (tests/gpu/test_conv2d.py checks the defaults)."""
+    if i % 4 == 0:
+        return variant.default_params(problem, dev)
     space = list(variant.param_space(problem, dev))
     split = [p for p in space if p["splitk"] > 1]
-    if split:
-        out.append(rng.choice(split))
-    if extra and space:
-        out.append(rng.choice(space))
-    uniq: list[dict] = []
-    for p in out:
-        if p is not None and p not in uniq:
-            uniq.append(p)
-    return uniq
+    return rng.choice(split or space) if space else None
 
 
-@pytest.mark.parametrize("layout", ("NHWC", "NCHW"))
-@pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
-@pytest.mark.parametrize("name", VARIANTS)
+COMBOS = [(name, dtype, layout) for name in VARIANTS
+          for dtype in ("float32", "float16", "bfloat16") for layout in ("NHWC", "NCHW")]
+
+
+@pytest.mark.parametrize(("name", "dtype", "layout"), COMBOS,
+                         ids=["-".join(c) for c in COMBOS])
 def test_tensorcore_conv_matches_reference(name, dtype, layout, gpu):
+    """Half the cases per combination (alternating, so every case runs in three of the six
+    dtype x layout combinations): NVRTC compiles bound the run."""
     be, dev = gpu
     variant = get_variant("conv2d", "cupy", name)
+    j = COMBOS.index((name, dtype, layout))
     rng = random.Random(f"{name}/{dtype}/{layout}")
     checked, failures = 0, []
     for i, (cid, case) in enumerate(CASES):
         if case.get("tf32") and dtype != "float32":
             continue
+        if (i + j) % 2 and not case.get("tf32"):
+            continue
         problem = OP.problem(dict(case, dtype=dtype, layout=layout))
         if not variant.supports(problem, dev):
             continue
-        plist = _params(variant, problem, dev, rng, extra=i % 3 == 0)
-        assert plist, f"{name} supports {cid} but has no valid parameters"
-        for params in plist:
-            assert variant.valid_params(problem, params, dev)
-            res = check_variant(OP, problem, variant, params, be, dev, seed=200 + i)
-            checked += 1
-            if not res.ok:
-                failures.append(f"{cid} {params}: {res.detail}")
-            elif dtype != "float32" or problem["tf32"]:
-                assert res.max_rel_err < OP.tolerance(problem, "y") / 2, (cid, params, res)
-    assert checked, f"{name} supports none of the cases for {dtype} {layout}"
+        params = _params(variant, problem, dev, rng, i)
+        assert params is not None, f"{name} supports {cid} but has no valid parameters"
+        assert variant.valid_params(problem, params, dev)
+        res = check_variant(OP, problem, variant, params, be, dev, seed=200 + i)
+        checked += 1
+        if not res.ok:
+            failures.append(f"{cid} {params}: {res.detail}")
+        elif dtype != "float32" or problem["tf32"]:
+            assert res.max_rel_err < OP.tolerance(problem, "y") / 2, (cid, params, res)
+    if checked == 0:
+        pytest.skip(f"{name} supports none of this combination's cases")
     assert not failures, f"{name} {dtype} {layout}:\n" + "\n".join(failures)
 
 

@@ -3,6 +3,10 @@
 #pragma once
 
 #define DNNCTL_DECLARE_SMEM(name) unsigned char* name = emu::g_smem
+#define DNNCTL_EMU_CHECK(cond, msg) \
+  do {                               \
+    if (!(cond)) emu::fail(msg);     \
+  } while (0)
 
 namespace dnnctl {
 

@@ -89,6 +89,10 @@ __device__ __forceinline__ void copy_piece(unsigned char* dst, const T* src, boo
   }
 }
 
+// Loaders: load(dst, kt) fills one stage with k-tile kt of the block's range. The mainloop
+// calls it for kt = 0, 1, 2, ... in order, so a loader may carry state from one k-tile to
+// the next (the convolution gathers step their (c, r, s) position instead of dividing).
+
 // A strided row-major matrix seen through the tile: KMAJOR means the reduction index is the
 // contiguous one (tile rows = M or N, tile cols = K), else tile rows = K. VEC divides the
 // leading dimension and the base is VEC-element aligned, so a piece is all in or all out.
@@ -292,7 +296,7 @@ struct GemmMath<C, MATH_SIMT> {
 // ----------------------------------------------------------------------------- mainloop
 
 template <class C, class M, class LA, class LB>
-__device__ __forceinline__ void gemm_mainloop(M& math, const LA& la, const LB& lb,
+__device__ __forceinline__ void gemm_mainloop(M& math, LA& la, LB& lb,
                                               unsigned char* smem, int ktiles, int wm0,
                                               int wn0, int lane) {
 #pragma unroll
@@ -322,7 +326,7 @@ __device__ __forceinline__ void gemm_mainloop(M& math, const LA& la, const LB& l
 // One block's whole job: zero the accumulators, run the pipelined k loop over ktiles,
 // hand the accumulators to the epilogue at the block tile's origin (row0, col0).
 template <class C, class LA, class LB, class E>
-__device__ __forceinline__ void gemm_block(const LA& la, const LB& lb, const E& e,
+__device__ __forceinline__ void gemm_block(LA& la, LB& lb, const E& e,
                                            unsigned char* smem, int ktiles, int row0, int col0) {
   const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
   const int wm0 = (warp / C::WN) * C::WTM, wn0 = (warp % C::WN) * C::WTN;

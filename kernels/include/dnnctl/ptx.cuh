@@ -13,6 +13,8 @@
 
 // Dynamic shared memory of the block (launch with shared_mem = the tile bytes).
 #define DNNCTL_DECLARE_SMEM(name) extern __shared__ __align__(128) unsigned char name[]
+// An invariant the CPU emulator checks (compiled out on the GPU).
+#define DNNCTL_EMU_CHECK(cond, msg) ((void)0)
 
 namespace dnnctl {
 
