@@ -271,6 +271,7 @@ class CublasMatmul(Variant):
             a, b, y = inputs["a"], inputs["b"], outputs["y"]
             c = xp.empty((bt * m * n,), dtype=np.float32) if epi else y
             handle = cupy.cuda.device.get_cublas_handle()
+            cublas.setPointerMode(handle, 0)  # host alpha / beta (CuPy restores, not resets)
             # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b
             cublas.gemmStridedBatchedEx(
                 handle, _OP_T if tb else _OP_N, _OP_T if ta else _OP_N, n, m, k,
