@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -247,4 +248,54 @@ def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
                                           for k, v in sorted(mod.defines.items()))]
         ok, log = nv.nvrtc_compile(ROOT / "kernels" / mod.source, opts, list(mod.names))
         assert ok, f"{mod.source} {mod.defines}:\n{log[:3000]}"
+        ptx = _ptx(nv, ROOT / "kernels" / mod.source, ["-arch=compute_90a", *opts[1:]],
+                   list(mod.names))
+        # everything is inlined: a call is a helper calling itself (or an unexpected libcall)
+        calls = re.findall(r"^\s*call(?:\.uni)?\s.*$", ptx, re.M)
+        assert not calls, f"{mod.source} {mod.defines}: PTX calls {calls[:3]}"
+        # a kernel that reduces across its block must still contain its barriers (a helper
+        # that recursed into itself once compiled to nothing: no call, no bar.sync)
+        need = _barrier_kernels((ROOT / "kernels" / mod.source).read_text())
+        for entry in re.split(r"\.entry\s+", ptx)[1:]:
+            name = entry.split("(", 1)[0]
+            if any(f"{len(k)}{k}" in name for k in need):  # Itanium-mangled identifier
+                assert re.search(r"\bbar(rier)?\.sync", entry), f"{name}: no barrier in PTX"
     assert seen
+
+
+def _barrier_kernels(text: str) -> set[str]:
+    """Names of the __global__ functions whose bodies reduce across the block."""
+    out = set()
+    for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(",
+                         text):
+        i = start = text.index("{", m.end())
+        depth = 0
+        while True:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        if re.search(r"block_(sum|max|welford|maxsum)\b|sync_block\(", text[start:i]):
+            out.add(m.group(1))
+    return out
+
+
+def _ptx(nv: Any, path: Path, options: list[str], names: list[str]) -> str:
+    """PTX of ``path`` through NVRTC (compute_90a), for inspection."""
+    import ctypes
+
+    lib = nv._libnvrtc()
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), path.read_bytes(), str(path).encode(), 0,
+                                  None, None) == 0
+    for n in names:
+        lib.nvrtcAddNameExpression(prog, n.encode())
+    opts = [o.encode() for o in options]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, buf)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    assert rc == 0, path
+    return buf.value.decode(errors="replace")
