@@ -253,18 +253,22 @@ def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
         # everything is inlined: a call is a helper calling itself (or an unexpected libcall)
         calls = re.findall(r"^\s*call(?:\.uni)?\s.*$", ptx, re.M)
         assert not calls, f"{mod.source} {mod.defines}: PTX calls {calls[:3]}"
-        # a kernel that reduces across its block must still contain its barriers (a helper
-        # that recursed into itself once compiled to nothing: no call, no bar.sync)
-        need = _barrier_kernels((ROOT / "kernels" / mod.source).read_text())
+        # reducing kernels must still contain their barriers and shuffles (a helper that
+        # recursed into itself once compiled to nothing: no call, no bar.sync, no shfl)
+        text = (ROOT / "kernels" / mod.source).read_text()
+        barriers = _kernels_using(text, r"block_(sum|max|welford|maxsum)\b|sync_block\(")
+        shuffles = _kernels_using(text, r"block_(sum|max|welford|maxsum)\b|group_(sum|max)")
         for entry in re.split(r"\.entry\s+", ptx)[1:]:
             name = entry.split("(", 1)[0]
-            if any(f"{len(k)}{k}" in name for k in need):  # Itanium-mangled identifier
+            if any(f"{len(k)}{k}" in name for k in barriers):  # Itanium-mangled identifier
                 assert re.search(r"\bbar(rier)?\.sync", entry), f"{name}: no barrier in PTX"
+            if any(f"{len(k)}{k}" in name for k in shuffles):
+                assert "shfl.sync" in entry, f"{name}: no warp shuffle in PTX"
     assert seen
 
 
-def _barrier_kernels(text: str) -> set[str]:
-    """Names of the __global__ functions whose bodies reduce across the block."""
+def _kernels_using(text: str, pattern: str) -> set[str]:
+    """Names of the __global__ functions whose bodies match ``pattern``."""
     out = set()
     for m in re.finditer(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(",
                          text):
@@ -275,7 +279,7 @@ def _barrier_kernels(text: str) -> set[str]:
             if depth == 0:
                 break
             i += 1
-        if re.search(r"block_(sum|max|welford|maxsum)\b|sync_block\(", text[start:i]):
+        if re.search(pattern, text[start:i]):
             out.add(m.group(1))
     return out
 

@@ -44,7 +44,7 @@ __device__ __forceinline__ float shfl_xor(float v, int o) {
   emu::warp_barrier();
   return r;
 #else
-  return shfl_xor(v, o);
+  return __shfl_xor_sync(0xffffffffu, v, o);
 #endif
 }
 
