@@ -59,13 +59,17 @@ def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
     own = variant.default_params(problem, dev)
     if own is not None:
         out.append(own)
+    reduces = variant.params.get("reduce", (None,))
     for bm, bn, bk, warps, stages in TILES:
         for splitk in SPLITS:
-            p = {"bm": bm, "bn": bn, "bk": bk, "warps": warps, "stages": stages,
-                 "splitk": splitk}
-            if p not in out and variant.check_params(p) is None and \
-                    variant.valid_params(problem, p, dev):
-                out.append(p)
+            for reduce in reduces:
+                p = {"bm": bm, "bn": bn, "bk": bk, "warps": warps, "stages": stages,
+                     "splitk": splitk}
+                if reduce is not None:
+                    p["reduce"] = reduce
+                if p not in out and variant.check_params(p) is None and \
+                        variant.valid_params(problem, p, dev):
+                    out.append(p)
     return out
 
 
@@ -140,7 +144,8 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             "ours_TFLOPs": flop / ours["median_us"] / 1e6,
             "pct_bf16_peak": 100.0 * flop / ours["median_us"] / 1e6 / ctx.bf16_tflops,
             "best": f"{best[1]} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} "
-                    f"s{p['stages']} sk{p['splitk']}",
+                    f"s{p['stages']} sk{p['splitk']}"
+                    + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else ""),
             "tried": tried,
         })
     return rows

@@ -7,7 +7,8 @@
 //   GEMM_A_KMAJOR, GEMM_B_KMAJOR   1 when K is the contiguous index of A / B
 //   GEMM_VEC_A, GEMM_VEC_B  elements per global load (divides the leading dimension)
 //   EPI_ACT, EPI_BIAS (0 none, 1 per column, 2 per row), EPI_RES, EPI_OUT (0 store,
-//   1 fp32 partial per split, 2 fp32 atomic), EPI_PAIR (ldc and offsets even)
+//   1 fp32 partial per split, 2 fp32 atomic, 3 partials finished in-kernel by the last
+//   split of each tile), EPI_PAIR (ldc and offsets even; with 1 / 3 also N even)
 //
 // Grid: x = tiles of C (grouped raster), z = batch * splits. Block: GEMM_WM * GEMM_WN warps.
 // Operand b of batch z / splits starts at A + b * sA; split s reduces K range
@@ -66,11 +67,15 @@ typedef MatLoader<Cfg, GEMM_B_KMAJOR ? GEMM_BN : GEMM_BK, GEMM_B_KMAJOR ? GEMM_B
     LoaderB;
 typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, EPI_OUT, 0, EPI_PAIR != 0> Epi;
 
+// EPI_OUT 3 (fused split-K): the main epilogue stores partials, then the last split of each
+// tile finishes it with the store epilogue below (counters: tiles * batch zero ints).
+typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, OUT_STORE, 0, EPI_PAIR != 0> EpiStore;
+
 extern "C" __global__ void __launch_bounds__(Cfg::NT)
     gemm_kernel(const elem_t* A, const elem_t* B, elem_t* C, const elem_t* bias,
-                const elem_t* res, float* ws, int M, int N, int K, long long lda,
-                long long ldb, long long ldc, long long sA, long long sB, long long sC,
-                long long s_bias, int batch, int splits, int kchunk) {
+                const elem_t* res, float* ws, int* counters, int M, int N, int K,
+                long long lda, long long ldb, long long ldc, long long sA, long long sB,
+                long long sC, long long s_bias, int batch, int splits, int kchunk) {
   DNNCTL_DECLARE_SMEM(smem);
   const int bz = (int)blockIdx.z / splits, kz = (int)blockIdx.z % splits;
   int tm, tn;
@@ -104,8 +109,27 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
   e.ldc = ldc;
   e.c_off = bz * sC;
   e.bias_off = bz * s_bias;
-  e.ws_off = (long long)(EPI_OUT == OUT_PARTIAL ? kz * batch + bz : bz) * M * N;
+  const bool slabs = EPI_OUT == OUT_PARTIAL || EPI_OUT == OUT_FUSED;
+  e.ws_off = (long long)(slabs ? kz * batch + bz : bz) * M * N;
   e.pq = 1;
   e.img_stride = 0;
   gemm_block<Cfg>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
+  if (EPI_OUT == OUT_FUSED) {
+    EpiStore es;
+    es.c = C;
+    es.bias = bias;
+    es.res = res;
+    es.ws = ws;
+    es.m = M;
+    es.n = N;
+    es.ldc = ldc;
+    es.c_off = bz * sC;
+    es.bias_off = bz * s_bias;
+    es.ws_off = 0;
+    es.pq = 1;
+    es.img_stride = 0;
+    splitk_fused_finish<Cfg>(es, ws, (long long)batch * M * N, (long long)bz * M * N, splits,
+                             counters + (long long)bz * gridDim.x + blockIdx.x, smem,
+                             tm * GEMM_BM, tn * GEMM_BN);
+  }
 }

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dnnctl.backends.base import DeviceInfo
+from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.matmul.cupy_variants import matmul_desc
 from dnnctl.ops.matmul.gemm_launch import (
     MATH_MMA16,
@@ -119,8 +120,12 @@ def test_mma_space_respects_budgets(name, shape):
         slabs = p["batch"] * p["m"] * p["n"] * 4
         if name == "mma_atomic":
             assert ws == slabs
+        elif splits == 1:
+            assert ws == 0 and params["reduce"] == "fused"  # no duplicate of splitk=1
         else:
-            assert ws == (0 if splits == 1 else splits * slabs)
+            tiles = -(-p["m"] // params["bm"]) * -(-p["n"] // params["bn"]) * p["batch"]
+            counters = 4 * tiles if params["reduce"] == "fused" else 0
+            assert ws == splits * slabs + counters
     default = v.default_params(p, H200)
     assert default in space
 
@@ -235,13 +240,16 @@ def emu(monkeypatch, tmp_path_factory):
 EMU_CASES = [
     ("matmul", "mma", dict(m=37, n=72, k=88, dtype="bfloat16", trans_a=True, bias=True,
                            activation="gelu"),
-     dict(bm=32, bn=64, bk=32, warps=4, stages=3, splitk=1)),
+     dict(bm=32, bn=64, bk=32, warps=4, stages=3, splitk=1, reduce="fused")),
     ("matmul", "mma", dict(m=20, n=64, k=300, dtype="float16", trans_b=True),
-     dict(bm=16, bn=64, bk=32, warps=4, stages=4, splitk=4)),
+     dict(bm=16, bn=64, bk=32, warps=4, stages=4, splitk=4, reduce="separate")),
+    ("matmul", "mma", dict(batch=2, m=33, n=70, k=520, dtype="bfloat16", bias=True,
+                           activation="silu"),
+     dict(bm=32, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="fused")),
     ("matmul", "mma_atomic", dict(batch=2, m=9, n=40, k=257, dtype="float16", bias=True),
      dict(bm=16, bn=64, bk=32, warps=4, stages=2, splitk=2)),
     ("matmul", "simt", dict(m=30, n=33, k=41, dtype="float32", activation="silu"),
-     dict(bm=32, bn=32, bk=16, warps=4, stages=3, splitk=1)),
+     dict(bm=32, bn=32, bk=16, warps=4, stages=3, splitk=2, reduce="fused")),
     ("conv2d", "implicit_gemm", dict(n=2, c=12, h=7, w=6, k=20, r=3, s=3, stride=2,
                                      pad=[1, 0, 1, 2], dtype="float16", layout="NHWC",
                                      bias=True, residual=True, activation="relu"),
@@ -270,3 +278,20 @@ def test_kernels_on_cpu_emulator(emu, op, name, key, params):
     assert res.ok, res.detail
     assert res.max_rel_err < o.tolerance(p, "y") / 2
     assert not math.isnan(res.max_rel_err) and np.isfinite(res.max_rel_err)
+
+
+@needs_emu
+def test_fused_split_k_counters_reset_between_launches(emu):
+    """The last split of each tile zeroes its counter: one built kernel, two launches."""
+    from dnnctl.ops.check import prepare
+
+    p = MM.problem(dict(m=24, n=96, k=640, dtype="float16", bias=True, activation="relu"))
+    v = get_variant("matmul", "cupy", "mma")
+    params = dict(bm=16, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="fused")
+    dev = emu.device(0)
+    kern = v.build(p, params, dev)
+    for seed in (1, 2, 3):
+        prep = prepare(MM, p, emu, np.random.default_rng(seed))
+        kern(prep.inputs, prep.outputs, {})
+        err = rel_norm_error(prep.outputs["y"], prep.refs["y"])
+        assert err < 1e-3, (seed, err)

@@ -101,6 +101,15 @@ inline void atomic_add(float* p, float v) {
   *p += v;
 }
 
+inline int atomic_inc(int* p) {
+  emu::check_global(p, 4, "atomicAdd");
+  return (*p)++;
+}
+
+inline void fence_device() {}
+
+inline float ldcg(const float* p) { return ldg(p); }
+
 inline void block_sync() { emu::block_barrier(); }
 
 }  // namespace dnnctl

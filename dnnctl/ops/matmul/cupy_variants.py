@@ -29,6 +29,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     MATH_SIMT,
     MAX_GRID_Z,
     GemmDesc,
+    counter_elems,
     finish_kernel,
     launch_finish,
     make_gemm,
@@ -151,6 +152,8 @@ class _TiledMatmul(TiledGemmParams, Variant):
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         p = problem
+        if params.get("reduce") == "separate" and params["splitk"] == 1:
+            return False  # nothing to reduce: only the fused (single kernel) form
         return self.space_ok(params, self._math(p), p["dtype"], p["m"], p["n"], p["k"],
                              p["batch"], device, self.atomic)
 
@@ -158,20 +161,27 @@ class _TiledMatmul(TiledGemmParams, Variant):
         p = problem
         params = self.heuristic(self._math(p), p["m"], p["n"], p["k"], p["batch"], device,
                                 self.atomic)
+        if "reduce" in self.params:
+            params["reduce"] = "fused"
         if self.check_params(params) is None and self.valid_params(p, params, device):
             return params
         return next(iter(self.param_space(p, device)), None)
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        return 4 * workspace_elems(matmul_desc(problem), params["bk"], params["splitk"],
-                                   self.atomic)
+        desc = matmul_desc(problem)
+        slabs = workspace_elems(desc, params["bk"], params["splitk"], self.atomic)
+        counters = 0
+        if slabs and params.get("reduce") == "fused":
+            counters = counter_elems(desc, params["bm"], params["bn"])
+        return 4 * (slabs + counters)
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         cfg = tile_config(params, self._math(problem))
         if cfg is None or not tile_ok(cfg, problem["dtype"], device):
             raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
                                    f"form a legal tile on {device.name}")
-        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic, device)
+        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic, device,
+                        fused=params.get("reduce") == "fused")
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
@@ -186,10 +196,11 @@ _MMA_SPACE = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32,
 
 @register_variant
 class MmaMatmul(_TiledMatmul):
-    """Our tensor-core GEMM (deterministic split-K)."""
+    """Our tensor-core GEMM (deterministic split-K: reduced in the kernel by the last split
+    of each tile, or by a separate finish kernel)."""
 
     name = "mma"
-    params = {**_MMA_SPACE, "splitk": (1, 2, 4, 8, 16)}
+    params = {**_MMA_SPACE, "splitk": (1, 2, 4, 8, 16), "reduce": ("fused", "separate")}
     doc = ("tiled tensor-core GEMM: mma.sync (fp16/bf16, or tf32 for float32 with tf32), "
            "cp.async pipeline, ldmatrix, fused bias+activation, deterministic split-K")
 
@@ -212,7 +223,7 @@ class SimtMatmul(_TiledMatmul):
     name = "simt"
     simt = True
     params = {"bm": (32, 64, 128), "bn": (32, 64, 128), "bk": (8, 16, 32), "warps": (4, 8),
-              "stages": (2, 3, 4), "splitk": (1, 2, 4, 8)}
+              "stages": (2, 3, 4), "splitk": (1, 2, 4, 8), "reduce": ("fused", "separate")}
     doc = "tiled fp32 FFMA GEMM (exact fp32), cp.async pipeline, fused epilogue, split-K"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from dnnctl.errors import KernelLaunchError
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
 BIAS_NONE, BIAS_COL, BIAS_ROW = 0, 1, 2
-OUT_STORE, OUT_PARTIAL, OUT_ATOMIC = 0, 1, 2
+OUT_STORE, OUT_PARTIAL, OUT_ATOMIC, OUT_FUSED = 0, 1, 2, 3
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DEFAULT_SMEM_OPTIN = 227 * 1024  # H100 / H200 per-block opt-in limit
@@ -163,6 +163,20 @@ def workspace_elems(desc: GemmDesc, bk: int, splitk: int, atomic: bool) -> int:
     return 0 if splits <= 1 else splits * desc.batch * desc.m * desc.n
 
 
+def counter_elems(desc: GemmDesc, cfg_bm: int, cfg_bn: int) -> int:
+    """int32 tile counters of the fused split-K reduction (kept per stream, self-resetting)."""
+    return -(-desc.m // cfg_bm) * -(-desc.n // cfg_bn) * desc.batch
+
+
+def _stream_key() -> int:
+    try:
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    except Exception:  # the CPU emulator has no streams
+        return 0
+
+
 def ptr(x: Any) -> int:
     """Device (or host) address of an array's first element."""
     if isinstance(x, np.ndarray):  # the emulator, or host data (ctypes refuses bfloat16)
@@ -207,11 +221,13 @@ def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: i
 
 
 def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
-              device: DeviceInfo) -> Callable[..., None]:
+              device: DeviceInfo, fused: bool = False) -> Callable[..., None]:
     """Compile the kernels of ``desc`` with ``cfg`` and return ``run(a, b, c, bias, res)``.
 
-    ``splitk`` > 1 reduces K in slices: into per-split fp32 slabs summed in order by the
-    finish kernel (deterministic), or, with ``atomic``, into one slab by fp32 atomics.
+    ``splitk`` > 1 reduces K in slices into per-split fp32 slabs, summed in split order
+    (deterministic) by a separate finish kernel, or, with ``fused``, inside the GEMM kernel
+    by the last split to finish each tile; with ``atomic`` the splits add into one slab by
+    fp32 atomics and the finish kernel applies the epilogue.
     """
     va, vb = desc.vecs()
     eb = ELEM_BYTES[desc.dtype]
@@ -221,29 +237,37 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     if desc.batch * splits > MAX_GRID_Z:
         raise KernelLaunchError(f"gemm: batch {desc.batch} x splits {splits} exceeds the "
                                 f"grid limit {MAX_GRID_Z}", hint="use fewer splits")
-    out_mode = OUT_ATOMIC if atomic else (OUT_PARTIAL if splits > 1 else OUT_STORE)
-    pair = desc.pair_ok()
+    if atomic:
+        out_mode = OUT_ATOMIC
+    elif splits == 1:
+        out_mode = OUT_STORE
+    else:
+        out_mode = OUT_FUSED if fused else OUT_PARTIAL
+    epi_here = out_mode in (OUT_STORE, OUT_FUSED)  # the GEMM kernel runs the epilogue
+    pair = {OUT_STORE: desc.pair_ok(), OUT_FUSED: desc.pair_ok() and desc.n % 2 == 0}.get(
+        out_mode, desc.n % 2 == 0)
     defines = {
         "DNNCTL_DTYPE": DTYPE_CODES[desc.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
         "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
         "GEMM_STAGES": cfg.stages, "GEMM_A_KMAJOR": int(desc.a_kmajor),
         "GEMM_B_KMAJOR": int(desc.b_kmajor), "GEMM_VEC_A": va, "GEMM_VEC_B": vb,
-        "EPI_ACT": desc.act if out_mode == OUT_STORE else 0,
-        "EPI_BIAS": desc.bias_mode if out_mode == OUT_STORE else BIAS_NONE,
-        "EPI_RES": int(desc.residual and out_mode == OUT_STORE),
-        "EPI_OUT": out_mode,
-        "EPI_PAIR": int(pair if out_mode == OUT_STORE else desc.n % 2 == 0),
+        "EPI_ACT": desc.act if epi_here else 0,
+        "EPI_BIAS": desc.bias_mode if epi_here else BIAS_NONE,
+        "EPI_RES": int(desc.residual and epi_here),
+        "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
     }
     smem = cfg.smem_bytes(desc.dtype)
     main = load_kernel("gemm/gemm.cu", "gemm_kernel", defines, smem)
     fin = None
-    if out_mode != OUT_STORE:
+    if out_mode in (OUT_PARTIAL, OUT_ATOMIC):
         fin = finish_kernel(desc.dtype, desc.act, desc.bias_mode, desc.residual, 0)
     tiles = -(-desc.m // cfg.bm) * -(-desc.n // cfg.bn)
     grid = (tiles, 1, desc.batch * splits)
     block = (cfg.threads, 1, 1)
-    ws_elems = desc.batch * desc.m * desc.n * (1 if atomic else splits) if fin else 0
+    ws_elems = 0 if out_mode == OUT_STORE else desc.batch * desc.m * desc.n * (
+        1 if atomic else splits)
     xp = get_backend("cupy").xp
+    counters: dict[int, Any] = {}
     i32, i64 = np.int32, np.int64
     d = desc
 
@@ -252,15 +276,20 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         b = aligned(b, vb * eb, xp)
         c_out = c if ptr(c) % (2 * eb) == 0 else xp.empty(c.shape, dtype=c.dtype)
         res = aligned(res, 2 * eb, xp)
-        ws = None
-        if fin is not None:
+        ws = cnt = None
+        if ws_elems:
             ws = xp.empty((ws_elems,), dtype=np.float32)
             if atomic:
                 ws.fill(0)
+        if out_mode == OUT_FUSED:
+            key = _stream_key()
+            cnt = counters.get(key)
+            if cnt is None:  # zero once; each launch leaves them zero again
+                cnt = counters[key] = xp.zeros((tiles * d.batch,), dtype=np.int32)
         main(grid, block,
-             (a, b, c_out, bias, res, ws, i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb),
-              i64(d.ldc), i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch),
-              i32(splits), i32(kchunk)), shared_mem=smem)
+             (a, b, c_out, bias, res, ws, cnt, i32(d.m), i32(d.n), i32(d.k), i64(d.lda),
+              i64(d.ldb), i64(d.ldc), i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias),
+              i32(d.batch), i32(splits), i32(kchunk)), shared_mem=smem)
         if fin is not None:
             launch_finish(fin, ws, c_out, bias, res, m=d.m, n=d.n, batch=d.batch,
                           splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc, s_bias=d.s_bias,
@@ -269,7 +298,3 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             c[...] = c_out
 
     return run
-
-
-def with_epilogue(desc: GemmDesc, act: int, bias_mode: int, residual: bool) -> GemmDesc:
-    return replace(desc, act=act, bias_mode=bias_mode, residual=residual)

@@ -13,7 +13,9 @@
 namespace dnnctl {
 
 enum BiasMode { BIAS_NONE = 0, BIAS_COL = 1, BIAS_ROW = 2 };
-enum OutMode { OUT_STORE = 0, OUT_PARTIAL = 1, OUT_ATOMIC = 2 };
+// OUT_FUSED: store the partial like OUT_PARTIAL; the kernel then lets the last split of
+// each tile sum the partials and run the OUT_STORE epilogue (splitk_fused_finish).
+enum OutMode { OUT_STORE = 0, OUT_PARTIAL = 1, OUT_ATOMIC = 2, OUT_FUSED = 3 };
 
 template <typename T, int ACT, int BIAS_MODE, bool HAS_RES, int OUT_MODE, int OUT_LAYOUT,
           bool PAIR>
@@ -46,7 +48,7 @@ struct Epilogue {
 
   // One element; (row, col) must be inside [0, m) x [0, n).
   __device__ __forceinline__ void store1(int row, int col, float v) const {
-    if (OUT_MODE == OUT_PARTIAL) {
+    if (OUT_MODE == OUT_PARTIAL || OUT_MODE == OUT_FUSED) {
       stg(ws + ws_off + (long long)row * n + col, v);
     } else if (OUT_MODE == OUT_ATOMIC) {
       atomic_add(ws + ws_off + (long long)row * n + col, v);
@@ -61,7 +63,7 @@ struct Epilogue {
     if (row >= m || col >= n) return;
     const bool both = col + 1 < n;
     if (PAIR && OUT_LAYOUT == 0 && both) {
-      if (OUT_MODE == OUT_PARTIAL) {
+      if (OUT_MODE == OUT_PARTIAL || OUT_MODE == OUT_FUSED) {
         float2 p;
         p.x = v0;
         p.y = v1;

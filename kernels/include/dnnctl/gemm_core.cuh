@@ -336,6 +336,40 @@ __device__ __forceinline__ void gemm_block(LA& la, LB& lb, const E& e,
   math.epilogue(e, row0 + wm0, col0 + wn0, lane);
 }
 
+// Split-K with the reduction fused into the GEMM kernel: every split has stored its fp32
+// partial tile (slab s at ws + s * slab); the last split to finish the tile (a device-scope
+// counter, reset by that split for the next launch) sums the slabs in split order, so the
+// result is deterministic, and runs the store epilogue. Counters start at zero.
+template <class C, class E>
+__device__ __forceinline__ void splitk_fused_finish(const E& e, const float* ws,
+                                                    long long slab, long long slab0, int splits,
+                                                    int* counter, unsigned char* smem, int row0,
+                                                    int col0) {
+  fence_device();  // this thread's partial stores before the count
+  block_sync();    // (also: every warp is done with the pipeline's shared memory)
+  if (threadIdx.x == 0) {
+    const int last = atomic_inc(counter) == splits - 1;
+    if (last) *counter = 0;
+    sts<int>(smem, last);
+  }
+  block_sync();
+  if (!lds<int>(smem)) return;
+  fence_device();
+  constexpr int HALF = C::BN / 2;
+  for (int i = (int)threadIdx.x; i < C::BM * HALF; i += C::NT) {
+    const int row = row0 + i / HALF, col = col0 + (i % HALF) * 2;
+    if (row >= e.m || col >= e.n) continue;
+    const long long off = slab0 + (long long)row * e.n + col;
+    const bool two = col + 1 < e.n;
+    float v0 = 0.f, v1 = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      v0 += ldcg(ws + off + s * slab);
+      if (two) v1 += ldcg(ws + off + s * slab + 1);
+    }
+    e.store2(row, col, v0, v1);
+  }
+}
+
 // Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share
 // A rows and B columns in L2.
 __device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm,

@@ -116,6 +116,15 @@ __device__ __forceinline__ void stg(T* p, T v) { *p = v; }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 
+// Device-scope counter increment; returns the previous value.
+__device__ __forceinline__ int atomic_inc(int* p) { return atomicAdd(p, 1); }
+
+// Make this thread's global writes visible device-wide before its later writes.
+__device__ __forceinline__ void fence_device() { __threadfence(); }
+
+// Global load that bypasses L1 (data other blocks wrote during this launch).
+__device__ __forceinline__ float ldcg(const float* p) { return __ldcg(p); }
+
 __device__ __forceinline__ void block_sync() { __syncthreads(); }
 
 }  // namespace dnnctl
