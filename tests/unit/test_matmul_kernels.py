@@ -295,3 +295,75 @@ def test_fused_split_k_counters_reset_between_launches(emu):
         kern(prep.inputs, prep.outputs, {})
         err = rel_norm_error(prep.outputs["y"], prep.refs["y"])
         assert err < 1e-3, (seed, err)
+
+
+# ----------------------------------------------------------------------------- NVRTC
+
+
+class _RecordingBackend:
+    """Stands in for the cupy backend: records (source, defines) of every compile."""
+
+    def __init__(self):
+        self.builds = set()
+
+    def compile_module(self, source, *, defines=None, name_expressions=(), options=(),
+                       device=None):
+        self.builds.add((source, tuple(sorted((defines or {}).items()))))
+        rec = self
+
+        class _Mod:
+            def get_function(self, name):
+                return rec
+
+        return _Mod()
+
+    xp = np
+
+
+def test_representative_builds_compile_with_nvrtc(monkeypatch):
+    """The kernels our variants ask for compile with NVRTC as the cupy backend runs it
+    (tools/cuda_emu/compile_sweep.py covers every configuration of the spaces)."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    try:
+        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
+
+        _libnvrtc()
+    except (ImportError, SystemExit):
+        pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
+    from dnnctl.backends import base
+
+    rec = _RecordingBackend()
+    monkeypatch.setitem(base._BACKENDS, "cupy", rec)
+    builds = [
+        ("matmul", "mma", dict(m=4096, n=4096, k=4096, dtype="bfloat16"), None),
+        ("matmul", "mma", dict(m=16, n=4096, k=4096, dtype="float16", trans_b=True,
+                               bias=True, activation="gelu"),
+         dict(bm=16, bn=128, bk=64, warps=4, stages=4, splitk=4, reduce="fused")),
+        ("matmul", "mma_atomic", dict(m=16, n=512, k=4096, dtype="bfloat16"), None),
+        ("matmul", "mma", dict(m=64, n=64, k=64, dtype="float32", tf32=True, trans_a=True),
+         None),
+        ("matmul", "simt", dict(m=300, n=300, k=300, dtype="float32", bias=True), None),
+        ("conv2d", "implicit_gemm", dict(n=8, c=64, h=28, w=28, k=64, r=3, s=3, pad=1,
+                                         dtype="float16", layout="NHWC", residual=True), None),
+        ("conv2d", "implicit_gemm", dict(n=2, c=3, h=32, w=32, k=16, r=7, s=7, stride=2, pad=3,
+                                         dtype="bfloat16", layout="NCHW"), None),
+        ("conv2d", "gemm_1x1", dict(n=4, c=256, h=14, w=14, k=512, r=1, s=1, stride=2,
+                                    dtype="float16", layout="NCHW", bias=True), None),
+    ]
+    for op, name, key, params in builds:
+        o, v = get_op(op), get_variant(op, "cupy", name)
+        p = o.problem(key)
+        v.build(p, params or v.default_params(p, H200), H200)
+    assert {s for s, _ in rec.builds} >= {"gemm/gemm.cu", "gemm/epilogue.cu",
+                                          "conv2d/implicit_gemm.cu", "conv2d/gemm_1x1.cu"}
+    inc = Path(__import__("os").environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    from dnnctl.resources import kernels_dir
+
+    for src, defs in sorted(rec.builds):
+        opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}", f"-I{inc}",
+                "-DDNNCTL_HEADERS=0x0", *(f"-D{k}={int(v)}" for k, v in defs)]
+        ok, log = nvrtc_compile(kernels_dir() / src, opts, [])
+        assert ok, f"{src} {dict(defs)}:\n{log}"
+    sys.modules.pop("tools.nvrtc_check", None)
