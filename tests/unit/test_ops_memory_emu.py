@@ -40,6 +40,51 @@ pytestmark = pytest.mark.skipif(
 # ----------------------------------------------------------------------------- harness
 
 
+# CUDA intrinsics for the emulator, force-included after tools/cuda_emu/emu_prelude.h, so that
+# kernels/include/dnnctl/memory.cuh runs its GPU code (only DNNCTL_DYN_SMEM / DNNCTL_DEREF_*
+# take emulator hooks): every access through them is checked for alignment and bounds.
+SHIM = r"""
+#pragma once
+#include <vector_functions.h>
+inline void emu_access(const void* p, size_t bytes, bool write) {
+  if ((uintptr_t)p % bytes) emu::fail(write ? "store not aligned" : "load not aligned");
+  const unsigned char* q = static_cast<const unsigned char*>(p);
+  if (emu::g_smem && q >= emu::g_smem && q < emu::g_smem + emu::g_smem_bytes) {
+    if (write) emu::smem_write(p, bytes, "shared store");
+    else emu::smem_read(p, bytes, "shared load");
+  } else {
+    emu::check_global(p, bytes, write ? "global store" : "global load");
+  }
+}
+template <class T> inline T emu_deref_load(const T* p) {
+  emu_access(p, sizeof(T), false);
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T> inline void emu_deref_store(T* p, T v) {
+  emu_access(p, sizeof(T), true);
+  std::memcpy(p, &v, sizeof(T));
+}
+template <class T> inline T __ldg(const T* p) { return emu_deref_load(p); }
+template <class T> inline T __ldcs(const T* p) { return emu_deref_load(p); }
+template <class T> inline void __stcs(T* p, T v) { emu_deref_store(p, v); }
+inline void __syncthreads() { emu::block_barrier(); }
+inline float __shfl_xor_sync(unsigned mask, float v, int o) {
+  if (mask != 0xffffffffu) emu::fail("shuffle with a partial mask");
+  const int lane = emu::cur->lane;
+  *static_cast<float*>(emu::warp_slot(lane)) = v;
+  emu::warp_barrier();
+  const float r = *static_cast<const float*>(emu::warp_slot(lane ^ o));
+  emu::warp_barrier();
+  return r;
+}
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __frcp_rn(float x) { return 1.f / x; }
+"""
+
+
 @functools.cache
 def _instance(source: str, defines: tuple[tuple[str, Any], ...], expr: str) -> Any:
     """g++-build one template instance of kernels/<source> for the emulator (cached)."""
@@ -49,12 +94,15 @@ def _instance(source: str, defines: tuple[tuple[str, Any], ...], expr: str) -> A
 
     path = kernels_dir() / source
     defs = [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in defines]
-    digest = hashlib.sha256(" ".join([*defs, expr]).encode())
+    digest = hashlib.sha256(" ".join([*defs, expr, SHIM]).encode())
     for f in [path, *sorted((kernels_dir() / "include").rglob("*")), *sorted(
             (ROOT / "tools" / "cuda_emu").glob("*.h"))]:
         if f.is_file():
             digest.update(f.name.encode() + f.read_bytes())
     E.CACHE.mkdir(parents=True, exist_ok=True)
+    shim = E.CACHE / f"mem-shim-{hashlib.sha256(SHIM.encode()).hexdigest()[:12]}.h"
+    if not shim.exists():
+        shim.write_text(SHIM)
     so = E.CACHE / f"mem-{path.stem}-{digest.hexdigest()[:20]}.so"
     if not so.exists():
         harness = so.with_suffix(".cpp")
@@ -66,7 +114,8 @@ def _instance(source: str, defines: tuple[tuple[str, Any], ...], expr: str) -> A
             f"emu::launch(&{expr}, g, b, smem, args, sizes, nargs, bufs, bb, nb, seed, err, "
             "errlen); }\n")
         cmd = ["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-include",
-               str(E.HERE / "emu_prelude.h"), "-DDNNCTL_EMU", "-DDNNCTL_HEADERS=0",
+               str(E.HERE / "emu_prelude.h"), "-include", str(shim), "-DDNNCTL_EMU",
+               "-DDNNCTL_HEADERS=0",
                f"-I{kernels_dir() / 'include'}", f"-I{E.HERE}", f"-I{E.CUDA_INC}", *defs,
                str(harness), "-o", str(so) + ".tmp"]
         res = subprocess.run(cmd, capture_output=True, text=True)

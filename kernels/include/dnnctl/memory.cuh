@@ -1,65 +1,39 @@
 // dnnctl helpers for memory-bound kernels: vector loads/stores of elem_t as fp32, warp and
 // block reductions, Welford and online-softmax combines. NVRTC-compatible (no host headers).
 // Kernels include it as <dnnctl/memory.cuh>; it includes <dnnctl/common.cuh>.
-//
-// With -DDNNCTL_EMU (the CPU emulator of tools/cuda_emu, used by tests/unit/
-// test_ops_memory_emu.py) the same helpers check every vector access for alignment and
-// bounds (global buffers, shared memory races) and run shuffles / barriers on the emulator.
 #pragma once
 #include <dnnctl/common.cuh>
 
+// Under -DDNNCTL_EMU (tests/unit/test_ops_memory_emu.py runs these kernels on the CPU
+// emulator of tools/cuda_emu) the test harness shims CUDA's intrinsics (__syncthreads,
+// __shfl_xor_sync, __ldg, __ldcs, __stcs, ...), so the emulator runs this very code. Only
+// two things differ: the dynamic shared-memory declaration, and plain dereferences in the
+// vector helpers, which go through hooks that check bounds, alignment and smem races.
 #ifdef DNNCTL_EMU
-#include <vector_functions.h>
-#define DNNCTL_INF INFINITY
-inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
-inline float __frcp_rn(float x) { return 1.f / x; }
-// dynamic shared memory: `DNNCTL_DYN_SMEM(float, buf);` declares `float* buf`
 #define DNNCTL_DYN_SMEM(T, name) T* name = reinterpret_cast<T*>(emu::g_smem)
+#define DNNCTL_DEREF_LD(p) emu_deref_load(p)
+#define DNNCTL_DEREF_ST(p, v) emu_deref_store(p, v)
 #else
-#define DNNCTL_INF __int_as_float(0x7f800000)
+// dynamic shared memory: `DNNCTL_DYN_SMEM(float, buf);` declares `float* buf`
 #define DNNCTL_DYN_SMEM(T, name)                         \
   extern __shared__ __align__(16) unsigned char name##_raw[]; \
   T* name = reinterpret_cast<T*>(name##_raw)
+#define DNNCTL_DEREF_LD(p) (*(p))
+#define DNNCTL_DEREF_ST(p, v) (*(p) = (v))
 #endif
+
+#define DNNCTL_INF __int_as_float(0x7f800000)
 
 namespace dnnctl {
 
 typedef long long i64;
 
-__device__ __forceinline__ void sync_block() {
-#ifdef DNNCTL_EMU
-  emu::block_barrier();
-#else
-  __syncthreads();
-#endif
-}
+__device__ __forceinline__ void sync_block() { __syncthreads(); }
 
 // Butterfly exchange with lane ^ o; every lane of the warp must call it (full mask).
 __device__ __forceinline__ float shfl_xor(float v, int o) {
-#ifdef DNNCTL_EMU
-  const int lane = emu::cur->lane;
-  *static_cast<float*>(emu::warp_slot(lane)) = v;
-  emu::warp_barrier();
-  const float r = *static_cast<const float*>(emu::warp_slot(lane ^ o));
-  emu::warp_barrier();
-  return r;
-#else
   return __shfl_xor_sync(0xffffffffu, v, o);
-#endif
 }
-
-#ifdef DNNCTL_EMU
-inline void emu_access(const void* p, size_t bytes, bool write) {
-  if ((uintptr_t)p % bytes) emu::fail(write ? "vector store not aligned" : "vector load not aligned");
-  const unsigned char* q = static_cast<const unsigned char*>(p);
-  if (emu::g_smem && q >= emu::g_smem && q < emu::g_smem + emu::g_smem_bytes) {
-    if (write) emu::smem_write(p, bytes, "shared store");
-    else emu::smem_read(p, bytes, "shared load");
-  } else {
-    emu::check_global(p, bytes, write ? "global store" : "global load");
-  }
-}
-#endif
 
 // ---------------------------------------------------------------------------- vector I/O
 // A "vector" is N consecutive elements read or written with as few instructions as possible:
@@ -78,26 +52,15 @@ enum StorePolicy { ST_PLAIN = 0, ST_STREAM = 1 };
 
 template <int L, typename B>
 __device__ __forceinline__ B ld_bits(const B* p) {
-#ifdef DNNCTL_EMU
-  emu_access(p, sizeof(B), false);
-  B v;
-  std::memcpy(&v, p, sizeof(B));
-  return v;
-#else
   if (L == LD_NC) return __ldg(p);        // read-only path; never for data this kernel writes
   if (L == LD_STREAM) return __ldcs(p);   // evict-first: read once
-  return *p;
-#endif
+  return DNNCTL_DEREF_LD(p);
 }
 
 template <int S, typename B>
 __device__ __forceinline__ void st_bits(B* p, B v) {
-#ifdef DNNCTL_EMU
-  emu_access(p, sizeof(B), true);
-  std::memcpy(p, &v, sizeof(B));
-#else
-  if (S == ST_STREAM) __stcs(p, v); else *p = v;
-#endif
+  if (S == ST_STREAM) __stcs(p, v);
+  else DNNCTL_DEREF_ST(p, v);
 }
 
 template <typename T, int N>
