@@ -270,6 +270,8 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     counters: dict[int, Any] = {}
     i32, i64 = np.int32, np.int64
     d = desc
+    consts = (i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb), i64(d.ldc), i64(d.sa),
+              i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch), i32(splits), i32(kchunk))
 
     def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
         a = aligned(a, va * eb, xp)
@@ -286,10 +288,7 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             cnt = counters.get(key)
             if cnt is None:  # zero once; each launch leaves them zero again
                 cnt = counters[key] = xp.zeros((tiles * d.batch,), dtype=np.int32)
-        main(grid, block,
-             (a, b, c_out, bias, res, ws, cnt, i32(d.m), i32(d.n), i32(d.k), i64(d.lda),
-              i64(d.ldb), i64(d.ldc), i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias),
-              i32(d.batch), i32(splits), i32(kchunk)), shared_mem=smem)
+        main(grid, block, (a, b, c_out, bias, res, ws, cnt, *consts), shared_mem=smem)
         if fin is not None:
             launch_finish(fin, ws, c_out, bias, res, m=d.m, n=d.n, batch=d.batch,
                           splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc, s_bias=d.s_bias,
