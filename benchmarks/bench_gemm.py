@@ -15,6 +15,7 @@ this run (torch bf16 8192^3).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ TILES = [(128, 128, 32, 4, 4), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3),
          (128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (128, 128, 32, 4, 5),
          (64, 128, 64, 4, 4), (32, 128, 64, 4, 4), (16, 128, 64, 4, 4), (16, 256, 64, 8, 4),
          (64, 256, 32, 8, 4)]
-SPLITS = (1, 2, 4, 8, 16)
+SPLITS = (4, 8, 2, 16, 1)  # skinny shapes want a few splits: try those first
 
 
 def shapes(quick: bool) -> list[tuple[str, str, dict[str, int]]]:
@@ -59,17 +60,22 @@ def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
     own = variant.default_params(problem, dev)
     if own is not None:
         out.append(own)
-    reduces = variant.params.get("reduce", (None,))
+    extra = {k: v for k, v in variant.params.items() if k in ("reduce", "pipe")}
+    per_tile = []
     for bm, bn, bk, warps, stages in TILES:
+        mine = []
         for splitk in SPLITS:
-            for reduce in reduces:
+            for values in itertools.product(*extra.values()):
                 p = {"bm": bm, "bn": bn, "bk": bk, "warps": warps, "stages": stages,
-                     "splitk": splitk}
-                if reduce is not None:
-                    p["reduce"] = reduce
-                if p not in out and variant.check_params(p) is None and \
-                        variant.valid_params(problem, p, dev):
-                    out.append(p)
+                     "splitk": splitk, **dict(zip(extra, values))}
+                if variant.check_params(p) is None and variant.valid_params(problem, p, dev):
+                    mine.append(p)
+        per_tile.append(mine)
+    # round robin over the tiles, so a capped list still spans every tile shape
+    for i in range(max((len(t) for t in per_tile), default=0)):
+        for mine in per_tile:
+            if i < len(mine) and mine[i] not in out:
+                out.append(mine[i])
     return out
 
 
@@ -114,7 +120,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             variant = get_variant("matmul", "cupy", vname)
             if not variant.supports(problem, dev):
                 continue
-            for params in candidates(variant, problem, dev)[:10 if quick else 24]:
+            for params in candidates(variant, problem, dev)[:12 if quick else 32]:
                 kern = variant.build(problem, params, dev)
                 y.fill_(float("nan"))
                 kern(inputs, outputs, {})
@@ -145,7 +151,8 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             "pct_bf16_peak": 100.0 * flop / ours["median_us"] / 1e6 / ctx.bf16_tflops,
             "best": f"{best[1]} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} "
                     f"s{p['stages']} sk{p['splitk']}"
-                    + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else ""),
+                    + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else "")
+                    + (f" {p['pipe']}" if p.get("pipe") else ""),
             "tried": tried,
         })
     return rows

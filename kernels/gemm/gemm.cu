@@ -4,6 +4,7 @@
 //   DNNCTL_DTYPE 0|1|2      float / half / bfloat16 inputs and output
 //   GEMM_MATH 0|1|2         mma16 (fp16/bf16) | tf32 mma | fp32 SIMT (see gemm_core.cuh)
 //   GEMM_BM, GEMM_BN, GEMM_BK, GEMM_WM, GEMM_WN, GEMM_STAGES   tiles, warps, pipeline depth
+//   GEMM_OVERLAP 0|1        mma fragment loads overlapped with the mma (gemm_core.cuh)
 //   GEMM_A_KMAJOR, GEMM_B_KMAJOR   1 when K is the contiguous index of A / B
 //   GEMM_VEC_A, GEMM_VEC_B  elements per global load (divides the leading dimension)
 //   EPI_ACT, EPI_BIAS (0 none, 1 per column, 2 per row), EPI_RES, EPI_OUT (0 store,
@@ -56,8 +57,12 @@ using namespace dnnctl;
 #define EPI_PAIR 0
 #endif
 
+#ifndef GEMM_OVERLAP
+#define GEMM_OVERLAP 0
+#endif
+
 typedef GemmCfg<elem_t, GEMM_MATH, GEMM_BM, GEMM_BN, GEMM_BK, GEMM_WM, GEMM_WN, GEMM_STAGES,
-                GEMM_A_KMAJOR != 0, GEMM_B_KMAJOR != 0>
+                GEMM_A_KMAJOR != 0, GEMM_B_KMAJOR != 0, GEMM_OVERLAP != 0>
     Cfg;
 typedef MatLoader<Cfg, GEMM_A_KMAJOR ? GEMM_BM : GEMM_BK, GEMM_A_KMAJOR ? GEMM_BK : GEMM_BM,
                   GEMM_VEC_A, GEMM_A_KMAJOR != 0>

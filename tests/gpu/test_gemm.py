@@ -110,21 +110,25 @@ def _run(kern, problem, be, host_inputs=None, seed=0):
 
 
 def test_split_k_is_bitwise_deterministic(gpu):
-    """Two-pass and fused split-K sum the slabs in split order: identical bits, run to run
-    and between the two forms; the fused kernel's tile counters reset between launches."""
+    """Two-pass and fused split-K sum the slabs in split order: identical bits, run to run,
+    between the two forms and with the overlapped mainloop; the fused kernel's tile counters
+    reset between launches."""
     from dnnctl.ops.registry import get_variant
 
     be, dev = gpu
     p = OP.problem(dict(m=16, n=256, k=4096, dtype="bfloat16", bias=True, activation="gelu"))
     base = {"bm": 16, "bn": 64, "bk": 32, "warps": 4, "stages": 4, "splitk": 8}
     mma = get_variant("matmul", "cupy", "mma")
-    fused = mma.build(p, dict(base, reduce="fused"), dev)
-    separate = mma.build(p, dict(base, reduce="separate"), dev)
+    fused = mma.build(p, dict(base, reduce="fused", pipe="simple"), dev)
+    separate = mma.build(p, dict(base, reduce="separate", pipe="simple"), dev)
+    overlap = mma.build(p, dict(base, reduce="fused", pipe="overlap"), dev)
     host, y1 = _run(fused, p, be, seed=5)
     _, y2 = _run(fused, p, be, host_inputs=host)  # same kernel again: counters were reset
     _, y3 = _run(separate, p, be, host_inputs=host)
+    _, y5 = _run(overlap, p, be, host_inputs=host)  # same mma order, other schedule
     assert np.array_equal(y1.view(np.uint16), y2.view(np.uint16))
     assert np.array_equal(y1.view(np.uint16), y3.view(np.uint16))
+    assert np.array_equal(y1.view(np.uint16), y5.view(np.uint16))
     atomic = get_variant("matmul", "cupy", "mma_atomic").build(p, base, dev)
     _, ya = _run(atomic, p, be, host_inputs=host)
     ref = OP.reference(p, {k: v.astype(np.float64) for k, v in host.items()}, {})["y"]
@@ -173,7 +177,7 @@ def test_public_api_cupy_views(pin, gpu):
     plan = _Pin(pin) if pin else None
     if pin == "mma":
         plan = _Pin("mma", {"bm": 64, "bn": 64, "bk": 32, "warps": 4, "stages": 3,
-                            "splitk": 1, "reduce": "fused"})
+                            "splitk": 1, "reduce": "fused", "pipe": "overlap"})
     y = dnnctl.ops.matmul(cp.asarray(a).T, cp.asarray(b), bias=cp.asarray(bias),
                           activation="gelu", plan=plan)
     assert isinstance(y, cp.ndarray) and y.shape == (80, 72) and y.dtype == bf16
@@ -194,7 +198,7 @@ def test_public_api_misaligned_and_batched(gpu):
     assert a.data.ptr % 16 != 0
     b = cp.asarray((rng.standard_normal((3, k, n)) / 8).astype(np.float16))
     plan = _Pin("mma", {"bm": 32, "bn": 64, "bk": 32, "warps": 4, "stages": 2, "splitk": 2,
-                        "reduce": "fused"})
+                        "reduce": "fused", "pipe": "simple"})
     y = dnnctl.ops.matmul(a, b, activation="relu", plan=plan)
     assert y.shape == (3, m, n)
     assert rel_norm_error(cp.asnumpy(y), _ref64(host_a, cp.asnumpy(b), act="relu")) < 2e-3
@@ -212,7 +216,7 @@ def test_public_api_torch_dlpack(gpu):
     w = torch.randn(256, 128, device=dev, generator=g, dtype=torch.bfloat16) / 11
     bias = torch.randn(256, device=dev, generator=g, dtype=torch.bfloat16)
     for plan in (None, _Pin("mma", {"bm": 64, "bn": 128, "bk": 32, "warps": 4, "stages": 4,
-                                    "splitk": 1, "reduce": "fused"})):
+                                    "splitk": 1, "reduce": "fused", "pipe": "overlap"})):
         y = dnnctl.ops.matmul(a, w.t(), bias=bias, activation="gelu", plan=plan)  # a @ W^T
         assert isinstance(y, torch.Tensor) and y.device.type == "cuda"
         assert y.shape == (4, 64, 256) and y.dtype == torch.bfloat16

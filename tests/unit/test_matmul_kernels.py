@@ -246,6 +246,8 @@ EMU_CASES = [
     ("matmul", "mma", dict(batch=2, m=33, n=70, k=520, dtype="bfloat16", bias=True,
                            activation="silu"),
      dict(bm=32, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="fused")),
+    ("matmul", "mma", dict(m=40, n=72, k=300, dtype="float16", trans_a=True, bias=True),
+     dict(bm=32, bn=64, bk=32, warps=4, stages=2, splitk=1, reduce="fused", pipe="overlap")),
     ("matmul", "mma_atomic", dict(batch=2, m=9, n=40, k=257, dtype="float16", bias=True),
      dict(bm=16, bn=64, bk=32, warps=4, stages=2, splitk=2)),
     ("matmul", "simt", dict(m=30, n=33, k=41, dtype="float32", activation="silu"),

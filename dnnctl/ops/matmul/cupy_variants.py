@@ -157,6 +157,8 @@ class _TiledMatmul(TiledGemmParams, Variant):
         p = problem
         if params.get("reduce") == "separate" and params["splitk"] == 1:
             return False  # nothing to reduce: only the fused (single kernel) form
+        if params.get("pipe") == "overlap" and self._math(p) != MATH_MMA16:
+            return False  # fp16 / bf16 fragments only (the tf32 loads would spill)
         return self.space_ok(params, self._math(p), p["dtype"], p["m"], p["n"], p["k"],
                              p["batch"], device, self.atomic)
 
@@ -166,6 +168,8 @@ class _TiledMatmul(TiledGemmParams, Variant):
                                 self.atomic)
         if "reduce" in self.params:
             params["reduce"] = "fused"
+        if "pipe" in self.params:
+            params["pipe"] = "simple"
         if self.check_params(params) is None and self.valid_params(p, params, device):
             return params
         return next(iter(self.param_space(p, device)), None)
@@ -184,7 +188,8 @@ class _TiledMatmul(TiledGemmParams, Variant):
             raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
                                    f"form a legal tile on {device.name}")
         run = make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic, device,
-                        fused=params.get("reduce") == "fused")
+                        fused=params.get("reduce") == "fused",
+                        overlap=params.get("pipe") == "overlap")
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
@@ -200,10 +205,12 @@ _MMA_SPACE = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32,
 @register_variant
 class MmaMatmul(_TiledMatmul):
     """Our tensor-core GEMM (deterministic split-K: reduced in the kernel by the last split
-    of each tile, or by a separate finish kernel)."""
+    of each tile, or by a separate finish kernel; mainloop with or without fragment loads
+    overlapped with the mma)."""
 
     name = "mma"
-    params = {**_MMA_SPACE, "splitk": (1, 2, 4, 8, 16), "reduce": ("fused", "separate")}
+    params = {**_MMA_SPACE, "splitk": (1, 2, 4, 8, 16), "reduce": ("fused", "separate"),
+              "pipe": ("simple", "overlap")}
     doc = ("tiled tensor-core GEMM: mma.sync (fp16/bf16, or tf32 for float32 with tf32), "
            "cp.async pipeline, ldmatrix, fused bias+activation, deterministic split-K")
 

@@ -221,13 +221,15 @@ def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: i
 
 
 def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
-              device: DeviceInfo, fused: bool = False) -> Callable[..., None]:
+              device: DeviceInfo, fused: bool = False,
+              overlap: bool = False) -> Callable[..., None]:
     """Compile the kernels of ``desc`` with ``cfg`` and return ``run(a, b, c, bias, res)``.
 
     ``splitk`` > 1 reduces K in slices into per-split fp32 slabs, summed in split order
     (deterministic) by a separate finish kernel, or, with ``fused``, inside the GEMM kernel
     by the last split to finish each tile; with ``atomic`` the splits add into one slab by
-    fp32 atomics and the finish kernel applies the epilogue.
+    fp32 atomics and the finish kernel applies the epilogue. ``overlap`` selects the mainloop
+    whose fragment loads overlap the mma (gemm_core.cuh; fp16 / bf16 only).
     """
     va, vb = desc.vecs()
     eb = ELEM_BYTES[desc.dtype]
@@ -256,6 +258,8 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         "EPI_RES": int(desc.residual and epi_here),
         "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
     }
+    if overlap and cfg.math == MATH_MMA16:
+        defines["GEMM_OVERLAP"] = 1
     smem = cfg.smem_bytes(desc.dtype)
     main = load_kernel("gemm/gemm.cu", "gemm_kernel", defines, smem)
     fin = None

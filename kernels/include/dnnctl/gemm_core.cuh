@@ -51,12 +51,15 @@ struct SmemTile {
   }
 };
 
+// OVERLAP: the mma policies run gemm_mainloop_overlapped (fragment loads double-buffered
+// across k steps and k-tiles) instead of gemm_mainloop; it needs more registers.
 template <typename T_, int MATH_, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_,
-          bool A_KMAJOR_, bool B_KMAJOR_>
+          bool A_KMAJOR_, bool B_KMAJOR_, bool OVERLAP_ = false>
 struct GemmCfg {
   typedef T_ T;  // element type in shared memory (and of the inputs)
   static constexpr int MATH = MATH_, BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_;
   static constexpr int STAGES = STAGES_;
+  static constexpr bool OVERLAP = OVERLAP_ && MATH_ != 2;
   static constexpr bool A_KMAJOR = A_KMAJOR_, B_KMAJOR = B_KMAJOR_;
   static constexpr int NT = WM * WN * 32;
   static constexpr int WTM = BM / WM, WTN = BN / WN;  // warp tile
@@ -162,54 +165,62 @@ struct MmaAccum {
   }
 };
 
+// The mma policies split a k-tile into KSTEP-deep steps: load(frag, stage, kk) reads one
+// step's fragments from shared memory, mma(frag) issues its tensor-core ops, so the pipelined
+// mainloop can load step kk + 1 (or the next k-tile's first step) while step kk computes.
+
 // fp16 / bf16 tensor cores: mma.sync m16n8k16, fragments by ldmatrix (.trans for operands
 // whose contiguous index is M or N).
 template <class C>
 struct GemmMath<C, MATH_MMA16> : MmaAccum<C> {
   static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static constexpr int KSTEP = 16;
   static_assert(C::BK % 16 == 0, "mma16 needs BK % 16 == 0");
   typedef typename C::T T;
+  struct Frag {
+    unsigned a[MT][4];
+    unsigned b[NT8][2];
+  };
 
-  __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
-                                          int wm0, int wn0, int lane) {
+  __device__ __forceinline__ static void load(Frag& f, const unsigned char* sA,
+                                              const unsigned char* sB, int kk, int wm0,
+                                              int wn0, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < C::BK; kk += 16) {
-      unsigned a[MT][4];
-      unsigned b[NT8][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if (C::A_KMAJOR) {
-          const int row = wm0 + mt * 16 + (lane & 15);
-          const int col = kk + (lane >> 4) * 8;
-          ldmatrix_x4(a[mt], sA + C::TileA::offset(row, col));
-        } else {
-          const int krow = kk + (lane & 7) + (lane >> 4) * 8;
-          const int mcol = wm0 + mt * 16 + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4_trans(a[mt], sA + C::TileA::offset(krow, mcol));
-        }
+    for (int mt = 0; mt < MT; ++mt) {
+      if (C::A_KMAJOR) {
+        const int row = wm0 + mt * 16 + (lane & 15);
+        const int col = kk + (lane >> 4) * 8;
+        ldmatrix_x4(f.a[mt], sA + C::TileA::offset(row, col));
+      } else {
+        const int krow = kk + (lane & 7) + (lane >> 4) * 8;
+        const int mcol = wm0 + mt * 16 + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4_trans(f.a[mt], sA + C::TileA::offset(krow, mcol));
       }
-#pragma unroll
-      for (int np = 0; np < NT8 / 2; ++np) {
-        unsigned r[4];
-        if (C::B_KMAJOR) {
-          const int nrow = wn0 + np * 16 + (lane & 7) + (lane >> 4) * 8;
-          const int kcol = kk + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4(r, sB + C::TileB::offset(nrow, kcol));
-        } else {
-          const int krow = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-          const int ncol = wn0 + np * 16 + (lane >> 4) * 8;
-          ldmatrix_x4_trans(r, sB + C::TileB::offset(krow, ncol));
-        }
-        b[2 * np][0] = r[0];
-        b[2 * np][1] = r[1];
-        b[2 * np + 1][0] = r[2];
-        b[2 * np + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT8; ++nt) mma_16816<T>(this->acc[mt][nt], a[mt], b[nt]);
     }
+#pragma unroll
+    for (int np = 0; np < NT8 / 2; ++np) {
+      unsigned r[4];
+      if (C::B_KMAJOR) {
+        const int nrow = wn0 + np * 16 + (lane & 7) + (lane >> 4) * 8;
+        const int kcol = kk + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(r, sB + C::TileB::offset(nrow, kcol));
+      } else {
+        const int krow = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int ncol = wn0 + np * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(r, sB + C::TileB::offset(krow, ncol));
+      }
+      f.b[2 * np][0] = r[0];
+      f.b[2 * np][1] = r[1];
+      f.b[2 * np + 1][0] = r[2];
+      f.b[2 * np + 1][1] = r[3];
+    }
+  }
+
+  __device__ __forceinline__ void mma(const Frag& f) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT8; ++nt) mma_16816<T>(this->acc[mt][nt], f.a[mt], f.b[nt]);
   }
 };
 
@@ -217,34 +228,38 @@ struct GemmMath<C, MATH_MMA16> : MmaAccum<C> {
 template <class C>
 struct GemmMath<C, MATH_TF32> : MmaAccum<C> {
   static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static constexpr int KSTEP = 8;
   static_assert(C::BK % 8 == 0, "tf32 needs BK % 8 == 0");
+  struct Frag {
+    unsigned a[MT][4];
+    unsigned b[NT8][2];
+  };
 
-  __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
-                                          int wm0, int wn0, int lane) {
+  __device__ __forceinline__ static void load(Frag& f, const unsigned char* sA,
+                                              const unsigned char* sB, int kk, int wm0,
+                                              int wn0, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int kk = 0; kk < C::BK; kk += 8) {
-      unsigned a[MT][4];
-      unsigned b[NT8][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int m = wm0 + mt * 16 + g, k = kk + t;
-        a[mt][0] = to_tf32(lds<float>(sA + C::a_off(m, k)));
-        a[mt][1] = to_tf32(lds<float>(sA + C::a_off(m + 8, k)));
-        a[mt][2] = to_tf32(lds<float>(sA + C::a_off(m, k + 4)));
-        a[mt][3] = to_tf32(lds<float>(sA + C::a_off(m + 8, k + 4)));
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT8; ++nt) {
-        const int n = wn0 + nt * 8 + g, k = kk + t;
-        b[nt][0] = to_tf32(lds<float>(sB + C::b_off(k, n)));
-        b[nt][1] = to_tf32(lds<float>(sB + C::b_off(k + 4, n)));
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT8; ++nt) mma_1688_tf32(this->acc[mt][nt], a[mt], b[nt]);
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = wm0 + mt * 16 + g, k = kk + t;
+      f.a[mt][0] = to_tf32(lds<float>(sA + C::a_off(m, k)));
+      f.a[mt][1] = to_tf32(lds<float>(sA + C::a_off(m + 8, k)));
+      f.a[mt][2] = to_tf32(lds<float>(sA + C::a_off(m, k + 4)));
+      f.a[mt][3] = to_tf32(lds<float>(sA + C::a_off(m + 8, k + 4)));
     }
+#pragma unroll
+    for (int nt = 0; nt < NT8; ++nt) {
+      const int n = wn0 + nt * 8 + g, k = kk + t;
+      f.b[nt][0] = to_tf32(lds<float>(sB + C::b_off(k, n)));
+      f.b[nt][1] = to_tf32(lds<float>(sB + C::b_off(k + 4, n)));
+    }
+  }
+
+  __device__ __forceinline__ void mma(const Frag& f) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT8; ++nt) mma_1688_tf32(this->acc[mt][nt], f.a[mt], f.b[nt]);
   }
 };
 
@@ -318,9 +333,84 @@ __device__ __forceinline__ void gemm_mainloop(M& math, LA& la, LB& lb,
     }
     cp_async_commit();
     const unsigned char* cur = smem + (kt % C::STAGES) * C::STAGE_BYTES;
-    math.compute(cur, cur + C::TileA::BYTES, wm0, wn0, lane);
+    if constexpr (C::MATH == MATH_SIMT) {
+      math.compute(cur, cur + C::TileA::BYTES, wm0, wn0, lane);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < C::BK; kk += M::KSTEP) {
+        typename M::Frag f;
+        M::load(f, cur, cur + C::TileA::BYTES, kk, wm0, wn0, lane);
+        math.mma(f);
+      }
+    }
   }
   cp_async_wait<0>();
+}
+
+// The same pipeline for the mma policies, with the fragment loads overlapped (as CUTLASS's
+// multistage kernels do): step kk's mma run while step kk + 1's fragments load, and the
+// last step of a k-tile waits for the next k-tile, syncs, and loads its first fragments
+// before issuing its own mma, so tensor cores stay busy across the barrier. The copy of
+// k-tile kt + STAGES - 1 is issued at the start of k-tile kt, into the buffer every warp
+// left at the previous k-tile's barrier.
+template <class C, class M, class LA, class LB>
+__device__ __forceinline__ void gemm_mainloop_overlapped(M& math, LA& la, LB& lb,
+                                                         unsigned char* smem, int ktiles,
+                                                         int wm0, int wn0, int lane) {
+  constexpr int KK = C::BK / M::KSTEP;
+  static_assert(KK % 2 == 0, "fragment double buffering needs an even number of k steps");
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < ktiles) {
+      la.load(smem + s * C::STAGE_BYTES, s);
+      lb.load(smem + s * C::STAGE_BYTES + C::TileA::BYTES, s);
+    }
+    cp_async_commit();
+  }
+  if (ktiles > 0) {
+    cp_async_wait<C::STAGES - 2>();
+    block_sync();
+    typename M::Frag f[2];
+    M::load(f[0], smem, smem + C::TileA::BYTES, 0, wm0, wn0, lane);
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const unsigned char* cur = smem + (kt % C::STAGES) * C::STAGE_BYTES;
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk) {
+        if (kk == 0) {
+          const int nk = kt + C::STAGES - 1;
+          if (nk < ktiles) {
+            unsigned char* st = smem + (nk % C::STAGES) * C::STAGE_BYTES;
+            la.load(st, nk);
+            lb.load(st + C::TileA::BYTES, nk);
+          }
+          cp_async_commit();
+        }
+        if (kk == KK - 1) {
+          if (kt + 1 < ktiles) {
+            cp_async_wait<C::STAGES - 2>();
+            block_sync();
+            const unsigned char* nxt = smem + ((kt + 1) % C::STAGES) * C::STAGE_BYTES;
+            M::load(f[(kk + 1) % 2], nxt, nxt + C::TileA::BYTES, 0, wm0, wn0, lane);
+          }
+        } else {
+          M::load(f[(kk + 1) % 2], cur, cur + C::TileA::BYTES, (kk + 1) * M::KSTEP, wm0,
+                  wn0, lane);
+        }
+        math.mma(f[kk % 2]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+template <class C, class M, class LA, class LB>
+__device__ __forceinline__ void run_mainloop(M& math, LA& la, LB& lb, unsigned char* smem,
+                                             int ktiles, int wm0, int wn0, int lane) {
+  if constexpr (C::OVERLAP) {
+    gemm_mainloop_overlapped<C>(math, la, lb, smem, ktiles, wm0, wn0, lane);
+  } else {
+    gemm_mainloop<C>(math, la, lb, smem, ktiles, wm0, wn0, lane);
+  }
 }
 
 // One block's whole job: zero the accumulators, run the pipelined k loop over ktiles,
@@ -332,7 +422,7 @@ __device__ __forceinline__ void gemm_block(LA& la, LB& lb, const E& e,
   const int wm0 = (warp / C::WN) * C::WTM, wn0 = (warp % C::WN) * C::WTN;
   GemmMath<C, C::MATH> math;
   math.zero();
-  gemm_mainloop<C>(math, la, lb, smem, ktiles, wm0, wn0, lane);
+  run_mainloop<C>(math, la, lb, smem, ktiles, wm0, wn0, lane);
   math.epilogue(e, row0 + wm0, col0 + wn0, lane);
 }
 
