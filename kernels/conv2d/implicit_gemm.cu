@@ -122,7 +122,8 @@ struct NhwcPatchLoader {
       const int hh = h0[it] + dy, ww = w0[it] + dx;
       const bool ok = kin && img[it] != nullptr && (unsigned)hh < (unsigned)g.h &&
                       (unsigned)ww < (unsigned)g.w;
-      const T* src = ok ? img[it] + ((long long)hh * g.w + ww) * g.c + c : x;
+      // 32-bit offset inside one image: conv2d refuses tensors of 2^31 elements or more
+      const T* src = ok ? img[it] + ((hh * g.w + ww) * g.c + c) : x;
       copy_piece<T, VEC>(dst + Tile::offset(row, col), src, ok);
     }
     // step to the next k-tile: kk += BK, carrying channel overflow into s, then r
@@ -191,7 +192,7 @@ struct NchwPatchLoader {
       const int hh = h0 + r * g.dh, ww = w0 + s * g.dw;
       const bool ok = kk < k_end && img != nullptr && (unsigned)hh < (unsigned)g.h &&
                       (unsigned)ww < (unsigned)g.w;
-      const T* src = ok ? img + ((long long)c * g.h + hh) * g.w + ww : x;
+      const T* src = ok ? img + ((c * g.h + hh) * g.w + ww) : x;
       copy_piece<T, 1>(dst + Tile::offset(krow0 + it * KSTEP, col), src, ok);
       kk += KSTEP;
       s += KSTEP;
