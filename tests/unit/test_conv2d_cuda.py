@@ -251,3 +251,41 @@ def test_every_kernel_build_compiles_with_nvrtc():
         ok, log = nvrtc_compile(kernels_dir() / src, opts, [])
         assert ok, f"{src} {defs}:\n{log}"
     assert len(sources) >= 12
+
+
+# ----------------------------------------------------------------------------- nhwc_implicit_gemm
+
+
+def test_nhwc_implicit_gemm_support_params_and_workspace():
+    v = get_variant("conv2d", "cupy", "nhwc_implicit_gemm")
+    ig = get_variant("conv2d", "cupy", "implicit_gemm")
+    assert v.params == ig.params
+    ans = v.supports(problem(0, "float16", "NHWC"), H200)
+    assert not ans and "already NHWC" in ans.reason
+    ans = v.supports(problem(3, "float16", "NCHW"), H200)  # depthwise: implicit_gemm says no
+    assert not ans and "implicit_gemm" in ans.reason and "depthwise" in ans.reason
+    plain = OP.problem(dict(PROBLEMS[4], dtype="float16", layout="NCHW"))
+    assert not v.supports(plain, H200) and "gemm_1x1" in v.supports(plain, H200).reason
+    p = OP.problem(dict(PROBLEMS[1], dtype="float32", layout="NCHW", tf32=True, residual=True))
+    assert v.supports(p, H200)
+    inner = OP.problem(dict(PROBLEMS[1], dtype="float32", layout="NHWC", tf32=True))
+    params = v.default_params(p, H200)
+    assert params == ig.default_params(inner, H200)
+    assert list(v.param_space(p, H200)) == list(ig.param_space(inner, H200))
+    # x, w and y in NHWC, each 256-byte aligned, plus the inner GEMM's split-K slabs
+    xb, wb, yb = 1 * 13 * 9 * 11 * 4, 10 * 13 * 9 * 4, 1 * 10 * 4 * 5 * 4  # P, Q = 4, 5
+    for prm in list(v.param_space(p, H200))[:40]:
+        assert v.workspace_bytes(p, prm) == (align(xb) + align(wb) + align(yb)
+                                             + ig.workspace_bytes(inner, prm))
+
+
+def test_transpose_kernel_compiles_with_nvrtc():
+    nvrtc_compile = _nvrtc()
+    import os
+
+    cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
+    for code in _cuda.DTYPE_CODE.values():
+        opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}",
+                f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", f"-DDNNCTL_DTYPE={code}"]
+        ok, log = nvrtc_compile(kernels_dir() / "conv2d/transpose.cu", opts, [])
+        assert ok, log

@@ -264,3 +264,44 @@ def test_cuda_variant_on_cpu_emulation(runtime, name, key, dtype, layout):
         for params in picks:
             res = check_variant(OP, problem, variant, params, be, DEV, seed=11)
             assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
+
+
+# ----------------------------------------------------------------------------- nhwc_implicit_gemm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+NHWC_CASES = [
+    (dict(n=2, c=12, h=7, w=6, k=20, r=3, s=3, stride=2, pad=[1, 0, 1, 2], bias=True,
+          residual=True, activation="relu"), "float16",
+     dict(bm=32, bn=32, bk=32, warps=4, stages=3, splitk=1)),
+    (dict(n=1, c=16, h=9, w=8, k=40, r=3, s=3, pad=2, dilation=2, groups=2, bias=True,
+          activation="silu"), "bfloat16", dict(bm=64, bn=32, bk=32, warps=4, stages=2, splitk=1)),
+    (dict(n=1, c=40, h=5, w=4, k=33, r=3, s=3, pad=1, residual=True, tf32=True), "float32",
+     dict(bm=16, bn=64, bk=32, warps=4, stages=2, splitk=2)),
+    (dict(n=2, c=3, h=11, w=13, k=8, r=7, s=7, stride=2, pad=3, bias=True), "float32",
+     None),
+]
+
+
+@pytest.mark.parametrize(("key", "dtype", "params"), NHWC_CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(NHWC_CASES)])
+def test_nhwc_implicit_gemm_on_cpu_emulation(runtime, monkeypatch, key, dtype, params):
+    """Transposes (this file's emulation) around implicit_gemm (tools/cuda_emu)."""
+    if not (ROOT / "tools" / "cuda_emu").is_dir():
+        pytest.skip("tools/cuda_emu not available")
+    from dnnctl.backends import base
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    from tools.cuda_emu.emu import EmuBackend
+
+    emu = EmuBackend()
+    monkeypatch.setitem(base._BACKENDS, "cupy", emu)
+    variant = get_variant("conv2d", "cupy", "nhwc_implicit_gemm")
+    problem = OP.problem(dict(key, dtype=dtype, layout="NCHW"))
+    assert variant.supports(problem, DEV)
+    params = params or variant.default_params(problem, DEV)
+    assert variant.check_params(params) is None and variant.valid_params(problem, params, DEV)
+    with _cuda.use_runtime(runtime):
+        res = check_variant(OP, problem, variant, params, emu, DEV, seed=5)
+    assert res.ok, f"{params} {problem.short()}: {res.detail}"
+    assert res.max_rel_err < OP.tolerance(problem, "y") / 2

@@ -19,6 +19,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     gemm_1x1,
     im2col_gemm,
     implicit_gemm,
+    nhwc_gemm,
     numpy_variants,
     winograd,
 )
