@@ -289,3 +289,46 @@ def test_transpose_kernel_compiles_with_nvrtc():
                 f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", f"-DDNNCTL_DTYPE={code}"]
         ok, log = nvrtc_compile(kernels_dir() / "conv2d/transpose.cu", opts, [])
         assert ok, log
+
+
+# ----------------------------------------------------------------------------- depthwise_planes
+
+
+def _dw(n, c, h, stride=1, dtype="float32", layout="NCHW", **kw):
+    return OP.problem(dict(n=n, c=c, h=h, w=h, k=c, r=3, s=3, stride=stride, pad=1, groups=c,
+                           dtype=dtype, layout=layout, **kw))
+
+
+def test_depthwise_planes_support_and_defaults():
+    v = get_variant("conv2d", "cupy", "depthwise_planes")
+    assert "multiplier" in v.supports(problem(3, "float32", "NCHW"), H200).reason  # k = 2c
+    assert "NHWC" in v.supports(_dw(2, 32, 14, layout="NHWC"), H200).reason
+    assert "48 KB" in v.supports(_dw(1, 32, 112), H200).reason  # 112x112 fp32 = 49 KB
+    p = _dw(32, 576, 14)
+    assert v.default_params(p, H200) == {"pb": 8, "threads": 256, "vec": 4}
+    # 960 planes of 7x7: two per block keep 480 blocks in the grid, 128 threads for 98 outputs
+    assert v.default_params(_dw(1, 960, 7), H200) == {"pb": 2, "threads": 128, "vec": 1}
+    assert v.default_params(_dw(32, 144, 56, dtype="float16"), H200) == {
+        "pb": 1, "threads": 256, "vec": 8}
+    for prm in v.param_space(_dw(4, 96, 28, stride=2, dtype="bfloat16"), H200):
+        assert prm["vec"] <= 8 and 4 * prm["pb"] * (28 * 28 + 9) <= 48 * 1024
+
+
+def test_depthwise_planes_builds_compile_with_nvrtc():
+    nvrtc_compile = _nvrtc()
+    import os
+
+    rec = RecordingRuntime()
+    v = get_variant("conv2d", "cupy", "depthwise_planes")
+    with _cuda.use_runtime(rec):
+        for p in (_dw(32, 576, 14, stride=2), _dw(2, 24, 56, dtype="float16", bias=True),
+                  _dw(1, 13, 9, dtype="bfloat16", residual=True)):
+            for prm in (v.default_params(p, H200), list(v.param_space(p, H200))[-1]):
+                v.build(p, prm, H200)
+    cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
+    assert len(rec.builds) >= 4
+    for src, defs, _ in sorted(rec.builds):
+        opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}",
+                f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", *(f"-D{k}={v}" for k, v in defs)]
+        ok, log = nvrtc_compile(kernels_dir() / src, opts, [])
+        assert ok, f"{src} {defs}:\n{log}"

@@ -236,6 +236,10 @@ CASES = [
                        groups=8, bias=True, activation="relu"), "float16", "NHWC"),
     ("depthwise", dict(n=1, c=16, h=9, w=10, k=16, r=5, s=5, pad=2, groups=16,
                        residual=True, activation="silu"), "bfloat16", "NCHW"),
+    ("depthwise_planes", dict(n=3, c=5, h=7, w=6, k=5, r=3, s=3, stride=2, pad=[1, 0, 0, 1],
+                              groups=5, bias=True, activation="relu"), "float32", "NCHW"),
+    ("depthwise_planes", dict(n=2, c=7, h=6, w=8, k=7, r=5, s=3, pad=[2, 1], dilation=[1, 2],
+                              groups=7, residual=True, activation="silu"), "float16", "NCHW"),
     ("im2col_gemm", dict(n=3, c=8, h=6, w=5, k=12, r=3, s=3, pad=1, groups=2, bias=True),
      "bfloat16", "NHWC"),
     ("im2col_gemm", dict(n=2, c=9, h=5, w=6, k=7, r=1, s=1, residual=True,
@@ -305,3 +309,18 @@ def test_nhwc_implicit_gemm_on_cpu_emulation(runtime, monkeypatch, key, dtype, p
         res = check_variant(OP, problem, variant, params, emu, DEV, seed=5)
     assert res.ok, f"{params} {problem.short()}: {res.detail}"
     assert res.max_rel_err < OP.tolerance(problem, "y") / 2
+
+
+@pytest.mark.parametrize("params", [dict(pb=4, threads=128, vec=2),
+                                    dict(pb=16, threads=128, vec=1),
+                                    dict(pb=2, threads=256, vec=4)])
+def test_depthwise_planes_blocks_span_images(runtime, params):
+    """15 planes (3 images x 5 channels): blocks start mid-image, the last one is partial,
+    and with pb=16 one block holds every plane (channel index wraps twice)."""
+    variant = get_variant("conv2d", "cupy", "depthwise_planes")
+    problem = OP.problem(dict(n=3, c=5, h=6, w=6, k=5, r=3, s=3, pad=1, groups=5, bias=True,
+                              residual=True, dtype="float32", layout="NCHW"))
+    assert variant.valid_params(problem, params, DEV)
+    with _cuda.use_runtime(runtime):
+        res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV, seed=3)
+    assert res.ok, f"{params}: {res.detail}"

@@ -14,6 +14,7 @@ from typing import Any
 # variants register on import: numpy (CPU), then CUDA (import without CuPy; build lazily)
 from dnnctl.ops.conv2d import (  # noqa: F401
     depthwise,
+    depthwise_planes,
     direct,
     fft,
     gemm_1x1,
