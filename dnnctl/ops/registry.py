@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 
 from dnnctl.errors import UsageError
@@ -55,14 +54,12 @@ def plugin_modules() -> list[str]:
 def load_all() -> None:
     """Import every op module (and every plugin module) so the registry is complete.
 
-    An op module whose file does not exist (yet) is skipped; any other import error is raised.
     """
     global _loaded
     if _loaded:
         return
     for mod in OP_MODULES:
-        if importlib.util.find_spec(mod) is not None:
-            importlib.import_module(mod)
+        importlib.import_module(mod)
     for mod in plugin_modules():
         try:
             importlib.import_module(mod)
