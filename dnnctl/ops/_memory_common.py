@@ -11,10 +11,11 @@ parameter vectors), raising :class:`~dnnctl.errors.ShapeError` that says what wa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -88,17 +89,79 @@ def compile_cuda(source: str, defines: dict[str, Any], names: Iterable[str], dev
         device=getattr(device, "index", None))
 
 
-@dataclass(frozen=True)
 class Launch:
-    """One kernel launch with its configuration fixed at build time."""
+    """One kernel launch with its configuration fixed at build time.
 
-    fn: Any
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-    smem: int = 0
+    With CuPy a call goes straight to the CUDA function loaded for the build's device (not
+    through RawKernel's per-call device lookup and keyword handling), and scalar arguments
+    made by :meth:`consts` / :meth:`f32` are converted to C values once, not per launch.
+    On another current device it falls back to the RawKernel, which loads it there.
+    """
+
+    __slots__ = ("fn", "grid", "block", "smem", "cuda", "device", "getdev", "cscalar", "memo")
+
+    def __init__(self, fn: Any, grid: tuple[int, ...], block: tuple[int, ...],
+                 smem: int = 0) -> None:
+        self.fn, self.grid, self.block, self.smem = fn, grid, block, int(smem)
+        self.cuda, self.device, self.getdev, self.cscalar = _cuda_function(fn)
+        self.memo: dict[Any, Any] = {}
 
     def __call__(self, args: tuple[Any, ...]) -> None:
-        self.fn(self.grid, self.block, args, shared_mem=self.smem)
+        cuda = self.cuda
+        if cuda is not None and self.getdev() == self.device:
+            cuda(self.grid, self.block, args, self.smem)
+        else:
+            self.fn(self.grid, self.block, args, shared_mem=self.smem)
+
+    def consts(self, *values: Any) -> tuple[Any, ...]:
+        """Scalar arguments fixed at build time (NumPy scalars), in launch-ready form."""
+        conv = self.cscalar
+        if conv is None:
+            return values
+        return tuple(conv(v) if isinstance(v, np.generic) else v for v in values)
+
+    def f32(self, value: Any) -> Any:
+        """A float32 argument given per call (eps, slope, momentum), converted once per
+        value (equal values are the same float32; zeros are not kept: -0.0 == 0.0)."""
+        arg = self.memo.get(value) if value else None
+        if arg is None:
+            arg = self.consts(np.float32(value))[0]
+            if value and len(self.memo) < 16:
+                self.memo[value] = arg
+        return arg
+
+
+def _cuda_function(fn: Any) -> tuple[Any, int, Any, Any]:
+    """(CUDA function, its device, cupy getDevice, CScalar) behind a CuPy RawKernel; Nones
+    for anything else (the CPU emulator, test recorders), which are called as given."""
+    if not type(fn).__module__.startswith("cupy"):
+        return None, -1, None, None
+    try:
+        import cupy
+        from cupy.cuda.function import Function
+
+        cuda = fn.kernel  # loads the module on the current device (the build's)
+        if not isinstance(cuda, Function):
+            return None, -1, None, None
+        getdev = cupy.cuda.runtime.getDevice
+        return cuda, getdev(), getdev, _cscalar()
+    except Exception:  # noqa: BLE001 - another CuPy layout: the RawKernel call still works
+        return None, -1, None, None
+
+
+@functools.cache
+def _cscalar() -> Any:
+    """CuPy's C scalar wrapper (what it makes of a NumPy scalar argument on every launch),
+    or None where this CuPy lacks it (arguments then stay NumPy scalars)."""
+    try:
+        from cupy._core._scalar import CScalar
+
+        probe = CScalar(np.int32(7))
+        if int(probe.ptr) == 0:
+            return None
+    except Exception:  # noqa: BLE001
+        return None
+    return CScalar
 
 
 def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Sequence[int],
@@ -110,6 +173,32 @@ def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Seque
     grid_t = (int(grid),) if isinstance(grid, int) else tuple(int(g) for g in grid)
     block_t = (int(block),) if isinstance(block, int) else tuple(int(b) for b in block)
     return Launch(fn, grid_t, block_t, int(smem))
+
+
+@contextlib.contextmanager
+def traced_launches() -> Iterator[list[tuple[Any, ...]]]:
+    """Record every :class:`Launch` call in the block as (RawKernel, grid, block, args with
+    NumPy scalars, smem): benchmarks replay them as bare CuPy launches."""
+    log: list[tuple[Any, ...]] = []
+    plain = Launch.__call__
+
+    def traced(self: Launch, args: tuple[Any, ...]) -> None:
+        log.append((self.fn, self.grid, self.block, plain_args(args), self.smem))
+        plain(self, args)
+
+    Launch.__call__ = traced  # type: ignore[method-assign]
+    try:
+        yield log
+    finally:
+        Launch.__call__ = plain  # type: ignore[method-assign]
+
+
+def plain_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Launch arguments with converted scalars turned back into their NumPy scalars."""
+    conv = _cscalar() if "cupy" in sys.modules else None
+    if conv is None:
+        return tuple(args)
+    return tuple(a.value if isinstance(a, conv) else a for a in args)
 
 
 def aligned(nbytes: int, *arrays: Any) -> bool:

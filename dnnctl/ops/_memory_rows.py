@@ -34,6 +34,7 @@ class RowKernel:
     """Runs ``fast`` when every array is aligned to ``align`` bytes, else ``safe``."""
 
     __slots__ = ("fast", "safe", "align", "arrays")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: Program, safe: Program, align: int,
                  arrays: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple]) -> None:
@@ -60,7 +61,8 @@ class RowVariant(Variant):
     def arrays(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple:
         raise NotImplementedError
 
-    def scalars(self, attrs: Mapping[str, Any]) -> tuple:
+    def scalars(self, attrs: Mapping[str, Any], run: mc.Launch | None = None) -> tuple:
+        """Per-call scalar arguments from ``attrs`` (converted through ``run`` if given)."""
         return ()
 
     # -- strategy (mixins)
@@ -101,13 +103,19 @@ class RowVariant(Variant):
                  vec: int) -> Program:
         run = mc.launch(mod, self.instance(problem, params, vec), self.grid(problem, params),
                         params["block"], self.smem(problem, params))
-        dims = (np.int32(problem["rows"]), np.int32(problem["cols"]))
+        dims = run.consts(np.int32(problem["rows"]), np.int32(problem["cols"]))
+        if type(self).scalars is RowVariant.scalars:  # no per-call scalars (softmax)
+
+            def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+                run((*arrs, *dims))
+
+            return go
         scalars = self.scalars
 
-        def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
-            run((*arrs, *dims, *scalars(attrs)))
+        def go_attrs(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+            run((*arrs, *dims, *scalars(attrs, run)))
 
-        return go
+        return go_attrs
 
 
 class WarpRowMixin(RowVariant):

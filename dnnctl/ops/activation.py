@@ -11,6 +11,7 @@ bytes) and vectors per thread. CPU variants: ``numpy_whole`` and ``numpy_blocked
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +35,7 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.dispatch import bind, run
+from dnnctl.ops.dispatch import Prepared, SiteCache, bind, run, signature
 from dnnctl.ops.registry import register_op, register_variant
 
 FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
@@ -173,15 +174,17 @@ class _ActKernel:
     """Launches the vector kernel when every pointer is aligned, else the VEC=1 kernel."""
 
     __slots__ = ("fast", "safe", "align", "sizes")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, sizes: tuple) -> None:
-        self.fast, self.safe, self.align, self.sizes = fast, safe, align, sizes
+        self.fast, self.safe, self.align = fast, safe, align
+        self.sizes = fast.consts(*sizes)
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         x, y, b = inputs["x"], outputs["y"], inputs.get("bias")
         go = self.fast if mc.aligned(self.align, x, y, b) else self.safe
-        go((x, b, y, *self.sizes, np.float32(attrs.get("negative_slope", 0.01))))
+        go((x, b, y, *self.sizes, go.f32(attrs.get("negative_slope", 0.01))))
 
 
 class _ActCuda(Variant):
@@ -317,22 +320,42 @@ class ActNumpyBlocked(Variant):
 # ----------------------------------------------------------------------------- public API
 
 
+_FAST = SiteCache()
+
+
 def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str, plan: Any,
                 slope: float = 0.01) -> Any:
+    if out is None:  # a signature seen before: no validation
+        try:
+            prep = _FAST[(fn, signature(x), signature(bias), inplace, layout, slope)]
+        except (AttributeError, KeyError, TypeError):
+            pass
+        else:
+            ins = {"x": x} if bias is None else {"x": x, "bias": bias}
+            if inplace:
+                prep.run(ins, plan, {"y": x})
+                return x
+            return prep.run(ins, plan)["y"]
     bound = bind(x, bias, out)
     xa, ba, oa = bound.arrays
+    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
+        y = _activation(fn, xa, ba, oa, inplace, layout, plan, slope)
+        if out is not None or inplace:
+            return out if out is not None else x
+        return bound.wrap(y)
     dtype = mc.float_dtype(xa, "x")
     mc.contiguous(xa, "x")
     shape = tuple(xa.shape)
     if not shape or 0 in shape:
         raise ShapeError(f"{fn}: x has shape {shape}, expected at least one dimension and "
                          "no zero-size axis")
-    layout = mc.check_layout(layout)
+    given_layout, layout = layout, mc.check_layout(layout)
     if ba is not None:
         if layout == "NCHW" and len(shape) < 2:
             raise ShapeError(f"{fn}: a bias with layout NCHW needs x of rank >= 2, got {shape}",
                              hint="pass layout='NHWC' for a bias on the last axis")
         mc.check_vector(ba, shape[1] if layout == "NCHW" else shape[-1], dtype, "bias")
+    given_inplace = inplace
     if oa is not None:
         mc.check_out(oa, shape, dtype)
         inplace = inplace or mc.same_memory(oa, xa)
@@ -343,11 +366,19 @@ def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str
         oa = xa
     key = {"fn": fn, "shape": shape, "dtype": dtype,
            "bias": "none" if ba is None else "channel", "layout": layout, "inplace": inplace}
-    res = run("activation", key, bound, ("x", "bias"), {"negative_slope": slope}, plan=plan,
-              out=None if oa is None else {"y": oa})
-    if oa is not None:
-        return out if out is not None else x  # the caller's own object
-    return bound.wrap(res["y"])
+    attrs = {"negative_slope": slope}
+    if out is None:
+        prep = Prepared("activation", key, bound, attrs, given=("y",) if inplace else ())
+        with contextlib.suppress(AttributeError, TypeError):
+            _FAST.put((fn, signature(xa), signature(ba), given_inplace, given_layout, slope),
+                      prep)
+        ins = {"x": xa} if ba is None else {"x": xa, "bias": ba}
+        if inplace:
+            prep.run(ins, plan, {"y": xa})
+            return x
+        return prep.run(ins, plan)["y"]
+    run("activation", key, bound, ("x", "bias"), attrs, plan=plan, out={"y": oa})
+    return out
 
 
 def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,

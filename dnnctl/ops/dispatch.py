@@ -57,6 +57,7 @@ class Bound:
     device: DeviceInfo
     arrays: list[Any]
     wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
+    foreign: bool = False  # converted from DLPack tensors (wrap hands results back)
 
 
 def _is_cupy(x: Any) -> bool:
@@ -94,15 +95,15 @@ def bind(*arrays: Any) -> Bound:
 
 
 def _cupy_device_of(arrays: tuple[Any, ...]) -> int:
-    ids = {a.device.id for a in arrays if a is not None}
+    ids = {a.data.device_id for a in arrays if a is not None}
     if len(ids) > 1:
         raise ShapeError(f"arrays live on different GPUs {sorted(ids)}",
                          hint="move them to one device first")
     dev = ids.pop()
     import cupy
 
-    if cupy.cuda.Device().id != dev:
-        cupy.cuda.Device(dev).use()
+    if cupy.cuda.runtime.getDevice() != dev:
+        cupy.cuda.runtime.setDevice(dev)
     return dev
 
 
@@ -114,7 +115,7 @@ def _bind_dlpack(arrays: tuple[Any, ...]) -> Bound:
     if int(dev_type) == 1:  # kDLCPU
         conv = [None if a is None else np.from_dlpack(a) for a in arrays]
         backend = get_backend("numpy")
-        return Bound(backend, backend.device(0), conv, back or (lambda y: y))
+        return Bound(backend, backend.device(0), conv, back or (lambda y: y), True)
     if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
         raise ShapeError(f"DLPack device type {dev_type} is not supported",
                          hint="pass a CUDA or CPU tensor")
@@ -123,7 +124,7 @@ def _bind_dlpack(arrays: tuple[Any, ...]) -> Bound:
     conv = [None if a is None else cupy.from_dlpack(a) for a in arrays]
     backend = get_backend("cupy")
     dev = _cupy_device_of(tuple(conv))
-    return Bound(backend, backend.device(dev), conv, back or (lambda y: y))
+    return Bound(backend, backend.device(dev), conv, back or (lambda y: y), True)
 
 
 # ----------------------------------------------------------------------------- dispatch
@@ -241,3 +242,138 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
         outputs = {oname: empty(shape, dtype=dtype) for oname, shape, dtype in site.outputs}
     kern(inputs, outputs, attrs)
     return outputs
+
+
+# ----------------------------------------------------------------------------- fast path
+#
+# The op functions validate a call once per signature: a cheap tuple of the array kinds,
+# shapes, strides, dtypes and devices plus the scalar arguments (see ``signature``). A
+# signature that passed is mapped to a Prepared, so a repeated call skips validation, key
+# building and views: a plan lookup, the output allocations and the launch.
+
+
+def signature(a: Any) -> Any:
+    """Hashable description of an array argument: type, shape, strides, dtype (and GPU).
+
+    Raises AttributeError for objects that are not NumPy / CuPy arrays (callers then take
+    the validating path). Two arrays with one signature pass the same checks.
+    """
+    if a is None:
+        return None
+    t = type(a)
+    if t is np.ndarray:
+        return (t, a.shape, a.strides, a.dtype)
+    return (t, a.shape, a.strides, a.dtype, a.data.device_id)  # CuPy
+
+
+class SiteCache(dict):  # type: ignore[type-arg]
+    """Signature -> Prepared of one op function; bounded (emptied when full)."""
+
+    limit = 4096
+
+    def put(self, sig: Any, prepared: Prepared) -> None:
+        if len(self) >= self.limit:
+            self.clear()
+        self[sig] = prepared
+
+
+class _Respec:
+    """Hands a kernel its arrays in the op's spec shapes (the call site passes others)."""
+
+    __slots__ = ("kern", "ins", "outs")
+
+    def __init__(self, kern: Kernel, ins: dict[str, tuple[int, ...]],
+                 outs: dict[str, tuple[int, ...]]) -> None:
+        self.kern, self.ins, self.outs = kern, ins, outs
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        ins, outs = self.ins, self.outs
+        self.kern({k: v if k not in ins else v.reshape(ins[k]) for k, v in inputs.items()},
+                  {k: v if k not in outs else v.reshape(outs[k]) for k, v in outputs.items()},
+                  attrs)
+
+
+class Prepared:
+    """One validated call signature of an op on one device: everything but the arrays.
+
+    ``shapes`` gives the shapes the call site passes / wants back when they differ from the
+    op's specs (e.g. softmax of a (B, T, C) tensor is the (B*T, C) problem): kernels whose
+    class sets ``flat_io = True`` (they read only data pointers) take such arrays as they
+    are, others get reshaped views. ``given`` names outputs the caller passes in.
+    """
+
+    __slots__ = ("op", "problem", "backend", "device", "bname", "dev", "attrs", "outs",
+                 "respec", "default", "last", "kernels", "empty", "getdev", "setdev")
+
+    def __init__(self, op_name: str, key: Mapping[str, Any], bound: Bound,
+                 attrs: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 given: tuple[str, ...] = ()) -> None:
+        self.op = get_op(op_name)
+        self.problem = problem_of(self.op, key)
+        self.backend, self.device = bound.backend, bound.device
+        self.bname = bound.backend.name
+        self.attrs = dict(attrs)
+        shapes = dict(shapes or {})
+        specs = {**self.op.input_specs(self.problem), **self.op.output_specs(self.problem)}
+        out_specs = self.op.output_specs(self.problem)
+        self.outs = tuple((name, shapes.get(name, tuple(spec.shape)), np_dtype(spec.dtype))
+                          for name, spec in out_specs.items() if name not in given)
+        ins = {n: tuple(specs[n].shape) for n, s in shapes.items()
+               if n in specs and n not in out_specs and tuple(s) != tuple(specs[n].shape)}
+        outs = {n: tuple(specs[n].shape) for n, s in shapes.items()
+                if n in out_specs and tuple(s) != tuple(specs[n].shape)}
+        self.respec = (ins, outs) if ins or outs else None
+        self.default: Kernel | None = None
+        self.last: tuple[Any, Kernel | None] = (None, None)
+        self.kernels: dict[Choice, Kernel] = {}
+        xp = bound.backend.xp
+        self.empty = xp.empty
+        self.dev, self.getdev, self.setdev = -1, None, None
+        if xp is not np:  # CuPy: a call runs on its arrays' GPU
+            import cupy
+
+            self.dev = bound.device.index
+            self.getdev, self.setdev = cupy.cuda.runtime.getDevice, cupy.cuda.runtime.setDevice
+
+    def _adapt(self, kern: Kernel) -> Kernel:
+        if self.respec is None or getattr(kern, "flat_io", False):
+            return kern
+        return _Respec(kern, *self.respec)
+
+    def kernel(self, plan: PlanLike | None = None) -> Kernel:
+        """The kernel this call runs: the plan's choice (counted by the plan), else the
+        op's default heuristic."""
+        active = plan if plan is not None else _ACTIVE_PLAN.get()
+        if active is not None:
+            choice = active.lookup(self.problem, self.bname, self.device)
+            if choice is not None:
+                last = self.last
+                if last[0] is choice:
+                    return last[1]  # type: ignore[return-value]
+                kern = self.kernels.get(choice)
+                if kern is None:
+                    kern = self._adapt(kernel_for(self.problem, self.backend, self.device,
+                                                  choice))
+                    self.kernels[choice] = kern
+                self.last = (choice, kern)
+                return kern
+        kern = self.default
+        if kern is None:
+            choice = self.op.default_choice(self.problem, self.bname, self.device)
+            kern = self.default = self._adapt(kernel_for(self.problem, self.backend,
+                                                         self.device, choice))
+        return kern
+
+    def run(self, inputs: dict[str, Any], plan: PlanLike | None = None,
+            given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Launch on ``inputs`` (None entries left out); the outputs by name."""
+        if self.dev >= 0 and self.getdev() != self.dev:  # type: ignore[misc]
+            self.setdev(self.dev)  # type: ignore[misc]
+        kern = self.kernel(plan)
+        empty = self.empty
+        outputs = {name: empty(shape, dtype=dtype) for name, shape, dtype in self.outs}
+        if given:
+            outputs.update(given)
+        kern(inputs, outputs, self.attrs)
+        return outputs

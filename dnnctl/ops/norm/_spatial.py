@@ -70,14 +70,14 @@ def normalize_launch(mod: Any, problem: Problem, block: int, vec: int, unroll: i
         splits = max(1, min(mc.cdiv(sms * 8, planes), mc.cdiv(hw // vec, block * unroll),
                             65535))
         run = mc.launch(mod, f"bn_planes<{block},{vec},{unroll}>", (planes, splits), block)
-        return run, (np.int32(c), np.int32(hw))
+        return run, run.consts(np.int32(c), np.int32(hw))
     rows = n * hw
     tx = min(c // vec, block)
     tile = (block // tx) * unroll
     resident = sms * max(1, 2048 // block)
     grid = max(1, min(mc.cdiv(rows, tile), 2 * resident))
     run = mc.launch(mod, f"bn_rows<{block},{vec},{unroll}>", grid, block)
-    return run, (np.int64(rows), np.int32(c))
+    return run, run.consts(np.int64(rows), np.int32(c))
 
 
 def stats_splits(problem: Problem, block: int, vec: int, waves: int, sms: int) -> int:
@@ -114,6 +114,8 @@ def stats_launches(mod: Any, problem: Problem, block: int, vec: int, waves: int,
 
 
 def _bind(run: mc.Launch, dims: tuple) -> Any:
+    dims = run.consts(*dims)
+
     def go(args: tuple) -> None:
         run((*args, *dims))
 

@@ -152,6 +152,7 @@ class _BnKernel:
     """Runs ``fast`` when x and y are aligned to the vector width, else ``safe``."""
 
     __slots__ = ("fast", "safe", "align", "training")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: Callable, safe: Callable, align: int, training: bool) -> None:
         self.fast, self.safe, self.align, self.training = fast, safe, align, training
@@ -162,7 +163,8 @@ class _BnKernel:
         arrs = (x, y, inputs["running_mean"], inputs["running_var"], inputs.get("weight"),
                 inputs.get("bias"))
         if self.training:
-            arrs += tuple(outputs[k] for k in STATS)
+            arrs += (outputs["new_running_mean"], outputs["new_running_var"],
+                     outputs["save_mean"], outputs["save_invstd"])
         go = self.fast if mc.aligned(self.align, x, y) else self.safe
         go(arrs, np.float32(attrs.get("eps", 1e-5)), np.float32(attrs.get("momentum", 0.1)))
 
@@ -227,11 +229,11 @@ class BnInferFlat(_BnCuda):
                           mc.sm_count(device) * params["blocks_per_sm"]))
         run = mc.launch(mod, f"bn_flat<{block},{vec},{unroll},{itype}>", grid, block,
                         12 * problem["c"])
-        sizes = tuple(mc.index_scalar(v, itype) for v in (n, problem["h"] * problem["w"],
-                                                          problem["c"]))
+        sizes = run.consts(*(mc.index_scalar(v, itype) for v in (
+            n, problem["h"] * problem["w"], problem["c"])))
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
-            run((*arrs[:6], *sizes, eps))
+            run((*arrs[:6], *sizes, run.f32(eps)))
 
         return go
 
@@ -252,7 +254,7 @@ class BnInferChannel(_BnCuda):
                                         device)
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
-            run((*arrs[:6], *tail, eps))
+            run((*arrs[:6], *tail, run.f32(eps)))
 
         return go
 
@@ -281,17 +283,18 @@ class _BnTrain(_BnCuda):
         part, ws_mean, ws_scale = ws[:3 * c * splits], ws[3 * c * splits:][:c], ws[-c:]
         fin = {s: mc.launch(mod, f"bn_finalize<{s}>", mc.cdiv(c, 128), 128) for s in self.modes}
         norm, tail = sp.normalize_launch(mod, problem, block, vec, 2, device)
-        dims = (np.int32(splits), np.int32(c))
+        dims = norm.consts(np.int32(splits), np.int32(c))
         modes = self.modes
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
             x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            eps32 = norm.f32(eps)
             fin_args = (part, *dims, rm, rv, nrm, nrv, smean, sinv, w, ws_mean, ws_scale,
-                        eps, momentum)
+                        eps32, norm.f32(momentum))
             for mode in modes:  # (0,): fused; (1, 2): mean pass then centered pass
                 stats[mode]((x, part, ws_mean))
                 fin[mode](fin_args)
-            norm((x, y, smean, ws_scale, w, b, *tail, eps))
+            norm((x, y, smean, ws_scale, w, b, *tail, eps32))
 
         return go
 

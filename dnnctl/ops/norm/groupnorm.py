@@ -141,6 +141,7 @@ def gn_best_vec(problem: Problem) -> int:
 
 class _GnKernel:
     __slots__ = ("fast", "safe", "align")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: Any, safe: Any, align: int) -> None:
         self.fast, self.safe, self.align = fast, safe, align
@@ -209,10 +210,10 @@ class GnBlockGroup(_GnCuda):
         run = mc.launch(mod, f"gn_block<{block},{vec},{stage}>",
                         problem["n"] * problem["groups"], block,
                         self.staged_bytes(problem) if stage else 0)
-        dims = self.dims(problem)
+        dims = run.consts(*self.dims(problem))
 
         def go(x: Any, y: Any, w: Any, b: Any, eps: Any) -> None:
-            run((x, y, w, b, *dims, eps))
+            run((x, y, w, b, *dims, run.f32(eps)))
 
         return go
 
@@ -257,11 +258,11 @@ class GnSplitGroup(_GnCuda):
         stats = mc.launch(mod, f"gn_split_stats<{block},{vec}>", (slices, groups), block)
         apply = mc.launch(mod, f"gn_split_apply<{block},{vec}>", (slices, groups), block)
         part = mc.workspace(device, 12 * groups * slices)
-        dims = self.dims(problem)
+        dims = stats.consts(*self.dims(problem))
 
         def go(x: Any, y: Any, w: Any, b: Any, eps: Any) -> None:
             stats((x, part, *dims))
-            apply((x, part, y, w, b, *dims, eps))
+            apply((x, part, y, w, b, *dims, apply.f32(eps)))
 
         return go
 

@@ -89,6 +89,7 @@ class GlobalAvgPool2dOp(Op):
 
 class _GapKernel:
     __slots__ = ("fast", "safe", "align")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: Any, safe: Any, align: int) -> None:
         self.fast, self.safe, self.align = fast, safe, align
@@ -144,14 +145,14 @@ class GapReduce(_GapCuda):
             mod = mc.compile_cuda(self.source, defines, names, device)
             run = mc.launch(mod, f"gap_planes<{block},{group},{vec}>",
                             mc.cdiv(n * c, block // group), block)
-            dims: tuple = (np.int64(n * c), np.int32(hw))
+            dims: tuple = run.consts(np.int64(n * c), np.int32(hw))
         else:
             names = [f"gap_rows<{block},{v}>" for v in vecs]
             mod = mc.compile_cuda(self.source, defines, names, device)
             lanes = min(group, c // vec)
             run = mc.launch(mod, f"gap_rows<{block},{vec}>", (n, mc.cdiv(c // vec, lanes)),
                             block, 4 * block * vec)
-            dims = (np.int32(hw), np.int32(c), np.int32(lanes))
+            dims = run.consts(np.int32(hw), np.int32(c), np.int32(lanes))
 
         def go(x: Any, y: Any) -> None:
             run((x, y, *dims))
@@ -208,14 +209,14 @@ class GapSplit(_GapCuda):
         fin = mc.launch(mod, f"gap_split_{kind}_fin", mc.cdiv(n * c, 128), 128)
         if kind == "planes":
             run = mc.launch(mod, f"gap_split_planes<{block},{vec}>", (n * c, splits), block)
-            args: tuple = (np.int32(hw), np.int32(chunk))
-            fin_args: tuple = (np.int64(n * c), np.int32(splits), np.int32(hw))
+            args: tuple = run.consts(np.int32(hw), np.int32(chunk))
+            fin_args: tuple = fin.consts(np.int64(n * c), np.int32(splits), np.int32(hw))
         else:
             tiles = mc.cdiv(c // vec, lanes)
             run = mc.launch(mod, f"gap_split_rows<{block},{vec}>", (n * tiles, splits), block,
                             4 * block * vec)
-            args = (np.int32(hw), np.int32(c), np.int32(lanes), np.int32(chunk))
-            fin_args = (np.int32(n), np.int32(splits), np.int32(c), np.int32(hw))
+            args = run.consts(np.int32(hw), np.int32(c), np.int32(lanes), np.int32(chunk))
+            fin_args = fin.consts(np.int32(n), np.int32(splits), np.int32(c), np.int32(hw))
 
         def go(x: Any, y: Any) -> None:
             run((x, part, *args))

@@ -198,9 +198,11 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 
 class _PoolKernel:
     __slots__ = ("fast", "safe", "align", "total")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, total: Any) -> None:
-        self.fast, self.safe, self.align, self.total = fast, safe, align, total
+        self.fast, self.safe, self.align = fast, safe, align
+        self.total = fast.consts(*total)
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
