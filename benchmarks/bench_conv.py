@@ -1,29 +1,38 @@
-"""conv2d: dnnctl's best variant per shape against torch.nn.functional.conv2d (cuDNN).
+"""conv2d: dnnctl (best candidate, and the default heuristic's pick) vs torch/cuDNN.
 
-Shapes: every distinct convolution of ResNet-50 v1.5 (torchvision: stride in the 3x3 conv;
-23 distinct layers; v1, with the stride in the first 1x1, has 20) at batch 1, 32 and 256,
-plus the distinct depthwise 3x3 layers of MobileNetV2, in fp16 NHWC and fp32 NCHW. Every
-layer carries a bias (batch norm folded), as an inference graph runs it; torch gets the
-same tensors (channels_last for NHWC) with torch.backends.cudnn.benchmark = True. fp32 rows
-allow TF32 on both sides, as torch does by default for cuDNN convolutions
-(torch.backends.cudnn.allow_tf32); set DNNCTL_BENCH_TF32=0 for strict fp32 on both.
+Shapes: the 23 distinct convolutions of ResNet-50 v1.5 (torchvision: stride on the 3x3; v1,
+with the stride on the first 1x1, has 20) and the 10 distinct depthwise 3x3 layers of
+MobileNetV2 1.0 @224, at batch 1, 32 and 256, in fp16 NHWC and fp32 NCHW. Every layer carries
+a bias (batch norm folded), as an inference graph runs it; torch gets the same tensors
+(channels_last for NHWC) with torch.backends.cudnn.benchmark = True. fp32 rows allow TF32 on
+both sides, as torch does by default for cuDNN convolutions (torch.backends.cudnn.allow_tf32);
+DNNCTL_BENCH_TF32=0 makes both strict fp32.
 
-For each shape, every registered cupy conv2d variant that supports it is tried with its
-default parameters plus a small deterministic sweep (at most CAP candidates per shape), each
-checked once against torch's output (a wrong candidate cannot win), timed briefly; the
-fastest is re-timed with the full budget next to cuDNN. A global time budget keeps the full
-run near 6 minutes: rows it cannot reach are listed as skipped, never silently dropped.
+Per shape, every registered cupy conv2d variant that supports it proposes its default
+parameters plus a short shape-aware list (benchmarks/conv_candidates.py: tile menus with
+split-K for the tensor-core variants, block shapes for depthwise, ...), and the default
+heuristic's choice is always among them. All kernels are compiled first by a pool of
+processes into CuPy's on-disk cache. Each candidate is checked once against torch's output
+(a wrong one cannot win), timed once (hopeless ones stop there) and briefly sampled; the
+three fastest, the default heuristic's pick and cuDNN are then re-timed in three
+interleaved rounds (CUDA events, L2 flushed before every sample; the median of the rounds'
+medians). Rows are run in priority order (batch 32, batch 1, then batch 256 fp16 NHWC, then
+batch 256 fp32 NCHW) within a time budget (DNNCTL_BENCH_CONV_S, default 285 s including the
+compile); rows it cannot reach are listed as skipped, never silently dropped.
 
     PYTHONPATH=. python3 benchmarks/run.py --only conv [--quick]
-    PYTHONPATH=. python3 benchmarks/bench_conv.py [--quick]
+    PYTHONPATH=. python3 benchmarks/bench_conv.py [--quick] [--batches 1,32] [--configs fp16]
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +40,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import common  # noqa: E402
+import conv_candidates  # noqa: E402
 
-TITLE = "conv2d: dnnctl best variant vs torch/cuDNN (cudnn.benchmark=True)"
-CAP = 8  # candidates per shape
-EXTRA_PER_VARIANT = 2  # sweep points besides the default parameters
-BUDGET_S = 330.0  # stop starting new rows after this (the full run must fit ~6 minutes)
-WS_LIMIT = 8 << 30
+TITLE = "conv2d: dnnctl best candidate and default heuristic vs torch/cuDNN (benchmark=True)"
+BUDGET_S = float(os.environ.get("DNNCTL_BENCH_CONV_S", "285"))
+PRECOMPILE_S = 150.0  # the compile pool stops being waited for after this
+CONFIGS = (("float16", "NHWC"), ("float32", "NCHW"))
+QUICK_LAYERS = ("conv1 7x7/2", "s1 3x3 64->64 @56", "s2 3x3 128->128 @56/2",
+                "s3 1x1b 256->1024 @14", "s4 3x3 512->512 @7", "mbv2 dw 96 @112/2",
+                "mbv2 dw 576 @14")
+FINALISTS = 3
+ROUNDS = 3
+PRUNE = 4.0  # a candidate whose single call is this much slower than the best is not sampled
 
 
 def resnet50_layers() -> list[tuple[str, dict[str, int]]]:
@@ -83,147 +98,337 @@ def mobilenet_v2_depthwise() -> list[tuple[str, dict[str, int]]]:
     return out
 
 
-def _sweep(space: list[dict], extra: int) -> list[dict]:
-    if not space or extra <= 0:
-        return []
-    step = max(1, len(space) // (extra + 1))
-    return [space[i] for i in range(step, len(space), step)][:extra]
+@dataclass(frozen=True)
+class Row:
+    """One benchmark row: a layer at a batch size, dtype and layout."""
+
+    layer: str
+    shape: tuple[tuple[str, int], ...]
+    batch: int
+    dtype: str
+    layout: str
+    tf32: bool
+
+    @property
+    def config(self) -> str:
+        return f"{self.dtype} {self.layout}"
+
+    def key(self) -> dict[str, Any]:
+        s = dict(self.shape)
+        return dict(n=self.batch, c=s["c"], h=s["h"], w=s["h"], k=s["k"], r=s["r"], s=s["r"],
+                    stride=s["stride"], pad=s["pad"], groups=s.get("groups", 1),
+                    dtype=self.dtype, layout=self.layout, bias=True,
+                    tf32=self.tf32 and self.dtype == "float32")
 
 
-def candidates(op: Any, problem: Any, device: Any, quick: bool) -> list[tuple[Any, dict]]:
-    from dnnctl.ops.conv2d.op import default_params
-    from dnnctl.ops.registry import variants
-
-    first, rest = [], []
-    for v in variants("conv2d", "cupy"):
-        if not v.supports(problem, device):
-            continue
-        d = default_params(v, problem, device)
-        if d is not None and v.workspace_bytes(problem, d) <= WS_LIMIT:
-            first.append((v, d))
-        for p in _sweep(list(v.param_space(problem, device)), 0 if quick else EXTRA_PER_VARIANT):
-            if p != d and v.workspace_bytes(problem, p) <= WS_LIMIT:
-                rest.append((v, p))
-    return (first + rest)[:CAP]
+def plan_rows(quick: bool, tf32: bool, batches: Sequence[int] = (1, 32, 256),
+              configs: Sequence[tuple[str, str]] = CONFIGS) -> list[Row]:
+    """Rows in the order they are run: batch 32, batch 1, batch 256 fp16, batch 256 fp32."""
+    layers = resnet50_layers() + mobilenet_v2_depthwise()
+    if quick:
+        layers = [entry for entry in layers if entry[0] in QUICK_LAYERS]
+        batches = (32,)
+    order = sorted(((b, cfg) for b in batches for cfg in configs),
+                   key=lambda bc: ({32: 0, 1: 1}.get(bc[0], 2), CONFIGS.index(bc[1])
+                                   if bc[1] in CONFIGS else 9, bc[0]))
+    return [Row(name, tuple(sorted(shape.items())), b, dt, lay, tf32)
+            for b, (dt, lay) in order for name, shape in layers]
 
 
-def bench_shape(name: str, shape: dict, batch: int, dtype: str, layout: str, tf32: bool,
-                quick: bool) -> dict[str, Any]:
+# ----------------------------------------------------------------------------- compile
+
+
+class _Recorder:
+    """Stands in for the cupy backend (and the conv runtime) while listing the modules the
+    candidates compile; runs in a child process so nothing it builds is kept."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self.xp = np
+        self.jobs: dict[tuple, None] = {}
+
+    def compile_module(self, source: str, *, defines: Mapping[str, Any] | None = None,
+                       name_expressions: Sequence[str] = (), options: Sequence[str] = (),
+                       device: int | None = None) -> Any:
+        self.jobs[(source, tuple(sorted((defines or {}).items())),
+                   tuple(name_expressions))] = None
+
+        class _Fn:
+            max_dynamic_shared_size_bytes = 0
+
+            def __call__(self, *args: Any, **kwargs: Any) -> None:
+                return None
+
+        return type("M", (), {"get_function": staticmethod(lambda name: _Fn())})()
+
+    # the conv2d runtime's interface (dnnctl/ops/conv2d/_cuda.py)
+    def function(self, source: str, defines: Mapping[str, Any], name: str) -> Any:
+        return self.compile_module(source, defines=defines).get_function(name)
+
+    def fft_plan(self, *args: Any) -> None:
+        return None
+
+    def ptr(self, arr: Any) -> int:
+        return 0
+
+
+def record_jobs(rows: Sequence[Row], device: Any) -> list[tuple]:
+    """The (source, defines, names) of every module the rows' candidates build, in order."""
+    from dnnctl.backends import base
+    from dnnctl.ops.conv2d import _cuda
+    from dnnctl.ops.registry import get_op
+
+    op = get_op("conv2d")
+    rec = _Recorder()
+    saved = base._BACKENDS.get("cupy")
+    base._BACKENDS["cupy"] = rec  # type: ignore[assignment]
+    try:
+        with _cuda.use_runtime(rec):
+            for row in rows:
+                problem = op.problem(row.key())
+                for variant, params in conv_candidates.candidates(problem, device):
+                    try:
+                        variant.build(problem, params, device)
+                    except Exception:  # the real build reports it
+                        pass
+    finally:
+        if saved is None:
+            base._BACKENDS.pop("cupy", None)
+        else:
+            base._BACKENDS["cupy"] = saved
+    return list(rec.jobs)
+
+
+def _compile_job(job: tuple) -> str | None:
+    from dnnctl.backends.base import get_backend
+
+    source, defines, names = job
+    try:
+        get_backend("cupy").compile_module(source, defines=dict(defines),
+                                           name_expressions=names)
+    except Exception as exc:  # the benchmark row reports it properly
+        return f"{source}: {type(exc).__name__}"
+    return None
+
+
+def precompile(rows: Sequence[Row], device: Any, budget_s: float) -> str:
+    """Compile every module the rows need into CuPy's disk cache with a process pool."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    t0 = time.time()
+    ctx = multiprocessing.get_context("spawn")
+    try:
+        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
+            jobs = one.submit(record_jobs, list(rows), device).result(timeout=120)
+    except Exception as exc:
+        return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
+    t_rec = time.time() - t0
+    workers = max(1, min(16, (os.cpu_count() or 2) - 1))
+    done = failed = 0
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    try:
+        futures = [pool.submit(_compile_job, j) for j in jobs]
+        for fut in cf.as_completed(futures, timeout=max(1.0, budget_s - t_rec)):
+            done += 1
+            failed += fut.result() is not None
+    except cf.TimeoutError:
+        pass
+    except Exception as exc:
+        return f"kernel pre-compilation stopped ({type(exc).__name__}: {exc})"
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return (f"pre-compiled {done}/{len(jobs)} kernel modules with {workers} processes in "
+            f"{time.time() - t0:.0f} s ({failed} failed to compile)")
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+@dataclass
+class Cand:
+    label: str
+    variant: str
+    params: dict[str, Any]
+    fn: Callable[[], None]
+    err: float
+    quick_us: float = math.inf
+    rounds: list[float] = field(default_factory=list)
+
+    @property
+    def us(self) -> float:
+        return statistics.median(self.rounds) if self.rounds else self.quick_us
+
+
+def _one_call_us(fn: Callable[[], None]) -> float:
+    import cupy as cp
+
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return cp.cuda.get_elapsed_time(start, end) * 1e3
+
+
+def bench_row(row: Row) -> dict[str, Any]:
     import cupy as cp
     import torch
 
     from dnnctl.ops.registry import get_op
 
     op = get_op("conv2d")
-    be = common.backend()
-    dev = be.device(cp.cuda.Device().id)
-    c, h, k, r = shape["c"], shape["h"], shape["k"], shape["r"]
-    st, pad, groups = shape["stride"], shape["pad"], shape.get("groups", 1)
-    problem = op.problem(n=batch, c=c, h=h, w=h, k=k, r=r, s=r, stride=st, pad=pad,
-                         groups=groups, dtype=dtype, layout=layout, bias=True,
-                         tf32=tf32 and dtype == "float32")
-    tdt = getattr(torch, dtype)
+    dev = common.backend().device(cp.cuda.Device().id)
+    problem = op.problem(row.key())
+    k = row.key()
+    c, h, kk, r = k["c"], k["h"], k["k"], k["r"]
+    st, pad, groups, batch = k["stride"], k["pad"], k["groups"], k["n"]
+    tdt = getattr(torch, row.dtype)
     tdev = torch.device("cuda")
     x = torch.randn(batch, c, h, h, device=tdev).to(tdt)
-    w = (torch.randn(k, c // groups, r, r, device=tdev) / math.sqrt(c // groups * r * r)).to(tdt)
-    b = torch.randn(k, device=tdev).to(tdt)
-    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+    w = (torch.randn(kk, c // groups, r, r, device=tdev) / math.sqrt(c // groups * r * r)).to(
+        tdt)
+    b = torch.randn(kk, device=tdev).to(tdt)
+    fmt = torch.channels_last if row.layout == "NHWC" else torch.contiguous_format
     x, w = x.contiguous(memory_format=fmt), w.contiguous(memory_format=fmt)
     f = torch.nn.functional
 
     def torch_fn() -> Any:
         return f.conv2d(x, w, b, stride=st, padding=pad, groups=groups)
 
-    ref = torch_fn()
-    perm = (lambda t: t.permute(0, 2, 3, 1)) if layout == "NHWC" else (lambda t: t)
+    ref = torch_fn()  # cudnn.benchmark: the first call picks cuDNN's algorithm
+    perm = (lambda t: t.permute(0, 2, 3, 1)) if row.layout == "NHWC" else (lambda t: t)
     inputs = {"x": cp.from_dlpack(perm(x).detach()), "w": cp.from_dlpack(perm(w).detach()),
               "bias": cp.from_dlpack(b)}
     ref_cp = cp.from_dlpack(perm(ref).contiguous()).astype(cp.float32)
     ref_norm = float(cp.linalg.norm(ref_cp))
     y = cp.empty(op.output_specs(problem)["y"].shape, dtype=inputs["x"].dtype)
-    tol = 2e-2 if dtype != "float32" else 1e-2
-    best, best_us, best_kern, best_err, tried, wrong = None, math.inf, None, math.nan, 0, 0
-    for variant, params in candidates(op, problem, dev, quick):
+    tol = 2e-2 if row.dtype != "float32" else 1e-2
+    default = op.default_choice(problem, "cupy", dev)
+    default_label = conv_candidates.label(default.variant, default.param_dict)
+    cands: list[Cand] = []
+    wrong = failed = pruned = 0
+    notes: list[str] = []
+    for variant, params in conv_candidates.candidates(problem, dev):
+        name = conv_candidates.label(variant.name, params)
         try:
             kern = variant.build(problem, params, dev)
             y.fill(float("nan"))
             kern(inputs, {"y": y}, {})
             err = float(cp.linalg.norm(y.astype(cp.float32) - ref_cp)) / ref_norm
         except Exception as exc:  # a failed candidate is skipped, as the tuner does
-            print(f"  [{name} b{batch}] {variant.name}{params}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
-            wrong += 1
+            failed += 1
+            notes.append(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
             continue
-        tried += 1
         if not err <= tol:
             wrong += 1
+            notes.append(f"{name}: wrong (rel err {err:.3g})")
             continue
-        t = common.time_us(lambda kern=kern: kern(inputs, {"y": y}, {}), warmup_ms=3,
-                           budget_ms=10)["median_us"]
-        if t < best_us:
-            best, best_us, best_kern, best_err = (variant, params), t, kern, err
-    row: dict[str, Any] = {"config": f"{dtype} {layout}", "layer": name, "batch": batch}
-    cudnn = common.time_us(torch_fn, warmup_ms=10, budget_ms=40)["median_us"]
+
+        def run(kern: Any = kern) -> None:
+            kern(inputs, {"y": y}, {})
+
+        cand = Cand(name, variant.name, params, run, err)
+        cands.append(cand)
+        best = min((cd.quick_us for cd in cands), default=math.inf)
+        once = _one_call_us(run)
+        if once > PRUNE * best:
+            cand.quick_us = once
+            pruned += 1
+            continue
+        cand.quick_us = common.time_us(run, warmup_ms=1, budget_ms=5)["median_us"]
+    for note in notes:
+        print(f"  [{row.config} b{row.batch} {row.layer}] {note}", file=sys.stderr)
+    out: dict[str, Any] = {"config": row.config, "layer": row.layer, "batch": row.batch}
+    cands.sort(key=lambda cd: cd.quick_us)
+    finals = cands[:FINALISTS]
+    dflt = next((cd for cd in cands if cd.label == default_label), None)
+    if dflt is not None and dflt not in finals:
+        finals.append(dflt)
+    cudnn_rounds: list[float] = []
+    for _ in range(ROUNDS):  # interleaved, so drift hits everyone alike
+        cudnn_rounds.append(common.time_us(torch_fn, warmup_ms=2, budget_ms=12)["median_us"])
+        for cd in finals:
+            cd.rounds.append(common.time_us(cd.fn, warmup_ms=2, budget_ms=12)["median_us"])
+    cudnn = statistics.median(cudnn_rounds)
     flops = op.flops(problem)
-    if best is None or best_kern is None:
-        row.update(best="(none)", ours_us=math.nan, cudnn_us=cudnn, ratio=math.nan)
-        return row
-    ours = common.time_us(lambda: best_kern(inputs, {"y": y}, {}), warmup_ms=10,
-                          budget_ms=40)["median_us"]
-    label = best[0].name + "(" + ",".join(f"{k}={v}" for k, v in sorted(best[1].items())) + ")"
-    row.update(best=label, ours_us=ours, cudnn_us=cudnn, ratio=cudnn / ours,
-               ours_tflops=flops / ours / 1e6, cudnn_tflops=flops / cudnn / 1e6,
-               err_vs_torch=best_err, tried=tried, wrong=wrong)
-    return row
+    top = min(finals, key=lambda cd: cd.us) if finals else None
+    if top is None:
+        out.update(best="(none)", ours_us=math.nan, cudnn_us=cudnn, ratio=math.nan)
+    else:
+        out.update(best=top.label, ours_us=top.us, cudnn_us=cudnn, ratio=cudnn / top.us,
+                   ours_tflops=flops / top.us / 1e6, cudnn_tflops=flops / cudnn / 1e6)
+    if dflt is not None:
+        out.update(default=default_label, default_us=dflt.us, default_ratio=cudnn / dflt.us)
+    else:
+        out.update(default=default_label + " (failed/wrong!)", default_us=math.nan,
+                   default_ratio=math.nan)
+    out.update(err_vs_torch=top.err if top is not None else math.nan,
+               tried=len(cands) + wrong + failed, wrong=wrong, failed=failed, pruned=pruned)
+    return out
 
 
-def run(ctx: Any, quick: bool) -> list[dict[str, Any]]:
+# ----------------------------------------------------------------------------- section
+
+
+def run(ctx: Any, quick: bool, batches: Sequence[int] = (1, 32, 256),
+        configs: Sequence[tuple[str, str]] = CONFIGS) -> list[dict[str, Any]]:
     import cupy as cp
     import torch
 
+    t0 = time.time()
     torch.backends.cudnn.benchmark = True
     tf32 = os.environ.get("DNNCTL_BENCH_TF32", "1") != "0"
     torch.backends.cudnn.allow_tf32 = tf32
-    layers = resnet50_layers() + mobilenet_v2_depthwise()
-    if quick:
-        keep = {"conv1 7x7/2", "s1 3x3 64->64 @56", "s2 3x3 128->128 @56/2",
-                "s3 1x1b 256->1024 @14", "s4 3x3 512->512 @7", "mbv2 dw 96 @112/2",
-                "mbv2 dw 576 @14"}
-        layers = [entry for entry in layers if entry[0] in keep]
-    batches = (32,) if quick else (1, 32, 256)
-    plan = [(dt, lay, bt) for dt, lay in (("float16", "NHWC"), ("float32", "NCHW"))
-            for bt in batches]
-    rows: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    t0 = time.time()
-    for dtype, layout, batch in plan:
-        for name, shape in layers:
-            if time.time() - t0 > BUDGET_S:
-                skipped.append(f"{dtype} {layout} b{batch} {name}")
-                continue
-            try:
-                rows.append(bench_shape(name, shape, batch, dtype, layout, tf32, quick))
-            except Exception as exc:  # keep the section going; record the miss
-                rows.append({"config": f"{dtype} {layout}", "layer": name, "batch": batch,
-                             "best": f"error: {type(exc).__name__}: {exc}"[:120]})
-            print(_progress(rows[-1]), flush=True)
-            cp.get_default_memory_pool().free_all_blocks()
-            torch.cuda.empty_cache()
+    rows = plan_rows(quick, tf32, batches, configs)
+    dev = common.backend().device(cp.cuda.Device().id)
+    print(f"  {precompile(rows, dev, PRECOMPILE_S)}", flush=True)
+    out: list[dict[str, Any]] = []
+    skipped: list[Row] = []
+    for row in rows:
+        if time.time() - t0 > BUDGET_S:
+            skipped.append(row)
+            continue
+        try:
+            out.append(bench_row(row))
+        except Exception as exc:  # keep the section going; record the miss
+            out.append({"config": row.config, "layer": row.layer, "batch": row.batch,
+                        "best": f"error: {type(exc).__name__}: {exc}"[:160]})
+        print(_progress(out[-1]), flush=True)
+        cp.get_default_memory_pool().free_all_blocks()
+        torch.cuda.empty_cache()
+    out.sort(key=lambda r: (CONFIGS.index(_config_tuple(r)) if _config_tuple(r) in CONFIGS
+                            else 9, r["batch"]))
     if skipped:
-        rows.append({"config": "skipped (time budget)", "layer": f"{len(skipped)} rows",
-                     "best": "; ".join(skipped[:6]) + (" ..." if len(skipped) > 6 else "")})
-    return rows
+        groups: dict[str, int] = {}
+        for row in skipped:
+            groups[f"{row.config} b{row.batch}"] = groups.get(f"{row.config} b{row.batch}",
+                                                              0) + 1
+        out.append({"config": "skipped (time budget)", "layer": f"{len(skipped)} rows",
+                    "best": ", ".join(f"{k}: {v}" for k, v in groups.items())})
+    return out
 
 
-def _progress(row: dict[str, Any]) -> str:
+def _config_tuple(r: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(str(r.get("config", "")).split(" ", 1))
+
+
+def _progress(row: Mapping[str, Any]) -> str:
+    us = {k: row.get(k, math.nan) for k in ("ours_us", "default_us", "cudnn_us")}
     return (f"  {row.get('config')} b{row.get('batch')} {row.get('layer')}: "
-            f"{row.get('best')} {row.get('ours_us', math.nan):.1f} us vs cuDNN "
-            f"{row.get('cudnn_us', math.nan):.1f} us")
+            f"{row.get('best')} {us['ours_us']:.1f} us, default {us['default_us']:.1f} us, "
+            f"cuDNN {us['cudnn_us']:.1f} us")
 
 
 def summary(rows: list[dict[str, Any]], ctx: Any) -> str:
-    """Geometric-mean speed ratio (cuDNN time / ours; > 1 means ours is faster), wins."""
-    lines = []
+    """Geometric-mean speed ratios (cuDNN time / ours; > 1 means ours is faster), wins, and
+    how the default heuristic (no plan) fares."""
+    lines = ["- shapes: ResNet-50 v1.5 (torchvision) 23 distinct convolutions (v1 has 20) + "
+             "MobileNetV2 10 distinct depthwise 3x3, batch 1 / 32 / 256, fp16 NHWC and fp32 "
+             "NCHW (TF32 allowed on both sides unless DNNCTL_BENCH_TF32=0)"]
     timed = [r for r in rows if isinstance(r.get("ratio"), float) and r["ratio"] > 0]
     groups: dict[str, list[dict[str, Any]]] = {"all": timed}
     for r in timed:
@@ -231,11 +436,19 @@ def summary(rows: list[dict[str, Any]], ctx: Any) -> str:
         groups.setdefault(f"{r['config']} batch {r['batch']}", []).append(r)
     for gname, rs in groups.items():
         wins = sum(1 for r in rs if r["ratio"] >= 1.0)
-        lines.append(f"- {gname}: geomean ratio {common.geomean([r['ratio'] for r in rs]):.3f}"
-                     f" over {len(rs)} shapes; ours fastest on {wins}")
+        dr = [r["default_ratio"] for r in rs
+              if isinstance(r.get("default_ratio"), float) and r["default_ratio"] > 0]
+        best = common.geomean([r["ratio"] for r in rs])
+        lines.append(f"- {gname}: best geomean ratio {best:.3f} over {len(rs)} shapes, ours "
+                     f"fastest on {wins}; default heuristic geomean {common.geomean(dr):.3f}")
+    near = [r for r in timed if isinstance(r.get("default_us"), float)
+            and r["default_us"] <= 1.1 * r["ours_us"]]
+    if timed:
+        lines.append(f"- default heuristic within 10% of the best candidate on {len(near)}/"
+                     f"{len(timed)} shapes")
     misses = [r for r in rows if r not in timed]
     if misses:
-        lines.append(f"- not timed: {len(misses)} rows (see table)")
+        lines.append(f"- not timed: {len(misses)} rows (errors / skipped: see the table)")
     return "\n".join(lines)
 
 
@@ -244,8 +457,13 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--batches", default="1,32,256")
+    ap.add_argument("--configs", default="fp16,fp32", help="fp16 (NHWC) and/or fp32 (NCHW)")
     args = ap.parse_args()
-    rows = run(None, args.quick)
+    batches = tuple(int(b) for b in args.batches.split(",") if b)
+    wanted = {"fp16": CONFIGS[0], "fp32": CONFIGS[1]}
+    configs = tuple(wanted[c] for c in args.configs.split(",") if c in wanted)
+    rows = run(None, args.quick, batches, configs)
     print(common.markdown(rows))
     print(summary(rows, None))
     return 0
