@@ -19,6 +19,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #undef __device__
@@ -56,6 +57,13 @@ struct Copy {  // one pending cp.async
   int valid;  // src-size (rest zero-filled)
 };
 
+struct WgOp {  // one wgmma.mma_async in flight (tools/cuda_emu/emu_wgmma_runtime.h)
+  float* d;                      // the issuing thread's accumulator registers
+  std::vector<float> prod;       // its fragment of A * B, added when the group completes
+  bool accumulate;               // scale-d
+  std::vector<size_t> reads;     // shared offsets of the operand bytes the op reads
+};
+
 struct Fiber {
   void* sp = nullptr;
   unsigned char* stack = nullptr;
@@ -64,6 +72,12 @@ struct Fiber {
   int linear = 0, warp = 0, lane = 0;
   std::vector<Copy> pending;
   std::vector<size_t> group_ends;  // pending.size() at each commit
+  // wgmma state: ops in flight, wg_ops.size() at each commit_group, a wgmma.fence since
+  // the last commit, and this thread's generic shared writes not yet fence.proxy.async'ed
+  std::vector<WgOp> wg_ops;
+  std::vector<size_t> wg_group_ends;
+  bool wg_fenced = false;
+  std::vector<std::pair<size_t, size_t>> unfenced;
 };
 
 struct Error : std::runtime_error {

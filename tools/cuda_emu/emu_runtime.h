@@ -49,6 +49,8 @@ struct Shadow {  // per shared-memory byte
   int pending = 0;
   long w_epoch = -1, r_epoch = -1;
   int writer = -1, reader = -1;  // reader -2: several threads
+  int async_reads = 0;    // wgmma ops in flight that read the byte
+  bool unfenced = false;  // last written through the generic proxy, writer not yet fenced
 };
 
 constexpr size_t kStack = 512 * 1024;
@@ -143,9 +145,13 @@ void smem_read(const void* p, size_t bytes, const char* what) {
 
 void smem_write(const void* p, size_t bytes, const char* what) {
   unsigned char* q = check_smem(p, bytes, what);
+  cur->unfenced.push_back({(size_t)(q - g_smem), bytes});
   for (size_t i = 0; i < bytes; ++i) {
     Shadow& s = g_shadow[(q - g_smem) + i];
     if (s.pending) fail(std::string(what) + ": writes shared bytes with a cp.async in flight");
+    if (s.async_reads)
+      fail(std::string(what) + ": writes shared bytes a wgmma in flight still reads");
+    s.unfenced = true;
     if (s.r_epoch == g_epoch && s.reader != cur->linear) {
       char msg[200];
       std::snprintf(msg, sizeof msg, "%s: race: shared offset %td read by thread %d in the "
@@ -165,11 +171,13 @@ void mark_pending(const void* p, size_t bytes) {
 }
 
 static void complete(const Copy& c) {
+  cur->unfenced.push_back({(size_t)(c.dst - g_smem), (size_t)c.bytes});
   for (int i = 0; i < c.bytes; ++i) {
     Shadow& s = g_shadow[(c.dst - g_smem) + i];
     --s.pending;
     s.w_epoch = g_epoch;  // lands now: readers need a barrier after this wait
     s.writer = cur->linear;
+    s.unfenced = true;  // a generic-proxy write (wgmma needs fence.proxy.async first)
   }
   if (c.valid) std::memcpy(c.dst, c.src, c.valid);
   if (c.valid < c.bytes) std::memset(c.dst + c.valid, 0, c.bytes - c.valid);
@@ -274,6 +282,7 @@ static void fiber_main() {
   try {
     g_body();
     if (!f->pending.empty()) fail("thread exited with cp.async copies never waited on");
+    if (!f->wg_ops.empty()) fail("thread exited with wgmma ops never waited on");
   } catch (const std::exception& e) {
     if (g_error.empty()) g_error = e.what();
   }
@@ -294,6 +303,10 @@ static void init_fiber(Fiber& f) {
   f.done = false;
   f.pending.clear();
   f.group_ends.clear();
+  f.wg_ops.clear();
+  f.wg_group_ends.clear();
+  f.wg_fenced = false;
+  f.unfenced.clear();
 }
 
 static void run_block() {
@@ -394,3 +407,5 @@ int launch(void (*k)(A...), const unsigned* grid, const unsigned* block, size_t 
 }
 
 }  // namespace emu
+
+#include "emu_wgmma_runtime.h"

@@ -11,7 +11,11 @@ import sys
 import types
 from typing import Any
 
-from dnnctl.ops.matmul import cupy_variants, numpy_variants  # noqa: F401  (registration)
+from dnnctl.ops.matmul import (  # noqa: F401  (registration)
+    cupy_variants,
+    numpy_variants,
+    wgmma,
+)
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
 

@@ -21,6 +21,7 @@ from dnnctl.backends.base import DeviceInfo, get_backend
 from dnnctl.errors import KernelLaunchError
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
+MATH_WGMMA = 3  # Hopper wgmma kernel (kernels/gemm/wgmma.cu): wm = 4 warps per warpgroup
 BIAS_NONE, BIAS_COL, BIAS_ROW = 0, 1, 2
 OUT_STORE, OUT_PARTIAL, OUT_ATOMIC, OUT_FUSED = 0, 1, 2, 3
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
@@ -84,8 +85,9 @@ class TileConfig:
         return (self.bm // self.wm) * (self.bn // self.wn) // 32
 
     def smem_bytes(self, dtype: str) -> int:
-        elem = 4 if self.math != MATH_MMA16 else ELEM_BYTES[dtype]
-        return self.stages * (self.bm + self.bn) * self.bk * elem
+        elem = 4 if self.math not in (MATH_MMA16, MATH_WGMMA) else ELEM_BYTES[dtype]
+        ring = self.stages * (self.bm + self.bn) * self.bk * elem
+        return ring + 1024 if self.math == MATH_WGMMA else ring  # 1 KB to align the atoms
 
 
 def tile_config(params: Mapping[str, Any], math_kind: int) -> TileConfig | None:
@@ -261,7 +263,8 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     if overlap and cfg.math == MATH_MMA16:
         defines["GEMM_OVERLAP"] = 1
     smem = cfg.smem_bytes(desc.dtype)
-    main = load_kernel("gemm/gemm.cu", "gemm_kernel", defines, smem)
+    source = "gemm/wgmma.cu" if cfg.math == MATH_WGMMA else "gemm/gemm.cu"
+    main = load_kernel(source, "gemm_kernel", defines, smem)
     fin = None
     if out_mode in (OUT_PARTIAL, OUT_ATOMIC):
         fin = finish_kernel(desc.dtype, desc.act, desc.bias_mode, desc.residual, 0)

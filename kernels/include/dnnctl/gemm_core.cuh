@@ -99,10 +99,13 @@ __device__ __forceinline__ void copy_piece(unsigned char* dst, const T* src, boo
 // A strided row-major matrix seen through the tile: KMAJOR means the reduction index is the
 // contiguous one (tile rows = M or N, tile cols = K), else tile rows = K. VEC divides the
 // leading dimension and the base is VEC-element aligned, so a piece is all in or all out.
-template <class C, int ROWS, int COLS, int VEC, bool KMAJOR>
+// Tile places (tile row, tile col) in shared memory (the swizzled SmemTile by default; the
+// wgmma kernels pass their canonical layouts, dnnctl/wgmma_core.cuh).
+template <class C, int ROWS, int COLS, int VEC, bool KMAJOR,
+          class Tile_ = SmemTile<typename C::T, ROWS, COLS>>
 struct MatLoader {
   typedef typename C::T T;
-  typedef SmemTile<T, ROWS, COLS> Tile;
+  typedef Tile_ Tile;
   static constexpr int CPR = COLS / VEC;  // pieces per tile row
   static constexpr int PIECES = ROWS * CPR;
   static constexpr int ITERS = (PIECES + C::NT - 1) / C::NT;
@@ -113,18 +116,48 @@ struct MatLoader {
   int mn_lim;  // M or N
   int k_begin, k_end;
 
-  __device__ __forceinline__ void load(unsigned char* dst, int kt) const {
+  __device__ __forceinline__ bool piece(int kt, int it, int& tr, int& tc, const T*& src) const {
     const int k0 = k_begin + kt * (KMAJOR ? COLS : ROWS);
+    const int p = (int)threadIdx.x + it * C::NT;
+    tr = p / CPR;
+    tc = (p % CPR) * VEC;
+    const int r = KMAJOR ? mn0 + tr : k0 + tr;
+    const int c = KMAJOR ? k0 + tc : mn0 + tc;
+    const bool ok = KMAJOR ? (r < mn_lim && c < k_end) : (r < k_end && c < mn_lim);
+    src = ok ? base + (long long)r * ld + c : base;
+    return ok;
+  }
+
+  __device__ __forceinline__ void load(unsigned char* dst, int kt) const {
+    if constexpr (VEC * (int)sizeof(T) >= 4) {
 #pragma unroll
-    for (int it = 0; it < ITERS; ++it) {
-      const int p = (int)threadIdx.x + it * C::NT;
-      if (PIECES % C::NT != 0 && p >= PIECES) break;
-      const int tr = p / CPR, tc = (p % CPR) * VEC;
-      const int r = KMAJOR ? mn0 + tr : k0 + tr;
-      const int c = KMAJOR ? k0 + tc : mn0 + tc;
-      const bool ok = KMAJOR ? (r < mn_lim && c < k_end) : (r < k_end && c < mn_lim);
-      const T* src = ok ? base + (long long)r * ld + c : base;
-      copy_piece<T, VEC>(dst + Tile::offset(tr, tc), src, ok);
+      for (int it = 0; it < ITERS; ++it) {
+        if (PIECES % C::NT != 0 && (int)threadIdx.x + it * C::NT >= PIECES) break;
+        int tr, tc;
+        const T* src;
+        const bool ok = piece(kt, it, tr, tc, src);
+        copy_piece<T, VEC>(dst + Tile::offset(tr, tc), src, ok);
+      }
+    } else {
+      // single 16-bit elements (no cp.async below 4 bytes): every load is issued before the
+      // first shared store, so they overlap instead of each waiting behind the previous
+      // store (a generic-pointer load may alias shared memory, the compiler keeps order)
+      static_assert(VEC == 1, "pieces under 4 bytes are single elements");
+      T v[ITERS];
+      int off[ITERS];
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it) {
+        off[it] = -1;
+        if (PIECES % C::NT != 0 && (int)threadIdx.x + it * C::NT >= PIECES) continue;
+        int tr, tc;
+        const T* src;
+        const bool ok = piece(kt, it, tr, tc, src);
+        v[it] = ok ? ldg(src) : from_float<T>(0.f);
+        off[it] = Tile::offset(tr, tc);
+      }
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it)
+        if (off[it] >= 0) sts<T>(dst + off[it], v[it]);
     }
   }
 };

@@ -1,0 +1,166 @@
+"""matmul ``wgmma``: the Hopper tensor-core GEMM (kernels/gemm/wgmma.cu, sm_90a only).
+
+Warpgroup-level ``wgmma.mma_async`` m64nNk16 (fp16 / bf16 in, fp32 accumulate) with both
+operands read from shared memory through matrix descriptors in the 128-byte swizzled
+canonical layouts (K-major or MN-major, so every trans_a / trans_b combination runs without a
+copy), a cp.async multi-stage ring of 64-deep k-tiles, one or two consumer warpgroups, and the
+same fused epilogue and split-K semantics as ``mma`` (deterministic: fused in-kernel or a
+separate finish kernel). Parameters: block tile bm x bn (bk is 64), warps (4 per warpgroup),
+stages, splitk, reduce.
+
+Shared by conv2d ``implicit_gemm_wgmma`` (dnnctl/ops/conv2d/implicit_gemm.py) through
+:func:`wg_tile` and :func:`wg_space_ok`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.matmul.cupy_variants import matmul_desc
+from dnnctl.ops.matmul.gemm_launch import (
+    MATH_WGMMA,
+    MAX_GRID_Z,
+    TileConfig,
+    counter_elems,
+    make_gemm,
+    split_plan,
+    tile_ok,
+    workspace_elems,
+)
+from dnnctl.ops.registry import register_variant
+
+WG_BK = 64
+WG_SPACE: dict[str, tuple[Any, ...]] = {
+    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (WG_BK,), "warps": (4, 8),
+    "stages": (3, 4, 5, 6), "splitk": (1, 2, 4, 8, 16)}
+
+
+def wgmma_device_ok(dtype: str, device: Any) -> Support:
+    """wgmma exists on sm_90 only (sm_90a code; Blackwell has tcgen05 instead)."""
+    cc = getattr(device, "cc_tuple", (0, 0))
+    if cc != (9, 0):
+        return unsupported(f"wgmma is an sm_90a instruction (Hopper); {getattr(device, 'name', '?')}"
+                           f" is compute capability {getattr(device, 'compute_capability', '?')}")
+    if dtype not in ("float16", "bfloat16"):
+        return unsupported(f"the wgmma kernels take float16 / bfloat16, not {dtype}")
+    return SUPPORTED
+
+
+def wg_tile(params: Mapping[str, Any]) -> TileConfig | None:
+    """The TileConfig of wgmma parameters: warps / 4 warpgroups split bm in m64 slices; at most
+    128 fp32 accumulators per thread; None when illegal."""
+    warps, bm, bn = params["warps"], params["bm"], params["bn"]
+    if warps % 4 or params["bk"] != WG_BK:
+        return None
+    wgs = warps // 4
+    if bm % (64 * wgs) or (bm // (64 * wgs)) * bn // 2 > 128:
+        return None
+    return TileConfig(MATH_WGMMA, bm, bn, WG_BK, warps, 1, params["stages"])
+
+
+def wg_space_ok(params: Mapping[str, Any], dtype: str, m: int, n: int, k: int, batch: int,
+                device: Any) -> bool:
+    """A legal tile (registers, shared memory) that makes sense for an M x N x K product: no
+    tile twice the problem, split-K only while the grid underfills the GPU with at least two
+    k-tiles per split, no more prefetch than k-tiles."""
+    cfg = wg_tile(params)
+    if cfg is None or not tile_ok(cfg, dtype, device):
+        return False
+    if cfg.bm > 64 and cfg.bm >= 2 * -(-m // 64) * 64:
+        return False
+    if cfg.bn > 64 and cfg.bn >= 2 * -(-n // 64) * 64:
+        return False
+    sms = getattr(device, "sm_count", 0) or 132
+    tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
+    ktiles = -(-k // WG_BK)
+    splitk = params["splitk"]
+    if splitk > 1:
+        if ktiles < 2 * splitk or tiles >= sms or batch * splitk > MAX_GRID_Z:
+            return False
+        if split_plan(k, WG_BK, splitk)[1] != splitk:
+            return False
+    per_split = -(-ktiles // splitk)
+    return cfg.stages == 3 or cfg.stages - 2 <= per_split
+
+
+def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any) -> dict[str, Any]:
+    """128 x 256 tiles with two warpgroups and 4 stages on big products (the tile that keeps
+    L2 -> SM traffic below what the tensor cores eat); 64-row tiles for M <= 64 (skinny,
+    bandwidth-bound: split-K up to ~2 blocks per SM, 6 stages in flight)."""
+    sms = getattr(device, "sm_count", 0) or 132
+    if m <= 64:
+        bm, warps = 64, 4
+        bn = 128 if n >= 128 else 64
+        stages = 6
+    else:
+        bm, warps = 128, 8
+        bn = 256 if n >= 256 else (128 if n >= 128 else 64)
+        stages = 4 if bn == 256 else 5
+    tiles = -(-m // bm) * -(-n // bn) * batch
+    ktiles = -(-k // WG_BK)
+    target = 2 * sms if m <= 64 else sms
+    splitk = 1
+    while splitk * 2 <= 16 and tiles * splitk * 2 <= target and ktiles >= 4 * splitk * 2:
+        splitk *= 2
+    return {"bm": bm, "bn": bn, "bk": WG_BK, "warps": warps, "stages": stages,
+            "splitk": splitk}
+
+
+@register_variant
+class WgmmaMatmul(Variant):
+    """Hopper wgmma GEMM with the fused epilogue and deterministic split-K."""
+
+    op = "matmul"
+    name = "wgmma"
+    backend = "cupy"
+    source = "gemm/wgmma.cu"
+    params = {**WG_SPACE, "reduce": ("fused", "separate")}
+    doc = ("Hopper wgmma.mma_async GEMM (fp16/bf16, sm_90a): swizzled smem descriptors, "
+           "cp.async ring, 1-2 warpgroups, fused bias+activation, deterministic split-K")
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        ok = wgmma_device_ok(problem["dtype"], device)
+        if not ok:
+            return ok
+        if problem["batch"] > MAX_GRID_Z:
+            return unsupported(f"batch {problem['batch']} exceeds the grid limit {MAX_GRID_Z}")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        p = problem
+        if params.get("reduce") == "separate" and params["splitk"] == 1:
+            return False  # nothing to reduce
+        return wg_space_ok(params, p["dtype"], p["m"], p["n"], p["k"], p["batch"], device)
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        p = problem
+        params = wg_heuristic(p["m"], p["n"], p["k"], p["batch"], device)
+        params["reduce"] = "fused"
+        if self.check_params(params) is None and self.valid_params(p, params, device):
+            return params
+        return next(iter(self.param_space(p, device)), None)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        desc = matmul_desc(problem)
+        slabs = workspace_elems(desc, WG_BK, params["splitk"], False)
+        counters = 0
+        if slabs and params.get("reduce") == "fused":
+            counters = counter_elems(desc, params["bm"], params["bn"])
+        return 4 * (slabs + counters)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        cfg = wg_tile(params)
+        if cfg is None or not tile_ok(cfg, problem["dtype"], device):
+            raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
+                                   f"form a legal tile on {device.name}")
+        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], False, device,
+                        fused=params.get("reduce") == "fused")
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            run(inputs["a"], inputs["b"], outputs["y"], inputs.get("bias"), None)
+
+        return kernel
