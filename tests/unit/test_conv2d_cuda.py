@@ -332,3 +332,28 @@ def test_depthwise_planes_builds_compile_with_nvrtc():
                 f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", *(f"-D{k}={v}" for k, v in defs)]
         ok, log = nvrtc_compile(kernels_dir() / src, opts, [])
         assert ok, f"{src} {defs}:\n{log}"
+
+
+def test_default_heuristic_prefers_tensor_cores_and_layout_kernels():
+    def pick(**key):
+        return OP.default_choice(OP.problem(key), "cupy", H200)
+
+    r3 = dict(n=32, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, bias=True, activation="relu")
+    assert pick(**r3, dtype="float16", layout="NHWC").variant == "implicit_gemm"  # not winograd
+    assert pick(**r3, dtype="bfloat16", layout="NHWC").variant == "implicit_gemm"
+    assert pick(**r3, dtype="float32", layout="NCHW", tf32=True).variant == "nhwc_implicit_gemm"
+    assert pick(**r3, dtype="float32", layout="NCHW").variant == "winograd"  # exact fp32
+    small = dict(r3, n=1, h=7, w=7)  # 0.06 GFLOP: the transposes would not pay
+    assert pick(**small, dtype="float16", layout="NCHW").variant == "implicit_gemm"
+    one = dict(n=32, c=256, h=14, w=14, k=1024, r=1, s=1, residual=True)
+    assert pick(**one, dtype="float16", layout="NHWC").variant == "gemm_1x1"
+    assert pick(**one, dtype="float32", layout="NCHW", tf32=True).variant == "gemm_1x1"
+    assert pick(**one, dtype="float32", layout="NCHW").variant == "im2col_gemm"  # cuBLAS SGEMM
+    dw = dict(n=32, c=576, h=14, w=14, k=576, r=3, s=3, pad=1, groups=576)
+    assert pick(**dw, dtype="float32", layout="NCHW").variant == "depthwise_planes"
+    assert pick(**dw, dtype="float16", layout="NHWC").variant == "depthwise"
+    assert pick(**dict(dw, h=112, w=112), dtype="float32", layout="NCHW").variant == "depthwise"
+    conv1 = dict(n=32, c=3, h=224, w=224, k=64, r=7, s=7, stride=2, pad=3)
+    assert pick(**conv1, dtype="float32", layout="NCHW", tf32=True).variant == \
+        "nhwc_implicit_gemm"
+    assert pick(**conv1, dtype="float16", layout="NHWC").variant == "implicit_gemm"

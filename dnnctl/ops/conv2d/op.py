@@ -32,6 +32,9 @@ from dnnctl.ops.base import (
 from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
+# NCHW on tensor cores: above this many FLOPs the layout transposes of nhwc_implicit_gemm
+# cost less than the element-wise NCHW patch gather of implicit_gemm
+NCHW_TRANSPOSE_FLOPS = 5e8
 LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
 
 
@@ -362,27 +365,44 @@ def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str,
 
 
 def preference(problem: Problem, backend: str) -> list[str]:
-    """Variant names to try, best first, for a problem nobody tuned."""
+    """Variant names to try, best first, for a problem nobody tuned.
+
+    From the H200 measurements (benchmarks/bench_conv.py) and the arithmetic of each
+    algorithm: tensor cores whenever the math allows them (fp16 / bf16, or float32 with
+    tf32): gemm_1x1 for 1x1, implicit_gemm for NHWC, and for NCHW the transposes into NHWC
+    (nhwc_implicit_gemm) once the convolution is big enough to repay them, since the NCHW
+    patch gather loads one element at a time. Depthwise has its own memory-bound kernels.
+    Exact float32 goes to cuBLAS SGEMM (im2col_gemm; winograd F(4x4) for large 3x3 stride-1
+    layers, 4x fewer multiplies). direct (CUDA cores) is the fallback for what is left.
+    """
     g = geometry(problem)
     if backend == "numpy":
         return numpy_preference(g)
-    low_precision = g.dtype in ("float16", "bfloat16") or g.tf32
+    tensor_cores = g.dtype in ("float16", "bfloat16") or g.tf32
     order: list[str] = []
     if g.depthwise:
+        if not g.nhwc:
+            order.append("depthwise_planes")
         order.append("depthwise")
     is_1x1 = g.r == 1 and g.s == 1 and (g.pt, g.pb, g.pl, g.pr) == (0, 0, 0, 0)
-    if is_1x1 and g.groups == 1:
-        order.append("gemm_1x1")
-    winograd_shape = (g.r == 3 and g.s == 3 and (g.sh, g.sw) == (1, 1)
-                      and (g.dh, g.dw) == (1, 1) and g.groups == 1)
-    if winograd_shape and g.cg >= 64 and g.kg >= 64 and g.p * g.q >= 64:
-        order.append("winograd")
-    if low_precision:
-        order.append("implicit_gemm")
+    if is_1x1 and (g.groups == 1 or g.nhwc) and not g.depthwise:
+        order += ["gemm_1x1"] if tensor_cores else ["im2col_gemm", "gemm_1x1"]
+    if tensor_cores:
+        if g.nhwc:
+            order.append("implicit_gemm")
+        elif 2.0 * g.npq * g.k * g.crs >= NCHW_TRANSPOSE_FLOPS:
+            order += ["nhwc_implicit_gemm", "implicit_gemm"]
+        else:
+            order += ["implicit_gemm", "nhwc_implicit_gemm"]
+    else:
+        winograd_shape = (g.r == 3 and g.s == 3 and (g.sh, g.sw) == (1, 1)
+                          and (g.dh, g.dw) == (1, 1) and g.groups == 1)
+        if winograd_shape and g.cg >= 64 and g.kg >= 64 and g.p * g.q >= 64:
+            order.append("winograd")
     if g.groups == 1 and g.crs >= 64:
         order.append("im2col_gemm")
     order.append("direct")
-    return order
+    return list(dict.fromkeys(order))
 
 
 def numpy_preference(g: ConvGeom) -> list[str]:
