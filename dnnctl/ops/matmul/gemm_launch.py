@@ -19,6 +19,7 @@ import numpy as np
 
 from dnnctl.backends.base import DeviceInfo, get_backend
 from dnnctl.errors import KernelLaunchError
+from dnnctl.ops import _memory_common as mc
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
 MATH_WGMMA = 3  # Hopper wgmma kernel (kernels/gemm/wgmma.cu): wm = 4 warps per warpgroup
@@ -277,14 +278,29 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     counters: dict[int, Any] = {}
     i32, i64 = np.int32, np.int64
     d = desc
-    consts = (i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb), i64(d.ldc), i64(d.sa),
-              i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch), i32(splits), i32(kchunk))
+    # launches with their geometry and scalar arguments fixed here: a call passes pointers
+    main_run = mc.Launch(main, grid, block, smem)
+    consts = main_run.consts(i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb), i64(d.ldc),
+                             i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch),
+                             i32(splits), i32(kchunk))
+    fin_run, fin_consts = None, ()
+    if fin is not None:  # launch_finish's geometry and arguments (pq 1, img_stride 0)
+        total = d.m * d.n * d.batch
+        fin_run = mc.Launch(fin, (max(1, min(-(-total // 256), (device.sm_count or 132) * 16)),
+                                  1, 1), (256, 1, 1))
+        fin_consts = fin_run.consts(i32(d.m), i32(d.n), i32(d.batch),
+                                    i32(1 if atomic else splits), i64(d.ldc), i64(d.sc),
+                                    i64(d.s_bias), i64(1), i64(0))
+    a_bytes, b_bytes, c_bytes = va * eb, vb * eb, 2 * eb
 
     def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
-        a = aligned(a, va * eb, xp)
-        b = aligned(b, vb * eb, xp)
-        c_out = c if ptr(c) % (2 * eb) == 0 else xp.empty(c.shape, dtype=c.dtype)
-        res = aligned(res, 2 * eb, xp)
+        if ptr(a) % a_bytes:
+            a = aligned(a, a_bytes, xp)
+        if ptr(b) % b_bytes:
+            b = aligned(b, b_bytes, xp)
+        c_out = c if ptr(c) % c_bytes == 0 else xp.empty(c.shape, dtype=c.dtype)
+        if res is not None:
+            res = aligned(res, c_bytes, xp)
         ws = cnt = None
         if ws_elems:
             ws = xp.empty((ws_elems,), dtype=np.float32)
@@ -295,11 +311,9 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             cnt = counters.get(key)
             if cnt is None:  # zero once; each launch leaves them zero again
                 cnt = counters[key] = xp.zeros((tiles * d.batch,), dtype=np.int32)
-        main(grid, block, (a, b, c_out, bias, res, ws, cnt, *consts), shared_mem=smem)
-        if fin is not None:
-            launch_finish(fin, ws, c_out, bias, res, m=d.m, n=d.n, batch=d.batch,
-                          splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc, s_bias=d.s_bias,
-                          sm_count=device.sm_count or 132)
+        main_run((a, b, c_out, bias, res, ws, cnt, *consts))
+        if fin_run is not None:
+            fin_run((ws, c_out, bias, res, *fin_consts))
         if c_out is not c:
             c[...] = c_out
 
