@@ -21,6 +21,7 @@ import numpy as np
 
 from dnnctl.backends.base import get_backend
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
@@ -29,9 +30,9 @@ from dnnctl.ops.matmul.gemm_launch import (
     MATH_SIMT,
     MAX_GRID_Z,
     GemmDesc,
+    GemmKernel,
     counter_elems,
     finish_kernel,
-    launch_finish,
     make_gemm,
     math_for,
     ptr,
@@ -187,15 +188,9 @@ class _TiledMatmul(TiledGemmParams, Variant):
         if cfg is None or not tile_ok(cfg, problem["dtype"], device):
             raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
                                    f"form a legal tile on {device.name}")
-        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic, device,
-                        fused=params.get("reduce") == "fused",
-                        overlap=params.get("pipe") == "overlap")
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            run(inputs["a"], inputs["b"], outputs["y"], inputs.get("bias"), None)
-
-        return kernel
+        return GemmKernel(make_gemm(matmul_desc(problem), cfg, params["splitk"], self.atomic,
+                                    device, fused=params.get("reduce") == "fused",
+                                    overlap=params.get("pipe") == "overlap"))
 
 
 _MMA_SPACE = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32, 64),
@@ -285,24 +280,33 @@ class CublasMatmul(Variant):
                             BIAS_COL if p["bias"] else BIAS_NONE, False, 0) if epi else None
         one = np.ones((), dtype=np.float32)
         zero = np.zeros((), dtype=np.float32)
+        one_ptr, zero_ptr = one.ctypes.data, zero.ctypes.data  # (kept alive: kernel.keep)
         xp = get_backend("cupy").xp
+        fin_run, fin_args = None, ()
+        if fin is not None:  # launch_finish's geometry and arguments, fixed here
+            blocks = max(1, min(-(-bt * m * n // 256), (device.sm_count or 132) * 16))
+            fin_run = mc.Launch(fin, (blocks, 1, 1), (256, 1, 1))
+            i32, i64 = np.int32, np.int64
+            fin_args = fin_run.consts(i32(m), i32(n), i32(bt), i32(1), i64(n), i64(m * n),
+                                      i64(0), i64(1), i64(0))
+        get_handle = cupy.cuda.device.get_cublas_handle
+        op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
+        ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
-            a, b, y = inputs["a"], inputs["b"], outputs["y"]
+            y = outputs["y"]
             c = xp.empty((bt * m * n,), dtype=np.float32) if epi else y
-            handle = cupy.cuda.device.get_cublas_handle()
+            handle = get_handle()
             cublas.setPointerMode(handle, 0)  # host alpha / beta (CuPy restores, not resets)
             # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b
             cublas.gemmStridedBatchedEx(
-                handle, _OP_T if tb else _OP_N, _OP_T if ta else _OP_N, n, m, k,
-                one.ctypes.data, ptr(b), dt, k if tb else n, k * n,
-                ptr(a), dt, m if ta else k, m * k,
-                zero.ctypes.data, ptr(c), 0 if epi else dt, n, m * n,
+                handle, op_b, op_a, n, m, k, one_ptr, ptr(inputs["b"]), dt, ld_b, k * n,
+                ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(c), c_type, n, m * n,
                 bt, compute, _GEMM_DEFAULT)
-            if fin is not None:
-                launch_finish(fin, c, y, inputs.get("bias"), None, m=m, n=n, batch=bt,
-                              splits=1, ldc=n, sc=m * n, s_bias=0,
-                              sm_count=device.sm_count or 132)
+            if fin_run is not None:
+                fin_run((c, y, inputs.get("bias"), None, *fin_args))
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.keep = (one, zero)  # type: ignore[attr-defined]
         return kernel

@@ -223,6 +223,22 @@ def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: i
         i64(s_bias), i64(pq), i64(img_stride)))
 
 
+class GemmKernel:
+    """The Kernel of a :func:`make_gemm` launcher (inputs a, b, bias; output y). It reads
+    only data pointers of C-contiguous arrays in their stored layouts (its alignment copies
+    keep the layout), so the dispatcher may pass them in any shape of the right size."""
+
+    __slots__ = ("run",)
+    flat_io = True
+
+    def __init__(self, run: Callable[..., None]) -> None:
+        self.run = run
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        self.run(inputs["a"], inputs["b"], outputs["y"], inputs.get("bias"), None)
+
+
 def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
               device: DeviceInfo, fused: bool = False,
               overlap: bool = False) -> Callable[..., None]:

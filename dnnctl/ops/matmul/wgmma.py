@@ -23,6 +23,7 @@ from dnnctl.ops.matmul.cupy_variants import matmul_desc
 from dnnctl.ops.matmul.gemm_launch import (
     MATH_WGMMA,
     MAX_GRID_Z,
+    GemmKernel,
     TileConfig,
     counter_elems,
     make_gemm,
@@ -156,11 +157,5 @@ class WgmmaMatmul(Variant):
         if cfg is None or not tile_ok(cfg, problem["dtype"], device):
             raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
                                    f"form a legal tile on {device.name}")
-        run = make_gemm(matmul_desc(problem), cfg, params["splitk"], False, device,
-                        fused=params.get("reduce") == "fused")
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            run(inputs["a"], inputs["b"], outputs["y"], inputs.get("bias"), None)
-
-        return kernel
+        return GemmKernel(make_gemm(matmul_desc(problem), cfg, params["splitk"], False, device,
+                                    fused=params.get("reduce") == "fused"))
