@@ -79,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 dw_planes(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
           const elem_t* __restrict__ bias, const elem_t* __restrict__ residual, int planes,
           int C, int act, int flags) {
-  __shared__ __align__(16) float xs[PB * HW];
+  __align__(16) __shared__ float xs[PB * HW];
   __shared__ float ws[PB][KR * KS];
   const int tid = (int)threadIdx.x;
   const long long p0 = (long long)blockIdx.x * PB;
@@ -105,7 +105,7 @@ dw_planes(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __
     const int c = (c0 + j) % C;
     ws[j][t] = to_float(w[(long long)c * (KR * KS) + t]);
   }
-  __syncthreads();
+  DNNCTL_SYNC();
 
   const long long ybase = p0 * PQ;
   for (int o = tid; o < np * PQ; o += THREADS) {

@@ -31,7 +31,7 @@ transpose_batched(const elem_t* __restrict__ src, elem_t* __restrict__ dst,
     const int i = i0 + di, j = j0 + tx;
     if (i < rows && j < cols) tile[di][tx] = to_float(src[base + (long long)i * cols + j]);
   }
-  __syncthreads();
+  DNNCTL_SYNC();
 #pragma unroll
   for (int dj = ty; dj < TT; dj += TR) {
     const int j = j0 + dj, i = i0 + tx;

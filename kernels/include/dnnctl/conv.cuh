@@ -3,6 +3,14 @@
 #pragma once
 #include <dnnctl/common.cuh>
 
+// Block-wide barrier. Built with -DDNNCTL_EMU (the CPU emulator of tools/cuda_emu) it is the
+// emulator's fiber barrier; on the GPU plain __syncthreads().
+#ifdef DNNCTL_EMU
+#define DNNCTL_SYNC() emu::block_barrier()
+#else
+#define DNNCTL_SYNC() __syncthreads()
+#endif
+
 namespace dnnctl {
 namespace conv {
 
