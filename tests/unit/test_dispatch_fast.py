@@ -1,0 +1,291 @@
+"""The run-time fast path: a call signature validated once runs again without validation.
+
+Every public op function keeps a signature -> Prepared cache. These tests check, on the numpy
+backend, that a repeated call gives the same result as the validating path (and as the
+``out=`` path, which never takes the fast path), that calls with another dtype, a strided
+view or a wrong parameter vector are still rejected after a good call of the same shape,
+that plan statistics are counted on every call, and the launch helpers of the CUDA kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from _plan_helpers import numpy_section
+
+import dnnctl
+from dnnctl.errors import ShapeError
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import dispatch, registry
+from dnnctl.ops.activation import _FAST as ACT_FAST
+from dnnctl.ops.base import Choice
+from dnnctl.ops.matmul.function import _FAST as MM_FAST
+from dnnctl.ops.norm import _FAST as NORM_FAST
+from dnnctl.ops.norm.rownorm import _FAST as ROW_FAST
+from dnnctl.ops.pool import _FAST as POOL_FAST
+from dnnctl.ops.softmax import _FAST as SOFTMAX_FAST
+from dnnctl.plan import Plan, PlanEntry, load_plan, write_plan
+
+RNG = np.random.default_rng(7)
+ops = dnnctl.ops
+
+
+def rand(*shape: int, dtype: Any = np.float32) -> np.ndarray:
+    return RNG.standard_normal(shape, dtype=np.float32).astype(dtype)
+
+
+X3 = rand(2, 3, 40, dtype=np.float16)  # softmax / norms over the last axis: (6, 40) problems
+X4 = rand(2, 6, 9, 10)  # NCHW
+W40, B40 = rand(40, dtype=np.float16), rand(40, dtype=np.float16)
+C6 = [rand(6) for _ in range(2)] + [np.abs(rand(6)) + 0.5, rand(6)]  # mean, w, var, b
+A, B = rand(3, 5, 24, dtype=np.float16), rand(24, 7, dtype=np.float16)
+BT = rand(7, 24, dtype=np.float16)
+BIAS7 = rand(7, dtype=np.float16)
+B10 = rand(10)
+
+# (cache, call, call with out=, outputs to compare)
+CASES: dict[str, tuple[dict, Callable[[], Any], Callable[[Any], Any] | None]] = {
+    "softmax": (SOFTMAX_FAST, lambda: ops.softmax(X3),
+                lambda o: ops.softmax(X3, out=o)),
+    "log_softmax": (SOFTMAX_FAST, lambda: ops.log_softmax(X3, axis=2),
+                    lambda o: ops.log_softmax(X3, axis=2, out=o)),
+    "layer_norm": (ROW_FAST, lambda: ops.layer_norm(X3, W40, B40, eps=1e-3),
+                   lambda o: ops.layer_norm(X3, W40, B40, eps=1e-3, out=o)),
+    "rms_norm": (ROW_FAST, lambda: ops.rms_norm(X3, W40),
+                 lambda o: ops.rms_norm(X3, W40, out=o)),
+    "relu_bias": (ACT_FAST, lambda: ops.relu(X4, C6[0]),
+                  lambda o: ops.relu(X4, C6[0], out=o)),
+    "leaky_nhwc": (ACT_FAST, lambda: ops.leaky_relu(X4, 0.2, B10, layout="NHWC"), None),
+    "gelu_tanh": (ACT_FAST, lambda: ops.gelu(X3, "tanh"), lambda o: ops.gelu(X3, "tanh", out=o)),
+    "batch_norm": (NORM_FAST, lambda: ops.batch_norm(X4, C6[0], C6[2], C6[1], C6[3]),
+                   lambda o: ops.batch_norm(X4, C6[0], C6[2], C6[1], C6[3], out=o)),
+    "batch_norm_weight_only": (NORM_FAST, lambda: ops.batch_norm(X4.reshape(2, 6, 90), C6[0], C6[2], C6[1]),
+                               None),
+    "group_norm": (NORM_FAST, lambda: ops.group_norm(X4, 3, eps=1e-4),
+                   lambda o: ops.group_norm(X4, 3, eps=1e-4, out=o)),
+    "max_pool": (POOL_FAST, lambda: ops.max_pool2d(X4, 3, 2, 1),
+                 lambda o: ops.max_pool2d(X4, 3, 2, 1, out=o)),
+    "avg_pool_nhwc": (POOL_FAST, lambda: ops.avg_pool2d(X4, 2, layout="NHWC"),
+                      lambda o: ops.avg_pool2d(X4, 2, layout="NHWC", out=o)),
+    "global_avg_pool": (POOL_FAST, lambda: ops.global_avg_pool2d(X4),
+                        lambda o: ops.global_avg_pool2d(X4, out=o)),
+    "matmul_fold": (MM_FAST, lambda: ops.matmul(A, B, bias=BIAS7, activation="relu"), None),
+    "matmul_trans_b": (MM_FAST, lambda: ops.matmul(A[0], BT.T, activation="silu"), None),
+    "matmul_batched_t": (MM_FAST, lambda: ops.matmul(A, A.swapaxes(1, 2)), None),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_repeated_call_takes_the_fast_path_with_the_same_result(name: str) -> None:
+    cache, call, with_out = CASES[name]
+    cache.clear()
+    first = call()
+    assert len(cache) == 1, "the validated signature was not remembered"
+    hit = next(iter(cache.values()))
+    second = call()
+    assert len(cache) == 1
+    assert next(iter(cache.values())) is hit
+    assert type(second) is np.ndarray and second.shape == first.shape
+    assert second.dtype == first.dtype and second is not first
+    np.testing.assert_array_equal(second, first)
+    if with_out is not None:  # the out= path validates every call (dispatch.run)
+        out = np.full_like(first, np.nan)
+        assert with_out(out) is out
+        np.testing.assert_array_equal(out, first)
+
+
+def test_fast_path_results_match_the_reference() -> None:
+    op = registry.get_op("softmax")
+    p = op.problem(rows=6, cols=40, dtype="float16")
+    ref = op.reference(p, {"x": X3.reshape(6, 40).astype(np.float64)}, {})["y"]
+    for _ in range(3):
+        y = ops.softmax(X3)
+        assert y.shape == X3.shape
+        assert np.abs(y.reshape(6, 40).astype(np.float64) - ref).max() < 2e-3
+    mm = ops.matmul(A, B, bias=BIAS7, activation="relu")
+    want = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + BIAS7, 0)
+    assert mm.shape == (3, 5, 7)
+    assert np.abs(mm - want).max() < 2e-2 * np.abs(want).max()
+
+
+def test_bad_input_is_rejected_after_a_good_call_of_the_same_shape() -> None:
+    x = rand(4, 16)
+    ops.softmax(x)
+    ops.softmax(x)
+    with pytest.raises(ShapeError, match="dtype float64"):
+        ops.softmax(x.astype(np.float64))
+    wide = rand(4, 32)
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        ops.softmax(wide[:, ::2])  # same shape and dtype, strided
+    with pytest.raises(ShapeError, match="out of range"):
+        ops.softmax(x, axis=2)
+    with pytest.raises(TypeError):
+        ops.softmax(x, axis=1.0)  # an int axis was seen; a float one is not the same call
+    w = rand(16, dtype=np.float16)
+    ops.layer_norm(x.astype(np.float16), w)
+    with pytest.raises(ShapeError, match="weight has dtype float32"):
+        ops.layer_norm(x.astype(np.float16), w.astype(np.float32))
+    with pytest.raises(ShapeError, match=r"weight has shape \(8,\)"):
+        ops.layer_norm(x.astype(np.float16), w[:8])
+    b = rand(16)
+    ops.relu(x, b, layout="NHWC")
+    with pytest.raises(ShapeError, match="bias must be C-contiguous"):
+        ops.relu(x, rand(32)[::2], layout="NHWC")
+    mean, var = rand(3), np.abs(rand(3)) + 0.1
+    x4 = rand(2, 3, 4, 4)
+    ops.batch_norm(x4, mean, var)
+    with pytest.raises(ShapeError, match="running_mean has dtype float16"):
+        ops.batch_norm(x4, mean.astype(np.float16), var)
+    a, bb = rand(8, 16, dtype=np.float16), rand(16, 4, dtype=np.float16)
+    ops.matmul(a, bb)
+    with pytest.raises(ShapeError, match="b has dtype float32"):
+        ops.matmul(a, bb.astype(np.float32))
+
+
+def test_strided_matmul_operand_is_copied_not_remembered() -> None:
+    MM_FAST.clear()
+    big = rand(8, 32, dtype=np.float16)
+    a, b = big[:, ::2], rand(16, 4, dtype=np.float16)  # (8, 16), not contiguous, not a .T
+    for _ in range(2):
+        y = ops.matmul(a, b)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.abs(y - want).max() < 1e-2 * np.abs(want).max()
+    assert len(MM_FAST) == 0  # the copy is per call: that signature takes the full path
+
+
+def test_inplace_activation_fast_path_writes_into_x() -> None:
+    x = rand(5, 7)
+    want = np.maximum(x, 0)
+    for _ in range(2):
+        y = x.copy()
+        assert ops.relu(y, inplace=True) is y
+        np.testing.assert_array_equal(y, want)
+
+
+def test_training_batch_norm_updates_running_stats_on_every_call() -> None:
+    x4 = rand(4, 3, 5, 5)
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    means = x4.mean(axis=(0, 2, 3))
+    for step in range(1, 4):
+        y, save_mean, _ = ops.batch_norm(x4, rm, rv, training=True, momentum=0.5,
+                                         return_stats=True)
+        np.testing.assert_allclose(save_mean, means, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(rm, means * (1 - 0.5 ** step), rtol=1e-5, atol=1e-6)
+        assert y.shape == x4.shape
+    y2 = ops.batch_norm(x4, training=True)  # no running statistics: made once, unused
+    y3 = ops.batch_norm(x4, training=True)
+    np.testing.assert_array_equal(y2, y3)
+
+
+def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
+    op = registry.get_op("softmax")
+    problem = op.problem(rows=6, cols=40, dtype="float16")
+    dev = dnnctl.backends.base.get_backend("numpy").device(0)
+    default = op.default_choice(problem, "numpy", dev)
+    assert default.variant != "numpy_whole"
+    path = tmp_path / "plan.yaml"
+    write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of("numpy_whole"))])]), path)
+    plan = load_plan(str(path), device="cpu")
+    SOFTMAX_FAST.clear()
+    for _ in range(3):
+        ops.softmax(X3, plan=plan)
+    with dnnctl.use_plan(plan):
+        ops.softmax(X3)
+    ops.softmax(X3)  # no plan: the default heuristic, not counted
+    assert plan.stats().hits == {problem: 4}
+    assert (problem, "numpy", 0, Choice.of("numpy_whole")) in dispatch._KERNELS
+
+
+def test_site_cache_is_bounded() -> None:
+    cache = dispatch.SiteCache()
+    cache.limit = 3
+    for i in range(5):
+        cache.put(i, object())
+    assert len(cache) <= 3 and 4 in cache
+
+
+# ----------------------------------------------------------------------------- launches
+
+
+class _Recorder:
+    """A launchable that records its calls (what the emulator / CuPy would be given)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, shared_mem: int = 0) -> None:
+        self.calls.append((grid, block, tuple(args), shared_mem))
+
+
+def test_launch_passes_numpy_scalars_to_non_cupy_functions() -> None:
+    fn = _Recorder()
+    run = mc.Launch(fn, (3, 2), (128,), 1024)
+    assert run.cuda is None  # not a CuPy kernel: called as given
+    dims = run.consts(np.int32(5), np.int64(7), None)
+    assert dims == (np.int32(5), np.int64(7), None)
+    eps = run.f32(1e-5)
+    assert isinstance(eps, np.float32) and run.f32(1e-5) is eps  # converted once
+    assert run.f32(0.0) == 0 and np.signbit(run.f32(-0.0))  # zeros are not memoized
+    run(("x", *dims, eps))
+    assert fn.calls == [((3, 2), (128,), ("x", 5, 7, None, np.float32(1e-5)), 1024)]
+    assert mc.launch(type("M", (), {"get_function": lambda self, n: fn})(), "k", 4, 64).grid \
+        == (4,)
+
+
+def test_traced_launches_record_and_restore() -> None:
+    fn = _Recorder()
+    run = mc.Launch(fn, (1,), (32,))
+    with mc.traced_launches() as log:
+        run((1, np.int32(2)))
+    run((3,))
+    assert log == [(fn, (1,), (32,), (1, np.int32(2)), 0)]
+    assert len(fn.calls) == 2
+
+
+def test_flat_io_kernels_are_marked() -> None:
+    """Kernel classes that read only pointers say so (the fast path skips reshapes)."""
+    from dnnctl.ops._memory_rows import RowKernel
+    from dnnctl.ops.activation import _ActKernel
+    from dnnctl.ops.matmul.gemm_launch import GemmKernel
+    from dnnctl.ops.norm.batchnorm import _BnKernel
+    from dnnctl.ops.norm.groupnorm import _GnKernel
+    from dnnctl.ops.pool.gap import _GapKernel
+    from dnnctl.ops.pool.pool2d import _PoolKernel
+
+    for cls in (RowKernel, _ActKernel, GemmKernel, _BnKernel, _GnKernel, _GapKernel,
+                _PoolKernel):
+        assert cls.flat_io is True, cls.__name__
+
+
+class Foreign:
+    """A DLPack tensor of another library (CPU), like a torch tensor on the CPU."""
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a = a
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.a.__dlpack_device__()
+
+
+def from_dlpack(y: Any) -> Foreign:
+    """How the producer's module takes results back (as torch.from_dlpack would)."""
+    return Foreign(np.from_dlpack(y))
+
+
+def test_dlpack_tensors_run_through_the_native_fast_path() -> None:
+    SOFTMAX_FAST.clear()
+    want = ops.softmax(X3)
+    for _ in range(2):
+        y = ops.softmax(Foreign(X3))
+        assert isinstance(y, Foreign)
+        np.testing.assert_array_equal(y.a, want)
+    assert len(SOFTMAX_FAST) == 1  # the converted NumPy array's signature
+    mm = ops.matmul(Foreign(A), Foreign(B), bias=Foreign(BIAS7))
+    assert isinstance(mm, Foreign)
+    np.testing.assert_array_equal(mm.a, ops.matmul(A, B, bias=BIAS7))
