@@ -156,6 +156,10 @@ class ActivationOp(Op):
             return Choice.of("numpy_blocked", {"chunk": 65536})
         vec = max(v for v in mc.VECS
                   if mc.vec_fits(problem["dtype"], v) and _bias_vec_ok(problem, v))
+        if mc.cdiv(math.prod(problem["shape"]), 128) < 2**31:
+            # round 1 on the H200 (relu, fp16 8192^2): exact_grid(128, 16-byte vectors, 1)
+            # 68.4 us = 93% of copy; grid_stride(256, unroll 2, 8 blocks / SM) 74.7 us
+            return Choice.of("exact_grid", {"block": 128, "vec": vec, "unroll": 1})
         return Choice.of("grid_stride", {"block": 256, "vec": vec, "unroll": 2,
                                          "blocks_per_sm": 8})
 
