@@ -1,0 +1,182 @@
+"""batch_norm inference ``infer_exact``: the tensor as one exact-grid stream of vectors.
+
+The activation kernels' fastest shape (one pass, grid sized to the tensor, UNROLL vectors per
+thread) with the channel of each vector computed from its flat index (the geometry is
+compiled in) and no per-block parameter prologue: every thread reads its channels' fp32
+statistics itself, alongside its x loads (kernels/norm/bn_exact.cu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.norm import _spatial as sp
+from dnnctl.ops.norm.batchnorm import _BnCuda
+from dnnctl.ops.registry import register_variant
+
+
+class _ExactKernel:
+    """The VEC program when x / y are VEC-aligned (and, NHWC, the fp32 parameter vectors are
+    aligned for their vector loads); else the VEC = 1 program."""
+
+    __slots__ = ("fast", "safe", "align", "palign", "n")
+
+    def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, palign: int,
+                 n: Any) -> None:
+        self.fast, self.safe, self.align, self.palign, self.n = fast, safe, align, palign, n
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        x, y = inputs["x"], outputs["y"]
+        m, v = inputs["running_mean"], inputs["running_var"]
+        w, b = inputs.get("weight"), inputs.get("bias")
+        ok = mc.aligned(self.align, x, y) and mc.aligned(self.palign, m, v, w, b)
+        (self.fast if ok else self.safe)((x, y, m, v, w, b, self.n,
+                                          np.float32(attrs.get("eps", 1e-5))))
+
+
+@register_variant
+class BnInferExact(_BnCuda):
+    name = "infer_exact"
+    source = "norm/bn_exact.cu"
+    doc = ("exact-grid vector stream, channel from the flat index (geometry compiled in), "
+           "statistics read per thread: no prologue")
+    params = {"block": (128, 256, 512), "vec": mc.VECS, "unroll": (1, 2, 4)}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if mc.cdiv(sp.numel(problem), 128) >= 2**31:
+            return unsupported("more than 2^31 blocks: use infer_flat")
+        return _BnCuda.supports(self, problem, device)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        n = sp.numel(problem)
+        itype = mc.index_type(n)
+        block, unroll = params["block"], params["unroll"]
+        vecs = self.vecs(problem, params, device)
+        defines = {**self.defines(problem, 0), "CH": problem["c"],
+                   "HW": problem["h"] * problem["w"]}
+
+        def name(v: int) -> str:
+            return f"bn_exact<{block},{v},{unroll},0,{itype}>"
+
+        mod = mc.compile_cuda(self.source, defines, [name(v) for v in vecs], device)
+        runs = [mc.launch(mod, name(v), max(1, mc.cdiv(n // v, block * unroll)), block)
+                for v in (vecs[0], 1)]
+        vec = vecs[0]
+        palign = 4 * vec if problem["layout"] == "NHWC" else 4
+        return _ExactKernel(runs[0], runs[1], vec * dtype_size(problem["dtype"]),
+                            min(16, palign), mc.index_scalar(n, itype))
+
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _pad4(n: int) -> int:
+    return -(-n // 4) * 4  # floats: 16-byte aligned offsets in the workspace
+
+
+class _StreamKernel:
+    """Statistics, finalize, normalize; the VEC programs when x / y are VEC-aligned and the
+    normalize's parameter vectors (save_mean, bias) allow its vector loads."""
+
+    __slots__ = ("fast", "safe", "align", "palign")
+
+    def __init__(self, fast: Any, safe: Any, align: int, palign: int) -> None:
+        self.fast, self.safe, self.align, self.palign = fast, safe, align, palign
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        x, y = inputs["x"], outputs["y"]
+        arrs = (x, y, inputs["running_mean"], inputs["running_var"], inputs.get("weight"),
+                inputs.get("bias"), outputs["new_running_mean"], outputs["new_running_var"],
+                outputs["save_mean"], outputs["save_invstd"])
+        ok = mc.aligned(self.align, x, y) and mc.aligned(self.palign, arrs[8], arrs[5])
+        (self.fast if ok else self.safe)(arrs, np.float32(attrs.get("eps", 1e-5)),
+                                         np.float32(attrs.get("momentum", 0.1)))
+
+
+@register_variant
+class BnTrainStream(_BnCuda):
+    name = "train_stream"
+    source = "norm/bn_stream.cu"
+    training = True
+    doc = ("statistics with `unroll` loads in flight per thread, finalize, then the exact-grid "
+           "normalize walking x backwards (what the statistics read last is still in L2)")
+    params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8), "unroll": (2, 4)}
+
+    def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
+               sms: int) -> tuple[int, int, int]:
+        """(splits, float offset of the mean, of the scale) in the workspace."""
+        splits = sp.stats_splits(problem, params["block"], vec, params["waves"], sms)
+        start = _pad4(3 * problem["c"] * splits)
+        return splits, start, start + _pad4(problem["c"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        _, _, scale = self.layout(problem, params, params["vec"], 132)
+        return 4 * (scale + problem["c"])
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if mc.cdiv(sp.numel(problem), 128) >= 2**31:
+            return unsupported("more than 2^31 blocks: use train_fused")
+        return _BnCuda.supports(self, problem, device)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = self.vecs(problem, params, device)[0]
+        fast = self.program(problem, params, vec, device)
+        safe = self.program(problem, params, 1, device)
+        palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
+        return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
+        block, u = params["block"], params["unroll"]
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        total = sp.numel(problem)
+        itype = mc.index_type(total)
+        vecs = self.vecs(problem, params, device)
+        nhwc = problem["layout"] == "NHWC"
+        kind = "rows" if nhwc else "planes"
+        norm_block = 256
+
+        def names(v: int) -> list[str]:
+            return [f"bn_stats_{kind}_u<{block},{v},{u}>",
+                    f"bn_exact<{norm_block},{v},2,1,{itype}>"]
+
+        defines = {**self.defines(problem, 1), "CH": c, "HW": hw}
+        mod = mc.compile_cuda(self.source, defines, [m for v in vecs for m in names(v)],
+                              device)
+        fin_mod = mc.compile_cuda("norm/bn_train.cu", self.defines(problem, 1),
+                                  ["bn_finalize<0>"], device)
+        splits, m_off, s_off = self.layout(problem, params, vec, mc.sm_count(device))
+        if nhwc:
+            tx = min(c // vec, block)
+            stats = mc.launch(mod, names(vec)[0], (splits, mc.cdiv(c // vec, tx)), block,
+                              12 * block * vec)
+            stat_args: tuple = stats.consts(np.int64(n * hw))
+        else:
+            nv = hw // vec
+            parts = max(1, mc.cdiv(nv, block * 8))
+            stats = mc.launch(mod, names(vec)[0], (c, splits), block)
+            stat_args = stats.consts(np.int32(n), np.int32(parts), np.int32(mc.cdiv(nv, parts)))
+        fin = mc.launch(fin_mod, "bn_finalize<0>", mc.cdiv(c, 128), 128)
+        norm = mc.launch(mod, names(vec)[1], max(1, mc.cdiv(total // vec, norm_block * 2)),
+                         norm_block)
+        size = norm.consts(mc.index_scalar(total, itype))
+        ws = mc.workspace(device, 4 * (s_off + c))
+        part, ws_mean, ws_scale = ws[:3 * c * splits], ws[m_off:m_off + c], ws[s_off:s_off + c]
+        dims = fin.consts(np.int32(splits), np.int32(c))
+
+        def go(arrs: tuple, eps: Any, momentum: Any) -> None:
+            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            stats((x, part, *stat_args))
+            fin((part, *dims, rm, rv, nrm, nrv, smean, sinv, w, ws_mean, ws_scale, eps,
+                 momentum))
+            norm((x, y, smean, ws_scale, w, b, *size, eps))
+
+        return go
