@@ -14,7 +14,13 @@ import numpy as np
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
-from dnnctl.ops.norm import batchnorm, groupnorm, rownorm  # noqa: F401  (registration)
+from dnnctl.ops.norm import (  # noqa: F401  (registration)
+    batchnorm,
+    bn_exact,
+    gn_async,
+    groupnorm,
+    rownorm,
+)
 from dnnctl.ops.norm._spatial import dims_of
 from dnnctl.ops.norm.rownorm import layer_norm, rms_norm
 

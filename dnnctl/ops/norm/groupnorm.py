@@ -113,6 +113,10 @@ class GroupNormOp(Op):
         vec = gn_best_vec(problem)
         groups = problem["n"] * problem["groups"]
         size = problem["c"] // problem["groups"] * problem["h"] * problem["w"]
+        if groups >= 2 * mc.sm_count(device):
+            staged = self._async_choice(problem, vec, device)
+            if staged is not None:
+                return staged
         split = {"block": 256, "vec": vec, "waves": 4}
         v = GnSplitGroup()
         if (groups < 2 * mc.sm_count(device) and size >= 8192 and v.supports(problem, device)
@@ -121,6 +125,26 @@ class GroupNormOp(Op):
         stage = int(size * dtype_size(problem["dtype"]) <= 48 * 1024)
         block = min(1024, max(128, 1 << (mc.cdiv(size, vec * 4) - 1).bit_length()))
         return Choice.of("block_group", {"block": block, "vec": vec, "stage": stage})
+
+    @staticmethod
+    def _async_choice(problem: Problem, vec: int, device: Any) -> Choice | None:
+        """async_group with the most groups per block that leave two blocks per SM
+        (staged <= ~100 KB) and two blocks per SM in the grid; None if a group is too big."""
+        from dnnctl.ops.registry import get_variant
+
+        v = get_variant("group_norm", "cupy", "async_group")
+        if not v.supports(problem, device):
+            return None
+        blocks = problem["n"] * problem["groups"]
+        for gpb in (4, 2, 1):
+            size = gpb * problem["c"] // problem["groups"] * problem["h"] * problem["w"]
+            block = 512 if size >= 4096 * vec else 256
+            params = {"block": block, "vec": vec, "gpb": gpb}
+            if ((gpb == 1 or (size * dtype_size(problem["dtype"]) <= 100 * 1024
+                              and blocks // gpb >= 2 * mc.sm_count(device)))
+                    and v.valid_params(problem, params, device)):
+                return Choice.of("async_group", params)
+        return None
 
 
 def gn_vec_ok(problem: Problem, vec: int) -> bool:
