@@ -13,7 +13,7 @@ from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Field
 from dnnctl.ops.dispatch import Prepared, SiteCache, bind, problem_of, run, signature
-from dnnctl.ops.pool import gap, pool2d  # noqa: F401  (registration)
+from dnnctl.ops.pool import gap, pool2d, tiled  # noqa: F401  (registration)
 from dnnctl.ops.registry import get_op
 
 __all__ = ["avg_pool2d", "global_avg_pool2d", "max_pool2d"]

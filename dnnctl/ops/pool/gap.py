@@ -161,6 +161,51 @@ class GapReduce(_GapCuda):
 
 
 @register_variant
+class GapUnrolled(GapReduce):
+    name = "gap_unrolled"
+    source = "pool/gap_unrolled.cu"
+    doc = ("gap_reduce with `unroll` independent loads in flight per thread (one pass: NCHW "
+           "`group` threads per plane; NHWC a block per (n, `group` channel vectors))")
+    params = {**GapReduce.params, "unroll": (2, 4, 8)}
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        if not GapReduce.valid_params(self, problem, params, device):
+            return False
+        n_vec = problem["h"] * problem["w"]  # loads per pixel stripe (NHWC: pixels)
+        if problem["layout"] == "NCHW":
+            n_vec //= params["vec"]
+            per = params["group"]
+        else:
+            per = params["block"] // min(params["group"], problem["c"] // params["vec"])
+        return params["unroll"] == 2 or (params["unroll"] // 2) * per < n_vec
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                defines: dict[str, Any], device: Any) -> Any:
+        block, group, u = params["block"], params["group"], params["unroll"]
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        fast = params["vec"] if self.valid_params(problem, params, device) else 1
+        vecs = tuple(dict.fromkeys((fast, 1)))
+        if problem["layout"] == "NCHW":
+            names = [f"gap_planes_u<{block},{group},{v},{u}>" for v in vecs]
+            mod = mc.compile_cuda(self.source, defines, names, device)
+            run = mc.launch(mod, f"gap_planes_u<{block},{group},{vec},{u}>",
+                            mc.cdiv(n * c, block // group), block)
+            dims: tuple = run.consts(np.int64(n * c), np.int32(hw))
+        else:
+            names = [f"gap_rows_u<{block},{v},{u}>" for v in vecs]
+            mod = mc.compile_cuda(self.source, defines, names, device)
+            lanes = min(group, c // vec)
+            run = mc.launch(mod, f"gap_rows_u<{block},{vec},{u}>",
+                            (n, mc.cdiv(c // vec, lanes)), block, 4 * block * vec)
+            dims = run.consts(np.int32(hw), np.int32(c), np.int32(lanes))
+
+        def go(x: Any, y: Any) -> None:
+            run((x, y, *dims))
+
+        return go
+
+
+@register_variant
 class GapSplit(_GapCuda):
     name = "gap_split"
     source = "pool/gap_split.cu"

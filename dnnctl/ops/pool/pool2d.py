@@ -183,6 +183,16 @@ class Pool2dOp(Op):
             return Choice.of("numpy_taps")
         if problem["layout"] == "NHWC":
             vec = max(v for v in mc.VECS if _vec_ok(problem, v))
+            if problem["stride"][0] < problem["kernel"][0] * problem["dilation"][0] or \
+                    problem["stride"][1] < problem["kernel"][1] * problem["dilation"][1]:
+                # overlapping windows: tiles staged in shared memory read each input once
+                # per tile (round 1: nhwc_vector, 9 taps through L1/L2, 78% of copy)
+                from dnnctl.ops.registry import get_variant
+
+                tile = {"block": 256, "vec": vec, "th": 8, "tw": 8}
+                v = get_variant("pool2d", "cupy", "nhwc_tile")
+                if v.supports(problem, device) and v.valid_params(problem, tile, device):
+                    return Choice.of("nhwc_tile", tile)
             return Choice.of("nhwc_vector", {"block": 256, "vec": vec})
         if problem["stride"][1] < problem["kernel"][1] * problem["dilation"][1]:
             return Choice.of("nchw_rowtile", {"block": 256, "owt": 4})

@@ -1,0 +1,91 @@
+"""pool2d ``nhwc_tile``: output tiles computed from an input patch staged in shared memory.
+
+A block copies the input patch of TH x TW output windows (CT channel vectors, ~128 bytes per
+pixel) into shared memory with cp.async, then reduces every window from there
+(kernels/pool/nhwc_tile.cu). Overlapping windows (stride < kernel) then cost one L2 -> SM
+transfer per input byte and tile instead of one per window tap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.pool.pool2d import _PoolCuda, _vec_ok, out_hw
+from dnnctl.ops.registry import register_variant
+
+
+class _TileKernel:
+    __slots__ = ("fast", "safe", "align")
+
+    def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int) -> None:
+        self.fast, self.safe, self.align = fast, safe, align
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        x, y = inputs["x"], outputs["y"]
+        (self.fast if mc.aligned(self.align, x, y) else self.safe)((x, y))
+
+
+@register_variant
+class PoolNhwcTile(_PoolCuda):
+    name = "nhwc_tile"
+    source = "pool/nhwc_tile.cu"
+    kernel = "pool_tile"
+    layout = "NHWC"
+    doc = ("NHWC: th x tw output pixels per block from an input patch staged in shared "
+           "memory by cp.async (overlapping windows read once per tile)")
+    params = {"block": (128, 256), "vec": mc.VECS, "th": (2, 4, 8), "tw": (4, 8, 16)}
+
+    @staticmethod
+    def ct(problem: Problem, vec: int) -> int:
+        """Channel vectors per tile: about 128 bytes of each pixel (all of them if fewer)."""
+        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
+
+    def patch_bytes(self, problem: Problem, params: Mapping[str, Any], vec: int) -> int:
+        (kr, ks), (sh, sw) = problem["kernel"], problem["stride"]
+        dh, dw = problem["dilation"]
+        ih = (params["th"] - 1) * sh + (kr - 1) * dh + 1
+        iw = (params["tw"] - 1) * sw + (ks - 1) * dw + 1
+        return ih * iw * self.ct(problem, vec) * vec * dtype_size(problem["dtype"])
+
+    def tiles(self, problem: Problem, params: Mapping[str, Any], vec: int) -> int:
+        oh, ow = out_hw(problem)
+        return (problem["n"] * mc.cdiv(oh, params["th"]) * mc.cdiv(ow, params["tw"])
+                * mc.cdiv(problem["c"] // vec, self.ct(problem, vec)))
+
+    def fits(self, problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> bool:
+        return (self.patch_bytes(problem, params, vec) + 1024 <= mc.smem_limit(device)
+                and self.tiles(problem, params, vec) < 2**31)
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        oh, ow = out_hw(problem)
+        th, tw = params["th"], params["tw"]
+        useful = (th == 2 or th // 2 < oh) and (tw == 4 or tw // 2 < ow)
+        return (_vec_ok(problem, params["vec"]) and useful
+                and self.fits(problem, params, params["vec"], device)
+                and self.fits(problem, params, 1, device))
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["layout"] != "NHWC":
+            return unsupported("NHWC only")
+        if next(self.param_space(problem, device), None) is None:
+            return unsupported("the smallest input patch does not fit in shared memory")
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = params["vec"] if self.valid_params(problem, params, device) else 1
+        block, th, tw = params["block"], params["th"], params["tw"]
+
+        def name(v: int) -> str:
+            return f"pool_tile<{block},{v},{th},{tw},{self.ct(problem, v)}>"
+
+        vecs = tuple(dict.fromkeys((vec, 1)))
+        mod = mc.compile_cuda(self.source, self.defines(problem), [name(v) for v in vecs],
+                              device)
+        runs = [mc.launch(mod, name(v), self.tiles(problem, params, v), block,
+                          self.patch_bytes(problem, params, v)) for v in (vec, 1)]
+        return _TileKernel(runs[0], runs[1], vec * dtype_size(problem["dtype"]))
+
