@@ -2,7 +2,8 @@
 
 Op key ``softmax``: rows, cols, dtype, log. CUDA variants (kernels/softmax/):
 ``warp_row`` (TPR threads per row, row in registers), ``block_row`` (block per row, row in
-registers), ``block_smem`` (block per row staged in shared memory), ``online`` (single-pass
+registers), ``block_smem`` (block per row staged in shared memory), ``async_smem`` (the same
+staged by cp.async), ``online`` (single-pass
 online max/sum, second read for the output; any length) and ``split_row`` (few long rows split
 across blocks; two launches). CPU variants: ``numpy_whole`` and ``numpy_rows``.
 """
@@ -128,6 +129,14 @@ class SoftmaxBlockSmem(mr.BlockSmemMixin, _SoftmaxCuda):
 
 
 @register_variant
+class SoftmaxAsyncSmem(mr.AsyncSmemMixin, _SoftmaxCuda):
+    name = "async_smem"
+    source = "softmax/async_smem.cu"
+    kernel = "softmax_async"
+    doc = "a block per row staged in shared memory by cp.async (all copies in flight at once)"
+
+
+@register_variant
 class SoftmaxOnline(mr.OnlineMixin, _SoftmaxCuda):
     name = "online"
     source = "softmax/online.cu"
@@ -140,7 +149,7 @@ class SoftmaxSplitRow(_SoftmaxCuda):
     name = "split_row"
     source = "softmax/split_row.cu"
     doc = "few long rows: chunks of a row on separate blocks, partial max/sum then apply"
-    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": (4096, 16384, 65536)}
+    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": mr.SPLIT_CHUNKS}
 
     def supports(self, problem: Problem, device: Any) -> Support:
         if problem["rows"] > 65535:

@@ -320,10 +320,32 @@ def test_heuristic_picks_the_expected_strategy_by_shape() -> None:
         return sm.default_choice(sm.problem(key), "cupy", H200).variant
 
     assert pick(rows=100000, cols=7, dtype="bfloat16") == "warp_row"
-    assert pick(rows=8192, cols=8192, dtype="float16") == "block_row"
-    assert pick(rows=4, cols=262144, dtype="float32") == "split_row"
-    assert pick(rows=1000, cols=50000, dtype="float16") == "block_smem"
+    assert pick(rows=8192, cols=3072, dtype="float16") == "block_row"
+    assert pick(rows=8192, cols=8192, dtype="float16") == "async_smem"
+    assert pick(rows=1000, cols=50000, dtype="float16") == "async_smem"
     assert pick(rows=1000, cols=100000, dtype="float32") == "online"
+    # few long rows: chunks small enough for ~4 blocks per SM
+    few = sm.default_choice(sm.problem(rows=4, cols=262144, dtype="float32"), "cupy", H200)
+    assert few.label() == "split_row(block=512,chunk=2048,vec=4)"
     bn = get_op("batch_norm")
     train = bn.problem(n=32, c=64, h=56, w=56, dtype="float16", layout="NHWC", training=True)
     assert bn.default_choice(train, "cupy", H200).variant == "train_fused"
+    infer = bn.problem(n=32, c=256, h=56, w=56, dtype="float16", layout="NHWC")
+    assert bn.default_choice(infer, "cupy", H200).label() == \
+        "infer_exact(block=256,unroll=2,vec=8)"
+    act = get_op("activation")
+    relu = act.problem(fn="relu", shape=(8192, 8192), dtype="float16")
+    assert act.default_choice(relu, "cupy", H200).label() == \
+        "exact_grid(block=128,unroll=1,vec=8)"
+    pool = get_op("pool2d")
+    key = dict(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2, pad=1,
+               dtype="float16", layout="NHWC")
+    assert pool.default_choice(pool.problem(key), "cupy", H200).variant == "nhwc_tile"
+    key.update(kernel=2, stride=2, pad=0)  # windows that do not overlap: nothing to share
+    assert pool.default_choice(pool.problem(key), "cupy", H200).variant == "nhwc_vector"
+    gn = get_op("group_norm")
+    key = dict(n=32, c=256, h=56, w=56, groups=32, dtype="float16", layout="NHWC")
+    assert gn.default_choice(gn.problem(key), "cupy", H200).label() == \
+        "async_group(block=512,gpb=2,vec=8)"
+    key.update(n=1, groups=4)  # 4 groups of 700 KB: split across blocks
+    assert gn.default_choice(gn.problem(key), "cupy", H200).variant == "split_group"

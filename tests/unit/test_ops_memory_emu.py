@@ -231,6 +231,11 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
              dtype="bfloat16", layout="NHWC"),
         dict(n=1, c=16, h=9, w=10, mode="avg", kernel=3, stride=2, pad=1, ceil_mode=True,
              dtype="float16", layout="NCHW"),
+        # nhwc_tile: 2-byte vectors (no cp.async), and channel tiles with a partial last one
+        dict(n=1, c=5, h=7, w=7, mode="max", kernel=3, stride=2, pad=1, dtype="float16",
+             layout="NHWC"),
+        dict(n=2, c=48, h=9, w=7, mode="avg", kernel=3, stride=2, pad=1, ceil_mode=True,
+             dtype="float32", layout="NHWC"),
     ],
     "global_avg_pool2d": [
         dict(n=2, c=5, h=3, w=3, dtype="float16", layout="NCHW"),

@@ -150,6 +150,8 @@ _STRATEGIES = (
      "a block per row, row in registers, exact two-pass statistics; cols <= 16384"),
     ("block_smem", mr.BlockSmemMixin, "norm_smem",
      "a block per row staged in shared memory; cols * itemsize <= opt-in shared memory"),
+    ("async_smem", mr.AsyncSmemMixin, "norm_async",
+     "a block per row staged in shared memory by cp.async (all copies in flight at once)"),
     ("welford", mr.OnlineMixin, "norm_welford",
      "a block per row, single-pass Welford statistics, second read normalizes; any length"),
 )
@@ -166,7 +168,7 @@ for _op in ("layer_norm", "rms_norm"):
 class _NormSplit(_NormCuda):
     """Few, very long rows: chunks of a row on separate blocks (two launches)."""
 
-    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": (4096, 16384, 65536)}
+    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": mr.SPLIT_CHUNKS}
 
     def supports(self, problem: Problem, device: Any) -> Support:
         if problem["rows"] > 65535:
