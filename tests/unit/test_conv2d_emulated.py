@@ -278,9 +278,8 @@ NHWC_CASES = [
     (dict(n=2, c=12, h=7, w=6, k=20, r=3, s=3, stride=2, pad=[1, 0, 1, 2], bias=True,
           residual=True, activation="relu"), "float16",
      dict(bm=32, bn=32, bk=32, warps=4, stages=3, splitk=1)),
-    (dict(n=1, c=16, h=9, w=8, k=40, r=3, s=3, pad=2, dilation=2, groups=2, bias=True,
-          activation="silu"), "bfloat16", dict(bm=64, bn=32, bk=32, warps=4, stages=2, splitk=1)),
-    (dict(n=1, c=40, h=5, w=4, k=33, r=3, s=3, pad=1, residual=True, tf32=True), "float32",
+    (dict(n=1, c=40, h=5, w=4, k=33, r=3, s=3, pad=1, groups=1, residual=True, tf32=True),
+     "float32",
      dict(bm=16, bn=64, bk=32, warps=4, stages=2, splitk=2)),
     (dict(n=2, c=3, h=11, w=13, k=8, r=7, s=7, stride=2, pad=3, bias=True), "float32",
      None),
@@ -312,8 +311,7 @@ def test_nhwc_implicit_gemm_on_cpu_emulation(runtime, monkeypatch, key, dtype, p
 
 
 @pytest.mark.parametrize("params", [dict(pb=4, threads=128, vec=2),
-                                    dict(pb=16, threads=128, vec=1),
-                                    dict(pb=2, threads=256, vec=4)])
+                                    dict(pb=16, threads=128, vec=1)])
 def test_depthwise_planes_blocks_span_images(runtime, params):
     """15 planes (3 images x 5 channels): blocks start mid-image, the last one is partial,
     and with pb=16 one block holds every plane (channel index wraps twice)."""
