@@ -92,14 +92,29 @@ def _valid(variant: Any, problem: Any, params: Mapping[str, Any], device: Any) -
         return False
 
 
+def _snap(value: int, allowed: tuple[Any, ...]) -> Any:
+    """The allowed value nearest to ``value`` (the larger one on a tie)."""
+    if value in allowed or not allowed:
+        return value
+    return min(allowed, key=lambda a: (abs(math.log2(a / value)), -a))
+
+
 def _tc(variant: Any, problem: Any, g: Any, default: dict[str, Any],
         device: Any) -> list[dict[str, Any]]:
     m, n, k, batch = gemm_shape(variant, g)
     sms = getattr(device, "sm_count", 0) or 132
     eb = 2 if g.dtype in ("float16", "bfloat16") else 4
-    scored = []
-    for (bm, bn, bk, warps, stages), sk in itertools.product(TC_TILES, SPLITS):
+    space = variant.params
+    scored, seen = [], set()
+    for tile, sk in itertools.product(TC_TILES, SPLITS):
+        # the menu snapped to the variant's own values (e.g. a kernel with one bk)
+        bm, bn, bk, warps, stages = (_snap(v, space[key]) for v, key in zip(
+            tile, ("bm", "bn", "bk", "warps", "stages")))
         p = dict(default, bm=bm, bn=bn, bk=bk, warps=warps, stages=stages, splitk=sk)
+        ident = tuple(sorted(p.items()))
+        if ident in seen:
+            continue
+        seen.add(ident)
         if p != default and _valid(variant, problem, p, device):
             scored.append((tc_score(p, m, n, k, batch, sms, eb), len(scored), p))
     scored.sort(key=lambda t: (-t[0], t[1]))
