@@ -14,8 +14,9 @@ interleaved rounds with many samples each, and reports per problem:
 
 Dispatch overhead: a planned ``dnnctl.ops`` call (public function, plan lookup, cached
 kernel, output allocation) against calling the same built kernel directly with a freshly
-allocated output, on small problems whose GPU time is below the launch cost; wall clock per
-call over thousands of calls, best of several repeats (goal <= 5 us).
+allocated output (goal <= 5 us), and that against the bare CuPy launches of the same kernel,
+on small problems whose GPU time is below the launch cost; wall clock per call over
+thousands of calls, best of several repeats.
 
     PYTHONPATH=. python3 benchmarks/run.py --only tune [--quick]
     PYTHONPATH=. python3 benchmarks/bench_tune.py [--quick]
@@ -158,19 +159,35 @@ def _tune_subset(name: str, wl: Any, quick: bool) -> list[dict[str, Any]]:
 
 
 def _dispatch_overhead(quick: bool) -> list[str]:
-    """Planned call vs the same kernel called directly (wall clock per call, us)."""
+    """Per call wall clock (us) of one small problem per probe, four ways:
+
+    * bare: ``cp.empty`` for the output + the chosen kernel's launches as a hand-written CuPy
+      program makes them (``RawKernel(grid, block, args, shared_mem=)``, NumPy scalars);
+    * kernel: our built kernel object called directly (``kern(inputs, {"y": cp.empty()})``);
+    * planned: the public ``dnnctl.ops`` call with ``plan=`` (signature lookup, plan lookup,
+      output allocation, launch); goal: planned - kernel <= 5 us;
+    * unplanned: the same call without a plan (default heuristic).
+    """
     import cupy as cp
     import numpy as np
 
     import dnnctl
     from dnnctl.backends.base import get_backend
+    from dnnctl.ops import _memory_common as mc
     from dnnctl.ops import dispatch, registry
     from dnnctl.tune.tuner import TuneOptions, tune
     from dnnctl.workloads import Workload
 
     probes = [("softmax", {"rows": 64, "cols": 128, "dtype": "float16", "log": False}),
+              ("layer_norm", {"rows": 64, "cols": 768, "dtype": "float16"}),
               ("matmul", {"m": 64, "n": 64, "k": 64, "dtype": "float16", "bias": False,
                           "activation": "none"})]
+    calls = {
+        "softmax": lambda a, **kw: dnnctl.ops.softmax(a["x"], **kw),
+        "layer_norm": lambda a, **kw: dnnctl.ops.layer_norm(a["x"], a["weight"], a["bias"],
+                                                            **kw),
+        "matmul": lambda a, **kw: dnnctl.ops.matmul(a["a"], a["b"], **kw),
+    }
     wl = Workload("dispatch-probe")
     for op, key in probes:
         wl.add(op, key)
@@ -181,59 +198,58 @@ def _dispatch_overhead(quick: bool) -> list[str]:
     dev = be.device(0)
     rng = np.random.default_rng(0)
     n, reps = (2000, 3) if quick else (5000, 5)
+    stream = cp.cuda.get_current_stream()
     lines = []
     for op_name, key in probes:
         op = registry.get_op(op_name)
-        problem = op.problem(key)
-        host = op.make_inputs(problem, rng)
-        arrs = {k: cp.asarray(v) for k, v in host.items()}
-        if op_name == "softmax":
-            def planned(a=arrs):
-                return dnnctl.ops.softmax(a["x"], plan=plan)
-
-            def unplanned(a=arrs):
-                return dnnctl.ops.softmax(a["x"])
-        else:
-            def planned(a=arrs):
-                return dnnctl.ops.matmul(a["a"], a["b"], plan=plan)
-
-            def unplanned(a=arrs):
-                return dnnctl.ops.matmul(a["a"], a["b"])
-        choice = plan.lookup(dispatch.problem_of(op, key), "cupy", dev)
-        kern = dispatch.kernel_for(dispatch.problem_of(op, key), be, dev, choice)
+        problem = dispatch.problem_of(op, key)
+        arrs = {k: cp.asarray(v) for k, v in op.make_inputs(problem, rng).items()}
+        call = calls[op_name]
+        choice = plan.lookup(problem, "cupy", dev)
+        kern = dispatch.kernel_for(problem, be, dev, choice)
         spec = op.output_specs(problem)["y"]
+        shape, dtype = tuple(spec.shape), dispatch.np_dtype(spec.dtype)
         attrs = op.default_attrs(problem)
 
-        def direct(a=arrs, k=kern, s=spec.shape, dt=np.dtype(np.float16), at=attrs):
+        def direct(a=arrs, k=kern, s=shape, dt=dtype, at=attrs):
             k(a, {"y": cp.empty(s, dtype=dt)}, at)
 
-        names = tuple(op.input_specs(problem))
-        bound = dispatch.bind(*[arrs[nm] for nm in names])
+        with mc.traced_launches() as launches:  # what the kernel object launches, replayed
+            direct()
+        stream.synchronize()
 
-        run_only = functools.partial(dispatch.run, op_name, dict(key), bound, names, attrs,
-                                     plan=plan)
+        def bare(ls=tuple(launches), s=shape, dt=dtype):
+            cp.empty(s, dtype=dt)
+            for fn, grid, block, args, smem in ls:
+                fn(grid, block, args, shared_mem=smem)
 
+        fns = {"kernel": direct,
+               "planned": functools.partial(call, arrs, plan=plan),
+               "unplanned": functools.partial(call, arrs)}
+        if launches:
+            fns["bare"] = bare
         res = {}
-        for label, fn in (("direct", direct), ("planned", planned), ("unplanned", unplanned),
-                          ("run", run_only)):
+        for label, fn in fns.items():
             for _ in range(100):
                 fn()
-            cp.cuda.get_current_stream().synchronize()
+            stream.synchronize()
             best = float("inf")
             for _ in range(reps):
                 t0 = time.perf_counter()
                 for _ in range(n):
                     fn()
-                cp.cuda.get_current_stream().synchronize()
+                stream.synchronize()
                 best = min(best, (time.perf_counter() - t0) / n * 1e6)
             res[label] = best
-        lines.append(f"dispatch overhead {op_name} {problem.short()[:60]}: planned "
-                     f"{res['planned']:.2f} us/call vs direct kernel {res['direct']:.2f} us "
-                     f"-> overhead {res['planned'] - res['direct']:.2f} us (goal <= 5), of "
-                     f"which dispatch (key -> plan lookup -> cached kernel -> outputs) "
-                     f"{res['run'] - res['direct']:.2f} us and the op's argument handling the "
-                     f"rest; without a plan (default heuristic) {res['unplanned']:.2f} us; "
-                     f"choice {choice.label() if choice else None}")
+        bare_text = (f"bare CuPy launch {res['bare']:.2f} us ({len(launches)} launch"
+                     f"{'es' if len(launches) > 1 else ''}), kernel object "
+                     f"{res['kernel']:.2f} us (+{res['kernel'] - res['bare']:.2f})"
+                     if "bare" in res else
+                     f"kernel object {res['kernel']:.2f} us (no RawKernel launch to replay)")
+        lines.append(f"dispatch overhead {op_name} {problem.short()[:60]}: {bare_text}, planned "
+                     f"call {res['planned']:.2f} us -> overhead over the kernel object "
+                     f"{res['planned'] - res['kernel']:.2f} us (goal <= 5); unplanned "
+                     f"{res['unplanned']:.2f} us; choice {choice.label() if choice else None}")
     return lines
 
 
