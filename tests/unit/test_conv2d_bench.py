@@ -104,3 +104,17 @@ def test_record_jobs_lists_modules_and_restores_the_backend():
 
     assert not isinstance(base._BACKENDS.get("cupy"), bench_conv._Recorder)
     assert not _cuda._OVERRIDE and get_backend("numpy") is before
+
+
+def test_default_heuristic_on_every_benchmark_row():
+    """The un-tuned path picks a supported variant with valid parameters on all 198 rows:
+    tensor cores for every non-depthwise layer (fp16, and fp32 with TF32)."""
+    for row in bench_conv.plan_rows(False, True):
+        p = OP.problem(row.key())
+        choice = OP.default_choice(p, "cupy", H200)
+        v = next(v for v, _ in cc.candidates(p, H200) if v.name == choice.variant)
+        assert v.supports(p, H200) and v.valid_params(p, choice.param_dict, H200), row
+        if "groups" in dict(row.shape):
+            assert choice.variant in ("depthwise", "depthwise_planes"), row
+        else:
+            assert choice.variant in ("implicit_gemm", "gemm_1x1", "nhwc_implicit_gemm"), row
