@@ -1,5 +1,6 @@
-"""The tensor-core convolutions (implicit_gemm, gemm_1x1) on the GPU, in depth: fp32 (FFMA and
-TF32) / fp16 / bf16 x NCHW / NHWC against the float64 reference on fresh random inputs with
+"""The tensor-core convolutions (implicit_gemm, gemm_1x1, and on Hopper implicit_gemm_wgmma:
+NHWC fp16 / bf16 only) on the GPU, in depth: fp32 (FFMA and TF32) / fp16 / bf16 x NCHW / NHWC
+against the float64 reference on fresh random inputs with
 NaN-poisoned outputs, over N=1, C and K not multiples of 8, odd H/W, stride 2, dilation 2,
 asymmetric padding, groups, 7x7 on 3 channels, deep reductions (split-K), 1x1 (strided too),
 every epilogue; mostly split-K (else random) samples of the parameter space, some defaults.
@@ -19,7 +20,7 @@ from dnnctl.ops.check import check_variant
 from dnnctl.ops.registry import get_op, get_variant
 
 OP = get_op("conv2d")
-VARIANTS = ("implicit_gemm", "gemm_1x1")
+VARIANTS = ("implicit_gemm", "gemm_1x1", "implicit_gemm_wgmma")
 
 CASES: list[tuple[str, dict]] = [
     ("3x3_n1_odd_ck", dict(n=1, c=13, h=9, w=11, k=10, r=3, s=3, pad=1, bias=True,
@@ -61,7 +62,8 @@ def _params(variant, problem, dev, rng: random.Random, i: int) -> dict | None:
 
 
 COMBOS = [(name, dtype, layout) for name in VARIANTS
-          for dtype in ("float32", "float16", "bfloat16") for layout in ("NHWC", "NCHW")]
+          for dtype in ("float32", "float16", "bfloat16") for layout in ("NHWC", "NCHW")
+          if name != "implicit_gemm_wgmma" or (dtype != "float32" and layout == "NHWC")]
 
 
 @pytest.mark.parametrize(("name", "dtype", "layout"), COMBOS,
@@ -111,6 +113,12 @@ class _Pin:
      dict(n=1, c=128, h=15, w=13, k=96, r=3, s=3, stride=2, pad=1)),
     ("gemm_1x1", {"bm": 64, "bn": 128, "bk": 32, "warps": 4, "stages": 4, "splitk": 1},
      dict(n=2, c=256, h=14, w=14, k=128, r=1, s=1, stride=2, pad=0)),
+    ("implicit_gemm_wgmma", {"bm": 128, "bn": 64, "bk": 64, "warps": 8, "stages": 4,
+                             "splitk": 1},
+     dict(n=2, c=3, h=32, w=30, k=64, r=7, s=7, stride=2, pad=3)),  # conv1: channels padded
+    ("implicit_gemm_wgmma", {"bm": 64, "bn": 128, "bk": 64, "warps": 4, "stages": 4,
+                             "splitk": 2},
+     dict(n=1, c=128, h=15, w=13, k=96, r=3, s=3, stride=2, pad=1)),
 ])
 def test_public_api_channels_last_torch(variant, params, shape, gpu):
     torch = pytest.importorskip("torch")

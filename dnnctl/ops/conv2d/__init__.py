@@ -20,6 +20,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     gemm_1x1,
     im2col_gemm,
     implicit_gemm,
+    implicit_gemm_wgmma,
     nhwc_gemm,
     numpy_variants,
     winograd,

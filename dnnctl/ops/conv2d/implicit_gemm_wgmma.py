@@ -1,0 +1,194 @@
+"""conv2d ``implicit_gemm_wgmma``: the NHWC implicit GEMM on Hopper wgmma (sm_90a, fp16 /
+bf16; kernels/conv2d/implicit_gemm_wgmma.cu).
+
+The patch matrix is gathered by cp.async straight into the 128-byte swizzled tiles that
+``wgmma.mma_async`` reads (the pipeline of the matmul ``wgmma`` variant), with 8- or 16-byte
+pieces of channels. Channel counts per group that are not a multiple of 4 (C = 3 first layers,
+odd channels) are zero-padded first, input and weight, into the workspace
+(kernels/conv2d/implicit_gemm_pad.cu): the extra channels add exact zeros, so the
+convolution runs on tensor cores at any C. Any stride, padding, dilation and group count
+except depthwise; 1x1 convolutions too. Split-K with the deterministic two-pass reduction;
+fused epilogue (+ bias, activation, + residual). Parameters as the matmul ``wgmma`` variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.backends.base import get_backend
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
+from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.matmul.gemm_launch import (
+    BIAS_COL,
+    BIAS_NONE,
+    DTYPE_CODES,
+    ELEM_BYTES,
+    MAX_GRID_Z,
+    OUT_PARTIAL,
+    OUT_STORE,
+    aligned,
+    finish_kernel,
+    launch_finish,
+    load_kernel,
+    ptr,
+    split_plan,
+    tile_ok,
+    vec_for,
+)
+from dnnctl.ops.matmul.op import ACT_CODES
+from dnnctl.ops.matmul.wgmma import (
+    WG_BK,
+    WG_SPACE,
+    wg_heuristic,
+    wg_space_ok,
+    wg_tile,
+    wgmma_device_ok,
+)
+from dnnctl.ops.registry import register_variant
+
+
+def padded_channels(cg: int) -> int:
+    """Channels per group the kernel gathers: cg itself when a multiple of 4 (8-byte pieces),
+    else 4 for cg < 4 and the next multiple of 8 above (16-byte pieces)."""
+    if cg % 4 == 0:
+        return cg
+    return 4 if cg < 4 else -(-cg // 8) * 8
+
+
+def _kgemm(g: ConvGeom) -> int:
+    return padded_channels(g.cg) * g.r * g.s
+
+
+def _splits(g: ConvGeom, splitk: int) -> tuple[int, int]:
+    kchunk, splits = split_plan(_kgemm(g), WG_BK, splitk)
+    return (kchunk, splits) if splits > 1 else (_kgemm(g), 1)
+
+
+def _workspace(g: ConvGeom, splitk: int) -> Workspace:
+    """Padded input and weight (when the channels need padding), then split-K slabs."""
+    cgp = padded_channels(g.cg)
+    dt = np_dtype(g.dtype)
+    pieces: list[tuple[str, int, Any]] = []
+    if cgp != g.cg:
+        pieces += [("x", g.n * g.h * g.w * g.groups * cgp, dt),
+                   ("w", g.k * g.r * g.s * cgp, dt)]
+    _, splits = _splits(g, splitk)
+    if splits > 1:
+        pieces.append(("ws", splits * g.groups * g.npq * g.kg, np.float32))
+    return Workspace(pieces)
+
+
+@register_variant
+class ImplicitGemmWgmma(CudaConv):
+    """NHWC implicit-GEMM convolution on Hopper wgmma with a fused epilogue."""
+
+    name = "implicit_gemm_wgmma"
+    source = "conv2d/implicit_gemm_wgmma.cu"
+    doc = ("implicit GEMM on Hopper wgmma (NHWC fp16/bf16, sm_90a): patches gathered by "
+           "cp.async into swizzled smem, channels zero-padded to a multiple of 4 when needed, "
+           "fused bias+act+residual, split-K")
+    params = dict(WG_SPACE)
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        ok = wgmma_device_ok(g.dtype, device)
+        if not ok:
+            return ok
+        if not g.nhwc:
+            return unsupported("NHWC only (NCHW patches are pixel-contiguous: use implicit_gemm "
+                               "or nhwc_implicit_gemm)")
+        if g.groups > 1 and g.depthwise:
+            return unsupported("depthwise: one channel per group; use the depthwise variant")
+        if g.groups > MAX_GRID_Z:
+            return unsupported(f"{g.groups} groups exceed the grid limit {MAX_GRID_Z}")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        g = geometry(problem)
+        return wg_space_ok(params, g.dtype, g.npq, g.kg, _kgemm(g), g.groups, device)
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        g = geometry(problem)
+        params = wg_heuristic(g.npq, g.kg, _kgemm(g), g.groups, device)
+        if self.check_params(params) is None and self.valid_params(problem, params, device):
+            return params
+        return next(iter(self.param_space(problem, device)), None)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        ws = _workspace(geometry(problem), params["splitk"])
+        return ws.nbytes if ws.pieces else 0
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        cfg = wg_tile(params)
+        if cfg is None or not tile_ok(cfg, g.dtype, device):
+            raise UnsupportedError(f"conv2d/{self.name}: parameters {dict(params)} do not "
+                                   f"form a legal tile on {device.name}")
+        kchunk, splits = _splits(g, params["splitk"])
+        eb = ELEM_BYTES[g.dtype]
+        cgp = padded_channels(g.cg)
+        kgemm = _kgemm(g)
+        vec_a, vec_b = vec_for(cgp, eb), vec_for(kgemm, eb)
+        act = ACT_CODES[g.activation]
+        bias_mode = BIAS_COL if g.bias else BIAS_NONE
+        out_mode = OUT_PARTIAL if splits > 1 else OUT_STORE
+        pair = g.kg % 2 == 0 if out_mode == OUT_PARTIAL else g.k % 2 == 0 and (
+            g.groups == 1 or g.kg % 2 == 0)
+        defines = {
+            "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_BM": cfg.bm, "GEMM_BN": cfg.bn,
+            "GEMM_WM": cfg.wm, "GEMM_STAGES": cfg.stages, "GEMM_VEC_A": vec_a,
+            "GEMM_VEC_B": vec_b, "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
+            "EPI_ACT": act if out_mode == OUT_STORE else 0,
+            "EPI_BIAS": bias_mode if out_mode == OUT_STORE else BIAS_NONE,
+            "EPI_RES": int(g.residual and out_mode == OUT_STORE),
+        }
+        smem = cfg.smem_bytes(g.dtype)
+        main = load_kernel(self.source, "conv_implicit_gemm_wgmma", defines, smem)
+        padding = cgp != g.cg
+        pad = load_kernel("conv2d/implicit_gemm_pad.cu", "pad_channels",
+                          {"DNNCTL_DTYPE": DTYPE_CODES[g.dtype]}, 0) if padding else None
+        fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
+        tiles = -(-g.npq // cfg.bm) * -(-g.kg // cfg.bn)
+        grid = (tiles, 1, g.groups * splits)
+        block = (cfg.threads, 1, 1)
+        i32, i64 = np.int32, np.int64
+        dims = tuple(i32(v) for v in (g.n, g.groups * cgp, g.h, g.w, g.k, g.r, g.s, g.p, g.q,
+                                      g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.groups, splits,
+                                      kchunk))
+        work = _workspace(g, params["splitk"])
+        sms = device.sm_count or 132
+        x_rows, w_rows = g.n * g.h * g.w, g.k * g.r * g.s
+        pad_x = ((max(1, min(-(-x_rows * g.groups // 256), sms * 16)), 1, 1), (256, 1, 1),
+                 (i64(x_rows), i32(g.groups), i32(g.cg), i32(cgp)))
+        pad_w = ((max(1, min(-(-w_rows // 256), sms * 16)), 1, 1), (256, 1, 1),
+                 (i64(w_rows), i32(1), i32(g.cg), i32(cgp)))
+        xp = get_backend("cupy").xp
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            buf = work.allocate(xp) if work.pieces else {}
+            if pad is not None:
+                x, w = buf["x"], buf["w"]
+                pad(pad_x[0], pad_x[1], (inputs["x"], x, *pad_x[2]))
+                pad(pad_w[0], pad_w[1], (inputs["w"], w, *pad_w[2]))
+            else:
+                x = aligned(inputs["x"], vec_a * eb, xp)
+                w = aligned(inputs["w"], vec_b * eb, xp)
+            y = outputs["y"]
+            y_out = y if ptr(y) % (2 * eb) == 0 else xp.empty(y.shape, dtype=y.dtype)
+            res = aligned(inputs.get("residual"), 2 * eb, xp)
+            bias = inputs.get("bias")
+            ws = buf.get("ws")
+            main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
+            if fin is not None:
+                launch_finish(fin, ws, y_out, bias, res, m=g.npq, n=g.kg, batch=g.groups,
+                              splits=splits, ldc=g.k, sc=g.kg, s_bias=g.kg, pq=g.p * g.q,
+                              img_stride=g.k * g.p * g.q, sm_count=sms)
+            if y_out is not y:
+                y[...] = y_out
+
+        return kernel
