@@ -329,7 +329,7 @@ def test_heuristic_picks_the_expected_strategy_by_shape() -> None:
     assert few.label() == "split_row(block=512,chunk=2048,vec=4)"
     bn = get_op("batch_norm")
     train = bn.problem(n=32, c=64, h=56, w=56, dtype="float16", layout="NHWC", training=True)
-    assert bn.default_choice(train, "cupy", H200).variant == "train_fused"
+    assert bn.default_choice(train, "cupy", H200).variant == "train_stream"
     infer = bn.problem(n=32, c=256, h=56, w=56, dtype="float16", layout="NHWC")
     assert bn.default_choice(infer, "cupy", H200).label() == \
         "infer_exact(block=256,unroll=2,vec=8)"
@@ -347,5 +347,10 @@ def test_heuristic_picks_the_expected_strategy_by_shape() -> None:
     key = dict(n=32, c=256, h=56, w=56, groups=32, dtype="float16", layout="NHWC")
     assert gn.default_choice(gn.problem(key), "cupy", H200).label() == \
         "async_group(block=512,gpb=2,vec=8)"
+    gap = get_op("global_avg_pool2d")
+    key = dict(n=256, c=2048, h=7, w=7, dtype="float16", layout="NHWC")
+    assert gap.default_choice(gap.problem(key), "cupy", H200).label() == \
+        "gap_unrolled(block=256,group=32,unroll=4,vec=8)"
+    key = dict(n=32, c=256, h=56, w=56, groups=32, dtype="float16", layout="NHWC")
     key.update(n=1, groups=4)  # 4 groups of 700 KB: split across blocks
     assert gn.default_choice(gn.problem(key), "cupy", H200).variant == "split_group"

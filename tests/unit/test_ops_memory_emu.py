@@ -215,6 +215,9 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
              affine=False),
         dict(n=2, c=4, h=1, w=9, dtype="float16", layout="NCHW", training=True),
         dict(n=2, c=3, h=4, w=8, dtype="float32", layout="NCHW", training=True),
+        # 24 channels do not divide BLOCK * VEC: infer_exact reads parameters per vector
+        dict(n=2, c=24, h=3, w=5, dtype="float16", layout="NHWC"),
+        dict(n=3, c=24, h=5, w=3, dtype="float16", layout="NHWC", training=True),
     ],
     "group_norm": [
         dict(n=2, c=6, h=5, w=5, groups=3, dtype="float16", layout="NCHW"),

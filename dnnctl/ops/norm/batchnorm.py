@@ -6,7 +6,8 @@ are fp32 (C,). CUDA variants (kernels/norm/): inference ``infer_flat`` (grid-str
 stream, per-block parameter table in shared memory) and ``infer_channel`` (channel-stationary:
 NCHW block per plane, NHWC threads pinned to channels); training ``train_fused`` (one
 reduction pass: shifted sums -> Welford / Chan) and ``train_two_pass`` (mean pass, then a
-centered sum-of-squares pass). CPU variants: ``numpy_two_pass`` and ``numpy_one_pass``.
+centered sum-of-squares pass); ``infer_exact`` and ``train_stream`` (exact-grid vector streams)
+are in bn_exact.py. CPU variants: ``numpy_two_pass`` and ``numpy_one_pass``.
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ class BatchNormOp(Op):
             return Choice.of("numpy_two_pass")
         vec = sp.best_vec(problem)
         if problem["training"]:
+            if mc.cdiv(sp.numel(problem), 128) < 2**31:
+                # statistics with 2 loads in flight per thread, normalize as infer_exact's
+                # stream walking x backwards (L2 still holds what the statistics read last)
+                return Choice.of("train_stream", {"block": 256, "vec": vec, "waves": 4,
+                                                  "unroll": 2})
             return Choice.of("train_fused", {"block": 256, "vec": vec, "waves": 4})
         if mc.cdiv(sp.numel(problem), 128) < 2**31:
             # the activation kernels' exact-grid stream with the channel from the flat index

@@ -3,8 +3,9 @@
 Op key ``group_norm``: n, c, h, w, groups, dtype, layout, affine. CUDA variants
 (kernels/norm/): ``block_group`` (a block per (n, group): Welford pass, normalize pass from
 global memory or from the group staged in shared memory) and ``split_group`` (few groups:
-slices of a group on separate blocks, partial statistics then apply; two launches). CPU
-variants: ``numpy_whole`` and ``numpy_samples``.
+slices of a group on separate blocks, partial statistics then apply; two launches);
+``async_group`` (groups staged by cp.async, one DRAM pass) is in gn_async.py. CPU variants:
+``numpy_whole`` and ``numpy_samples``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Op key ``global_avg_pool2d``: n, c, h, w, dtype, layout. CUDA variants (kernels/pool/):
 ``gap_reduce`` (one pass: NCHW `group` threads per plane; NHWC a block per (n, `group`
-channel vectors)) and ``gap_split`` (few large planes: pixel chunks on separate blocks, fp32
+channel vectors)), ``gap_unrolled`` (the same with `unroll` loads in flight per thread) and
+``gap_split`` (few large planes: pixel chunks on separate blocks, fp32
 partials, a finalize kernel). CPU variants: ``numpy_mean`` and ``numpy_pairwise``.
 """
 
@@ -81,6 +82,9 @@ class GlobalAvgPool2dOp(Op):
             group = min(32, max(4, 1 << (mc.cdiv(hw, vec * 4) - 1).bit_length()))
         else:  # as many channel vectors per block as there are (<= 32): few, long rows
             group = max(4, min(32, 1 << ((problem["c"] // vec).bit_length() - 1)))
+        unrolled = {"block": 256, "vec": vec, "group": group, "unroll": 4}
+        if GapUnrolled().valid_params(problem, unrolled, device):
+            return Choice.of("gap_unrolled", unrolled)  # 4 loads in flight per thread
         return Choice.of("gap_reduce", {"block": 256, "vec": vec, "group": group})
 
 

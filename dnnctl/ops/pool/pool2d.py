@@ -3,7 +3,8 @@ count_include_pad (avg), NCHW and NHWC — PyTorch's output-size and divisor rul
 
 Op key ``pool2d``. CUDA variants (kernels/pool/): ``thread_per_output`` (both layouts,
 scalar), ``nhwc_vector`` (NHWC, VEC channels per thread with 16-byte loads) and
-``nchw_rowtile`` (NCHW, OWT outputs of a row per thread reusing overlapping input columns).
+``nchw_rowtile`` (NCHW, OWT outputs of a row per thread reusing overlapping input columns);
+``nhwc_tile`` (NHWC, output tiles from an input patch staged in shared memory) is in tiled.py.
 The geometry is compiled in (one module per problem). CPU variants: ``numpy_taps`` (a strided
 slice per kernel tap) and ``numpy_windows`` (sliding-window view, one reduction).
 """
