@@ -221,11 +221,13 @@ def precompile(rows: Sequence[Row], device: Any, budget_s: float) -> str:
 
     t0 = time.time()
     ctx = multiprocessing.get_context("spawn")
+    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
     try:
-        with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx) as one:
-            jobs = one.submit(record_jobs, list(rows), device).result(timeout=120)
+        jobs = one.submit(record_jobs, list(rows), device).result(timeout=120)
     except Exception as exc:
         return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
+    finally:
+        one.shutdown(wait=False, cancel_futures=True)
     t_rec = time.time() - t0
     workers = max(1, min(16, (os.cpu_count() or 2) - 1))
     done = failed = 0
