@@ -212,3 +212,42 @@ def test_public_api_on_cupy_arrays_default_heuristic(dtype, gpu):
     g = geometry(problem)
     assert y.dtype == host["x"].dtype and g.p == 20
     assert rel_norm_error(cp.asnumpy(y), ref) <= OP.tolerance(problem, "y")
+
+
+@pytest.mark.parametrize(("dtype", "layout", "tf32", "shape", "expect"), [
+    ("float32", "NCHW", True, dict(n=8, c=64, h=28, w=28, k=128, r=3, s=3, stride=1, pad=1,
+                                   groups=1, act="relu", res=True), "nhwc_implicit_gemm"),
+    ("float16", "NCHW", False, dict(n=32, c=64, h=31, w=29, k=96, r=3, s=3, stride=2, pad=1,
+                                    groups=1, act="silu", res=False), "nhwc_implicit_gemm"),
+    ("float32", "NCHW", False, dict(n=4, c=144, h=14, w=15, k=144, r=3, s=3, stride=1, pad=1,
+                                    groups=144, act="relu", res=True), "depthwise_planes"),
+])
+def test_default_heuristic_paths_match_torch(dtype, layout, tf32, shape, expect, gpu):
+    """The un-tuned public call takes the heuristic's new paths and agrees with torch."""
+    torch = pytest.importorskip("torch")
+    import dnnctl.ops
+
+    _, dev = gpu
+    n, c, h, w_, k = shape["n"], shape["c"], shape["h"], shape["w"], shape["k"]
+    r, s, groups, st, pad = shape["r"], shape["s"], shape["groups"], shape["stride"], shape["pad"]
+    key = dict(n=n, c=c, h=h, w=w_, k=k, r=r, s=s, stride=st, pad=pad, groups=groups,
+               dtype=dtype, layout=layout, bias=True, activation=shape["act"],
+               residual=shape["res"], tf32=tf32)
+    problem = OP.problem(key)
+    assert OP.default_choice(problem, "cupy", dev).variant == expect
+    tdt = getattr(torch, dtype)
+    tdev = torch.device("cuda")
+    gen = torch.Generator(device=tdev).manual_seed(11)
+    x = torch.randn(n, c, h, w_, device=tdev, generator=gen).to(tdt)
+    wt = (torch.randn(k, c // groups, r, s, device=tdev, generator=gen)
+          / math.sqrt(c // groups * r * s)).to(tdt)
+    b = torch.randn(k, device=tdev, generator=gen).to(tdt)
+    ref = _torch_reference(torch, x, wt, b, None, st, (pad,) * 4, 1, groups, shape["act"])
+    res = torch.randn(ref.shape, device=tdev, generator=gen).to(tdt) if shape["res"] else None
+    if res is not None:
+        ref = ref + res.double()
+    y = dnnctl.ops.conv2d(x, wt, bias=b, stride=st, padding=pad, groups=groups,
+                          activation=shape["act"], residual=res, layout=layout, tf32=tf32)
+    assert isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(ref.shape)
+    err = rel_norm_error(y.double().cpu().numpy(), ref.cpu().numpy())
+    assert err <= OP.tolerance(problem, "y"), f"rel err {err:.3g}"
