@@ -17,6 +17,7 @@ import numpy as np
 
 from dnnctl.backends.base import get_backend
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -34,7 +35,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     TileConfig,
     aligned,
     finish_kernel,
-    launch_finish,
+    finish_launch,
     load_kernel,
     make_gemm,
     math_for,
@@ -179,8 +180,13 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
     fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
     grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, batch * splits)
     block = (cfg.threads, 1, 1)
-    dims = tuple(np.int32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.sh, g.sw,
-                                       g.groups, splits, kchunk))
+    # launches with geometry and scalar arguments fixed here: a call passes pointers
+    main_run = mc.Launch(main, grid, block, smem)
+    dims = main_run.consts(*(np.int32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.sh,
+                                                   g.sw, g.groups, splits, kchunk)))
+    fin_go = None if fin is None else finish_launch(
+        fin, m=m, n=n, batch=batch, splits=splits, ldc=ldc, sc=sc, s_bias=s_bias,
+        sm_count=device.sm_count or 132)
     ws_elems = splits * batch * m * n if fin is not None else 0
     xp = get_backend("cupy").xp
     va_bytes, vb_bytes = (vec_a * eb, vec_b * eb) if g.nhwc else (vec_b * eb, vec_a * eb)
@@ -194,10 +200,9 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
         res = aligned(inputs.get("residual"), 2 * eb, xp)
         bias = inputs.get("bias")
         ws = xp.empty((ws_elems,), dtype=np.float32) if fin is not None else None
-        main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
-        if fin is not None:
-            launch_finish(fin, ws, y_out, bias, res, m=m, n=n, batch=batch, splits=splits,
-                          ldc=ldc, sc=sc, s_bias=s_bias, sm_count=device.sm_count or 132)
+        main_run((x, w, y_out, bias, res, ws, *dims))
+        if fin_go is not None:
+            fin_go(ws, y_out, bias, res)
         if y_out is not y:
             y[...] = y_out
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from dnnctl.backends.base import get_backend
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -32,7 +33,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     OUT_STORE,
     aligned,
     finish_kernel,
-    launch_finish,
+    finish_launch,
     load_kernel,
     math_for,
     ptr,
@@ -133,10 +134,17 @@ class ImplicitGemm(TiledGemmParams, CudaConv):
         grid = (tiles, 1, g.groups * splits)
         block = (cfg.threads, 1, 1)
         i32 = np.int32
-        dims = tuple(i32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.p, g.q, g.sh, g.sw,
-                                      g.pt, g.pl, g.dh, g.dw, g.groups, splits, kchunk))
+        # launches with geometry and scalar arguments fixed here: a call passes pointers
+        main_run = mc.Launch(main, grid, block, smem)
+        dims = main_run.consts(*(i32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.p, g.q,
+                                                  g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.groups,
+                                                  splits, kchunk)))
         ws_elems = splits * g.groups * g.npq * g.kg if fin is not None else 0
         pq = g.p * g.q
+        fin_go = None if fin is None else finish_launch(
+            fin, m=g.npq, n=g.kg, batch=g.groups, splits=splits, ldc=g.k,
+            sc=g.kg if g.nhwc else g.kg * pq, s_bias=g.kg, pq=pq, img_stride=g.k * pq,
+            sm_count=device.sm_count or 132)
         xp = get_backend("cupy").xp
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -148,12 +156,9 @@ class ImplicitGemm(TiledGemmParams, CudaConv):
             res = aligned(inputs.get("residual"), 2 * eb, xp)
             bias = inputs.get("bias")
             ws = xp.empty((ws_elems,), dtype=np.float32) if fin is not None else None
-            main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
-            if fin is not None:
-                launch_finish(fin, ws, y_out, bias, res, m=g.npq, n=g.kg, batch=g.groups,
-                              splits=splits, ldc=g.k, sc=g.kg if g.nhwc else g.kg * pq,
-                              s_bias=g.kg, pq=pq, img_stride=g.k * pq,
-                              sm_count=device.sm_count or 132)
+            main_run((x, w, y_out, bias, res, ws, *dims))
+            if fin_go is not None:
+                fin_go(ws, y_out, bias, res)
             if y_out is not y:
                 y[...] = y_out
 

@@ -21,7 +21,6 @@ import numpy as np
 
 from dnnctl.backends.base import get_backend
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
@@ -33,6 +32,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     GemmKernel,
     counter_elems,
     finish_kernel,
+    finish_launch,
     make_gemm,
     math_for,
     ptr,
@@ -282,13 +282,9 @@ class CublasMatmul(Variant):
         zero = np.zeros((), dtype=np.float32)
         one_ptr, zero_ptr = one.ctypes.data, zero.ctypes.data  # (kept alive: kernel.keep)
         xp = get_backend("cupy").xp
-        fin_run, fin_args = None, ()
-        if fin is not None:  # launch_finish's geometry and arguments, fixed here
-            blocks = max(1, min(-(-bt * m * n // 256), (device.sm_count or 132) * 16))
-            fin_run = mc.Launch(fin, (blocks, 1, 1), (256, 1, 1))
-            i32, i64 = np.int32, np.int64
-            fin_args = fin_run.consts(i32(m), i32(n), i32(bt), i32(1), i64(n), i64(m * n),
-                                      i64(0), i64(1), i64(0))
+        fin_go = None if fin is None else finish_launch(
+            fin, m=m, n=n, batch=bt, splits=1, ldc=n, sc=m * n, s_bias=0,
+            sm_count=device.sm_count or 132)
         get_handle = cupy.cuda.device.get_cublas_handle
         op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
         ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
@@ -304,8 +300,8 @@ class CublasMatmul(Variant):
                 handle, op_b, op_a, n, m, k, one_ptr, ptr(inputs["b"]), dt, ld_b, k * n,
                 ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(c), c_type, n, m * n,
                 bt, compute, _GEMM_DEFAULT)
-            if fin_run is not None:
-                fin_run((c, y, inputs.get("bias"), None, *fin_args))
+            if fin_go is not None:
+                fin_go(c, y, inputs.get("bias"), None)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.keep = (one, zero)  # type: ignore[attr-defined]

@@ -223,6 +223,23 @@ def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: i
         i64(s_bias), i64(pq), i64(img_stride)))
 
 
+def finish_launch(fn: Any, *, m: int, n: int, batch: int, splits: int, ldc: int, sc: int,
+                  s_bias: int, pq: int = 1, img_stride: int = 0,
+                  sm_count: int = 132) -> Callable[[Any, Any, Any, Any], None]:
+    """:func:`launch_finish` with its geometry and scalar arguments fixed at build time:
+    returns ``go(ws, c, bias, res)``."""
+    total = m * n * batch
+    run = mc.Launch(fn, (max(1, min(-(-total // 256), sm_count * 16)), 1, 1), (256, 1, 1))
+    i32, i64 = np.int32, np.int64
+    tail = run.consts(i32(m), i32(n), i32(batch), i32(splits), i64(ldc), i64(sc),
+                      i64(s_bias), i64(pq), i64(img_stride))
+
+    def go(ws: Any, c: Any, bias: Any, res: Any) -> None:
+        run((ws, c, bias, res, *tail))
+
+    return go
+
+
 class GemmKernel:
     """The Kernel of a :func:`make_gemm` launcher (inputs a, b, bias; output y). It reads
     only data pointers of C-contiguous arrays in their stored layouts (its alignment copies
@@ -299,14 +316,9 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     consts = main_run.consts(i32(d.m), i32(d.n), i32(d.k), i64(d.lda), i64(d.ldb), i64(d.ldc),
                              i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch),
                              i32(splits), i32(kchunk))
-    fin_run, fin_consts = None, ()
-    if fin is not None:  # launch_finish's geometry and arguments (pq 1, img_stride 0)
-        total = d.m * d.n * d.batch
-        fin_run = mc.Launch(fin, (max(1, min(-(-total // 256), (device.sm_count or 132) * 16)),
-                                  1, 1), (256, 1, 1))
-        fin_consts = fin_run.consts(i32(d.m), i32(d.n), i32(d.batch),
-                                    i32(1 if atomic else splits), i64(d.ldc), i64(d.sc),
-                                    i64(d.s_bias), i64(1), i64(0))
+    fin_go = None if fin is None else finish_launch(
+        fin, m=d.m, n=d.n, batch=d.batch, splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc,
+        s_bias=d.s_bias, sm_count=device.sm_count or 132)
     a_bytes, b_bytes, c_bytes = va * eb, vb * eb, 2 * eb
 
     def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
@@ -328,8 +340,8 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             if cnt is None:  # zero once; each launch leaves them zero again
                 cnt = counters[key] = xp.zeros((tiles * d.batch,), dtype=np.int32)
         main_run((a, b, c_out, bias, res, ws, cnt, *consts))
-        if fin_run is not None:
-            fin_run((ws, c_out, bias, res, *fin_consts))
+        if fin_go is not None:
+            fin_go(ws, c_out, bias, res)
         if c_out is not c:
             c[...] = c_out
 
