@@ -87,25 +87,45 @@ def wg_space_ok(params: Mapping[str, Any], dtype: str, m: int, n: int, k: int, b
     return cfg.stages == 3 or cfg.stages - 2 <= per_split
 
 
+def _split_for_waves(tiles: int, ktiles: int, sms: int, max_split: int) -> int:
+    """The split count whose blocks fill the last wave best (ties: fewer splits), splitting
+    only an under-filled grid and keeping at least 4 k-tiles per split."""
+    best, best_eff = 1, tiles / (-(-tiles // sms) * sms)
+    if tiles >= sms:
+        return 1
+    s = 2
+    while s <= max_split and ktiles >= 4 * s:
+        blocks = tiles * s
+        eff = blocks / (-(-blocks // sms) * sms)
+        if eff > best_eff + 1e-9:
+            best, best_eff = s, eff
+        s *= 2
+    return best
+
+
 def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any) -> dict[str, Any]:
     """128 x 256 tiles with two warpgroups and 4 stages on big products (the tile that keeps
-    L2 -> SM traffic below what the tensor cores eat); 64-row tiles for M <= 64 (skinny,
-    bandwidth-bound: split-K up to ~2 blocks per SM, 6 stages in flight)."""
+    L2 -> SM traffic below what the tensor cores eat); 128 x 128 when the tile grid is small
+    (m <= 256, or under one wave of 128 x 256 tiles); 64-row tiles
+    with one warpgroup and 6 stages for M <= 64 (bandwidth-bound: loads in flight). Split-K
+    to fill the last wave of blocks (at most 4 slabs per tile for 128-row tiles, whose finish
+    is one block reading them all; 8 for 64-row tiles)."""
     sms = getattr(device, "sm_count", 0) or 132
     if m <= 64:
-        bm, warps = 64, 4
+        bm, warps, stages, max_split = 64, 4, 6, 8
         bn = 128 if n >= 128 else 64
-        stages = 6
+    elif m <= 256:
+        bm, warps, max_split = 128, 8, 4
+        bn = 128 if n >= 128 else 64
+        stages = 5
     else:
-        bm, warps = 128, 8
+        bm, warps, max_split = 128, 8, 4
         bn = 256 if n >= 256 else (128 if n >= 128 else 64)
+        if bn == 256 and -(-m // bm) * -(-n // bn) * batch < sms:
+            bn = 128  # a grid under one wave: twice the tiles before splitting K
         stages = 4 if bn == 256 else 5
     tiles = -(-m // bm) * -(-n // bn) * batch
-    ktiles = -(-k // WG_BK)
-    target = 2 * sms if m <= 64 else sms
-    splitk = 1
-    while splitk * 2 <= 16 and tiles * splitk * 2 <= target and ktiles >= 4 * splitk * 2:
-        splitk *= 2
+    splitk = _split_for_waves(tiles, -(-k // WG_BK), sms, max_split)
     return {"bm": bm, "bn": bn, "bk": WG_BK, "warps": warps, "stages": stages,
             "splitk": splitk}
 
