@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, next_pow2
@@ -100,13 +101,15 @@ class CudaDepthwise(CudaConv):
         defines = dict(base, TH=params["th"], TW=params["tw"])
         fn = rt.function(self.source, defines, "dw_nchw")
         tiles = -(-g.p // params["th"]) * -(-g.q // params["tw"])
-        grid, block = (tiles, g.k, g.n), (params["threads"], 1, 1)
+        run = mc.Launch(fn, (tiles, g.k, g.n), (params["threads"], 1, 1))
+        tail = run.consts(*dims, *_cuda.epilogue_args(g, None, {"bias": None,
+                                                                "residual": None})[2:])
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             y = outputs["y"]
-            bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-            fn(grid, block, (inputs["x"], inputs["w"], y, bias, res, *dims, act, flags))
+            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+            run((inputs["x"], inputs["w"], y, bias, res, *tail))
 
         return kernel
 
@@ -121,20 +124,23 @@ class CudaDepthwise(CudaConv):
             per_block = threads // (cb // vec)
             return fn, (-(-strips // per_block), -(-g.k // cb), 1)
 
-        fast = make(vec, cb)
-        scalar: list[tuple[Any, tuple[int, int, int]]] = []
+        fn, grid = make(vec, cb)
+        fast = mc.Launch(fn, grid, (threads, 1, 1))  # scalar arguments converted once, here
+        tail = fast.consts(*dims, *_cuda.epilogue_args(g, None, {"bias": None,
+                                                                 "residual": None})[2:])
+        scalar: list[mc.Launch] = []
         align = vec * _esize(g)
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             x, y = inputs["x"], outputs["y"]
-            fn, grid = fast
+            run = fast
             if vec > 1 and (rt.ptr(x) % align or rt.ptr(y) % align):
                 # a DLPack view need not be vector-aligned: same algorithm, scalar accesses
                 if not scalar:
-                    scalar.append(make(1, 32))
-                fn, grid = scalar[0]
-            bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-            fn(grid, (threads, 1, 1), (x, inputs["w"], y, bias, res, *dims, act, flags))
+                    scalar.append(mc.Launch(*make(1, 32), (threads, 1, 1)))
+                run = scalar[0]
+            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+            run((x, inputs["w"], y, bias, res, *tail))
 
         return kernel

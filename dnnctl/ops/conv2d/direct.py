@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, next_pow2
@@ -69,13 +70,15 @@ class CudaDirect(CudaConv):
         grid = ((g.npq + params["bm"] - 1) // params["bm"],
                 (g.kg + params["bn"] - 1) // params["bn"], g.groups)
         block = (_threads(params), 1, 1)
-        dims = _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl,
-                         g.dh, g.dw, g.groups)
+        run = mc.Launch(fn, grid, block)  # scalar arguments converted once, here
+        dims = run.consts(*_cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.r, g.s, g.sh, g.sw,
+                                     g.pt, g.pl, g.dh, g.dw, g.groups),
+                          *_cuda.epilogue_args(g, None, {"bias": None, "residual": None})[2:])
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             y = outputs["y"]
-            bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-            fn(grid, block, (inputs["x"], inputs["w"], y, bias, res, *dims, act, flags))
+            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+            run((inputs["x"], inputs["w"], y, bias, res, *dims))
 
         return kernel
