@@ -22,6 +22,7 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import dispatch, registry
 from dnnctl.ops.activation import _FAST as ACT_FAST
 from dnnctl.ops.base import Choice
+from dnnctl.ops.conv2d.function import _FAST as CONV_FAST
 from dnnctl.ops.matmul.function import _FAST as MM_FAST
 from dnnctl.ops.norm import _FAST as NORM_FAST
 from dnnctl.ops.norm.rownorm import _FAST as ROW_FAST
@@ -45,6 +46,7 @@ A, B = rand(3, 5, 24, dtype=np.float16), rand(24, 7, dtype=np.float16)
 BT = rand(7, 24, dtype=np.float16)
 BIAS7 = rand(7, dtype=np.float16)
 B10 = rand(10)
+W4, BIAS4 = rand(4, 6, 3, 3), rand(4)
 
 # (cache, call, call with out=, outputs to compare)
 CASES: dict[str, tuple[dict, Callable[[], Any], Callable[[Any], Any] | None]] = {
@@ -75,6 +77,8 @@ CASES: dict[str, tuple[dict, Callable[[], Any], Callable[[Any], Any] | None]] = 
     "matmul_fold": (MM_FAST, lambda: ops.matmul(A, B, bias=BIAS7, activation="relu"), None),
     "matmul_trans_b": (MM_FAST, lambda: ops.matmul(A[0], BT.T, activation="silu"), None),
     "matmul_batched_t": (MM_FAST, lambda: ops.matmul(A, A.swapaxes(1, 2)), None),
+    "conv2d": (CONV_FAST, lambda: ops.conv2d(X4, W4, BIAS4, padding=1, activation="relu"),
+               None),
 }
 
 
