@@ -303,3 +303,38 @@ def _ptx(nv: Any, path: Path, options: list[str], names: list[str]) -> str:
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
     assert rc == 0, path
     return buf.value.decode(errors="replace")
+
+
+def test_round2_variants_geometry(recorder: RecordingBackend) -> None:
+    """Tiles cover the output, workspaces hold 16-byte-aligned parameter vectors, staged
+    variants refuse what does not fit in shared memory."""
+    from dnnctl.ops.registry import get_variant
+
+    pool = get_op("pool2d").problem(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2,
+                                    pad=1, dtype="float16", layout="NHWC")
+    tile = get_variant("pool2d", "cupy", "nhwc_tile")
+    params = {"block": 256, "vec": 8, "th": 8, "tw": 8}
+    assert tile.ct(pool, 8) == 8 and tile.patch_bytes(pool, params, 8) == 17 * 17 * 128
+    assert tile.tiles(pool, params, 8) == 256 * 7 * 7
+    kernel = tile.build(pool, params, H200)
+    kernel(*_fake_io(get_op("pool2d"), pool), {})
+    (fn, grid, block, smem, args), = [la for m in recorder.modules for la in m.launches]
+    assert fn.name == "pool_tile<256,8,8,8,8>" and grid == (12544,) and smem == 36992
+    assert recorder.modules[0].defines["OH"] == 56 and len(args) == 2
+
+    bn = get_op("batch_norm").problem(n=32, c=200, h=7, w=9, dtype="bfloat16", layout="NHWC",
+                                      training=True)
+    stream = get_variant("batch_norm", "cupy", "train_stream")
+    for params in stream.param_space(bn, H200):
+        splits, m_off, s_off = stream.layout(bn, params, params["vec"], 132)
+        assert m_off % 4 == 0 and s_off % 4 == 0 and m_off >= 3 * 200 * splits
+        assert stream.workspace_bytes(bn, params) >= 4 * (s_off + 200)
+
+    gn = get_variant("group_norm", "cupy", "async_group")
+    big = get_op("group_norm").problem(n=1, c=16, h=128, w=128, groups=2, dtype="float16",
+                                       layout="NHWC")  # 256 KB groups
+    assert not gn.supports(big, H200)
+    ok = get_op("group_norm").problem(n=32, c=256, h=56, w=56, groups=32, dtype="float16",
+                                      layout="NHWC")
+    assert gn.supports(ok, H200)
+    assert {p["gpb"] for p in gn.param_space(ok, H200)} == {1, 2, 4}  # 4 x 50 KB fits
