@@ -36,9 +36,11 @@ TILES = [(128, 128, 32, 4, 4), (128, 256, 32, 8, 3), (256, 128, 32, 8, 3),
          (64, 128, 64, 4, 4), (32, 128, 64, 4, 4), (16, 128, 64, 4, 4), (16, 256, 64, 8, 4),
          (64, 256, 32, 8, 4)]
 # (bm, bn, bk, warps, stages) of the Hopper wgmma kernel: 128 x 256 with two warpgroups first
+# (swap=1 tiles: bm runs over n, bn over the few tokens)
 WG_TILES = [(128, 256, 64, 8, 4), (256, 128, 64, 8, 4), (128, 256, 64, 8, 3),
-            (128, 128, 64, 8, 5), (64, 256, 64, 4, 4), (64, 128, 64, 4, 6),
-            (128, 128, 64, 4, 5), (64, 64, 64, 4, 6), (128, 64, 64, 8, 6)]
+            (128, 128, 64, 8, 5), (128, 16, 64, 4, 6), (64, 128, 64, 4, 6),
+            (128, 32, 64, 4, 6), (64, 256, 64, 4, 4), (128, 128, 64, 4, 5),
+            (64, 16, 64, 4, 6), (256, 16, 64, 8, 6), (64, 64, 64, 4, 6), (128, 64, 64, 8, 6)]
 SPLITS = (4, 8, 2, 16, 1)  # skinny shapes want a few splits: try those first
 # candidates per variant (quick, full)
 CAPS = {"wgmma": (8, 16), "mma": (4, 12), "mma_atomic": (2, 6)}
@@ -67,7 +69,7 @@ def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
     own = variant.default_params(problem, dev)
     if own is not None:
         out.append(own)
-    extra = {k: v for k, v in variant.params.items() if k in ("reduce", "pipe")}
+    extra = {k: v for k, v in variant.params.items() if k in ("reduce", "pipe", "swap")}
     per_tile = []
     for bm, bn, bk, warps, stages in (WG_TILES if variant.name == "wgmma" else TILES):
         mine = []
@@ -169,7 +171,8 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             "best": f"{best[1]} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} "
                     f"s{p['stages']} sk{p['splitk']}"
                     + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else "")
-                    + (f" {p['pipe']}" if p.get("pipe") else ""),
+                    + (f" {p['pipe']}" if p.get("pipe") else "")
+                    + (" swap" if p.get("swap") else ""),
             "tried": tried,
             "wgmma_us": fam.get("wgmma", float("nan")), "mma_us": fam.get("mma", float("nan")),
         })

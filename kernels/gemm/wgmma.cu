@@ -9,6 +9,10 @@
 //   GEMM_BM, GEMM_BN        block tile (BM a multiple of 64 per warpgroup; BN 64/128/256)
 //   GEMM_WM                 warps (4 per warpgroup: 4 or 8); GEMM_STAGES >= 3
 //   GEMM_A_KMAJOR, GEMM_B_KMAJOR, GEMM_VEC_A, GEMM_VEC_B, EPI_*   as in gemm.cu
+//   GEMM_SWAP 0|1           1: the operands come swapped (A = the product's B^T, B = its A^T,
+//                           M and N exchanged: the tile grid runs over C^T, which suits
+//                           skinny products: M <= 64 becomes the wgmma N); C, its epilogue
+//                           and the split-K slabs stay in C's own coordinates.
 #include <dnnctl/wgmma_core.cuh>
 
 using namespace dnnctl;
@@ -46,6 +50,9 @@ using namespace dnnctl;
 #ifndef EPI_PAIR
 #define EPI_PAIR 0
 #endif
+#ifndef GEMM_SWAP
+#define GEMM_SWAP 0
+#endif
 
 #if DNNCTL_DTYPE == 0
 #error "wgmma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
@@ -62,6 +69,13 @@ typedef MatLoader<Cfg, GEMM_B_KMAJOR ? GEMM_BN : WG_BK, GEMM_B_KMAJOR ? WG_BK : 
     LoaderB;
 typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, EPI_OUT, 0, EPI_PAIR != 0> Epi;
 typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, OUT_STORE, 0, EPI_PAIR != 0> EpiStore;
+
+// The tile in C's coordinates, for the fused split-K finish.
+struct FinishTile {
+  static constexpr int BM = GEMM_SWAP ? GEMM_BN : GEMM_BM;
+  static constexpr int BN = GEMM_SWAP ? GEMM_BM : GEMM_BN;
+  static constexpr int NT = Cfg::NT;
+};
 
 extern "C" __global__ void __launch_bounds__(Cfg::NT, 1)
     gemm_kernel(const elem_t* A, const elem_t* B, elem_t* C, const elem_t* bias,
@@ -92,13 +106,16 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT, 1)
   lb.k_begin = k_begin;
   lb.k_end = k_end;
 
+  const int Mc = GEMM_SWAP ? N : M, Nc = GEMM_SWAP ? M : N;  // C's rows and columns
+  const int row_c = GEMM_SWAP ? tn * GEMM_BN : tm * GEMM_BM;
+  const int col_c = GEMM_SWAP ? tm * GEMM_BM : tn * GEMM_BN;
   Epi e;
   e.c = C;
   e.bias = bias;
   e.res = res;
   e.ws = ws;
-  e.m = M;
-  e.n = N;
+  e.m = Mc;
+  e.n = Nc;
   e.ldc = ldc;
   e.c_off = bz * sC;
   e.bias_off = bz * s_bias;
@@ -106,23 +123,23 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT, 1)
   e.ws_off = (long long)(slabs ? kz * batch + bz : bz) * M * N;
   e.pq = 1;
   e.img_stride = 0;
-  wg_gemm_block<Cfg>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
+  wg_gemm_block<Cfg, GEMM_SWAP != 0>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
   if (EPI_OUT == OUT_FUSED) {
     EpiStore es;
     es.c = C;
     es.bias = bias;
     es.res = res;
     es.ws = ws;
-    es.m = M;
-    es.n = N;
+    es.m = Mc;
+    es.n = Nc;
     es.ldc = ldc;
     es.c_off = bz * sC;
     es.bias_off = bz * s_bias;
     es.ws_off = 0;
     es.pq = 1;
     es.img_stride = 0;
-    splitk_fused_finish<Cfg>(es, ws, (long long)batch * M * N, (long long)bz * M * N, splits,
-                             counters + (long long)bz * gridDim.x + blockIdx.x, smem,
-                             tm * GEMM_BM, tn * GEMM_BN);
+    splitk_fused_finish<FinishTile>(es, ws, (long long)batch * M * N, (long long)bz * M * N,
+                                    splits, counters + (long long)bz * gridDim.x + blockIdx.x,
+                                    smem, row_c, col_c);
   }
 }

@@ -138,6 +138,70 @@ def test_split_k_is_bitwise_deterministic(gpu):
     assert rel_norm_error(y4, ref4) < 8e-3
 
 
+# ----------------------------------------------------------------------------- wgmma
+
+WG_MODES = [
+    # (key, params): every operand major-ness, both warpgroup counts, 128 x 256 tiles,
+    # swapped skinny products, split-K in both reductions, tails everywhere
+    (dict(m=300, n=520, k=1000, bias=True, activation="gelu"),
+     dict(bm=128, bn=256, warps=8, stages=4, splitk=1, swap=0)),
+    (dict(m=200, n=200, k=333, trans_a=True), dict(bm=256, bn=128, warps=8, stages=3,
+                                                   splitk=1, swap=0)),
+    (dict(m=130, n=136, k=2000, trans_a=True, trans_b=True, bias=True),
+     dict(bm=128, bn=128, warps=8, stages=5, splitk=4, swap=0)),
+    (dict(m=64, n=4096, k=1024, trans_b=True, activation="silu"),
+     dict(bm=64, bn=128, warps=4, stages=6, splitk=4, swap=0)),
+    (dict(m=16, n=4096, k=4096, trans_b=True, bias=True),
+     dict(bm=128, bn=16, warps=4, stages=6, splitk=4, swap=1)),
+    (dict(m=27, n=1000, k=1536, trans_b=True, activation="relu"),
+     dict(bm=128, bn=32, warps=4, stages=6, splitk=2, swap=1)),
+    (dict(batch=3, m=40, n=136, k=520, trans_a=True),
+     dict(bm=128, bn=64, warps=8, stages=3, splitk=2, swap=1)),
+    (dict(m=7, n=300, k=777, trans_b=True), dict(bm=64, bn=16, warps=4, stages=4, splitk=1,
+                                                 swap=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize(("key", "params"), WG_MODES, ids=[f"mode{i}" for i in range(8)])
+def test_wgmma_modes(key, params, dtype, gpu):
+    """The Hopper kernel's modes one by one (the registry test samples them)."""
+    from dnnctl.ops.registry import get_variant
+
+    be, dev = gpu
+    wg = get_variant("matmul", "cupy", "wgmma")
+    problem = OP.problem(dict(key, dtype=dtype))
+    if not wg.supports(problem, dev):
+        pytest.skip(wg.supports(problem, dev).reason)
+    full = dict(params, bk=64, reduce="fused")
+    assert wg.check_params(full) is None and wg.valid_params(problem, full, dev)
+    res = check_variant(OP, problem, wg, full, be, dev, seed=41)
+    assert res.ok, res.detail
+    assert res.max_rel_err < OP.tolerance(problem, "y") / 2, res
+
+
+def test_wgmma_split_k_is_bitwise_deterministic(gpu):
+    """Fused and separate split-K of the wgmma kernel sum the same slabs in the same order."""
+    from dnnctl.ops.registry import get_variant
+
+    be, dev = gpu
+    wg = get_variant("matmul", "cupy", "wgmma")
+    p = OP.problem(dict(m=16, n=512, k=4096, dtype="bfloat16", trans_b=True, bias=True,
+                        activation="gelu"))
+    if not wg.supports(p, dev):
+        pytest.skip(wg.supports(p, dev).reason)
+    base = dict(bm=128, bn=16, bk=64, warps=4, stages=6, splitk=8, swap=1)
+    fused = wg.build(p, dict(base, reduce="fused"), dev)
+    separate = wg.build(p, dict(base, reduce="separate"), dev)
+    host, y1 = _run(fused, p, be, seed=5)
+    _, y2 = _run(fused, p, be, host_inputs=host)
+    _, y3 = _run(separate, p, be, host_inputs=host)
+    assert np.array_equal(y1.view(np.uint16), y2.view(np.uint16))
+    assert np.array_equal(y1.view(np.uint16), y3.view(np.uint16))
+    ref = OP.reference(p, {k: v.astype(np.float64) for k, v in host.items()}, {})["y"]
+    assert rel_norm_error(y1, ref) < 8e-3
+
+
 # ----------------------------------------------------------------------------- public API
 
 

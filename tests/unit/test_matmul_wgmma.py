@@ -31,9 +31,9 @@ def mm(**kw):
     return MM.problem(dict({"dtype": "bfloat16"}, **kw))
 
 
-def _p(bm, bn, warps, stages, splitk=1, reduce="fused"):
+def _p(bm, bn, warps, stages, splitk=1, reduce="fused", swap=0):
     return {"bm": bm, "bn": bn, "bk": 64, "warps": warps, "stages": stages, "splitk": splitk,
-            "reduce": reduce}
+            "reduce": reduce, "swap": swap}
 
 
 def test_tile_rules():
@@ -77,8 +77,11 @@ def test_space_respects_budgets_and_workspace_is_exact(shape):
         if splits == 1:
             assert ws == 0 and params["reduce"] == "fused"
         else:
-            tiles = -(-p["m"] // params["bm"]) * -(-p["n"] // params["bn"]) * p["batch"]
+            m, n = (p["n"], p["m"]) if params["swap"] else (p["m"], p["n"])
+            tiles = -(-m // params["bm"]) * -(-n // params["bn"]) * p["batch"]
             assert ws == splits * slabs + (4 * tiles if params["reduce"] == "fused" else 0)
+        if params["swap"]:
+            assert p["m"] <= 64
     assert WG.default_params(p, H200) in space
 
 
@@ -86,7 +89,9 @@ def test_defaults_by_shape():
     square = WG.default_params(mm(m=4096, n=4096, k=4096), H200)
     assert (square["bm"], square["bn"], square["warps"], square["splitk"]) == (128, 256, 8, 1)
     skinny = WG.default_params(mm(m=16, n=4096, k=4096, trans_b=True), H200)
-    assert skinny["bm"] == 64 and skinny["warps"] == 4 and skinny["splitk"] > 1
+    assert skinny["swap"] == 1 and skinny["bn"] == 16 and skinny["splitk"] > 1
+    m64 = WG.default_params(mm(m=64, n=4096, k=4096, trans_b=True), H200)
+    assert (m64["bm"], m64["warps"], m64["swap"]) == (64, 4, 0) and m64["splitk"] > 1
     h = wg_heuristic(128, 4096, 4096, 1, H200)
     assert h["bm"] == 128 and h["splitk"] >= 2  # 16 tiles: split until the GPU is covered
 
@@ -128,6 +133,15 @@ EMU_CASES = [
     (dict(m=5, n=41, k=777, dtype="bfloat16", activation="relu"), _p(64, 64, 4, 5)),
     # two m64 slices per warpgroup (256 x 64), silu
     (dict(m=200, n=48, k=130, dtype="bfloat16", activation="silu"), _p(256, 64, 8, 3)),
+    # swapped (C^T = B^T A^T): x @ W^T with 16-wide token tiles, fused split-K, bias + gelu
+    (dict(m=11, n=150, k=700, dtype="bfloat16", trans_b=True, bias=True, activation="gelu"),
+     _p(128, 16, 4, 4, 4, swap=1)),
+    # swapped, both stored MN-major, batch, separate split-K, odd n
+    (dict(batch=2, m=20, n=77, k=300, dtype="float16", trans_a=True, bias=True),
+     _p(64, 64, 4, 3, 2, "separate", swap=1)),
+    # swapped without split-K, two warpgroups
+    (dict(m=40, n=130, k=100, dtype="float16", trans_b=True, activation="relu"),
+     _p(128, 64, 8, 3, swap=1)),
 ]
 
 
@@ -140,7 +154,7 @@ def test_wgmma_kernel_on_cpu_emulator(emu, key, params):
     p = MM.problem(key)
     dev = emu.device(0)
     assert WG.supports(p, dev) and WG.check_params(params) is None
-    assert WG.valid_params(p, params, dev) or params["bm"] == 256
+    assert WG.valid_params(p, params, dev) or params["bm"] == 256 or params["swap"]
     res = check_variant(MM, p, WG, params, emu, dev, seed=7)
     assert res.ok, res.detail
     assert res.max_rel_err < MM.tolerance(p, "y") / 2

@@ -171,6 +171,17 @@ def counter_elems(desc: GemmDesc, cfg_bm: int, cfg_bn: int) -> int:
     return -(-desc.m // cfg_bm) * -(-desc.n // cfg_bn) * desc.batch
 
 
+def swapped(desc: GemmDesc) -> GemmDesc:
+    """The descriptor of C^T = B^T A^T over the same stored operands (make_gemm swap=True):
+    A' is b (N x K, K-major when b is stored (n, k)), B' is a (K x M, K-major when a is
+    stored (m, k)); C keeps its ldc / sc (the kernel stores transposed)."""
+    d = desc
+    return GemmDesc(dtype=d.dtype, m=d.n, n=d.m, k=d.k, batch=d.batch, a_kmajor=d.b_kmajor,
+                    b_kmajor=d.a_kmajor, lda=d.ldb, ldb=d.lda, ldc=d.ldc, sa=d.sb, sb=d.sa,
+                    sc=d.sc, act=d.act, bias_mode=d.bias_mode, s_bias=d.s_bias,
+                    residual=d.residual)
+
+
 def _stream_key() -> int:
     try:
         import cupy
@@ -258,14 +269,17 @@ class GemmKernel:
 
 def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
               device: DeviceInfo, fused: bool = False,
-              overlap: bool = False) -> Callable[..., None]:
+              overlap: bool = False, swap: bool = False) -> Callable[..., None]:
     """Compile the kernels of ``desc`` with ``cfg`` and return ``run(a, b, c, bias, res)``.
 
     ``splitk`` > 1 reduces K in slices into per-split fp32 slabs, summed in split order
     (deterministic) by a separate finish kernel, or, with ``fused``, inside the GEMM kernel
     by the last split to finish each tile; with ``atomic`` the splits add into one slab by
     fp32 atomics and the finish kernel applies the epilogue. ``overlap`` selects the mainloop
-    whose fragment loads overlap the mma (gemm_core.cuh; fp16 / bf16 only).
+    whose fragment loads overlap the mma (gemm_core.cuh; fp16 / bf16 only). ``swap``
+    (wgmma kernel only): ``desc`` describes C^T = B^T A^T (:func:`swapped`) while C stays
+    row-major M x N: the kernel tiles C^T and stores transposed; the pairing rules and the
+    finish kernel use C's own dims.
     """
     va, vb = desc.vecs()
     eb = ELEM_BYTES[desc.dtype]
@@ -282,8 +296,9 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     else:
         out_mode = OUT_FUSED if fused else OUT_PARTIAL
     epi_here = out_mode in (OUT_STORE, OUT_FUSED)  # the GEMM kernel runs the epilogue
-    pair = {OUT_STORE: desc.pair_ok(), OUT_FUSED: desc.pair_ok() and desc.n % 2 == 0}.get(
-        out_mode, desc.n % 2 == 0)
+    c_m, c_n = (desc.n, desc.m) if swap else (desc.m, desc.n)  # C's rows and columns
+    pair = {OUT_STORE: desc.pair_ok(), OUT_FUSED: desc.pair_ok() and c_n % 2 == 0}.get(
+        out_mode, c_n % 2 == 0)
     defines = {
         "DNNCTL_DTYPE": DTYPE_CODES[desc.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
         "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
@@ -296,6 +311,10 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     }
     if overlap and cfg.math == MATH_MMA16:
         defines["GEMM_OVERLAP"] = 1
+    if swap:
+        if cfg.math != MATH_WGMMA:
+            raise KernelLaunchError("gemm: swapped operands are a wgmma-kernel mode")
+        defines["GEMM_SWAP"] = 1
     smem = cfg.smem_bytes(desc.dtype)
     source = "gemm/wgmma.cu" if cfg.math == MATH_WGMMA else "gemm/gemm.cu"
     main = load_kernel(source, "gemm_kernel", defines, smem)
@@ -317,11 +336,13 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
                              i64(d.sa), i64(d.sb), i64(d.sc), i64(d.s_bias), i32(d.batch),
                              i32(splits), i32(kchunk))
     fin_go = None if fin is None else finish_launch(
-        fin, m=d.m, n=d.n, batch=d.batch, splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc,
+        fin, m=c_m, n=c_n, batch=d.batch, splits=1 if atomic else splits, ldc=d.ldc, sc=d.sc,
         s_bias=d.s_bias, sm_count=device.sm_count or 132)
     a_bytes, b_bytes, c_bytes = va * eb, vb * eb, 2 * eb
 
     def run(a: Any, b: Any, c: Any, bias: Any = None, res: Any = None) -> None:
+        if swap:  # the kernel's A is the product's b, and its B the product's a
+            a, b = b, a
         if ptr(a) % a_bytes:
             a = aligned(a, a_bytes, xp)
         if ptr(b) % b_bytes:

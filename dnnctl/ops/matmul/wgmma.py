@@ -6,7 +6,9 @@ canonical layouts (K-major or MN-major, so every trans_a / trans_b combination r
 copy), a cp.async multi-stage ring of 64-deep k-tiles, one or two consumer warpgroups, and the
 same fused epilogue and split-K semantics as ``mma`` (deterministic: fused in-kernel or a
 separate finish kernel). Parameters: block tile bm x bn (bk is 64), warps (4 per warpgroup),
-stages, splitk, reduce.
+stages, splitk, reduce, and swap: 1 computes C^T = B^T A^T (for M <= 64: the weights fill the
+64-row wgmma M side, the few tokens its N of 16 / 32 / 64, no tensor work on padding rows),
+storing C transposed from the accumulators.
 
 Shared by conv2d ``implicit_gemm_wgmma`` (dnnctl/ops/conv2d/implicit_gemm.py) through
 :func:`wg_tile` and :func:`wg_space_ok`.
@@ -28,6 +30,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     counter_elems,
     make_gemm,
     split_plan,
+    swapped,
     tile_ok,
     workspace_elems,
 )
@@ -35,7 +38,7 @@ from dnnctl.ops.registry import register_variant
 
 WG_BK = 64
 WG_SPACE: dict[str, tuple[Any, ...]] = {
-    "bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (WG_BK,), "warps": (4, 8),
+    "bm": (64, 128, 256), "bn": (16, 32, 64, 128, 256), "bk": (WG_BK,), "warps": (4, 8),
     "stages": (3, 4, 5, 6), "splitk": (1, 2, 4, 8, 16)}
 
 
@@ -63,17 +66,22 @@ def wg_tile(params: Mapping[str, Any]) -> TileConfig | None:
 
 
 def wg_space_ok(params: Mapping[str, Any], dtype: str, m: int, n: int, k: int, batch: int,
-                device: Any) -> bool:
+                device: Any, b_kmajor: bool = True) -> bool:
     """A legal tile (registers, shared memory) that makes sense for an M x N x K product: no
     tile twice the problem, split-K only while the grid underfills the GPU with at least two
-    k-tiles per split, no more prefetch than k-tiles."""
+    k-tiles per split, no more prefetch than k-tiles. An MN-major B (``b_kmajor`` false) is
+    stored in 64-wide swizzle blocks, so its bn is a multiple of 64."""
     cfg = wg_tile(params)
     if cfg is None or not tile_ok(cfg, dtype, device):
         return False
+    if not b_kmajor and cfg.bn % 64:
+        return False
     if cfg.bm > 64 and cfg.bm >= 2 * -(-m // 64) * 64:
         return False
-    if cfg.bn > 64 and cfg.bn >= 2 * -(-n // 64) * 64:
+    if cfg.bn > 16 and cfg.bn >= 2 * -(-n // 16) * 16:
         return False
+    if cfg.bn < 64 and n >= 64:
+        return False  # narrow tiles only where N itself is narrow
     sms = getattr(device, "sm_count", 0) or 132
     tiles = -(-m // cfg.bm) * -(-n // cfg.bn) * batch
     ktiles = -(-k // WG_BK)
@@ -103,14 +111,22 @@ def _split_for_waves(tiles: int, ktiles: int, sms: int, max_split: int) -> int:
     return best
 
 
-def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any) -> dict[str, Any]:
+def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any,
+                 allow_swap: bool = False) -> dict[str, Any]:
     """128 x 256 tiles with two warpgroups and 4 stages on big products (the tile that keeps
     L2 -> SM traffic below what the tensor cores eat); 128 x 128 when the tile grid is small
     (m <= 256, or under one wave of 128 x 256 tiles); 64-row tiles
-    with one warpgroup and 6 stages for M <= 64 (bandwidth-bound: loads in flight). Split-K
-    to fill the last wave of blocks (at most 4 slabs per tile for 128-row tiles, whose finish
-    is one block reading them all; 8 for 64-row tiles)."""
+    with one warpgroup and 6 stages for M <= 64 (bandwidth-bound: loads in flight), or with
+    ``allow_swap`` and M <= 32 the swapped product (128 rows of B^T x 16 / 32 of A^T per
+    block). Split-K to fill the last wave of blocks (at most 4 slabs per tile for 128-row
+    tiles, whose finish is one block reading them all; 8 for 64-row tiles)."""
     sms = getattr(device, "sm_count", 0) or 132
+    if allow_swap and m <= 32:
+        bn = 16 if m <= 16 else 32
+        tiles = -(-n // 128) * -(-m // bn) * batch
+        splitk = _split_for_waves(tiles, -(-k // WG_BK), sms, 8)
+        return {"bm": 128, "bn": bn, "bk": WG_BK, "warps": 4, "stages": 6, "splitk": splitk,
+                "swap": 1}
     if m <= 64:
         bm, warps, stages, max_split = 64, 4, 6, 8
         bn = 128 if n >= 128 else 64
@@ -126,8 +142,11 @@ def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any) -> dict[str, A
         stages = 4 if bn == 256 else 5
     tiles = -(-m // bm) * -(-n // bn) * batch
     splitk = _split_for_waves(tiles, -(-k // WG_BK), sms, max_split)
-    return {"bm": bm, "bn": bn, "bk": WG_BK, "warps": warps, "stages": stages,
-            "splitk": splitk}
+    out = {"bm": bm, "bn": bn, "bk": WG_BK, "warps": warps, "stages": stages,
+           "splitk": splitk}
+    if allow_swap:
+        out["swap"] = 0
+    return out
 
 
 @register_variant
@@ -138,7 +157,7 @@ class WgmmaMatmul(Variant):
     name = "wgmma"
     backend = "cupy"
     source = "gemm/wgmma.cu"
-    params = {**WG_SPACE, "reduce": ("fused", "separate")}
+    params = {**WG_SPACE, "reduce": ("fused", "separate"), "swap": (0, 1)}
     doc = ("Hopper wgmma.mma_async GEMM (fp16/bf16, sm_90a): swizzled smem descriptors, "
            "cp.async ring, 1-2 warpgroups, fused bias+activation, deterministic split-K")
 
@@ -154,11 +173,16 @@ class WgmmaMatmul(Variant):
         p = problem
         if params.get("reduce") == "separate" and params["splitk"] == 1:
             return False  # nothing to reduce
-        return wg_space_ok(params, p["dtype"], p["m"], p["n"], p["k"], p["batch"], device)
+        m, n, b_kmajor = p["m"], p["n"], p["trans_b"]
+        if params.get("swap"):
+            if m > 64:
+                return False  # a skinny-product mode
+            m, n, b_kmajor = n, m, not p["trans_a"]  # the kernel's B is the product's a
+        return wg_space_ok(params, p["dtype"], m, n, p["k"], p["batch"], device, b_kmajor)
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         p = problem
-        params = wg_heuristic(p["m"], p["n"], p["k"], p["batch"], device)
+        params = wg_heuristic(p["m"], p["n"], p["k"], p["batch"], device, allow_swap=True)
         params["reduce"] = "fused"
         if self.check_params(params) is None and self.valid_params(p, params, device):
             return params
@@ -166,6 +190,8 @@ class WgmmaMatmul(Variant):
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         desc = matmul_desc(problem)
+        if params.get("swap"):
+            desc = swapped(desc)
         slabs = workspace_elems(desc, WG_BK, params["splitk"], False)
         counters = 0
         if slabs and params.get("reduce") == "fused":
@@ -177,5 +203,7 @@ class WgmmaMatmul(Variant):
         if cfg is None or not tile_ok(cfg, problem["dtype"], device):
             raise UnsupportedError(f"matmul/{self.name}: parameters {dict(params)} do not "
                                    f"form a legal tile on {device.name}")
-        return GemmKernel(make_gemm(matmul_desc(problem), cfg, params["splitk"], False, device,
-                                    fused=params.get("reduce") == "fused"))
+        swap = bool(params.get("swap"))
+        desc = swapped(matmul_desc(problem)) if swap else matmul_desc(problem)
+        return GemmKernel(make_gemm(desc, cfg, params["splitk"], False, device,
+                                    fused=params.get("reduce") == "fused", swap=swap))

@@ -146,8 +146,9 @@ struct WgmmaMath {
   }
 
   // Fragment (PTX 9.7.15.5.1.1.1): acc[mt][4 i + 2 h + j] is row 16 w + l / 4 + 8 h and
-  // column 8 i + 2 (l % 4) + j of slice mt of warpgroup wg.
-  template <class E>
+  // column 8 i + 2 (l % 4) + j of slice mt of warpgroup wg. TRANSPOSED: the block computed
+  // C^T (operands swapped), so tile element (r, c) is C's (c, r), stored one by one.
+  template <bool TRANSPOSED = false, class E>
   __device__ __forceinline__ void epilogue(const E& e, int row0, int col0) const {
     const int tid = (int)threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, w = (tid >> 5) & 3;
@@ -157,8 +158,16 @@ struct WgmmaMath {
 #pragma unroll
       for (int i = 0; i < NR / 4; ++i) {
         const int c = col0 + i * 8 + 2 * (lane & 3);
-        e.store2(r, c, acc[mt][4 * i], acc[mt][4 * i + 1]);
-        e.store2(r + 8, c, acc[mt][4 * i + 2], acc[mt][4 * i + 3]);
+        if constexpr (TRANSPOSED) {
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const int cr = c + (v & 1), cc = r + 8 * (v >> 1);  // C's row, column
+            if (cr < e.m && cc < e.n) e.store1(cr, cc, acc[mt][4 * i + v]);
+          }
+        } else {
+          e.store2(r, c, acc[mt][4 * i], acc[mt][4 * i + 1]);
+          e.store2(r + 8, c, acc[mt][4 * i + 2], acc[mt][4 * i + 3]);
+        }
       }
     }
   }
@@ -198,14 +207,15 @@ __device__ __forceinline__ void wg_mainloop(WgmmaMath<C>& math, LA& la, LB& lb,
   cp_async_wait<0>();
 }
 
-// One block's whole job: zero, pipelined k loop, epilogue at the tile origin (row0, col0).
-template <class C, class LA, class LB, class E>
+// One block's whole job: zero, pipelined k loop, epilogue at the tile origin (row0, col0)
+// (of C^T when TRANSPOSED).
+template <class C, bool TRANSPOSED = false, class LA, class LB, class E>
 __device__ __forceinline__ void wg_gemm_block(LA& la, LB& lb, const E& e, unsigned char* smem,
                                               int ktiles, int row0, int col0) {
   WgmmaMath<C> math;
   math.zero();
   wg_mainloop<C>(math, la, lb, smem, ktiles);
-  math.epilogue(e, row0, col0);
+  math.template epilogue<TRANSPOSED>(e, row0, col0);
 }
 
 }  // namespace dnnctl
