@@ -105,7 +105,8 @@ def _instance(source: str, defines: tuple[tuple[str, Any], ...], expr: str) -> A
         shim.write_text(SHIM)
     so = E.CACHE / f"mem-{path.stem}-{digest.hexdigest()[:20]}.so"
     if not so.exists():
-        harness = so.with_suffix(".cpp")
+        tmp = f"{so}.{os.getpid()}.tmp"  # (concurrent runs build the same library)
+        harness = so.with_suffix(f".{os.getpid()}.cpp")
         harness.write_text(
             f'#include "{path}"\n#include "emu_runtime.h"\n'
             'extern "C" int emu_launch_k(const unsigned* g, const unsigned* b, size_t smem, '
@@ -117,11 +118,11 @@ def _instance(source: str, defines: tuple[tuple[str, Any], ...], expr: str) -> A
                str(E.HERE / "emu_prelude.h"), "-include", str(shim), "-DDNNCTL_EMU",
                "-DDNNCTL_HEADERS=0",
                f"-I{kernels_dir() / 'include'}", f"-I{E.HERE}", f"-I{E.CUDA_INC}", *defs,
-               str(harness), "-o", str(so) + ".tmp"]
+               str(harness), "-o", tmp]
         res = subprocess.run(cmd, capture_output=True, text=True)
         if res.returncode:
             raise E.EmuError(f"g++ failed for {source} {expr} {defs}:\n{res.stderr[-5000:]}")
-        os.replace(str(so) + ".tmp", so)
+        os.replace(tmp, so)
     return E.EmuFunction(ctypes.CDLL(str(so)), "k")
 
 
