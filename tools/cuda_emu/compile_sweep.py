@@ -45,11 +45,12 @@ def collect() -> set[tuple[str, tuple]]:
     dev = be.device(0)
     mm = get_op("matmul")
     for key in (dict(m=4096, n=4096, k=4096), dict(m=16, n=4096, k=4096),
+                dict(m=16, n=4096, k=4096, trans_b=True),
                 dict(m=37, n=77, k=300, trans_a=True, trans_b=True)):
         for dtype in ("float16", "bfloat16", "float32"):
             for tf32 in (False, True):
                 p = mm.problem(dict(key, dtype=dtype, tf32=tf32, bias=True))
-                for name in ("mma", "mma_atomic", "simt"):
+                for name in ("mma", "mma_atomic", "simt", "wgmma"):
                     v = get_variant("matmul", "cupy", name)
                     if v.supports(p, dev):
                         for params in v.param_space(p, dev):
@@ -58,11 +59,12 @@ def collect() -> set[tuple[str, tuple]]:
     for key in (dict(n=32, c=64, h=56, w=56, k=64, r=3, s=3, pad=1),
                 dict(n=1, c=512, h=7, w=7, k=512, r=3, s=3, pad=1),
                 dict(n=8, c=256, h=14, w=14, k=512, r=1, s=1, stride=2),
-                dict(n=8, c=256, h=14, w=14, k=512, r=1, s=1)):
+                dict(n=8, c=256, h=14, w=14, k=512, r=1, s=1),
+                dict(n=8, c=3, h=64, w=64, k=64, r=7, s=7, stride=2, pad=3)):
         for dtype in ("float16", "float32"):
             for layout in ("NHWC", "NCHW"):
                 p = conv.problem(dict(key, dtype=dtype, layout=layout, residual=True))
-                for name in ("implicit_gemm", "gemm_1x1"):
+                for name in ("implicit_gemm", "gemm_1x1", "implicit_gemm_wgmma"):
                     v = get_variant("conv2d", "cupy", name)
                     if v.supports(p, dev):
                         for params in v.param_space(p, dev):

@@ -109,6 +109,9 @@ class ImplicitGemmWgmma(CudaConv):
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
+        cfg = wg_tile(params)
+        if cfg is not None and cfg.threads == 128 and cfg.acc_per_thread > 64:
+            return False  # one warpgroup: 128 accumulators next to the gather's state spill
         return wg_space_ok(params, g.dtype, g.npq, g.kg, _kgemm(g), g.groups, device)
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:

@@ -139,25 +139,32 @@ struct MatLoader {
         copy_piece<T, VEC>(dst + Tile::offset(tr, tc), src, ok);
       }
     } else {
-      // single 16-bit elements (no cp.async below 4 bytes): every load is issued before the
-      // first shared store, so they overlap instead of each waiting behind the previous
-      // store (a generic-pointer load may alias shared memory, the compiler keeps order)
+      // single 16-bit elements (no cp.async below 4 bytes): in groups of up to 8, every
+      // load is issued before the group's first shared store, so they overlap instead of
+      // each waiting behind the previous store (a generic-pointer load may alias shared
+      // memory, the compiler keeps that order); groups bound the registers held
       static_assert(VEC == 1, "pieces under 4 bytes are single elements");
-      T v[ITERS];
-      int off[ITERS];
+      constexpr int G = ITERS < 8 ? ITERS : 8;
 #pragma unroll
-      for (int it = 0; it < ITERS; ++it) {
-        off[it] = -1;
-        if (PIECES % C::NT != 0 && (int)threadIdx.x + it * C::NT >= PIECES) continue;
-        int tr, tc;
-        const T* src;
-        const bool ok = piece(kt, it, tr, tc, src);
-        v[it] = ok ? ldg(src) : from_float<T>(0.f);
-        off[it] = Tile::offset(tr, tc);
+      for (int it0 = 0; it0 < ITERS; it0 += G) {
+        T v[G];
+        int off[G];
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+          const int it = it0 + j;
+          off[j] = -1;
+          if (it >= ITERS || (PIECES % C::NT != 0 && (int)threadIdx.x + it * C::NT >= PIECES))
+            continue;
+          int tr, tc;
+          const T* src;
+          const bool ok = piece(kt, it, tr, tc, src);
+          v[j] = ok ? ldg(src) : from_float<T>(0.f);
+          off[j] = Tile::offset(tr, tc);
+        }
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+          if (off[j] >= 0) sts<T>(dst + off[j], v[j]);
       }
-#pragma unroll
-      for (int it = 0; it < ITERS; ++it)
-        if (off[it] >= 0) sts<T>(dst + off[it], v[it]);
     }
   }
 };
