@@ -255,12 +255,14 @@ def test_flat_io_kernels_are_marked() -> None:
     from dnnctl.ops.activation import _ActKernel
     from dnnctl.ops.matmul.gemm_launch import GemmKernel
     from dnnctl.ops.norm.batchnorm import _BnKernel
+    from dnnctl.ops.norm.bn_exact import _ExactKernel, _StreamKernel
     from dnnctl.ops.norm.groupnorm import _GnKernel
     from dnnctl.ops.pool.gap import _GapKernel
     from dnnctl.ops.pool.pool2d import _PoolKernel
+    from dnnctl.ops.pool.tiled import _TileKernel
 
     for cls in (RowKernel, _ActKernel, GemmKernel, _BnKernel, _GnKernel, _GapKernel,
-                _PoolKernel):
+                _PoolKernel, _ExactKernel, _StreamKernel, _TileKernel):
         assert cls.flat_io is True, cls.__name__
 
 

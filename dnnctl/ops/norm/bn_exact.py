@@ -25,10 +25,12 @@ class _ExactKernel:
     aligned for their vector loads); else the VEC = 1 program."""
 
     __slots__ = ("fast", "safe", "align", "palign", "n")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, palign: int,
                  n: Any) -> None:
-        self.fast, self.safe, self.align, self.palign, self.n = fast, safe, align, palign, n
+        self.fast, self.safe, self.align, self.palign = fast, safe, align, palign
+        self.n = fast.consts(n)[0]  # converted once for the launch
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -36,8 +38,8 @@ class _ExactKernel:
         m, v = inputs["running_mean"], inputs["running_var"]
         w, b = inputs.get("weight"), inputs.get("bias")
         ok = mc.aligned(self.align, x, y) and mc.aligned(self.palign, m, v, w, b)
-        (self.fast if ok else self.safe)((x, y, m, v, w, b, self.n,
-                                          np.float32(attrs.get("eps", 1e-5))))
+        go = self.fast if ok else self.safe
+        go((x, y, m, v, w, b, self.n, go.f32(attrs.get("eps", 1e-5))))
 
 
 @register_variant
@@ -86,6 +88,7 @@ class _StreamKernel:
     normalize's parameter vectors (save_mean, bias) allow its vector loads."""
 
     __slots__ = ("fast", "safe", "align", "palign")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: Any, safe: Any, align: int, palign: int) -> None:
         self.fast, self.safe, self.align, self.palign = fast, safe, align, palign

@@ -19,6 +19,7 @@ from dnnctl.ops.registry import register_variant
 
 class _TileKernel:
     __slots__ = ("fast", "safe", "align")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int) -> None:
         self.fast, self.safe, self.align = fast, safe, align
