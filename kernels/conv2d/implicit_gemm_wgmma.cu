@@ -133,7 +133,15 @@ typedef WgNhwcGather<GEMM_VEC_A> LoaderA;
 typedef MatLoader<Cfg, GEMM_BN, WG_BK, GEMM_VEC_B, true, Cfg::TileB> LoaderB;
 typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, EPI_OUT, 0, EPI_PAIR != 0> Epi;
 
-extern "C" __global__ void __launch_bounds__(Cfg::NT, 1)
+// Two blocks per SM where two rings fit (228 KB per SM, 1 KB reserved per block) and two
+// warpgroups hold at most 64 accumulators each (registers <= 128): one block's prologue and
+// epilogue then overlap the other's mainloop.
+constexpr int kMinBlocks =
+    (Cfg::NT == 256 && Cfg::MT * Cfg::BN / 2 <= 64 && 2 * (Cfg::SMEM_BYTES + 1024) <= 228 * 1024)
+        ? 2
+        : 1;
+
+extern "C" __global__ void __launch_bounds__(Cfg::NT, kMinBlocks)
     conv_implicit_gemm_wgmma(const elem_t* x, const elem_t* w, elem_t* y, const elem_t* bias,
                              const elem_t* res, float* ws, int N, int C, int H, int W, int K,
                              int R, int S, int P, int Q, int sh, int sw, int pt, int pl, int dh,

@@ -77,7 +77,17 @@ struct FinishTile {
   static constexpr int NT = Cfg::NT;
 };
 
-extern "C" __global__ void __launch_bounds__(Cfg::NT, 1)
+// Two blocks per SM where two rings fit (228 KB per SM, 1 KB reserved per block) and two
+// warpgroups hold at most 64 accumulators each (registers <= 128): one block's prologue and
+// epilogue then overlap the other's mainloop.
+// (Not with single-element loads: their address registers would spill under 128.)
+constexpr int kMinBlocks =
+    (Cfg::NT == 256 && Cfg::MT * Cfg::BN / 2 <= 64 && GEMM_VEC_A > 1 && GEMM_VEC_B > 1 &&
+     2 * (Cfg::SMEM_BYTES + 1024) <= 228 * 1024)
+        ? 2
+        : 1;
+
+extern "C" __global__ void __launch_bounds__(Cfg::NT, kMinBlocks)
     gemm_kernel(const elem_t* A, const elem_t* B, elem_t* C, const elem_t* bias,
                 const elem_t* res, float* ws, int* counters, int M, int N, int K,
                 long long lda, long long ldb, long long ldc, long long sA, long long sB,
