@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One GPU session's worth of checks, in stages, each with its own time limit, logs packed into
+# $OUT/logs.tgz after every stage (so a stage killed at the call's limit loses nothing else).
+#   tools/device_round.sh tests memory gemm doctor tune_bert        (one call)
+#   tools/device_round.sh conv tune_rn50 tune_bench                 (the next call)
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+L=${OUT:-/tmp/out}/logs; mkdir -p "$L"
+pack() { tar czf "${OUT:-/tmp/out}/logs.tgz" -C "$(dirname "$L")" logs; }
+dn() { python3 -m dnnctl "$@"; }
+for st in "$@"; do
+  t0=$(date +%s)
+  case $st in
+    tests)
+      timeout 330 python3 -m pytest tests/gpu -q -p no:cacheprovider -n 16 --timeout 240 \
+        --tb=short -rfE > "$L/tests.log" 2>&1
+      tail -3 "$L/tests.log"; grep -E "^(FAILED|ERROR)" "$L/tests.log" | head -40 ;;
+    memory|gemm|conv|tune)
+      mkdir -p "$L/$st"
+      OUT="$L/$st" timeout "${T:-400}" python3 benchmarks/run.py --only "$st" ${Q:-} \
+        > "$L/bench_$st.log" 2>&1
+      grep -E "geomean|Below|Slower|within 3%|speed-up|overhead|goal|skipped|wrong!" \
+        "$L/bench_$st.log" | head -30 ;;
+    doctor)
+      { time dn doctor; } > "$L/doctor.txt" 2>&1
+      dn doctor --deep > "$L/doctor_deep.txt" 2>&1
+      dn doctor --deep --json > "$L/doctor_deep.json" 2>&1
+      dn doctor --save "$L/env.yaml" > /dev/null 2>&1
+      dn compat check --gpu H200 --driver 580.159.04 --torch 2.11.0+cu130 \
+        --cupy cupy-cuda13x==14.2.0 > "$L/compat_check.txt" 2>&1; echo "compat rc=$?"
+      tail -4 "$L/doctor.txt"; tail -2 "$L/doctor_deep.txt" ;;
+    tune_bert)
+      { time dn tune bert_base --budget 60 -o "$L/plan_bert.yaml"; } > "$L/tune_bert.txt" 2>&1
+      echo "tune bert rc=$?"; tail -4 "$L/tune_bert.txt" ;;
+    tune_rn50)
+      { time dn tune resnet50 --batch 32 --budget 150 -o "$L/plan_rn50.yaml"; } \
+        > "$L/tune_rn50.txt" 2>&1
+      echo "tune rn50 rc=$?"; tail -4 "$L/tune_rn50.txt"
+      dn plan coverage "$L/plan_rn50.yaml" resnet50 > "$L/coverage_rn50.txt" 2>&1
+      dn plan show "$L/plan_rn50.yaml" > "$L/show_rn50.txt" 2>&1 ;;
+    *) echo "unknown stage $st" ;;
+  esac
+  echo "== $st: $(( $(date +%s) - t0 )) s"
+  pack
+done
