@@ -44,7 +44,7 @@ WG_TILES = [(128, 256, 64, 8, 4), (256, 128, 64, 8, 4), (128, 256, 64, 8, 3),
             (64, 16, 64, 4, 6), (256, 16, 64, 8, 6), (64, 64, 64, 4, 6), (128, 64, 64, 8, 6)]
 SPLITS = (4, 8, 2, 16, 1)  # skinny shapes want a few splits: try those first
 # candidates per variant (quick, full)
-CAPS = {"wgmma": (8, 16), "mma": (4, 12), "mma_atomic": (2, 6)}
+CAPS = {"wgmma": (8, 12), "mma": (4, 8), "mma_atomic": (2, 4)}
 
 
 def shapes(quick: bool) -> list[tuple[str, str, dict[str, int]]]:
