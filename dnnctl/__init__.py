@@ -18,9 +18,18 @@ from typing import Any
 from dnnctl import ops
 from dnnctl._version import __version__
 from dnnctl.errors import DnnctlError
-from dnnctl.ops.dispatch import use_plan
 
 __all__ = ["DnnctlError", "__version__", "load_plan", "ops", "use_plan"]
+
+
+def __getattr__(name: str) -> Any:
+    # use_plan lives with the dispatcher (NumPy); importing it lazily keeps `import dnnctl`
+    # (and so every CLI start, doctor included) free of NumPy.
+    if name == "use_plan":
+        from dnnctl.ops.dispatch import use_plan
+
+        return use_plan
+    raise AttributeError(f"module 'dnnctl' has no attribute {name!r}")
 
 
 def load_plan(path: str, **kwargs: Any) -> Any:
