@@ -138,80 +138,17 @@ def plan_rows(quick: bool, tf32: bool, batches: Sequence[int] = (1, 32, 256),
 # ----------------------------------------------------------------------------- compile
 
 
-class _Recorder:
-    """Stands in for the cupy backend (and the conv runtime) while listing the modules the
-    candidates compile; runs in a child process so nothing it builds is kept."""
-
-    name = "cupy"
-
-    def __init__(self) -> None:
-        import numpy as np
-
-        self.xp = np
-        self.jobs: dict[tuple, None] = {}
-
-    def compile_module(self, source: str, *, defines: Mapping[str, Any] | None = None,
-                       name_expressions: Sequence[str] = (), options: Sequence[str] = (),
-                       device: int | None = None) -> Any:
-        self.jobs[(source, tuple(sorted((defines or {}).items())),
-                   tuple(name_expressions))] = None
-
-        class _Fn:
-            max_dynamic_shared_size_bytes = 0
-
-            def __call__(self, *args: Any, **kwargs: Any) -> None:
-                return None
-
-        return type("M", (), {"get_function": staticmethod(lambda name: _Fn())})()
-
-    # the conv2d runtime's interface (dnnctl/ops/conv2d/_cuda.py)
-    def function(self, source: str, defines: Mapping[str, Any], name: str) -> Any:
-        return self.compile_module(source, defines=defines).get_function(name)
-
-    def fft_plan(self, *args: Any) -> None:
-        return None
-
-    def ptr(self, arr: Any) -> int:
-        return 0
-
-
 def record_jobs(rows: Sequence[Row], device: Any) -> list[tuple]:
-    """The (source, defines, names) of every module the rows' candidates build, in order."""
-    from dnnctl.backends import base
-    from dnnctl.ops.conv2d import _cuda
+    """The (source, defines, names) of every module the rows' candidates build, in order;
+    runs in a child process so nothing it builds is kept."""
+    from dnnctl.ops.precompile import record_builds
     from dnnctl.ops.registry import get_op
 
     op = get_op("conv2d")
-    rec = _Recorder()
-    saved = base._BACKENDS.get("cupy")
-    base._BACKENDS["cupy"] = rec  # type: ignore[assignment]
-    try:
-        with _cuda.use_runtime(rec):
-            for row in rows:
-                problem = op.problem(row.key())
-                for variant, params in conv_candidates.candidates(problem, device):
-                    try:
-                        variant.build(problem, params, device)
-                    except Exception:  # the real build reports it
-                        pass
-    finally:
-        if saved is None:
-            base._BACKENDS.pop("cupy", None)
-        else:
-            base._BACKENDS["cupy"] = saved
-    return list(rec.jobs)
-
-
-def _compile_job(job: tuple) -> str | None:
-    from dnnctl.backends.base import get_backend
-
-    source, defines, names = job
-    try:
-        get_backend("cupy").compile_module(source, defines=dict(defines),
-                                           name_expressions=names)
-    except Exception as exc:  # the benchmark row reports it properly
-        return f"{source}: {type(exc).__name__}"
-    return None
+    problems = [op.problem(row.key()) for row in rows]
+    return record_builds(((variant, problem, params) for problem in problems
+                          for variant, params in conv_candidates.candidates(problem, device)),
+                         device)
 
 
 def precompile(rows: Sequence[Row], device: Any, budget_s: float) -> str:
@@ -219,32 +156,24 @@ def precompile(rows: Sequence[Row], device: Any, budget_s: float) -> str:
     import concurrent.futures as cf
     import multiprocessing
 
+    from dnnctl.ops.precompile import compile_jobs, default_workers
+
     t0 = time.time()
-    ctx = multiprocessing.get_context("spawn")
-    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx)
+    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
     try:
         jobs = one.submit(record_jobs, list(rows), device).result(timeout=120)
     except Exception as exc:
         return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
     finally:
         one.shutdown(wait=False, cancel_futures=True)
-    t_rec = time.time() - t0
-    workers = max(1, min(16, (os.cpu_count() or 2) - 1))
-    done = failed = 0
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    workers = default_workers()
     try:
-        futures = [pool.submit(_compile_job, j) for j in jobs]
-        for fut in cf.as_completed(futures, timeout=max(1.0, budget_s - t_rec)):
-            done += 1
-            failed += fut.result() is not None
-    except cf.TimeoutError:
-        pass
+        done, failed = compile_jobs(jobs, workers=workers,
+                                    timeout_s=max(1.0, budget_s - (time.time() - t0)))
     except Exception as exc:
         return f"kernel pre-compilation stopped ({type(exc).__name__}: {exc})"
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
     return (f"pre-compiled {done}/{len(jobs)} kernel modules with {workers} processes in "
-            f"{time.time() - t0:.0f} s ({failed} failed to compile)")
+            f"{time.time() - t0:.0f} s ({len(failed)} failed to compile)")
 
 
 # ----------------------------------------------------------------------------- timing

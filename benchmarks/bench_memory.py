@@ -14,13 +14,10 @@ heuristic's (no plan) time, torch's time and GB/s, torch / dnnctl (> 1: dnnctl f
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing
-import os
 import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -136,62 +133,14 @@ def candidates(op: Any, problem: Any, dev: Any) -> list[tuple[Any, dict[str, Any
     return out
 
 
-class _Recorder:
-    """Stands in for the cupy backend to list the modules the candidates compile."""
-
-    name = "cupy"
-
-    def __init__(self) -> None:
-        import numpy
-
-        self.xp = numpy
-        self.jobs: dict[tuple, None] = {}
-
-    def compile_module(self, source: str, *, defines: Mapping[str, Any] | None = None,
-                       name_expressions: Sequence[str] = (), options: Sequence[str] = (),
-                       device: int | None = None) -> Any:
-        self.jobs[(source, tuple(sorted((defines or {}).items())),
-                   tuple(name_expressions))] = None
-
-        class _Fn:
-            max_dynamic_shared_size_bytes = 0
-
-        return type("M", (), {"get_function": staticmethod(lambda name: _Fn())})()
-
-
-def _compile_job(job: tuple) -> None:
-    from dnnctl.backends.base import get_backend
-
-    source, defines, names = job
-    try:
-        get_backend("cupy").compile_module(source, defines=dict(defines),
-                                           name_expressions=names)
-    except Exception:  # the candidate then fails (and is reported) in the main process
-        pass
-
-
 def warm_kernel_cache(plan: list[tuple[Any, Any, list]], dev: Any) -> float:
     """Compile every candidate's module in parallel processes (CuPy's disk cache)."""
-    from dnnctl.backends import base
+    from dnnctl.ops.precompile import compile_jobs, record_builds
 
     t0 = time.time()
-    rec = _Recorder()
-    saved = base._BACKENDS["cupy"]
-    base._BACKENDS["cupy"] = rec
+    jobs = record_builds(((v, problem, p) for _, problem, cands in plan for v, p in cands), dev)
     try:
-        for _, problem, cands in plan:
-            for v, p in cands:
-                try:
-                    v.build(problem, p, dev)
-                except Exception:
-                    pass
-    finally:
-        base._BACKENDS["cupy"] = saved
-    workers = max(1, min(16, (os.cpu_count() or 2) - 1))
-    try:
-        with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")
-                                    ) as pool:
-            list(pool.map(_compile_job, list(rec.jobs), chunksize=2))
+        compile_jobs(jobs)
     except Exception as exc:
         print(f"[memory bench: compile warm-up skipped: {exc}]", flush=True)
     return time.time() - t0

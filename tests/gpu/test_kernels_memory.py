@@ -14,11 +14,7 @@ kernel cache, so the run stays short on a fresh machine.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
-import multiprocessing
-import os
 import random
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,44 +128,10 @@ def _cases() -> list[tuple[str, int, str, dict[str, Any]]]:
     return out
 
 
-# (spawned warm-up workers import this module too: they need no cases)
-CASES = _cases() if multiprocessing.parent_process() is None else []
+CASES = _cases()
 
 
 # ----------------------------------------------------------------------------- cache warm-up
-
-
-class _Recorder:
-    """Stands in for the cupy backend while listing the modules the cases will compile."""
-
-    name = "cupy"
-    xp = np
-
-    def __init__(self) -> None:
-        self.jobs: dict[tuple, None] = {}
-
-    def compile_module(self, source: str, *, defines: Mapping[str, Any] | None = None,
-                       name_expressions: Sequence[str] = (), options: Sequence[str] = (),
-                       device: int | None = None) -> Any:
-        self.jobs[(source, tuple(sorted((defines or {}).items())),
-                   tuple(name_expressions))] = None
-
-        class _Fn:
-            max_dynamic_shared_size_bytes = 0
-
-        return type("M", (), {"get_function": staticmethod(lambda name: _Fn())})()
-
-
-def _compile_job(job: tuple) -> str | None:
-    from dnnctl.backends.base import get_backend
-
-    source, defines, names = job
-    try:
-        get_backend("cupy").compile_module(source, defines=dict(defines),
-                                           name_expressions=names)
-    except Exception as exc:  # the test of that case reports it properly
-        return f"{source}: {exc}"
-    return None
 
 
 @pytest.fixture(scope="session")
@@ -177,24 +139,12 @@ def cuda() -> Any:
     import cupy
 
     from dnnctl.backends import base
+    from dnnctl.ops.precompile import compile_jobs, record_builds
 
-    rec = _Recorder()
-    saved = base._BACKENDS.get("cupy")
-    base._BACKENDS["cupy"] = rec
-    try:
-        for op_name, i, vname, params in CASES:
-            problem = get_op(op_name).problem(P[op_name][i])
-            get_variant(op_name, "cupy", vname).build(problem, params, H200)
-    finally:
-        if saved is None:
-            base._BACKENDS.pop("cupy", None)
-        else:
-            base._BACKENDS["cupy"] = saved
-    workers = max(1, min(16, (os.cpu_count() or 2) - 1))
-    ctx = multiprocessing.get_context("spawn")
+    jobs = record_builds(((get_variant(op_name, "cupy", vname), get_op(op_name).problem(
+        P[op_name][i]), params) for op_name, i, vname, params in CASES), H200)
     try:  # a warm-up that cannot run only costs time: each case compiles for itself
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            list(pool.map(_compile_job, list(rec.jobs), chunksize=4))
+        compile_jobs(jobs)
     except Exception as exc:
         print(f"[kernel cache warm-up skipped: {type(exc).__name__}: {exc}]")
     be = base.get_backend("cupy")

@@ -101,8 +101,9 @@ def test_record_jobs_lists_modules_and_restores_the_backend():
     assert len(jobs) == len(set(jobs)) >= 20
     from dnnctl.backends import base
     from dnnctl.ops.conv2d import _cuda
+    from dnnctl.ops.precompile import CompileRecorder
 
-    assert not isinstance(base._BACKENDS.get("cupy"), bench_conv._Recorder)
+    assert not isinstance(base._BACKENDS.get("cupy"), CompileRecorder)
     assert not _cuda._OVERRIDE and get_backend("numpy") is before
 
 
