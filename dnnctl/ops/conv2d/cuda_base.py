@@ -20,6 +20,11 @@ def next_pow2(v: int) -> int:
     return 1 << max(0, (v - 1).bit_length())
 
 
+def batch_chunk(g: ConvGeom, chunk: int) -> int:
+    """Images per pass of a chunked variant: ``chunk`` 0 means the whole batch."""
+    return g.n if chunk == 0 else min(chunk, g.n)
+
+
 def align(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace, next_pow2
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace, batch_chunk, next_pow2
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -41,10 +41,6 @@ def smooth_len(n: int) -> int:
         if v == 1:
             return m
         m += 1
-
-
-def _chunk(g: ConvGeom, chunk: int) -> int:
-    return g.n if chunk == 0 else min(chunk, g.n)
 
 
 @register_variant
@@ -78,7 +74,7 @@ class CudaFft(CudaConv):
     def workspace(self, g: ConvGeom, params: Mapping[str, Any]) -> Workspace:
         hf, wf = self.fft_shape(g, params["size"])
         freqs = hf * (wf // 2 + 1)
-        nc = _chunk(g, params["chunk"])
+        nc = batch_chunk(g, params["chunk"])
         planes = max(g.k * g.cg, nc * g.c, nc * g.k)
         return Workspace([("real", planes * hf * wf, np.float32),
                           ("Wc", freqs * g.k * g.cg, np.complex64),
@@ -106,7 +102,7 @@ class CudaFft(CudaConv):
         hf, wf = self.fft_shape(g, params["size"])
         wh = wf // 2 + 1
         freqs, plane = hf * wh, hf * wf
-        nc = _chunk(g, params["chunk"])
+        nc = batch_chunk(g, params["chunk"])
         ws = self.workspace(g, params)
         scale = np.float32(1.0 / plane)
         block = (256, 1, 1)

@@ -22,6 +22,7 @@ from dnnctl.ops.conv2d.cuda_base import (
     SUPPORTED,
     CudaConv,
     Workspace,
+    batch_chunk,
     epilogue_fn,
     io_dtype,
     run_epilogue,
@@ -35,10 +36,6 @@ DEFAULT_WS_LIMIT = 1 << 30  # default_params keeps the patch matrix under 1 GiB
 def is_identity(g: ConvGeom) -> bool:
     """1x1, stride 1, no padding: the patch matrix would be x itself."""
     return (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
-
-
-def _chunk(g: ConvGeom, chunk: int) -> int:
-    return g.n if chunk == 0 else min(chunk, g.n)
 
 
 @register_variant
@@ -65,14 +62,14 @@ class CudaIm2colGemm(CudaConv):
         if is_identity(g):
             return chunk == 0 and vec == 1  # no patch matrix: nothing to tune
         if not g.nhwc:
-            return vec == 1 and _chunk(g, chunk) * g.groups <= 65535
+            return vec == 1 and batch_chunk(g, chunk) * g.groups <= 65535
         esize = 4 if g.dtype == "float32" else 2
         return vec * esize <= 16 and g.cg % vec == 0
 
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
         if is_identity(g):
             return Workspace([])
-        rows = _chunk(g, chunk) * g.p * g.q
+        rows = batch_chunk(g, chunk) * g.p * g.q
         return Workspace([("col", rows * g.c * g.r * g.s, io_dtype(g))])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
@@ -91,7 +88,7 @@ class CudaIm2colGemm(CudaConv):
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         rt = _cuda.runtime()
-        nc = _chunk(g, params["chunk"])
+        nc = batch_chunk(g, params["chunk"])
         ws = self.workspace(g, params["chunk"])
         identity = is_identity(g)
         vec = params["vec"]

@@ -19,7 +19,13 @@ import numpy as np
 
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace, io_dtype
+from dnnctl.ops.conv2d.cuda_base import (
+    SUPPORTED,
+    CudaConv,
+    Workspace,
+    batch_chunk,
+    io_dtype,
+)
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -28,10 +34,6 @@ DEFAULT_WS_LIMIT = 1 << 30
 
 def uv_fp32(g: ConvGeom, tile: int) -> bool:
     return tile == 4 or g.dtype == "float32"
-
-
-def _chunk(g: ConvGeom, chunk: int) -> int:
-    return g.n if chunk == 0 else min(chunk, g.n)
 
 
 @register_variant
@@ -63,7 +65,7 @@ class CudaWinograd(CudaConv):
         tile = params["tile"]
         alpha2 = (tile + 2) ** 2
         th, tw = self.tiles(g, tile)
-        t = _chunk(g, params["chunk"]) * th * tw
+        t = batch_chunk(g, params["chunk"]) * th * tw
         uv = np.dtype(np.float32) if uv_fp32(g, tile) else io_dtype(g)
         return Workspace([("U", alpha2 * g.k * g.c, uv), ("V", alpha2 * t * g.c, uv),
                           ("M", alpha2 * t * g.k, np.float32)])
@@ -98,7 +100,7 @@ class CudaWinograd(CudaConv):
         f_output = rt.function(self.source, defines, "wino_output")
         ws = self.workspace(g, params)
         th, tw = self.tiles(g, tile)
-        nc = _chunk(g, params["chunk"])
+        nc = batch_chunk(g, params["chunk"])
         block = (256, 1, 1)
 
         def gemm(U: Any, V: Any, M: Any, t: int) -> None:
