@@ -198,6 +198,36 @@ class OnlineMixin(BlockSmemMixin):
         return RowVariant.supports(self, problem, device)
 
 
+class SplitRowMixin(RowVariant):
+    """Few, very long rows: chunks of a row on separate blocks, partials in a workspace.
+
+    Subclasses set ``partial_bytes`` (workspace bytes per row chunk) and ``any_length`` (the
+    op's single-pass variant named when there are too many rows)."""
+
+    params: ClassVar[dict[str, tuple[Any, ...]]] = {"block": (256, 512, 1024), "vec": mc.VECS,
+                                                    "chunk": SPLIT_CHUNKS}
+    partial_bytes: ClassVar[int] = 0
+    any_length: ClassVar[str] = ""
+
+    def splits(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return mc.cdiv(problem["cols"], params["chunk"])
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["rows"] > 65535:
+            return unsupported(f"more than 65535 rows (grid y): use {self.any_length} or "
+                               "block_smem")
+        if problem["cols"] < 8192:
+            return unsupported("rows shorter than 8192 gain nothing from splitting")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return (self.vec_valid(problem, params["vec"]) and 2 <= self.splits(problem, params)
+                <= 4096 and params["chunk"] >= params["block"] * params["vec"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return self.partial_bytes * problem["rows"] * self.splits(problem, params)
+
+
 def default_row_choice(problem: Problem, device: Any, op: str, online: str = "online") -> Choice:
     """Warp per short row, block per medium row, split / smem / online for long rows.
 

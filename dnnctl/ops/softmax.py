@@ -34,7 +34,6 @@ from dnnctl.ops.base import (
     Variant,
     dtype_size,
     np_dtype,
-    unsupported,
 )
 from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
 from dnnctl.ops.registry import register_op, register_variant
@@ -145,26 +144,12 @@ class SoftmaxOnline(mr.OnlineMixin, _SoftmaxCuda):
 
 
 @register_variant
-class SoftmaxSplitRow(_SoftmaxCuda):
+class SoftmaxSplitRow(mr.SplitRowMixin, _SoftmaxCuda):
     name = "split_row"
     source = "softmax/split_row.cu"
     doc = "few long rows: chunks of a row on separate blocks, partial max/sum then apply"
-    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": mr.SPLIT_CHUNKS}
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        if problem["rows"] > 65535:
-            return unsupported("more than 65535 rows (grid y): use online or block_smem")
-        if problem["cols"] < 8192:
-            return unsupported("rows shorter than 8192 gain nothing from splitting")
-        return SUPPORTED
-
-    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        splits = mc.cdiv(problem["cols"], params["chunk"])
-        return (self.vec_valid(problem, params["vec"]) and 2 <= splits <= 4096
-                and params["chunk"] >= params["block"] * params["vec"])
-
-    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        return 8 * problem["rows"] * mc.cdiv(problem["cols"], params["chunk"])
+    partial_bytes = 8  # (max, sum) per row chunk
+    any_length = "online"
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         rows, cols = problem["rows"], problem["cols"]

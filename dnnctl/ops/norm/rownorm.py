@@ -30,7 +30,6 @@ from dnnctl.ops.base import (
     TensorSpec,
     Variant,
     np_dtype,
-    unsupported,
 )
 from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
 from dnnctl.ops.registry import register_op, register_variant
@@ -165,25 +164,11 @@ for _op in ("layer_norm", "rms_norm"):
              "doc": _doc, "rms": _op == "rms_norm", "__module__": __name__}))
 
 
-class _NormSplit(_NormCuda):
+class _NormSplit(mr.SplitRowMixin, _NormCuda):
     """Few, very long rows: chunks of a row on separate blocks (two launches)."""
 
-    params = {"block": (256, 512, 1024), "vec": mc.VECS, "chunk": mr.SPLIT_CHUNKS}
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        if problem["rows"] > 65535:
-            return unsupported("more than 65535 rows (grid y): use welford or block_smem")
-        if problem["cols"] < 8192:
-            return unsupported("rows shorter than 8192 gain nothing from splitting")
-        return SUPPORTED
-
-    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        splits = mc.cdiv(problem["cols"], params["chunk"])
-        return (self.vec_valid(problem, params["vec"]) and 2 <= splits <= 4096
-                and params["chunk"] >= params["block"] * params["vec"])
-
-    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        return 12 * problem["rows"] * mc.cdiv(problem["cols"], params["chunk"])
+    partial_bytes = 12  # Welford (count, mean, m2) per row chunk
+    any_length = "welford"
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         rows, cols = problem["rows"], problem["cols"]
