@@ -16,12 +16,11 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends.base import get_backend
-from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
-from dnnctl.ops.matmul.cupy_variants import TiledGemmParams
+from dnnctl.ops.conv2d.tiled import TiledConv
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
     BIAS_NONE,
@@ -38,11 +37,8 @@ from dnnctl.ops.matmul.gemm_launch import (
     finish_launch,
     load_kernel,
     make_gemm,
-    math_for,
     ptr,
     split_plan,
-    tile_config,
-    tile_ok,
     vec_for,
 )
 from dnnctl.ops.matmul.op import ACT_CODES
@@ -73,24 +69,17 @@ def gemm_desc(g: ConvGeom) -> GemmDesc:
 
 
 @register_variant
-class Gemm1x1(TiledGemmParams, CudaConv):
+class Gemm1x1(TiledConv):
     """1x1 convolution as a plain (strided-batched) GEMM with the fused epilogue."""
 
     name = "gemm_1x1"
     source = "conv2d/gemm_1x1.cu"
     doc = ("1x1 convolution as a GEMM on the tiled tensor-core kernel (stride 1: plain GEMM; "
            "strided: pixel index math), fused bias+act+residual, split-K")
-    params = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32, 64),
-              "warps": (4, 8), "stages": (2, 3, 4, 5), "splitk": (1, 2, 4, 8, 16)}
-
-    @staticmethod
-    def _math(g: ConvGeom) -> int:
-        return math_for(g.dtype, g.tf32)
-
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        if device.cc_tuple < (8, 0):
-            return unsupported(f"needs compute capability >= 8.0 (cp.async, mma); "
-                               f"{device.name} is {device.compute_capability}")
+        no = self.device_unsupported(device)
+        if no is not None:
+            return no
         if (g.r, g.s) != (1, 1):
             return unsupported(f"only 1x1 filters (this one is {g.r}x{g.s})")
         if (g.pt, g.pb, g.pl, g.pr) != (0, 0, 0, 0):
@@ -133,10 +122,7 @@ class Gemm1x1(TiledGemmParams, CudaConv):
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
-        cfg = tile_config(params, self._math(g))
-        if cfg is None or not tile_ok(cfg, g.dtype, device):
-            raise UnsupportedError(f"conv2d/{self.name}: parameters {dict(params)} do not "
-                                   f"form a legal tile on {device.name}")
+        cfg = self.tile(g, params, device)
         if (g.sh, g.sw) == (1, 1):
             run = make_gemm(gemm_desc(g), cfg, params["splitk"], False, device)
 

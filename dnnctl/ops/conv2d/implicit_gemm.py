@@ -21,13 +21,12 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends.base import get_backend
-from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace
 from dnnctl.ops.conv2d.implicit_gemm_wgmma import padded_channels
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
-from dnnctl.ops.matmul.cupy_variants import TiledGemmParams
+from dnnctl.ops.conv2d.tiled import TiledConv
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
     BIAS_NONE,
@@ -40,11 +39,8 @@ from dnnctl.ops.matmul.gemm_launch import (
     finish_kernel,
     finish_launch,
     load_kernel,
-    math_for,
     ptr,
     split_plan,
-    tile_config,
-    tile_ok,
     vec_for,
 )
 from dnnctl.ops.matmul.op import ACT_CODES
@@ -78,24 +74,17 @@ def _pad_workspace(g: ConvGeom, splits: int) -> Workspace:
 
 
 @register_variant
-class ImplicitGemm(TiledGemmParams, CudaConv):
+class ImplicitGemm(TiledConv):
     """Implicit-GEMM convolution on tensor cores with a fused epilogue."""
 
     name = "implicit_gemm"
     source = "conv2d/implicit_gemm.cu"
     doc = ("implicit GEMM (patches gathered on the fly), mma.sync tensor cores / tf32 / fp32 "
            "FFMA, cp.async pipeline, fused bias+act+residual, split-K")
-    params = {"bm": (16, 32, 64, 128, 256), "bn": (32, 64, 128, 256), "bk": (32, 64),
-              "warps": (4, 8), "stages": (2, 3, 4, 5), "splitk": (1, 2, 4, 8, 16)}
-
-    @staticmethod
-    def _math(g: ConvGeom) -> int:
-        return math_for(g.dtype, g.tf32)
-
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        if device.cc_tuple < (8, 0):
-            return unsupported(f"needs compute capability >= 8.0 (cp.async, mma); "
-                               f"{device.name} is {device.compute_capability}")
+        no = self.device_unsupported(device)
+        if no is not None:
+            return no
         if g.groups > 1 and g.depthwise:
             return unsupported("depthwise: one channel per group makes each GEMM "
                                f"{g.crs} deep, mostly tile padding; use the depthwise variant")
@@ -133,10 +122,7 @@ class ImplicitGemm(TiledGemmParams, CudaConv):
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
-        cfg = tile_config(params, self._math(g))
-        if cfg is None or not tile_ok(cfg, g.dtype, device):
-            raise UnsupportedError(f"conv2d/{self.name}: parameters {dict(params)} do not "
-                                   f"form a legal tile on {device.name}")
+        cfg = self.tile(g, params, device)
         kchunk, splits = _splits(g, cfg.bk, params["splitk"])
         eb = ELEM_BYTES[g.dtype]
         cgp = _cgp(g)
