@@ -223,7 +223,3 @@ def _headers_digest() -> str:
             h.update(f.name.encode())
             h.update(f.read_bytes())
     return "0x" + h.hexdigest()[:12]
-
-
-def source_digest(source: str) -> str:
-    return hashlib.sha256((kernels_dir() / source).read_bytes()).hexdigest()

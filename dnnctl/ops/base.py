@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -410,5 +410,3 @@ def verify_outputs(op: Op, problem: Problem, outputs: Mapping[str, np.ndarray],
     worst = max(errors.values(), default=0.0)
     return VerifyResult(not bad, worst, "; ".join(bad), errors)
 
-
-Factory = Callable[..., Kernel]
