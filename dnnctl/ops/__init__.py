@@ -6,6 +6,9 @@ Names resolve lazily so that ``import dnnctl`` stays fast and CuPy-free.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
+from collections.abc import Callable
 from typing import Any
 
 # public name -> module that defines it
@@ -21,6 +24,22 @@ _PUBLIC: dict[str, str] = {
 }
 
 __all__ = sorted(_PUBLIC)
+
+
+class _CallableModule(types.ModuleType):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__dnnctl_call__(*args, **kwargs)
+
+
+def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
+    """Let module ``module_name`` be called as ``fn``.
+
+    ``dnnctl.ops.softmax``, ``.conv2d`` and ``.matmul`` name both a submodule and a public
+    function; importing the submodule binds the module on this package (Python does that for
+    every submodule), so the module itself must behave as the function."""
+    mod = sys.modules[module_name]
+    mod.__dnnctl_call__ = fn  # type: ignore[attr-defined]
+    mod.__class__ = _CallableModule
 
 
 def __getattr__(name: str) -> Any:

@@ -11,8 +11,6 @@ across blocks; two launches). CPU variants: ``numpy_whole`` and ``numpy_rows``.
 from __future__ import annotations
 
 import contextlib
-import sys
-import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +19,7 @@ import numpy as np
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _memory_rows as mr
+from dnnctl.ops import make_callable
 from dnnctl.ops.base import (
     DTYPES,
     SUPPORTED,
@@ -287,12 +286,4 @@ def log_softmax(x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) ->
     return _softmax(x, axis, out, plan, log=True)
 
 
-class _CallableModule(types.ModuleType):
-    """``dnnctl.ops.softmax`` names both this module and the function: importing the module
-    makes the package attribute the module, so the module itself calls :func:`softmax`."""
-
-    def __call__(self, x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
-        return softmax(x, axis, plan, out=out)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__, softmax)

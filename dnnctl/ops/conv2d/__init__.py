@@ -7,9 +7,7 @@ package (once imported, Python binds submodules on their parent) or to the funct
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
+from dnnctl.ops import make_callable
 
 # variants register on import: numpy (CPU), then CUDA (import without CuPy; build lazily)
 from dnnctl.ops.conv2d import (  # noqa: F401
@@ -31,9 +29,4 @@ from dnnctl.ops.conv2d.op import Conv2d, ConvGeom, geometry, output_size, pad4
 __all__ = ["Conv2d", "ConvGeom", "conv2d", "geometry", "output_size", "pad4"]
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return conv2d(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__, conv2d)

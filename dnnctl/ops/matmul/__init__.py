@@ -7,10 +7,7 @@ package or to the function.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
+from dnnctl.ops import make_callable
 from dnnctl.ops.matmul import (  # noqa: F401  (registration)
     cupy_variants,
     numpy_variants,
@@ -22,9 +19,4 @@ from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
 __all__ = ["ACTIVATIONS", "ACT_CODES", "Matmul", "matmul"]
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return matmul(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+make_callable(__name__, matmul)
