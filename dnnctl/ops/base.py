@@ -15,6 +15,7 @@ element of every output; the tuner poisons outputs before each verification run.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
@@ -313,12 +314,26 @@ class Op(ABC):
 # ----------------------------------------------------------------------------- variant
 
 
+PASSES: tuple[str, ...] = ("forward", "backward", "dgrad", "wgrad")
+
+
+def pass_of(problem: Problem) -> str:
+    """The pass a problem asks for (key field ``pass``; absent means forward)."""
+    return problem.get("pass", "forward")
+
+
 class Variant(ABC):
-    """One algorithm of one op on one backend, with a searchable parameter space."""
+    """One algorithm of one op on one backend, with a searchable parameter space.
+
+    ``passes`` names the passes (key field ``pass``) the variant computes; ``supports()``
+    answers "no" for any other pass before the subclass's own checks run, so forward
+    variants never claim a backward problem (and the other way round).
+    """
 
     op: ClassVar[str]
     name: ClassVar[str]
     backend: ClassVar[str]  # "cupy" | "numpy"
+    passes: ClassVar[tuple[str, ...]] = ("forward",)
     params: ClassVar[dict[str, tuple[Any, ...]]] = {}
     deterministic: ClassVar[bool] = True
     source: ClassVar[str | None] = None  # kernels/<op>/<variant>.cu, relative to kernels/
@@ -327,6 +342,12 @@ class Variant(ABC):
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         """Constraints between parameters and the problem (tile fits, vector divides, ...)."""
         return True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("supports")
+        if own is not None and not getattr(own, "_checks_pass", False):
+            cls.supports = _pass_checked(own)  # type: ignore[method-assign]
 
     @abstractmethod
     def supports(self, problem: Problem, device: Any) -> Support: ...
@@ -357,6 +378,21 @@ class Variant(ABC):
                 return (f"parameter {pname}={params[pname]!r} is not one of {list(values)} "
                         f"for {self.op}/{self.name}")
         return None
+
+
+def _pass_checked(fn: Any) -> Any:
+    """Wrap a ``supports`` so a problem of another pass is refused with a reason first."""
+
+    @functools.wraps(fn)
+    def supports(self: Variant, problem: Problem, device: Any) -> Support:
+        want = pass_of(problem)
+        if want not in self.passes:
+            return unsupported(f"{self.op}/{self.name} computes the {'/'.join(self.passes)} "
+                               f"pass, not {want}")
+        return fn(self, problem, device)
+
+    supports._checks_pass = True  # type: ignore[attr-defined]
+    return supports
 
 
 # ----------------------------------------------------------------------------- helpers

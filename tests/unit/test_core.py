@@ -101,3 +101,25 @@ def test_bind_rejects_non_arrays_and_mixed_kinds():
 def test_bundled_data_is_found():
     assert (kernels_dir() / "include" / "dnnctl" / "common.cuh").is_file()
     assert compat_dir().is_dir()
+
+
+def test_variant_supports_refuses_other_passes_first():
+    from dnnctl.ops.base import SUPPORTED, Problem, Variant
+
+    class Fwd(Variant):
+        op, name, backend = "demo", "fwd", "numpy"
+
+        def supports(self, problem, device):
+            return SUPPORTED
+
+        def build(self, problem, params, device):
+            raise NotImplementedError
+
+    class Bwd(Fwd):
+        name, passes = "bwd", ("backward",)
+
+    fw = Problem("demo", (("n", 1),))
+    bw = Problem("demo", (("n", 1), ("pass", "backward")))
+    assert Fwd().supports(fw, None) and Bwd().supports(bw, None)
+    assert "not backward" in Fwd().supports(bw, None).reason
+    assert "not forward" in Bwd().supports(fw, None).reason
