@@ -14,15 +14,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from dnnctl.backends.cuda import Launch, launch, ptr
 from dnnctl.errors import ShapeError
 from dnnctl.ops.base import DTYPES, dtype_name, dtype_size
+
+__all__ = ["Launch", "launch", "ptr"]  # the launch objects live in the CUDA seam
 
 DTYPE_CODE: dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
 VECS: tuple[int, ...] = (1, 2, 4, 8)  # elements per vector access; bytes <= 16 (see vec_fits)
@@ -89,92 +91,6 @@ def compile_cuda(source: str, defines: dict[str, Any], names: Iterable[str], dev
         device=getattr(device, "index", None))
 
 
-class Launch:
-    """One kernel launch with its configuration fixed at build time.
-
-    With CuPy a call goes straight to the CUDA function loaded for the build's device (not
-    through RawKernel's per-call device lookup and keyword handling), and scalar arguments
-    made by :meth:`consts` / :meth:`f32` are converted to C values once, not per launch.
-    On another current device it falls back to the RawKernel, which loads it there.
-    """
-
-    __slots__ = ("fn", "grid", "block", "smem", "cuda", "device", "getdev", "cscalar", "memo")
-
-    def __init__(self, fn: Any, grid: tuple[int, ...], block: tuple[int, ...],
-                 smem: int = 0) -> None:
-        self.fn, self.grid, self.block, self.smem = fn, grid, block, int(smem)
-        self.cuda, self.device, self.getdev, self.cscalar = _cuda_function(fn)
-        self.memo: dict[Any, Any] = {}
-
-    def __call__(self, args: tuple[Any, ...]) -> None:
-        cuda = self.cuda
-        if cuda is not None and self.getdev() == self.device:
-            cuda(self.grid, self.block, args, self.smem)
-        else:
-            self.fn(self.grid, self.block, args, shared_mem=self.smem)
-
-    def consts(self, *values: Any) -> tuple[Any, ...]:
-        """Scalar arguments fixed at build time (NumPy scalars), in launch-ready form."""
-        conv = self.cscalar
-        if conv is None:
-            return values
-        return tuple(conv(v) if isinstance(v, np.generic) else v for v in values)
-
-    def f32(self, value: Any) -> Any:
-        """A float32 argument given per call (eps, slope, momentum), converted once per
-        value (equal values are the same float32; zeros are not kept: -0.0 == 0.0)."""
-        arg = self.memo.get(value) if value else None
-        if arg is None:
-            arg = self.consts(np.float32(value))[0]
-            if value and len(self.memo) < 16:
-                self.memo[value] = arg
-        return arg
-
-
-def _cuda_function(fn: Any) -> tuple[Any, int, Any, Any]:
-    """(CUDA function, its device, cupy getDevice, CScalar) behind a CuPy RawKernel; Nones
-    for anything else (the CPU emulator, test recorders), which are called as given."""
-    if not type(fn).__module__.startswith("cupy"):
-        return None, -1, None, None
-    try:
-        import cupy
-        from cupy.cuda.function import Function
-
-        cuda = fn.kernel  # loads the module on the current device (the build's)
-        if not isinstance(cuda, Function):
-            return None, -1, None, None
-        getdev = cupy.cuda.runtime.getDevice
-        return cuda, getdev(), getdev, _cscalar()
-    except Exception:  # noqa: BLE001 - another CuPy layout: the RawKernel call still works
-        return None, -1, None, None
-
-
-@functools.cache
-def _cscalar() -> Any:
-    """CuPy's C scalar wrapper (what it makes of a NumPy scalar argument on every launch),
-    or None where this CuPy lacks it (arguments then stay NumPy scalars)."""
-    try:
-        from cupy._core._scalar import CScalar
-
-        probe = CScalar(np.int32(7))
-        if int(probe.ptr) == 0:
-            return None
-    except Exception:  # noqa: BLE001
-        return None
-    return CScalar
-
-
-def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Sequence[int],
-           smem: int = 0) -> Launch:
-    """A :class:`Launch` of ``name`` in ``module``; opts into > 48 KiB of shared memory."""
-    fn = module.get_function(name)
-    if smem > 48 * 1024:
-        fn.max_dynamic_shared_size_bytes = smem
-    grid_t = (int(grid),) if isinstance(grid, int) else tuple(int(g) for g in grid)
-    block_t = (int(block),) if isinstance(block, int) else tuple(int(b) for b in block)
-    return Launch(fn, grid_t, block_t, int(smem))
-
-
 @contextlib.contextmanager
 def traced_launches() -> Iterator[list[tuple[Any, ...]]]:
     """Record every :class:`Launch` call in the block as (RawKernel, grid, block, args with
@@ -194,20 +110,15 @@ def traced_launches() -> Iterator[list[tuple[Any, ...]]]:
 
 
 def plain_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Launch arguments with converted scalars turned back into their NumPy scalars."""
-    conv = _cscalar() if "cupy" in sys.modules else None
-    if conv is None:
-        return tuple(args)
-    return tuple(a.value if isinstance(a, conv) else a for a in args)
+    """Launch arguments as a bare CuPy launch takes them (they are plain already)."""
+    return tuple(args)
 
 
 def aligned(nbytes: int, *arrays: Any) -> bool:
     """Every array's data pointer is a multiple of ``nbytes`` (None entries are skipped)."""
-    for a in arrays:
-        if a is not None:
-            ptr = a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
-            if ptr % nbytes:  # (NumPy arrays: the CPU emulator standing in for CuPy)
-                return False
+    for a in arrays:  # noqa: SIM110 - a plain loop is the cheapest on the hot path
+        if ptr(a) % nbytes:  # (NumPy arrays: the CPU emulator standing in for CuPy)
+            return False
     return True
 
 
@@ -345,9 +256,7 @@ def check_out(out: Any, shape: tuple[int, ...], dtype: str, what: str = "out") -
 
 
 def data_ptr(a: Any) -> int:
-    if isinstance(a, np.ndarray):
-        return int(a.__array_interface__["data"][0])
-    return int(a.data.ptr)
+    return int(ptr(a))
 
 
 def same_memory(a: Any, b: Any) -> bool:

@@ -11,7 +11,6 @@ bytes) and vectors per thread. CPU variants: ``numpy_whole`` and ``numpy_blocked
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -35,7 +34,7 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.dispatch import Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, call
 from dnnctl.ops.registry import register_op, register_variant
 
 FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
@@ -324,65 +323,47 @@ class ActNumpyBlocked(Variant):
 # ----------------------------------------------------------------------------- public API
 
 
-_FAST = SiteCache()
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, bias, out = arrays
+    fn, inplace, layout, slope = scalars
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    shape = tuple(x.shape)
+    if not shape or 0 in shape:
+        raise ShapeError(f"{fn}: x has shape {shape}, expected at least one dimension and "
+                         "no zero-size axis")
+    layout = mc.check_layout(layout)
+    if bias is not None:
+        if layout == "NCHW" and len(shape) < 2:
+            raise ShapeError(f"{fn}: a bias with layout NCHW needs x of rank >= 2, got {shape}",
+                             hint="pass layout='NHWC' for a bias on the last axis")
+        mc.check_vector(bias, shape[1] if layout == "NCHW" else shape[-1], dtype, "bias")
+    if out is not None:
+        mc.check_out(out, shape, dtype)
+        same = mc.same_memory(out, x)
+        if inplace and not same:
+            raise ShapeError(f"{fn}: inplace=True but out is not x",
+                             hint="pass out=x or leave out unset")
+        inplace = inplace or same
+    key = {"fn": fn, "shape": shape, "dtype": dtype,
+           "bias": "none" if bias is None else "channel", "layout": layout, "inplace": inplace}
+    inputs = (("x", 0, None), ("bias", 1, None))
+    if out is not None:
+        return Parsed("activation", key, inputs, (), (("y", 2),), {"negative_slope": slope},
+                      result=2)
+    if inplace:
+        return Parsed("activation", key, inputs, (), (("y", 0),), {"negative_slope": slope},
+                      result=0)
+    return Parsed("activation", key, inputs, (("y", shape, x.dtype),), (),
+                  {"negative_slope": slope})
+
+
+_ACTIVATION = CallSpec("activation", _parse)
 
 
 def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str, plan: Any,
                 slope: float = 0.01) -> Any:
-    if out is None:  # a signature seen before: no validation
-        try:
-            prep = _FAST[(fn, signature(x), signature(bias), inplace, layout, slope)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            ins = {"x": x} if bias is None else {"x": x, "bias": bias}
-            if inplace:
-                prep.run(ins, plan, {"y": x})
-                return x
-            return prep.run(ins, plan)["y"]
-    bound = bind(x, bias, out)
-    xa, ba, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = _activation(fn, xa, ba, oa, inplace, layout, plan, slope)
-        if out is not None or inplace:
-            return out if out is not None else x
-        return bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    shape = tuple(xa.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"{fn}: x has shape {shape}, expected at least one dimension and "
-                         "no zero-size axis")
-    given_layout, layout = layout, mc.check_layout(layout)
-    if ba is not None:
-        if layout == "NCHW" and len(shape) < 2:
-            raise ShapeError(f"{fn}: a bias with layout NCHW needs x of rank >= 2, got {shape}",
-                             hint="pass layout='NHWC' for a bias on the last axis")
-        mc.check_vector(ba, shape[1] if layout == "NCHW" else shape[-1], dtype, "bias")
-    given_inplace = inplace
-    if oa is not None:
-        mc.check_out(oa, shape, dtype)
-        inplace = inplace or mc.same_memory(oa, xa)
-        if inplace and not mc.same_memory(oa, xa):
-            raise ShapeError(f"{fn}: inplace=True but out is not x",
-                             hint="pass out=x or leave out unset")
-    elif inplace:
-        oa = xa
-    key = {"fn": fn, "shape": shape, "dtype": dtype,
-           "bias": "none" if ba is None else "channel", "layout": layout, "inplace": inplace}
-    attrs = {"negative_slope": slope}
-    if out is None:
-        prep = Prepared("activation", key, bound, attrs, given=("y",) if inplace else ())
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((fn, signature(xa), signature(ba), given_inplace, given_layout, slope),
-                      prep)
-        ins = {"x": xa} if ba is None else {"x": xa, "bias": ba}
-        if inplace:
-            prep.run(ins, plan, {"y": xa})
-            return x
-        return prep.run(ins, plan)["y"]
-    run("activation", key, bound, ("x", "bias"), attrs, plan=plan, out={"y": oa})
-    return out
+    return call(_ACTIVATION, (x, bias, out), (fn, inplace, layout, slope), plan)
 
 
 def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,

@@ -1,9 +1,24 @@
-"""Run-time dispatch: array interop, plan lookup, kernel build cache.
+"""Run-time dispatch: one call pipeline for every op.
 
-A call of ``dnnctl.ops.<op>`` goes: convert the arguments to backend arrays (NumPy, CuPy, or
-any DLPack tensor such as a torch CUDA tensor, zero-copy) -> make the problem key -> ask the
-active plan (a dict lookup) -> else the op's default heuristic -> fetch the built kernel from
-a cache -> launch -> hand the outputs back in the caller's array kind.
+An op's public function declares a :class:`CallSpec` (its name and a *parse* function that
+turns the call's arrays and scalars into a :class:`Parsed`: the problem key, which call
+argument feeds which kernel input, the outputs to allocate, attributes, what to return) and
+hands its arguments to :func:`call`. The pipeline does the rest for every op:
+
+1. **signature** — a cheap tuple of each array's kind, shape, strides, dtype and device plus
+   the scalar arguments. A signature seen before maps to a :class:`Site`; only a new one is
+   parsed and validated.
+2. **arrays** — an adapter per array kind: NumPy and torch CPU tensors run on the numpy
+   backend; CuPy arrays and torch CUDA tensors on the GPU, the latter used by their pointer
+   (no DLPack exchange) with outputs from torch's caching allocator and kernels launched on
+   ``torch.cuda.current_stream()``; any other DLPack tensor is converted.
+3. **plan** — the active plan's choice (a dict lookup, counted by the plan), else the op's
+   default heuristic; the built kernel is cached per choice.
+4. **launch** — the call's stream and scratch allocator are set in the CUDA seam
+   (``backends.cuda.STATE``) for the duration of the kernel.
+
+No op has a private fast path. :func:`run` remains for callers that already hold backend
+arrays (tests, benchmarks): it validates every call.
 """
 
 from __future__ import annotations
@@ -12,11 +27,12 @@ import contextlib
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.base import Backend, DeviceInfo, get_backend
 from dnnctl.errors import ShapeError
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
@@ -46,110 +62,10 @@ def use_plan(plan: PlanLike | None) -> Iterator[PlanLike | None]:
         _ACTIVE_PLAN.reset(token)
 
 
-# ----------------------------------------------------------------------------- interop
-
-
-@dataclass
-class Bound:
-    """The arguments of one call, converted to one backend's arrays."""
-
-    backend: Backend
-    device: DeviceInfo
-    arrays: list[Any]
-    wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
-    foreign: bool = False  # converted from DLPack tensors (wrap hands results back)
-
-
-def _is_cupy(x: Any) -> bool:
-    return type(x).__module__.startswith("cupy")
-
-
-def bind(*arrays: Any) -> Bound:
-    """Convert call arguments (None allowed) to one backend; all must live on one device."""
-    kinds = set()
-    for a in arrays:
-        if a is None:
-            continue
-        if isinstance(a, np.ndarray):
-            kinds.add("numpy")
-        elif _is_cupy(a):
-            kinds.add("cupy")
-        elif hasattr(a, "__dlpack__"):
-            kinds.add("dlpack")
-        else:
-            raise ShapeError(
-                f"expected an array (NumPy, CuPy or a DLPack tensor), got {type(a).__name__}",
-                hint="pass numpy.ndarray, cupy.ndarray or e.g. a torch tensor")
-    if len(kinds) > 1:
-        raise ShapeError(f"arguments mix array kinds {sorted(kinds)}",
-                         hint="pass all arrays of one call on one device and of one kind")
-    kind = kinds.pop() if kinds else "numpy"
-    if kind == "numpy":
-        backend = get_backend("numpy")
-        return Bound(backend, backend.device(0), list(arrays), lambda y: y)
-    if kind == "cupy":
-        backend = get_backend("cupy")
-        dev = _cupy_device_of(arrays)
-        return Bound(backend, backend.device(dev), list(arrays), lambda y: y)
-    return _bind_dlpack(arrays)
-
-
-def _cupy_device_of(arrays: tuple[Any, ...]) -> int:
-    ids = {a.data.device_id for a in arrays if a is not None}
-    if len(ids) > 1:
-        raise ShapeError(f"arrays live on different GPUs {sorted(ids)}",
-                         hint="move them to one device first")
-    dev = ids.pop()
-    import cupy
-
-    if cupy.cuda.runtime.getDevice() != dev:
-        cupy.cuda.runtime.setDevice(dev)
-    return dev
-
-
-def _bind_dlpack(arrays: tuple[Any, ...]) -> Bound:
-    first = next(a for a in arrays if a is not None)
-    dev_type, _ = first.__dlpack_device__()
-    producer = importlib.import_module(type(first).__module__.split(".")[0])
-    back = getattr(producer, "from_dlpack", None)
-    if int(dev_type) == 1:  # kDLCPU
-        conv = [None if a is None else np.from_dlpack(a) for a in arrays]
-        backend = get_backend("numpy")
-        return Bound(backend, backend.device(0), conv, back or (lambda y: y), True)
-    if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
-        raise ShapeError(f"DLPack device type {dev_type} is not supported",
-                         hint="pass a CUDA or CPU tensor")
-    import cupy
-
-    conv = [None if a is None else cupy.from_dlpack(a) for a in arrays]
-    backend = get_backend("cupy")
-    dev = _cupy_device_of(tuple(conv))
-    return Bound(backend, backend.device(dev), conv, back or (lambda y: y), True)
-
-
-# ----------------------------------------------------------------------------- dispatch
-#
-# A planned call must cost a dict lookup, so everything that depends only on the call's
-# key is computed once per distinct key and kept in a _Site: the validated problem (the
-# same object every time, so the plan's dict lookup short-circuits on identity), the
-# output specs, the default heuristic's choice per device, and the built kernels.
+# ----------------------------------------------------------------------------- problems
 
 _VALID: dict[Problem, Problem] = {}
 _KERNELS: dict[tuple[Problem, str, int, Choice], Kernel] = {}
-
-
-@dataclass
-class _Site:
-    """Everything a call with one raw key needs, computed once."""
-
-    op: Op
-    problem: Problem
-    outputs: tuple[tuple[str, tuple[int, ...], Any], ...]  # (name, shape, numpy dtype)
-    defaults: dict[tuple[str, int], Choice]
-    kernels: dict[tuple[str, int, Choice], Kernel]
-
-
-_SITES: dict[tuple[str, tuple[tuple[str, Any], ...]], _Site] = {}
 
 
 def intern(problem: Problem) -> Problem:
@@ -190,160 +106,379 @@ def kernel_for(problem: Problem, backend: Backend, device: DeviceInfo, choice: C
     return kern
 
 
-def _site(op_name: str, key: Mapping[str, Any]) -> _Site:
-    op = get_op(op_name)
-    problem = problem_of(op, key)
-    outs = tuple((name, tuple(spec.shape), np_dtype(spec.dtype))
-                 for name, spec in op.output_specs(problem).items())
-    return _Site(op, problem, outs, {}, {})
+# ----------------------------------------------------------------------------- adapters
 
 
-def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
-        attrs: Mapping[str, Any], *, plan: PlanLike | None = None,
-        out: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Run one op call; ``names`` label ``bound.arrays`` (None entries are skipped)."""
-    try:
-        raw: Any = (op_name, tuple(key.items()))
-        site = _SITES.get(raw)
-    except TypeError:  # an unhashable key value (a list): take the slow path
-        raw, site = None, None
-    if site is None:
-        site = _site(op_name, key)
-        if raw is not None:
-            _SITES[raw] = site
-    backend, device = bound.backend, bound.device
-    problem = site.problem
-    active = plan if plan is not None else _ACTIVE_PLAN.get()
-    choice = None if active is None else active.lookup(problem, backend.name, device)
-    if choice is None:
-        dk = (backend.name, device.index)
-        choice = site.defaults.get(dk)
-        if choice is None:
-            choice = site.op.default_choice(problem, backend.name, device)
-            site.defaults[dk] = choice
-    kk = (backend.name, device.index, choice)
-    kern = site.kernels.get(kk)
-    if kern is None:
-        kern = kernel_for(problem, backend, device, choice)
-        site.kernels[kk] = kern
-    inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
-    if out:
-        outputs = dict(out)
-        for oname, shape, dtype in site.outputs:
-            given = outputs.get(oname)
-            if given is None:
-                outputs[oname] = backend.xp.empty(shape, dtype=dtype)
-            elif tuple(given.shape) != shape or given.dtype != dtype:
-                raise ShapeError(
-                    f"{op_name}: out '{oname}' has shape {tuple(given.shape)} {given.dtype}, "
-                    f"expected {shape} {dtype}")
-    else:
-        empty = backend.xp.empty
-        outputs = {oname: empty(shape, dtype=dtype) for oname, shape, dtype in site.outputs}
-    kern(inputs, outputs, attrs)
-    return outputs
+class Adapter:
+    """How one kind of caller array meets the backends (see the module doc)."""
+
+    kind = "numpy"
+    backend_name = "numpy"
+
+    def __init__(self, device_index: int = 0) -> None:
+        self.index = device_index
+        self.backend = get_backend(self.backend_name)
+        self.device = self.backend.device(device_index)
+
+    def to_backend(self, a: Any) -> Any:
+        """The backend array (NumPy / CuPy) over ``a``'s memory, for validation and for
+        kernels that use more than data pointers."""
+        return a
+
+    def pointer_ok(self) -> bool:
+        """Kernels that read only data pointers may take the caller's arrays as they are."""
+        return True
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        """An output array of the caller's kind."""
+        return np.empty(shape, dtype=dtype)
+
+    def from_backend(self, a: Any) -> Any:
+        """A backend array made by a kernel's slow path, in the caller's kind."""
+        return a
+
+    def enter(self) -> Any:
+        """Make the call's device, stream and scratch allocator current (see
+        backends.cuda.STATE); returns what :meth:`leave` restores. Nothing on the CPU."""
+        return None
+
+    def leave(self, token: Any) -> None:
+        """Undo :meth:`enter`."""
 
 
-# ----------------------------------------------------------------------------- fast path
-#
-# The op functions validate a call once per signature: a cheap tuple of the array kinds,
-# shapes, strides, dtypes and devices plus the scalar arguments (see ``signature``). A
-# signature that passed is mapped to a Prepared, so a repeated call skips validation, key
-# building and views: a plan lookup, the output allocations and the launch.
+class CupyAdapter(Adapter):
+    kind = "cupy"
+    backend_name = "cupy"
+
+    def __init__(self, device_index: int = 0) -> None:
+        super().__init__(device_index)
+        import cupy
+
+        self._cupy = cupy
+        self._getdev = cupy.cuda.runtime.getDevice
+        self._current = cupy.cuda.get_current_stream
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return self._cupy.empty(shape, dtype=dtype)
+
+    def enter(self) -> Any:
+        prev = self._getdev()
+        if prev != self.index:
+            cuda.set_device(self.index)
+        cuda.STATE.stream = self._current().ptr
+        return prev
+
+    def leave(self, token: Any) -> None:
+        cuda.STATE.stream = None
+        if token != self.index:
+            cuda.set_device(token)
+
+
+class TorchCudaAdapter(Adapter):
+    """torch CUDA tensors: pointers, torch's current stream, torch's caching allocator."""
+
+    kind = "torch-cuda"
+    backend_name = "cupy"
+
+    def __init__(self, device_index: int = 0) -> None:
+        super().__init__(device_index)
+        import cupy
+        import torch
+
+        self._torch, self._cupy = torch, cupy
+        self._getdev = cupy.cuda.runtime.getDevice
+        self._tdev = torch.device("cuda", device_index)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._stream = ((lambda: raw(device_index)) if raw is not None else
+                        (lambda: torch.cuda.current_stream(device_index).cuda_stream))
+        self._tdtypes: dict[np.dtype, Any] = {}
+
+    def tdtype(self, dtype: np.dtype) -> Any:
+        t = self._tdtypes.get(dtype)
+        if t is None:
+            name = "bfloat16" if dtype.name == "bfloat16" else dtype.name
+            t = self._tdtypes[dtype] = getattr(self._torch, name)
+        return t
+
+    def to_backend(self, a: Any) -> Any:
+        return torch_to_cupy(a, self._cupy)
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return self._torch.empty(shape, dtype=self.tdtype(dtype), device=self._tdev)
+
+    def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return torch_to_cupy(self.empty(shape, dtype), self._cupy)
+
+    def from_backend(self, a: Any) -> Any:
+        return self._torch.from_dlpack(a)
+
+    def enter(self) -> Any:
+        prev = self._getdev()
+        if prev != self.index:
+            cuda.set_device(self.index)
+        stream = self._stream()
+        state = cuda.STATE
+        state.stream, state.alloc = stream, self.scratch
+        ext = None
+        if stream:  # a side stream or a graph capture: CuPy's own calls go there too
+            ext = cuda.external_stream(stream)
+            ext.__enter__()
+        return prev, ext
+
+    def leave(self, token: Any) -> None:
+        prev, ext = token
+        if ext is not None:
+            ext.__exit__(None, None, None)
+        state = cuda.STATE
+        state.stream, state.alloc = None, None
+        if prev != self.index:
+            cuda.set_device(prev)
+
+
+class TorchCpuAdapter(Adapter):
+    """torch CPU tensors run on the numpy backend over the same memory."""
+
+    kind = "torch-cpu"
+
+    def __init__(self, device_index: int = 0) -> None:
+        super().__init__(0)
+        import torch
+
+        self._torch = torch
+
+    def to_backend(self, a: Any) -> Any:
+        return torch_to_numpy(a, self._torch)
+
+    def pointer_ok(self) -> bool:
+        return False  # numpy variants index their arrays
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        name = "bfloat16" if dtype.name == "bfloat16" else dtype.name
+        return self._torch.empty(shape, dtype=getattr(self._torch, name))
+
+    def from_backend(self, a: Any) -> Any:
+        if a.dtype.name == "bfloat16":
+            return self._torch.from_numpy(a.view(np.int16)).view(self._torch.bfloat16)
+        return self._torch.from_numpy(a)
+
+
+def torch_to_cupy(t: Any, cupy: Any) -> Any:
+    """A CuPy array over a torch CUDA tensor's memory (no copy, no DLPack exchange)."""
+    dtype = np_dtype(str(t.dtype).replace("torch.", ""))
+    size = t.element_size()
+    span = 1 + sum((d - 1) * abs(s) for d, s in zip(t.shape, t.stride()) if d > 0)
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), span * size, t, t.device.index)
+    return cupy.ndarray(tuple(t.shape), dtype, cupy.cuda.MemoryPointer(mem, 0),
+                        tuple(s * size for s in t.stride()))
+
+
+def torch_to_numpy(t: Any, torch: Any) -> np.ndarray:
+    """A NumPy array over a torch CPU tensor's memory (bfloat16 through ml_dtypes)."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np_dtype("bfloat16"))
+    return t.numpy()
+
+
+_ADAPTERS: dict[tuple[str, int], Adapter] = {}
+
+
+def adapter_of(kind: str, index: int) -> Adapter:
+    ad = _ADAPTERS.get((kind, index))
+    if ad is None:
+        cls = {"numpy": Adapter, "cupy": CupyAdapter, "torch-cuda": TorchCudaAdapter,
+               "torch-cpu": TorchCpuAdapter}[kind]
+        ad = _ADAPTERS[(kind, index)] = cls(index)
+    return ad
+
+
+def _kind(a: Any) -> tuple[str, int]:
+    """(adapter kind, device index) of one array argument."""
+    if isinstance(a, np.ndarray):
+        if isinstance(a, np.ma.MaskedArray):
+            raise ShapeError("masked arrays are not supported: the mask would be ignored",
+                             hint="fill the masked entries first (a.filled(...)) or pass "
+                                  "a.data explicitly")
+        return "numpy", 0
+    mod = type(a).__module__
+    if mod.startswith("cupy"):
+        return "cupy", int(a.data.device_id)
+    if mod.startswith("torch"):
+        if a.is_cuda:
+            return "torch-cuda", int(a.device.index)
+        if a.device.type == "cpu":
+            return "torch-cpu", 0
+        raise ShapeError(f"torch tensors on {a.device} are not supported",
+                         hint="use CUDA or CPU tensors")
+    if hasattr(a, "__dlpack__"):
+        return "dlpack", 0
+    raise ShapeError(f"expected an array (NumPy, CuPy, torch or another DLPack tensor), got "
+                     f"{type(a).__name__}", hint="pass numpy.ndarray, cupy.ndarray or a "
+                                                 "torch tensor")
+
+
+def _adapter(arrays: tuple[Any, ...]) -> tuple[Adapter, tuple[Any, ...]]:
+    """The adapter of a call's arrays (all of one kind and device), and the arrays, DLPack
+    tensors of other producers converted to NumPy / CuPy."""
+    kinds = {_kind(a) for a in arrays if a is not None}
+    if not kinds:
+        return adapter_of("numpy", 0), arrays
+    if len(kinds) > 1:
+        names = sorted(f"{k}:{i}" if k not in ("numpy", "torch-cpu") else k for k, i in kinds)
+        raise ShapeError(f"arguments mix array kinds or devices {names}",
+                         hint="pass all arrays of one call on one device and of one kind")
+    kind, index = kinds.pop()
+    if kind != "dlpack":
+        return adapter_of(kind, index), arrays
+    first = next(a for a in arrays if a is not None)
+    dev_type, dev_id = first.__dlpack_device__()
+    if int(dev_type) == 1:  # kDLCPU
+        return adapter_of("numpy", 0), tuple(None if a is None else np.from_dlpack(a)
+                                             for a in arrays)
+    if int(dev_type) not in (2, 13):  # kDLCUDA, kDLCUDAManaged
+        raise ShapeError(f"DLPack device type {dev_type} is not supported",
+                         hint="pass a CUDA or CPU tensor")
+    import cupy
+
+    conv = tuple(None if a is None else cupy.from_dlpack(a) for a in arrays)
+    return adapter_of("cupy", int(dev_id)), conv
+
+
+# ----------------------------------------------------------------------------- signatures
+
+
+def _sig_numpy(a: Any) -> Any:
+    return (np.ndarray, a.shape, a.strides, a.dtype)
+
+
+def _sig_cupy(a: Any) -> Any:
+    return (a.__class__, a.shape, a.strides, a.dtype, a.data.device_id)
+
+
+def _sig_torch(a: Any) -> Any:
+    return (a.__class__, a.shape, a.stride(), a.dtype, a.get_device(), a.requires_grad)
+
+
+def _sig_none(a: Any) -> Any:
+    return None
+
+
+_SIG: dict[type, Callable[[Any], Any]] = {np.ndarray: _sig_numpy, type(None): _sig_none}
 
 
 def signature(a: Any) -> Any:
-    """Hashable description of an array argument: type, shape, strides, dtype (and GPU).
+    """Hashable description of an array argument: kind, shape, strides, dtype, device.
 
-    Raises AttributeError for objects that are not NumPy / CuPy arrays (callers then take
-    the validating path). Two arrays with one signature pass the same checks.
-    """
-    if a is None:
-        return None
-    t = type(a)
-    if t is np.ndarray:
-        return (t, a.shape, a.strides, a.dtype)
-    return (t, a.shape, a.strides, a.dtype, a.data.device_id)  # CuPy
-
-
-class SiteCache(dict):  # type: ignore[type-arg]
-    """Signature -> Prepared of one op function; bounded (emptied when full)."""
-
-    limit = 4096
-
-    def put(self, sig: Any, prepared: Prepared) -> None:
-        if len(self) >= self.limit:
-            self.clear()
-        self[sig] = prepared
+    Two arrays with one signature pass the same checks. Raises TypeError for other objects
+    (the caller then takes the validating path)."""
+    fn = _SIG.get(a.__class__)
+    if fn is None:
+        mod = a.__class__.__module__
+        if mod.startswith("cupy"):
+            fn = _SIG[a.__class__] = _sig_cupy
+        elif mod.startswith("torch") and hasattr(a, "stride"):
+            fn = _SIG[a.__class__] = _sig_torch
+        else:
+            raise TypeError(f"no signature for {type(a).__name__}")
+    return fn(a)
 
 
-class _Respec:
-    """Hands a kernel its arrays in the op's spec shapes (the call site passes others)."""
-
-    __slots__ = ("kern", "ins", "outs")
-
-    def __init__(self, kern: Kernel, ins: dict[str, tuple[int, ...]],
-                 outs: dict[str, tuple[int, ...]]) -> None:
-        self.kern, self.ins, self.outs = kern, ins, outs
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        ins, outs = self.ins, self.outs
-        self.kern({k: v if k not in ins else v.reshape(ins[k]) for k, v in inputs.items()},
-                  {k: v if k not in outs else v.reshape(outs[k]) for k, v in outputs.items()},
-                  attrs)
+# ----------------------------------------------------------------------------- the pipeline
 
 
-class Prepared:
-    """One validated call signature of an op on one device: everything but the arrays.
+@dataclass
+class Parsed:
+    """What an op's parse function makes of one call signature.
 
-    ``shapes`` gives the shapes the call site passes / wants back when they differ from the
-    op's specs (e.g. softmax of a (B, T, C) tensor is the (B*T, C) problem): kernels whose
-    class sets ``flat_io = True`` (they read only data pointers) take such arrays as they
-    are, others get reshaped views. ``given`` names outputs the caller passes in.
+    ``inputs``: (kernel input name, index into the call's arrays, view) — ``view`` turns the
+    backend array into the shape the kernel's specs name (a view: same data pointer), or
+    None. ``consts``: kernel inputs made once per signature (backend arrays). ``outputs``:
+    (name, shape, numpy dtype) allocated per call in the caller's kind and shape.
+    ``given``: (kernel output name, index into the call's arrays, or the name of a const)
+    for outputs the caller passes (``out=``, in-place, running statistics). ``result``: the output name returned,
+    a tuple of names, or an int (that call argument itself is returned).
+
+    ``prepare`` (rare: copies or re-layouts a pointer mapping cannot express) is called
+    with the backend arrays on every call and returns the kernel inputs; ``finish`` then
+    turns the kernel outputs into the value returned (in backend arrays).
     """
 
-    __slots__ = ("op", "problem", "backend", "device", "bname", "dev", "attrs", "outs",
-                 "respec", "default", "last", "kernels", "empty", "getdev", "setdev")
+    op: str
+    key: Mapping[str, Any]
+    inputs: tuple[tuple[str, int, Callable[[Any], Any] | None], ...] = ()
+    outputs: tuple[tuple[str, tuple[int, ...], Any], ...] = ()
+    given: tuple[tuple[str, int | str], ...] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    consts: Mapping[str, Any] = field(default_factory=dict)
+    result: str | tuple[str, ...] | int = "y"
+    kernel_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    prepare: Callable[[tuple[Any, ...]], dict[str, Any]] | None = None
+    finish: Callable[[dict[str, Any], tuple[Any, ...]], Any] | None = None
 
-    def __init__(self, op_name: str, key: Mapping[str, Any], bound: Bound,
-                 attrs: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 given: tuple[str, ...] = ()) -> None:
-        self.op = get_op(op_name)
-        self.problem = problem_of(self.op, key)
-        self.backend, self.device = bound.backend, bound.device
-        self.bname = bound.backend.name
-        self.attrs = dict(attrs)
-        shapes = dict(shapes or {})
-        specs = {**self.op.input_specs(self.problem), **self.op.output_specs(self.problem)}
-        out_specs = self.op.output_specs(self.problem)
-        self.outs = tuple((name, shapes.get(name, tuple(spec.shape)), np_dtype(spec.dtype))
-                          for name, spec in out_specs.items() if name not in given)
-        ins = {n: tuple(specs[n].shape) for n, s in shapes.items()
-               if n in specs and n not in out_specs and tuple(s) != tuple(specs[n].shape)}
-        outs = {n: tuple(specs[n].shape) for n, s in shapes.items()
-                if n in out_specs and tuple(s) != tuple(specs[n].shape)}
-        self.respec = (ins, outs) if ins or outs else None
-        self.default: Kernel | None = None
-        self.last: tuple[Any, Kernel | None] = (None, None)
-        self.kernels: dict[Choice, Kernel] = {}
-        xp = bound.backend.xp
-        self.empty = xp.empty
-        self.dev, self.getdev, self.setdev = -1, None, None
-        if xp is not np:  # CuPy: a call runs on its arrays' GPU
-            import cupy
 
-            self.dev = bound.device.index
-            self.getdev, self.setdev = cupy.cuda.runtime.getDevice, cupy.cuda.runtime.setDevice
+def spec_outputs(op_name: str, key: Mapping[str, Any], skip: tuple[str, ...] = ()
+                 ) -> tuple[tuple[str, tuple[int, ...], Any], ...]:
+    """The op's outputs for ``key`` as :attr:`Parsed.outputs` (in the specs' shapes)."""
+    op = get_op(op_name)
+    specs = op.output_specs(problem_of(op, key))
+    return tuple((n, tuple(s.shape), np_dtype(s.dtype)) for n, s in specs.items()
+                 if n not in skip)
 
-    def _adapt(self, kern: Kernel) -> Kernel:
-        if self.respec is None or getattr(kern, "flat_io", False):
-            return kern
-        return _Respec(kern, *self.respec)
 
-    def kernel(self, plan: PlanLike | None = None) -> Kernel:
-        """The kernel this call runs: the plan's choice (counted by the plan), else the
-        op's default heuristic."""
+Parser = Callable[[tuple[Any, ...], tuple[Any, ...], Any], Parsed]
+
+
+@dataclass(frozen=True, eq=False)
+class CallSpec:
+    """An op function's declaration: the op and how to parse a call (see :class:`Parsed`).
+
+    ``parse(arrays, scalars, xp)`` gets the backend arrays (NumPy or CuPy, None where the
+    caller passed None), the scalar arguments and the array module, and raises a
+    :class:`~dnnctl.errors.ShapeError` / UsageError for bad input."""
+
+    name: str
+    parse: Parser
+
+
+class Site:
+    """Everything a call with one signature needs, made once (see the module doc)."""
+
+    __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
+                 "given", "consts", "result", "pointer", "kernels", "default", "last",
+                 "prepare", "finish", "enter", "leave", "empty", "views", "given_at")
+
+    def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
+        self.adapter = adapter
+        self.op = get_op(parsed.op)
+        self.problem = problem_of(self.op, parsed.key)
+        self.bname, self.device = adapter.backend.name, adapter.device
+        self.attrs = dict(parsed.attrs)
+        self.inputs = parsed.inputs
+        self.outputs = tuple((n, tuple(s), np.dtype(d)) for n, s, d in parsed.outputs)
+        self.given = parsed.given
+        self.consts = dict(parsed.consts)
+        self.result = parsed.result
+        self.views = dict(parsed.kernel_shapes)
+        self.prepare, self.finish = parsed.prepare, parsed.finish
+        self.kernels: dict[Choice, tuple[Kernel, bool]] = {}
+        self.default: tuple[Kernel, bool] | None = None
+        self.last: tuple[Any, tuple[Kernel, bool] | None] = (None, None)
+        self.given_at = dict(parsed.given)
+        cpu = adapter.kind in ("numpy", "torch-cpu")
+        self.enter = None if cpu else adapter.enter
+        self.leave = adapter.leave
+        self.empty = adapter.empty
+        self.pointer = adapter.pointer_ok()
+
+    # -- kernel choice
+    def _built(self, choice: Choice) -> tuple[Kernel, bool]:
+        kern = kernel_for(self.problem, self.adapter.backend, self.device, choice)
+        return kern, self.pointer and bool(getattr(kern, "flat_io", False))
+
+    def kernel(self, plan: PlanLike | None) -> tuple[Kernel, bool]:
+        """(kernel, takes the caller's arrays as they are): the plan's choice (counted by
+        the plan), else the op's default heuristic."""
         active = plan if plan is not None else _ACTIVE_PLAN.get()
         if active is not None:
             choice = active.lookup(self.problem, self.bname, self.device)
@@ -351,29 +486,182 @@ class Prepared:
                 last = self.last
                 if last[0] is choice:
                     return last[1]  # type: ignore[return-value]
-                kern = self.kernels.get(choice)
-                if kern is None:
-                    kern = self._adapt(kernel_for(self.problem, self.backend, self.device,
-                                                  choice))
-                    self.kernels[choice] = kern
-                self.last = (choice, kern)
-                return kern
-        kern = self.default
-        if kern is None:
+                built = self.kernels.get(choice)
+                if built is None:
+                    built = self.kernels[choice] = self._built(choice)
+                self.last = (choice, built)
+                return built
+        built = self.default
+        if built is None:
             choice = self.op.default_choice(self.problem, self.bname, self.device)
-            kern = self.default = self._adapt(kernel_for(self.problem, self.backend,
-                                                         self.device, choice))
-        return kern
+            built = self.default = self._built(choice)
+        return built
 
-    def run(self, inputs: dict[str, Any], plan: PlanLike | None = None,
-            given: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Launch on ``inputs`` (None entries left out); the outputs by name."""
-        if self.dev >= 0 and self.getdev() != self.dev:  # type: ignore[misc]
-            self.setdev(self.dev)  # type: ignore[misc]
-        kern = self.kernel(plan)
+    # -- the call
+    def __call__(self, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any:
+        kern, flat = self.kernel(plan)
         empty = self.empty
-        outputs = {name: empty(shape, dtype=dtype) for name, shape, dtype in self.outs}
-        if given:
-            outputs.update(given)
-        kern(inputs, outputs, self.attrs)
-        return outputs
+        outs = {name: empty(shape, dtype) for name, shape, dtype in self.outputs}
+        if self.prepare is None and flat:
+            ins = {name: arrays[i] for name, i, _ in self.inputs if arrays[i] is not None}
+            kouts = outs
+            if self.given:
+                kouts = dict(outs)
+                for name, i in self.given:
+                    kouts[name] = arrays[i] if i.__class__ is int else self.consts[i]
+        else:
+            ins, kouts = self._backend_args(arrays, outs)
+        if self.consts:
+            ins.update(self.consts)
+        enter = self.enter
+        if enter is None:
+            kern(ins, kouts, self.attrs)
+        else:
+            token = enter()
+            try:
+                kern(ins, kouts, self.attrs)
+            finally:
+                self.leave(token)
+        if self.finish is not None:
+            return self.adapter.from_backend(self.finish(kouts, self._backend(arrays)))
+        res = self.result
+        if res.__class__ is str:
+            return outs[res] if res in outs else arrays[self.given_at[res]]
+        if res.__class__ is int:
+            return arrays[res]
+        return tuple(outs[n] if n in outs else arrays[self.given_at[n]] for n in res)
+
+    def _backend(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        conv = self.adapter.to_backend
+        return tuple(None if a is None else conv(a) for a in arrays)
+
+    def _backend_args(self, arrays: tuple[Any, ...], outs: dict[str, Any]
+                      ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Kernel arguments as backend arrays in the kernel's spec shapes."""
+        conv = self.adapter.to_backend
+        views = self.views
+        back = self._backend(arrays)
+        if self.prepare is not None:
+            ins = self.prepare(back)
+        else:
+            ins = {}
+            for name, i, view in self.inputs:
+                a = back[i]
+                if a is None:
+                    continue
+                if view is not None:
+                    a = view(a)
+                ins[name] = a.reshape(views[name]) if name in views else a
+        kouts = {}
+        for name, a in outs.items():
+            b = conv(a)
+            kouts[name] = b.reshape(views[name]) if name in views else b
+        for name, i in self.given:
+            b = back[i] if i.__class__ is int else self.consts[i]
+            kouts[name] = b.reshape(views[name]) if name in views else b
+        return ins, kouts
+
+
+class _Sites(dict):  # type: ignore[type-arg]
+    """signature -> Site; bounded (emptied when full)."""
+
+    limit = 8192
+
+    def put(self, sig: Any, site: Site) -> None:
+        if len(self) >= self.limit:
+            self.clear()
+        self[sig] = site
+
+
+_SITES = _Sites()
+
+
+def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
+         plan: PlanLike | None = None) -> Any:
+    """Run one call of ``spec``'s op (see the module doc)."""
+    try:
+        sig = (spec, scalars, *[signature(a) for a in arrays])
+        site = _SITES[sig]
+    except KeyError:
+        site = _new_site(spec, arrays, scalars)
+        _SITES.put(sig, site)
+    except TypeError:  # an unhashable scalar or an array kind without a signature
+        adapter, conv = _adapter(arrays)
+        if conv is not arrays:  # another producer's DLPack tensors: run on the converted
+            return _wrap_foreign(call(spec, conv, scalars, plan), arrays)
+        site = _new_site(spec, arrays, scalars)
+    return site(arrays, plan)
+
+
+def _new_site(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]) -> Site:
+    adapter, conv = _adapter(arrays)
+    back = tuple(None if a is None else adapter.to_backend(a) for a in conv)
+    parsed = spec.parse(back, scalars, adapter.backend.xp)
+    return Site(adapter, parsed)
+
+
+def _wrap_foreign(result: Any, arrays: tuple[Any, ...]) -> Any:
+    first = next(a for a in arrays if a is not None)
+    producer = importlib.import_module(type(first).__module__.split(".")[0])
+    back = getattr(producer, "from_dlpack", None)
+    if back is None:
+        return result
+    if isinstance(result, tuple):
+        return tuple(back(r) for r in result)
+    return back(result)
+
+
+# ----------------------------------------------------------------------------- validating path
+
+
+@dataclass
+class Bound:
+    """The arguments of one call, converted to one backend's arrays."""
+
+    backend: Backend
+    device: DeviceInfo
+    arrays: list[Any]
+    wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
+    foreign: bool = False  # converted from another array kind (wrap hands results back)
+
+
+def bind(*arrays: Any) -> Bound:
+    """Convert call arguments (None allowed) to one backend; all must live on one device."""
+    adapter, conv = _adapter(arrays)
+    back = [None if a is None else adapter.to_backend(a) for a in conv]
+    foreign = conv is not arrays or adapter.kind.startswith("torch")
+    if adapter.kind.startswith("torch"):
+        wrap = adapter.from_backend
+    elif conv is not arrays:
+        def wrap(y: Any) -> Any:
+            return _wrap_foreign(y, arrays)
+    else:
+        def wrap(y: Any) -> Any:
+            return y
+    if adapter.kind == "cupy" and cuda.get_device() != adapter.index:
+        cuda.set_device(adapter.index)
+    return Bound(adapter.backend, adapter.device, back, wrap, foreign)
+
+
+def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
+        attrs: Mapping[str, Any], *, plan: PlanLike | None = None,
+        out: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run one op call on backend arrays; ``names`` label ``bound.arrays`` (None entries are
+    skipped). Validates every call."""
+    op = get_op(op_name)
+    problem = problem_of(op, key)
+    backend, device = bound.backend, bound.device
+    choice = resolve(op, problem, backend, device, plan)
+    kern = kernel_for(problem, backend, device, choice)
+    inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
+    outputs = dict(out or {})
+    for oname, spec in op.output_specs(problem).items():
+        shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
+        given = outputs.get(oname)
+        if given is None:
+            outputs[oname] = backend.xp.empty(shape, dtype=dtype)
+        elif tuple(given.shape) != shape or given.dtype != dtype:
+            raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
+                             f"{given.dtype}, expected {shape} {dtype}")
+    kern(inputs, outputs, attrs)
+    return outputs

@@ -10,7 +10,6 @@ across blocks; two launches). CPU variants: ``numpy_whole`` and ``numpy_rows``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +33,7 @@ from dnnctl.ops.base import (
     dtype_size,
     np_dtype,
 )
-from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, call
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -225,65 +224,58 @@ class SoftmaxNumpyRows(Variant):
 # ----------------------------------------------------------------------------- public API
 
 
-_FAST = SiteCache()
-
-
-def _softmax(x: Any, axis: int, out: Any, plan: Any, log: bool) -> Any:
-    if out is None:  # a signature seen before: no validation, no views
-        try:
-            prep = _FAST[(signature(x), axis, type(axis), log)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            return prep.run({"x": x}, plan)["y"]
-    bound = bind(x, out)
-    xa, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = _softmax(xa, axis, oa, plan, log)
-        return out if out is not None else bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    shape = tuple(xa.shape)
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, out = arrays
+    axis, log = scalars
+    dtype = mc.float_dtype(x, "x")
+    shape = tuple(x.shape)
     if not shape or 0 in shape:
         raise ShapeError(f"softmax: x has shape {shape}, expected at least one dimension and "
                          "no zero-size axis")
     rank = len(shape)
-    if not -rank <= axis < rank:
-        raise ShapeError(f"softmax: axis {axis} is out of range for x of rank {rank}")
-    given_axis, axis = axis, axis % rank
-    mc.check_out(oa, shape, dtype)
-    key = {"rows": xa.size // shape[axis], "cols": shape[axis], "dtype": dtype, "log": log}
-    if axis != rank - 1:
-        # kernels reduce over contiguous rows: move the axis last (a copy), then back (a copy)
-        xp = bound.backend.xp
-        moved = xp.ascontiguousarray(xp.moveaxis(xa, axis, -1))
-        flat = moved.reshape(key["rows"], key["cols"])
-        res = run("softmax", key, Bound(bound.backend, bound.device, [flat], bound.wrap),
-                  ("x",), {}, plan=plan)
-        y = xp.moveaxis(res["y"].reshape(moved.shape), -1, axis)
-        if oa is not None:
-            oa[...] = y
-            return out
-        return bound.wrap(xp.ascontiguousarray(y))
-    mc.contiguous(xa, "x")
-    rows, cols = key["rows"], key["cols"]
-    if oa is None:
-        prep = Prepared("softmax", key, bound, {}, {"x": shape, "y": shape})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((signature(xa), given_axis, type(given_axis), log), prep)
-        return prep.run({"x": xa}, plan)["y"]
-    run("softmax", key, Bound(bound.backend, bound.device, [xa.reshape(rows, cols)], bound.wrap),
-        ("x",), {}, plan=plan, out={"y": oa.reshape(rows, cols)})
-    return out
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
+        raise ShapeError(f"softmax: axis {axis!r} is out of range for x of rank {rank}")
+    axis %= rank
+    mc.check_out(out, shape, dtype)
+    rows, cols = x.size // shape[axis], shape[axis]
+    key = {"rows": rows, "cols": cols, "dtype": dtype, "log": log}
+    flat = {"x": (rows, cols), "y": (rows, cols)}
+    given = (("y", 1),) if out is not None else ()
+    outputs = () if out is not None else (("y", shape, x.dtype),)
+    result: str | int = 1 if out is not None else "y"
+    if axis == rank - 1:
+        mc.contiguous(x, "x")
+        return Parsed("softmax", key, (("x", 0, None),), outputs, given,
+                      kernel_shapes=flat, result=result)
+
+    # kernels reduce over contiguous rows: move the axis last (a copy), then back (a copy)
+    def prepare(back: tuple[Any, ...]) -> dict[str, Any]:
+        moved = xp.ascontiguousarray(xp.moveaxis(back[0], axis, -1))
+        return {"x": moved.reshape(rows, cols)}
+
+    def finish(kouts: dict[str, Any], back: tuple[Any, ...]) -> Any:
+        moved = tuple(s for i, s in enumerate(shape) if i != axis) + (cols,)
+        y = xp.moveaxis(kouts["y"].reshape(moved), -1, axis)
+        if back[1] is not None:
+            back[1][...] = y
+            return back[1]
+        return xp.ascontiguousarray(y)
+
+    return Parsed("softmax", key, (), (("y", (rows, cols), x.dtype),), (),
+                  prepare=prepare, finish=finish)
+
+
+_SOFTMAX = CallSpec("softmax", _parse)
 
 
 def softmax(x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
     """exp(x - max) / sum over ``axis``. Another axis than the last costs two copies."""
-    return _softmax(x, axis, out, plan, log=False)
+    return call(_SOFTMAX, (x, out), (axis, False), plan)
 
 
 def log_softmax(x: Any, axis: int = -1, plan: Any = None, *, out: Any = None) -> Any:
     """x - max - log(sum(exp(x - max))) over ``axis`` (same rules as :func:`softmax`)."""
-    return _softmax(x, axis, out, plan, log=True)
+    return call(_SOFTMAX, (x, out), (axis, True), plan)
 
 
 make_callable(__name__, softmax)

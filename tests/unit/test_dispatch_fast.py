@@ -1,10 +1,11 @@
-"""The run-time fast path: a call signature validated once runs again without validation.
+"""The run-time pipeline: a call signature validated once runs again without validation.
 
-Every public op function keeps a signature -> Prepared cache. These tests check, on the numpy
-backend, that a repeated call gives the same result as the validating path (and as the
-``out=`` path, which never takes the fast path), that calls with another dtype, a strided
-view or a wrong parameter vector are still rejected after a good call of the same shape,
-that plan statistics are counted on every call, and the launch helpers of the CUDA kernels.
+Every public op function goes through ``dispatch.call`` and its one signature -> Site cache.
+These tests check, on the numpy backend and with torch CPU tensors, that a repeated call
+gives the same result as the first (and as the ``out=`` form), that calls with another
+dtype, a strided view or a wrong parameter vector are still rejected after a good call of
+the same shape, that plan statistics are counted on every call, and the launch helpers of
+the CUDA kernels.
 """
 
 from __future__ import annotations
@@ -20,14 +21,7 @@ import dnnctl
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import dispatch, registry
-from dnnctl.ops.activation import _FAST as ACT_FAST
 from dnnctl.ops.base import Choice
-from dnnctl.ops.conv2d.function import _FAST as CONV_FAST
-from dnnctl.ops.matmul.function import _FAST as MM_FAST
-from dnnctl.ops.norm import _FAST as NORM_FAST
-from dnnctl.ops.norm.rownorm import _FAST as ROW_FAST
-from dnnctl.ops.pool import _FAST as POOL_FAST
-from dnnctl.ops.softmax import _FAST as SOFTMAX_FAST
 from dnnctl.plan import Plan, PlanEntry, load_plan, write_plan
 
 RNG = np.random.default_rng(7)
@@ -48,43 +42,44 @@ BIAS7 = rand(7, dtype=np.float16)
 B10 = rand(10)
 W4, BIAS4 = rand(4, 6, 3, 3), rand(4)
 
-# (cache, call, call with out=, outputs to compare)
-CASES: dict[str, tuple[dict, Callable[[], Any], Callable[[Any], Any] | None]] = {
-    "softmax": (SOFTMAX_FAST, lambda: ops.softmax(X3),
+# (call, call with out=)
+CASES: dict[str, tuple[Callable[[], Any], Callable[[Any], Any] | None]] = {
+    "softmax": (lambda: ops.softmax(X3),
                 lambda o: ops.softmax(X3, out=o)),
-    "log_softmax": (SOFTMAX_FAST, lambda: ops.log_softmax(X3, axis=2),
+    "log_softmax": (lambda: ops.log_softmax(X3, axis=2),
                     lambda o: ops.log_softmax(X3, axis=2, out=o)),
-    "layer_norm": (ROW_FAST, lambda: ops.layer_norm(X3, W40, B40, eps=1e-3),
+    "layer_norm": (lambda: ops.layer_norm(X3, W40, B40, eps=1e-3),
                    lambda o: ops.layer_norm(X3, W40, B40, eps=1e-3, out=o)),
-    "rms_norm": (ROW_FAST, lambda: ops.rms_norm(X3, W40),
+    "rms_norm": (lambda: ops.rms_norm(X3, W40),
                  lambda o: ops.rms_norm(X3, W40, out=o)),
-    "relu_bias": (ACT_FAST, lambda: ops.relu(X4, C6[0]),
+    "relu_bias": (lambda: ops.relu(X4, C6[0]),
                   lambda o: ops.relu(X4, C6[0], out=o)),
-    "leaky_nhwc": (ACT_FAST, lambda: ops.leaky_relu(X4, 0.2, B10, layout="NHWC"), None),
-    "gelu_tanh": (ACT_FAST, lambda: ops.gelu(X3, "tanh"), lambda o: ops.gelu(X3, "tanh", out=o)),
-    "batch_norm": (NORM_FAST, lambda: ops.batch_norm(X4, C6[0], C6[2], C6[1], C6[3]),
+    "leaky_nhwc": (lambda: ops.leaky_relu(X4, 0.2, B10, layout="NHWC"), None),
+    "gelu_tanh": (lambda: ops.gelu(X3, "tanh"), lambda o: ops.gelu(X3, "tanh", out=o)),
+    "batch_norm": (lambda: ops.batch_norm(X4, C6[0], C6[2], C6[1], C6[3]),
                    lambda o: ops.batch_norm(X4, C6[0], C6[2], C6[1], C6[3], out=o)),
-    "batch_norm_weight_only": (NORM_FAST, lambda: ops.batch_norm(X4.reshape(2, 6, 90), C6[0], C6[2], C6[1]),
+    "batch_norm_weight_only": (lambda: ops.batch_norm(X4.reshape(2, 6, 90), C6[0], C6[2], C6[1]),
                                None),
-    "group_norm": (NORM_FAST, lambda: ops.group_norm(X4, 3, eps=1e-4),
+    "group_norm": (lambda: ops.group_norm(X4, 3, eps=1e-4),
                    lambda o: ops.group_norm(X4, 3, eps=1e-4, out=o)),
-    "max_pool": (POOL_FAST, lambda: ops.max_pool2d(X4, 3, 2, 1),
+    "max_pool": (lambda: ops.max_pool2d(X4, 3, 2, 1),
                  lambda o: ops.max_pool2d(X4, 3, 2, 1, out=o)),
-    "avg_pool_nhwc": (POOL_FAST, lambda: ops.avg_pool2d(X4, 2, layout="NHWC"),
+    "avg_pool_nhwc": (lambda: ops.avg_pool2d(X4, 2, layout="NHWC"),
                       lambda o: ops.avg_pool2d(X4, 2, layout="NHWC", out=o)),
-    "global_avg_pool": (POOL_FAST, lambda: ops.global_avg_pool2d(X4),
+    "global_avg_pool": (lambda: ops.global_avg_pool2d(X4),
                         lambda o: ops.global_avg_pool2d(X4, out=o)),
-    "matmul_fold": (MM_FAST, lambda: ops.matmul(A, B, bias=BIAS7, activation="relu"), None),
-    "matmul_trans_b": (MM_FAST, lambda: ops.matmul(A[0], BT.T, activation="silu"), None),
-    "matmul_batched_t": (MM_FAST, lambda: ops.matmul(A, A.swapaxes(1, 2)), None),
-    "conv2d": (CONV_FAST, lambda: ops.conv2d(X4, W4, BIAS4, padding=1, activation="relu"),
+    "matmul_fold": (lambda: ops.matmul(A, B, bias=BIAS7, activation="relu"), None),
+    "matmul_trans_b": (lambda: ops.matmul(A[0], BT.T, activation="silu"), None),
+    "matmul_batched_t": (lambda: ops.matmul(A, A.swapaxes(1, 2)), None),
+    "conv2d": (lambda: ops.conv2d(X4, W4, BIAS4, padding=1, activation="relu"),
                None),
 }
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_repeated_call_takes_the_fast_path_with_the_same_result(name: str) -> None:
-    cache, call, with_out = CASES[name]
+    call, with_out = CASES[name]
+    cache = dispatch._SITES
     cache.clear()
     first = call()
     assert len(cache) == 1, "the validated signature was not remembered"
@@ -95,10 +90,12 @@ def test_repeated_call_takes_the_fast_path_with_the_same_result(name: str) -> No
     assert type(second) is np.ndarray and second.shape == first.shape
     assert second.dtype == first.dtype and second is not first
     np.testing.assert_array_equal(second, first)
-    if with_out is not None:  # the out= path validates every call (dispatch.run)
-        out = np.full_like(first, np.nan)
-        assert with_out(out) is out
-        np.testing.assert_array_equal(out, first)
+    if with_out is not None:  # out= is another signature: one more site, the same numbers
+        for _ in range(2):
+            out = np.full_like(first, np.nan)
+            assert with_out(out) is out
+            np.testing.assert_array_equal(out, first)
+        assert len(cache) == 2
 
 
 def test_fast_path_results_match_the_reference() -> None:
@@ -126,7 +123,7 @@ def test_bad_input_is_rejected_after_a_good_call_of_the_same_shape() -> None:
         ops.softmax(wide[:, ::2])  # same shape and dtype, strided
     with pytest.raises(ShapeError, match="out of range"):
         ops.softmax(x, axis=2)
-    with pytest.raises(TypeError):
+    with pytest.raises(ShapeError, match="axis 1.0"):
         ops.softmax(x, axis=1.0)  # an int axis was seen; a float one is not the same call
     w = rand(16, dtype=np.float16)
     ops.layer_norm(x.astype(np.float16), w)
@@ -149,15 +146,17 @@ def test_bad_input_is_rejected_after_a_good_call_of_the_same_shape() -> None:
         ops.matmul(a, bb.astype(np.float32))
 
 
-def test_strided_matmul_operand_is_copied_not_remembered() -> None:
-    MM_FAST.clear()
+def test_strided_matmul_operand_is_copied_on_every_call() -> None:
+    dispatch._SITES.clear()
     big = rand(8, 32, dtype=np.float16)
     a, b = big[:, ::2], rand(16, 4, dtype=np.float16)  # (8, 16), not contiguous, not a .T
-    for _ in range(2):
+    for step in range(2):
+        big[:] = rand(8, 32, dtype=np.float16)  # new values: a remembered copy would be stale
         y = ops.matmul(a, b)
         want = a.astype(np.float64) @ b.astype(np.float64)
-        assert np.abs(y - want).max() < 1e-2 * np.abs(want).max()
-    assert len(MM_FAST) == 0  # the copy is per call: that signature takes the full path
+        assert np.abs(y - want).max() < 1e-2 * np.abs(want).max(), step
+    site, = dispatch._SITES.values()
+    assert site.prepare is not None  # the copy is made per call
 
 
 def test_inplace_activation_fast_path_writes_into_x() -> None:
@@ -193,7 +192,7 @@ def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
     path = tmp_path / "plan.yaml"
     write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of("numpy_whole"))])]), path)
     plan = load_plan(str(path), device="cpu")
-    SOFTMAX_FAST.clear()
+    dispatch._SITES.clear()
     for _ in range(3):
         ops.softmax(X3, plan=plan)
     with dnnctl.use_plan(plan):
@@ -204,7 +203,7 @@ def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
 
 
 def test_site_cache_is_bounded() -> None:
-    cache = dispatch.SiteCache()
+    cache = dispatch._Sites()
     cache.limit = 3
     for i in range(5):
         cache.put(i, object())
@@ -227,7 +226,7 @@ class _Recorder:
 def test_launch_passes_numpy_scalars_to_non_cupy_functions() -> None:
     fn = _Recorder()
     run = mc.Launch(fn, (3, 2), (128,), 1024)
-    assert run.cuda is None  # not a CuPy kernel: called as given
+    assert run.handle is None  # not a CuPy kernel: called as given
     dims = run.consts(np.int32(5), np.int64(7), None)
     assert dims == (np.int32(5), np.int64(7), None)
     eps = run.f32(1e-5)
@@ -285,13 +284,50 @@ def from_dlpack(y: Any) -> Foreign:
 
 
 def test_dlpack_tensors_run_through_the_native_fast_path() -> None:
-    SOFTMAX_FAST.clear()
+    dispatch._SITES.clear()
     want = ops.softmax(X3)
     for _ in range(2):
         y = ops.softmax(Foreign(X3))
         assert isinstance(y, Foreign)
         np.testing.assert_array_equal(y.a, want)
-    assert len(SOFTMAX_FAST) == 1  # the converted NumPy array's signature
+    assert len(dispatch._SITES) == 1  # the converted NumPy array's signature
     mm = ops.matmul(Foreign(A), Foreign(B), bias=Foreign(BIAS7))
     assert isinstance(mm, Foreign)
     np.testing.assert_array_equal(mm.a, ops.matmul(A, B, bias=BIAS7))
+
+
+# ----------------------------------------------------------------------------- torch (CPU)
+
+
+def test_torch_cpu_tensors_run_on_the_numpy_backend_by_memory() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(X3.copy())
+    dispatch._SITES.clear()
+    for _ in range(2):
+        y = ops.softmax(x)
+        assert isinstance(y, torch.Tensor) and y.dtype == torch.float16
+        np.testing.assert_array_equal(y.numpy(), ops.softmax(X3))
+    bf = torch.randn(4, 40).to(torch.bfloat16)
+    got = ops.layer_norm(bf, torch.ones(40, dtype=torch.bfloat16))
+    assert got.dtype == torch.bfloat16
+    want = torch.nn.functional.layer_norm(bf.double(), (40,))
+    assert (got.double() - want).abs().max() < 3e-2
+    xr = torch.from_numpy(X4.copy())
+    assert ops.relu(xr, inplace=True) is xr and float(xr.min()) >= 0
+    y4 = ops.conv2d(torch.from_numpy(X4), torch.from_numpy(W4), torch.from_numpy(BIAS4),
+                    padding=1, activation="relu")
+    np.testing.assert_allclose(y4.numpy(), ops.conv2d(X4, W4, BIAS4, padding=1,
+                                                      activation="relu"), rtol=1e-6)
+    g = torch.randn(3, 5, requires_grad=True)  # autograd inputs are read, never recorded
+    assert isinstance(ops.softmax(g), torch.Tensor)
+
+
+def test_mixed_kinds_and_masked_arrays_are_refused() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ShapeError, match="mix array kinds"):
+        ops.matmul(A, torch.from_numpy(B))
+    masked = np.ma.masked_array(rand(3, 4), mask=np.eye(3, 4, dtype=bool))
+    with pytest.raises(ShapeError, match="masked arrays"):
+        ops.softmax(masked)
+    with pytest.raises(ShapeError, match="expected an array"):
+        ops.softmax([[1.0, 2.0]])

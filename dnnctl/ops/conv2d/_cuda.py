@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.errors import KernelLaunchError
 
 # CUDA data types (library_types.h) and cuBLAS enums, by value: stable ABI numbers.
@@ -57,7 +58,7 @@ class CudaRuntime:
         return mod.get_function(name)
 
     def ptr(self, arr: Any) -> int:
-        return int(arr.data.ptr)
+        return int(cuda.ptr(arr))
 
     def gemm(self, transa: int, transb: int, m: int, n: int, k: int,
              a: Any, a_off: int, lda: int, stride_a: int,
@@ -67,9 +68,9 @@ class CudaRuntime:
         """cublasGemmStridedBatchedEx, column-major: C_i = op(A_i) op(B_i), alpha 1, beta 0.
 
         Offsets and strides count elements of each array's own dtype."""
-        from cupy.cuda import cublas, device
+        from cupy.cuda import cublas
 
-        handle = device.get_cublas_handle()
+        handle = cuda.cublas_handle()
         cublas.setPointerMode(handle, 0)  # CUBLAS_POINTER_MODE_HOST
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
         one, zero = np.ones(1, scalar), np.zeros(1, scalar)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.ops.base import SUPPORTED, Problem, Support, Variant, np_dtype, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -40,7 +41,9 @@ class Workspace:
         return sum(align(n * np.dtype(dt).itemsize) for _, n, dt in self.pieces)
 
     def allocate(self, xp: Any) -> dict[str, Any]:
-        buf = xp.empty(max(self.nbytes, 1), dtype=np.uint8)
+        """Carve one per-call buffer (the caller's allocator, see backends.cuda.scratch)."""
+        size = max(self.nbytes, 1)
+        buf = xp.empty(size, dtype=np.uint8) if xp is np else cuda.scratch(size, np.uint8)
         out, off = {}, 0
         for name, n, dt in self.pieces:
             nb = n * np.dtype(dt).itemsize

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import dtype_name
 from dnnctl.ops.conv2d.op import ACTIVATIONS, LAYOUTS, canonical_pad, output_size
-from dnnctl.ops.dispatch import PlanLike, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, PlanLike, call
 
 
 def _pair(name: str, value: int | Sequence[int]) -> tuple[int, int]:
@@ -44,29 +43,8 @@ def _shape(a: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in a.shape)
 
 
-def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
-           padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-           groups: int = 1, activation: str | None = None, residual: Any = None,
-           layout: str = "NCHW", tf32: bool = False, plan: PlanLike | None = None) -> Any:
-    """2-D convolution with fused ``+ bias -> activation -> + residual``.
-
-    ``x`` is (N, C, H, W) for layout NCHW or (N, H, W, C) for NHWC; ``w`` is (K, C/groups, R, S)
-    or (K, R, S, C/groups). NumPy arrays run on the numpy backend, CuPy arrays and DLPack CUDA
-    tensors (e.g. torch, zero-copy) on the GPU; the result is of the input's kind. The variant
-    is the plan's choice for this shape (``plan`` or the active one), else the default heuristic.
-    """
-    try:  # a signature seen before: no validation
-        prep = _FAST[(signature(x), signature(w), signature(bias), signature(residual), stride,
-                      padding, dilation, groups, activation, layout, tf32)]
-    except (AttributeError, KeyError, TypeError):
-        pass
-    else:
-        ins = {"x": x, "w": w}
-        if bias is not None:
-            ins["bias"] = bias
-        if residual is not None:
-            ins["residual"] = residual
-        return prep.run(ins, plan)["y"]
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    stride, padding, dilation, groups, activation, layout, tf32 = scalars
     if layout not in LAYOUTS:
         raise UsageError(f"conv2d: layout={layout!r} is not one of {list(LAYOUTS)}")
     act = "none" if activation is None else str(activation)
@@ -75,16 +53,10 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
                          hint="use None, 'relu', 'gelu' or 'silu'")
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise UsageError(f"conv2d: groups={groups!r} must be a positive int")
-    bound = bind(x, w, bias, residual)
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        xa, wa, ba, ra = bound.arrays
-        return bound.wrap(conv2d(xa, wa, ba, stride, padding, dilation, groups, activation, ra,
-                                 layout, tf32, plan))
-    xp = bound.backend.xp
-    given = tuple(bound.arrays)
-    arrays = [None if a is None else xp.ascontiguousarray(a) for a in bound.arrays]
-    bound.arrays = arrays
-    xa, wa, ba, ra = arrays
+    copies = [None if a is None else xp.ascontiguousarray(a) for a in arrays]
+    xa, wa, ba, ra = copies
+    if wa is None:
+        raise ShapeError("conv2d: w is missing", hint="pass the filter as the second argument")
     nhwc = layout == "NHWC"
     if len(xa.shape) != 4:
         raise ShapeError(f"conv2d: x has shape {_shape(xa)}, expected 4 dims "
@@ -92,6 +64,8 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
     if len(wa.shape) != 4:
         raise ShapeError(f"conv2d: w has shape {_shape(wa)}, expected 4 dims "
                          f"({'K, R, S, C/groups' if nhwc else 'K, C/groups, R, S'})")
+    if 0 in xa.shape or 0 in wa.shape:
+        raise ShapeError(f"conv2d: x {_shape(xa)} and w {_shape(wa)} must not be empty")
     if nhwc:
         n, h, wd, c = _shape(xa)
         k, r, s, cg = _shape(wa)
@@ -114,24 +88,40 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
     if ba is not None and _shape(ba) != (k,):
         raise ShapeError(f"conv2d: bias has shape {_shape(ba)}, expected ({k},)")
     p, q = output_size(h, wd, r, s, st, pad, dil)
-    if ra is not None:
-        y_shape = (n, p, q, k) if nhwc else (n, k, p, q)
-        if _shape(ra) != y_shape:
-            raise ShapeError(f"conv2d: residual has shape {_shape(ra)}, expected {y_shape} "
-                             f"(the shape of y)")
+    y_shape = (n, p, q, k) if nhwc else (n, k, p, q)
+    if ra is not None and _shape(ra) != y_shape:
+        raise ShapeError(f"conv2d: residual has shape {_shape(ra)}, expected {y_shape} "
+                         f"(the shape of y)")
     key = {"n": n, "c": c, "h": h, "w": wd, "k": k, "r": r, "s": s, "stride": st,
            "pad": pad, "dilation": dil, "groups": groups, "dtype": dtype, "layout": layout,
            "bias": ba is not None, "activation": act, "residual": ra is not None,
            "tf32": bool(tf32)}
-    if all(a is g for a, g in zip(arrays, given)):  # no copies: a repeated call is this call
-        prep = Prepared("conv2d", key, bound, {})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((signature(x), signature(w), signature(bias), signature(residual), stride,
-                       padding, dilation, groups, activation, layout, tf32), prep)
-        ins = {n: a for n, a in zip(("x", "w", "bias", "residual"), arrays) if a is not None}
-        return prep.run(ins, plan)["y"]
-    out = run("conv2d", key, bound, ("x", "w", "bias", "residual"), {}, plan=plan)
-    return bound.wrap(out["y"])
+    outputs = (("y", y_shape, xa.dtype),)
+    if all(a is g for a, g in zip(copies, arrays)):  # no copies: pointers suffice
+        inputs = (("x", 0, None), ("w", 1, None), ("bias", 2, None), ("residual", 3, None))
+        return Parsed("conv2d", key, inputs, outputs)
+
+    def prepare(back: tuple[Any, ...]) -> dict[str, Any]:
+        names = ("x", "w", "bias", "residual")
+        return {nm: xp.ascontiguousarray(a) for nm, a in zip(names, back) if a is not None}
+
+    return Parsed("conv2d", key, (), outputs, prepare=prepare)
 
 
-_FAST = SiteCache()
+_CONV2D = CallSpec("conv2d", _parse)
+
+
+def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
+           padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1, activation: str | None = None, residual: Any = None,
+           layout: str = "NCHW", tf32: bool = False, plan: PlanLike | None = None) -> Any:
+    """2-D convolution with fused ``+ bias -> activation -> + residual``.
+
+    ``x`` is (N, C, H, W) for layout NCHW or (N, H, W, C) for NHWC; ``w`` is (K, C/groups, R, S)
+    or (K, R, S, C/groups). NumPy arrays run on the numpy backend, CuPy arrays and torch CUDA
+    tensors on the GPU (torch by pointer, on torch's current stream); the result is of the
+    input's kind. The variant is the plan's choice for this shape (``plan`` or the active
+    one), else the default heuristic.
+    """
+    return call(_CONV2D, (x, w, bias, residual),
+                (stride, padding, dilation, groups, activation, layout, bool(tf32)), plan)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends import cuda
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED
@@ -174,22 +174,21 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
         fin, m=m, n=n, batch=batch, splits=splits, ldc=ldc, sc=sc, s_bias=s_bias,
         sm_count=device.sm_count or 132)
     ws_elems = splits * batch * m * n if fin is not None else 0
-    xp = get_backend("cupy").xp
     va_bytes, vb_bytes = (vec_a * eb, vec_b * eb) if g.nhwc else (vec_b * eb, vec_a * eb)
 
     def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                attrs: Mapping[str, Any]) -> None:
-        x = aligned(inputs["x"], va_bytes, xp)
-        w = aligned(inputs["w"], vb_bytes, xp)
+        x = aligned(inputs["x"], va_bytes)
+        w = aligned(inputs["w"], vb_bytes)
         y = outputs["y"]
-        y_out = y if ptr(y) % (2 * eb) == 0 else xp.empty(y.shape, dtype=y.dtype)
-        res = aligned(inputs.get("residual"), 2 * eb, xp)
+        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+        res = aligned(inputs.get("residual"), 2 * eb)
         bias = inputs.get("bias")
-        ws = xp.empty((ws_elems,), dtype=np.float32) if fin is not None else None
+        ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
         main_run((x, w, y_out, bias, res, ws, *dims))
         if fin_go is not None:
             fin_go(ws, y_out, bias, res)
         if y_out is not y:
-            y[...] = y_out
+            cuda.copy(y, y_out)
 
     return kernel

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.base import get_backend
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
@@ -182,17 +183,17 @@ class ImplicitGemm(TiledConv):
                 pad(pad_x[0], pad_x[1], (inputs["x"], x, *pad_x[2]))
                 pad(pad_w[0], pad_w[1], (inputs["w"], w, *pad_w[2]))
             else:
-                x = aligned(inputs["x"], vec_a * eb, xp)
-                w = aligned(inputs["w"], vec_b * eb, xp)
-                ws = xp.empty((ws_elems,), dtype=np.float32) if fin is not None else None
+                x = aligned(inputs["x"], vec_a * eb)
+                w = aligned(inputs["w"], vec_b * eb)
+                ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else xp.empty(y.shape, dtype=y.dtype)
-            res = aligned(inputs.get("residual"), 2 * eb, xp)
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+            res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             main_run((x, w, y_out, bias, res, ws, *dims))
             if fin_go is not None:
                 fin_go(ws, y_out, bias, res)
             if y_out is not y:
-                y[...] = y_out
+                cuda.copy(y, y_out)
 
         return kernel

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.base import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
@@ -179,11 +180,11 @@ class ImplicitGemmWgmma(CudaConv):
                 pad(pad_x[0], pad_x[1], (inputs["x"], x, *pad_x[2]))
                 pad(pad_w[0], pad_w[1], (inputs["w"], w, *pad_w[2]))
             else:
-                x = aligned(inputs["x"], vec_a * eb, xp)
-                w = aligned(inputs["w"], vec_b * eb, xp)
+                x = aligned(inputs["x"], vec_a * eb)
+                w = aligned(inputs["w"], vec_b * eb)
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else xp.empty(y.shape, dtype=y.dtype)
-            res = aligned(inputs.get("residual"), 2 * eb, xp)
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+            res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             ws = buf.get("ws")
             main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
@@ -192,6 +193,6 @@ class ImplicitGemmWgmma(CudaConv):
                               splits=splits, ldc=g.k, sc=g.kg, s_bias=g.kg, pq=g.p * g.q,
                               img_stride=g.k * g.p * g.q, sm_count=sms)
             if y_out is not y:
-                y[...] = y_out
+                cuda.copy(y, y_out)
 
         return kernel

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends import cuda
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.gemm_launch import (
@@ -267,7 +267,6 @@ class CublasMatmul(Variant):
         return 4 * p["batch"] * p["m"] * p["n"] if self._epilogue(p) else 0
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        import cupy
         from cupy_backends.cuda.libs import cublas
 
         p = problem
@@ -281,18 +280,17 @@ class CublasMatmul(Variant):
         one = np.ones((), dtype=np.float32)
         zero = np.zeros((), dtype=np.float32)
         one_ptr, zero_ptr = one.ctypes.data, zero.ctypes.data  # (kept alive: kernel.keep)
-        xp = get_backend("cupy").xp
         fin_go = None if fin is None else finish_launch(
             fin, m=m, n=n, batch=bt, splits=1, ldc=n, sc=m * n, s_bias=0,
             sm_count=device.sm_count or 132)
-        get_handle = cupy.cuda.device.get_cublas_handle
+        get_handle = cuda.cublas_handle
         op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
         ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             y = outputs["y"]
-            c = xp.empty((bt * m * n,), dtype=np.float32) if epi else y
+            c = cuda.scratch((bt * m * n,), np.float32) if epi else y
             handle = get_handle()
             cublas.setPointerMode(handle, 0)  # host alpha / beta (CuPy restores, not resets)
             # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b

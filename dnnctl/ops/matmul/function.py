@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops._memory_common import data_ptr
 from dnnctl.ops.base import dtype_name
-from dnnctl.ops.dispatch import PlanLike, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, PlanLike, call
 from dnnctl.ops.matmul.op import ACTIVATIONS
 
 
@@ -43,70 +42,44 @@ def _stored(x: Any, xp: Any) -> tuple[Any, bool]:
     return xp.ascontiguousarray(x), False
 
 
-def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
-           tf32: bool = False, plan: PlanLike | None = None) -> Any:
-    """``act(a @ b + bias)`` with fp32 accumulation; 2-D or batched 3-D operands.
-
-    ``a`` is (m, k) or (batch, m, k), ``b`` (k, n) or (batch, k, n) (a 2-D operand is shared
-    by every batch), ``bias`` (n,). Transposed views are read in place (the key's
-    trans_a / trans_b). NumPy arrays run on the numpy backend, CuPy arrays and DLPack CUDA
-    tensors (torch, zero-copy) on the GPU; the result is of the input's kind. ``tf32`` lets
-    float32 products use TF32 tensor cores. The variant is the plan's choice for this shape
-    (``plan`` or the active one), else the default heuristic.
-    """
-    try:  # a signature seen before: no validation, no views but transposes
-        prep, swap_a, swap_b = _FAST[(signature(a), signature(b), signature(bias), activation,
-                                      tf32)]
-    except (AttributeError, KeyError, TypeError):
-        pass
-    else:
-        ins = {"a": _swapped(a) if swap_a else a, "b": _swapped(b) if swap_b else b}
-        if bias is not None:
-            ins["bias"] = bias
-        return prep.run(ins, plan)["y"]
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    a, b, bias = arrays
+    activation, tf32 = scalars
     act = "none" if activation is None else str(activation)
     if act not in ACTIVATIONS:
         raise UsageError(f"matmul: activation={activation!r} is not supported",
                          hint="use None, 'relu', 'gelu' or 'silu'")
-    bound = bind(a, b, bias)
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        xa, xb, xbias = bound.arrays
-        return bound.wrap(matmul(xa, xb, xbias, activation, tf32, plan))
-    xp = bound.backend.xp
-    xa, xb, xbias = bound.arrays
-    if len(xa.shape) not in (2, 3) or len(xb.shape) not in (2, 3):
-        raise ShapeError(f"matmul: a {_shape(xa)} and b {_shape(xb)} must be 2-D or 3-D",
+    if len(a.shape) not in (2, 3) or len(b.shape) not in (2, 3):
+        raise ShapeError(f"matmul: a {_shape(a)} and b {_shape(b)} must be 2-D or 3-D",
                          hint="a is (m, k) or (batch, m, k); b is (k, n) or (batch, k, n)")
-    m, k = _shape(xa)[-2:]
-    k2, n = _shape(xb)[-2:]
+    m, k = _shape(a)[-2:]
+    k2, n = _shape(b)[-2:]
     if k != k2:
-        raise ShapeError(f"matmul: a {_shape(xa)} and b {_shape(xb)} do not chain "
+        raise ShapeError(f"matmul: a {_shape(a)} and b {_shape(b)} do not chain "
                          f"(k = {k} vs {k2})", hint="a's last dim must equal b's second-last")
-    dtype = _dtype(xa)
-    for name, arr in (("b", xb), ("bias", xbias)):
+    if 0 in (m, n, k):
+        raise ShapeError(f"matmul: a {_shape(a)} and b {_shape(b)} have a zero-size dimension")
+    dtype = _dtype(a)
+    for name, arr in (("b", b), ("bias", bias)):
         if arr is not None and _dtype(arr) != dtype:
             raise ShapeError(f"matmul: {name} has dtype {_dtype(arr)}, expected "
                              f"{dtype} (the dtype of a)", hint="cast every input to one dtype")
-    if xbias is not None:
-        if _shape(xbias) != (n,):
-            raise ShapeError(f"matmul: bias has shape {_shape(xbias)}, expected ({n},)")
-        if not xbias.flags.c_contiguous:
-            xbias = xp.ascontiguousarray(xbias)
-    batch_a = _shape(xa)[0] if len(xa.shape) == 3 else None
-    batch_b = _shape(xb)[0] if len(xb.shape) == 3 else None
+    if bias is not None and _shape(bias) != (n,):
+        raise ShapeError(f"matmul: bias has shape {_shape(bias)}, expected ({n},)")
+    batch_a = _shape(a)[0] if len(a.shape) == 3 else None
+    batch_b = _shape(b)[0] if len(b.shape) == 3 else None
     out_3d = batch_a is not None or batch_b is not None
     if None not in (batch_a, batch_b) and batch_a != batch_b and 1 not in (batch_a, batch_b):
         raise ShapeError(f"matmul: batch sizes {batch_a} and {batch_b} differ",
-                             hint="give equal batch sizes, or 1 / a 2-D operand to broadcast")
+                         hint="give equal batch sizes, or 1 / a 2-D operand to broadcast")
     batch = max(batch_a or 1, batch_b or 1)
+    fold = batch_b in (None, 1) and batch > 1 and a.flags.c_contiguous
 
-    if batch_b in (None, 1) and batch > 1 and xa.flags.c_contiguous:
-        # (batch, m, k) @ (k, n): one product of batch*m rows
-        sa, ta = xa.reshape(batch * m, k), False
-        sb, tb = _stored(xb.reshape(k, n), xp)
-        rows, batch_key = batch * m, 1
-    else:
-        rows, batch_key = m, batch
+    def stored(xa: Any, xb: Any) -> tuple[Any, bool, Any, bool]:
+        """The operands as the kernels read them (row-major storage + trans flags)."""
+        if fold:  # (batch, m, k) @ (k, n): one product of batch*m rows
+            sb, tb = _stored(xb.reshape(k, n), xp)
+            return xa.reshape(batch * m, k), False, sb, tb
         if batch > 1:
             xa = xp.broadcast_to(xa.reshape((-1, m, k)), (batch, m, k))
             xb = xp.broadcast_to(xb.reshape((-1, k, n)), (batch, k, n))
@@ -115,30 +88,49 @@ def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
             xb = xb if len(xb.shape) == 2 else xb.reshape(k, n)
         sa, ta = _stored(xa, xp)
         sb, tb = _stored(xb, xp)
+        return sa, ta, sb, tb
+
+    sa, ta, sb, tb = stored(a, b)
+    rows, batch_key = (batch * m, 1) if fold else (m, batch)
     key = {"batch": batch_key, "m": rows, "n": n, "k": k, "dtype": dtype, "trans_a": ta,
-           "trans_b": tb, "bias": xbias is not None, "activation": act, "tf32": bool(tf32)}
+           "trans_b": tb, "bias": bias is not None, "activation": act, "tf32": bool(tf32)}
+    y_shape = (batch, m, n) if out_3d else (m, n)
+    spec = {"a": tuple(sa.shape), "b": tuple(sb.shape), "y": (batch_key, rows, n)}
     fa, fb = _swapped(a) if ta else a, _swapped(b) if tb else b
-    if _same_storage(fa, sa) and _same_storage(fb, sb) and xbias is bias:
-        # what a repeated call passes (the caller's arrays, transposes as views) is this
-        # call's operands byte for byte: remember the signature
-        prep = Prepared("matmul", key, bound, {}, {
-            "a": tuple(fa.shape), "b": tuple(fb.shape),
-            "y": (batch, m, n) if out_3d else (m, n)})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((signature(a), signature(b), signature(bias), activation, tf32),
-                      (prep, ta, tb))
-        ins = {"a": fa, "b": fb}
-        if bias is not None:
-            ins["bias"] = bias
-        return prep.run(ins, plan)["y"]
-    bound.arrays = [sa, sb, xbias]
-    y = run("matmul", key, bound, ("a", "b", "bias"), {}, plan=plan)["y"]
-    if out_3d:
-        y = y.reshape(batch, m, n)
-    return bound.wrap(y)
+    bias_ok = bias is None or bias.flags.c_contiguous
+    if _same_storage(fa, sa) and _same_storage(fb, sb) and bias_ok:
+        # the caller's arrays (transposes as views) are the operands byte for byte
+        inputs = (("a", 0, _swapped if ta else None), ("b", 1, _swapped if tb else None),
+                  ("bias", 2, None))
+        return Parsed("matmul", key, inputs, (("y", y_shape, a.dtype),), kernel_shapes=spec)
+
+    def prepare(back: tuple[Any, ...]) -> dict[str, Any]:
+        pa, _, pb, _ = stored(back[0], back[1])
+        ins = {"a": xp.ascontiguousarray(pa).reshape(spec["a"]),
+               "b": xp.ascontiguousarray(pb).reshape(spec["b"])}
+        if back[2] is not None:
+            ins["bias"] = xp.ascontiguousarray(back[2])
+        return ins
+
+    return Parsed("matmul", key, (), (("y", y_shape, a.dtype),), kernel_shapes=spec,
+                  prepare=prepare)
 
 
-_FAST = SiteCache()
+_MATMUL = CallSpec("matmul", _parse)
+
+
+def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,
+           tf32: bool = False, plan: PlanLike | None = None) -> Any:
+    """``act(a @ b + bias)`` with fp32 accumulation; 2-D or batched 3-D operands.
+
+    ``a`` is (m, k) or (batch, m, k), ``b`` (k, n) or (batch, k, n) (a 2-D operand is shared
+    by every batch), ``bias`` (n,). Transposed views are read in place (the key's
+    trans_a / trans_b). NumPy arrays run on the numpy backend, CuPy arrays and torch CUDA
+    tensors on the GPU (torch by pointer, on torch's current stream); the result is of the
+    input's kind. ``tf32`` lets float32 products use TF32 tensor cores. The variant is the
+    plan's choice for this shape (``plan`` or the active one), else the default heuristic.
+    """
+    return call(_MATMUL, (a, b, bias), (activation, bool(tf32)), plan)
 
 
 def _swapped(x: Any) -> Any:

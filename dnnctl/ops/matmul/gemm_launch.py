@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.backends.cuda import ptr
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import _memory_common as mc
 
@@ -182,29 +184,23 @@ def swapped(desc: GemmDesc) -> GemmDesc:
                     residual=d.residual)
 
 
-def _stream_key() -> int:
-    try:
-        import cupy
-
-        return int(cupy.cuda.get_current_stream().ptr)
-    except Exception:  # the CPU emulator has no streams
-        return 0
-
-
-def ptr(x: Any) -> int:
-    """Device (or host) address of an array's first element."""
-    if isinstance(x, np.ndarray):  # the emulator, or host data (ctypes refuses bfloat16)
-        return int(x.__array_interface__["data"][0])
-    return int(x.data.ptr)
-
-
-def aligned(x: Any, nbytes: int, xp: Any) -> Any:
-    """``x`` itself when its address is a multiple of nbytes, else an aligned copy."""
+def aligned(x: Any, nbytes: int) -> Any:
+    """``x`` itself when its address is a multiple of nbytes, else an aligned copy (call
+    scratch, on the call's stream)."""
     if x is None or ptr(x) % nbytes == 0:
         return x
-    y = xp.empty(x.shape, dtype=x.dtype)
-    y[...] = x
+    y = cuda.scratch(tuple(x.shape), _np_dtype(x))
+    cuda.copy(y, x)
     return y
+
+
+def _np_dtype(x: Any) -> Any:
+    dt = x.dtype
+    if isinstance(dt, np.dtype):
+        return dt
+    from dnnctl.ops.base import dtype_name, np_dtype
+
+    return np_dtype(dtype_name(dt))
 
 
 def load_kernel(source: str, name: str, defines: Mapping[str, int], smem: int) -> Any:
@@ -326,7 +322,6 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
     block = (cfg.threads, 1, 1)
     ws_elems = 0 if out_mode == OUT_STORE else desc.batch * desc.m * desc.n * (
         1 if atomic else splits)
-    xp = get_backend("cupy").xp
     counters: dict[int, Any] = {}
     i32, i64 = np.int32, np.int64
     d = desc
@@ -344,26 +339,24 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         if swap:  # the kernel's A is the product's b, and its B the product's a
             a, b = b, a
         if ptr(a) % a_bytes:
-            a = aligned(a, a_bytes, xp)
+            a = aligned(a, a_bytes)
         if ptr(b) % b_bytes:
-            b = aligned(b, b_bytes, xp)
-        c_out = c if ptr(c) % c_bytes == 0 else xp.empty(c.shape, dtype=c.dtype)
+            b = aligned(b, b_bytes)
+        c_out = c if ptr(c) % c_bytes == 0 else cuda.scratch(tuple(c.shape), _np_dtype(c))
         if res is not None:
-            res = aligned(res, c_bytes, xp)
+            res = aligned(res, c_bytes)
         ws = cnt = None
         if ws_elems:
-            ws = xp.empty((ws_elems,), dtype=np.float32)
-            if atomic:
-                ws.fill(0)
+            ws = (cuda.scratch_zeros if atomic else cuda.scratch)((ws_elems,), np.float32)
         if out_mode == OUT_FUSED:
-            key = _stream_key()
+            key = cuda.current_stream()
             cnt = counters.get(key)
-            if cnt is None:  # zero once; each launch leaves them zero again
-                cnt = counters[key] = xp.zeros((tiles * d.batch,), dtype=np.int32)
+            if cnt is None:  # zero once per stream; each launch leaves them zero again
+                cnt = counters[key] = cuda.scratch_zeros((tiles * d.batch,), np.int32)
         main_run((a, b, c_out, bias, res, ws, cnt, *consts))
         if fin_go is not None:
             fin_go(ws, c_out, bias, res)
         if c_out is not c:
-            c[...] = c_out
+            cuda.copy(c, c_out)
 
     return run

@@ -6,14 +6,13 @@ Importing this package registers the ops ``layer_norm``, ``rms_norm``, ``batch_n
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import numpy as np
 
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 from dnnctl.ops.norm import (  # noqa: F401  (registration)
     batchnorm,
     bn_exact,
@@ -38,7 +37,59 @@ def _affine(xp: Any, weight: Any, bias: Any, c: int) -> tuple[Any, Any]:
     return weight, bias
 
 
-_FAST = SiteCache()
+def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, rm, rv, w, b, out = arrays
+    training, momentum, eps, layout, return_stats = scalars
+    training = bool(training)
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    layout = mc.check_layout(layout)
+    shape = tuple(x.shape)
+    n, c, h, wd = dims_of(shape, layout, "batch_norm")
+    if not training and (rm is None or rv is None):
+        raise ShapeError("batch_norm: inference needs running_mean and running_var",
+                         hint="pass both, or training=True to use batch statistics")
+    # what the caller left out is made once per signature: identity affine halves, and
+    # (training) running statistics nobody reads back
+    consts: dict[str, Any] = {}
+    if rm is None:
+        rm = consts["running_mean"] = xp.zeros(c, dtype=np.float32)
+    if rv is None:
+        rv = consts["running_var"] = xp.ones(c, dtype=np.float32)
+    w2, b2 = _affine(xp, w, b, c)
+    if w is None and w2 is not None:
+        consts["weight"] = w2
+    if b is None and b2 is not None:
+        consts["bias"] = b2
+    for v, name in ((rm, "running_mean"), (rv, "running_var"), (w2, "weight"), (b2, "bias")):
+        mc.check_vector(v, c, "float32", name)
+    mc.check_out(out, shape, dtype)
+    key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout,
+           "training": training, "affine": w2 is not None}
+    attrs = {"eps": float(eps), "momentum": float(momentum)}
+    x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
+    inputs = (("x", 0, None), ("running_mean", 1, None), ("running_var", 2, None),
+              ("weight", 3, None), ("bias", 4, None))
+    given: tuple[tuple[str, Any], ...] = ()
+    if training:  # the running statistics are updated in place (kernels allow the alias)
+        given = (("new_running_mean", 1 if "running_mean" not in consts else "running_mean"),
+                 ("new_running_var", 2 if "running_var" not in consts else "running_var"))
+    skip = ("y", "new_running_mean", "new_running_var")
+    outputs = spec_outputs("batch_norm", key, skip)
+    if out is None:
+        outputs = (("y", shape, x.dtype), *outputs)
+    else:
+        given = (*given, ("y", 5))
+    y: str | int = "y" if out is None else 5
+    result: Any = y
+    if training and return_stats:
+        result = ("y" if out is None else "y", "save_mean", "save_invstd")
+    views = {"x": x4, "y": x4}
+    return Parsed("batch_norm", key, inputs, outputs, given, attrs, consts, result,
+                  kernel_shapes=views)
+
+
+_BN = CallSpec("batch_norm", _parse_bn)
 
 
 def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
@@ -52,128 +103,46 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
     ``running_var`` in place (momentum, unbiased variance, as PyTorch); with
     ``return_stats=True`` it returns ``(y, save_mean, save_invstd)``.
     """
-    sig = (training, momentum, eps, layout, return_stats)
-    if out is None:  # a signature seen before: no validation
-        try:
-            prep, fills = _FAST[("bn", signature(x), signature(running_mean),
-                                 signature(running_var), signature(weight), signature(bias),
-                                 *sig)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            return _bn_run(prep, fills, x, (running_mean, running_var, weight, bias), plan,
-                           bool(training), bool(return_stats))
-    bound = bind(x, running_mean, running_var, weight, bias, out)
-    xa, rm, rv, wa, ba, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        res = batch_norm(xa, rm, rv, wa, ba, training, momentum, eps, layout, plan, out=oa,
-                         return_stats=return_stats)
-        if training and return_stats:
-            y, save_mean, save_invstd = res
-            return (out if out is not None else bound.wrap(y), bound.wrap(save_mean),
-                    bound.wrap(save_invstd))
-        return out if out is not None else bound.wrap(res)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    given = (rm, rv, wa, ba)
+    return call(_BN, (x, running_mean, running_var, weight, bias, out),
+                (bool(training), momentum, eps, layout, bool(return_stats)), plan)
+
+
+def _parse_gn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, w, b, out = arrays
+    groups, eps, layout = scalars
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
     layout = mc.check_layout(layout)
-    n, c, h, w = dims_of(tuple(xa.shape), layout, "batch_norm")
-    xp = bound.backend.xp
-    if not training and (rm is None or rv is None):
-        raise ShapeError("batch_norm: inference needs running_mean and running_var",
-                         hint="pass both, or training=True to use batch statistics")
-    rm = xp.zeros(c, dtype=np.float32) if rm is None else rm
-    rv = xp.ones(c, dtype=np.float32) if rv is None else rv
-    wa, ba = _affine(xp, wa, ba, c)
-    for v, name in ((rm, "running_mean"), (rv, "running_var"), (wa, "weight"), (ba, "bias")):
-        mc.check_vector(v, c, "float32", name)
-    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout,
-           "training": bool(training), "affine": wa is not None}
-    attrs = {"eps": float(eps), "momentum": float(momentum)}
-    if oa is None:
-        # what the caller left out is made once per signature: identity affine halves, and
-        # (training) running statistics nobody reads back
-        fills = tuple(None if g is not None else a for g, a in zip(given, (rm, rv, wa, ba)))
-        fills = fills if any(f is not None for f in fills) else None
-        prep = Prepared("batch_norm", key, bound, attrs, {"x": xa.shape, "y": xa.shape},
-                        given=("new_running_mean", "new_running_var") if training else ())
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put(("bn", signature(xa), *(signature(g) for g in given), *sig),
-                      (prep, fills))
-        return _bn_run(prep, fills, xa, given, plan, bool(training), bool(return_stats))
-    x4 = xa.reshape((n, c, h, w) if layout == "NCHW" else (n, h, w, c))
-    mc.check_out(oa, tuple(xa.shape), dtype)
-    outs: dict[str, Any] = {"y": oa.reshape(x4.shape)}
-    if training:  # the running statistics are updated in place (kernels allow the alias)
-        outs["new_running_mean"], outs["new_running_var"] = rm, rv
-    res = run("batch_norm", key, Bound(bound.backend, bound.device, [x4, rm, rv, wa, ba],
-                                       bound.wrap),
-              ("x", "running_mean", "running_var", "weight", "bias"), attrs, plan=plan,
-              out=outs)
-    if training and return_stats:
-        return out, res["save_mean"], res["save_invstd"]
-    return out
+    shape = tuple(x.shape)
+    n, c, h, wd = dims_of(shape, layout, "group_norm")
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or c % groups:
+        raise ShapeError(f"group_norm: {c} channels are not divisible into {groups!r} groups",
+                         hint="groups must be a positive int dividing the channels")
+    consts: dict[str, Any] = {}
+    w2, b2 = _affine(xp, w, b, c)
+    if w is None and w2 is not None:
+        consts["weight"] = w2
+    if b is None and b2 is not None:
+        consts["bias"] = b2
+    mc.check_vector(w2, c, "float32", "weight")
+    mc.check_vector(b2, c, "float32", "bias")
+    mc.check_out(out, shape, dtype)
+    key = {"n": n, "c": c, "h": h, "w": wd, "groups": groups, "dtype": dtype,
+           "layout": layout, "affine": w2 is not None}
+    x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
+    inputs = (("x", 0, None), ("weight", 1, None), ("bias", 2, None))
+    views = {"x": x4, "y": x4}
+    if out is not None:
+        return Parsed("group_norm", key, inputs, (), (("y", 3),), {"eps": float(eps)}, consts,
+                      3, kernel_shapes=views)
+    return Parsed("group_norm", key, inputs, (("y", shape, x.dtype),), (),
+                  {"eps": float(eps)}, consts, kernel_shapes=views)
 
 
-def _bn_run(prep: Prepared, fills: tuple | None, x: Any, given: tuple, plan: Any,
-            training: bool, return_stats: bool) -> Any:
-    rm, rv, w, b = given if fills is None else (
-        a if a is not None else f for a, f in zip(given, fills))
-    ins = {"x": x, "running_mean": rm, "running_var": rv}
-    if w is not None:
-        ins["weight"], ins["bias"] = w, b
-    if not training:
-        return prep.run(ins, plan)["y"]
-    res = prep.run(ins, plan, {"new_running_mean": rm, "new_running_var": rv})
-    return (res["y"], res["save_mean"], res["save_invstd"]) if return_stats else res["y"]
+_GN = CallSpec("group_norm", _parse_gn)
 
 
 def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5,
                layout: str = "NCHW", plan: Any = None, *, out: Any = None) -> Any:
     """Group normalization over (C/groups, H, W) per sample; weight / bias fp32 (C,)."""
-    if out is None:  # a signature seen before: no validation
-        try:
-            prep, fills = _FAST[("gn", signature(x), groups, signature(weight),
-                                 signature(bias), eps, layout)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            return _gn_run(prep, fills, x, weight, bias, plan)
-    bound = bind(x, weight, bias, out)
-    xa, wa, ba, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = group_norm(xa, groups, wa, ba, eps, layout, plan, out=oa)
-        return out if out is not None else bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    given_layout, layout = layout, mc.check_layout(layout)
-    n, c, h, w = dims_of(tuple(xa.shape), layout, "group_norm")
-    given_groups, groups = groups, int(groups)
-    if groups < 1 or c % groups:
-        raise ShapeError(f"group_norm: {c} channels are not divisible into {groups} groups")
-    given = (wa, ba)
-    wa, ba = _affine(bound.backend.xp, wa, ba, c)
-    mc.check_vector(wa, c, "float32", "weight")
-    mc.check_vector(ba, c, "float32", "bias")
-    key = {"n": n, "c": c, "h": h, "w": w, "groups": groups, "dtype": dtype,
-           "layout": layout, "affine": wa is not None}
-    attrs = {"eps": float(eps)}
-    if oa is None:
-        fills = tuple(None if g is not None else a for g, a in zip(given, (wa, ba)))
-        prep = Prepared("group_norm", key, bound, attrs, {"x": xa.shape, "y": xa.shape})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put(("gn", signature(xa), given_groups, signature(given[0]),
-                       signature(given[1]), eps, given_layout), (prep, fills))
-        return _gn_run(prep, fills, xa, given[0], given[1], plan)
-    x4 = xa.reshape((n, c, h, w) if layout == "NCHW" else (n, h, w, c))
-    mc.check_out(oa, tuple(xa.shape), dtype)
-    run("group_norm", key, Bound(bound.backend, bound.device, [x4, wa, ba], bound.wrap),
-        ("x", "weight", "bias"), attrs, plan=plan, out={"y": oa.reshape(x4.shape)})
-    return out
-
-
-def _gn_run(prep: Prepared, fills: tuple, x: Any, w: Any, b: Any, plan: Any) -> Any:
-    w = fills[0] if w is None else w
-    b = fills[1] if b is None else b
-    ins = {"x": x} if w is None else {"x": x, "weight": w, "bias": b}
-    return prep.run(ins, plan)["y"]
+    return call(_GN, (x, weight, bias, out), (groups, eps, layout), plan)

@@ -9,7 +9,6 @@ variants: ``numpy_whole`` and ``numpy_rows``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,7 +30,7 @@ from dnnctl.ops.base import (
     Variant,
     np_dtype,
 )
-from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, call
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -245,55 +244,37 @@ for _op in ("layer_norm", "rms_norm"):
 # ----------------------------------------------------------------------------- public API
 
 
-_FAST = SiteCache()
-
-
-def _rownorm(op: str, x: Any, weight: Any, bias: Any, eps: float, out: Any, plan: Any) -> Any:
-    if out is None:  # a signature seen before: no validation, no views
-        try:
-            prep = _FAST[(op, signature(x), signature(weight), signature(bias), eps)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            ins = {"x": x}
-            if weight is not None:
-                ins["weight"] = weight
-            if bias is not None:
-                ins["bias"] = bias
-            return prep.run(ins, plan)["y"]
-    bound = bind(x, weight, bias, out)
-    xa, wa, ba, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = _rownorm(op, xa, wa, ba, eps, oa, plan)
-        return out if out is not None else bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    shape = tuple(xa.shape)
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, w, b, out = arrays
+    op, eps = scalars
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    shape = tuple(x.shape)
     if not shape or 0 in shape:
         raise ShapeError(f"{op}: x has shape {shape}, expected at least one dimension and no "
                          "zero-size axis")
     cols = shape[-1]
-    mc.check_vector(wa, cols, dtype, "weight")
-    mc.check_vector(ba, cols, dtype, "bias")
-    mc.check_out(oa, shape, dtype)
-    rows = xa.size // cols
-    key: dict[str, Any] = {"rows": rows, "cols": cols, "dtype": dtype, "weight": wa is not None}
-    arrays = [xa.reshape(rows, cols), wa]
-    names: tuple[str, ...] = ("x", "weight")
+    mc.check_vector(w, cols, dtype, "weight")
+    mc.check_vector(b, cols, dtype, "bias")
+    mc.check_out(out, shape, dtype)
+    rows = x.size // cols
+    key: dict[str, Any] = {"rows": rows, "cols": cols, "dtype": dtype, "weight": w is not None}
+    inputs: tuple[tuple[str, int, Any], ...] = (("x", 0, None), ("weight", 1, None))
     if op == "layer_norm":
-        key["bias"] = ba is not None
-        arrays.append(ba)
-        names = ("x", "weight", "bias")
+        key["bias"] = b is not None
+        inputs += (("bias", 2, None),)
     attrs = {"eps": float(eps)}
-    if oa is None:
-        prep = Prepared(op, key, bound, attrs, {"x": shape, "y": shape})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((op, signature(xa), signature(wa), signature(ba), eps), prep)
-        ins = {n: a for n, a in zip(names, [xa, *arrays[1:]]) if a is not None}
-        return prep.run(ins, plan)["y"]
-    run(op, key, Bound(bound.backend, bound.device, arrays, bound.wrap), names, attrs,
-        plan=plan, out={"y": oa.reshape(rows, cols)})
-    return out
+    views = {"x": (rows, cols), "y": (rows, cols)}
+    if out is not None:
+        return Parsed(op, key, inputs, (), (("y", 3),), attrs, result=3, kernel_shapes=views)
+    return Parsed(op, key, inputs, (("y", shape, x.dtype),), (), attrs, kernel_shapes=views)
+
+
+_ROWNORM = CallSpec("rownorm", _parse)
+
+
+def _rownorm(op: str, x: Any, weight: Any, bias: Any, eps: float, out: Any, plan: Any) -> Any:
+    return call(_ROWNORM, (x, weight, bias, out), (op, eps), plan)
 
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,

@@ -6,15 +6,13 @@ take NCHW or NHWC 4-D tensors and dispatch through the plan.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Field
-from dnnctl.ops.dispatch import Prepared, SiteCache, bind, problem_of, run, signature
+from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 from dnnctl.ops.pool import gap, pool2d, tiled  # noqa: F401  (registration)
-from dnnctl.ops.registry import get_op
 
 __all__ = ["avg_pool2d", "global_avg_pool2d", "max_pool2d"]
 
@@ -29,30 +27,14 @@ def _nchw_dims(x: Any, layout: str, op: str) -> tuple[int, int, int, int]:
     return (n, a, b, d) if layout == "NCHW" else (n, d, a, b)
 
 
-_FAST = SiteCache()
-
-
-def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any,
-          ceil_mode: bool, count_include_pad: bool, layout: str, out: Any, plan: Any) -> Any:
-    sig = (mode, kernel, stride, padding, dilation, ceil_mode, count_include_pad, layout)
-    if out is None:  # a signature seen before: no validation
-        try:
-            prep = _FAST[(signature(x), *sig)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            return prep.run({"x": x}, plan)["y"]
+def _parse_pool(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, out = arrays
+    mode, kernel, stride, padding, dilation, ceil_mode, count_include_pad, layout = scalars
     op = f"{mode}_pool2d"
-    bound = bind(x, out)
-    xa, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = _pool(mode, xa, kernel, stride, padding, dilation, ceil_mode, count_include_pad,
-                  layout, oa, plan)
-        return out if out is not None else bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
     layout = mc.check_layout(layout)
-    n, c, h, w = _nchw_dims(xa, layout, op)
+    n, c, h, w = _nchw_dims(x, layout, op)
     key = {"n": n, "c": c, "h": h, "w": w, "mode": mode,
            "kernel": _PAIR.normalize(op, "kernel", kernel),
            "stride": None if stride is None else _PAIR.normalize(op, "stride", stride),
@@ -62,15 +44,25 @@ def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: A
            "dtype": dtype, "layout": layout}
     if mode == "max":
         key["count_include_pad"] = True
-    if oa is None:
-        prep = Prepared("pool2d", key, bound, {})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((signature(xa), *sig), prep)
-        return prep.run({"x": xa}, plan)["y"]
-    pool = get_op("pool2d")
-    mc.check_out(oa, pool.output_specs(problem_of(pool, key))["y"].shape, dtype)
-    run("pool2d", key, bound, ("x",), {}, plan=plan, out={"y": oa})
-    return out
+    return _single_output("pool2d", key, x, out)
+
+
+def _single_output(op: str, key: dict[str, Any], x: Any, out: Any) -> Parsed:
+    """x -> y with an optional ``out=``, the output in the op's spec shape."""
+    outputs = spec_outputs(op, key)
+    if out is None:
+        return Parsed(op, key, (("x", 0, None),), outputs)
+    mc.check_out(out, outputs[0][1], key["dtype"])
+    return Parsed(op, key, (("x", 0, None),), (), (("y", 1),), result=1)
+
+
+_POOL = CallSpec("pool2d", _parse_pool)
+
+
+def _pool(mode: str, x: Any, kernel: Any, stride: Any, padding: Any, dilation: Any,
+          ceil_mode: bool, count_include_pad: bool, layout: str, out: Any, plan: Any) -> Any:
+    return call(_POOL, (x, out), (mode, kernel, stride, padding, dilation, ceil_mode,
+                                  count_include_pad, layout), plan)
 
 
 def max_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
@@ -89,31 +81,20 @@ def avg_pool2d(x: Any, kernel: Any, stride: Any = None, padding: Any = 0,
                  out, plan)
 
 
+def _parse_gap(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, out = arrays
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    layout = mc.check_layout(scalars[0])
+    n, c, h, w = _nchw_dims(x, layout, "global_avg_pool2d")
+    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout}
+    return _single_output("global_avg_pool2d", key, x, out)
+
+
+_GAP = CallSpec("global_avg_pool2d", _parse_gap)
+
+
 def global_avg_pool2d(x: Any, layout: str = "NCHW", plan: Any = None, *,
                       out: Any = None) -> Any:
     """Mean over H x W: NCHW -> (N, C, 1, 1), NHWC -> (N, 1, 1, C)."""
-    if out is None:  # a signature seen before: no validation
-        try:
-            prep = _FAST[(signature(x), "gap", layout)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            return prep.run({"x": x}, plan)["y"]
-    bound = bind(x, out)
-    xa, oa = bound.arrays
-    if bound.foreign:  # DLPack tensors: run on the converted arrays, hand back the caller's kind
-        y = global_avg_pool2d(xa, layout, plan, out=oa)
-        return out if out is not None else bound.wrap(y)
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    given_layout, layout = layout, mc.check_layout(layout)
-    n, c, h, w = _nchw_dims(xa, layout, "global_avg_pool2d")
-    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout}
-    if oa is None:
-        prep = Prepared("global_avg_pool2d", key, bound, {})
-        with contextlib.suppress(AttributeError, TypeError):
-            _FAST.put((signature(xa), "gap", given_layout), prep)
-        return prep.run({"x": xa}, plan)["y"]
-    mc.check_out(oa, (n, c, 1, 1) if layout == "NCHW" else (n, 1, 1, c), dtype)
-    run("global_avg_pool2d", key, bound, ("x",), {}, plan=plan, out={"y": oa})
-    return out
+    return call(_GAP, (x, out), (layout,), plan)

@@ -1,0 +1,352 @@
+"""The one place that talks to CUDA at run time: launches, streams, devices, scratch, cuBLAS.
+
+Kernels are compiled by NVRTC through the cupy backend (``compile_module``, cached in memory
+and on disk); everything a *call* does goes through this module:
+
+* :class:`Launch` — one kernel with its grid, block and shared memory fixed at build time,
+  launched by ``cuLaunchKernel`` through ctypes with a parameter block laid out once. Array
+  arguments may be CuPy arrays, torch CUDA tensors or raw pointers (ints): a launch reads
+  their addresses, never their contents, so a torch tensor is used by its pointer with no
+  DLPack exchange. Measured on the H200 (benchmarks/bench_launch.py): ctypes 5.27 us a call,
+  CuPy's RawKernel 5.20, cuda-bindings 5.26 — the driver's own cost dominates; ctypes was
+  chosen because it takes the stream as a plain handle and needs no private CuPy module.
+  Calls hold the GIL (``PyDLL``), so two threads never interleave one parameter block.
+* the call state (:data:`STATE`): the stream the current call launches on (torch's current
+  stream for torch tensors, CuPy's for CuPy arrays) and the allocator its per-call scratch
+  comes from (torch's caching allocator for torch callers, so CUDA-graph capture keeps
+  scratch in the graph's pool). The dispatcher sets both for the duration of one call.
+* :func:`cublas_handle` — CuPy's cuBLAS handle bound to the call's stream.
+* :func:`ptr` — the device address of any array kind the kernels see.
+
+The CPU emulator used by the unit tests stands in for CuPy with plain Python callables:
+a :class:`Launch` of such a function calls it with the arguments as given.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dnnctl.errors import KernelLaunchError
+
+# ----------------------------------------------------------------------------- call state
+
+
+class _State(threading.local):
+    """Per-thread state of the call in flight (set by the dispatcher)."""
+
+    def __init__(self) -> None:
+        self.stream: int | None = None  # None: CuPy's current stream
+        self.alloc: Callable[[tuple[int, ...], Any], Any] | None = None  # None: CuPy
+
+
+STATE = _State()
+
+
+def current_stream() -> int:
+    """The stream handle the call in flight launches on."""
+    s = STATE.stream
+    if s is not None:
+        return s
+    try:
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    except Exception:  # noqa: BLE001 - the CPU emulator has no streams
+        return 0
+
+
+def scratch(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """A per-call device buffer (CuPy array) from the caller's allocator.
+
+    For a torch caller the memory comes from torch's caching allocator (so it is ordered on
+    torch's stream and, under CUDA-graph capture, lives in the graph's pool); otherwise from
+    CuPy's pool (or NumPy, where the CPU emulator stands in for CuPy)."""
+    shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    alloc = STATE.alloc
+    if alloc is not None:
+        return alloc(shp, np.dtype(dtype))
+    from dnnctl.backends.base import get_backend
+
+    return get_backend("cupy").xp.empty(shp, dtype=dtype)
+
+
+def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    buf = scratch(shape, dtype)
+    buf.fill(0)
+    return buf
+
+
+# ----------------------------------------------------------------------------- addresses
+
+
+def _cupy_ptr(a: Any) -> int:
+    return a.data.ptr
+
+
+def _numpy_ptr(a: Any) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _none_ptr(a: Any) -> int:
+    return 0
+
+
+_PTR: dict[type, Callable[[Any], int]] = {type(None): _none_ptr, np.ndarray: _numpy_ptr,
+                                          int: int, bool: int}
+
+
+def _ptr_getter(cls: type, sample: Any = None) -> Callable[[Any], int]:
+    fn = _PTR.get(cls)
+    if fn is not None:
+        return fn
+    mod = cls.__module__
+    if mod.startswith("cupy") or hasattr(getattr(sample, "data", None), "ptr"):
+        fn = _cupy_ptr  # CuPy, or anything shaped like it (a test's stand-in)
+    elif mod.startswith("torch"):
+        import torch
+
+        fn = torch.Tensor.data_ptr
+    elif hasattr(cls, "data_ptr"):
+        fn = cls.data_ptr  # type: ignore[attr-defined]
+    elif hasattr(cls, "__cuda_array_interface__"):
+        def fn(a: Any) -> int:
+            return int(a.__cuda_array_interface__["data"][0])
+    else:
+        raise KernelLaunchError(f"cannot take the device address of a {cls.__name__}",
+                                hint="pass CuPy arrays or torch CUDA tensors")
+    _PTR[cls] = fn
+    return fn
+
+
+def ptr(a: Any) -> int:
+    """Device (or, for NumPy, host) address of an array's first element; 0 for None."""
+    fn = _PTR.get(a.__class__)
+    if fn is None:
+        fn = _ptr_getter(a.__class__, a)
+    return fn(a)
+
+
+# ----------------------------------------------------------------------------- launches
+
+_SLOT = 8  # every parameter gets an 8-byte slot (CUDA needs natural alignment only)
+_FORMATS = {np.dtype(np.int32): "i4x", np.dtype(np.uint32): "I4x", np.dtype(np.int64): "q",
+            np.dtype(np.uint64): "Q", np.dtype(np.float32): "f4x",
+            np.dtype(np.float64): "d", np.dtype(np.int16): "h6x", np.dtype(np.uint8): "B7x",
+            np.dtype(np.int8): "b7x"}
+
+
+@functools.cache
+def _driver() -> Any:
+    """libcuda's cuLaunchKernel (called with the GIL held) and cuGetErrorName."""
+    lib = ctypes.PyDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                   ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    name = lib.cuGetErrorName
+    name.restype = ctypes.c_int
+    name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return fn, name
+
+
+def _error_name(rc: int) -> str:
+    text = ctypes.c_char_p()
+    try:
+        _driver()[1](rc, ctypes.byref(text))
+    except Exception:  # noqa: BLE001
+        return f"CUDA error {rc}"
+    return (text.value or b"").decode() or f"CUDA error {rc}"
+
+
+def _arg_format(a: Any) -> str:
+    """The struct format of one kernel argument's 8-byte slot."""
+    if isinstance(a, np.generic):
+        try:
+            return _FORMATS[a.dtype]
+        except KeyError:
+            raise KernelLaunchError(f"kernel argument of dtype {a.dtype} is not supported"
+                                    ) from None
+    if isinstance(a, bool):
+        return "i4x"
+    if isinstance(a, float):
+        return "f4x"
+    return "Q"  # pointers (arrays, None, ints)
+
+
+class Launch:
+    """One kernel launch with its configuration fixed at build time (see the module doc).
+
+    ``args`` of a call: arrays (CuPy, torch, NumPy under the emulator), None (a null
+    pointer), ints (addresses) and NumPy scalars (by their dtype). The slot layout is learnt
+    from the first call's argument types; scalars made by :meth:`consts` / :meth:`f32` are
+    plain NumPy scalars.
+    """
+
+    __slots__ = ("fn", "grid", "block", "smem", "handle", "fmt", "buf", "params", "memo",
+                 "_gx", "_gy", "_gz", "_bx", "_by", "_bz")
+
+    def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0) -> None:
+        self.fn = fn
+        self.grid, self.block, self.smem = tuple(grid), tuple(block), int(smem)
+        g = (*self.grid, 1, 1)[:3]
+        b = (*self.block, 1, 1)[:3]
+        self._gx, self._gy, self._gz = (int(v) for v in g)
+        self._bx, self._by, self._bz = (int(v) for v in b)
+        self.handle = _function_handle(fn)
+        self.fmt: struct.Struct | None = None
+        self.buf: Any = None
+        self.params: Any = None
+        self.memo: dict[Any, Any] = {}
+
+    def _layout(self, args: Sequence[Any]) -> struct.Struct:
+        fmt = struct.Struct("<" + "".join(_arg_format(a) for a in args))
+        n = len(args)
+        self.buf = ctypes.create_string_buffer(max(n, 1) * _SLOT)
+        base = ctypes.addressof(self.buf)
+        self.params = (ctypes.c_void_p * max(n, 1))(*(base + i * _SLOT for i in range(n)))
+        self.fmt = fmt
+        return fmt
+
+    def __call__(self, args: Sequence[Any]) -> None:
+        handle = self.handle
+        if handle is None:  # the CPU emulator, a test recorder: call as given
+            self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
+            return
+        fmt = self.fmt
+        if fmt is None or fmt.size != len(args) * _SLOT:
+            fmt = self._layout(args)
+        get = _PTR.get
+        vals = [a if isinstance(a, (np.generic, float)) else (get(a.__class__) or
+                _ptr_getter(a.__class__, a))(a) for a in args]
+        try:
+            fmt.pack_into(self.buf, 0, *vals)
+        except struct.error:  # an argument changed kind since the layout was learnt
+            self._layout(args).pack_into(self.buf, 0, *vals)
+        stream = STATE.stream
+        if stream is None:
+            stream = current_stream()
+        rc = _driver()[0](handle, self._gx, self._gy, self._gz, self._bx, self._by, self._bz,
+                          self.smem, stream or None, self.params, None)
+        if rc:
+            self._failed(rc, args)
+
+    def _failed(self, rc: int, args: Sequence[Any]) -> None:
+        if rc in (201, 400):  # invalid context / handle: another device is current
+            self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem,
+                    stream=_cupy_stream(STATE.stream))
+            return
+        raise KernelLaunchError(f"cuLaunchKernel failed: {_error_name(rc)} ({rc}) "
+                                f"grid {self.grid} block {self.block} smem {self.smem}",
+                                hint="run 'dnnctl doctor'; an illegal address earlier on "
+                                     "this stream also surfaces here")
+
+    def consts(self, *values: Any) -> tuple[Any, ...]:
+        """Scalar arguments fixed at build time (NumPy scalars), in launch-ready form."""
+        return tuple(values)
+
+    def f32(self, value: Any) -> Any:
+        """A float32 argument given per call (eps, slope, momentum), converted once per
+        value (equal values are the same float32)."""
+        arg = self.memo.get(value) if value else None
+        if arg is None:
+            arg = np.float32(value)
+            if value and len(self.memo) < 16:
+                self.memo[value] = arg
+        return arg
+
+
+def _function_handle(fn: Any) -> int | None:
+    """The CUfunction behind a CuPy RawKernel (loaded on the current device), else None."""
+    if not type(fn).__module__.startswith("cupy"):
+        return None
+    try:
+        from cupy.cuda.function import Function
+
+        cuda = fn.kernel if not isinstance(fn, Function) else fn
+        return int(cuda.ptr)
+    except Exception:  # noqa: BLE001 - another CuPy layout: the RawKernel call still works
+        return None
+
+
+def _cupy_stream(handle: int | None) -> Any:
+    import cupy
+
+    if handle is None:
+        return cupy.cuda.get_current_stream()
+    return external_stream(handle)
+
+
+@functools.lru_cache(maxsize=64)
+def external_stream(handle: int) -> Any:
+    """A CuPy stream object for a raw handle (torch's streams), made once per handle."""
+    import cupy
+
+    if handle == 0:
+        return cupy.cuda.Stream.null
+    return cupy.cuda.ExternalStream(handle)
+
+
+def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Sequence[int],
+           smem: int = 0) -> Launch:
+    """A :class:`Launch` of ``name`` in ``module``; opts into > 48 KiB of shared memory."""
+    fn = module.get_function(name)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    grid_t = (int(grid),) if isinstance(grid, (int, np.integer)) else tuple(int(g) for g in grid)
+    block_t = ((int(block),) if isinstance(block, (int, np.integer))
+               else tuple(int(b) for b in block))
+    return Launch(fn, grid_t, block_t, int(smem))
+
+
+# ----------------------------------------------------------------------------- libraries
+
+
+def cublas_handle() -> Any:
+    """CuPy's cuBLAS handle of the current device, bound to the call's stream."""
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, current_stream())
+    return handle
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def get_device() -> int:
+    import cupy
+
+    return int(cupy.cuda.runtime.getDevice())
+
+
+def set_device(index: int) -> None:
+    import cupy
+
+    cupy.cuda.runtime.setDevice(index)
+
+
+def copy(dst: Any, src: Any) -> None:
+    """Copy ``src`` into ``dst`` (same size, both contiguous) on the call's stream."""
+    if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):  # the CPU emulator
+        np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
+        return
+    import cupy
+
+    nbytes = int(np.prod(tuple(dst.shape))) * _itemsize(dst)
+    cupy.cuda.runtime.memcpyAsync(ptr(dst), ptr(src), nbytes, 3, current_stream())
+
+
+def _itemsize(a: Any) -> int:
+    size = getattr(a, "itemsize", None)
+    if size is None:
+        size = a.element_size()  # torch
+    return int(size)
