@@ -15,7 +15,8 @@ and on disk); everything a *call* does goes through this module:
   stream for torch tensors, CuPy's for CuPy arrays) and the allocator its per-call scratch
   comes from (torch's caching allocator for torch callers, so CUDA-graph capture keeps
   scratch in the graph's pool). The dispatcher sets both for the duration of one call.
-* :func:`cublas_handle` — CuPy's cuBLAS handle bound to the call's stream.
+* :func:`gemm_strided_batched` — cuBLAS through ctypes on handles owned here (one per device,
+  with a workspace, so it also runs under CUDA-graph capture), on the call's stream.
 * :func:`ptr` — the device address of any array kind the kernels see.
 
 The CPU emulator used by the unit tests stands in for CuPy with plain Python callables:
@@ -102,10 +103,22 @@ _PTR: dict[type, Callable[[Any], int]] = {type(None): _none_ptr, np.ndarray: _nu
                                           int: int, bool: int}
 
 
+def _same(a: Any) -> Any:
+    return a
+
+
+for _scalar in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                np.uint64, np.float32, np.float64, float):
+    _PTR[_scalar] = _same  # scalars pass as they are (packed by their dtype)
+
+
 def _ptr_getter(cls: type, sample: Any = None) -> Callable[[Any], int]:
     fn = _PTR.get(cls)
     if fn is not None:
         return fn
+    if issubclass(cls, (np.generic, float)):
+        _PTR[cls] = _same
+        return _same
     mod = cls.__module__
     if mod.startswith("cupy") or hasattr(getattr(sample, "data", None), "ptr"):
         fn = _cupy_ptr  # CuPy, or anything shaped like it (a test's stand-in)
@@ -146,15 +159,35 @@ _FORMATS = {np.dtype(np.int32): "i4x", np.dtype(np.uint32): "I4x", np.dtype(np.i
 def _driver() -> Any:
     """libcuda's cuLaunchKernel (called with the GIL held) and cuGetErrorName."""
     lib = ctypes.PyDLL("libcuda.so.1")
-    fn = lib.cuLaunchKernel
+    fn = lib.cuLaunchKernel  # called with ctypes objects made once per Launch (no argtypes)
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                   ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     name = lib.cuGetErrorName
     name.restype = ctypes.c_int
     name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     return fn, name
+
+
+class _LazyLaunch:
+    """cuLaunchKernel, resolved on first use (``import dnnctl`` needs no libcuda)."""
+
+    def __call__(self, *args: Any) -> int:
+        global _LAUNCH
+        _LAUNCH = _driver()[0]
+        return _LAUNCH(*args)
+
+
+_LAUNCH: Any = _LazyLaunch()
+_STREAMS: dict[int, Any] = {}
+
+
+def _stream_arg(stream: int) -> Any:
+    """A ctypes stream argument per handle value, made once."""
+    arg = _STREAMS.get(stream)
+    if arg is None:
+        if len(_STREAMS) > 256:
+            _STREAMS.clear()
+        arg = _STREAMS[stream] = ctypes.c_void_p(stream or None)
+    return arg
 
 
 def _error_name(rc: int) -> str:
@@ -191,16 +224,18 @@ class Launch:
     """
 
     __slots__ = ("fn", "grid", "block", "smem", "handle", "fmt", "buf", "params", "memo",
-                 "_gx", "_gy", "_gz", "_bx", "_by", "_bz")
+                 "_head", "_params_c")
 
     def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0) -> None:
         self.fn = fn
         self.grid, self.block, self.smem = tuple(grid), tuple(block), int(smem)
         g = (*self.grid, 1, 1)[:3]
         b = (*self.block, 1, 1)[:3]
-        self._gx, self._gy, self._gz = (int(v) for v in g)
-        self._bx, self._by, self._bz = (int(v) for v in b)
         self.handle = _function_handle(fn)
+        # the launch's fixed arguments as ctypes objects, made once
+        self._head = (ctypes.c_void_p(self.handle or 0),
+                      *(ctypes.c_uint(int(v)) for v in (*g, *b, self.smem)))
+        self._params_c: Any = None
         self.fmt: struct.Struct | None = None
         self.buf: Any = None
         self.params: Any = None
@@ -212,6 +247,7 @@ class Launch:
         self.buf = ctypes.create_string_buffer(max(n, 1) * _SLOT)
         base = ctypes.addressof(self.buf)
         self.params = (ctypes.c_void_p * max(n, 1))(*(base + i * _SLOT for i in range(n)))
+        self._params_c = ctypes.cast(self.params, ctypes.c_void_p)
         self.fmt = fmt
         return fmt
 
@@ -224,8 +260,12 @@ class Launch:
         if fmt is None or fmt.size != len(args) * _SLOT:
             fmt = self._layout(args)
         get = _PTR.get
-        vals = [a if isinstance(a, (np.generic, float)) else (get(a.__class__) or
-                _ptr_getter(a.__class__, a))(a) for a in args]
+        vals = []
+        for a in args:
+            conv = get(a.__class__)
+            if conv is None:
+                conv = _ptr_getter(a.__class__, a)
+            vals.append(conv(a))
         try:
             fmt.pack_into(self.buf, 0, *vals)
         except struct.error:  # an argument changed kind since the layout was learnt
@@ -233,8 +273,7 @@ class Launch:
         stream = STATE.stream
         if stream is None:
             stream = current_stream()
-        rc = _driver()[0](handle, self._gx, self._gy, self._gz, self._bx, self._by, self._bz,
-                          self.smem, stream or None, self.params, None)
+        rc = _LAUNCH(*self._head, _stream_arg(stream), self._params_c, None)
         if rc:
             self._failed(rc, args)
 
@@ -308,15 +347,74 @@ def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Seque
 
 # ----------------------------------------------------------------------------- libraries
 
+_CUBLAS_WORKSPACE = 32 << 20  # bytes; set on our handles so no call allocates (graph capture)
 
-def cublas_handle() -> Any:
-    """CuPy's cuBLAS handle of the current device, bound to the call's stream."""
-    import cupy
-    from cupy_backends.cuda.libs import cublas
 
-    handle = cupy.cuda.device.get_cublas_handle()
-    cublas.setStream(handle, current_stream())
-    return handle
+class _Cublas:
+    """cuBLAS through ctypes with one handle per device, owned here (CuPy's Python wrapper
+    refuses calls during CUDA-graph capture; the library itself supports them once the
+    handle has a workspace)."""
+
+    def __init__(self) -> None:
+        import cupy
+        from cupy_backends.cuda.libs import cublas as _linked  # noqa: F401 - loads libcublas
+
+        self._cupy = cupy
+        lib = None
+        for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
+            try:
+                lib = ctypes.PyDLL(name)
+                break
+            except OSError:
+                continue
+        if lib is None:
+            raise KernelLaunchError("libcublas cannot be loaded",
+                                    hint="install the CUDA runtime wheels CuPy needs")
+        self.lib = lib
+        vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        self.gemm = lib.cublasGemmStridedBatchedEx
+        self.gemm.restype = i32
+        self.gemm.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, i32, i64, vp, i32, i32,
+                              i64, vp, vp, i32, i32, i64, i32, i32, i32]
+        self.set_stream = lib.cublasSetStream_v2
+        self.set_stream.restype, self.set_stream.argtypes = i32, [vp, vp]
+        self.handles: dict[int, tuple[int, Any]] = {}
+
+    def handle(self, device: int) -> int:
+        got = self.handles.get(device)
+        if got is None:
+            h = ctypes.c_void_p()
+            rc = self.lib.cublasCreate_v2(ctypes.byref(h))
+            if rc:
+                raise KernelLaunchError(f"cublasCreate failed (status {rc})")
+            ws = self._cupy.empty(_CUBLAS_WORKSPACE, dtype=np.uint8)
+            self.lib.cublasSetWorkspace_v2(h, ctypes.c_void_p(ws.data.ptr),
+                                           ctypes.c_size_t(_CUBLAS_WORKSPACE))
+            self.lib.cublasSetPointerMode_v2(h, 0)  # host alpha / beta
+            got = self.handles[device] = (int(h.value or 0), ws)
+        return got[0]
+
+
+@functools.cache
+def _cublas() -> _Cublas:
+    return _Cublas()
+
+
+def gemm_strided_batched(transa: int, transb: int, m: int, n: int, k: int, alpha: int,
+                         a: int, a_type: int, lda: int, stride_a: int,
+                         b: int, b_type: int, ldb: int, stride_b: int, beta: int,
+                         c: int, c_type: int, ldc: int, stride_c: int, batch: int,
+                         compute: int, algo: int = -1) -> None:
+    """cublasGemmStridedBatchedEx (column-major; pointers as ints, alpha / beta host
+    pointers) on the call's stream with this device's handle."""
+    lib = _cublas()
+    handle = lib.handle(get_device())
+    lib.set_stream(handle, current_stream() or None)
+    rc = lib.gemm(handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
+                  ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo)
+    if rc:
+        raise KernelLaunchError(f"cublasGemmStridedBatchedEx failed (status {rc}) for "
+                                f"m={m} n={n} k={k} batch={batch}")
 
 
 # ----------------------------------------------------------------------------- devices

@@ -355,7 +355,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
         return Parsed("activation", key, inputs, (), (("y", 0),), {"negative_slope": slope},
                       result=0)
     return Parsed("activation", key, inputs, (("y", shape, x.dtype),), (),
-                  {"negative_slope": slope})
+                  {"negative_slope": slope}, like={"y": 0})
 
 
 _ACTIVATION = CallSpec("activation", _parse)

@@ -133,6 +133,10 @@ class Adapter:
         """An output array of the caller's kind."""
         return np.empty(shape, dtype=dtype)
 
+    def empty_like(self, a: Any) -> Any:
+        """An output of ``a``'s kind, shape and dtype (``a`` is C-contiguous)."""
+        return np.empty_like(a)
+
     def from_backend(self, a: Any) -> Any:
         """A backend array made by a kernel's slow path, in the caller's kind."""
         return a
@@ -160,6 +164,9 @@ class CupyAdapter(Adapter):
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return self._cupy.empty(shape, dtype=dtype)
+
+    def empty_like(self, a: Any) -> Any:
+        return self._cupy.empty_like(a)
 
     def enter(self) -> Any:
         prev = self._getdev()
@@ -205,6 +212,9 @@ class TorchCudaAdapter(Adapter):
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return self._torch.empty(shape, dtype=self.tdtype(dtype), device=self._tdev)
+
+    def empty_like(self, a: Any) -> Any:
+        return self._torch.empty_like(a)
 
     def scratch(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return torch_to_cupy(self.empty(shape, dtype), self._cupy)
@@ -255,6 +265,9 @@ class TorchCpuAdapter(Adapter):
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         name = "bfloat16" if dtype.name == "bfloat16" else dtype.name
         return self._torch.empty(shape, dtype=getattr(self._torch, name))
+
+    def empty_like(self, a: Any) -> Any:
+        return self._torch.empty_like(a)
 
     def from_backend(self, a: Any) -> Any:
         if a.dtype.name == "bfloat16":
@@ -413,6 +426,7 @@ class Parsed:
     consts: Mapping[str, Any] = field(default_factory=dict)
     result: str | tuple[str, ...] | int = "y"
     kernel_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    like: Mapping[str, int] = field(default_factory=dict)
     prepare: Callable[[tuple[Any, ...]], dict[str, Any]] | None = None
     finish: Callable[[dict[str, Any], tuple[Any, ...]], Any] | None = None
 
@@ -446,7 +460,8 @@ class Site:
 
     __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
-                 "prepare", "finish", "enter", "leave", "empty", "views", "given_at")
+                 "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
+                 "given_at", "flat_inputs")
 
     def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
         self.adapter = adapter
@@ -455,7 +470,9 @@ class Site:
         self.bname, self.device = adapter.backend.name, adapter.device
         self.attrs = dict(parsed.attrs)
         self.inputs = parsed.inputs
-        self.outputs = tuple((n, tuple(s), np.dtype(d)) for n, s, d in parsed.outputs)
+        like = parsed.like
+        self.outputs = tuple((n, tuple(s), np.dtype(d), like.get(n, -1))
+                             for n, s, d in parsed.outputs)
         self.given = parsed.given
         self.consts = dict(parsed.consts)
         self.result = parsed.result
@@ -468,8 +485,9 @@ class Site:
         cpu = adapter.kind in ("numpy", "torch-cpu")
         self.enter = None if cpu else adapter.enter
         self.leave = adapter.leave
-        self.empty = adapter.empty
+        self.empty, self.empty_like = adapter.empty, adapter.empty_like
         self.pointer = adapter.pointer_ok()
+        self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
 
     # -- kernel choice
     def _built(self, choice: Choice) -> tuple[Kernel, bool]:
@@ -499,11 +517,19 @@ class Site:
 
     # -- the call
     def __call__(self, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any:
-        kern, flat = self.kernel(plan)
-        empty = self.empty
-        outs = {name: empty(shape, dtype) for name, shape, dtype in self.outputs}
-        if self.prepare is None and flat:
-            ins = {name: arrays[i] for name, i, _ in self.inputs if arrays[i] is not None}
+        if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
+            kern, flat = self.default
+        else:
+            kern, flat = self.kernel(plan)
+        outs = {}
+        for name, shape, dtype, like in self.outputs:
+            outs[name] = self.empty(shape, dtype) if like < 0 else self.empty_like(arrays[like])
+        if flat and self.prepare is None:
+            ins = {}
+            for name, i in self.flat_inputs:
+                a = arrays[i]
+                if a is not None:
+                    ins[name] = a
             kouts = outs
             if self.given:
                 kouts = dict(outs)
@@ -580,16 +606,27 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
          plan: PlanLike | None = None) -> Any:
     """Run one call of ``spec``'s op (see the module doc)."""
     try:
-        sig = (spec, scalars, *[signature(a) for a in arrays])
-        site = _SITES[sig]
-    except KeyError:
-        site = _new_site(spec, arrays, scalars)
-        _SITES.put(sig, site)
+        site = _SITES[(spec, scalars, *[_SIG[a.__class__](a) for a in arrays])]
+    except (KeyError, TypeError):  # a new signature, kind or scalar: the slow path
+        return _call_slow(spec, arrays, scalars, plan)
+    return site(arrays, plan)
+
+
+def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
+               plan: PlanLike | None) -> Any:
+    try:
+        sig: Any = (spec, scalars, *[signature(a) for a in arrays])
+        hash(sig)
     except TypeError:  # an unhashable scalar or an array kind without a signature
+        sig = None
         adapter, conv = _adapter(arrays)
         if conv is not arrays:  # another producer's DLPack tensors: run on the converted
             return _wrap_foreign(call(spec, conv, scalars, plan), arrays)
+    site = _SITES.get(sig) if sig is not None else None
+    if site is None:
         site = _new_site(spec, arrays, scalars)
+        if sig is not None:
+            _SITES.put(sig, site)
     return site(arrays, plan)
 
 

@@ -246,7 +246,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     if axis == rank - 1:
         mc.contiguous(x, "x")
         return Parsed("softmax", key, (("x", 0, None),), outputs, given,
-                      kernel_shapes=flat, result=result)
+                      kernel_shapes=flat, result=result, like={"y": 0})
 
     # kernels reduce over contiguous rows: move the axis last (a copy), then back (a copy)
     def prepare(back: tuple[Any, ...]) -> dict[str, Any]:

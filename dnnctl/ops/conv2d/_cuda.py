@@ -68,14 +68,10 @@ class CudaRuntime:
         """cublasGemmStridedBatchedEx, column-major: C_i = op(A_i) op(B_i), alpha 1, beta 0.
 
         Offsets and strides count elements of each array's own dtype."""
-        from cupy.cuda import cublas
-
-        handle = cuda.cublas_handle()
-        cublas.setPointerMode(handle, 0)  # CUBLAS_POINTER_MODE_HOST
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
         one, zero = np.ones(1, scalar), np.zeros(1, scalar)
-        cublas.gemmStridedBatchedEx(
-            handle, transa, transb, m, n, k, one.ctypes.data,
+        cuda.gemm_strided_batched(
+            transa, transb, m, n, k, one.ctypes.data,
             self.ptr(a) + a_off * a.itemsize, cuda_type(a.dtype), lda, stride_a,
             self.ptr(b) + b_off * b.itemsize, cuda_type(b.dtype), ldb, stride_b,
             zero.ctypes.data,

@@ -33,6 +33,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     GemmDesc,
     TileConfig,
     aligned,
+    array_dtype,
     finish_kernel,
     finish_launch,
     load_kernel,
@@ -181,7 +182,7 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
         x = aligned(inputs["x"], va_bytes)
         w = aligned(inputs["w"], vb_bytes)
         y = outputs["y"]
-        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
         res = aligned(inputs.get("residual"), 2 * eb)
         bias = inputs.get("bias")
         ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
@@ -191,4 +192,5 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
         if y_out is not y:
             cuda.copy(y, y_out)
 
+    kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
     return kernel

@@ -37,6 +37,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     OUT_PARTIAL,
     OUT_STORE,
     aligned,
+    array_dtype,
     finish_kernel,
     finish_launch,
     load_kernel,
@@ -174,20 +175,22 @@ class ImplicitGemm(TiledConv):
                      (np.int64(x_rows), i32(g.groups), i32(g.cg), i32(cgp)))
             pad_w = ((max(1, min(-(-w_rows // 256), sms * 16)), 1, 1), (256, 1, 1),
                      (np.int64(w_rows), i32(1), i32(g.cg), i32(cgp)))
+            pad_x_run = mc.Launch(pad, pad_x[0], pad_x[1])
+            pad_w_run = mc.Launch(pad, pad_w[0], pad_w[1])
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             if pad is not None:
                 buf = work.allocate(xp)
                 x, w, ws = buf["x"], buf["w"], buf.get("ws")
-                pad(pad_x[0], pad_x[1], (inputs["x"], x, *pad_x[2]))
-                pad(pad_w[0], pad_w[1], (inputs["w"], w, *pad_w[2]))
+                pad_x_run((inputs["x"], x, *pad_x[2]))
+                pad_w_run((inputs["w"], w, *pad_w[2]))
             else:
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
                 ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
             res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             main_run((x, w, y_out, bias, res, ws, *dims))
@@ -196,4 +199,5 @@ class ImplicitGemm(TiledConv):
             if y_out is not y:
                 cuda.copy(y, y_out)
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel

@@ -20,6 +20,7 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.base import get_backend
+from dnnctl.backends.cuda import Launch
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
@@ -33,8 +34,9 @@ from dnnctl.ops.matmul.gemm_launch import (
     OUT_PARTIAL,
     OUT_STORE,
     aligned,
+    array_dtype,
     finish_kernel,
-    launch_finish,
+    finish_launch,
     load_kernel,
     ptr,
     split_plan,
@@ -171,28 +173,33 @@ class ImplicitGemmWgmma(CudaConv):
         pad_w = ((max(1, min(-(-w_rows // 256), sms * 16)), 1, 1), (256, 1, 1),
                  (i64(w_rows), i32(1), i32(g.cg), i32(cgp)))
         xp = get_backend("cupy").xp
+        main_run = Launch(main, grid, block, smem)
+        fin_go = None if fin is None else finish_launch(
+            fin, m=g.npq, n=g.kg, batch=g.groups, splits=splits, ldc=g.k, sc=g.kg,
+            s_bias=g.kg, pq=g.p * g.q, img_stride=g.k * g.p * g.q, sm_count=sms)
+        pad_x_run = None if pad is None else Launch(pad, pad_x[0], pad_x[1])
+        pad_w_run = None if pad is None else Launch(pad, pad_w[0], pad_w[1])
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             buf = work.allocate(xp) if work.pieces else {}
             if pad is not None:
                 x, w = buf["x"], buf["w"]
-                pad(pad_x[0], pad_x[1], (inputs["x"], x, *pad_x[2]))
-                pad(pad_w[0], pad_w[1], (inputs["w"], w, *pad_w[2]))
+                pad_x_run((inputs["x"], x, *pad_x[2]))
+                pad_w_run((inputs["w"], w, *pad_w[2]))
             else:
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), y.dtype)
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
             res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             ws = buf.get("ws")
-            main(grid, block, (x, w, y_out, bias, res, ws, *dims), shared_mem=smem)
-            if fin is not None:
-                launch_finish(fin, ws, y_out, bias, res, m=g.npq, n=g.kg, batch=g.groups,
-                              splits=splits, ldc=g.k, sc=g.kg, s_bias=g.kg, pq=g.p * g.q,
-                              img_stride=g.k * g.p * g.q, sm_count=sms)
+            main_run((x, w, y_out, bias, res, ws, *dims))
+            if fin_go is not None:
+                fin_go(ws, y_out, bias, res)
             if y_out is not y:
                 cuda.copy(y, y_out)
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel

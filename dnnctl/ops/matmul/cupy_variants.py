@@ -267,8 +267,6 @@ class CublasMatmul(Variant):
         return 4 * p["batch"] * p["m"] * p["n"] if self._epilogue(p) else 0
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        from cupy_backends.cuda.libs import cublas
-
         p = problem
         m, n, k, bt = p["m"], p["n"], p["k"], p["batch"]
         ta, tb = p["trans_a"], p["trans_b"]
@@ -283,7 +281,7 @@ class CublasMatmul(Variant):
         fin_go = None if fin is None else finish_launch(
             fin, m=m, n=n, batch=bt, splits=1, ldc=n, sc=m * n, s_bias=0,
             sm_count=device.sm_count or 132)
-        get_handle = cuda.cublas_handle
+        gemm = cuda.gemm_strided_batched
         op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
         ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
 
@@ -291,13 +289,10 @@ class CublasMatmul(Variant):
                    attrs: Mapping[str, Any]) -> None:
             y = outputs["y"]
             c = cuda.scratch((bt * m * n,), np.float32) if epi else y
-            handle = get_handle()
-            cublas.setPointerMode(handle, 0)  # host alpha / beta (CuPy restores, not resets)
             # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b
-            cublas.gemmStridedBatchedEx(
-                handle, op_b, op_a, n, m, k, one_ptr, ptr(inputs["b"]), dt, ld_b, k * n,
-                ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(c), c_type, n, m * n,
-                bt, compute, _GEMM_DEFAULT)
+            gemm(op_b, op_a, n, m, k, one_ptr, ptr(inputs["b"]), dt, ld_b, k * n,
+                 ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(c), c_type, n, m * n,
+                 bt, compute, _GEMM_DEFAULT)
             if fin_go is not None:
                 fin_go(c, y, inputs.get("bias"), None)
 

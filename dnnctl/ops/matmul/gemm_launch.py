@@ -189,12 +189,12 @@ def aligned(x: Any, nbytes: int) -> Any:
     scratch, on the call's stream)."""
     if x is None or ptr(x) % nbytes == 0:
         return x
-    y = cuda.scratch(tuple(x.shape), _np_dtype(x))
+    y = cuda.scratch(tuple(x.shape), array_dtype(x))
     cuda.copy(y, x)
     return y
 
 
-def _np_dtype(x: Any) -> Any:
+def array_dtype(x: Any) -> Any:
     dt = x.dtype
     if isinstance(dt, np.dtype):
         return dt
@@ -342,7 +342,7 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             a = aligned(a, a_bytes)
         if ptr(b) % b_bytes:
             b = aligned(b, b_bytes)
-        c_out = c if ptr(c) % c_bytes == 0 else cuda.scratch(tuple(c.shape), _np_dtype(c))
+        c_out = c if ptr(c) % c_bytes == 0 else cuda.scratch(tuple(c.shape), array_dtype(c))
         if res is not None:
             res = aligned(res, c_bytes)
         ws = cnt = None

@@ -86,7 +86,7 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
         result = ("y" if out is None else "y", "save_mean", "save_invstd")
     views = {"x": x4, "y": x4}
     return Parsed("batch_norm", key, inputs, outputs, given, attrs, consts, result,
-                  kernel_shapes=views)
+                  kernel_shapes=views, like={"y": 0})
 
 
 _BN = CallSpec("batch_norm", _parse_bn)
@@ -136,7 +136,7 @@ def _parse_gn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
         return Parsed("group_norm", key, inputs, (), (("y", 3),), {"eps": float(eps)}, consts,
                       3, kernel_shapes=views)
     return Parsed("group_norm", key, inputs, (("y", shape, x.dtype),), (),
-                  {"eps": float(eps)}, consts, kernel_shapes=views)
+                  {"eps": float(eps)}, consts, kernel_shapes=views, like={"y": 0})
 
 
 _GN = CallSpec("group_norm", _parse_gn)

@@ -267,7 +267,8 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     views = {"x": (rows, cols), "y": (rows, cols)}
     if out is not None:
         return Parsed(op, key, inputs, (), (("y", 3),), attrs, result=3, kernel_shapes=views)
-    return Parsed(op, key, inputs, (("y", shape, x.dtype),), (), attrs, kernel_shapes=views)
+    return Parsed(op, key, inputs, (("y", shape, x.dtype),), (), attrs, kernel_shapes=views,
+                  like={"y": 0})
 
 
 _ROWNORM = CallSpec("rownorm", _parse)
