@@ -163,7 +163,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
     import torch
     import torch.nn.functional as F
 
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
     from dnnctl.ops.base import np_dtype
     from dnnctl.ops.registry import get_op
 

@@ -76,7 +76,7 @@ def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
     """Median over interleaved rounds of each candidate's per-round median time (us)."""
     import numpy as np
 
-    from dnnctl.backends.base import get_backend, parse_device
+    from dnnctl.backends.registry import get_backend, parse_device
     from dnnctl.ops.base import np_dtype
     from dnnctl.ops.check import prepare
     from dnnctl.ops.registry import get_op, get_variant
@@ -172,7 +172,7 @@ def _dispatch_overhead(quick: bool) -> list[str]:
     import numpy as np
 
     import dnnctl
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
     from dnnctl.ops import _memory_common as mc
     from dnnctl.ops import dispatch, registry
     from dnnctl.tune.tuner import TuneOptions, tune

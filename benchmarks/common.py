@@ -38,7 +38,7 @@ class Ctx:
 
 
 def backend():
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     return get_backend("cupy")
 

@@ -88,7 +88,7 @@ def tune(workload: str | None = None, *, op: str | None = None,
     budget_s, candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed,
     policy, ...). Returns a :class:`dnnctl.tune.report.TuneReport`.
     """
-    from dnnctl.backends.base import parse_device
+    from dnnctl.backends.registry import parse_device
     from dnnctl.errors import UsageError
     from dnnctl.tune.tuner import TuneOptions
     from dnnctl.tune.tuner import tune as _tune

@@ -6,7 +6,7 @@ import pytest
 
 
 def _gpu_reason() -> str | None:
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     ok, reason = get_backend("cupy").availability()
     return None if ok else reason

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> int:
     import numpy as np
 
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     be = get_backend("cupy")
     print("availability", be.availability())

@@ -73,7 +73,7 @@ def scratch(shape: int | tuple[int, ...], dtype: Any) -> Any:
     alloc = STATE.alloc
     if alloc is not None:
         return alloc(shp, np.dtype(dtype))
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     return get_backend("cupy").xp.empty(shp, dtype=dtype)
 

@@ -102,7 +102,7 @@ def tune(
         extra = [m for m in os.environ.get("DNNCTL_PLUGINS", "").split(",") if m.strip()]
         os.environ["DNNCTL_PLUGINS"] = ",".join(dict.fromkeys([*extra, *plugin]))
     from dnnctl import api
-    from dnnctl.backends.base import parse_device
+    from dnnctl.backends.registry import parse_device
     from dnnctl.tune.timer import TimingPolicy
 
     policy = None

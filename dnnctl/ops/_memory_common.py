@@ -84,7 +84,7 @@ def memo_per_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def compile_cuda(source: str, defines: dict[str, Any], names: Iterable[str], device: Any) -> Any:
     """Compile ``kernels/<source>`` with every template instance in ``names`` (memoized)."""
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     return get_backend("cupy").compile_module(
         source, defines=defines, name_expressions=tuple(dict.fromkeys(names)),
@@ -124,7 +124,7 @@ def aligned(nbytes: int, *arrays: Any) -> bool:
 
 def workspace(device: Any, nbytes: int) -> Any:
     """A float32 scratch buffer of at least ``nbytes`` on ``device`` for the cupy backend."""
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     xp = get_backend("cupy").xp
     size = max(1, cdiv(nbytes, 4))

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from dnnctl.backends import cuda
-from dnnctl.backends.base import Backend, DeviceInfo, get_backend
+from dnnctl.backends.base import Backend, DeviceInfo
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import ShapeError
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
 from dnnctl.ops.registry import get_op, get_variant

@@ -62,7 +62,7 @@ class _Module:
 @contextlib.contextmanager
 def recording() -> Iterator[CompileRecorder]:
     """Inside the block every cupy build compiles nothing and is recorded instead."""
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from dnnctl.ops.conv2d import _cuda
 
     rec = CompileRecorder()
@@ -92,7 +92,7 @@ def record_builds(builds: Iterable[tuple[Any, Any, Mapping[str, Any]]], device: 
 
 def compile_job(job: Job) -> str | None:
     """Compile one recorded module (in a pool process); the error text if it fails."""
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     source, defines, names = job
     try:

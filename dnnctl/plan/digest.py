@@ -4,7 +4,7 @@ candidate wins.
 sha256 over, in a fixed order: every file under ``kernels/`` (CUDA sources and headers),
 the Python modules that define ops and variants (launch configurations, parameter spaces,
 the numpy variants), the compile flags (the backend's compile function) and the timing
-harness (both backends' timers plus :data:`dnnctl.tune.timer.TIMING_HARNESS_VERSION`).
+harness (both backends' timers plus :data:`dnnctl.plan.timing.TIMING_HARNESS_VERSION`).
 Version strings miss code changes; hashing the code does not (Triton's lesson).
 """
 
@@ -48,13 +48,13 @@ def _add_tree(h: hashlib._Hash, root: Path, label: str, keep: object) -> None:
 
 def _harness_parts() -> list[tuple[str, str]]:
     from dnnctl.backends import cupy_backend, numpy_backend
-    from dnnctl.tune import timer
+    from dnnctl.plan import timing
 
-    parts = [("timing-harness-version", str(timer.TIMING_HARNESS_VERSION))]
+    parts = [("timing-harness-version", str(timing.TIMING_HARNESS_VERSION))]
     for label, obj in (("compile", cupy_backend._compile), ("arch", cupy_backend.arch_flag),
                        ("cupy-time", cupy_backend.CupyBackend.time),
                        ("numpy-time", numpy_backend.NumpyBackend.time),
-                       ("stats", timer.summarize)):
+                       ("stats", timing.summarize)):
         try:
             parts.append((label, inspect.getsource(obj)))
         except (OSError, TypeError):  # no source shipped: fall back to the qualified name

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnnctl.backends.base import DeviceInfo, get_backend, parse_device
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import get_backend, parse_device
 from dnnctl.errors import StalePlanError
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem

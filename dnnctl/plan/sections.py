@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnctl.backends.base import DeviceInfo, get_backend, parse_device
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import get_backend, parse_device
 from dnnctl.errors import UsageError
 from dnnctl.plan.schema import Plan, Section, same_device
 

@@ -9,7 +9,7 @@ win must beat (see :mod:`dnnctl.tune.select`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -17,11 +17,9 @@ import numpy as np
 
 from dnnctl.backends.base import Backend
 from dnnctl.errors import UsageError
-from dnnctl.plan.schema import Timing
+from dnnctl.plan.timing import TIMING_HARNESS_VERSION, summarize
 
-# Bump when the way candidates are measured or compared changes: it is part of the kernels
-# digest, so plans made with the old harness are reported stale.
-TIMING_HARNESS_VERSION = 1
+__all__ = ["TIMING_HARNESS_VERSION", "TimingPolicy", "measure", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -82,16 +80,6 @@ class TimingPolicy:
                 "l2_flush": self.l2_flush, "retime_top": self.retime_top,
                 "retime_rounds": self.retime_rounds, "tie_floor": self.tie_floor,
                 "tie_cap": self.tie_cap, "harness": TIMING_HARNESS_VERSION}
-
-
-def summarize(samples: Sequence[float] | np.ndarray) -> Timing:
-    """Median, p20, p80 and n of per-call times in microseconds."""
-    arr = np.asarray(samples, dtype=np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        raise ValueError("no finite timing samples")
-    p20, med, p80 = np.percentile(arr, [20.0, 50.0, 80.0])
-    return Timing(float(med), float(p20), float(p80), int(arr.size))
 
 
 def measure(backend: Backend, fn: Callable[[], None], policy: TimingPolicy, *,

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnnctl.backends.base import DeviceInfo, parse_device, require_backend
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import parse_device, require_backend
 from dnnctl.errors import UsageError
 from dnnctl.ops import registry
 from dnnctl.plan.digest import kernels_digest

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.backends.base import Backend, DeviceInfo, require_backend
+from dnnctl.backends.base import Backend, DeviceInfo
+from dnnctl.backends.registry import require_backend
 from dnnctl.ops import registry
 from dnnctl.ops.base import Kernel, Op, Problem, VerifyResult, np_dtype, verify_outputs
 from dnnctl.ops.check import Prepared, prepare

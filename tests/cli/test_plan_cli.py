@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.cli.app import app
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice

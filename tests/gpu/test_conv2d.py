@@ -17,7 +17,7 @@ import random
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d.op import default_params, geometry

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.base import Choice
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.registry import get_op, get_variant

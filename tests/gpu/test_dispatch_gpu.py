@@ -24,7 +24,7 @@ BF16 = np_dtype("bfloat16")  # ml_dtypes.bfloat16, the dtype CuPy 14 uses (cupy 
 @pytest.fixture(scope="module")
 def cp() -> Any:
     cupy = pytest.importorskip("cupy")
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
 
     assert get_backend("cupy").availability()[0]
     return cupy
@@ -35,7 +35,7 @@ def _rand(cp: Any, *shape: int, dtype: Any = np.float32) -> Any:
 
 
 def test_launch_calls_the_cuda_function_with_converted_scalars(cp: Any) -> None:
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
     from dnnctl.ops import _memory_common as mc
     from dnnctl.ops.registry import get_op, get_variant
 
@@ -63,7 +63,7 @@ def test_launch_calls_the_cuda_function_with_converted_scalars(cp: Any) -> None:
 
 def test_kernel_objects_replay_as_bare_launches(cp: Any) -> None:
     """The traced launches of a kernel object (what bench_tune replays) compute the same."""
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
     from dnnctl.ops import _memory_common as mc
     from dnnctl.ops.registry import get_op, get_variant
 

@@ -138,7 +138,7 @@ CASES = _cases()
 def cuda() -> Any:
     import cupy
 
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from dnnctl.ops.precompile import compile_jobs, record_builds
 
     jobs = record_builds(((get_variant(op_name, "cupy", vname), get_op(op_name).problem(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
 from dnnctl.plan import Alternative, Plan, PlanEntry, Section, Timing, kernels_digest

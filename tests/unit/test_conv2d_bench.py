@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.registry import get_op
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,7 @@ def test_record_jobs_lists_modules_and_restores_the_backend():
     assert {"conv2d/implicit_gemm.cu", "conv2d/transpose.cu", "conv2d/depthwise_planes.cu",
             "conv2d/gemm_1x1.cu", "conv2d/winograd.cu"} <= sources
     assert len(jobs) == len(set(jobs)) >= 20
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from dnnctl.ops.conv2d import _cuda
     from dnnctl.ops.precompile import CompileRecorder
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.registry import get_op, get_variant
@@ -292,7 +293,7 @@ def test_nhwc_implicit_gemm_on_cpu_emulation(runtime, monkeypatch, key, dtype, p
     """Transposes (this file's emulation) around implicit_gemm (tools/cuda_emu)."""
     if not (ROOT / "tools" / "cuda_emu").is_dir():
         pytest.skip("tools/cuda_emu not available")
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     monkeypatch.syspath_prepend(str(ROOT))
     from tools.cuda_emu.emu import EmuBackend

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d.numpy_variants import erf32, fast_len
 from dnnctl.ops.registry import get_op, variants

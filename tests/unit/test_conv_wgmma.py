@@ -91,7 +91,7 @@ needs_emu = pytest.mark.skipif(
 
 @pytest.fixture
 def emu(monkeypatch):
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     monkeypatch.syspath_prepend(str(ROOT))
     from tools.cuda_emu.emu import EmuBackend
@@ -151,7 +151,7 @@ def test_builds_compile_with_nvrtc(monkeypatch):
         pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
     import os
 
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from dnnctl.resources import kernels_dir
 
     builds = set()

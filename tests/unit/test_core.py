@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import get_backend, parse_device
+from dnnctl.backends.registry import get_backend, parse_device
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import Choice, Field, Problem, dtype_name, np_dtype, rel_norm_error
 from dnnctl.ops.dispatch import bind

@@ -18,6 +18,7 @@ import pytest
 from _plan_helpers import numpy_section
 
 import dnnctl
+import dnnctl.backends.registry
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import dispatch, registry
@@ -186,7 +187,7 @@ def test_training_batch_norm_updates_running_stats_on_every_call() -> None:
 def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
     op = registry.get_op("softmax")
     problem = op.problem(rows=6, cols=40, dtype="float16")
-    dev = dnnctl.backends.base.get_backend("numpy").device(0)
+    dev = dnnctl.backends.registry.get_backend("numpy").device(0)
     default = op.default_choice(problem, "numpy", dev)
     assert default.variant != "numpy_whole"
     path = tmp_path / "plan.yaml"

@@ -226,7 +226,7 @@ needs_emu = pytest.mark.skipif(
 def emu(monkeypatch, tmp_path_factory):
     import sys
 
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     monkeypatch.syspath_prepend(str(ROOT))
     from tools.cuda_emu.emu import EmuBackend
@@ -342,7 +342,7 @@ def test_representative_builds_compile_with_nvrtc(monkeypatch):
         _libnvrtc()
     except (ImportError, SystemExit):
         pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     rec = _RecordingBackend()
     monkeypatch.setitem(base._BACKENDS, "cupy", rec)

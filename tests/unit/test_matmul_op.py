@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dnnctl
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import Choice
 from dnnctl.ops.check import check_variant

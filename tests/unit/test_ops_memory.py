@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import rel_norm_error

@@ -154,7 +154,7 @@ class _TemplateModule:
 @pytest.fixture(scope="module")
 def emu() -> Any:
     sys.path.insert(0, str(ROOT))
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from tools.cuda_emu import emu as E
 
     class MemoryEmuBackend(E.EmuBackend):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dnnctl.backends import base as backends
+from dnnctl.backends import registry as backends
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.registry import get_op, variants
 

@@ -10,7 +10,7 @@ import pytest
 from _plan_helpers import conv, entry, numpy_section, sample_plan
 
 import dnnctl
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import StalePlanError
 from dnnctl.ops import dispatch, registry
 from dnnctl.ops.base import Choice

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dnnctl.backends import base
+from dnnctl.backends import registry as base
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.precompile import CompileRecorder, compile_job, record_builds

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dnnctl
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops import registry
 from dnnctl.plan import read_plan, write_plan
 from dnnctl.plan.pin import pin

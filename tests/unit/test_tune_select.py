@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops import registry
 from dnnctl.plan.schema import Timing
 from dnnctl.tune.candidates import Candidate, Space, enumerate_space

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops.base import rel_norm_error
 from dnnctl.tune.timer import TimingPolicy
 from dnnctl.tune.worker import Evaluator, classify, healthy, rel_err_xp

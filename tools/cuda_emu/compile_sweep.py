@@ -36,7 +36,7 @@ def collect() -> set[tuple[str, tuple]]:
                     return _F()
             return _Mod()
 
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     install()
     be = Recorder()
     base._BACKENDS["cupy"] = be

@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.backends.base import _BACKENDS, DeviceInfo
+from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.numpy_backend import NumpyBackend
+from dnnctl.backends.registry import _BACKENDS
 from dnnctl.resources import kernels_dir
 
 HERE = Path(__file__).resolve().parent

@@ -44,7 +44,7 @@ class CudaRuntime:
     """CuPy-backed runtime: NVRTC modules via the cupy backend, cuBLAS, cuFFT."""
 
     def __init__(self) -> None:
-        from dnnctl.backends.base import get_backend
+        from dnnctl.backends.registry import get_backend
 
         self.backend = get_backend("cupy")
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends import cuda
-from dnnctl.backends.base import get_backend
+from dnnctl.backends.registry import get_backend
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends import cuda
-from dnnctl.backends.base import get_backend
 from dnnctl.backends.cuda import Launch
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends import cuda
-from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.cuda import ptr
+from dnnctl.backends.registry import get_backend
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import _memory_common as mc
 
