@@ -22,11 +22,12 @@ import numpy as np
 
 from dnnctl.backends.cuda import Launch, launch, ptr
 from dnnctl.errors import ShapeError
+from dnnctl.ops import codes
 from dnnctl.ops.base import DTYPES, dtype_name, dtype_size
 
 __all__ = ["Launch", "launch", "ptr"]  # the launch objects live in the CUDA seam
 
-DTYPE_CODE: dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
+DTYPE_CODE: dict[str, int] = codes.DTYPE
 VECS: tuple[int, ...] = (1, 2, 4, 8)  # elements per vector access; bytes <= 16 (see vec_fits)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import codes
 from dnnctl.ops.base import (
     DTYPES,
     SUPPORTED,
@@ -38,7 +39,7 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, call
 from dnnctl.ops.registry import register_op, register_variant
 
 FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
-ACT_CODE = {fn: i + 1 for i, fn in enumerate(FNS)}  # dnnctl::Act in common.cuh
+ACT_CODE = {fn: codes.ACT[fn] for fn in FNS}  # dnnctl::Act in common.cuh
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _K_TANH = math.sqrt(2.0 / math.pi)
 

@@ -16,17 +16,20 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.errors import KernelLaunchError
+from dnnctl.ops import codes
 
 # CUDA data types (library_types.h) and cuBLAS enums, by value: stable ABI numbers.
-CUDA_R_32F, CUDA_R_16F, CUDA_C_32F, CUDA_R_16BF = 0, 2, 4, 14
+CUDA_R_32F, CUDA_R_16F, CUDA_C_32F, CUDA_R_16BF = (codes.CUDA_R[t] for t in (
+    "float32", "float16", "complex64", "bfloat16"))
 CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C = 0, 1, 2
-CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 = 68, 77
+CUBLAS_COMPUTE_32F = codes.CUBLAS_COMPUTE["32F"]
+CUBLAS_COMPUTE_32F_FAST_TF32 = codes.CUBLAS_COMPUTE["32F_FAST_TF32"]
 CUBLAS_GEMM_DEFAULT = -1
 CUFFT_R2C, CUFFT_C2R = 0x2A, 0x2C
 CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}  # -DDNNCTL_DTYPE
-ACT_CODE = {"none": 0, "relu": 1, "gelu": 3, "silu": 5}  # dnnctl::Act in common.cuh
+DTYPE_CODE = codes.DTYPE  # -DDNNCTL_DTYPE
+ACT_CODE = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu")}
 EPI_BIAS, EPI_RESIDUAL = 1, 2  # dnnctl::conv::EpiFlags
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import codes
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
@@ -234,9 +235,9 @@ class SimtMatmul(_TiledMatmul):
 
 # ----------------------------------------------------------------------------- cuBLAS
 
-_CUDA_R = {"float32": 0, "float16": 2, "bfloat16": 14}  # cudaDataType
-_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = 68, 77  # cublasComputeType_t
-_OP_N, _OP_T = 0, 1
+_CUDA_R = codes.CUDA_R
+_COMPUTE_32F, _COMPUTE_32F_FAST_TF32 = codes.CUBLAS_COMPUTE["32F"], codes.CUBLAS_COMPUTE["32F_FAST_TF32"]
+_OP_N, _OP_T = codes.CUBLAS_OP["N"], codes.CUBLAS_OP["T"]
 _GEMM_DEFAULT = -1
 
 

@@ -23,12 +23,13 @@ from dnnctl.backends.cuda import ptr
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import codes
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
 MATH_WGMMA = 3  # Hopper wgmma kernel (kernels/gemm/wgmma.cu): wm = 4 warps per warpgroup
 BIAS_NONE, BIAS_COL, BIAS_ROW = 0, 1, 2
 OUT_STORE, OUT_PARTIAL, OUT_ATOMIC, OUT_FUSED = 0, 1, 2, 3
-DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+DTYPE_CODES = codes.DTYPE
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DEFAULT_SMEM_OPTIN = 227 * 1024  # H100 / H200 per-block opt-in limit
 MAX_GRID_Z = 65535

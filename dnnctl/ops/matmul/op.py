@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from dnnctl.errors import UnsupportedError, UsageError
+from dnnctl.ops import codes
 from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
 from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 # activation name -> dnnctl::Act code in kernels/include/dnnctl/common.cuh
-ACT_CODES: dict[str, int] = {"none": 0, "relu": 1, "gelu": 3, "silu": 5}
+ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu")}
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
