@@ -120,6 +120,27 @@ def tune(workload: str | None = None, *, op: str | None = None,
     return _tune(wl, opts, progress=progress)
 
 
+def workload_from_onnx(model: str | os.PathLike[str], output: str | os.PathLike[str] | None,
+                       *, batch: int | None = None, dtype: str | None = None,
+                       dims: Sequence[str] | dict[str, int] | None = None,
+                       layout: str = "NCHW", name: str | None = None) -> dict[str, Any]:
+    """Read an ONNX model into a workload (written to ``output`` when given); return the
+    import summary (``dnnctl-onnx-import/1``: mapped, fused and unimplemented nodes)."""
+    from dnnctl.workloads import write_workload
+    from dnnctl.workloads.onnx import parse_dims
+    from dnnctl.workloads.onnx import workload_from_onnx as _from_onnx
+
+    bound = dict(dims) if isinstance(dims, dict) else parse_dims(list(dims or ()))
+    result = _from_onnx(model, batch=batch, dtype=dtype, dims=bound, layout=layout, name=name)
+    if output is not None and result.workload.items:
+        write_workload(result.workload, output)
+    info = result.to_dict()
+    info["output"] = None if output is None or not result.workload.items else str(output)
+    info["items"] = [{"op": it.problem.op, "key": it.problem.as_dict(), "count": it.count}
+                     for it in result.workload.items]
+    return info
+
+
 def list_workloads() -> list[dict[str, Any]]:
     """The bundled workloads with their options and problem counts at default options."""
     from dnnctl.workloads import bundled

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli import compat, doctor, kernels, plan, tune
+from dnnctl.cli import compat, doctor, kernels, plan, tune, workload
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
@@ -77,6 +77,7 @@ app.add_typer(compat.app, name="compat")
 app.add_typer(kernels.app, name="kernels")
 tune.register(app)
 app.add_typer(plan.app, name="plan")
+app.add_typer(workload.app, name="workload")
 
 
 def main() -> None:
