@@ -80,13 +80,14 @@ def compat_show(table: str, filters: Sequence[str] = (),
 
 def tune(workload: str | None = None, *, op: str | None = None,
          key: dict[str, Any] | str | None = None, workload_options: dict[str, Any] | None = None,
-         progress: Any = None, **options: Any) -> Any:
+         progress: Any = None, ray: str | None = None, **options: Any) -> Any:
     """Tune a bundled workload (``"resnet50:batch=32"``), a workload file, one problem
     (``op`` + ``key``) or, with none of these, the small default workload; write the plan.
 
     ``options`` are :class:`dnnctl.tune.tuner.TuneOptions` fields (device, devices, output,
     budget_s, candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed,
-    policy, ...). Returns a :class:`dnnctl.tune.report.TuneReport`.
+    policy, ...). ``ray``: tune on a Ray cluster at this address ("" for Ray's default:
+    $RAY_ADDRESS or a local cluster). Returns a :class:`dnnctl.tune.report.TuneReport`.
     """
     from dnnctl.backends.base import parse_device
     from dnnctl.errors import UsageError
@@ -117,6 +118,10 @@ def tune(workload: str | None = None, *, op: str | None = None,
             wl = build("default", **{**base, **wl_opts})
         else:
             wl = default_workload(parse_device(opts.device)[0])
+    if ray is not None:
+        from dnnctl.tune.ray_fleet import tune_on_ray
+
+        return tune_on_ray(wl, opts, ray or None, progress=progress)
     return _tune(wl, opts, progress=progress)
 
 

@@ -24,8 +24,25 @@ except ImportError:  # pragma: no cover - depends on the typer version
     from typer.exceptions import TyperException as _ClickError  # type: ignore[assignment]
 
 
+def _optional_values(args: list[str]) -> list[str]:
+    """``--ray`` takes an optional ADDRESS: alone (or before a non-address) it is ``--ray=``
+    (Ray's default: $RAY_ADDRESS or a local cluster)."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--ray":
+            nxt = out[i + 1] if i + 1 < len(out) else ""
+            if nxt.startswith("-") or not (":" in nxt or nxt in ("auto", "local")):
+                out[i] = "--ray="
+    return out
+
+
 class _Root(TyperGroup):
     """Renders every DnnctlError once, with its exit code (also under CliRunner)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _optional_values(args))
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:

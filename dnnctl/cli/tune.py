@@ -91,6 +91,10 @@ def tune(
         "--plugin", metavar="MODULE",
         help="Import MODULE (registering extra variants) here and in the workers; "
              "same as $DNNCTL_PLUGINS.")] = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="[ADDRESS]",
+        help="Spread the problems over a Ray cluster's GPUs, one task per problem (extra "
+             "dnnctl[ray]); alone: $RAY_ADDRESS or a local cluster.")] = None,
     keep_journal: Annotated[bool, typer.Option(
         "--keep-journal", help="Keep the journal after a complete run.")] = False,
     json_out: JsonOpt = False,
@@ -116,7 +120,8 @@ def tune(
             device=device, output=output, budget_s=budget,
             candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
             resume=resume, deterministic=deterministic, ops=_names(ops),
-            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy)
+            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy,
+            ray=ray)
     finally:
         if view is not None:
             view.close()

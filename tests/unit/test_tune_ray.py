@@ -1,0 +1,146 @@
+"""``tune --ray`` on a local Ray cluster started here with two fake GPUs and the numpy
+backend: one task per problem, a killed worker's task re-run by Ray, results in the
+journal (resume), one plan section per device fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from dnnctl.backends.base import get_backend  # noqa: E402
+from dnnctl.cli.app import _optional_values, app  # noqa: E402
+from dnnctl.plan import read_plan  # noqa: E402
+from dnnctl.tune.ray_fleet import _from_record, _write_sections, tune_on_ray  # noqa: E402
+from dnnctl.tune.timer import TimingPolicy  # noqa: E402
+from dnnctl.tune.tuner import TuneOptions  # noqa: E402
+from dnnctl.workloads import Workload, write_workload  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FAST = TimingPolicy.for_backend("numpy").replace(warmup_ms=1.0, budget_ms=4.0,
+                                                 retime_budget_ms=2.0, retime_rounds=2)
+PROBLEMS = [("softmax", {"rows": 64, "cols": 100, "dtype": "float32"}),
+            ("activation", {"fn": "relu", "shape": [4, 1000], "dtype": "float32"}),
+            ("layer_norm", {"rows": 32, "cols": 96, "dtype": "float32"})]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One local Ray cluster for the module (its start is most of what Ray costs CI)."""
+    flag = tmp_path_factory.mktemp("ray") / "kill-once"
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "DNNCTL_TEST_KILL_ONCE",
+                                            "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    os.environ.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]),
+                      DNNCTL_TEST_KILL_ONCE=str(flag), OMP_NUM_THREADS="1",
+                      OPENBLAS_NUM_THREADS="1")
+    t0 = time.monotonic()
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    print(f"\nray.init: {time.monotonic() - t0:.1f} s")
+    yield flag
+    ray.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _workload(n: int = len(PROBLEMS)) -> Workload:
+    wl = Workload("fleet")
+    for op, key in PROBLEMS[:n]:
+        wl.add(op, key)
+    return wl
+
+
+def _opts(tmp_path: Path, **kw) -> TuneOptions:
+    return TuneOptions(device="cpu", output=tmp_path / "plan.yaml", policy=FAST, max_evals=3,
+                       **kw)
+
+
+def test_a_killed_worker_is_rerun_by_ray_and_the_plan_has_this_devices_section(
+        cluster, tmp_path, monkeypatch):
+    wl = _workload()  # the registry is loaded here, before the plugin is named
+    monkeypatch.setenv("DNNCTL_PLUGINS", "_ray_kill_plugin")
+    cluster.write_text("kill the first Ray worker that starts a task\n")
+    events = []
+    report = tune_on_ray(wl, _opts(tmp_path), progress=events.append)
+    assert not cluster.exists(), "no Ray worker imported the plugin"
+    assert [o.status for o in report.outcomes] == ["planned"] * 3
+    plan = read_plan(tmp_path / "plan.yaml")
+    (section,) = plan.sections
+    assert section.device == get_backend("numpy").device(0).fingerprint()
+    assert section.tuning["fleet"] == "ray"
+    assert {e.problem.op for e in section.entries} == {"softmax", "activation", "layer_norm"}
+    assert sum(e.kind == "problem_done" for e in events) == 3
+    assert not (tmp_path / "plan.yaml.journal").exists()  # complete: journal removed
+
+
+def test_an_interrupted_fleet_run_resumes_from_its_journal(cluster, tmp_path):
+    first = tune_on_ray(_workload(2), _opts(tmp_path, keep_journal=True))
+    assert first.notes[-1].startswith("journal kept")
+    journal = tmp_path / "plan.yaml.journal"
+    done_before = [json.loads(x) for x in journal.read_text().splitlines()]
+    report = tune_on_ray(_workload(3), _opts(tmp_path, resume=True, keep_journal=True))
+    records = [json.loads(x) for x in journal.read_text().splitlines()]
+    new = [r for r in records[len(done_before):] if r["type"] == "done"]
+    assert len(new) == 1 and new[0]["problem"].startswith("layer_norm")
+    assert [o.status for o in report.outcomes] == ["planned"] * 3
+    assert len(read_plan(tmp_path / "plan.yaml").sections[0].entries) == 3
+
+
+def test_cli_tune_ray_on_the_running_cluster(cluster, tmp_path):
+    wl = tmp_path / "w.yaml"
+    write_workload(_workload(1), wl)
+    res = CliRunner().invoke(app, ["tune", str(wl), "--ray", "--device", "cpu", "--max-evals",
+                                   "2", "--sample-ms", "2", "-o", str(tmp_path / "p.yaml"),
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output[res.output.index("{"):])
+    assert out["backend"] == "ray" and out["counts"]["planned"] == 1
+
+
+def test_results_are_grouped_into_one_section_per_fingerprint(tmp_path):
+    """What a mixed fleet returns (as journal records): two GPU models, two sections."""
+    wl = _workload()
+    numpy_fp = get_backend("numpy").device(0).fingerprint()
+    other = {**numpy_fp, "name": "Other CPU model"}
+    ordered = []
+    for it, fp in zip(wl.items, (numpy_fp, other, numpy_fp)):
+        entry = {"op": it.problem.op, "key": it.problem.as_dict(),
+                 "choice": {"variant": "numpy_whole" if it.problem.op == "softmax"
+                            else _first_variant(it.problem.op), "params": {}},
+                 "stats": {"median_us": 5.0, "p20_us": 4.9, "p80_us": 5.1, "n": 10}}
+        ordered.append(_from_record(it, {"status": "planned", "backend": "numpy",
+                                         "entry": entry, "fingerprint": fp,
+                                         "outcome": {"tried": 2}}))
+    notes = _write_sections(tmp_path / "mixed.yaml", ordered, TuneOptions())
+    plan = read_plan(tmp_path / "mixed.yaml")
+    assert sorted((s.device["name"], len(s.entries)) for s in plan.sections) == sorted(
+        [(numpy_fp["name"], 2), ("Other CPU model", 1)])
+    assert len(notes) == 2
+
+
+def _first_variant(op: str) -> str:
+    from dnnctl.ops import registry
+
+    for v in registry.variants(op, "numpy"):
+        if not v.params:
+            return v.name
+    raise AssertionError(f"no parameterless numpy variant of {op}")
+
+
+def test_ray_flag_takes_an_optional_address():
+    assert _optional_values(["tune", "w.yaml", "--ray"]) == ["tune", "w.yaml", "--ray="]
+    assert _optional_values(["tune", "--ray", "w.yaml"]) == ["tune", "--ray=", "w.yaml"]
+    assert _optional_values(["tune", "--ray", "10.0.0.1:6379"]) == [
+        "tune", "--ray", "10.0.0.1:6379"]
+    assert _optional_values(["tune", "--ray", "--json"]) == ["tune", "--ray=", "--json"]
