@@ -226,6 +226,18 @@ def plan_coverage(plan: str | os.PathLike[str], workload: str, section: int | No
     return coverage(read_plan(plan), resolve(workload, **(workload_options or {})), section)
 
 
+def plan_report(path: str | os.PathLike[str], output: str | os.PathLike[str], *,
+                png_dir: str | os.PathLike[str] | None = None,
+                against: str | os.PathLike[str] | None = None,
+                ceilings: str | dict[str, float] | None = None) -> dict[str, Any]:
+    """Write a self-contained HTML report of a plan (figures embedded; extra ``plots``)."""
+    from dnnctl.plan.report import build_report, parse_ceilings
+
+    ceil = parse_ceilings(ceilings) if isinstance(ceilings, str) or ceilings is None \
+        else dict(ceilings)
+    return build_report(path, output, png_dir=png_dir, against=against, ceilings=ceil)
+
+
 def plan_pin(path: str | os.PathLike[str], op: str | None = None,
              key: dict[str, Any] | str | None = None, **kwargs: Any) -> dict[str, Any]:
     """Pin / unpin plan entries (see :func:`dnnctl.plan.pin.pin`)."""

@@ -238,3 +238,33 @@ def _us(v: float | None) -> str:
 
 def _x(v: float | None) -> str:
     return "—" if not v else f"{v:.2f}x"
+
+
+@app.command("report", epilog="Example: dnnctl plan report plan.yaml -o report.html "
+                              "--png figures/ --against old.yaml")
+def report(
+    ctx: typer.Context, plan: PlanPathArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")
+                      ] = Path("report.html"),
+    png: Annotated[Path | None, typer.Option(
+        "--png", metavar="DIR", help="Also write every figure as a PNG into DIR.")] = None,
+    against: Annotated[Path | None, typer.Option(
+        "--against", metavar="OLD", help="Show what changed against this plan.")] = None,
+    ceilings: Annotated[str | None, typer.Option(
+        "--ceilings", metavar="GBPS,TFLOPS",
+        help="Measured ceilings for the roofline, e.g. 4249,634.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report with figures (needs dnnctl[plots])."""
+    _json_mode(ctx, json_out)
+    from dnnctl import api
+
+    info = api.plan_report(plan, output, png_dir=png, against=against, ceilings=ceilings)
+    if json_out:
+        print_json(info)
+        return
+    figures = sum(s["figures"] for s in info["sections"])
+    console.print(f"[green]✓[/] wrote {escape(info['output'])}: {len(info['sections'])} "
+                  f"section(s), {figures} figures")
+    if info["pngs"]:
+        console.print(f"  {len(info['pngs'])} PNGs in {escape(str(png))}")
