@@ -15,16 +15,71 @@ if TYPE_CHECKING:
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
     """Every registered variant: op, backend, name, parameter space, source file."""
-    ops = [registry.get_op(op).name] if op else list(registry.ops())
+    return kernels_listing(op, backend)["variants"]
+
+
+_BACKEND_ALIASES = {"cupy": "cupy", "cuda": "cupy", "gpu": "cupy", "numpy": "numpy",
+                    "cpu": "numpy"}
+
+
+def kernels_listing(op: str | None = None, backend: str | None = None) -> dict[str, Any]:
+    """Variants matching the filters, with notes: which op a function name belongs to
+    (``gelu`` -> activation), whether this host can run a backend, and, when nothing
+    matches, why."""
+    from dnnctl.backends.base import get_backend
+    from dnnctl.errors import UsageError
+
+    notes: list[str] = []
+    if backend is not None:
+        if backend.lower() not in _BACKEND_ALIASES:
+            raise UsageError(f"unknown backend {backend!r}",
+                             hint="backends: cupy (CUDA GPUs; also 'cuda') and numpy (CPU)")
+        backend = _BACKEND_ALIASES[backend.lower()]
+    names = list(registry.ops())
+    if op is not None and op not in names:
+        owner = _op_of(op)
+        if owner is None:
+            registry.get_op(op)  # raises: unknown op, with the known ones
+        assert owner is not None
+        notes.append(f"{op!r} is not an op: it is {owner[0]} {owner[1]}={op}"
+                     + (f" ({' and '.join(owner[2])} also take activation={op} as a fused "
+                        "epilogue)" if owner[2] else "") + f"; showing {owner[0]}")
+        op = owner[0]
     rows = []
-    for name in ops:
+    for name in [op] if op else names:
         for v in registry.variants(name, backend):
             rows.append({
                 "op": name, "backend": v.backend, "variant": v.name,
                 "params": {k: list(vals) for k, vals in v.params.items()},
                 "deterministic": v.deterministic, "source": v.source, "doc": v.doc,
             })
-    return rows
+    why = None
+    for b in sorted({r["backend"] for r in rows} | ({backend} if backend else set())):
+        ok, reason = get_backend(b).availability()
+        if not ok:
+            notes.append(f"{b} variants cannot run on this host: {reason}")
+    if not rows:
+        others = sorted({v.backend for v in registry.variants(op or "", None)}) if op else []
+        why = (f"{op} has no {backend} variants" + (f" (it has {', '.join(others)} ones)"
+                                                     if others else "")
+               if op else f"no op has {backend} variants registered")
+    return {"schema": "dnnctl-kernels/1", "op": op, "backend": backend, "variants": rows,
+            "notes": notes, "why_empty": why}
+
+
+def _op_of(name: str) -> tuple[str, str, list[str]] | None:
+    """The op whose function / mode field takes ``name`` (gelu -> activation fn), the field,
+    and other ops that take it as an epilogue."""
+    hits = []
+    for op_name, op in registry.ops().items():
+        for field_name in ("fn", "mode", "activation"):
+            spec = op.fields.get(field_name)
+            if spec is not None and name in (spec.choices or ()):
+                hits.append((op_name, field_name))
+    if not hits:
+        return None
+    hits.sort(key=lambda h: h[1] == "activation")  # the op that *is* the function first
+    return hits[0][0], hits[0][1], [o for o, _ in hits[1:]]
 
 
 # -- compat (the matrix as a planning tool) ----------------------------------------------------

@@ -8,6 +8,7 @@ fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unrea
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -46,12 +47,18 @@ class _Root(TyperGroup):
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:  # a closed pipe shows here when the output was buffered
+                sys.stdout.flush()
         except DnnctlError as exc:
             render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
+            _quiet_stdout()
+            raise typer.Exit(int(ExitCode.OK)) from None
         except (typer.Exit, typer.Abort, _ClickError):
             raise  # click renders its own usage errors (exit 2)
         except Exception as exc:  # a bug: one clear line, the traceback only on request
@@ -97,6 +104,20 @@ app.add_typer(plan.app, name="plan")
 app.add_typer(workload.app, name="workload")
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe
+    does not print 'Exception ignored ... BrokenPipeError'."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(int(ExitCode.OK))

@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.options import JsonOpt, PlanPathArg
+from dnnctl.cli.progress import short_key
 from dnnctl.cli.render import console, print_json
-from dnnctl.cli.tune import short_key
 from dnnctl.errors import ExitCode
 
 app = typer.Typer(help="Inspect, compare, merge and pin plan files (dnnctl-plan/1).",
