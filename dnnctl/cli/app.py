@@ -50,7 +50,7 @@ class _Root(TyperGroup):
             try:
                 return super().invoke(ctx)
             finally:  # a closed pipe shows here when the output was buffered
-                sys.stdout.flush()
+                _flush_stdout()
         except DnnctlError as exc:
             render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
             raise typer.Exit(int(exc.exit_code)) from None
@@ -102,6 +102,15 @@ app.add_typer(kernels.app, name="kernels")
 tune.register(app)
 app.add_typer(plan.app, name="plan")
 app.add_typer(workload.app, name="workload")
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError):  # a replaced or closed stream (tests): nothing to do
+        pass
 
 
 def _quiet_stdout() -> None:
