@@ -19,10 +19,20 @@ from dnnctl.cli import compat, doctor, kernels, plan, tune, workload
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
-try:  # typer < 0.20 uses click; newer typer vendors it
-    from click.exceptions import ClickException as _ClickError
-except ImportError:  # pragma: no cover - depends on the typer version
-    from typer.exceptions import TyperException as _ClickError  # type: ignore[assignment]
+
+def _click_errors() -> tuple[type[BaseException], ...]:
+    """Usage errors click renders itself (exit 2): click's, and those of the click copy
+    newer typer releases vendor (both may be installed side by side)."""
+    found: list[type[BaseException]] = []
+    for mod in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            found.append(__import__(mod, fromlist=["ClickException"]).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+_ClickError = _click_errors()
 
 
 def _optional_values(args: list[str]) -> list[str]:
@@ -59,7 +69,7 @@ class _Root(TyperGroup):
         except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
             _quiet_stdout()
             raise typer.Exit(int(ExitCode.OK)) from None
-        except (typer.Exit, typer.Abort, _ClickError):
+        except (typer.Exit, typer.Abort, *_ClickError):
             raise  # click renders its own usage errors (exit 2)
         except Exception as exc:  # a bug: one clear line, the traceback only on request
             if os.environ.get("DNNCTL_DEBUG"):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -54,14 +55,18 @@ def show(ctx: typer.Context, plan: PlanPathArg, json_out: JsonOpt = False,
                  else "[dim]another device[/]")
         table = Table(title=f"section {s['index']}: {escape(s['label'])} — {state}",
                       caption=f"created {escape(s['created'])}, {len(s['entries'])} entries, "
-                              f"{escape(s['kernels_digest'][:19])}…")
-        for col in ("op", "problem", "choice", "time", "vs default", "vs runner-up", "pinned"):
-            table.add_column(col, overflow="fold",
-                             justify="right" if col.startswith(("time", "vs")) else "left")
+                              f"{escape(s['kernels_digest'][:19])}…",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        # 80 columns: problem and choice wrap at spaces; numbers never wrap
+        table.add_column("problem", ratio=3, overflow="fold")
+        table.add_column("choice", ratio=2, overflow="fold")
+        for col in ("time", "×dflt", "×2nd", "pin"):
+            table.add_column(col, justify="right", no_wrap=True)
         for e in s["entries"]:
-            table.add_row(e["op"], escape(_key_text(e["op"], e["key"])), escape(e["choice"]),
-                          _us(e["median_us"]), _x(e["speedup_vs_default"]),
-                          _x(e["speedup_vs_runner_up"]), "📌" if e["pinned"] else "")
+            table.add_row(escape(f"{e['op']} {_key_text(e['op'], e['key'])}"),
+                          escape(e["choice"].replace(",", ", ")), _us(e["median_us"]),
+                          _x(e["speedup_vs_default"]), _x(e["speedup_vs_runner_up"]),
+                          "yes" if e["pinned"] else "")
         console.print(table)
 
 

@@ -53,10 +53,11 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
         print_json({"error": exc.to_dict()})
         return
     # messages quote user input and names like dnnctl[cuda13]: never read them as markup
+    # never hard-wrapped: paths and commands in errors and hints are copied whole
     err_console.print(f"[bold red]error[/] [dim]({exc.code})[/]: {escape(exc.message)}",
-                      markup=True)
+                      markup=True, soft_wrap=True)
     if exc.hint:
-        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}")
+        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}", soft_wrap=True)
 
 
 # a fix's text names commands in backticks, or starts with one ("pip install ... (note)")
