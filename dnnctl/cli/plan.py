@@ -181,14 +181,18 @@ def coverage(ctx: typer.Context, plan: PlanPathArg,
         print_json(res)
     else:
         table = Table(title=f"coverage of {escape(res['workload'])} by {escape(str(plan))} "
-                            f"(section {res['section']}: {escape(res['device'])})")
-        for col in ("op", "problem", "count", "outcome", "choice"):
-            table.add_column(col, overflow="fold")
+                            f"(section {res['section']}: {escape(res['device'])})",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("problem", ratio=3, overflow="fold")
+        table.add_column("count", justify="right", no_wrap=True)
+        table.add_column("outcome", no_wrap=True)
+        table.add_column("choice", ratio=2, overflow="fold")
         marks = {"hit": "[green]hit[/]", "fallback": "[yellow]fallback[/]",
                  "miss": "[red]miss[/]"}
         for r in res["problems"]:
-            table.add_row(r["op"], escape(_key_text(r["op"], r["key"])), str(r["count"]),
-                          marks[r["outcome"]], escape(r["choice"] or "default heuristic"))
+            table.add_row(escape(f"{r['op']} {_key_text(r['op'], r['key'])}"),
+                          str(r["count"]), marks[r["outcome"]],
+                          escape((r["choice"] or "default heuristic").replace(",", ", ")))
         console.print(table)
         t, c = res["totals"], res["calls"]
         console.print(f"problems: {t['hit']} hit, {t['fallback']} fallback, {t['miss']} miss; "

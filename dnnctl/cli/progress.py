@@ -141,7 +141,7 @@ class View:
             line += f"unplanned: {o.detail}"
         if self.eta.finished < self.eta.problems:
             line += f"; {fmt_eta(self.eta.seconds_left(self.slots))}"
-        err_console.print(escape(line), soft_wrap=True)
+        err_console.print(escape(line))
 
     def _update_eta(self) -> None:
         if self.progress is not None and self.overall is not None:

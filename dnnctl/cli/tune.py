@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -144,25 +145,29 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 def render(report: Any) -> None:
     """The per-problem table and a summary line."""
     table = Table(title=f"dnnctl tune — {escape(report.workload)} on "
-                        f"{escape(str(report.device.get('name')))}", show_lines=False)
-    for col, just in (("problem", "left"), ("winner", "left"), ("time", "right"),
-                      ("×default", "right"), ("×runner-up", "right"), ("tried", "right"),
-                      ("failed", "left")):
-        table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+                        f"{escape(str(report.device.get('name')))}", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    # 80 columns: problem and winner wrap at spaces, numbers never; failures under the winner
+    table.add_column("problem", ratio=1, overflow="fold")
+    table.add_column("winner", ratio=1, overflow="fold")
+    for col in ("time", "×default", "×2nd", "tried"):
+        table.add_column(col, justify="right", no_wrap=True)
     for o in report.outcomes:
         e = o.entry
-        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n) or "—"
+        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n)
         problem = escape(short_problem(o.problem))
         if e is None:
-            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}", "—", "—", "—",
-                          str(o.tried), failed)
+            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}"
+                          + (f"\n[dim]failed: {failed}[/]" if failed else ""), "—", "—", "—",
+                          str(o.tried))
             continue
-        winner = escape(e.choice.label()) + ("" if o.status == "planned" else
-                                             f" [dim]({o.status})[/]")
+        winner = escape(e.choice.label().replace(",", ", ")) + (
+            "" if o.status == "planned" else f" [dim]({o.status})[/]") + (
+            f"\n[dim]failed: {failed}[/]" if failed else "")
         sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
         table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
                       f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
-                      str(o.tried or e.tried), failed)
+                      str(o.tried or e.tried))
     console.print(table)
     n_unplanned = len(report.unplanned)
     summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"

@@ -53,10 +53,6 @@ def from_onnx(
     raise typer.Exit(int(ExitCode.OK if info["output"] else ExitCode.FAIL))
 
 
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
 def render(info: dict[str, Any]) -> None:
     """The summary: problems per op, fusions, and the nodes left out (80 columns)."""
     by_op: dict[str, list[int]] = {}
@@ -71,11 +67,12 @@ def render(info: dict[str, Any]) -> None:
                                                     info["dims"].items())))
     for op, (problems, calls) in sorted(by_op.items()):
         console.print(f"  {op:<18} {problems:>4} problems {calls:>6} calls")
-    for label, key in (("fused", "fused"), ("views (no kernel)", "views"),
+    for label, key in (("fused into a problem", "fused"), ("views (no kernel)", "views"),
                        ("not implemented", "unimplemented")):
         if info[key]:
-            console.print(f"  {label}: " + escape(_counts(info[key])), soft_wrap=False,
-                          overflow="fold")
+            console.print(f"  {label}:")
+            for what, n in sorted(info[key].items(), key=lambda kv: -kv[1]):
+                console.print(f"    {escape(what):<34} {n:>4}")
     for op, why in info["skipped"].items():
         console.print(f"  [dim]{escape(op)}: {escape(why)}[/]", overflow="fold")
     if info["attention_patterns"]:
