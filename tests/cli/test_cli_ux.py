@@ -135,6 +135,12 @@ def test_tune_progress_in_a_log_shows_each_problem_with_an_eta(tmp_path, monkeyp
     res = runner.invoke(app, ["tune", str(_two_problems(tmp_path)), *TUNE],
                         env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("[")]
+    assert max(len(ln) for ln in res.stderr.splitlines()) <= 80
+    lines: list[str] = []
+    for ln in res.stderr.splitlines():  # a problem's line, wrapped at 80 columns
+        if ln.startswith("["):
+            lines.append(ln)
+        elif lines:
+            lines[-1] += " " + ln.strip()
     assert lines[0].startswith("[1/2] softmax") and re.search(r"; ETA \d+:\d\d$", lines[0])
     assert lines[1].startswith("[2/2] layer_norm") and "ETA" not in lines[1]

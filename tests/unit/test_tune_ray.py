@@ -32,9 +32,10 @@ PROBLEMS = [("softmax", {"rows": 64, "cols": 100, "dtype": "float32"}),
             ("layer_norm", {"rows": 32, "cols": 96, "dtype": "float32"})]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(tmp_path_factory):
-    """One local Ray cluster for the module (its start is most of what Ray costs CI)."""
+    """A local Ray cluster (its start is most of what Ray costs CI); one test uses it, so
+    pytest-xdist never starts two."""
     flag = tmp_path_factory.mktemp("ray") / "kill-once"
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "DNNCTL_TEST_KILL_ONCE",
                                             "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
@@ -45,13 +46,15 @@ def cluster(tmp_path_factory):
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     print(f"\nray.init: {time.monotonic() - t0:.1f} s")
-    yield flag
-    ray.shutdown()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    try:
+        yield flag
+    finally:
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _workload(n: int = len(PROBLEMS)) -> Workload:
@@ -66,46 +69,46 @@ def _opts(tmp_path: Path, **kw) -> TuneOptions:
                        **kw)
 
 
-def test_a_killed_worker_is_rerun_by_ray_and_the_plan_has_this_devices_section(
-        cluster, tmp_path, monkeypatch):
+def test_fleet_on_a_local_cluster_kill_resume_and_cli(cluster, tmp_path, monkeypatch):
+    # 1. a Ray worker is killed while it starts a task: Ray re-runs the task elsewhere
     wl = _workload()  # the registry is loaded here, before the plugin is named
     monkeypatch.setenv("DNNCTL_PLUGINS", "_ray_kill_plugin")
     cluster.write_text("kill the first Ray worker that starts a task\n")
     events = []
-    report = tune_on_ray(wl, _opts(tmp_path), progress=events.append)
+    first = tmp_path / "killed"
+    report = tune_on_ray(wl, _opts(first), progress=events.append)
     assert not cluster.exists(), "no Ray worker imported the plugin"
     assert [o.status for o in report.outcomes] == ["planned"] * 3
-    plan = read_plan(tmp_path / "plan.yaml")
-    (section,) = plan.sections
+    (section,) = read_plan(first / "plan.yaml").sections
     assert section.device == get_backend("numpy").device(0).fingerprint()
     assert section.tuning["fleet"] == "ray"
     assert {e.problem.op for e in section.entries} == {"softmax", "activation", "layer_norm"}
     assert sum(e.kind == "problem_done" for e in events) == 3
-    assert not (tmp_path / "plan.yaml.journal").exists()  # complete: journal removed
+    assert not (first / "plan.yaml.journal").exists()  # complete: journal removed
+    monkeypatch.delenv("DNNCTL_PLUGINS")
 
-
-def test_an_interrupted_fleet_run_resumes_from_its_journal(cluster, tmp_path):
-    first = tune_on_ray(_workload(2), _opts(tmp_path, keep_journal=True))
-    assert first.notes[-1].startswith("journal kept")
-    journal = tmp_path / "plan.yaml.journal"
-    done_before = [json.loads(x) for x in journal.read_text().splitlines()]
-    report = tune_on_ray(_workload(3), _opts(tmp_path, resume=True, keep_journal=True))
-    records = [json.loads(x) for x in journal.read_text().splitlines()]
-    new = [r for r in records[len(done_before):] if r["type"] == "done"]
-    assert len(new) == 1 and new[0]["problem"].startswith("layer_norm")
+    # 2. an interrupted run (two problems journaled) resumes: only the third is tuned
+    second = tmp_path / "resumed"
+    tune_on_ray(_workload(2), _opts(second, keep_journal=True))
+    journal = second / "plan.yaml.journal"
+    before = len(journal.read_text().splitlines())
+    report = tune_on_ray(_workload(3), _opts(second, resume=True, keep_journal=True))
+    new = [json.loads(x) for x in journal.read_text().splitlines()[before:]]
+    new_done = [r for r in new if r["type"] == "done"]
+    assert len(new_done) == 1 and new_done[0]["problem"].startswith("layer_norm")
     assert [o.status for o in report.outcomes] == ["planned"] * 3
-    assert len(read_plan(tmp_path / "plan.yaml").sections[0].entries) == 3
+    assert len(read_plan(second / "plan.yaml").sections[0].entries) == 3
 
-
-def test_cli_tune_ray_on_the_running_cluster(cluster, tmp_path):
-    wl = tmp_path / "w.yaml"
-    write_workload(_workload(1), wl)
-    res = CliRunner().invoke(app, ["tune", str(wl), "--ray", "--device", "cpu", "--max-evals",
-                                   "2", "--sample-ms", "2", "-o", str(tmp_path / "p.yaml"),
-                                   "--json"])
+    # 3. the command line, on the running cluster
+    wl_file = tmp_path / "w.yaml"
+    write_workload(_workload(1), wl_file)
+    res = CliRunner().invoke(app, ["tune", str(wl_file), "--ray", "--device", "cpu",
+                                   "--max-evals", "2", "--sample-ms", "2",
+                                   "-o", str(tmp_path / "p.yaml"), "--json"])
     assert res.exit_code == 0, res.output
-    out = json.loads(res.output[res.output.index("{"):])
+    out = json.loads(res.stdout)
     assert out["backend"] == "ray" and out["counts"]["planned"] == 1
+    assert json.loads(res.stderr.splitlines()[0])["event"] == "start"
 
 
 def test_results_are_grouped_into_one_section_per_fingerprint(tmp_path):
