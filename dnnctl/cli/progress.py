@@ -159,6 +159,8 @@ def track(eta: Eta, event: Any) -> None:
     if event.kind == "start":
         eta.problems = int(d["problems"])
     elif event.kind == "problem":
+        if not eta.done and not eta.current:  # the clock starts with the first problem,
+            eta.t0 = time.monotonic()  # not with worker start-up
         eta.current[d["device"]] = (0, int(d["candidates"]))
     elif event.kind == "candidate":
         eta.done += 1

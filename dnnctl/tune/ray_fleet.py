@@ -168,11 +168,13 @@ def _from_record(it: WorkItem, rec: dict[str, Any]
     if rec.get("entry") is not None:
         entry = entry_from_record(rec["entry"], rec.get("backend", "cupy"), "<ray journal>")
     status = "planned" if entry is not None else "unplanned"
+    where = None
+    if entry is not None:  # the node's device and kernels: its plan section
+        where = {**rec.get("fingerprint", {}), "_digest": rec.get("kernels_digest")}
     return (ProblemOutcome(it.problem, it.count, status, entry, tried=int(o.get("tried", 0)),
                            failed={k: v for k, v in (o.get("failed") or {}).items() if v},
                            space=int(o.get("space", 0)), detail=str(o.get("detail", "")),
-                           elapsed_s=float(o.get("elapsed_s", 0.0))),
-            rec.get("fingerprint") if entry is not None else None)
+                           elapsed_s=float(o.get("elapsed_s", 0.0))), where)
 
 
 def _fingerprints(ordered: list[tuple[ProblemOutcome, dict[str, Any] | None]]
@@ -186,25 +188,27 @@ def _fingerprints(ordered: list[tuple[ProblemOutcome, dict[str, Any] | None]]
 
 def _write_sections(output: Path, ordered: list[tuple[ProblemOutcome, dict[str, Any] | None]],
                     options: TuneOptions) -> list[str]:
-    """Merge the entries into ``output``: one section per fingerprint; pins are kept."""
+    """Merge the entries into ``output``: one section per device fingerprint and kernels
+    digest (a node running other dnnctl kernels gets its own section); pins are kept."""
     groups = _fingerprints(ordered)
     if not groups:
         return ["no problem was planned; no plan written"]
-    digest = kernels_digest()
     tuning = {"strategy": options.strategy, "deterministic": options.deterministic,
               "fleet": "ray"}
     notes = []
 
     def change(plan: Plan) -> None:
-        for fp in groups:
+        for where in groups:
+            fp = {k: v for k, v in where.items() if k != "_digest"}
+            digest = where.get("_digest") or kernels_digest()
             section = plan.section_for(fp, digest)
             if section is None:
-                section = Section(dict(fp), digest)
+                section = Section(fp, digest)
                 plan.sections.append(section)
             section.created, section.tuning = utc_now(), dict(tuning)
             n = 0
             for o, efp in ordered:
-                if efp == fp and o.entry is not None:
+                if efp == where and o.entry is not None:
                     cur = section.find(o.problem)
                     if cur is None or not cur.pinned:
                         section.upsert(o.entry)

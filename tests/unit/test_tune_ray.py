@@ -112,24 +112,31 @@ def test_fleet_on_a_local_cluster_kill_resume_and_cli(cluster, tmp_path, monkeyp
 
 
 def test_results_are_grouped_into_one_section_per_fingerprint(tmp_path):
-    """What a mixed fleet returns (as journal records): two GPU models, two sections."""
+    """What a mixed fleet returns (as journal records): two device models, and one node
+    with other kernels, make three sections."""
+    from dnnctl.plan import kernels_digest
+
     wl = _workload()
+    wl.add("softmax", {"rows": 8, "cols": 8, "dtype": "float32"})
     numpy_fp = get_backend("numpy").device(0).fingerprint()
     other = {**numpy_fp, "name": "Other CPU model"}
     ordered = []
-    for it, fp in zip(wl.items, (numpy_fp, other, numpy_fp)):
+    digests = (kernels_digest(), kernels_digest(), kernels_digest(), "sha256:" + "0" * 64)
+    for it, fp, digest in zip(wl.items, (numpy_fp, other, numpy_fp, numpy_fp), digests):
         entry = {"op": it.problem.op, "key": it.problem.as_dict(),
                  "choice": {"variant": "numpy_whole" if it.problem.op == "softmax"
                             else _first_variant(it.problem.op), "params": {}},
                  "stats": {"median_us": 5.0, "p20_us": 4.9, "p80_us": 5.1, "n": 10}}
         ordered.append(_from_record(it, {"status": "planned", "backend": "numpy",
                                          "entry": entry, "fingerprint": fp,
+                                         "kernels_digest": digest,
                                          "outcome": {"tried": 2}}))
     notes = _write_sections(tmp_path / "mixed.yaml", ordered, TuneOptions())
     plan = read_plan(tmp_path / "mixed.yaml")
-    assert sorted((s.device["name"], len(s.entries)) for s in plan.sections) == sorted(
-        [(numpy_fp["name"], 2), ("Other CPU model", 1)])
-    assert len(notes) == 2
+    assert sorted((s.device["name"], s.kernels_digest == kernels_digest(), len(s.entries))
+                  for s in plan.sections) == sorted(
+        [(numpy_fp["name"], True, 2), ("Other CPU model", True, 1), (numpy_fp["name"], False, 1)])
+    assert len(notes) == 3
 
 
 def _first_variant(op: str) -> str:
