@@ -15,16 +15,71 @@ if TYPE_CHECKING:
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
     """Every registered variant: op, backend, name, parameter space, source file."""
-    ops = [registry.get_op(op).name] if op else list(registry.ops())
+    return kernels_listing(op, backend)["variants"]
+
+
+_BACKEND_ALIASES = {"cupy": "cupy", "cuda": "cupy", "gpu": "cupy", "numpy": "numpy",
+                    "cpu": "numpy"}
+
+
+def kernels_listing(op: str | None = None, backend: str | None = None) -> dict[str, Any]:
+    """Variants matching the filters, with notes: which op a function name belongs to
+    (``gelu`` -> activation), whether this host can run a backend, and, when nothing
+    matches, why."""
+    from dnnctl.backends.base import get_backend
+    from dnnctl.errors import UsageError
+
+    notes: list[str] = []
+    if backend is not None:
+        if backend.lower() not in _BACKEND_ALIASES:
+            raise UsageError(f"unknown backend {backend!r}",
+                             hint="backends: cupy (CUDA GPUs; also 'cuda') and numpy (CPU)")
+        backend = _BACKEND_ALIASES[backend.lower()]
+    names = list(registry.ops())
+    if op is not None and op not in names:
+        owner = _op_of(op)
+        if owner is None:
+            registry.get_op(op)  # raises: unknown op, with the known ones
+        assert owner is not None
+        notes.append(f"{op!r} is not an op: it is {owner[0]} {owner[1]}={op}"
+                     + (f" ({' and '.join(owner[2])} also take activation={op} as a fused "
+                        "epilogue)" if owner[2] else "") + f"; showing {owner[0]}")
+        op = owner[0]
     rows = []
-    for name in ops:
+    for name in [op] if op else names:
         for v in registry.variants(name, backend):
             rows.append({
                 "op": name, "backend": v.backend, "variant": v.name,
                 "params": {k: list(vals) for k, vals in v.params.items()},
                 "deterministic": v.deterministic, "source": v.source, "doc": v.doc,
             })
-    return rows
+    why = None
+    for b in sorted({r["backend"] for r in rows} | ({backend} if backend else set())):
+        ok, reason = get_backend(b).availability()
+        if not ok:
+            notes.append(f"{b} variants cannot run on this host: {reason}")
+    if not rows:
+        others = sorted({v.backend for v in registry.variants(op or "", None)}) if op else []
+        why = (f"{op} has no {backend} variants" + (f" (it has {', '.join(others)} ones)"
+                                                     if others else "")
+               if op else f"no op has {backend} variants registered")
+    return {"schema": "dnnctl-kernels/1", "op": op, "backend": backend, "variants": rows,
+            "notes": notes, "why_empty": why}
+
+
+def _op_of(name: str) -> tuple[str, str, list[str]] | None:
+    """The op whose function / mode field takes ``name`` (gelu -> activation fn), the field,
+    and other ops that take it as an epilogue."""
+    hits = []
+    for op_name, op in registry.ops().items():
+        for field_name in ("fn", "mode", "activation"):
+            spec = op.fields.get(field_name)
+            if spec is not None and name in (spec.choices or ()):
+                hits.append((op_name, field_name))
+    if not hits:
+        return None
+    hits.sort(key=lambda h: h[1] == "activation")  # the op that *is* the function first
+    return hits[0][0], hits[0][1], [o for o, _ in hits[1:]]
 
 
 # -- compat (the matrix as a planning tool) ----------------------------------------------------
@@ -80,13 +135,14 @@ def compat_show(table: str, filters: Sequence[str] = (),
 
 def tune(workload: str | None = None, *, op: str | None = None,
          key: dict[str, Any] | str | None = None, workload_options: dict[str, Any] | None = None,
-         progress: Any = None, **options: Any) -> Any:
+         progress: Any = None, ray: str | None = None, **options: Any) -> Any:
     """Tune a bundled workload (``"resnet50:batch=32"``), a workload file, one problem
     (``op`` + ``key``) or, with none of these, the small default workload; write the plan.
 
     ``options`` are :class:`dnnctl.tune.tuner.TuneOptions` fields (device, devices, output,
     budget_s, candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed,
-    policy, ...). Returns a :class:`dnnctl.tune.report.TuneReport`.
+    policy, ...). ``ray``: tune on a Ray cluster at this address ("" for Ray's default:
+    $RAY_ADDRESS or a local cluster). Returns a :class:`dnnctl.tune.report.TuneReport`.
     """
     from dnnctl.backends.registry import parse_device
     from dnnctl.errors import UsageError
@@ -117,7 +173,32 @@ def tune(workload: str | None = None, *, op: str | None = None,
             wl = build("default", **{**base, **wl_opts})
         else:
             wl = default_workload(parse_device(opts.device)[0])
+    if ray is not None:
+        from dnnctl.tune.ray_fleet import tune_on_ray
+
+        return tune_on_ray(wl, opts, ray or None, progress=progress)
     return _tune(wl, opts, progress=progress)
+
+
+def workload_from_onnx(model: str | os.PathLike[str], output: str | os.PathLike[str] | None,
+                       *, batch: int | None = None, dtype: str | None = None,
+                       dims: Sequence[str] | dict[str, int] | None = None,
+                       layout: str = "NCHW", name: str | None = None) -> dict[str, Any]:
+    """Read an ONNX model into a workload (written to ``output`` when given); return the
+    import summary (``dnnctl-onnx-import/1``: mapped, fused and unimplemented nodes)."""
+    from dnnctl.workloads import write_workload
+    from dnnctl.workloads.onnx import parse_dims
+    from dnnctl.workloads.onnx import workload_from_onnx as _from_onnx
+
+    bound = dict(dims) if isinstance(dims, dict) else parse_dims(list(dims or ()))
+    result = _from_onnx(model, batch=batch, dtype=dtype, dims=bound, layout=layout, name=name)
+    if output is not None and result.workload.items:
+        write_workload(result.workload, output)
+    info = result.to_dict()
+    info["output"] = None if output is None or not result.workload.items else str(output)
+    info["items"] = [{"op": it.problem.op, "key": it.problem.as_dict(), "count": it.count}
+                     for it in result.workload.items]
+    return info
 
 
 def list_workloads() -> list[dict[str, Any]]:
@@ -198,6 +279,18 @@ def plan_coverage(plan: str | os.PathLike[str], workload: str, section: int | No
     from dnnctl.workloads import resolve
 
     return coverage(read_plan(plan), resolve(workload, **(workload_options or {})), section)
+
+
+def plan_report(path: str | os.PathLike[str], output: str | os.PathLike[str], *,
+                png_dir: str | os.PathLike[str] | None = None,
+                against: str | os.PathLike[str] | None = None,
+                ceilings: str | dict[str, float] | None = None) -> dict[str, Any]:
+    """Write a self-contained HTML report of a plan (figures embedded; extra ``plots``)."""
+    from dnnctl.plan.report import build_report, parse_ceilings
+
+    ceil = parse_ceilings(ceilings) if isinstance(ceilings, str) or ceilings is None \
+        else dict(ceilings)
+    return build_report(path, output, png_dir=png_dir, against=against, ceilings=ceil)
 
 
 def plan_pin(path: str | os.PathLike[str], op: str | None = None,

@@ -8,34 +8,68 @@ fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unrea
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli import compat, doctor, kernels, plan, tune
+from dnnctl.cli import compat, doctor, kernels, plan, tune, workload
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
-try:  # typer < 0.20 uses click; newer typer vendors it
-    from click.exceptions import ClickException as _ClickError
-except ImportError:  # pragma: no cover - depends on the typer version
-    from typer.exceptions import TyperException as _ClickError  # type: ignore[assignment]
+
+def _click_errors() -> tuple[type[BaseException], ...]:
+    """Usage errors click renders itself (exit 2): click's, and those of the click copy
+    newer typer releases vendor (both may be installed side by side)."""
+    found: list[type[BaseException]] = []
+    for mod in ("click.exceptions", "typer._click.exceptions"):
+        try:
+            found.append(__import__(mod, fromlist=["ClickException"]).ClickException)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+_ClickError = _click_errors()
+
+
+def _optional_values(args: list[str]) -> list[str]:
+    """``--ray`` takes an optional ADDRESS: alone (or before a non-address) it is ``--ray=``
+    (Ray's default: $RAY_ADDRESS or a local cluster)."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--ray":
+            nxt = out[i + 1] if i + 1 < len(out) else ""
+            if nxt.startswith("-") or not (":" in nxt or nxt in ("auto", "local")):
+                out[i] = "--ray="
+    return out
 
 
 class _Root(TyperGroup):
     """Renders every DnnctlError once, with its exit code (also under CliRunner)."""
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _optional_values(args))
+
     def invoke(self, ctx: typer.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:  # a closed pipe shows here when the output was buffered
+                _flush_stdout()
         except DnnctlError as exc:
             render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except (typer.Exit, typer.Abort, _ClickError):
+        except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
+            _quiet_stdout()
+            raise typer.Exit(int(ExitCode.OK)) from None
+        except (typer.Exit, typer.Abort, *_ClickError):
             raise  # click renders its own usage errors (exit 2)
         except Exception as exc:  # a bug: one clear line, the traceback only on request
             if os.environ.get("DNNCTL_DEBUG"):
@@ -77,8 +111,32 @@ app.add_typer(compat.app, name="compat")
 app.add_typer(kernels.app, name="kernels")
 tune.register(app)
 app.add_typer(plan.app, name="plan")
+app.add_typer(workload.app, name="workload")
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError):  # a replaced or closed stream (tests): nothing to do
+        pass
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe
+    does not print 'Exception ignored ... BrokenPipeError'."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(int(ExitCode.OK))

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.options import JsonOpt
-from dnnctl.cli.render import console, print_json
+from dnnctl.cli.render import console, print_commands, print_json
 
 app = typer.Typer(help="Query the compatibility matrix: check, suggest, show.",
                   no_args_is_help=True, rich_markup_mode="rich")
@@ -91,26 +91,33 @@ def suggest(
     if data.get("min_driver"):
         head += f", driver >= {data['min_driver']}"
     console.print(head)
-    _combo_table("builds with code for this GPU, newest first", data["combinations"])
+    commands: list[tuple[str, str]] = []
+    _combo_table("builds with code for this GPU, newest first", data["combinations"], commands)
     if data["ptx_only"]:
-        _combo_table("reach it only through PTX JIT (slow first start)", data["ptx_only"][:8])
+        _combo_table("reach it only through PTX JIT (slow first start)", data["ptx_only"][:8],
+                     commands)
     for note in data["notes"]:
         console.print(f"[dim]· {escape(note)}[/]")
+    print_commands(commands)
 
 
-def _combo_table(title: str, combos: list[dict[str, Any]]) -> None:
+def _combo_table(title: str, combos: list[dict[str, Any]],
+                 commands: list[tuple[str, str]]) -> None:
+    """The combinations as a table; their install commands (too long for a table cell
+    at 80 columns) go to ``commands``, printed whole afterwards, referred to as [n]."""
     if not combos:
         console.print(f"[yellow]no {escape(title.split(',')[0])}[/]")
         return
     table = Table(title=title, title_justify="left", show_lines=False)
-    for col in ("framework", "version", "build", "CUDA", "cuDNN", "driver", "install"):
+    for col in ("#", "framework", "version", "build", "CUDA", "cuDNN", "driver"):
         table.add_column(col, overflow="fold")
     for c in combos:
         build = c.get("variant") or c.get("plugin") or c.get("package") or ""
         driver = c["driver"] if c["driver"] != "unknown" or not c.get("min_driver") \
             else f">={c['min_driver']}"
-        table.add_row(c["framework"], str(c["version"]), build, str(c["cuda"]),
-                      str(c.get("cudnn") or ""), driver, escape(c["install"]))
+        commands.append((f"{c['framework']} {c['version']} {build}".strip(), c["install"]))
+        table.add_row(str(len(commands)), c["framework"], str(c["version"]), build,
+                      str(c["cuda"]), str(c.get("cudnn") or ""), driver)
     console.print(table)
 
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.options import JsonOpt
-from dnnctl.cli.render import console, print_json
+from dnnctl.cli.render import console, print_commands, print_json, split_commands
 from dnnctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
     grid.add_column(width=1)
     grid.add_column(width=10, no_wrap=True)
     grid.add_column(overflow="fold")
+    commands: list[tuple[str, str]] = []
     for comp in list(COMPONENTS) + sorted(c for c in by_comp if c not in COMPONENTS):
         lines = summary(env, comp)
         found = sorted(by_comp.get(comp, []), key=_rank)
@@ -96,9 +97,10 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
         body = [text for text, _ in lines] or ["[dim]unknown[/]"]
         grid.add_row(MARKS.get(worst, MARKS["none"]), f"[bold]{comp}[/]", "\n".join(body))
         for f in found:
-            grid.add_row("", "", _finding(f))
+            grid.add_row("", "", _finding(f, commands))
     console.print(grid)
     _verdict(report)
+    print_commands(commands)
     if env.notes:
         console.print("[dim]probe notes:[/]")
         for note in env.notes:
@@ -113,15 +115,19 @@ def _rank(f: Finding) -> int:
     return order.index(f.severity) if f.severity in order else len(order)
 
 
-def _finding(f: Finding) -> Table:
-    """A finding: the message, then its fix, evidence and source, aligned under it."""
+def _finding(f: Finding, commands: list[tuple[str, str]]) -> Table:
+    """A finding: the message, then its fix, evidence and source, aligned under it; the
+    fix's commands go to ``commands`` (printed whole after the verdict) as [n]."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=1)
     grid.add_column(overflow="fold")
     grid.add_row(MARKS.get(f.severity, MARKS["none"]),
                  f"{escape(f.message)} [dim]\\[{escape(f.code)}][/]")
     if f.fix:
-        grid.add_row("", f"[bold]fix:[/] {escape(f.fix)}")
+        prose, cmds = split_commands(f.fix, len(commands) + 1)
+        commands.extend((f"{f.code} ({f.component})", cmd) for cmd in cmds)
+        grid.add_row("", f"[bold]fix:[/] {escape(prose)}"
+                     + (" [dim](commands below)[/]" if cmds else ""))
     if f.evidence and f.code != "ok":
         ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
         grid.add_row("", f"[dim]evidence: {escape(ev)}[/]")

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.options import JsonOpt, PlanPathArg
+from dnnctl.cli.progress import short_key
 from dnnctl.cli.render import console, print_json
-from dnnctl.cli.tune import short_key
 from dnnctl.errors import ExitCode
 
 app = typer.Typer(help="Inspect, compare, merge and pin plan files (dnnctl-plan/1).",
@@ -54,14 +55,18 @@ def show(ctx: typer.Context, plan: PlanPathArg, json_out: JsonOpt = False,
                  else "[dim]another device[/]")
         table = Table(title=f"section {s['index']}: {escape(s['label'])} — {state}",
                       caption=f"created {escape(s['created'])}, {len(s['entries'])} entries, "
-                              f"{escape(s['kernels_digest'][:19])}…")
-        for col in ("op", "problem", "choice", "time", "vs default", "vs runner-up", "pinned"):
-            table.add_column(col, overflow="fold",
-                             justify="right" if col.startswith(("time", "vs")) else "left")
+                              f"{escape(s['kernels_digest'][:19])}…",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        # 80 columns: problem and choice wrap at spaces; numbers never wrap
+        table.add_column("problem", ratio=3, overflow="fold")
+        table.add_column("choice", ratio=2, overflow="fold")
+        for col in ("time", "×dflt", "×2nd", "pin"):
+            table.add_column(col, justify="right", no_wrap=True)
         for e in s["entries"]:
-            table.add_row(e["op"], escape(_key_text(e["op"], e["key"])), escape(e["choice"]),
-                          _us(e["median_us"]), _x(e["speedup_vs_default"]),
-                          _x(e["speedup_vs_runner_up"]), "📌" if e["pinned"] else "")
+            table.add_row(escape(f"{e['op']} {_key_text(e['op'], e['key'])}"),
+                          escape(e["choice"].replace(",", ", ")), _us(e["median_us"]),
+                          _x(e["speedup_vs_default"]), _x(e["speedup_vs_runner_up"]),
+                          "yes" if e["pinned"] else "")
         console.print(table)
 
 
@@ -176,14 +181,18 @@ def coverage(ctx: typer.Context, plan: PlanPathArg,
         print_json(res)
     else:
         table = Table(title=f"coverage of {escape(res['workload'])} by {escape(str(plan))} "
-                            f"(section {res['section']}: {escape(res['device'])})")
-        for col in ("op", "problem", "count", "outcome", "choice"):
-            table.add_column(col, overflow="fold")
+                            f"(section {res['section']}: {escape(res['device'])})",
+                      box=box.SIMPLE_HEAD, pad_edge=False)
+        table.add_column("problem", ratio=3, overflow="fold")
+        table.add_column("count", justify="right", no_wrap=True)
+        table.add_column("outcome", no_wrap=True)
+        table.add_column("choice", ratio=2, overflow="fold")
         marks = {"hit": "[green]hit[/]", "fallback": "[yellow]fallback[/]",
                  "miss": "[red]miss[/]"}
         for r in res["problems"]:
-            table.add_row(r["op"], escape(_key_text(r["op"], r["key"])), str(r["count"]),
-                          marks[r["outcome"]], escape(r["choice"] or "default heuristic"))
+            table.add_row(escape(f"{r['op']} {_key_text(r['op'], r['key'])}"),
+                          str(r["count"]), marks[r["outcome"]],
+                          escape((r["choice"] or "default heuristic").replace(",", ", ")))
         console.print(table)
         t, c = res["totals"], res["calls"]
         console.print(f"problems: {t['hit']} hit, {t['fallback']} fallback, {t['miss']} miss; "
@@ -238,3 +247,33 @@ def _us(v: float | None) -> str:
 
 def _x(v: float | None) -> str:
     return "—" if not v else f"{v:.2f}x"
+
+
+@app.command("report", epilog="Example: dnnctl plan report plan.yaml -o report.html "
+                              "--png figures/ --against old.yaml")
+def report(
+    ctx: typer.Context, plan: PlanPathArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write.")
+                      ] = Path("report.html"),
+    png: Annotated[Path | None, typer.Option(
+        "--png", metavar="DIR", help="Also write every figure as a PNG into DIR.")] = None,
+    against: Annotated[Path | None, typer.Option(
+        "--against", metavar="OLD", help="Show what changed against this plan.")] = None,
+    ceilings: Annotated[str | None, typer.Option(
+        "--ceilings", metavar="GBPS,TFLOPS",
+        help="Measured ceilings for the roofline, e.g. 4249,634.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report with figures (needs dnnctl[plots])."""
+    _json_mode(ctx, json_out)
+    from dnnctl import api
+
+    info = api.plan_report(plan, output, png_dir=png, against=against, ceilings=ceilings)
+    if json_out:
+        print_json(info)
+        return
+    figures = sum(s["figures"] for s in info["sections"])
+    console.print(f"[green]✓[/] wrote {escape(info['output'])}: {len(info['sections'])} "
+                  f"section(s), {figures} figures")
+    if info["pngs"]:
+        console.print(f"  {len(info['pngs'])} PNGs in {escape(str(png))}")

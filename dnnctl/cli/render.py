@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from typing import Any
 
@@ -11,8 +13,24 @@ from rich.markup import escape
 
 from dnnctl.errors import DnnctlError
 
-console = Console(highlight=False, soft_wrap=False)
-err_console = Console(stderr=True, highlight=False)
+
+class _Console(Console):
+    """A closed pipe (``dnnctl ... | head``) ends the command quietly with status 0:
+    the reader has what it wanted (rich's own handler exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, (sys.stderr if self.stderr else sys.stdout).fileno())
+        except (OSError, ValueError):
+            pass
+        raise SystemExit(0)
+
+
+# rich honours NO_COLOR, and writes no colour or cursor codes when the output is not a TTY
+console = _Console(highlight=False, soft_wrap=False)
+err_console = _Console(stderr=True, highlight=False)
 
 
 def print_json(data: Any) -> None:
@@ -35,7 +53,42 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
         print_json({"error": exc.to_dict()})
         return
     # messages quote user input and names like dnnctl[cuda13]: never read them as markup
+    # never hard-wrapped: paths and commands in errors and hints are copied whole
     err_console.print(f"[bold red]error[/] [dim]({exc.code})[/]: {escape(exc.message)}",
-                      markup=True)
+                      markup=True, soft_wrap=True)
     if exc.hint:
-        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}")
+        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+
+
+# a fix's text names commands in backticks, or starts with one ("pip install ... (note)")
+_CMD_WORDS = ("pip", "pip3", "sudo", "apt", "apt-get", "conda", "uv", "python", "python3",
+              "nvidia-smi", "dnnctl", "docker", "export")
+
+
+def split_commands(text: str, start: int = 1) -> tuple[str, list[str]]:
+    """(prose, commands): the commands a user must copy, taken out of ``text`` so they can
+    be printed whole on lines of their own; the prose refers to them as [start], ..."""
+    commands: list[str] = []
+
+    def take(cmd: str) -> str:
+        commands.append(cmd.strip())
+        return f"[{start + len(commands) - 1}]"
+
+    prose = re.sub(r"`([^`]+)`", lambda m: take(m.group(1)) if m.group(1).split()[0]
+                   in _CMD_WORDS else m.group(0), text)
+    m = re.match(r"((?:" + "|".join(map(re.escape, _CMD_WORDS)) + r") [^(;]+?)(\s*[(;].*|$)",
+                 prose)
+    if m and not commands:
+        prose = "run " + take(m.group(1)) + m.group(2)
+    return prose, commands
+
+
+def print_commands(commands: list[tuple[str, str]]) -> None:
+    """Each command on its own line, never wrapped (copy it whole), under a comment line
+    saying what it fixes (harmless if pasted too)."""
+    if not commands:
+        return
+    console.print("[bold]commands[/] [dim](one per line)[/]:")
+    for i, (what, cmd) in enumerate(commands, 1):
+        console.print(f"[dim]# [{i}] {escape(what)}[/]", soft_wrap=True)
+        console.print(escape(cmd), soft_wrap=True, highlight=False)

@@ -1,7 +1,7 @@
 """``dnnctl tune``: pick the fastest verified kernel for every problem and write a plan.
 
-Parses the options, calls :func:`dnnctl.api.tune`, shows a progress bar per problem (ETA)
-and a final table: winner, its time, speed-up over the default heuristic and over the
+Parses the options, calls :func:`dnnctl.api.tune`, shows progress on stderr
+(:mod:`dnnctl.cli.progress`: a bar with the ETA, or JSON lines with --json) and a final table: winner, its time, speed-up over the default heuristic and over the
 runner-up, candidates tried / failed by reason. Exit status: 0 every problem planned,
 1 some problem unplanned, 2 bad usage, 3 device unavailable, 130 interrupted (--resume).
 """
@@ -13,21 +13,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from dnnctl.cli.options import DeviceOpt, JsonOpt
-from dnnctl.cli.render import console, err_console, print_json
+from dnnctl.cli.progress import JsonLines, View, short_problem
+from dnnctl.cli.render import console, print_json
 from dnnctl.errors import ExitCode, UsageError
 
 HELP_EPILOG = ("Examples: dnnctl tune  |  dnnctl tune resnet50 --batch 32  |  "
@@ -91,6 +83,10 @@ def tune(
         "--plugin", metavar="MODULE",
         help="Import MODULE (registering extra variants) here and in the workers; "
              "same as $DNNCTL_PLUGINS.")] = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="[ADDRESS]",
+        help="Spread the problems over a Ray cluster's GPUs, one task per problem (extra "
+             "dnnctl[ray]); alone: $RAY_ADDRESS or a local cluster.")] = None,
     keep_journal: Annotated[bool, typer.Option(
         "--keep-journal", help="Keep the journal after a complete run.")] = False,
     json_out: JsonOpt = False,
@@ -108,7 +104,7 @@ def tune(
     policy = None
     if sample_ms is not None:
         policy = TimingPolicy.for_backend(parse_device(device)[0]).replace(budget_ms=sample_ms)
-    view = None if json_out else _View()
+    view = JsonLines() if json_out else View()
     try:
         report = api.tune(
             workload, op=op, key=key, progress=view,
@@ -116,9 +112,10 @@ def tune(
             device=device, output=output, budget_s=budget,
             candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
             resume=resume, deterministic=deterministic, ops=_names(ops),
-            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy)
+            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy,
+            ray=ray)
     finally:
-        if view is not None:
+        if isinstance(view, View):
             view.close()
     if json_out:
         print_json(report.to_dict())
@@ -142,109 +139,35 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
         raise UsageError(f"--devices {text!r} must be GPU indices like 0,1,2") from None
 
 
-# -- progress -----------------------------------------------------------------------------
-
-
-class _View:
-    """Receives tuner events: a live progress display on a terminal, else one line per
-    finished problem (logs stay readable)."""
-
-    def __init__(self) -> None:
-        self.live = err_console.is_terminal
-        self.progress: Progress | None = None
-        self.overall: TaskID | None = None
-        self.tasks: dict[Any, TaskID] = {}
-        self.done = 0
-        self.total = 0
-
-    def __call__(self, event: Any) -> None:
-        handler = getattr(self, f"_on_{event.kind}", None)
-        if handler is not None:
-            handler(event.data)
-
-    def _on_start(self, d: dict[str, Any]) -> None:
-        self.total = d["problems"]
-        dev = d["device"]
-        err_console.print(f"[bold]dnnctl tune[/] {escape(d['workload'])}: {self.total} problems "
-                          f"on {escape(str(dev.get('name')))} ({dev.get('backend')}"
-                          + (f", devices {d['devices']}" if len(d["devices"]) > 1 else "") + ")")
-        if self.live:
-            self.progress = Progress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-                TimeRemainingColumn(), console=err_console, transient=True)
-            self.progress.start()
-            self.overall = self.progress.add_task("[bold]problems", total=self.total)
-
-    def _on_problem(self, d: dict[str, Any]) -> None:
-        if self.progress is None:
-            return
-        label = escape(short_problem(d["problem"]))[:60]
-        tid = self.tasks.get(d["device"])
-        if tid is None:
-            tid = self.progress.add_task(label, total=max(1, d["candidates"]))
-            self.tasks[d["device"]] = tid
-        else:
-            self.progress.reset(tid, total=max(1, d["candidates"]), description=label)
-
-    def _on_candidate(self, d: dict[str, Any]) -> None:
-        tid = self.tasks.get(d["device"])
-        if self.progress is not None and tid is not None:
-            self.progress.update(tid, completed=d["done"], total=max(1, d["total"]))
-
-    def _on_retime(self, d: dict[str, Any]) -> None:
-        tid = self.tasks.get(d["device"])
-        if self.progress is not None and tid is not None:
-            self.progress.update(tid, description=escape(
-                f"{short_problem(d['problem'])[:44]} (re-timing {d['leaders']} leaders)"))
-
-    def _on_problem_done(self, d: dict[str, Any]) -> None:
-        self.done += 1
-        o = d["outcome"]
-        if self.progress is not None and self.overall is not None:
-            self.progress.advance(self.overall)
-            return
-        line = f"[{self.done}/{self.total}] {short_problem(o.problem)}: "
-        if o.entry is not None:
-            sp = o.entry.speedup_vs_default()
-            line += f"{o.entry.choice.label()} ({o.status}" + (
-                f", {_us(o.entry.stats.median_us)}" if o.entry.stats else "") + (
-                f", {sp:.2f}x vs default" if sp else "") + ")"
-        else:
-            line += f"unplanned: {o.detail}"
-        err_console.print(escape(line))
-
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
-
-
 # -- final table --------------------------------------------------------------------------
 
 
 def render(report: Any) -> None:
     """The per-problem table and a summary line."""
     table = Table(title=f"dnnctl tune — {escape(report.workload)} on "
-                        f"{escape(str(report.device.get('name')))}", show_lines=False)
-    for col, just in (("problem", "left"), ("winner", "left"), ("time", "right"),
-                      ("×default", "right"), ("×runner-up", "right"), ("tried", "right"),
-                      ("failed", "left")):
-        table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
+                        f"{escape(str(report.device.get('name')))}", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    # 80 columns: problem and winner wrap at spaces, numbers never; failures under the winner
+    table.add_column("problem", ratio=1, overflow="fold")
+    table.add_column("winner", ratio=1, overflow="fold")
+    for col in ("time", "×default", "×2nd", "tried"):
+        table.add_column(col, justify="right", no_wrap=True)
     for o in report.outcomes:
         e = o.entry
-        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n) or "—"
+        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n)
         problem = escape(short_problem(o.problem))
         if e is None:
-            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}", "—", "—", "—",
-                          str(o.tried), failed)
+            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}"
+                          + (f"\n[dim]failed: {failed}[/]" if failed else ""), "—", "—", "—",
+                          str(o.tried))
             continue
-        winner = escape(e.choice.label()) + ("" if o.status == "planned" else
-                                             f" [dim]({o.status})[/]")
+        winner = escape(e.choice.label().replace(",", ", ")) + (
+            "" if o.status == "planned" else f" [dim]({o.status})[/]") + (
+            f"\n[dim]failed: {failed}[/]" if failed else "")
         sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
         table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
                       f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
-                      str(o.tried or e.tried), failed)
+                      str(o.tried or e.tried))
     console.print(table)
     n_unplanned = len(report.unplanned)
     summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"
@@ -255,25 +178,6 @@ def render(report: Any) -> None:
     if n_unplanned:
         console.print("[yellow]unplanned problems run the default heuristic; see the "
                       "failures above (--json for details)[/]")
-
-
-def short_key(problem: Any) -> str:
-    """The key fields that differ from their defaults, compactly."""
-    from dnnctl.ops import registry
-
-    fields = registry.get_op(problem.op).fields
-    parts = []
-    for name, value in problem.key:
-        spec = fields.get(name)
-        if spec is not None and not spec.required and spec.default == value:
-            continue
-        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
-    return " ".join(parts)
-
-
-def short_problem(problem: Any) -> str:
-    return f"{problem.op} {short_key(problem)}"
 
 
 def _us(v: float) -> str:
