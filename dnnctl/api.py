@@ -26,7 +26,7 @@ def kernels_listing(op: str | None = None, backend: str | None = None) -> dict[s
     """Variants matching the filters, with notes: which op a function name belongs to
     (``gelu`` -> activation), whether this host can run a backend, and, when nothing
     matches, why."""
-    from dnnctl.backends.base import get_backend
+    from dnnctl.backends.registry import get_backend
     from dnnctl.errors import UsageError
 
     notes: list[str] = []

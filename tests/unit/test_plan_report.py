@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from dnnctl.backends.base import get_backend  # noqa: E402
+from dnnctl.backends.registry import get_backend  # noqa: E402
 from dnnctl.cli.app import app  # noqa: E402
 from dnnctl.errors import UsageError  # noqa: E402
 from dnnctl.ops import registry  # noqa: E402

@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 
 from typer.testing import CliRunner  # noqa: E402
 
-from dnnctl.backends.base import get_backend  # noqa: E402
+from dnnctl.backends.registry import get_backend  # noqa: E402
 from dnnctl.cli.app import _optional_values, app  # noqa: E402
 from dnnctl.plan import read_plan  # noqa: E402
 from dnnctl.tune.ray_fleet import _from_record, _write_sections, tune_on_ray  # noqa: E402
