@@ -8,7 +8,10 @@ this package or to the function.
 from __future__ import annotations
 
 from dnnctl.ops import make_callable
-from dnnctl.ops.attention import numpy_variants  # noqa: F401  (registration)
+from dnnctl.ops.attention import (  # noqa: F401  (registration)
+    cupy_variants,
+    numpy_variants,
+)
 from dnnctl.ops.attention.function import attention, attention_backward
 from dnnctl.ops.attention.op import Attention
 
