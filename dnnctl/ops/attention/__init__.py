@@ -11,6 +11,7 @@ from dnnctl.ops import make_callable
 from dnnctl.ops.attention import (  # noqa: F401  (registration)
     cupy_variants,
     numpy_variants,
+    vendor,
 )
 from dnnctl.ops.attention.function import attention, attention_backward
 from dnnctl.ops.attention.op import Attention

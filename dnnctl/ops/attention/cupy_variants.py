@@ -78,9 +78,8 @@ class _FlashBase(Variant):
         bm, bn = params["bm"], params["bn"]
         if smem_bytes(problem, bm, bn) > limit or not self._regs_ok(problem, bn):
             return False
-        if bn > 32 and bn >= 2 * -(-problem["seq_kv"] // 16) * 16:
-            return False  # a key tile twice the keys: only padding
-        return True
+        # no key tile twice the keys (only padding)
+        return bn <= 32 or bn < 2 * -(-problem["seq_kv"] // 16) * 16
 
     def _defines(self, p: Problem, params: Mapping[str, Any], splits: int) -> dict[str, int]:
         return {"DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"],
