@@ -247,3 +247,39 @@ class FlashAttnPackage(_TorchBase):
                 lse.copy_(res[1].reshape(lse.shape))
 
         return kernel
+
+
+@register_variant
+class TorchFlashBackward(TorchFlash):
+    """torch's FlashAttention-2 backward (aten::_flash_attention_backward): dq, dk, dv from
+    the forward's out and lse; GQA, bottom-right causal, windows, varlen."""
+
+    name = "torch_flash_bwd"
+    passes = ("backward",)
+    deterministic = False  # dq is accumulated with atomics
+    doc = "torch FlashAttention-2 backward (aten::_flash_attention_backward)"
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        bwd = torch.ops.aten._flash_attention_backward.default
+        causal = p["causal"] != "none"
+        w = p["window"]
+        left, right = (w, 0 if causal else w) if w else (None, None)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
+            q, k, v, o, do = (_bshd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
+            cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
+            ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
+            rng = torch.zeros(2, dtype=torch.int64, device=q.device)  # no dropout: unread
+            with current_stream():
+                dq, dk, dv = bwd(do, q, k, v, o, t["lse"], cq, ck, p["seq_q"], p["seq_kv"],
+                                 0.0, causal, rng, rng, scale=attn_scale(p, attrs),
+                                 window_size_left=left, window_size_right=right)
+                for name, val in (("dq", dq), ("dk", dk), ("dv", dv)):
+                    _bshd(p, tensor(outputs[name])).copy_(val)
+
+        return kernel
