@@ -139,7 +139,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
                 out = fwd()
                 ref = out if ref is None else ref
                 vend[which] = common.time_us(fwd, budget_ms=60)["median_us"]
-                if not key["seq_q"] == 1:
+                if key["seq_q"] != 1:
                     vend[which + "_fb"] = common.time_us(fb, budget_ms=60)["median_us"]
             except Exception as exc:
                 row[f"{which}_note"] = f"{type(exc).__name__}: {exc}"[:100]
