@@ -60,6 +60,14 @@ def current_stream() -> Any:
     return torch.cuda.stream(st)
 
 
+@functools.cache
+def _flash_has_block_table() -> bool:
+    import torch
+
+    schema = torch.ops.aten._flash_attention_forward.default._schema
+    return any(a.name == "block_table" for a in schema.arguments)
+
+
 def _bshd(p: Problem, x: Any) -> Any:
     """(B, S, H, D) view of a q/k/v/out tensor in the problem's layout."""
     return x.transpose(1, 2) if not p["varlen"] and p["layout"] == "BHSD" else x
@@ -104,8 +112,12 @@ class TorchFlash(_TorchBase):
         if p["causal"] == "top_left" and p["seq_q"] != p["seq_kv"] or (
                 p["varlen"] and p["causal"] == "top_left"):
             return unsupported("flash-attn's causal mask is bottom-right aligned")
-        if p["paged"] and p["paged"] % 256:
-            return unsupported("flash-attn pages are multiples of 256 tokens")
+        if p["paged"]:
+            if not _flash_has_block_table():
+                return unsupported("this torch's aten::_flash_attention_forward takes no "
+                                   "block_table (paged KV)")
+            if p["paged"] % 256:
+                return unsupported("flash-attn pages are multiples of 256 tokens")
         return SUPPORTED
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
@@ -125,10 +137,11 @@ class TorchFlash(_TorchBase):
             ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
             table = tensor(inputs["block_table"]) if p["paged"] else None
             used = tensor(inputs["seqused_k"]) if p["paged"] else None
+            paged = {"seqused_k": used, "block_table": table} if p["paged"] else {}
             with current_stream():
                 res = fwd(q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False,
                           scale=attn_scale(p, attrs), window_size_left=left,
-                          window_size_right=right, seqused_k=used, block_table=table)
+                          window_size_right=right, **paged)
                 _bshd(p, tensor(outputs["out"])).copy_(res[0])
                 tensor(outputs["lse"]).copy_(res[1].reshape(tensor(outputs["lse"]).shape))
 
