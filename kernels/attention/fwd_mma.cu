@@ -79,20 +79,6 @@ __device__ __forceinline__ RowMap row_of(int r, int rows, int head_base, int gro
 #endif
 }
 
-// Copy rows [0, n) of a (n x W) tile of global rows (row pointer from ptr_of(i)) into smem
-// with stride S; rows past `valid` are zero-filled.
-template <int W, int S, int ROWS, class PtrOf>
-__device__ __forceinline__ void load_tile(elem_t* smem, int valid, PtrOf ptr_of,
-                                          const elem_t* any) {
-  constexpr int CH = W / 8;  // 16-byte chunks per row
-  for (int c = threadIdx.x; c < ROWS * CH; c += THREADS) {
-    const int r = c / CH, col = (c % CH) * 8;
-    const bool ok = r < valid;
-    const elem_t* src = ok ? ptr_of(r) + col : any;
-    cp_async<16>(smem + r * S + col, src, ok);
-  }
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS)
 attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
          const elem_t* __restrict__ v, elem_t* __restrict__ out, float* __restrict__ lse,
@@ -164,14 +150,14 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   auto load_kv = [&](int t, int buf) {
     const int j0 = n_begin + t * BN;
     const int valid = min(BN, len_k - j0);
-    load_tile<D, KS, BN>(Ks + buf * BN * KS, valid,
+    load_tile<D, KS, BN, THREADS>(Ks + buf * BN * KS, valid,
                          [&](int r) { return kb + key_row(j0 + r) * k_ss; }, k);
-    load_tile<DV, VS, BN>(Vs + buf * BN * VS, valid,
+    load_tile<DV, VS, BN, THREADS>(Vs + buf * BN * VS, valid,
                           [&](int r) { return vb + key_row(j0 + r) * v_ss; }, v);
   };
 
   // Q tile (rows gathered through the row map)
-  load_tile<D, QS, BM>(Qs, rows - m0, [&](int r) {
+  load_tile<D, QS, BM, THREADS>(Qs, rows - m0, [&](int r) {
     const RowMap rm = row_of(m0 + r, rows, head_base, group);
     return q + (long long)b * q_sb + (long long)rm.head * q_sh + (long long)(q0 + rm.query) * q_ss;
   }, q);

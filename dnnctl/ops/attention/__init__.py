@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dnnctl.ops import make_callable
 from dnnctl.ops.attention import (  # noqa: F401  (registration)
+    backward,
     cupy_variants,
     numpy_variants,
     vendor,

@@ -48,4 +48,17 @@ __device__ __forceinline__ bool key_allowed(int j, int qpos, int len_k, int wind
   return true;
 }
 
+// Copy a (ROWS x W) tile of global rows (row i at ptr_of(i)) into shared memory with row
+// stride S elements, 16 bytes per cp.async; rows from `valid` on are zero-filled.
+template <int W, int S, int ROWS, int THREADS, class T, class PtrOf>
+__device__ __forceinline__ void load_tile(T* smem, int valid, PtrOf ptr_of, const T* any) {
+  constexpr int CH = W / 8;  // 16-byte chunks per row
+  for (int c = threadIdx.x; c < ROWS * CH; c += THREADS) {
+    const int r = c / CH, col = (c % CH) * 8;
+    const bool ok = r < valid;
+    const T* src = ok ? ptr_of(r) + col : any;
+    cp_async<16>(smem + r * S + col, src, ok);
+  }
+}
+
 }  // namespace dnnctl
