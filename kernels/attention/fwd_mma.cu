@@ -1,5 +1,5 @@
 // dnnctl attention forward on mma.sync (sm_80+), FlashAttention-2 style: one block owns BM
-// rows of queries, each warp 16 of them; key / value tiles of BN rows stream through a
+// rows of queries, each warp 16 or 32 of them; key / value tiles of BN rows stream through a
 // cp.async double buffer; S = Q K^T and O += P V on m16n8k16 tensor cores with fp32
 // accumulation; an online softmax in the log2 domain (running max and sum per row, the
 // accumulator rescaled when the max grows); P is rounded to the I/O dtype and fed to the
@@ -15,8 +15,9 @@
 // the key tiles of its slice and writes fp32 (out, lse) partials to a workspace that
 // attn_combine merges.
 //
-// Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (head dims, multiples of 16), ATT_BM (16 x
-// warps), ATT_BN (key tile, multiple of 16), ATT_MASK 0|1|2 (none, top_left, bottom_right),
+// Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (head dims, multiples of 16), ATT_BM (block rows),
+// ATT_WM (rows per warp: 16 or 32; each K / V fragment then feeds ATT_WM / 16 m-tiles),
+// ATT_BN (key tile, multiple of 16), ATT_MASK 0|1|2 (none, top_left, bottom_right),
 // ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_PAGED (page size, 0 = contiguous), ATT_PACK, ATT_SPLITS.
 #include <dnnctl/attention.cuh>
 
@@ -58,10 +59,15 @@ using namespace dnnctl;
 #endif
 
 constexpr int D = ATT_D, DV = ATT_DV, BM = ATT_BM, BN = ATT_BN;
-constexpr int WARPS = BM / 16, THREADS = WARPS * 32;
+#ifndef ATT_WM
+#define ATT_WM 16
+#endif
+constexpr int WM = ATT_WM, MT = WM / 16;  // rows per warp, m16 tiles per warp
+constexpr int WARPS = BM / WM, THREADS = WARPS * 32;
 constexpr int QS = D + 8, KS = D + 8, VS = DV + 8;  // smem row strides (elements): +16 bytes
                                                     // keeps ldmatrix rows on distinct banks
-static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
+static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % WM == 0 && WM % 16 == 0,
+              "tile shapes");
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
@@ -164,16 +170,22 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   if (ntiles > 0) load_kv(0, 0);
   cp_async_commit();
 
-  float o[DV / 8][4];
+  float o[MT][DV / 8][4];
+  float mrow[MT][2], lrow[MT][2];
+  int qpos[MT][2];
 #pragma unroll
-  for (int i = 0; i < DV / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-  float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.f, 0.f};
-  int qpos[2];
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const RowMap rm = row_of(m0 + warp * 16 + lane / 4 + 8 * h, rows, head_base, group);
-    qpos[h] = rm.query < 0 ? -(1 << 30) : rm.query + off;  // padding rows allow no key
+    for (int i = 0; i < DV / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowMap rm = row_of(m0 + warp * WM + mt * 16 + lane / 4 + 8 * h, rows, head_base, group);
+      qpos[mt][h] = rm.query < 0 ? -(1 << 30) : rm.query + off;  // padding rows allow no key
+      mrow[mt][h] = NEG_INF;
+      lrow[mt][h] = 0.f;
+    }
   }
+  const int qpos_min = qlo + off;  // the block's first query: a tile at or below it is unmasked
 
   for (int t = 0; t < ntiles; ++t) {
     if (t + 1 < ntiles) {
@@ -187,72 +199,87 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     const elem_t* Kt = Ks + (t & 1) * BN * KS;
     const elem_t* Vt = Vs + (t & 1) * BN * VS;
 
-    float s[BN / 8][4];
+    float s[MT][BN / 8][4];
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      unsigned a[4];
-      ldmatrix_x4(a, Qs + (warp * 16 + (lane & 15)) * QS + kk * 16 + (lane >> 4) * 8);
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(a[mt], Qs + (warp * WM + mt * 16 + (lane & 15)) * QS + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
       for (int nn = 0; nn < BN / 16; ++nn) {
         unsigned r[4];
         ldmatrix_x4(r, Kt + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * KS + kk * 16 +
                            ((lane >> 3) & 1) * 8);
         const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<elem_t>(s[2 * nn], a, b0);
-        mma_16816<elem_t>(s[2 * nn + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<elem_t>(s[mt][2 * nn], a[mt], b0);
+          mma_16816<elem_t>(s[mt][2 * nn + 1], a[mt], b1);
+        }
       }
     }
 
-    // scale (log2 domain), cap, mask; row maxima
+    // scale (log2 domain), cap, mask (only on tiles a mask or the end cuts); row maxima
     const int j0 = n_begin + t * BN;
-    float tmax[2] = {NEG_INF, NEG_INF};
+    const bool masked = j0 + BN > len_k || window > 0 || (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
+    float base[MT][2];
 #pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt) {
+    for (int mt = 0; mt < MT; ++mt) {
+      float tmax[2] = {NEG_INF, NEG_INF};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-        float x = s[nt][e];
+      for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+          float x = s[mt][nt][e];
 #if ATT_SOFTCAP
-        x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
+          x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
 #else
-        x *= scale_log2;
+          x *= scale_log2;
 #endif
-        x = key_allowed<ATT_MASK>(j, qpos[h], len_k, window) ? x : NEG_INF;
-        s[nt][e] = x;
-        tmax[h] = fmaxf(tmax[h], x);
+          if (masked && !key_allowed<ATT_MASK>(j, qpos[mt][h], len_k, window)) x = NEG_INF;
+          s[mt][nt][e] = x;
+          tmax[h] = fmaxf(tmax[h], x);
+        }
       }
-    }
-    float alpha[2], base[2];
+      float alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float mnew = fmaxf(mrow[h], quad_max(tmax[h]));
-      base[h] = mnew == NEG_INF ? 0.f : mnew;
-      alpha[h] = exp2f(mrow[h] - base[h]);
-      mrow[h] = mnew;
-      lrow[h] *= alpha[h];
-    }
+      for (int h = 0; h < 2; ++h) {
+        const float mnew = fmaxf(mrow[mt][h], quad_max(tmax[h]));
+        base[mt][h] = mnew == NEG_INF ? 0.f : mnew;
+        alpha[h] = exp2f(mrow[mt][h] - base[mt][h]);
+        mrow[mt][h] = mnew;
+        lrow[mt][h] *= alpha[h];
+      }
 #pragma unroll
-    for (int i = 0; i < DV / 8; ++i) {
-      o[i][0] *= alpha[0];
-      o[i][1] *= alpha[0];
-      o[i][2] *= alpha[1];
-      o[i][3] *= alpha[1];
+      for (int i = 0; i < DV / 8; ++i) {
+        o[mt][i][0] *= alpha[0];
+        o[mt][i][1] *= alpha[0];
+        o[mt][i][2] *= alpha[1];
+        o[mt][i][3] *= alpha[1];
+      }
     }
     // P = exp2(s - max), rounded to the I/O dtype, then O += P V
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      unsigned pa[4];
+      unsigned pa[MT][4];
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * kk + half;
-        const float p0 = exp2f(s[nt][0] - base[0]), p1 = exp2f(s[nt][1] - base[0]);
-        const float p2 = exp2f(s[nt][2] - base[1]), p3 = exp2f(s[nt][3] - base[1]);
-        lrow[0] += p0 + p1;
-        lrow[1] += p2 + p3;
-        pa[2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
-        pa[2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int nt = 2 * kk + half;
+          const float p0 = exp2f(s[mt][nt][0] - base[mt][0]), p1 = exp2f(s[mt][nt][1] - base[mt][0]);
+          const float p2 = exp2f(s[mt][nt][2] - base[mt][1]), p3 = exp2f(s[mt][nt][3] - base[mt][1]);
+          lrow[mt][0] += p0 + p1;
+          lrow[mt][1] += p2 + p3;
+          pa[mt][2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
+          pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
+        }
       }
 #pragma unroll
       for (int dd = 0; dd < DV / 16; ++dd) {
@@ -260,8 +287,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
         ldmatrix_x4_trans(r, Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VS +
                                  dd * 16 + (lane >> 4) * 8);
         const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<elem_t>(o[2 * dd], pa, b0);
-        mma_16816<elem_t>(o[2 * dd + 1], pa, b1);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<elem_t>(o[mt][2 * dd], pa[mt], b0);
+          mma_16816<elem_t>(o[mt][2 * dd + 1], pa[mt], b1);
+        }
       }
     }
     block_sync();  // the next iteration's load overwrites this buffer
@@ -270,39 +300,42 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 
   // finish: full row sums, normalize, store out and lse (or the split's partials)
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(lrow[h]);
-    const int r = m0 + warp * 16 + lane / 4 + 8 * h;
-    const RowMap rm = row_of(r, rows, head_base, group);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const float row_lse = l > 0.f ? (mrow[h] + log2f(l)) * LN2 : NEG_INF;
-    if (rm.query < 0) continue;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(lrow[mt][h]);
+      const int r = m0 + warp * WM + mt * 16 + lane / 4 + 8 * h;
+      const RowMap rm = row_of(r, rows, head_base, group);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float row_lse = l > 0.f ? (mrow[mt][h] + log2f(l)) * LN2 : NEG_INF;
+      if (rm.query < 0) continue;
 #if ATT_SPLITS > 1
-    const long long idx = (((long long)split * gridDim.z + b) * heads_q + rm.head) * seq_q +
-                          rm.query;
-    float* wo = ws_o + idx * DV;
+      const long long idx = (((long long)split * gridDim.z + b) * heads_q + rm.head) * seq_q +
+                            rm.query;
+      float* wo = ws_o + idx * DV;
 #pragma unroll
-    for (int i = 0; i < DV / 8; ++i) {
-      const int c = i * 8 + (lane % 4) * 2;
-      float2 pair;
-      pair.x = o[i][2 * h] * inv;
-      pair.y = o[i][2 * h + 1] * inv;
-      stg<float2>(reinterpret_cast<float2*>(wo + c), pair);
-    }
-    if (lane % 4 == 0) stg<float>(ws_lse + idx, row_lse);
+      for (int i = 0; i < DV / 8; ++i) {
+        const int c = i * 8 + (lane % 4) * 2;
+        float2 pair;
+        pair.x = o[mt][i][2 * h] * inv;
+        pair.y = o[mt][i][2 * h + 1] * inv;
+        stg<float2>(reinterpret_cast<float2*>(wo + c), pair);
+      }
+      if (lane % 4 == 0) stg<float>(ws_lse + idx, row_lse);
 #else
-    elem_t* orow = out + (long long)b * o_sb + (long long)rm.head * o_sh +
-                   (long long)(q0 + rm.query) * o_ss;
+      elem_t* orow = out + (long long)b * o_sb + (long long)rm.head * o_sh +
+                     (long long)(q0 + rm.query) * o_ss;
 #pragma unroll
-    for (int i = 0; i < DV / 8; ++i) {
-      const int c = i * 8 + (lane % 4) * 2;
-      stg<unsigned>(reinterpret_cast<unsigned*>(orow + c),
-                    pack2(from_float<elem_t>(o[i][2 * h] * inv),
-                          from_float<elem_t>(o[i][2 * h + 1] * inv)));
-    }
-    if (lane % 4 == 0)
-      stg<float>(lse + (long long)b * l_sb + (long long)rm.head * l_sh + q0 + rm.query, row_lse);
+      for (int i = 0; i < DV / 8; ++i) {
+        const int c = i * 8 + (lane % 4) * 2;
+        stg<unsigned>(reinterpret_cast<unsigned*>(orow + c),
+                      pack2(from_float<elem_t>(o[mt][i][2 * h] * inv),
+                            from_float<elem_t>(o[mt][i][2 * h + 1] * inv)));
+      }
+      if (lane % 4 == 0)
+        stg<float>(lse + (long long)b * l_sb + (long long)rm.head * l_sh + q0 + rm.query, row_lse);
 #endif
+    }
   }
 }
 

@@ -46,21 +46,27 @@ def _k(**kw):
 
 EMU_CASES = [
     # plain, GQA 2:1, odd lengths (tails of both tiles)
-    ("mma", _k(heads_kv=1, seq_q=37, seq_kv=45, head_dim=32), {"bm": 64, "bn": 32}),
+    ("mma", _k(heads_kv=1, seq_q=37, seq_kv=45, head_dim=32),
+     {"bm": 64, "bn": 32, "wm": 32}),
     # bottom-right causal, BSHD, softcap, bf16
     ("mma", _k(batch=2, seq_q=20, seq_kv=50, head_dim=64, dtype="bfloat16",
-               causal="bottom_right", layout="BSHD", softcap=3.0), {"bm": 64, "bn": 32}),
+               causal="bottom_right", layout="BSHD", softcap=3.0),
+     {"bm": 64, "bn": 32, "wm": 32}),
     # varlen with GQA and causal
     ("mma", _k(batch=3, heads_kv=1, seq_q=60, seq_kv=70, head_dim=32, dtype="bfloat16",
-               varlen=True, layout="BSHD", causal="bottom_right"), {"bm": 64, "bn": 32}),
+               varlen=True, layout="BSHD", causal="bottom_right"),
+     {"bm": 64, "bn": 32, "wm": 16}),
     # more queries than keys: rows without keys (out 0, lse -inf), window, Dv != D
     ("mma", _k(heads_q=1, seq_q=40, seq_kv=20, head_dim=32, head_dim_v=64,
-               causal="bottom_right", window=5), {"bm": 64, "bn": 32}),
+               causal="bottom_right", window=5), {"bm": 64, "bn": 32, "wm": 32}),
     # seq 1, head dim 96
-    ("mma", _k(seq_q=1, seq_kv=1, head_dim=96), {"bm": 64, "bn": 32}),
+    ("mma", _k(seq_q=1, seq_kv=1, head_dim=96), {"bm": 64, "bn": 32, "wm": 16}),
     # top-left causal sliding window over several key tiles (skipped tiles at both ends)
     ("mma", _k(heads_q=1, seq_q=70, head_dim=32, causal="top_left", window=9),
-     {"bm": 64, "bn": 32}),
+     {"bm": 64, "bn": 32, "wm": 32}),
+    # causal without window over 5 key tiles: interior tiles take the unmasked path
+    ("mma", _k(heads_q=1, seq_q=150, head_dim=32, causal="top_left"),
+     {"bm": 128, "bn": 32, "wm": 32}),
     # decode: GQA packing and split-KV with the combine kernel
     ("decode", _k(batch=2, heads_q=4, heads_kv=2, seq_q=1, seq_kv=150, head_dim=32),
      {"bm": 16, "bn": 32, "splits": 2}),

@@ -69,14 +69,16 @@ class _FlashBase(Variant):
                 return unsupported(f"{f}={p[f]}: the kernel is built for {list(HEAD_DIMS)}")
         return SUPPORTED
 
-    def _regs_ok(self, p: Problem, bn: int) -> bool:
-        # fp32 accumulators per thread: O (dv / 2) + S (bn / 2); above ~160 the kernel spills
-        return p["head_dim_v"] // 2 + bn // 2 <= 160
+    def _regs_ok(self, p: Problem, bn: int, wm: int) -> bool:
+        # fp32 accumulators per thread: O (dv / 2) + S (bn / 2) per m16 tile of the warp;
+        # one tile spills above ~160, two (which load K / V once for both) above ~192
+        acc = wm // 16 * (p["head_dim_v"] // 2 + bn // 2)
+        return acc <= (160 if wm == 16 else 192)
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024
-        bm, bn = params["bm"], params["bn"]
-        if smem_bytes(problem, bm, bn) > limit or not self._regs_ok(problem, bn):
+        bm, bn, wm = params["bm"], params["bn"], params.get("wm", 16)
+        if bm % wm or smem_bytes(problem, bm, bn) > limit or not self._regs_ok(problem, bn, wm):
             return False
         # no key tile twice the keys (only padding)
         return bn <= 32 or bn < 2 * -(-problem["seq_kv"] // 16) * 16
@@ -84,7 +86,7 @@ class _FlashBase(Variant):
     def _defines(self, p: Problem, params: Mapping[str, Any], splits: int) -> dict[str, int]:
         return {"DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"],
                 "ATT_DV": p["head_dim_v"], "ATT_BM": params["bm"], "ATT_BN": params["bn"],
-                "ATT_MASK": CAUSAL.index(p["causal"]), "ATT_SOFTCAP": int(p["softcap"] > 0),
+                "ATT_WM": params.get("wm", 16), "ATT_MASK": CAUSAL.index(p["causal"]), "ATT_SOFTCAP": int(p["softcap"] > 0),
                 "ATT_VARLEN": int(p["varlen"]), "ATT_PAGED": p["paged"],
                 "ATT_PACK": int(self.pack), "ATT_SPLITS": splits}
 
@@ -123,7 +125,7 @@ class FlashKernel:
         rows = p["seq_q"] * g if pack else p["seq_q"]
         mblocks = -(-rows // self.bm)
         self.grid = (mblocks * self.splits, p["heads_kv"] if pack else p["heads_q"], p["batch"])
-        self.block = (self.bm // 16 * 32, 1, 1)
+        self.block = (self.bm // params.get("wm", 16) * 32, 1, 1)
         self.tps = -(-_kv_tiles(p, self.bn) // self.splits)
         st = strides(p)
         self.strides = [np.int64(x) for n in ("q", "k", "v", "out") for x in st[n]]
@@ -160,15 +162,17 @@ class MmaAttention(_FlashBase):
     """FlashAttention-2-style forward on mma.sync."""
 
     name = "mma"
-    params = {"bm": (64, 128), "bn": (32, 64, 128)}
+    params = {"bm": (64, 128), "bn": (32, 64, 128), "wm": (16, 32)}
     doc = ("flash attention forward on mma.sync m16n8k16 (sm_80+): cp.async double buffer, "
            "online softmax, masks / window / softcap / GQA / varlen / paged KV")
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         p = problem
-        bn = 64 if p["head_dim_v"] <= 128 else 32
+        dv = p["head_dim_v"]
         bm = 128 if p["seq_q"] > 64 else 64
-        params = {"bm": bm, "bn": bn}
+        wm = 32 if dv <= 128 and bm == 128 else 16
+        bn = 64 if dv <= 64 or (wm == 16 and dv <= 128) else 32
+        params = {"bm": bm, "bn": bn, "wm": wm}
         if self.valid_params(p, params, device):
             return params
         return next(iter(self.param_space(p, device)), None)
