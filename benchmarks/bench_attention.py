@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import common  # noqa: E402
 
 TITLE = "Attention (forward; backward where noted)"
-BUDGET_S = 200.0
+BUDGET_S = 120.0
 
 SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("bf16 B4 H32 S4096 D128", dict(batch=4, heads_q=32, seq_q=4096, head_dim=128,
@@ -39,6 +39,13 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("decode bf16 B8 q1 KV4096 GQA32/8 D128", dict(batch=8, heads_q=32, heads_kv=8, seq_q=1,
                                                    seq_kv=4096, head_dim=128,
                                                    dtype="bfloat16")),
+    ("decode bf16 B32 q1 KV8192 GQA32/8 D128", dict(batch=32, heads_q=32, heads_kv=8,
+                                                    seq_q=1, seq_kv=8192, head_dim=128,
+                                                    dtype="bfloat16")),
+]
+BACKWARD: list[tuple[str, dict[str, Any]]] = [
+    ("bf16 B4 H32 S4096 D128", SHAPES[0][1]),
+    ("bf16 B4 H32 S4096 D128 causal", SHAPES[1][1]),
 ]
 
 
@@ -78,7 +85,7 @@ def _ours(op: Any, problem: Any, dev: Any, inputs: dict, outputs: dict, ref: Any
         variant = get_variant("attention", "cupy", vname)
         if not variant.supports(problem, dev):
             continue
-        space = list(variant.param_space(problem, dev)) or [{}]
+        space = [c for c in variant.param_space(problem, dev) if _keep(vname, c)] or [{}]
         for params in space:
             try:
                 kern = variant.build(problem, params, dev)
@@ -98,6 +105,84 @@ def _ours(op: Any, problem: Any, dev: Any, inputs: dict, outputs: dict, ref: Any
             if med < best:
                 best, label = med, f"{vname} {params}" if params else vname
     return best, label, tried, notes
+
+
+def _keep(vname: str, params: dict[str, Any]) -> bool:
+    """The candidates timed here (NVRTC compiles bound the run; the tuner tries them all)."""
+    if vname == "decode":
+        return params["splits"] in (4, 8, 16) and params["bn"] in (32, 64)
+    if vname == "mma_bwd":
+        return params["bm"] >= 64 and params["bn"] >= 64
+    return True
+
+
+def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dict[str, Any]]:
+    """Our backward (dq, dk, dv from the forward's out and lse) against cuDNN / FA2 backward
+    through torch autograd (their backward = forward+backward minus forward)."""
+    import cupy as cp
+    import torch
+
+    from dnnctl.ops.registry import get_variant
+
+    p = op.problem(dict(key, **{"pass": "backward"}))
+    fp = op.problem(key)
+    tdt = getattr(torch, key["dtype"])
+    g = torch.Generator(device="cuda").manual_seed(1)
+    b, h, s, d = p["batch"], p["heads_q"], p["seq_q"], p["head_dim"]
+    q, k, v, dout = (torch.randn(b, h, s, d, device="cuda", generator=g).to(tdt)
+                     for _ in range(4))
+    causal = p["causal"] != "none"
+    row: dict[str, Any] = {"shape": "backward " + name}
+    grads = None
+    for which in ("cudnn", "flash"):
+        try:
+            fwd, fb = _torch_backend(torch, q, k, v, causal, which, False)
+            t_f = common.time_us(fwd, budget_ms=40)["median_us"]
+            t_fb = common.time_us(fb, budget_ms=60)["median_us"]
+            row[f"{which}_bwd_us"] = t_fb - t_f
+            row[f"{which}_bwd_TFLOPs"] = op.flops(p) / (t_fb - t_f) / 1e6
+        except Exception as exc:
+            row[f"{which}_note"] = f"{type(exc).__name__}: {exc}"[:100]
+    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(dout)
+    grads = {"dq": qg.grad, "dk": kg.grad, "dv": vg.grad}
+    fwd_v = get_variant("attention", "cupy", "mma")
+    out = torch.empty_like(q)
+    lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+    ins = {n: cp.from_dlpack(t) for n, t in (("q", q), ("k", k), ("v", v))}
+    fwd_v.build(fp, fwd_v.default_params(fp, dev), dev)(
+        ins, {"out": cp.from_dlpack(out), "lse": cp.from_dlpack(lse)}, {})
+    ins.update(out=cp.from_dlpack(out), dout=cp.from_dlpack(dout), lse=cp.from_dlpack(lse))
+    res = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
+    outs = {n: cp.from_dlpack(t) for n, t in res.items()}
+    best, label, notes = math.inf, "", []
+    for vname in ("mma_bwd", "torch_flash_bwd"):
+        variant = get_variant("attention", "cupy", vname)
+        if not variant.supports(p, dev):
+            continue
+        for params in [c for c in variant.param_space(p, dev) if _keep(vname, c)] or [{}]:
+            try:
+                kern = variant.build(p, params, dev)
+                kern(ins, outs, {})
+                torch.cuda.synchronize()
+                err = max(_rel(torch, res[n], grads[n]) for n in res)
+            except Exception as exc:
+                notes.append(f"FAILED {vname}{params}: {type(exc).__name__}: {exc}"[:160])
+                continue
+            if not err < 5e-2:
+                notes.append(f"WRONG {vname}{params} err {err:.3g}")
+                continue
+            med = common.time_us(lambda k=kern: k(ins, outs, {}), warmup_ms=5,
+                                 budget_ms=30)["median_us"]
+            row[f"{vname}_us"] = min(med, row.get(f"{vname}_us", math.inf))
+            if med < best:
+                best, label = med, f"{vname} {params}"
+    ours = row.get("mma_bwd_us", math.inf)
+    row.update({"ours_TFLOPs": op.flops(p) / ours / 1e6, "plan_choice": label,
+                "plan_TFLOPs": op.flops(p) / best / 1e6})
+    if "cudnn_bwd_us" in row:
+        row["ours/cudnn"] = row["cudnn_bwd_us"] / ours
+    return [row] + [{"shape": "backward " + name, "note": n} for n in notes[:4]]
 
 
 def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
@@ -177,6 +262,14 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             row["pct_bf16_peak"] = 100.0 * flop / ours / 1e6 / ctx.bf16_tflops
         rows.append(row)
         rows.extend({"shape": name, "note": n} for n in notes[:4])
+    for name, key in BACKWARD:
+        if time.time() - t0 > BUDGET_S:
+            rows.append({"shape": "backward " + name, "note": "skipped (time budget)"})
+            continue
+        try:
+            rows.extend(_backward_row(op, dev, name, key))
+        except Exception as exc:
+            rows.append({"shape": "backward " + name, "note": f"{type(exc).__name__}: {exc}"})
     return rows
 
 
