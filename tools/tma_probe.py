@@ -58,9 +58,10 @@ def main() -> int:
     rows, cols = 512, 256
     src = cp.arange(rows * cols, dtype=cp.float32).reshape(rows, cols).astype(cp.float16)
     want = cp.asnumpy(src[128:192, 64:128])
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # plain ints are refused (TypeError)
     res = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, src.data.ptr,
-        [cols, rows], [cols * 2], [64, 64], [1, 1],
+        [u64(cols), u64(rows)], [u64(cols * 2)], [u32(64), u32(64)], [u32(1), u32(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
