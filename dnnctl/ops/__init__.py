@@ -21,6 +21,7 @@ _PUBLIC: dict[str, str] = {
         "max_pool2d", "avg_pool2d", "global_avg_pool2d")},
     "conv2d": "dnnctl.ops.conv2d",
     "matmul": "dnnctl.ops.matmul",
+    **{n: "dnnctl.ops.attention" for n in ("attention", "attention_backward")},
 }
 
 __all__ = sorted(_PUBLIC)
@@ -34,7 +35,7 @@ class _CallableModule(types.ModuleType):
 def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
     """Let module ``module_name`` be called as ``fn``.
 
-    ``dnnctl.ops.softmax``, ``.conv2d`` and ``.matmul`` name both a submodule and a public
+    ``dnnctl.ops.softmax``, ``.conv2d``, ``.matmul`` and ``.attention`` name both a submodule and a public
     function; importing the submodule binds the module on this package (Python does that for
     every submodule), so the module itself must behave as the function."""
     mod = sys.modules[module_name]

@@ -336,6 +336,7 @@ class Variant(ABC):
     passes: ClassVar[tuple[str, ...]] = ("forward",)
     params: ClassVar[dict[str, tuple[Any, ...]]] = {}
     deterministic: ClassVar[bool] = True
+    vendor: ClassVar[bool] = False  # a library's kernel (cuBLAS, cuDNN, torch, flash-attn)
     source: ClassVar[str | None] = None  # kernels/<op>/<variant>.cu, relative to kernels/
     doc: ClassVar[str] = ""
 

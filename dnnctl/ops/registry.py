@@ -16,6 +16,7 @@ OP_MODULES: tuple[str, ...] = (
     "dnnctl.ops.pool",
     "dnnctl.ops.conv2d",
     "dnnctl.ops.matmul",
+    "dnnctl.ops.attention",
 )
 
 _OPS: dict[str, Op] = {}

@@ -71,12 +71,20 @@ def test_transformers():
     assert calls(bert, "layer_norm") == 25
     vit = build("vit_b16", batch=4)
     assert find(vit, "conv2d", r=16, stride=[16, 16], k=768) == 1
-    assert find(vit, "softmax", rows=4 * 12 * 197, cols=197) == 12
+    assert find(vit, "attention", batch=4, heads_q=12, seq_q=197, head_dim=64,
+                causal="none") == 12
+    assert calls(vit, "softmax") == 0
+    unfused = build("vit_b16", batch=4, attention="unfused")
+    assert find(unfused, "softmax", rows=4 * 12 * 197, cols=197) == 12
     assert find(vit, "matmul", m=4 * 197, n=2304, k=768) == 12
     llama = build("llama7b_layer", seq=256)
     assert find(llama, "matmul", m=256, n=11008, k=4096, activation="silu") == 1
     assert find(llama, "matmul", m=256, n=4096, k=4096, bias=False) == 4
-    assert find(llama, "matmul", batch=32, m=256, n=256, k=128, trans_b=True) == 1
+    assert find(llama, "attention", heads_q=32, seq_q=256, head_dim=128,
+                causal="top_left") == 1
+    assert find(build("llama7b_layer", seq=256, attention="unfused"), "matmul", batch=32,
+                m=256, n=256, k=128, trans_b=True) == 1
+    assert find(build("llama7b_layer", dtype="float32"), "softmax", cols=512) == 1
     assert calls(llama, "rms_norm") == 2
 
 

@@ -1,0 +1,163 @@
+"""The public ``dnnctl.ops.attention`` / ``attention_backward`` calls.
+
+One parse function turns the user's arguments into (key, input names, arrays, attrs); the
+call itself is ``bind`` + ``dnnctl.ops.dispatch.run`` (plan lookup, default heuristic,
+kernel cache, output allocation), with no private fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dnnctl.errors import ShapeError, UsageError
+from dnnctl.ops.attention.op import ATTN_DTYPES, CAUSAL, LAYOUTS
+from dnnctl.ops.base import dtype_name
+from dnnctl.ops.dispatch import PlanLike, bind, run
+
+_CAUSAL_ALIASES = {False: "none", None: "none", True: "top_left", "none": "none",
+                   "top_left": "top_left", "bottom_right": "bottom_right"}
+
+
+@dataclass
+class Parsed:
+    """An attention call as the dispatcher takes it."""
+
+    key: dict[str, Any]
+    names: tuple[str, ...]
+    arrays: list[Any]
+    attrs: dict[str, Any]
+
+
+def _shape(x: Any, name: str, ndim: int) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in x.shape)
+    if len(shape) != ndim:
+        raise ShapeError(f"attention: {name} has shape {shape}, expected {ndim} dimensions",
+                         hint="BHSD: (batch, heads, seq, dim); BSHD: (batch, seq, heads, dim); "
+                              "varlen: (tokens, heads, dim); paged k/v: (pages, page, heads, "
+                              "dim)")
+    return shape
+
+
+def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = None,
+          window: int | None = None, softcap: float | None = None, layout: str = "BHSD",
+          cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, block_table: Any = None,
+          seqused_k: Any = None, backward: Sequence[Any] | None = None) -> Parsed:
+    """(key, inputs, attrs) of an attention call; ``backward`` = (out, dout, lse)."""
+    try:
+        mask = _CAUSAL_ALIASES[causal]
+    except (KeyError, TypeError):
+        raise UsageError(f"attention: causal={causal!r} is not understood",
+                         hint=f"use False / True (top_left) or one of {list(CAUSAL)}") from None
+    if layout not in LAYOUTS:
+        raise UsageError(f"attention: layout={layout!r}", hint=f"use one of {list(LAYOUTS)}")
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    paged = block_table is not None or seqused_k is not None
+    if varlen and (cu_seqlens_q is None or cu_seqlens_k is None):
+        raise UsageError("attention: varlen needs both cu_seqlens_q and cu_seqlens_k")
+    if paged and (block_table is None or seqused_k is None):
+        raise UsageError("attention: a paged KV cache needs block_table and seqused_k")
+    dtype = dtype_name(q.dtype)
+    if dtype not in ATTN_DTYPES:
+        raise ShapeError(f"attention: q has dtype {dtype}", hint="use float16 or bfloat16")
+    for name, x in (("k", k), ("v", v), *zip(("out", "dout"), (backward or ())[:2])):
+        if dtype_name(x.dtype) != dtype:
+            raise ShapeError(f"attention: {name} has dtype {dtype_name(x.dtype)}, expected "
+                             f"{dtype} (the dtype of q)", hint="cast q, k, v to one dtype")
+    key: dict[str, Any] = {"dtype": dtype, "causal": mask, "window": int(window or 0),
+                           "softcap": float(softcap or 0.0), "varlen": varlen}
+    if varlen:
+        tq, hq, d = _shape(q, "q", 3)
+        tk, hkv, dk = _shape(k, "k", 3)
+        dv = _shape(v, "v", 3)[2]
+        key.update(batch=int(cu_seqlens_q.shape[0]) - 1, seq_q=tq, seq_kv=tk, layout="BSHD")
+        if int(cu_seqlens_k.shape[0]) != key["batch"] + 1:
+            raise ShapeError("attention: cu_seqlens_q and cu_seqlens_k differ in length")
+    else:
+        b, s1, s2, d = _shape(q, "q", 4)
+        hq, sq = (s1, s2) if layout == "BHSD" else (s2, s1)
+        kshape = _shape(k, "k", 4)
+        if paged:
+            pages, page, hkv, dk = kshape
+            nblk = int(block_table.shape[1])
+            dv = _shape(v, "v", 4)[3]
+            key.update(paged=page, seq_kv=nblk * page)
+            if pages != b * nblk:
+                raise ShapeError(f"attention: a paged cache of {b} sequences x {nblk} pages "
+                                 f"has {b * nblk} pages; k has {pages}",
+                                 hint="allocate batch * pages-per-sequence pages")
+        else:
+            hkv, skv = (kshape[1], kshape[2]) if layout == "BHSD" else (kshape[2], kshape[1])
+            dk, dv = kshape[3], _shape(v, "v", 4)[3]
+            key.update(seq_kv=skv)
+        key.update(batch=b, seq_q=sq, layout=layout)
+    if dk != d:
+        raise ShapeError(f"attention: q head_dim {d} != k head_dim {dk}")
+    key.update(heads_q=hq, heads_kv=hkv, head_dim=d, head_dim_v=dv)
+    names = ["q", "k", "v"]
+    arrays = [q, k, v]
+    if backward is not None:
+        key["pass"] = "backward"
+        names += ["out", "dout", "lse"]
+        arrays += list(backward)
+    if varlen:
+        names += ["cu_seqlens_q", "cu_seqlens_k"]
+        arrays += [cu_seqlens_q, cu_seqlens_k]
+    if paged:
+        names += ["block_table", "seqused_k"]
+        arrays += [block_table, seqused_k]
+    return Parsed(key, tuple(names), arrays, {"scale": None if scale is None else float(scale)})
+
+
+def _dense(bound: Any) -> None:
+    """Kernels read dense row-major storage: copy anything else once."""
+    xp = bound.backend.xp
+    bound.arrays = [a if a is None or a.flags.c_contiguous else xp.ascontiguousarray(a)
+                    for a in bound.arrays]
+
+
+def attention(q: Any, k: Any, v: Any, causal: Any = False, scale: float | None = None,
+              window: int | None = None, softcap: float | None = None, layout: str = "BHSD",
+              cu_seqlens_q: Any = None, cu_seqlens_k: Any = None, return_lse: bool = False,
+              plan: PlanLike | None = None, block_table: Any = None,
+              seqused_k: Any = None) -> Any:
+    """``softmax(q k^T * scale) v`` with fp32 accumulation (see dnnctl.ops.attention.op).
+
+    ``q`` (B, Hq, Sq, D) for layout BHSD or (B, Sq, Hq, D) for BSHD; ``k`` / ``v`` with
+    Hkv heads dividing Hq (GQA). ``causal``: False, True (= "top_left", as torch) or
+    "bottom_right" (as flash-attn); ``window`` keys back (0 / None: off); ``softcap``
+    c * tanh(s / c). Varlen: packed (tokens, heads, dim) arrays with int32 cu_seqlens.
+    Paged KV: k / v (pages, page, Hkv, D), int32 block_table (B, pages per sequence) and
+    seqused_k (B,). Returns out, or (out, lse) with ``return_lse`` (lse float32 (B, Hq, Sq),
+    varlen (Hq, Tq)). The variant is the plan's choice for the shape, else the default.
+    """
+    parsed = parse(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap,
+                   layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   block_table=block_table, seqused_k=seqused_k)
+    bound = bind(*parsed.arrays)
+    _dense(bound)
+    res = run("attention", parsed.key, bound, parsed.names, parsed.attrs, plan=plan)
+    if return_lse:
+        return bound.wrap(res["out"]), bound.wrap(res["lse"])
+    return bound.wrap(res["out"])
+
+
+def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
+                       causal: Any = False, scale: float | None = None,
+                       window: int | None = None, softcap: float | None = None,
+                       layout: str = "BHSD", cu_seqlens_q: Any = None,
+                       cu_seqlens_k: Any = None, plan: PlanLike | None = None
+                       ) -> tuple[Any, Any, Any]:
+    """(dq, dk, dv) of :func:`attention` given its ``out`` and ``lse`` and the gradient
+    ``dout`` of its output; arguments as for the forward call."""
+    parsed = parse(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap,
+                   layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   backward=(out, dout, lse))
+    if dtype_name(lse.dtype) != "float32":
+        raise ShapeError(f"attention_backward: lse has dtype {dtype_name(lse.dtype)}, "
+                         "expected float32 (as the forward returns it)")
+    bound = bind(*parsed.arrays)
+    _dense(bound)
+    res = run("attention", parsed.key, bound, parsed.names, parsed.attrs, plan=plan)
+    return bound.wrap(res["dq"]), bound.wrap(res["dk"]), bound.wrap(res["dv"])

@@ -1,0 +1,302 @@
+"""Vendor attention candidates (``vendor = True``): torch's SDPA backends, cuDNN through
+nvidia-cudnn-frontend, and flash-attn, each where importable.
+
+Each takes the backend arrays it is given as torch tensors without copies (a torch tensor as
+is, a CuPy array through ``torch.from_dlpack``), runs on the current CuPy stream (wrapped as
+a torch external stream) and writes ``out`` and ``lse`` (one device copy each, as the
+libraries allocate their own results). ``supports()`` answers for the features each library
+has; the tuner times them with the same harness as ours, so a plan picks whichever is fastest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.ops.attention.op import attn_scale
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.registry import register_variant
+
+
+@functools.cache
+def _torch_cuda() -> str | None:
+    """None when torch with CUDA is usable, else the reason."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} has no usable CUDA device"
+    return None
+
+
+def tensor(x: Any) -> Any:
+    """A torch view of a backend array (no copy)."""
+    import torch
+
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
+_STREAMS: dict[int, Any] = {}
+
+
+def current_stream() -> Any:
+    """The torch stream of CuPy's current stream (a context manager)."""
+    import torch
+
+    try:
+        import cupy
+    except ImportError:
+        return contextlib.nullcontext()
+    ptr = cupy.cuda.get_current_stream().ptr
+    if ptr == 0:
+        return torch.cuda.stream(torch.cuda.default_stream())
+    st = _STREAMS.get(ptr)
+    if st is None:
+        st = _STREAMS[ptr] = torch.cuda.ExternalStream(ptr)
+    return torch.cuda.stream(st)
+
+
+@functools.cache
+def _flash_has_block_table() -> bool:
+    import torch
+
+    schema = torch.ops.aten._flash_attention_forward.default._schema
+    return any(a.name == "block_table" for a in schema.arguments)
+
+
+def _bshd(p: Problem, x: Any) -> Any:
+    """(B, S, H, D) view of a q/k/v/out tensor in the problem's layout."""
+    return x.transpose(1, 2) if not p["varlen"] and p["layout"] == "BHSD" else x
+
+
+def _bhsd(p: Problem, x: Any) -> Any:
+    return x if p["layout"] == "BHSD" else x.transpose(1, 2)
+
+
+class _TorchBase(Variant):
+    op = "attention"
+    backend = "cupy"
+    vendor = True
+    deterministic = True
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        why = _torch_cuda()
+        if why:
+            return unsupported(why)
+        p = problem
+        if p["head_dim"] != p["head_dim_v"]:
+            return unsupported("torch's fused SDPA kernels need head_dim == head_dim_v")
+        if p["head_dim"] % 8 or p["head_dim"] > 256:
+            return unsupported("head_dim must be a multiple of 8 and at most 256")
+        if p["softcap"]:
+            return unsupported("torch's SDPA has no softcap")
+        return self.more(p)
+
+    def more(self, p: Problem) -> Support:
+        return SUPPORTED
+
+
+@register_variant
+class TorchFlash(_TorchBase):
+    """torch's FlashAttention-2 (aten::_flash_attention_forward): GQA, bottom-right causal,
+    sliding windows, varlen, paged caches of 256-multiple pages."""
+
+    name = "torch_flash"
+    doc = "torch FlashAttention-2 backend (aten::_flash_attention_forward)"
+
+    def more(self, p: Problem) -> Support:
+        if p["causal"] == "top_left" and p["seq_q"] != p["seq_kv"] or (
+                p["varlen"] and p["causal"] == "top_left"):
+            return unsupported("flash-attn's causal mask is bottom-right aligned")
+        if p["varlen"] and "backward" not in self.passes:
+            # measured on torch 2.11: out right, lse rows not in the (Hq, Tq) layout
+            return unsupported("torch's varlen flash forward returns its lse in another "
+                               "layout (not wired)")
+        if p["paged"]:
+            if not _flash_has_block_table():
+                return unsupported("this torch's aten::_flash_attention_forward takes no "
+                                   "block_table (paged KV)")
+            if p["paged"] % 256:
+                return unsupported("flash-attn pages are multiples of 256 tokens")
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        fwd = torch.ops.aten._flash_attention_forward.default
+        causal = p["causal"] != "none"
+        w = p["window"]
+        left, right = (w, 0 if causal else w) if w else (None, None)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            q, k, v = (_bshd(p, tensor(inputs[n])) if not p["paged"] or n == "q"
+                       else tensor(inputs[n]) for n in ("q", "k", "v"))
+            cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
+            ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
+            table = tensor(inputs["block_table"]) if p["paged"] else None
+            used = tensor(inputs["seqused_k"]) if p["paged"] else None
+            paged = {"seqused_k": used, "block_table": table} if p["paged"] else {}
+            with current_stream():
+                res = fwd(q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False,
+                          scale=attn_scale(p, attrs), window_size_left=left,
+                          window_size_right=right, **paged)
+                _bshd(p, tensor(outputs["out"])).copy_(res[0])
+                tensor(outputs["lse"]).copy_(res[1].reshape(tensor(outputs["lse"]).shape))
+
+        return kernel
+
+
+class _TorchDense(_TorchBase):
+    """Shared limits of the efficient / cuDNN backends: dense, equal heads, top-left causal."""
+
+    def more(self, p: Problem) -> Support:
+        if p["varlen"] or p["paged"] or p["window"]:
+            return unsupported(f"{self.name}: no varlen, paged KV or window here")
+        if p["heads_q"] != p["heads_kv"]:
+            return unsupported(f"{self.name} takes equal query / key heads (no GQA)")
+        if p["causal"] == "bottom_right":
+            return unsupported(f"{self.name}'s causal mask is top-left aligned")
+        return SUPPORTED
+
+
+@register_variant
+class TorchEfficient(_TorchDense):
+    """torch's memory-efficient (CUTLASS) backend."""
+
+    name = "torch_efficient"
+    doc = "torch memory-efficient SDPA backend (aten::_efficient_attention_forward)"
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        fwd = torch.ops.aten._efficient_attention_forward.default
+        mask_type = 1 if p["causal"] == "top_left" else 0
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            q, k, v = (_bshd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
+            with current_stream():
+                res = fwd(q, k, v, None, None, None, p["seq_q"], p["seq_kv"], 0.0, mask_type,
+                          True, scale=attn_scale(p, attrs))
+                _bshd(p, tensor(outputs["out"])).copy_(res[0])
+                tensor(outputs["lse"]).copy_(res[1][..., :p["seq_q"]])  # rows padded to 32
+
+        return kernel
+
+
+@register_variant
+class TorchCudnn(_TorchDense):
+    """cuDNN's fused flash attention as torch calls it."""
+
+    name = "torch_cudnn"
+    doc = "torch cuDNN SDPA backend (aten::_scaled_dot_product_cudnn_attention)"
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        fwd = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+        causal = p["causal"] == "top_left"
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            q, k, v = (_bhsd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
+            with current_stream():
+                res = fwd(q, k, v, None, True, 0.0, causal, False, scale=attn_scale(p, attrs))
+                _bhsd(p, tensor(outputs["out"])).copy_(res[0])
+                lse = tensor(outputs["lse"])
+                lse.copy_(res[1].reshape(lse.shape))
+
+        return kernel
+
+
+@register_variant
+class FlashAttnPackage(_TorchBase):
+    """The flash-attn package (Dao-AILab) when importable: softcap too."""
+
+    name = "flash_attn"
+    doc = "flash-attn package flash_attn_func / flash_attn_varlen_func"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if importlib.util.find_spec("flash_attn") is None:
+            return unsupported("flash-attn is not installed")
+        why = _torch_cuda()
+        if why:
+            return unsupported(why)
+        p = problem
+        if p["head_dim"] != p["head_dim_v"] or p["head_dim"] % 8 or p["head_dim"] > 256:
+            return unsupported("flash-attn needs head_dim == head_dim_v, a multiple of 8, <= 256")
+        if p["paged"]:
+            return unsupported("paged caches go through flash_attn_with_kvcache (not wired)")
+        if p["causal"] == "top_left" and (p["seq_q"] != p["seq_kv"] or p["varlen"]):
+            return unsupported("flash-attn's causal mask is bottom-right aligned")
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import flash_attn
+
+        p = problem
+        causal = p["causal"] != "none"
+        w = p["window"]
+        window = (w, 0 if causal else w) if w else (-1, -1)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            q, k, v = (_bshd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
+            kw = dict(softmax_scale=attn_scale(p, attrs), causal=causal, window_size=window,
+                      softcap=p["softcap"], return_attn_probs=True)
+            with current_stream():
+                if p["varlen"]:
+                    cq, ck = tensor(inputs["cu_seqlens_q"]), tensor(inputs["cu_seqlens_k"])
+                    res = flash_attn.flash_attn_varlen_func(
+                        q, k, v, cq, ck, p["seq_q"], p["seq_kv"], **kw)
+                else:
+                    res = flash_attn.flash_attn_func(q, k, v, **kw)
+                _bshd(p, tensor(outputs["out"])).copy_(res[0])
+                lse = tensor(outputs["lse"])
+                lse.copy_(res[1].reshape(lse.shape))
+
+        return kernel
+
+
+@register_variant
+class TorchFlashBackward(TorchFlash):
+    """torch's FlashAttention-2 backward (aten::_flash_attention_backward): dq, dk, dv from
+    the forward's out and lse; GQA, bottom-right causal, windows, varlen."""
+
+    name = "torch_flash_bwd"
+    passes = ("backward",)
+    deterministic = False  # dq is accumulated with atomics
+    doc = "torch FlashAttention-2 backward (aten::_flash_attention_backward)"
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        bwd = torch.ops.aten._flash_attention_backward.default
+        causal = p["causal"] != "none"
+        w = p["window"]
+        left, right = (w, 0 if causal else w) if w else (None, None)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
+            q, k, v, o, do = (_bshd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
+            cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
+            ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
+            rng = torch.zeros(2, dtype=torch.int64, device=q.device)  # no dropout: unread
+            with current_stream():
+                dq, dk, dv = bwd(do, q, k, v, o, t["lse"], cq, ck, p["seq_q"], p["seq_kv"],
+                                 0.0, causal, rng, rng, scale=attn_scale(p, attrs),
+                                 window_size_left=left, window_size_right=right)
+                for name, val in (("dq", dq), ("dk", dk), ("dv", dv)):
+                    _bshd(p, tensor(outputs[name])).copy_(val)
+
+        return kernel

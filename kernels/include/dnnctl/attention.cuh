@@ -1,0 +1,64 @@
+// dnnctl attention helpers: quad shuffles of mma fragments and the key mask.
+#pragma once
+#include <dnnctl/ptx.cuh>
+
+namespace dnnctl {
+
+
+#ifdef DNNCTL_EMU
+#define NEG_INF (-HUGE_VALF)
+// A butterfly exchange among the lanes of the current warp (every lane must take part).
+inline float attn_shfl_xor(float v, int o) {
+  const int lane = emu::cur->lane;
+  std::memcpy(emu::warp_slot(lane), &v, 4);
+  emu::warp_barrier();
+  float r;
+  std::memcpy(&r, emu::warp_slot(lane ^ o), 4);
+  emu::warp_barrier();
+  return r;
+}
+#else
+#define NEG_INF __int_as_float(0xff800000)
+__device__ __forceinline__ float attn_shfl_xor(float v, int o) {
+  return __shfl_xor_sync(0xffffffffu, v, o);
+}
+#endif
+
+// Reductions over the 4 lanes that hold one row of an m16n8 accumulator.
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, attn_shfl_xor(v, 1));
+  return fmaxf(v, attn_shfl_xor(v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += attn_shfl_xor(v, 1);
+  return v + attn_shfl_xor(v, 2);
+}
+
+// Key j may be read by the query at key position qpos (= query index + mask offset):
+// MASK 0 none, 1 top_left, 2 bottom_right (causal); window w > 0 bounds the distance.
+template <int MASK>
+__device__ __forceinline__ bool key_allowed(int j, int qpos, int len_k, int window) {
+  if (j >= len_k) return false;
+  if (MASK != 0 && j > qpos) return false;
+  if (window > 0) {
+    if (j < qpos - window) return false;
+    if (MASK == 0 && j > qpos + window) return false;
+  }
+  return true;
+}
+
+// Copy a (ROWS x W) tile of global rows (row i at ptr_of(i)) into shared memory with row
+// stride S elements, 16 bytes per cp.async; rows from `valid` on are zero-filled.
+template <int W, int S, int ROWS, int THREADS, class T, class PtrOf>
+__device__ __forceinline__ void load_tile(T* smem, int valid, PtrOf ptr_of, const T* any) {
+  constexpr int CH = W / 8;  // 16-byte chunks per row
+  for (int c = threadIdx.x; c < ROWS * CH; c += THREADS) {
+    const int r = c / CH, col = (c % CH) * 8;
+    const bool ok = r < valid;
+    const T* src = ok ? ptr_of(r) + col : any;
+    cp_async<16>(smem + r * S + col, src, ok);
+  }
+}
+
+}  // namespace dnnctl
