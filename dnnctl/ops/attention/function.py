@@ -1,8 +1,9 @@
 """The public ``dnnctl.ops.attention`` / ``attention_backward`` calls.
 
 One parse function turns the user's arguments into (key, input names, arrays, attrs); the
-call itself is ``bind`` + ``dnnctl.ops.dispatch.run`` (plan lookup, default heuristic,
-kernel cache, output allocation), with no private fast path.
+call goes through the run-time pipeline (``dnnctl.ops.dispatch.call``: signature cache,
+plan lookup, default heuristic, kernel cache, outputs in the caller's kind), with no
+private fast path.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnctl.errors import ShapeError, UsageError
+from dnnctl.ops import dispatch
 from dnnctl.ops.attention.op import ATTN_DTYPES, CAUSAL, LAYOUTS
 from dnnctl.ops.base import dtype_name
-from dnnctl.ops.dispatch import PlanLike, bind, run
+from dnnctl.ops.dispatch import CallSpec, PlanLike, call, spec_outputs
 
 _CAUSAL_ALIASES = {False: "none", None: "none", True: "top_left", "none": "none",
                    "top_left": "top_left", "bottom_right": "bottom_right"}
@@ -110,11 +112,41 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
     return Parsed(key, tuple(names), arrays, {"scale": None if scale is None else float(scale)})
 
 
-def _dense(bound: Any) -> None:
-    """Kernels read dense row-major storage: copy anything else once."""
-    xp = bound.backend.xp
-    bound.arrays = [a if a is None or a.flags.c_contiguous else xp.ascontiguousarray(a)
-                    for a in bound.arrays]
+_FORWARD_OPTIONAL = ("cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k")
+
+
+def _pipeline(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> dispatch.Parsed:
+    """The call spec's parse: arrays are (q, k, v, out, dout, lse, cu_seqlens_q,
+    cu_seqlens_k, block_table, seqused_k), None where absent."""
+    q, k, v, out, dout, lse, cu_q, cu_k, table, used = arrays
+    causal, scale, window, softcap, layout, return_lse, backward = scalars
+    if backward and lse is not None and dtype_name(lse.dtype) != "float32":
+        raise ShapeError(f"attention_backward: lse has dtype {dtype_name(lse.dtype)}, "
+                         "expected float32 (as the forward returns it)")
+    p = parse(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap,
+              layout=layout, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, block_table=table,
+              seqused_k=used, backward=(out, dout, lse) if backward else None)
+    index = {"q": 0, "k": 1, "v": 2, "out": 3, "dout": 4, "lse": 5, "cu_seqlens_q": 6,
+             "cu_seqlens_k": 7, "block_table": 8, "seqused_k": 9}
+    inputs = tuple((n, index[n], None) for n in p.names)
+    outputs = spec_outputs("attention", p.key)
+    result: Any = ("dq", "dk", "dv") if backward else (("out", "lse") if return_lse else "out")
+    if all(a is None or a.flags.c_contiguous for a in arrays):
+        return dispatch.Parsed("attention", p.key, inputs, outputs, attrs=p.attrs,
+                               result=result)
+
+    def prepare(back: tuple[Any, ...]) -> dict[str, Any]:
+        """Kernels read dense row-major storage: copy anything else on every call."""
+        return {n: xp.ascontiguousarray(back[i]) for n, i, _ in inputs if back[i] is not None}
+
+    def finish(kouts: dict[str, Any], back: tuple[Any, ...]) -> Any:
+        return tuple(kouts[n] for n in result) if isinstance(result, tuple) else kouts[result]
+
+    return dispatch.Parsed("attention", p.key, (), outputs, attrs=p.attrs, prepare=prepare,
+                           finish=finish)
+
+
+_ATTENTION = CallSpec("attention", _pipeline)
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any = False, scale: float | None = None,
@@ -132,15 +164,9 @@ def attention(q: Any, k: Any, v: Any, causal: Any = False, scale: float | None =
     seqused_k (B,). Returns out, or (out, lse) with ``return_lse`` (lse float32 (B, Hq, Sq),
     varlen (Hq, Tq)). The variant is the plan's choice for the shape, else the default.
     """
-    parsed = parse(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap,
-                   layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                   block_table=block_table, seqused_k=seqused_k)
-    bound = bind(*parsed.arrays)
-    _dense(bound)
-    res = run("attention", parsed.key, bound, parsed.names, parsed.attrs, plan=plan)
-    if return_lse:
-        return bound.wrap(res["out"]), bound.wrap(res["lse"])
-    return bound.wrap(res["out"])
+    return call(_ATTENTION, (q, k, v, None, None, None, cu_seqlens_q, cu_seqlens_k,
+                             block_table, seqused_k),
+                (causal, scale, window, softcap, layout, bool(return_lse), False), plan)
 
 
 def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
@@ -151,13 +177,5 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any,
                        ) -> tuple[Any, Any, Any]:
     """(dq, dk, dv) of :func:`attention` given its ``out`` and ``lse`` and the gradient
     ``dout`` of its output; arguments as for the forward call."""
-    parsed = parse(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap,
-                   layout=layout, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                   backward=(out, dout, lse))
-    if dtype_name(lse.dtype) != "float32":
-        raise ShapeError(f"attention_backward: lse has dtype {dtype_name(lse.dtype)}, "
-                         "expected float32 (as the forward returns it)")
-    bound = bind(*parsed.arrays)
-    _dense(bound)
-    res = run("attention", parsed.key, bound, parsed.names, parsed.attrs, plan=plan)
-    return bound.wrap(res["dq"]), bound.wrap(res["dk"]), bound.wrap(res["dv"])
+    return call(_ATTENTION, (q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, None, None),
+                (causal, scale, window, softcap, layout, False, True), plan)
