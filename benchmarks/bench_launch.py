@@ -179,6 +179,48 @@ def _dnnctl_rows(dnnctl: Any, torch: Any, cp: Any, sync: Callable[[], None]
         rows.append((f"{name}: torch eager", t_torch))
         rows.append((f"{name}: dnnctl from torch (+{t_ours - t_torch:.1f})", t_ours))
         rows.append((f"{name}: dnnctl from cupy", t_cupy))
+    rows += _planned_big_rows(dnnctl, torch, cp, sync)
+    return rows
+
+
+def _planned_big_rows(dnnctl: Any, torch: Any, cp: Any, sync: Callable[[], None]
+                      ) -> list[tuple[str, float]]:
+    """Kernels of 20 us and more: a call from torch (back to back, wall per call) against
+    the same built kernel launched bare on CuPy arrays (CUDA events)."""
+    from dnnctl.ops import dispatch
+
+    dev = torch.device("cuda")
+    x = torch.randn(4096, 8192, device=dev, dtype=torch.float16)
+    w = torch.randn(8192, device=dev, dtype=torch.float16)
+    cx = torch.randn(32, 56, 56, 64, device=dev, dtype=torch.float16)
+    cw = torch.randn(64, 3, 3, 64, device=dev, dtype=torch.float16)
+    cases = [("layer_norm 4096x8192", lambda: dnnctl.ops.layer_norm(x, w, w)),
+             ("conv2d 32x64x56x56 NHWC 3x3",
+              lambda: dnnctl.ops.conv2d(cx, cw, padding=1, layout="NHWC"))]
+    rows = []
+    for name, fn in cases:
+        dispatch._SITES.clear()
+        fn()
+        site = next(iter(dispatch._SITES.values()))
+        kern, _ = site.kernel(None)
+        back = tuple(None if a is None else cp.asarray(a) for a in
+                     ((x, w, w) if name.startswith("layer") else (cx, cw)))
+        names = [n for n, _i, _v in site.inputs]
+        ins = {n: a for n, a in zip(names, back) if a is not None}
+        outs = {n: cp.empty(shape, dtype) for n, shape, dtype, _ in site.outputs}
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        for _ in range(20):
+            kern(ins, outs, site.attrs)
+        start.record()
+        for _ in range(200):
+            kern(ins, outs, site.attrs)
+        end.record()
+        end.synchronize()
+        bare = cp.cuda.get_elapsed_time(start, end) * 1e3 / 200
+        wall = per_call_us(fn, sync, n=200, reps=5)
+        rows.append((f"{name}: kernel alone (events)", bare))
+        rows.append((f"{name}: dnnctl from torch, wall per call ({wall / bare - 1:+.1%})",
+                     wall))
     return rows
 
 
