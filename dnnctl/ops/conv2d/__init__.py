@@ -20,6 +20,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     implicit_gemm,
     implicit_gemm_wgmma,
     nhwc_gemm,
+    numpy_backward,
     numpy_variants,
     winograd,
 )
