@@ -11,6 +11,7 @@ from dnnctl.ops import make_callable
 
 # variants register on import: numpy (CPU), then CUDA (import without CuPy; build lazily)
 from dnnctl.ops.conv2d import (  # noqa: F401
+    cuda_backward,
     depthwise,
     depthwise_planes,
     direct,
