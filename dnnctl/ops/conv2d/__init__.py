@@ -14,6 +14,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     cuda_backward,
     depthwise,
     depthwise_planes,
+    dgrad_phase,
     direct,
     fft,
     gemm_1x1,
@@ -23,6 +24,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     nhwc_gemm,
     numpy_backward,
     numpy_variants,
+    wgrad_implicit_gemm,
     winograd,
 )
 from dnnctl.ops.conv2d.function import conv2d
