@@ -20,7 +20,10 @@ _PUBLIC: dict[str, str] = {
     **{n: "dnnctl.ops.pool" for n in (
         "max_pool2d", "avg_pool2d", "global_avg_pool2d")},
     "conv2d": "dnnctl.ops.conv2d",
+    "conv2d_backward_data": "dnnctl.ops.conv2d.backward_function",
+    "conv2d_backward_weight": "dnnctl.ops.conv2d.backward_function",
     "matmul": "dnnctl.ops.matmul",
+    "matmul_backward": "dnnctl.ops.matmul.backward",
 }
 
 __all__ = sorted(_PUBLIC)

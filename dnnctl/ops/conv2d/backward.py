@@ -142,9 +142,11 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
     """Variant names to try, best first, for a backward problem nobody tuned.
 
     Backward variants are named ``<pass>_<algorithm>`` (the registry holds one name per op
-    and backend). numpy: the column-matrix GEMM unless groups are tiny. CUDA: depthwise
-    kernels for depthwise; tensor-core implicit GEMM for dgrad when the math allows; cuBLAS
-    over explicit columns; the direct kernels as the fallback for anything.
+    and backend). numpy: the column-matrix GEMM unless groups are tiny. CUDA: the depthwise
+    kernels for depthwise; a 1x1 stride-1 unpadded layer is one cuBLAS GEMM (im2col_gemm
+    with no columns); tensor-core math goes to the implicit GEMMs (dgrad by stride phases,
+    wgrad with a deterministic split-K, NHWC); exact float32 3x3 stride-1 dgrad to Winograd;
+    cuBLAS over explicit columns next; the direct kernels take anything left.
     """
     pre = g.pass_ + "_"
     if backend == "numpy":
@@ -152,12 +154,18 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
             return [pre + "direct", pre + "im2col_gemm"]
         return [pre + "im2col_gemm", pre + "direct"]
     tensor_cores = g.dtype in ("float16", "bfloat16") or g.tf32
+    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
     order: list[str] = []
     if g.depthwise:
         order.append("depthwise")
-    if tensor_cores and not g.depthwise:
+    if identity and not g.depthwise:
+        order.append("im2col_gemm")
+    if tensor_cores and not g.depthwise and (g.pass_ == "dgrad" or g.nhwc):
         order.append("implicit_gemm")
-    if g.groups == 1 or not g.depthwise:
+    if g.pass_ == "dgrad" and not tensor_cores and (g.r, g.s, g.sh, g.sw) == (3, 3, 1, 1) \
+            and (g.dh, g.dw) == (1, 1) and g.groups == 1 and min(g.c, g.k) >= 64:
+        order.append("winograd")
+    if not g.depthwise:
         order.append("im2col_gemm")
     order.append("direct")
-    return [pre + name for name in order]
+    return [pre + name for name in dict.fromkeys(order)]
