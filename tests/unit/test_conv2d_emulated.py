@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from dnnctl.backends.base import DeviceInfo, get_backend
+from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.op import default_params
@@ -364,3 +365,31 @@ def test_cuda_backward_variant_on_cpu_emulation(runtime, name, shape, dtype, lay
             res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV,
                                 seed=shape)
             assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
+def test_matmul_backward_prepass_on_cpu_emulation(runtime, activation):
+    """kernels/conv2d/bias_grad.cu as matmul_backward's fused pre-pass: dy * act'(pre) and
+    the column sums (several row chunks, a column tail past 32) against float64."""
+    import ml_dtypes
+
+    from dnnctl.ops.matmul import backward as mb
+    from dnnctl.ops.matmul.op import activation_ref
+
+    rng = np.random.default_rng(4)
+    m, n = 2 * 37 + 5, 45
+    dy = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
+    pre = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
+    old = mb.ROWS_PER_CHUNK
+    mb.ROWS_PER_CHUNK = 37  # three chunks, the last partial
+    try:
+        with _cuda.use_runtime(runtime):
+            dyp, dbias = mb._prepass_cuda(dy, pre, activation, True, np)
+    finally:
+        mb.ROWS_PER_CHUNK = old
+    p64 = pre.astype(np.float64)
+    h = 1e-6
+    deriv = (activation_ref(p64 + h, activation) - activation_ref(p64 - h, activation)) / (2 * h)
+    want = dy.astype(np.float64) * deriv
+    assert rel_norm_error(dyp.astype(np.float64), want) < 8e-3
+    assert rel_norm_error(dbias.astype(np.float64), want.sum(axis=0)) < 8e-3
