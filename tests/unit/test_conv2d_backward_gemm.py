@@ -121,6 +121,10 @@ EMU_CASES = [
     ("wgrad_implicit_gemm", dict(n=1, c=5, h=6, w=7, k=3, r=1, s=1, dtype="float32")),
     ("wgrad_implicit_gemm_atomic", dict(n=3, c=16, h=9, w=9, k=8, r=3, s=3, pad=1,
                                         bias=True)),
+    ("dgrad_nhwc_implicit_gemm", dict(n=2, c=8, h=9, w=7, k=12, r=3, s=3, stride=2, pad=1,
+                                      layout="NCHW")),
+    ("wgrad_nhwc_implicit_gemm", dict(n=2, c=8, h=7, w=9, k=12, r=3, s=3, pad=[1, 0, 0, 1],
+                                      layout="NCHW", dtype="bfloat16", bias=True)),
 ]
 
 # split-K really split: fixed-order slabs and atomics (the emulator is slow: small tiles)

@@ -21,6 +21,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_wgmma,
+    nhwc_backward,
     nhwc_gemm,
     numpy_backward,
     numpy_variants,

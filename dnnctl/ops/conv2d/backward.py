@@ -23,7 +23,13 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops.base import Problem, TensorSpec, np_dtype
-from dnnctl.ops.conv2d.op import ConvGeom, from_nchw, geometry, to_nchw
+from dnnctl.ops.conv2d.op import (
+    NCHW_TRANSPOSE_FLOPS,
+    ConvGeom,
+    from_nchw,
+    geometry,
+    to_nchw,
+)
 
 
 def check(key: dict[str, Any]) -> None:
@@ -145,7 +151,8 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
     and backend). numpy: the column-matrix GEMM unless groups are tiny. CUDA: the depthwise
     kernels for depthwise; a 1x1 stride-1 unpadded layer is one cuBLAS GEMM (im2col_gemm
     with no columns); tensor-core math goes to the implicit GEMMs (dgrad by stride phases,
-    wgrad with a deterministic split-K, NHWC); exact float32 3x3 stride-1 dgrad to Winograd;
+    wgrad with a deterministic split-K; NCHW through NHWC transposes once the convolution
+    repays them, as forward); exact float32 3x3 stride-1 dgrad to Winograd;
     cuBLAS over explicit columns next; the direct kernels take anything left.
     """
     pre = g.pass_ + "_"
@@ -160,8 +167,14 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
         order.append("depthwise")
     if identity and not g.depthwise:
         order.append("im2col_gemm")
-    if tensor_cores and not g.depthwise and (g.pass_ == "dgrad" or g.nhwc):
-        order.append("implicit_gemm")
+    if tensor_cores and not g.depthwise:
+        big = 2.0 * g.npq * g.k * g.crs >= NCHW_TRANSPOSE_FLOPS
+        if g.nhwc:
+            order.append("implicit_gemm")
+        elif g.pass_ == "dgrad":
+            order += ["nhwc_implicit_gemm", "implicit_gemm"] if big else ["implicit_gemm"]
+        elif big:
+            order.append("nhwc_implicit_gemm")
     if g.pass_ == "dgrad" and not tensor_cores and (g.r, g.s, g.sh, g.sw) == (3, 3, 1, 1) \
             and (g.dh, g.dw) == (1, 1) and g.groups == 1 and min(g.c, g.k) >= 64:
         order.append("winograd")
