@@ -151,7 +151,9 @@ class _WgradGemm(TiledConv):
             x = aligned(inputs["x"], vec_b * eb, xp)
             dy = aligned(inputs["dy"], vec_a * eb, xp)
             dw = outputs["dw"]
-            dw_out = dw if out != OUT_STORE or mc.aligned(2 * eb, dw) else xp.empty_like(dw)
+            # the epilogue (or the finish) stores column pairs: a misaligned view of dw
+            # (DLPack) gets an aligned temporary
+            dw_out = dw if mc.aligned(2 * eb, dw) else xp.empty_like(dw)
             buf = ws.allocate(xp)
             slab = buf["slab"] if out != OUT_STORE else None
             if self.atomic and slab is not None:
