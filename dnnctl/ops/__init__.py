@@ -20,8 +20,11 @@ _PUBLIC: dict[str, str] = {
     **{n: "dnnctl.ops.pool" for n in (
         "max_pool2d", "avg_pool2d", "global_avg_pool2d")},
     "conv2d": "dnnctl.ops.conv2d",
+    "conv2d_backward_data": "dnnctl.ops.conv2d.backward_function",
+    "conv2d_backward_weight": "dnnctl.ops.conv2d.backward_function",
     "matmul": "dnnctl.ops.matmul",
     **{n: "dnnctl.ops.attention" for n in ("attention", "attention_backward")},
+    "matmul_backward": "dnnctl.ops.matmul.backward",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -1,7 +1,8 @@
 """conv2d on the GPU: every registered cupy variant (whoever wrote it) x dtype x layout against
 the float64 reference on fresh random inputs with NaN-poisoned outputs, over edge shapes
 (N=1, C/K not multiples of 8, odd H/W, stride 2, dilation 2, asymmetric padding, groups 1 / 2
-/ C, 1x1, 7x7, every epilogue); then the public API on CuPy arrays and on torch CUDA tensors
+/ C, 1x1, 7x7, every epilogue), each case as a problem of every pass the variant computes
+(forward, dgrad, wgrad with db); then the public API on CuPy arrays and on torch CUDA tensors
 (zero-copy DLPack, channels_last, a misaligned view) cross-checked against
 torch.nn.functional.conv2d.
 
@@ -56,6 +57,14 @@ def _variant_names() -> list[str]:
     return [v.name for v in variants("conv2d", "cupy")]
 
 
+def pass_case(case: dict, which: str) -> dict:
+    """A forward case as a problem of pass ``which``: no epilogue; bias means db (wgrad)."""
+    if which == "forward":
+        return dict(case)
+    key = {k: v for k, v in case.items() if k not in ("activation", "residual", "bias")}
+    return dict(key, bias=which == "wgrad", **{"pass": which})
+
+
 @pytest.fixture(scope="module")
 def gpu():
     be = get_backend("cupy")
@@ -87,17 +96,18 @@ def test_variant_matches_reference(name, dtype, layout, gpu):
     for i, (cid, case) in enumerate(CASES):
         if case.get("tf32") and dtype != "float32":
             continue
-        problem = OP.problem(dict(case, dtype=dtype, layout=layout))
-        if not variant.supports(problem, dev):
-            continue
-        params_list = _params_to_check(variant, problem, dev, rng, extra=i % 2 == 0)
-        assert params_list, f"{name} supports {cid} but has no valid parameters"
-        for params in params_list:
-            assert variant.check_params(params) is None
-            res = check_variant(OP, problem, variant, params, be, dev, seed=1000 + i)
-            checked += 1
-            if not res.ok:
-                failures.append(f"{cid} {params}: {res.detail}")
+        for which in variant.passes:
+            problem = OP.problem(dict(pass_case(case, which), dtype=dtype, layout=layout))
+            if not variant.supports(problem, dev):
+                continue
+            params_list = _params_to_check(variant, problem, dev, rng, extra=i % 2 == 0)
+            assert params_list, f"{name} supports {cid} but has no valid parameters"
+            for params in params_list:
+                assert variant.check_params(params) is None
+                res = check_variant(OP, problem, variant, params, be, dev, seed=1000 + i)
+                checked += 1
+                if not res.ok:
+                    failures.append(f"{cid} {which} {params}: {res.detail}")
     if checked == 0:
         pytest.skip(f"{name} supports none of the cases for {dtype} {layout}")
     assert not failures, f"{name} {dtype} {layout}:\n" + "\n".join(failures)
@@ -109,8 +119,11 @@ def test_every_case_is_covered_by_some_variant(gpu):
     for cid, case in CASES:
         for dtype in DTYPES:
             for layout in LAYOUTS:
-                problem = OP.problem(dict(case, dtype=dtype, layout=layout))
-                assert any(v.supports(problem, dev) for v in variants("conv2d", "cupy")), cid
+                for which in ("forward", "dgrad", "wgrad"):
+                    problem = OP.problem(dict(pass_case(case, which), dtype=dtype,
+                                              layout=layout))
+                    assert any(v.supports(problem, dev)
+                               for v in variants("conv2d", "cupy")), (cid, which)
 
 
 # ----------------------------------------------------------------------------- public API

@@ -24,8 +24,10 @@ import pytest
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import get_backend
+from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.conv2d.op import default_params
 from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.resources import kernels_dir
 
@@ -156,7 +158,7 @@ class EmulatedRuntime:
         key = hashlib.sha256((text + name + " ".join(defs)).encode()).hexdigest()[:16]
         so = CACHE / f"{path.stem}-{name}-{key}.so"
         if not so.exists():
-            cpp = so.with_suffix(".cpp")
+            cpp = so.with_suffix(f".{os.getpid()}.cpp")
             cpp.write_text(
                 f'#include "emu_shim.h"\n#include "{path}"\n'
                 "thread_local emu_dim3 threadIdx, blockIdx; emu_dim3 blockDim, gridDim;\n"
@@ -166,13 +168,13 @@ class EmulatedRuntime:
                 f'extern "C" int emu_sizes_{name}(int* o) {{ return emu::sizes(&{name}, o); }}\n')
             cmd = ["g++", "-std=c++20", "-O0", "-shared", "-fPIC", "-pthread", "-w",
                    f"-I{CACHE}", f"-I{kernels_dir() / 'include'}", f"-I{self.inc}",
-                   "-DDNNCTL_HEADERS=0", *defs, str(cpp), "-o", f"{so}.tmp"]
+                   "-DDNNCTL_HEADERS=0", *defs, str(cpp), "-o", f"{so}.{os.getpid()}.tmp"]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode:
                 if "barrier" in res.stderr and "No such file" in res.stderr:
                     pytest.skip("g++ without C++20 <barrier>")
                 raise AssertionError(f"g++ failed for {source} {defs}:\n{res.stderr[-4000:]}")
-            os.replace(f"{so}.tmp", so)
+            os.replace(f"{so}.{os.getpid()}.tmp", so)
         return EmuFunction(ctypes.CDLL(str(so)), name)
 
     def ptr(self, arr):
@@ -187,7 +189,7 @@ class EmulatedRuntime:
                                                (flat.itemsize, ld * flat.itemsize))
 
     def gemm(self, ta, tb, m, n, k, a, a_off, lda, sa, b, b_off, ldb, sb, c, c_off, ldc, sc,
-             batch, compute):
+             batch, compute, beta=0.0):
         assert a.dtype == b.dtype and compute in (_cuda.CUBLAS_COMPUTE_32F,
                                                   _cuda.CUBLAS_COMPUTE_32F_FAST_TF32)
         op = {0: lambda x: x, 1: lambda x: x.T, 2: lambda x: x.conj().T}
@@ -195,8 +197,9 @@ class EmulatedRuntime:
         for i in range(batch):
             A = self._cm(a, a_off + i * sa, *((m, k) if ta == 0 else (k, m)), lda).astype(acc)
             B = self._cm(b, b_off + i * sb, *((k, n) if tb == 0 else (n, k)), ldb).astype(acc)
-            self._cm(c, c_off + i * sc, m, n, ldc)[...] = (op[ta](A) @ op[tb](B)).astype(
-                c.dtype)
+            view = self._cm(c, c_off + i * sc, m, n, ldc)
+            prev = view.astype(acc) * beta if beta else 0.0
+            view[...] = (op[ta](A) @ op[tb](B) + prev).astype(c.dtype)
 
     def fft_plan(self, shape, inembed, istride, idist, onembed, ostride, odist, kind, batch):
         return dict(shape=shape, inembed=inembed, istride=istride, idist=idist,
@@ -323,3 +326,71 @@ def test_depthwise_planes_blocks_span_images(runtime, params):
     with _cuda.use_runtime(runtime):
         res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV, seed=3)
     assert res.ok, f"{params}: {res.detail}"
+
+
+# ----------------------------------------------------------------------------- backward
+
+BWD_SHAPES = [
+    dict(n=2, c=6, h=9, w=8, k=4, r=3, s=3, stride=2, pad=[1, 0, 2, 1]),  # stride 2, asym
+    dict(n=1, c=4, h=7, w=9, k=6, r=3, s=2, dilation=2, pad=2, groups=2),  # dilation, g=2
+    dict(n=2, c=6, h=7, w=5, k=12, r=3, s=3, stride=2, pad=1, groups=6),  # depthwise x2
+    dict(n=1, c=5, h=6, w=7, k=3, r=1, s=1),  # 1x1 identity: the GEMM alone
+    dict(n=3, c=5, h=5, w=6, k=7, r=1, s=1, stride=2),  # 1x1 stride 2: phases with no tap
+]
+BWD_CASES = [(name, i, dtype, layout)
+             for name, dw_only in (("dgrad_direct", False), ("wgrad_direct", False),
+                                   ("dgrad_depthwise", True), ("wgrad_depthwise", True),
+                                   ("dgrad_im2col_gemm", False), ("wgrad_im2col_gemm", False))
+             for i, shape in enumerate(BWD_SHAPES)
+             if (shape.get("groups", 1) == shape["c"]) == dw_only
+             for dtype, layout in (("float32", "NCHW"), ("float16", "NHWC"),
+                                   ("bfloat16", "NCHW"))]
+
+
+@pytest.mark.parametrize(("name", "shape", "dtype", "layout"), BWD_CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}" for c in BWD_CASES])
+def test_cuda_backward_variant_on_cpu_emulation(runtime, name, shape, dtype, layout):
+    """Every CUDA dgrad / wgrad variant (db included) on stride 2, dilation 2, groups 1 / 2 /
+    C, odd sizes and N=1, at its default parameters and at a chunked / split setting."""
+    which = name.split("_")[0]
+    variant = get_variant("conv2d", "cupy", name)
+    key = dict(BWD_SHAPES[shape], dtype=dtype, layout=layout, bias=which == "wgrad",
+               **{"pass": which})
+    problem = OP.problem(key)
+    assert variant.supports(problem, DEV), variant.supports(problem, DEV).reason
+    space = list(variant.param_space(problem, DEV))
+    first = default_params(variant, problem, DEV)
+    picks = [first] + [p for p in space[1:2] if p != first]
+    with _cuda.use_runtime(runtime):
+        for params in picks:
+            res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV,
+                                seed=shape)
+            assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
+def test_matmul_backward_prepass_on_cpu_emulation(runtime, activation):
+    """kernels/conv2d/bias_grad.cu as matmul_backward's fused pre-pass: dy * act'(pre) and
+    the column sums (several row chunks, a column tail past 32) against float64."""
+    import ml_dtypes
+
+    from dnnctl.ops.matmul import backward as mb
+    from dnnctl.ops.matmul.op import activation_ref
+
+    rng = np.random.default_rng(4)
+    m, n = 2 * 37 + 5, 45
+    dy = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
+    pre = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
+    old = mb.ROWS_PER_CHUNK
+    mb.ROWS_PER_CHUNK = 37  # three chunks, the last partial
+    try:
+        with _cuda.use_runtime(runtime):
+            dyp, dbias = mb._prepass_cuda(dy, pre, activation, True, np)
+    finally:
+        mb.ROWS_PER_CHUNK = old
+    p64 = pre.astype(np.float64)
+    h = 1e-6
+    deriv = (activation_ref(p64 + h, activation) - activation_ref(p64 - h, activation)) / (2 * h)
+    want = dy.astype(np.float64) * deriv
+    assert rel_norm_error(dyp.astype(np.float64), want) < 8e-3
+    assert rel_norm_error(dbias.astype(np.float64), want.sum(axis=0)) < 8e-3

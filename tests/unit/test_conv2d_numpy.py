@@ -1,5 +1,6 @@
-"""conv2d numpy variants: every registered one against the float64 reference, and the CPU
-heuristic / tuning picking different winners by shape."""
+"""conv2d numpy variants: every registered one against the float64 reference (forward, dgrad
+and wgrad problems, each variant on the passes it declares), and the CPU heuristic / tuning
+picking different winners by shape."""
 
 from __future__ import annotations
 
@@ -35,29 +36,45 @@ def _names():
 
 
 def test_three_numpy_variants_registered():
-    assert set(_names()) >= {"im2col_gemm", "direct", "fft"}
+    assert set(_names()) >= {"im2col_gemm", "direct", "fft", "dgrad_im2col_gemm",
+                             "dgrad_direct", "wgrad_im2col_gemm", "wgrad_direct"}
 
 
+def _pass_key(case: dict, which: str) -> dict:
+    """The case as a problem of pass ``which`` (backward keys carry no epilogue; bias means db
+    for wgrad)."""
+    if which == "forward":
+        return dict(case)
+    key = {k: v for k, v in case.items() if k not in ("activation", "residual", "bias")}
+    return dict(key, bias=which == "wgrad" and bool(case.get("bias")), **{"pass": which})
+
+
+@pytest.mark.parametrize("which", ["forward", "dgrad", "wgrad"])
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_every_numpy_variant_matches_reference(case, layout):
+def test_every_numpy_variant_matches_reference(case, layout, which):
     base = {"n": 2, "c": 4, "h": 7, "w": 6, "k": 6, "r": 3, "s": 3, "layout": layout}
     checked = 0
     for i, dtype in enumerate(("float32", "float16", "bfloat16")):
-        problem = OP.problem(dict(base, dtype=dtype, **CASES[case]))
+        problem = OP.problem(dict(base, dtype=dtype, **_pass_key(CASES[case], which)))
         for variant in variants("conv2d", "numpy"):
+            if which not in variant.passes:
+                assert not variant.supports(problem, DEV)
+                continue
             assert variant.supports(problem, DEV)
             for params in variant.param_space(problem, DEV):
                 res = check_variant(OP, problem, variant, params, BE, DEV, seed=case * 7 + i)
                 assert res.ok, f"{variant.name}{params} {problem.short()}: {res.detail}"
                 checked += 1
-    assert checked >= 3 * 3
+    assert checked >= 3 * 2
 
 
 def test_poisoned_output_is_fully_written():
     problem = OP.problem(n=1, c=3, h=5, w=5, k=2, r=3, s=3, pad=[2, 0, 0, 2], stride=2,
                          dtype="float32", layout="NCHW")
     for variant in variants("conv2d", "numpy"):
+        if "forward" not in variant.passes:
+            continue
         kern = variant.build(problem, next(iter(variant.param_space(problem, DEV))), DEV)
         rng = np.random.default_rng(0)
         inp = OP.make_inputs(problem, rng)
@@ -104,6 +121,8 @@ def test_cpu_timing_picks_different_winners_by_shape():
         prep = prepare(OP, problem, BE, np.random.default_rng(0), with_reference=False)
         best = {}
         for variant in variants("conv2d", "numpy"):
+            if not variant.supports(problem, DEV):
+                continue  # the backward variants
             kern = variant.build(problem, variant.default_params(problem, DEV), DEV)
             ts = BE.time(lambda k=kern: k(prep.inputs, prep.outputs, {}), warmup_ms=2,
                          budget_ms=40, flush_l2=False)

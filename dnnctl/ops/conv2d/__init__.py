@@ -11,16 +11,21 @@ from dnnctl.ops import make_callable
 
 # variants register on import: numpy (CPU), then CUDA (import without CuPy; build lazily)
 from dnnctl.ops.conv2d import (  # noqa: F401
+    cuda_backward,
     depthwise,
     depthwise_planes,
+    dgrad_phase,
     direct,
     fft,
     gemm_1x1,
     im2col_gemm,
     implicit_gemm,
     implicit_gemm_wgmma,
+    nhwc_backward,
     nhwc_gemm,
+    numpy_backward,
     numpy_variants,
+    wgrad_implicit_gemm,
     winograd,
 )
 from dnnctl.ops.conv2d.function import conv2d

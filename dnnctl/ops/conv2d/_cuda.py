@@ -67,17 +67,17 @@ class CudaRuntime:
              a: Any, a_off: int, lda: int, stride_a: int,
              b: Any, b_off: int, ldb: int, stride_b: int,
              c: Any, c_off: int, ldc: int, stride_c: int,
-             batch: int, compute: int) -> None:
-        """cublasGemmStridedBatchedEx, column-major: C_i = op(A_i) op(B_i), alpha 1, beta 0.
+             batch: int, compute: int, beta: float = 0.0) -> None:
+        """cublasGemmStridedBatchedEx, column-major: C_i = op(A_i) op(B_i) + beta C_i.
 
         Offsets and strides count elements of each array's own dtype."""
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
-        one, zero = np.ones(1, scalar), np.zeros(1, scalar)
+        one, beta_s = np.ones(1, scalar), np.full(1, beta, scalar)
         cuda.gemm_strided_batched(
             transa, transb, m, n, k, one.ctypes.data,
             self.ptr(a) + a_off * a.itemsize, cuda_type(a.dtype), lda, stride_a,
             self.ptr(b) + b_off * b.itemsize, cuda_type(b.dtype), ldb, stride_b,
-            zero.ctypes.data,
+            beta_s.ctypes.data,
             self.ptr(c) + c_off * c.itemsize, cuda_type(c.dtype), ldc, stride_c,
             batch, compute, CUBLAS_GEMM_DEFAULT)
 
@@ -122,21 +122,27 @@ def gemm_rowmajor(rt: Any, m: int, n: int, k: int,
                   a: Any, a_off: int, lda: int, stride_a: int, a_trans: bool,
                   b: Any, b_off: int, ldb: int, stride_b: int, b_trans: bool,
                   c: Any, c_off: int, ldc: int, stride_c: int,
-                  batch: int = 1, tf32: bool = False, b_conj: bool = False) -> None:
+                  batch: int = 1, tf32: bool = False, b_conj: bool = False,
+                  beta: float = 0.0) -> None:
     """Row-major C_i[m, n] (row stride ldc) = A_i[m, k] @ B_i[k, n], batched with strides.
 
     A_i is stored [m, k] (row stride lda), or [k, m] when ``a_trans``; B_i is stored [k, n],
     or [n, k] when ``b_trans`` (``b_conj`` conjugates it: the Hermitian transpose).
     cuBLAS is column-major, so this computes C^T = op(B)^T op(A)^T: a row-major [r, c] matrix
-    is the column-major [c, r] one with the same leading dimension.
+    is the column-major [c, r] one with the same leading dimension. ``beta`` 1 adds the
+    product to C (accumulating the chunks of a reduction).
     """
     op_b = (CUBLAS_OP_C if b_conj else CUBLAS_OP_T) if b_trans else CUBLAS_OP_N
     if b_conj and not b_trans:
         raise KernelLaunchError("conjugating a non-transposed B is not expressible in cuBLAS")
     op_a = CUBLAS_OP_T if a_trans else CUBLAS_OP_N
     compute = CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else CUBLAS_COMPUTE_32F
-    rt.gemm(op_b, op_a, n, m, k, b, b_off, ldb, stride_b, a, a_off, lda, stride_a,
+    args = (op_b, op_a, n, m, k, b, b_off, ldb, stride_b, a, a_off, lda, stride_a,
             c, c_off, ldc, stride_c, batch, compute)
+    if beta:  # (runtimes written before beta existed take the plain call)
+        rt.gemm(*args, beta=beta)
+    else:
+        rt.gemm(*args)
 
 
 def grid1d(total: int, block: int, cap: int = 1 << 20) -> tuple[int, int, int]:

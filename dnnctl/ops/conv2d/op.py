@@ -36,6 +36,7 @@ ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 # cost less than the element-wise NCHW patch gather of implicit_gemm
 NCHW_TRANSPOSE_FLOPS = 5e8
 LAYOUTS: tuple[str, ...] = ("NCHW", "NHWC")
+CONV_PASSES: tuple[str, ...] = ("forward", "dgrad", "wgrad")
 
 
 # ----------------------------------------------------------------------------- geometry
@@ -100,6 +101,7 @@ class ConvGeom:
     activation: str
     residual: bool
     tf32: bool
+    pass_: str = "forward"
 
     @property
     def cg(self) -> int:
@@ -153,7 +155,8 @@ def geometry(problem: Problem) -> ConvGeom:
         r=problem["r"], s=problem["s"], sh=sh, sw=sw, pt=top, pb=bottom, pl=left, pr=right,
         dh=dh, dw=dw, groups=problem["groups"], p=p, q=q, dtype=problem["dtype"],
         layout=problem["layout"], bias=problem["bias"], activation=problem["activation"],
-        residual=problem["residual"], tf32=problem["tf32"])
+        residual=problem["residual"], tf32=problem["tf32"],
+        pass_=problem.get("pass", "forward"))
 
 
 # ----------------------------------------------------------------------------- reference
@@ -258,6 +261,8 @@ class Conv2d(Op):
         "activation": Field("str", default="none", choices=ACTIVATIONS),
         "residual": Field("bool", default=False),
         "tf32": Field("bool", default=False, doc="allow TF32 math for float32 (as torch does)"),
+        "pass": Field("str", default="forward", choices=CONV_PASSES,
+                      doc="forward, dgrad (dx from dy and w) or wgrad (dw, db from x and dy)"),
     }
 
     def check(self, key: dict[str, Any]) -> None:
@@ -280,10 +285,14 @@ class Conv2d(Op):
                 hint="the dilated filter must fit in the padded input")
         if key["dtype"] != "float32":
             key["tf32"] = False
+        if key.get("pass", "forward") != "forward":
+            _bwd().check(key)
 
     # -- tensors
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         g = geometry(problem)
+        if g.pass_ != "forward":
+            return _bwd().input_specs(g)
         specs = {"x": TensorSpec(g.x_shape(), g.dtype), "w": TensorSpec(g.w_shape(), g.dtype)}
         if g.bias:
             specs["bias"] = TensorSpec((g.k,), g.dtype)
@@ -293,11 +302,15 @@ class Conv2d(Op):
 
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
         g = geometry(problem)
+        if g.pass_ != "forward":
+            return _bwd().output_specs(g)
         return {"y": TensorSpec(g.y_shape(), g.dtype)}
 
     def make_inputs(self, problem: Problem, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Normal x and residual, weights scaled by 1/sqrt(C/g*R*S) so y stays O(1)."""
         g = geometry(problem)
+        if g.pass_ != "forward":
+            return _bwd().make_inputs(g, rng)
         dt = np_dtype(g.dtype)
         out = {"x": rng.standard_normal(g.x_shape(), dtype=np.float32).astype(dt)}
         scale = 1.0 / math.sqrt(g.crs)
@@ -310,8 +323,10 @@ class Conv2d(Op):
 
     def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """float64 convolution + epilogue, in the problem's layout."""
+        """float64 convolution + epilogue (or the gradients), in the problem's layout."""
         g = geometry(problem)
+        if g.pass_ != "forward":
+            return _bwd().reference(problem, inputs)
         x = to_nchw(np.asarray(inputs["x"], dtype=np.float64), g.layout)
         w = to_nchw(np.asarray(inputs["w"], dtype=np.float64), g.layout)
         y = conv_nchw(np.ascontiguousarray(x), np.ascontiguousarray(w), g)
@@ -325,6 +340,8 @@ class Conv2d(Op):
     def tolerance(self, problem: Problem, output: str) -> float:
         """‖out − ref‖/‖ref‖: fp32 1e-5, tf32 1e-3 (10-bit mantissa inputs: ~3e-4 rounded,
         ~8e-4 truncated), fp16 2e-3, bf16 8e-3 (output rounding alone is ~3e-4 / ~2e-3)."""
+        if problem.get("pass", "forward") != "forward":
+            return _bwd().tolerance(problem, output)
         dtype = problem["dtype"]
         if dtype == "float32":
             return 1e-3 if problem["tf32"] else 1e-5
@@ -376,6 +393,8 @@ def preference(problem: Problem, backend: str) -> list[str]:
     layers, 4x fewer multiplies). direct (CUDA cores) is the fallback for what is left.
     """
     g = geometry(problem)
+    if g.pass_ != "forward":
+        return _bwd().preference(g, backend)
     if backend == "numpy":
         return numpy_preference(g)
     tensor_cores = g.dtype in ("float16", "bfloat16") or g.tf32
@@ -413,3 +432,10 @@ def numpy_preference(g: ConvGeom) -> list[str]:
     if big_filter and g.groups == 1:
         return ["fft", "im2col_gemm", "direct"]
     return ["im2col_gemm", "direct", "fft"]
+
+
+def _bwd() -> Any:
+    """The backward-pass half of the op (dnnctl.ops.conv2d.backward imports this module)."""
+    from dnnctl.ops.conv2d import backward
+
+    return backward

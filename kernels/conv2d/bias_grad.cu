@@ -1,0 +1,75 @@
+// Column sums of a gradient (the bias gradient), optionally through an activation's
+// derivative first, deterministic: a fixed row split, a fixed in-block order, then a
+// finish kernel adding the row chunks in order.
+//
+// Rows m of the gradient: image n = m / PQ, pixel pq = m % PQ; element (m, k) lives at
+//   n * img_stride + k * k_stride + pq * pq_stride
+// (NHWC conv dy / row-major [M, K]: K-contiguous; NCHW conv dy: pixel-contiguous).
+// grad_colsum_partial: grid (ceil(K / 32), chunks), block (32, 8): lane x = column k,
+//   lane y = rows, partial[chunk][k] in float. With GRAD_ACT != 0 (row-major only) it also
+//   writes dyp = dy * act'(pre) (the matmul backward's fused pre-pass).
+// grad_colsum_finish: db[k] = sum over chunks of partial[chunk][k] (in chunk order).
+// Defines: DNNCTL_DTYPE, GRAD_ACT (0 none, 1 relu, 3 gelu, 5 silu).
+#include <dnnctl/conv.cuh>
+
+using namespace dnnctl;
+
+#ifndef GRAD_ACT
+#define GRAD_ACT 0
+#endif
+
+__device__ __forceinline__ float act_grad(float x) {
+  if (GRAD_ACT == ACT_RELU) return x > 0.f ? 1.f : 0.f;
+  if (GRAD_ACT == ACT_GELU) {  // Phi(x) + x * phi(x)
+    const float cdf = 0.5f * (1.f + erff(x * 0.70710678118654752f));
+    return cdf + x * 0.39894228040143268f * __expf(-0.5f * x * x);
+  }
+  if (GRAD_ACT == ACT_SILU) {
+    const float sg = 1.f / (1.f + __expf(-x));
+    return sg * (1.f + x * (1.f - sg));
+  }
+  return 1.f;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+grad_colsum_partial(const elem_t* __restrict__ dy, const elem_t* __restrict__ pre,
+                    elem_t* __restrict__ dyp, float* __restrict__ partial, long long M, int K,
+                    int PQ, long long img_stride, long long k_stride, long long pq_stride,
+                    long long rows_per_chunk) {
+  __shared__ float red[8][33];
+  const int k = (int)blockIdx.x * 32 + (int)threadIdx.x;
+  const long long m0 = (long long)blockIdx.y * rows_per_chunk;
+  const long long m1 = M < m0 + rows_per_chunk ? M : m0 + rows_per_chunk;
+  float acc = 0.f;
+  if (k < K) {
+    for (long long m = m0 + threadIdx.y; m < m1; m += 8) {
+      const long long n = m / PQ, pq = m - n * PQ;
+      const long long i = n * img_stride + k * k_stride + pq * pq_stride;
+      float v = to_float(dy[i]);
+      if (GRAD_ACT != 0) {
+        v *= act_grad(to_float(pre[i]));
+        dyp[i] = from_float<elem_t>(v);
+      }
+      acc += v;
+    }
+  }
+  red[threadIdx.y][threadIdx.x] = acc;
+  DNNCTL_SYNC();
+  if (threadIdx.y == 0 && k < K) {
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s += red[j][threadIdx.x];
+    partial[(long long)blockIdx.y * K + k] = s;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+grad_colsum_finish(const float* __restrict__ partial, elem_t* __restrict__ db, int K,
+                   int chunks) {
+  for (int k = (int)(blockIdx.x * blockDim.x + threadIdx.x); k < K;
+       k += (int)(gridDim.x * blockDim.x)) {
+    float s = 0.f;
+    for (int c = 0; c < chunks; ++c) s += partial[(long long)c * K + k];
+    db[k] = from_float<elem_t>(s);
+  }
+}
