@@ -29,7 +29,7 @@ needs_emu = pytest.mark.skipif(
 
 @pytest.fixture
 def emu(monkeypatch):
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     monkeypatch.syspath_prepend(str(ROOT))
     from tools.cuda_emu.emu import EmuBackend
@@ -153,7 +153,7 @@ def test_every_build_family_compiles_with_nvrtc(monkeypatch):
         _libnvrtc()
     except (ImportError, SystemExit):
         pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
     from dnnctl.resources import kernels_dir
 
     builds = set()

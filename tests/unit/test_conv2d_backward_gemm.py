@@ -87,7 +87,7 @@ needs_emu = pytest.mark.skipif(
 def emu(monkeypatch):
     """tools/cuda_emu as the cupy backend (the GEMM kernels) plus the conv2d runtime of
     test_conv2d_emulated (the phase kernels, cuFFT, cuBLAS)."""
-    from dnnctl.backends import base
+    from dnnctl.backends import registry as base
 
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "unit"))

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from dnnctl.backends import base
+from dnnctl.backends import registry as base
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.op import default_params

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.attention.cupy_variants import strides
@@ -114,7 +115,7 @@ class BackwardKernel:
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         p = self.p
-        dvec = self.xp.empty(self.lse_shape, dtype=np.float32)
+        dvec = cuda.scratch(self.lse_shape, dtype=np.float32)
         cq, ck = inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k")
         sizes = (np.int32(p["seq_q"]), np.int32(p["seq_kv"]))
         tail = (*sizes, np.int32(p["heads_q"] // p["heads_kv"]), np.int32(p["window"]),

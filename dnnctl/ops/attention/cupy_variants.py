@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.attention.op import CAUSAL, attn_scale
@@ -135,13 +136,13 @@ class FlashKernel:
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
-        p, xp = self.p, self.xp
+        p = self.p
         scale_log2 = np.float32(attn_scale(p, attrs) * _LOG2E)
         ws_o = ws_lse = None
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]
         if self.splits > 1:
-            ws_o = xp.empty((self.splits * nrows * p["head_dim_v"],), dtype=np.float32)
-            ws_lse = xp.empty((self.splits * nrows,), dtype=np.float32)
+            ws_o = cuda.scratch((self.splits * nrows * p["head_dim_v"],), dtype=np.float32)
+            ws_lse = cuda.scratch((self.splits * nrows,), dtype=np.float32)
         self.fn(self.grid, self.block, (
             inputs["q"], inputs["k"], inputs["v"], outputs["out"], outputs["lse"], ws_o, ws_lse,
             inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k"), inputs.get("block_table"),

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
@@ -35,6 +36,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     OUT_PARTIAL,
     OUT_STORE,
     aligned,
+    array_dtype,
     finish_kernel,
     finish_launch,
     load_kernel,
@@ -148,12 +150,13 @@ class _WgradGemm(TiledConv):
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
-            x = aligned(inputs["x"], vec_b * eb, xp)
-            dy = aligned(inputs["dy"], vec_a * eb, xp)
+            x = aligned(inputs["x"], vec_b * eb)
+            dy = aligned(inputs["dy"], vec_a * eb)
             dw = outputs["dw"]
             # the epilogue (or the finish) stores column pairs: a misaligned view of dw
             # (DLPack) gets an aligned temporary
-            dw_out = dw if mc.aligned(2 * eb, dw) else xp.empty_like(dw)
+            dw_out = dw if mc.aligned(2 * eb, dw) else cuda.scratch(tuple(dw.shape),
+                                                                       array_dtype(dw))
             buf = ws.allocate(xp)
             slab = buf["slab"] if out != OUT_STORE else None
             if self.atomic and slab is not None:
@@ -162,7 +165,7 @@ class _WgradGemm(TiledConv):
             if fin is not None:
                 fin(slab, dw_out, dw_out, dw_out)
             if dw_out is not dw:
-                dw[...] = dw_out
+                cuda.copy(dw, dw_out)
             if bias is not None:
                 bias(inputs["dy"], outputs["db"], buf["db_partial"])
 
