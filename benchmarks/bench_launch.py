@@ -38,6 +38,25 @@ def per_call_us(fn: Callable[[], object], sync: Callable[[], None], n: int = 200
     return statistics.median(out)
 
 
+def paired_us(fns: list[Callable[[], object]], sync: Callable[[], None], n: int = 1000,
+              reps: int = 9) -> list[float]:
+    """Per-call wall time of several functions measured in alternating rounds, so a drift of
+    the host's speed during the run hits all of them alike."""
+    for fn in fns:
+        for _ in range(200):
+            fn()
+    sync()
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, out in zip(fns, samples):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            out.append((time.perf_counter() - t0) / n * 1e6)
+    return [statistics.median(s) for s in samples]
+
+
 SRC = r"""
 extern "C" __global__ void scale(const float* x, float* y, int n, int pad) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -172,10 +191,9 @@ def _dnnctl_rows(dnnctl: Any, torch: Any, cp: Any, sync: Callable[[], None]
     ]
     rows = []
     for name, ref, ours, args in probes:
-        t_torch = per_call_us(ref, sync)
-        t_ours = per_call_us(lambda f=ours, a=args: f(*a), sync)
         cargs = tuple(cp.asarray(t) for t in args)
-        t_cupy = per_call_us(lambda f=ours, a=cargs: f(*a), sync)
+        t_torch, t_ours, t_cupy = paired_us(
+            [ref, lambda f=ours, a=args: f(*a), lambda f=ours, a=cargs: f(*a)], sync)
         rows.append((f"{name}: torch eager", t_torch))
         rows.append((f"{name}: dnnctl from torch (+{t_ours - t_torch:.1f})", t_ours))
         rows.append((f"{name}: dnnctl from cupy", t_cupy))
