@@ -661,6 +661,7 @@ class Bound:
     arrays: list[Any]
     wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
     foreign: bool = False  # converted from another array kind (wrap hands results back)
+    adapter: Adapter | None = None  # sets the call's device, stream and scratch allocator
 
 
 def bind(*arrays: Any) -> Bound:
@@ -678,7 +679,7 @@ def bind(*arrays: Any) -> Bound:
             return y
     if adapter.kind == "cupy" and cuda.get_device() != adapter.index:
         cuda.set_device(adapter.index)
-    return Bound(adapter.backend, adapter.device, back, wrap, foreign)
+    return Bound(adapter.backend, adapter.device, back, wrap, foreign, adapter)
 
 
 def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
@@ -693,13 +694,20 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})
-    for oname, spec in op.output_specs(problem).items():
-        shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
-        given = outputs.get(oname)
-        if given is None:
-            outputs[oname] = backend.xp.empty(shape, dtype=dtype)
-        elif tuple(given.shape) != shape or given.dtype != dtype:
-            raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
-                             f"{given.dtype}, expected {shape} {dtype}")
-    kern(inputs, outputs, attrs)
+    adapter = bound.adapter if bound.adapter is not None and bound.adapter.kind not in (
+        "numpy", "torch-cpu") else None
+    token = adapter.enter() if adapter is not None else None
+    try:  # outputs are allocated on the call's stream (a torch side stream included)
+        for oname, spec in op.output_specs(problem).items():
+            shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
+            given = outputs.get(oname)
+            if given is None:
+                outputs[oname] = backend.xp.empty(shape, dtype=dtype)
+            elif tuple(given.shape) != shape or given.dtype != dtype:
+                raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
+                                 f"{given.dtype}, expected {shape} {dtype}")
+        kern(inputs, outputs, attrs)
+    finally:
+        if adapter is not None:
+            adapter.leave(token)
     return outputs
