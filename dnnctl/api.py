@@ -37,8 +37,8 @@ def compat_check(*, gpu: str | None = None, driver: str | None = None, cuda: str
                  matrix: Sequence[str | os.PathLike[str]] = ()) -> DoctorReport:
     """Judge a planned deployment (any subset of the flags) exactly as doctor would."""
     from dnnctl.compat.matrix import load_matrix
-    from dnnctl.compat.queries import Plan, plan_snapshot
     from dnnctl.doctor.model import DoctorReport
+    from dnnctl.doctor.planned import Plan, plan_snapshot
     from dnnctl.doctor.rules import judge
     from dnnctl.errors import UsageError
 

@@ -18,10 +18,10 @@ from dnnctl.cli import compat, doctor, kernels, plan, tune
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
-try:  # typer < 0.20 uses click; newer typer vendors it
-    from click.exceptions import ClickException as _ClickError
+try:  # newer typer vendors click (a separately installed click is then not the one raised)
+    from typer._click.exceptions import ClickException as _ClickError  # type: ignore
 except ImportError:  # pragma: no cover - depends on the typer version
-    from typer.exceptions import TyperException as _ClickError  # type: ignore[assignment]
+    from click.exceptions import ClickException as _ClickError
 
 
 class _Root(TyperGroup):

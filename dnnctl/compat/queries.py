@@ -1,12 +1,12 @@
-"""`dnnctl compat` queries: check a planned deployment, suggest combinations, show tables."""
+"""`dnnctl compat` queries: suggest combinations for a GPU, show matrix tables."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from dnnctl.compat.gpus import resolve_gpu, split_gpu_text
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.suggest import (
     TORCH_INDEX,
@@ -15,106 +15,10 @@ from dnnctl.compat.suggest import (
     torch_arch_history,
     torch_options,
 )
-from dnnctl.compat.versions import CC, TorchVersion, Version, VersionRange
-from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
+from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.errors import UsageError
 
-_CC_TEXT = re.compile(r"^(?:(?:sm|compute)_\d{2,3}[af]?|\d{1,2}\.\d)$", re.IGNORECASE)
 FRAMEWORKS = ("torch", "tensorflow", "jax", "cupy")
-
-
-@dataclass
-class Plan:
-    """What `compat check` was asked about (any subset)."""
-
-    gpu: str | None = None
-    driver: str | None = None
-    cuda: str | None = None
-    cudnn: str | None = None
-    torch: str | None = None
-    tensorflow: str | None = None
-    jax: str | None = None
-    cupy: list[str] = field(default_factory=list)
-    python: str | None = None
-
-
-def plan_snapshot(plan: Plan) -> EnvSnapshot:
-    """The planned deployment as an EnvSnapshot; every flag left out stays unknown."""
-    env = EnvSnapshot(python=_ver(plan.python, "--python") if plan.python else None)
-    if plan.gpu:
-        env.gpus = [gpu_from_text(plan.gpu)]
-    if plan.driver:
-        env.driver = {"version": _ver(plan.driver, "--driver")}
-    if plan.cuda:
-        env.cuda_runtimes = [Component(_ver(plan.cuda, "--cuda"), source="planned")]
-    if plan.cudnn:
-        env.cudnn = [Component(_ver(plan.cudnn, "--cudnn"), source="planned", loaded_first=True)]
-    if plan.torch:
-        tv = _parse(TorchVersion.parse, plan.torch, "--torch")
-        info: dict[str, Any] = {"version": tv.text}
-        if plan.cuda and not tv.local:
-            info["cuda"] = plan.cuda
-        env.frameworks["torch"] = info
-    if plan.tensorflow:
-        env.frameworks["tensorflow"] = {"version": _ver(plan.tensorflow, "--tensorflow")}
-    if plan.jax:
-        version, _, plugin = plan.jax.partition("+")
-        info = {"version": _ver(version, "--jax")}
-        if plugin:
-            if not re.fullmatch(r"cuda1[123]", plugin.lower()):
-                raise UsageError(f"--jax {plan.jax!r}: the plugin must be cuda12 or cuda13",
-                                 hint="e.g. --jax 0.6.2+cuda12")
-            info["plugin"] = f"jax-{plugin.lower()}-plugin"
-        env.frameworks["jax"] = info
-    if plan.cupy:
-        env.frameworks["cupy"], env.packages = _cupy(plan.cupy)
-    for name in ("cupy", "jax"):  # they run on the CUDA components installed next to them
-        if plan.cuda and name in env.frameworks:
-            env.frameworks[name].setdefault("cuda", plan.cuda)
-    return env
-
-
-def gpu_from_text(text: str) -> Gpu:
-    """``"B200"`` / ``"NVIDIA GeForce RTX 5090"`` -> a named GPU; ``"9.0"`` / ``"sm_90"`` -> a CC."""
-    t = text.strip()
-    if _CC_TEXT.match(t):
-        return Gpu(compute_capability=str(CC.parse(t)))
-    return Gpu(name=t)
-
-
-def _cupy(specs: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    packages: dict[str, str] = {}
-    first: dict[str, Any] = {}
-    for spec in specs:
-        name, _, version = spec.partition("==")
-        name = name.strip().lower()
-        if re.fullmatch(r"[\d.]+", name):  # just a version
-            name, version = "", name
-        if name and not re.fullmatch(r"cupy(-cuda\d+x?)?", name):
-            raise UsageError(f"--cupy {spec!r}: not a CuPy package",
-                             hint="e.g. --cupy cupy-cuda12x==13.3.0 (repeat for several)")
-        if version:
-            _ver(version, "--cupy")
-        if name:
-            packages[name] = version or ""
-        if not first:
-            first = {"version": version or None, "package": name or None}
-    first["packages"] = list(packages)
-    if not first.get("version"):
-        first["version"] = "unknown"
-    return {k: v for k, v in first.items() if v}, {k: v for k, v in packages.items()}
-
-
-def _ver(text: str, flag: str) -> str:
-    _parse(Version.parse, text, flag)
-    return text.strip()
-
-
-def _parse(fn: Any, text: str, flag: str) -> Any:
-    try:
-        return fn(text)
-    except UsageError as exc:
-        raise UsageError(f"{flag} {text!r}: {exc.message}", hint=exc.hint) from None
 
 
 # -- suggest ----------------------------------------------------------------------------------
@@ -123,12 +27,9 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
             framework: str | None = None, python: str | None = None,
             platform: str | None = None) -> dict[str, Any]:
     """Working combinations for a GPU, newest first, each with its install command."""
-    from dnnctl.doctor.rules import resolve_gpu
-
     if framework and framework not in FRAMEWORKS:
         raise UsageError(f"--framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
-    g = gpu_from_text(gpu)
-    info = resolve_gpu(matrix, g.name, g.compute_capability)
+    info = resolve_gpu(matrix, *split_gpu_text(gpu))
     if info.cc is None or info.arch is None:
         raise UsageError(f"GPU {gpu!r} is not in the matrix",
                          hint="give its compute capability instead, e.g. --gpu 9.0 or --gpu sm_90 "

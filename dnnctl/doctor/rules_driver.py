@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
+from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, GpuInfo, finding, flag, unknown
 
 NO_DRIVER_MSG = (
     "no NVIDIA driver is loaded: no kernel module, no libcuda.so.1 and no NVML were found. "

@@ -14,8 +14,8 @@ from dnnctl.compat.versions import (
     tag_from_cuda,
 )
 from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, finding, unknown
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.errors import UsageError
 

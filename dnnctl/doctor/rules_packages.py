@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, finding
 
 
 def check(ctx: Context) -> list[Finding]:
