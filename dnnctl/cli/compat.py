@@ -88,8 +88,8 @@ def suggest(
         return
     head = f"[bold]{escape(data['gpu'])}[/]: compute capability {data['compute_capability']} " \
            f"({escape(data['architecture'])})"
-    if data.get("min_driver"):
-        head += f", driver >= {data['min_driver']}"
+    if data.get("gpu_min_driver"):
+        head += f", GPU needs driver >= {data['gpu_min_driver']}"
     console.print(head)
     _combo_table("builds with code for this GPU, newest first", data["combinations"])
     if data["ptx_only"]:

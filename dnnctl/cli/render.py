@@ -35,7 +35,8 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
         print_json({"error": exc.to_dict()})
         return
     # messages quote user input and names like dnnctl[cuda13]: never read them as markup
+    # soft_wrap: a long file path stays on one line, so it can be copied (and grepped)
     err_console.print(f"[bold red]error[/] [dim]({exc.code})[/]: {escape(exc.message)}",
-                      markup=True)
+                      markup=True, soft_wrap=True)
     if exc.hint:
-        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}")
+        err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}", soft_wrap=True)

@@ -6,11 +6,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from dnnctl.compat.drivers import driver_need, driver_status, with_gpu
 from dnnctl.compat.gpus import resolve_gpu, split_gpu_text
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.suggest import (
     TORCH_INDEX,
-    driver_status,
     reach_row,
     torch_arch_history,
     torch_options,
@@ -64,10 +64,7 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
         if name in wanted:
             for d in fn(matrix, info.cc, drv, platform):
                 (combos if d["code"] in ("cubin", "jit") else ptx_only).append(d)
-    for c in combos + ptx_only:  # the GPU itself may need more than the CUDA floor
-        floor = Version.maybe(c.get("min_driver"))
-        if need is not None and (floor is None or need > floor):
-            c["min_driver"] = str(need)
+    for c in combos + ptx_only:
         if gpu_blocked:
             c["driver"] = "too-old"
     if drv is not None:
@@ -75,13 +72,12 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
                  [c for c in combos if c["driver"] == "too-old"]
     return {"gpu": info.label, "model": info.model["model"] if info.model else None,
             "compute_capability": str(info.cc), "architecture": arch["name"],
-            "driver": str(user_drv) if user_drv else None, "min_driver": arch.get("min_driver"),
+            "driver": str(user_drv) if user_drv else None, "gpu_min_driver": arch.get("min_driver"),
             "platform": platform, "combinations": combos, "ptx_only": ptx_only, "notes": notes}
 
 
-def _min_driver(matrix: Matrix, cuda: Version) -> str | None:
-    major = matrix.cuda_major(cuda.major)
-    return major["mvc_min_driver"] if major else None
+def _need(matrix: Matrix, cuda: Version, cc: CC) -> dict[str, str | None]:
+    return with_gpu(driver_need(matrix, cuda), matrix.arch(cc)).to_dict()
 
 
 def _tf_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | None) -> list[dict]:
@@ -96,7 +92,7 @@ def _tf_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | Non
         out.append({"framework": "tensorflow", "version": f"{row['tensorflow']}.*",
                     "cuda": row["cuda"], "cudnn": row["cudnn"], "code": got,
                     "driver": driver_status(matrix, drv, cuda),
-                    "min_driver": _min_driver(matrix, cuda),
+                    **_need(matrix, cuda, cc),
                     "install": f"pip install 'tensorflow{extra}=={row['tensorflow']}.*'",
                     "certainty": row["certainty"], "source": row["source"]})
     return out
@@ -114,7 +110,7 @@ def _jax_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | No
         out.append({"framework": "jax", "version": row["jax"], "plugin": f"cuda{row['plugin']}",
                     "cuda": row["cuda"], "cudnn": f">={row['cudnn']}", "code": got,
                     "driver": driver_status(matrix, drv, Version((cuda.major, 0))),
-                    "min_driver": _min_driver(matrix, cuda),
+                    **_need(matrix, cuda, cc),
                     "install": row["install"].format(version="<version>"),
                     "certainty": row["certainty"], "source": row["source"]})
     return out
@@ -137,7 +133,7 @@ def _cupy_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | N
         out.append({"framework": "cupy", "version": f">={cupy_min}" if cupy_min else row["cupy"],
                     "package": row["package"], "cuda": f">={low}", "code": "jit",
                     "driver": driver_status(matrix, drv, low),
-                    "min_driver": _min_driver(matrix, low), "install": row["install"],
+                    **_need(matrix, low, cc), "install": row["install"],
                     "certainty": row["certainty"], "source": row["source"]})
     return sorted(out, key=lambda d: d["package"], reverse=True)
 
@@ -152,7 +148,7 @@ SHOW = {
                                "family", "dropped", "certainty")),
     "cudnn": ("cudnn", ("versions", "cuda_major", "driver_linux", "cc", "pip", "certainty")),
     "torch": ("torch", ("torch", "variant", "cuda", "cudnn", "status", "arch_list",
-                        "arch_uncertain", "min_driver", "certainty")),
+                        "arch_uncertain", "min_driver", "full_driver", "certainty")),
     "tensorflow": ("tensorflow", ("tensorflow", "cuda", "cudnn", "python", "arch_list",
                                   "certainty")),
     "jax": ("jax", ("jax", "plugin", "cuda", "cudnn", "arch_list", "certainty")),
@@ -175,11 +171,9 @@ def _derived(matrix: Matrix, table: str, row: dict[str, Any]) -> dict[str, Any]:
     """Facts a torch row implies: its pip index and minimum drivers (MVC floor / full)."""
     if table != "torch":
         return {}
-    cuda = Version.parse(row["cuda"])
-    major, rel = matrix.cuda_major(cuda.major), matrix.cuda_release(cuda)
+    need = driver_need(matrix, Version.parse(row["cuda"])).to_dict()
     return {"index_url": row.get("index_url") or TORCH_INDEX.format(variant=row["variant"]),
-            "min_driver": major["mvc_min_driver"] if major else None,
-            "full_support_driver": rel.get("driver_linux") if rel else None}
+            **need}
 
 
 def _matches(row: dict[str, Any], spec: str) -> bool:

@@ -49,7 +49,7 @@ _COMMON = {"source": F("text", True), "certainty": F("certainty", True),
 
 TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "cuda_majors": (("major",), {
-        "major": F("int", True), "mvc_min_driver": F("version", True),
+        "major": F("int", True), "mvc": F("bool"), "mvc_min_driver": F("version"),
         "mvc_min_driver_windows": F("version")}),
     "cuda_releases": (("version",), {
         "version": F("version", True), "driver_linux": F("version"), "driver_windows": F("version"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
@@ -121,20 +122,20 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                             "minor-version compatibility only", cuda=cuda, driver_cuda=have)]
         return [finding("driver-too-old", "error", component, f"{what} needs CUDA {cuda}; the "
                         f"driver supports CUDA {have}", cuda=cuda, driver_cuda=have)]
-    rel = ctx.matrix.cuda_release(cuda)
-    major = ctx.matrix.cuda_major(cuda.major)
+    need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
+    rel, major = need_row.release_row, need_row.major_row
     if major is None:
         return [unknown(component, f"{what}: CUDA {cuda.major}.x has no row in the matrix",
                         cuda=cuda, driver=ctx.driver)]
-    floor_text = major.get("mvc_min_driver_windows") if ctx.windows else major["mvc_min_driver"]
-    if floor_text is None:
-        return [unknown(component, f"{what}: the matrix has no Windows driver minimum for CUDA "
-                        f"{cuda.major}.x", row=major, cuda=cuda, driver=ctx.driver)]
-    floor = Version.parse(floor_text)
+    if need_row.minimum is None:
+        os_name = "Windows" if ctx.windows else "Linux"
+        return [unknown(component, f"{what}: the matrix has no {os_name} driver minimum for CUDA "
+                        f"{cuda if not need_row.mvc else str(cuda.major) + '.x'}",
+                        row=rel or major, cuda=cuda, driver=ctx.driver)]
+    floor = need_row.minimum
     ev = {"cuda": cuda, "driver": ctx.driver, "driver_cuda": have}
-    key = "driver_windows" if ctx.windows else "driver_linux"
-    if rel is not None and not rel.uncertain and rel.get(key):
-        full_need = Version.parse(rel[key])
+    if need_row.full is not None:
+        full_need = need_row.full
         if have is not None and have >= cuda.trunc(2):
             return []
     else:
@@ -145,8 +146,10 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                             f"minor-version floor {floor}", row=rel or major, **ev)]
         if have is not None and have >= cuda.trunc(2) and not unsure:
             return []
+    if not need_row.mvc and ctx.driver >= floor:
+        return []  # pre-MVC: the release's own driver is the one and only minimum
     cite = rel or major
-    if ctx.driver >= floor and have is not None and have.major >= cuda.major:
+    if need_row.mvc and ctx.driver >= floor and have is not None and have.major >= cuda.major:
         sev = "error" if ptx_only else ("warning" if jit else "info")
         why = (" Its only code for this GPU is PTX, and a driver older than the toolkit "
                "cannot JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
@@ -178,8 +181,9 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
         fix += f"; or {alt_fix}"
     return [finding("driver-too-old", "error", component,
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
-                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA {cuda.major}.x "
-                    f"minimum {floor}" if ctx.driver < floor else
+                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA "
+                    f"{str(cuda.major) + '.x' if need_row.mvc else cuda} minimum {floor}"
+                    if ctx.driver < floor else
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
                     fix=fix, row=cite, required=need, **ev)]
 
