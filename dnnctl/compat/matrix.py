@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from dnnctl.compat.inputs import bounded, check_yaml_shape, read_input
 from dnnctl.compat.schema import MATRIX_SCHEMA, TABLES, Row, row_key, validate_row
 from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.errors import InputFileError
@@ -57,7 +58,7 @@ class Matrix:
         best: tuple[int, Row] | None = None
         for row in self.tables["gpus"]:
             for pattern in row["match"]:
-                m = re.search(pattern, name, re.IGNORECASE)
+                m = re.search(pattern, bounded(name), re.IGNORECASE)
                 if m and (best is None or len(m.group(0)) > best[0]):
                     best = (len(m.group(0)), row)
         return best[1] if best else None
@@ -179,13 +180,13 @@ def _merge(matrix: Matrix, path: Path, *, base: bool, label: str | None = None) 
 
 
 def _read(path: Path) -> dict[str, list[Row]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(str(path), f"cannot read matrix file: {exc.strerror or exc}",
-                             "check the path given to --matrix / DNNCTL_MATRIX") from None
+    text = read_input(path, hint="check the path given to --matrix / DNNCTL_MATRIX")
+    check_yaml_shape(text, path, _LineLoader)
     try:
         data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    except (ValueError, RecursionError, OverflowError) as exc:  # e.g. a 4,300-digit number
+        raise InputFileError(str(path), f"a value cannot be read: {str(exc)[:120]}",
+                             "matrix values are short strings, numbers and lists") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputFileError(str(path), f"not valid YAML: {getattr(exc, 'problem', exc)}",

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dnnctl.compat.inputs import check_pattern
 from dnnctl.compat.versions import CC, Target, Version, VersionRange
 from dnnctl.errors import InputFileError, UsageError
 
@@ -161,14 +162,13 @@ def _check(field: Field, value: Any) -> str | None:
             CC.parse(value)
             return None if isinstance(value, str) else 'quote compute capabilities ("9.0")'
         if k == "regex":
-            re.compile(str(value))
-            return None
+            return check_pattern(value)
         if k in ("list_text", "regex_list", "cc_list", "target_list"):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 return "expected a list of strings"
             for v in value:
-                if k == "regex_list":
-                    re.compile(v)
+                if k == "regex_list" and check_pattern(v):
+                    return check_pattern(v)
                 elif k == "cc_list":
                     CC.parse(v)
                 elif k == "target_list":
