@@ -15,8 +15,20 @@ NO_DRIVER_MSG = (
     "GPU was not passed in)")
 
 
+def probe_failures(ctx: Context) -> list[Finding]:
+    """A probe that hung, crashed or was cut off: what it could not read is unknown."""
+    return [finding("probe-failed", "warning", "doctor", note.removeprefix("probe failed: "),
+                    fix="run `dnnctl doctor --json` again; if it repeats, the library or tool "
+                    "named here hangs or crashes on this machine (check `dmesg`, reinstall it)")
+            for note in ctx.env.notes if note.startswith("probe failed:")]
+
+
 def check(ctx: Context) -> list[Finding]:
     """no-driver / no-gpu / driver-mismatch, each GPU against the driver, CUDA runtimes."""
+    return probe_failures(ctx) + _check(ctx)
+
+
+def _check(ctx: Context) -> list[Finding]:
     driver = ctx.env.driver or {}
     if ctx.driver_present is False:
         return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=(
