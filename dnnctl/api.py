@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dnnctl.ops import registry
-
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport
 
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
     """Every registered variant: op, backend, name, parameter space, source file."""
+    from dnnctl.ops import registry  # NumPy and the op registry only where they are needed
+
     ops = [registry.get_op(op).name] if op else list(registry.ops())
     rows = []
     for name in ops:
@@ -90,6 +90,7 @@ def tune(workload: str | None = None, *, op: str | None = None,
     """
     from dnnctl.backends.base import parse_device
     from dnnctl.errors import UsageError
+    from dnnctl.ops import registry
     from dnnctl.tune.tuner import TuneOptions
     from dnnctl.tune.tuner import tune as _tune
     from dnnctl.workloads import Workload, default_workload, parse_kv, resolve
@@ -241,7 +242,6 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     arguments and unreadable files; never for what the probes find.
     """
     from dnnctl.compat.matrix import load_matrix
-    from dnnctl.doctor.envfile import load_env, save_env
     from dnnctl.doctor.model import DoctorReport
     from dnnctl.doctor.rules import judge
     from dnnctl.errors import UsageError
@@ -250,6 +250,8 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
         raise UsageError("--deep probes this machine, so it cannot be combined with --from",
                          hint="drop --deep to judge the snapshot file, or --from to probe here")
     if from_file is not None:
+        from dnnctl.doctor.envfile import load_env  # PyYAML only when a file is read
+
         env = load_env(from_file)
         table = load_matrix([Path(m) for m in matrix])
     else:
@@ -263,6 +265,8 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
             table = load_matrix([Path(m) for m in matrix])
             env = probing.result()
     if save is not None:
+        from dnnctl.doctor.envfile import save_env
+
         save_env(env, save)
     return DoctorReport(env, judge(env, table),
                         origin=str(from_file) if from_file is not None else "detected")

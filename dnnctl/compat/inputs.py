@@ -14,8 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-
-import yaml
+from typing import Any
 
 from dnnctl.errors import InputFileError
 
@@ -73,10 +72,12 @@ def read_input(path: str | os.PathLike[str], *, hint: str | None = None) -> str:
                              f"{exc.start})", "save the file as UTF-8", line=line) from None
 
 
-def check_yaml_shape(text: str, path: str | os.PathLike[str], loader: type = yaml.SafeLoader
-                     ) -> None:
+def check_yaml_shape(text: str, path: str | os.PathLike[str], loader: Any = None) -> None:
     """Reject YAML nested deeper than MAX_DEPTH or with more than MAX_EVENTS nodes, before
     anything recursive (the composer, the constructor) sees it."""
+    import yaml
+
+    loader = loader or getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     depth = events = 0
     try:
         for ev in yaml.parse(text, Loader=loader):

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dnnctl.compat import cache
 from dnnctl.compat.inputs import bounded, check_yaml_shape, read_input
 from dnnctl.compat.schema import MATRIX_SCHEMA, TABLES, Row, row_key, validate_row
 from dnnctl.compat.versions import CC, Version, VersionRange
@@ -27,18 +26,23 @@ from dnnctl.resources import compat_dir
 ENV_VAR = "DNNCTL_MATRIX"
 
 
-class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """A safe loader (libyaml when available) whose mappings remember their line."""
+@functools.lru_cache(maxsize=1)
+def _line_loader() -> type:
+    """A safe loader (libyaml when available) whose mappings remember their line (PyYAML is
+    imported only when a YAML file must really be parsed: the bundled tables are cached)."""
+    import yaml
 
+    class LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
 
-def _construct_row(loader: _LineLoader, node: yaml.MappingNode) -> Row:
-    loader.flatten_mapping(node)
-    row = Row(loader.construct_mapping(node, deep=True))
-    row.line = node.start_mark.line + 1
-    return row
+    def construct_row(loader: Any, node: Any) -> Row:
+        loader.flatten_mapping(node)
+        row = Row(loader.construct_mapping(node, deep=True))
+        row.line = node.start_mark.line + 1
+        return row
 
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_row)
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_row)
+    return LineLoader
 
 
 @dataclass
@@ -133,8 +137,8 @@ class Matrix:
 
 def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
     """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""
-    base = _bundled(tuple((str(p), p.stat().st_mtime_ns)
-                          for p in sorted(compat_dir().glob("*.yaml"))))
+    base = _bundled(tuple((str(p), st.st_mtime_ns, st.st_size)
+                          for p in sorted(compat_dir().glob("*.yaml")) if (st := p.stat())))
     matrix = Matrix({t: list(rows) for t, rows in base.tables.items()}, list(base.files))
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
     for path in [*env, *overlays]:
@@ -143,11 +147,16 @@ def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
 
 
 @functools.lru_cache(maxsize=4)
-def _bundled(files: tuple[tuple[str, int], ...]) -> Matrix:
-    """The shipped tables, validated once per process (keyed by path and mtime)."""
+def _bundled(files: tuple[tuple[str, int, int], ...]) -> Matrix:
+    """The shipped tables, validated once per process and cached across processes as JSON
+    (keyed by every file's path, mtime and size; see dnnctl.compat.cache)."""
+    hit = cache.load(files)
+    if hit is not None:
+        return Matrix(hit, [p for p, _, _ in files])
     matrix = Matrix()
-    for path, _ in files:
+    for path, _, _ in files:
         _merge(matrix, Path(path), base=True, label=f"compat/{Path(path).name}")
+    cache.store(files, matrix.tables)
     return matrix
 
 
@@ -180,10 +189,13 @@ def _merge(matrix: Matrix, path: Path, *, base: bool, label: str | None = None) 
 
 
 def _read(path: Path) -> dict[str, list[Row]]:
+    import yaml
+
+    loader = _line_loader()
     text = read_input(path, hint="check the path given to --matrix / DNNCTL_MATRIX")
-    check_yaml_shape(text, path, _LineLoader)
+    check_yaml_shape(text, path, loader)
     try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
     except (ValueError, RecursionError, OverflowError) as exc:  # e.g. a 4,300-digit number
         raise InputFileError(str(path), f"a value cannot be read: {str(exc)[:120]}",
                              "matrix values are short strings, numbers and lists") from None
