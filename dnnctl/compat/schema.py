@@ -77,7 +77,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "cc_needs_cuda": F("cc_version_map"), "pip": F("text_or_null")}),
     "torch": (("torch", "variant"), {
         "torch": F("version", True), "variant": F("text", True), "cuda": F("version", True),
-        "cudnn": F("version", True), "status": F("choice", True, "stable", "experimental"),
+        "cudnn": F("version"), "status": F("choice", True, "stable", "experimental"),
         "pypi_default": F("bool"), "python": F("range"), "arch_list": F("target_list", True),
         "arch_list_aarch64": F("target_list"), "arch_uncertain": F("target_list"),
         "index_url": F("text")}),

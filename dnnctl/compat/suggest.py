@@ -77,7 +77,7 @@ class TorchOption:
     def to_dict(self) -> dict[str, Any]:
         r = self.row
         return {"framework": "torch", "version": f"{r['torch']}.*", "variant": r["variant"],
-                "cuda": r["cuda"], "cudnn": r["cudnn"], "status": r["status"],
+                "cuda": r["cuda"], "cudnn": r.get("cudnn"), "status": r["status"],
                 "code": self.reach, "driver": self.driver_ok, "min_driver": self.min_driver,
                 "full_driver": self.full_driver,
                 "install": self.install,

@@ -27,6 +27,7 @@ from dnnctl.doctor.model import (
     DRIVER_FIELDS,
     ENV_SCHEMA,
     FRAMEWORK_FIELDS,
+    LIBRARIES,
     Component,
     EnvSnapshot,
     Gpu,
@@ -39,7 +40,7 @@ GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory
               "uuid": "str"}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn",
-              "frameworks", "packages", "notes")
+              "libraries", "frameworks", "live", "packages", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -224,6 +225,15 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
             setattr(env, key, [
                 Component(**_shorthand(r, n, f"{key}[{i}]", COMPONENT_FIELDS, "version"))
                 for i, n in enumerate(r.items(top[key], key))])
+    if "libraries" in top:
+        for name, node in r.mapping(top["libraries"], "libraries",
+                                    {k: "list" for k in LIBRARIES}).items():
+            env.libraries[name] = [
+                Component(**_shorthand(r, n, f"libraries.{name}[{i}]", COMPONENT_FIELDS,
+                                       "version"))
+                for i, n in enumerate(r.items(node, f"libraries.{name}"))]
+    if "live" in top:
+        env.live = _live(r, top["live"])
     if "frameworks" in top:
         for name, node in r.mapping(top["frameworks"], "frameworks", FRAMEWORK_FIELDS).items():
             env.frameworks[name] = _shorthand(r, node, f"frameworks.{name}",
@@ -235,6 +245,21 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
         env.notes = [r.scalar_text(n, f"notes[{i}]")
                      for i, n in enumerate(r.items(top["notes"], "notes"))]
     return env
+
+
+LIVE_FIELDS = {"torch": "str", "cudnn": "version", "cudnn_library": "str", "error": "str"}
+
+
+def _live(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+    """``live:`` as doctor --deep writes it: per-backend SDPA results, per-GPU launches."""
+    out: dict[str, Any] = {}
+    for key, vnode in r.mapping(node, "live", (*LIVE_FIELDS, "sdpa", "launch")).items():
+        if key in LIVE_FIELDS:
+            out[key] = r.value(vnode, LIVE_FIELDS[key], f"live.{key}")
+        else:
+            out[key] = {k: r.value(v, "str", f"live.{key}.{k}")
+                        for k, v in r.mapping(vnode, f"live.{key}", ()).items()}
+    return out
 
 
 def _shorthand(r: _Reader, node: yaml.Node, where: str, spec: dict[str, str],

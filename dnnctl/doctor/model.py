@@ -13,8 +13,9 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
-ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "frameworks",
-             "packages", "notes")
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "libraries",
+             "frameworks", "live", "packages", "notes")
+LIBRARIES = ("cublas", "nccl")  # other libraries whose copies and load order are judged
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {
@@ -32,6 +33,12 @@ CODES = {
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",
+    "library-shadowed": "an older cuBLAS / NCCL earlier on the search path wins over the "
+                        "framework's own copy",
+    "live-cudnn": "the cuDNN torch really loaded is not the one its build expects",
+    "live-sdpa": "a scaled-dot-product-attention backend failed on a tiny bf16 call",
+    "live-launch": "a one-op kernel launch failed on a visible GPU",
+    "live-failed": "the live check itself could not run (import error, crash, timeout)",
     "ok": "a component checked and fine",
 }
 
@@ -64,9 +71,11 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "strlist",
                    "cuda_build": "bool", "gpus_visible": "int"},
     "jax": {**_COMMON, "jaxlib": "version", "plugin": "str", "plugin_version": "version",
+            "arch_list": "strlist",
             "plugins": "strlist", "cuda_runtime": "version", "cudnn_runtime": "version",
             "backend": "str"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
+             "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",
              "device_count": "int"},
 }
@@ -101,6 +110,8 @@ class EnvSnapshot:
     gpus: list[Gpu] = field(default_factory=list)
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
+    libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES
+    live: dict[str, Any] = field(default_factory=dict)  # doctor --deep's live checks on a GPU
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")

@@ -11,7 +11,13 @@ rules_frameworks.py, rules_cudnn.py and rules_packages.py (none imports this mod
 from __future__ import annotations
 
 from dnnctl.compat.matrix import Matrix
-from dnnctl.doctor import rules_driver, rules_frameworks, rules_packages
+from dnnctl.doctor import (
+    rules_driver,
+    rules_frameworks,
+    rules_libraries,
+    rules_live,
+    rules_packages,
+)
 from dnnctl.doctor.context import build_context
 from dnnctl.doctor.model import EnvSnapshot, Finding
 
@@ -22,6 +28,8 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
     findings += rules_frameworks.check(ctx)
+    findings += rules_libraries.duplicates(ctx)
+    findings += rules_live.check(ctx)
     findings += rules_packages.check(ctx)
     return _dedupe(findings)
 
