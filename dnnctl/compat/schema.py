@@ -59,7 +59,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "renamed": F("cc_map")}),
     "forward_compat": (("name",), {
         "name": F("text", True), "package": F("text", True), "gpu_classes": F("list_text", True),
-        "error": F("text")}),
+        "error": F("text"), "branch_types": F("list_text")}),
     "driver_branches": (("branch",), {
         "branch": F("int", True), "type": F("choice", True, "PB", "LTSB", "NFB"), "eol": F("text"),
         "last_for": F("list_text")}),

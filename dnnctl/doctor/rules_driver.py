@@ -36,6 +36,12 @@ def _check(ctx: Context) -> list[Finding]:
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
             "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
     out: list[Finding] = []
+    if ctx.driver_present is None and ctx.driver is None and not driver.get("cuda") \
+            and not ctx.env.gpus:
+        out.append(finding("no-gpu", "warning", "gpu", "this snapshot names no GPU and no "
+                           "driver: nothing in it was judged against hardware",
+                           fix="add the GPU and driver (gpus: [{name: H100}], driver: {version: "
+                           "...}), or run `dnnctl doctor` on the machine itself"))
     kmod = Version.maybe(driver.get("kernel_module"))
     lib = Version.maybe(driver.get("library")) or ctx.driver
     mismatch = flag(driver.get("mismatch")) is True or (
@@ -246,6 +252,18 @@ def _forward_compat(ctx: Context) -> list[Finding]:
     if row is None:
         return []
     out: list[Finding] = []
+    branch = next((r for r in ctx.matrix.rows("driver_branches")
+                   if ctx.driver is not None and r["branch"] == ctx.driver.major), None)
+    allowed = row.get("branch_types") or []
+    if branch is not None and allowed and branch["type"] not in allowed:
+        out.append(finding(
+            "forward-compat", "error", "driver",
+            f"cuda-compat {ctx.forward_compat} (forward compatibility) is in use on driver "
+            f"{ctx.driver}, an R{branch['branch']} {branch['type']} (new feature branch): "
+            f"forward compatibility is supported on {' and '.join(allowed)} branches only",
+            fix="install a long-term (LTSB) or production (PB) data-center driver branch, e.g. "
+            "R580, or upgrade the driver to the CUDA version needed instead",
+            row=row, driver=ctx.driver, branch_type=branch["type"]))
     for gpu in ctx.gpus:
         if gpu.gpu_class is None:
             out.append(unknown("driver", f"cuda-compat {ctx.forward_compat} is in use and the class "

@@ -23,6 +23,7 @@ from dnnctl.doctor.rules_libraries import (
     explicit_build,
     jetson_wheels,
     library_major,
+    loaded_runtime,
 )
 from dnnctl.errors import UsageError
 
@@ -77,6 +78,9 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [finding("cuda-mismatch", "error", "torch",
                         f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix())]
     rows = ctx.matrix.torch_rows(ver.line)
+    jetson = jetson_wheels(ctx, info, None)
+    if jetson:
+        return jetson
     if not rows:
         known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
         reason = f"torch {ver.line} has no rows in the matrix (it knows {known[0]}-{known[-1]})"
@@ -144,7 +148,8 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                             row=row)
     out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
         f"{install} (it installs the CUDA {cuda.major} libraries as pip packages)"
-        if row.get("pip_extra") else f"install the CUDA {cuda.major}.x runtime libraries"))
+        if row.get("pip_extra") else f"install the CUDA {cuda.major}.x runtime libraries"),
+        row=row)
     out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
     out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled, fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
@@ -176,12 +181,13 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if cuda is not None and not need.contains(cuda):
         out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
                            f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
-    runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
+    runtime = cuda or loaded_runtime(ctx, row["plugin"]) or min(
+        c[1] for c in need.clauses if c[0] in (">=", "=="))
     arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), _jax_fix(ctx))
     out += arch
     out += library_major(ctx, "jax", what, row["plugin"], "libcublas", fix=(
         f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
-        "libraries as pip packages)"))
+        "libraries as pip packages)"), row=row)
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
     minimum = Version.parse(row["cudnn"])
     loaded = parse_cudnn(info.get("cudnn_runtime") or info.get("cudnn"))
@@ -255,7 +261,7 @@ def _cupy(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if wheel:
         out += library_major(ctx, "cupy", what, int(wheel.group(1)), "libnvrtc", fix=(
             f"pip install '{package}[ctk]' (the CUDA {wheel.group(1)} libraries as pip "
-            f"packages), or install a CUDA {wheel.group(1)}.x toolkit"))
+            f"packages), or install a CUDA {wheel.group(1)}.x toolkit"), row=row)
     out += runtime_findings(ctx, "cupy", runtime, what=what, jit=True, row=row)
     return out
 

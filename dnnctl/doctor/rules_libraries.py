@@ -22,7 +22,15 @@ from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules_driver import runtime_findings
 
+EXPLICIT_SOURCE = ("the build's own arch list (the snapshot's arch_list: torch.cuda.get_arch_list(), "
+                   "TORCH_CUDA_ARCH_LIST, a build's targets)")
 SHADOW_SOURCES = ("env:", "system:", "conda:")
+LIBRARY_SOURCE = {
+    "cublas": "pytorch/pytorch#174320 and #91067 (a cuBLAS found first on the path wins over "
+              "the wheel's nvidia-cublas)",
+    "nccl": "pytorch/pytorch#119072 and #186591 (an older libnccl.so.2 loaded first: "
+            "'undefined symbol: ncclCommRegister' / 'ncclCommResume')",
+}
 LIBRARY_SYMPTOM = {
     "cublas": "'undefined symbol: cublasLt...' / 'libcublasLt.so: version libcublasLt.so.12 "
               "not defined' at import, or CUBLAS_STATUS_NOT_SUPPORTED at the first GEMM",
@@ -36,7 +44,8 @@ JETSON_WHEELS = ("https://docs.nvidia.com/deeplearning/frameworks/install-pytorc
 
 
 def arch_findings(ctx: Context, component: str, what: str, row: Row,
-                  arch_list: list[str] | None, fix: str | None) -> tuple[list[Finding], bool]:
+                  arch_list: list[str] | None, fix: str | None,
+                  source: str | None = None) -> tuple[list[Finding], bool]:
     """Each GPU against the build's cubins and PTX; returns (findings, reached only by PTX)."""
     out: list[Finding] = []
     ptx_only = False
@@ -57,15 +66,15 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
                 "arch-unsupported", "error", component,
                 f"{what} has no code for {gpu.label} ({sm}): its builds carry "
                 f"{' '.join(used)} and no cubin of compute capability {gpu.cc.major}.x nor PTX "
-                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row, arch_list=used,
-                compute_capability=gpu.cc))
+                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row or None, source=source,
+                arch_list=used, compute_capability=gpu.cc))
         elif got == "ptx":
             ptx_only = True
             out.append(finding(
                 "arch-ptx-jit", "warning", component,
                 f"{what} reaches {gpu.label} ({sm}) only by JIT-compiling PTX: the first start "
-                "compiles for minutes and performance may be lower", fix=fix, row=row,
-                arch_list=used, compute_capability=gpu.cc))
+                "compiles for minutes and performance may be lower", fix=fix, row=row or None,
+                source=source, arch_list=used, compute_capability=gpu.cc))
     return out, ptx_only
 
 
@@ -86,8 +95,16 @@ def loadable_majors(ctx: Context) -> set[int] | None:
     return majors if listed else None
 
 
+def loaded_runtime(ctx: Context, major: int) -> Version | None:
+    """The newest CUDA ``major``.x runtime that would be loaded, if one is listed."""
+    found = [v for rt in ctx.env.cuda_runtimes
+             if not f"{rt.source or ''}".startswith("pip:cupy")
+             and (v := Version.maybe(rt.version)) is not None and v.major == major]
+    return max(found) if found else None
+
+
 def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
-                  fix: str) -> list[Finding]:
+                  fix: str, row: Row | None = None) -> list[Finding]:
     """``what`` dlopens ``lib``.so.``major``: is a CUDA ``major`` runtime there to load?"""
     have = loadable_majors(ctx)
     if have is None or major in have:
@@ -97,7 +114,8 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
         "cuda-mismatch", "error", component,
         f"{what} loads the CUDA {major}.x libraries ({lib}.so.{major}), but the CUDA runtimes "
         f"installed here are {found}: it fails with '{lib}.so.{major}: cannot open shared "
-        "object file' (TensorFlow then silently runs on the CPU only)", fix=fix,
+        "object file'" + (" and TensorFlow silently runs on the CPU only"
+                          if component == "tensorflow" else ""), fix=fix, row=row,
         needs_cuda_major=major, cuda_majors_found=sorted(have))]
 
 
@@ -116,7 +134,8 @@ def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any]
                                   version=info.get("version"))]
     ptx_only = False
     if arch_list:
-        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), None)
+        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), None,
+                                        source=EXPLICIT_SOURCE)
         out += found
     if cuda is not None:
         out += runtime_findings(ctx, component, cuda, what=what, jit=False, ptx_only=ptx_only)
@@ -142,37 +161,42 @@ def duplicates(ctx: Context) -> list[Finding]:
 
 def _shadow(lib: str, first: Component, own: Component) -> list[Finding]:
     loaded, wanted = Version.parse(first.version), Version.parse(own.version)
+    # NCCL adds symbols in patch releases (ncclCommResume in 2.29.7): compare every part
     name = {"cublas": "cuBLAS", "nccl": "NCCL"}.get(lib, lib)
     where = first.path or first.source
     ev = {"loaded": str(loaded), "loaded_from": where, "bundled": str(wanted),
           "bundled_from": own.source}
-    if loaded.trunc(2) >= wanted.trunc(2):
+    if loaded >= wanted:
         return [finding("library-shadowed", "info", lib,
                         f"{name} {loaded} ({where}) loads before the framework's {own.source} "
                         f"{wanted}: same major and not older, so it works, but it is not the "
-                        "tested copy", **ev)]
+                        "tested copy", source=LIBRARY_SOURCE.get(lib), **ev)]
     return [finding(
         "library-shadowed", "error", lib,
         f"{name} {loaded} from {where} is found first and wins over the framework's "
         f"{own.source} {wanted}: the older copy lacks what the framework was built against, "
         f"so it fails with {LIBRARY_SYMPTOM.get(lib, 'missing symbols')}",
         fix=f"remove {where.rsplit('/', 1)[0] if '/' in where else where} from "
-        "LD_LIBRARY_PATH (or uninstall that copy) so the bundled one loads", **ev)]
+        "LD_LIBRARY_PATH (or uninstall that copy) so the bundled one loads",
+        source=LIBRARY_SOURCE.get(lib), **ev)]
 
 
 def jetson_wheels(ctx: Context, info: dict[str, Any], row: Row | None) -> list[Finding]:
-    """PyPI / download.pytorch.org aarch64 CUDA 12 wheels on a Jetson board."""
+    """A CUDA 12 (or older) torch built for aarch64 servers (SBSA) on a Jetson board.
+
+    JetPack builds carry ``nv`` in their version (``2.1.0a0+41361538.nv23.06``); CUDA 13
+    unified the Arm platforms (Thor runs the SBSA wheels)."""
     jetson = [g for g in ctx.gpus if g.gpu_class == "jetson"]
-    if not jetson or row is None:
+    version = str(info.get("version") or "")
+    if not jetson or ".nv" in version or info.get("cuda_build") is False:
         return []
-    cuda = Version.maybe(row.get("cuda"))
-    local = str(info.get("version") or "")
-    if cuda is None or cuda.major >= 13 or "+cu" not in local and not row.get("variant"):
+    cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row.get("cuda")) if row else None)
+    if cuda is None or cuda.major >= 13:
         return []
     return [finding(
         "arch-unsupported", "error", "torch",
-        f"torch {info.get('version')} is a CUDA {cuda} wheel for aarch64 servers (SBSA, e.g. "
-        f"GH200); it does not drive the integrated GPU of {jetson[0].label}: "
-        "torch.cuda.is_available() is False", fix="install the JetPack build of torch for "
+        f"torch {version} is a CUDA {cuda} build for aarch64 servers (SBSA, e.g. GH200); it "
+        f"does not drive the integrated GPU of {jetson[0].label}: torch.cuda.is_available() "
+        "is False or the first kernel fails", fix="install the JetPack build of torch for "
         f"this board's JetPack release (see {JETSON_WHEELS}) or use NVIDIA's L4T PyTorch "
-        "container", source=JETSON_WHEELS, variant=row.get("variant"))]
+        "container", source=JETSON_WHEELS, cuda=cuda)]

@@ -12,6 +12,7 @@ from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.errors import UsageError
 
+SOURCE = "doctor --deep: torch itself, in a child process on this host (live check)"
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
             "cudnn": "CUDNN_ATTENTION"}
 
@@ -34,7 +35,7 @@ def check(ctx: Context) -> list[Finding]:
         out.append(finding(
             "live-sdpa", "info" if unsupported else "warning", "torch",
             f"SDPA backend {name} ({BACKENDS.get(name, name)}) on a tiny bf16 call: {result}",
-            fix=None if unsupported else "models that select this backend fail or fall back; "
+            source=SOURCE, fix=None if unsupported else "models that select this backend fail or fall back; "
             "pin another with torch.nn.attention.sdpa_kernel, or check the GPU/driver/cuDNN "
             "findings above", backend=name))
     for gpu, result in sorted((live.get("launch") or {}).items()):
@@ -42,7 +43,7 @@ def check(ctx: Context) -> list[Finding]:
             out.append(finding("live-launch", "error", "gpu", f"a one-op kernel launch on GPU "
                                f"{gpu} failed: {result}", fix="check `nvidia-smi -q -i "
                                f"{gpu}` (Xid errors, ECC, MIG mode) and the arch/driver "
-                               "findings above", gpu=gpu))
+                               "findings above", source=SOURCE, gpu=gpu))
     if not out and (live.get("sdpa") or live.get("launch")):
         out.append(finding("ok", "info", "torch", "live: a kernel ran on every visible GPU and "
                            "every SDPA backend answered a bf16 call"))
@@ -71,5 +72,5 @@ def _cudnn(ctx: Context, live: dict) -> list[Finding]:
             fix=f"make the bundled copy load first: remove the directory of {where} from "
             "LD_LIBRARY_PATH, or pip install "
             f"'nvidia-cudnn-cu{str(info.get('cuda') or '12')[:2]}>={compiled}'",
-            cudnn_loaded=loaded, cudnn_compiled=compiled, library=where)]
+            source=SOURCE, cudnn_loaded=loaded, cudnn_compiled=compiled, library=where)]
     return []
