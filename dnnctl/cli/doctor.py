@@ -21,8 +21,8 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("driver", "gpu", "cuda", "cudnn", "torch", "tensorflow", "jax", "cupy",
-              "packages")
+COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "torch",
+              "tensorflow", "jax", "cupy", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]"}
 
@@ -155,8 +155,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         if env.driver.get("present") is True:
             return [("no GPU visible to the driver", False)]
         return []
-    if comp in ("cuda", "cudnn"):
-        items = env.cuda_runtimes if comp == "cuda" else env.cudnn
+    if comp in ("cuda", "cudnn") or comp in env.libraries:
+        items = (env.cuda_runtimes if comp == "cuda" else env.cudnn if comp == "cudnn"
+                 else env.libraries[comp])
         return [(f"{escape(c.version or 'version unknown')}  [dim]{escape(c.source or '')}"
                  f"{'  ' + escape(c.path) if c.path and c.path not in (c.source or '') else ''}"
                  f"[/]" + ("  [cyan]← loaded first[/]" if c.loaded_first else ""), True)

@@ -18,6 +18,7 @@ from dnnctl.doctor.host import Host, Runner
 from dnnctl.doctor.model import Component, EnvSnapshot
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
+from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_python import probe_python
 
 BUDGET = 3.0  # seconds for every plain probe together (doctor's promise: done within 5 s)
@@ -51,10 +52,12 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         ldconfig, ld_note = ld_future.result()
         cudnn_future = pool.submit(probe_cudnn, host, dists, ldconfig)
         drv_future = pool.submit(probe_driver, host, ldconfig)
+        libs_future = pool.submit(probe_libraries, host, dists, ldconfig)
         system = system_cuda_runtimes(host, ldconfig)
         runtimes = pip_cuda_runtimes(dists) + system
         drv = drv_future.result()
         cudnn, cudnn_notes = cudnn_future.result()
+        libraries = libs_future.result()
 
     env.driver = drv.driver
     env.gpus = drv.gpus
@@ -67,6 +70,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         runtimes.append(Component(version=cupy["cuda"], source=f"pip:{cupy['package']}"))
     env.cuda_runtimes = runtimes
     env.cudnn = cudnn
+    env.libraries = libraries
     torch = frameworks.get("torch")
     if torch and "cudnn" not in torch:  # no pinned wheel: a copy inside torch/lib says it
         bundled = next((c for c in cudnn if c.source == "torch:bundled" and c.version), None)
