@@ -54,7 +54,7 @@ def check(
     """Judge a deployment that does not exist yet: the same findings doctor would give."""
     _json(ctx, json_out)
     from dnnctl import api
-    from dnnctl.cli.doctor import exit_code, render
+    from dnnctl.cli.doctor_render import exit_code, render
 
     report = api.compat_check(gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, torch=torch,
                               tensorflow=tensorflow, jax=jax, cupy=cupy or (), python=python,
