@@ -107,6 +107,10 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
     """What the snapshot says about one component: [(markup line, detected?)]."""
     if comp == "driver":
         return _driver_lines(env.driver)
+    if comp == "doctor":  # its own probes: shown only when one failed
+        failed = sum(n.startswith("probe failed:") for n in env.notes)
+        return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
+            if failed else []
     if comp == "gpu":
         if env.gpus:
             return [(escape(_gpu_line(g)), True) for g in env.gpus]
