@@ -134,7 +134,11 @@ def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any]
                                   version=info.get("version"))]
     ptx_only = False
     if arch_list:
-        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), None,
+        ccs = " ".join(str(g.cc) for g in ctx.known_ccs)
+        fix = (f"rebuild with these GPUs in the arch list (e.g. TORCH_CUDA_ARCH_LIST=\"{ccs}\"), "
+               f"or install a release build with code for them (`dnnctl compat suggest --gpu "
+               f"{ctx.known_ccs[0].cc}`)") if ctx.known_ccs else None
+        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), fix,
                                         source=EXPLICIT_SOURCE)
         out += found
     if cuda is not None:
