@@ -1,5 +1,5 @@
 """``python -m dnnctl`` runs the command line (same as the ``dnnctl`` script)."""
 
-from dnnctl.cli.app import main
+from dnnctl.cli.entry import main
 
 main()

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dnnctl.ops import registry
-
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport
 
@@ -28,6 +26,7 @@ def kernels_listing(op: str | None = None, backend: str | None = None) -> dict[s
     matches, why."""
     from dnnctl.backends.registry import get_backend
     from dnnctl.errors import UsageError
+    from dnnctl.ops import registry  # NumPy and the op registry only where they are needed
 
     notes: list[str] = []
     if backend is not None:
@@ -70,6 +69,8 @@ def kernels_listing(op: str | None = None, backend: str | None = None) -> dict[s
 def _op_of(name: str) -> tuple[str, str, list[str]] | None:
     """The op whose function / mode field takes ``name`` (gelu -> activation fn), the field,
     and other ops that take it as an epilogue."""
+    from dnnctl.ops import registry
+
     hits = []
     for op_name, op in registry.ops().items():
         for field_name in ("fn", "mode", "activation"):
@@ -92,8 +93,8 @@ def compat_check(*, gpu: str | None = None, driver: str | None = None, cuda: str
                  matrix: Sequence[str | os.PathLike[str]] = ()) -> DoctorReport:
     """Judge a planned deployment (any subset of the flags) exactly as doctor would."""
     from dnnctl.compat.matrix import load_matrix
-    from dnnctl.compat.queries import Plan, plan_snapshot
     from dnnctl.doctor.model import DoctorReport
+    from dnnctl.doctor.planned import Plan, plan_snapshot
     from dnnctl.doctor.rules import judge
     from dnnctl.errors import UsageError
 
@@ -146,6 +147,7 @@ def tune(workload: str | None = None, *, op: str | None = None,
     """
     from dnnctl.backends.registry import parse_device
     from dnnctl.errors import UsageError
+    from dnnctl.ops import registry
     from dnnctl.tune.tuner import TuneOptions
     from dnnctl.tune.tuner import tune as _tune
     from dnnctl.workloads import Workload, default_workload, parse_kv, resolve
@@ -334,7 +336,6 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     arguments and unreadable files; never for what the probes find.
     """
     from dnnctl.compat.matrix import load_matrix
-    from dnnctl.doctor.envfile import load_env, save_env
     from dnnctl.doctor.model import DoctorReport
     from dnnctl.doctor.rules import judge
     from dnnctl.errors import UsageError
@@ -343,6 +344,8 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
         raise UsageError("--deep probes this machine, so it cannot be combined with --from",
                          hint="drop --deep to judge the snapshot file, or --from to probe here")
     if from_file is not None:
+        from dnnctl.doctor.envfile import load_env  # PyYAML only when a file is read
+
         env = load_env(from_file)
         table = load_matrix([Path(m) for m in matrix])
     else:
@@ -356,6 +359,8 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
             table = load_matrix([Path(m) for m in matrix])
             env = probing.result()
     if save is not None:
+        from dnnctl.doctor.envfile import save_env
+
         save_env(env, save)
     return DoctorReport(env, judge(env, table),
                         origin=str(from_file) if from_file is not None else "detected")

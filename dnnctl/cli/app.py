@@ -7,6 +7,7 @@ fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unrea
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Annotated, Any
@@ -15,7 +16,6 @@ import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli import compat, doctor, kernels, plan, tune, workload
 from dnnctl.cli.render import render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
@@ -81,15 +81,16 @@ class _Root(TyperGroup):
             raise typer.Exit(int(ExitCode.FAIL)) from None
 
 
-app = typer.Typer(
-    name="dnnctl",
-    cls=_Root,
-    help="Doctor for the GPU deep-learning stack, cuDNN-class kernels, per-shape autotuning.",
-    rich_markup_mode="rich",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+def _new_app() -> typer.Typer:
+    return typer.Typer(
+        name="dnnctl",
+        cls=_Root,
+        help="Doctor for the GPU deep-learning stack, cuDNN-class kernels, per-shape autotuning.",
+        rich_markup_mode="rich",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
 
 
 def _version(value: bool) -> None:
@@ -98,7 +99,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
@@ -106,12 +106,32 @@ def _root(
     """dnnctl: will this GPU stack work, and which kernel is fastest for each shape."""
 
 
-doctor.register(app)
-app.add_typer(compat.app, name="compat")
-app.add_typer(kernels.app, name="kernels")
-tune.register(app)
-app.add_typer(plan.app, name="plan")
-app.add_typer(workload.app, name="workload")
+# name -> how the command file adds itself ("register": a command; "app": a sub-group)
+COMMANDS = {"doctor": "register", "compat": "app", "kernels": "app", "tune": "register",
+            "plan": "app", "workload": "app"}
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The root app with every command, or with ``only`` one of them: a command file is
+    imported only when its command may run, so `dnnctl doctor` does not import the tuner's."""
+    root = _new_app()
+    root.callback()(_root)
+    for name, how in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        mod = importlib.import_module(f"dnnctl.cli.{name}")
+        if how == "register":
+            mod.register(root)
+        else:
+            root.add_typer(mod.app, name=name)
+    return root
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the full app (tests, help); built on first use
+        globals()["app"] = full = build_app()
+        return full
+    raise AttributeError(name)
 
 
 def _flush_stdout() -> None:
@@ -135,8 +155,9 @@ def _quiet_stdout() -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app()
+        build_app(first if first in COMMANDS else None)()
     except BrokenPipeError:
         _quiet_stdout()
         sys.exit(int(ExitCode.OK))

@@ -54,7 +54,7 @@ def check(
     """Judge a deployment that does not exist yet: the same findings doctor would give."""
     _json(ctx, json_out)
     from dnnctl import api
-    from dnnctl.cli.doctor import exit_code, render
+    from dnnctl.cli.doctor_render import exit_code, render
 
     report = api.compat_check(gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, torch=torch,
                               tensorflow=tensorflow, jax=jax, cupy=cupy or (), python=python,
@@ -88,8 +88,8 @@ def suggest(
         return
     head = f"[bold]{escape(data['gpu'])}[/]: compute capability {data['compute_capability']} " \
            f"({escape(data['architecture'])})"
-    if data.get("min_driver"):
-        head += f", driver >= {data['min_driver']}"
+    if data.get("gpu_min_driver"):
+        head += f", GPU needs driver >= {data['gpu_min_driver']}"
     console.print(head)
     commands: list[tuple[str, str]] = []
     _combo_table("builds with code for this GPU, newest first", data["combinations"], commands)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dnnctl.compat import cache
+from dnnctl.compat.inputs import bounded, check_yaml_shape, read_input
 from dnnctl.compat.schema import MATRIX_SCHEMA, TABLES, Row, row_key, validate_row
 from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.errors import InputFileError
@@ -26,18 +26,23 @@ from dnnctl.resources import compat_dir
 ENV_VAR = "DNNCTL_MATRIX"
 
 
-class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """A safe loader (libyaml when available) whose mappings remember their line."""
+@functools.lru_cache(maxsize=1)
+def _line_loader() -> type:
+    """A safe loader (libyaml when available) whose mappings remember their line (PyYAML is
+    imported only when a YAML file must really be parsed: the bundled tables are cached)."""
+    import yaml
 
+    class LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        pass
 
-def _construct_row(loader: _LineLoader, node: yaml.MappingNode) -> Row:
-    loader.flatten_mapping(node)
-    row = Row(loader.construct_mapping(node, deep=True))
-    row.line = node.start_mark.line + 1
-    return row
+    def construct_row(loader: Any, node: Any) -> Row:
+        loader.flatten_mapping(node)
+        row = Row(loader.construct_mapping(node, deep=True))
+        row.line = node.start_mark.line + 1
+        return row
 
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_row)
+    LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_row)
+    return LineLoader
 
 
 @dataclass
@@ -57,7 +62,7 @@ class Matrix:
         best: tuple[int, Row] | None = None
         for row in self.tables["gpus"]:
             for pattern in row["match"]:
-                m = re.search(pattern, name, re.IGNORECASE)
+                m = re.search(pattern, bounded(name), re.IGNORECASE)
                 if m and (best is None or len(m.group(0)) > best[0]):
                     best = (len(m.group(0)), row)
         return best[1] if best else None
@@ -132,8 +137,8 @@ class Matrix:
 
 def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
     """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""
-    base = _bundled(tuple((str(p), p.stat().st_mtime_ns)
-                          for p in sorted(compat_dir().glob("*.yaml"))))
+    base = _bundled(tuple((str(p), st.st_mtime_ns, st.st_size)
+                          for p in sorted(compat_dir().glob("*.yaml")) if (st := p.stat())))
     matrix = Matrix({t: list(rows) for t, rows in base.tables.items()}, list(base.files))
     env = [p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p.strip()]
     for path in [*env, *overlays]:
@@ -142,11 +147,16 @@ def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
 
 
 @functools.lru_cache(maxsize=4)
-def _bundled(files: tuple[tuple[str, int], ...]) -> Matrix:
-    """The shipped tables, validated once per process (keyed by path and mtime)."""
+def _bundled(files: tuple[tuple[str, int, int], ...]) -> Matrix:
+    """The shipped tables, validated once per process and cached across processes as JSON
+    (keyed by every file's path, mtime and size; see dnnctl.compat.cache)."""
+    hit = cache.load(files)
+    if hit is not None:
+        return Matrix(hit, [p for p, _, _ in files])
     matrix = Matrix()
-    for path, _ in files:
+    for path, _, _ in files:
         _merge(matrix, Path(path), base=True, label=f"compat/{Path(path).name}")
+    cache.store(files, matrix.tables)
     return matrix
 
 
@@ -179,13 +189,16 @@ def _merge(matrix: Matrix, path: Path, *, base: bool, label: str | None = None) 
 
 
 def _read(path: Path) -> dict[str, list[Row]]:
+    import yaml
+
+    loader = _line_loader()
+    text = read_input(path, hint="check the path given to --matrix / DNNCTL_MATRIX")
+    check_yaml_shape(text, path, loader)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputFileError(str(path), f"cannot read matrix file: {exc.strerror or exc}",
-                             "check the path given to --matrix / DNNCTL_MATRIX") from None
-    try:
-        data = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+        data = yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader subclass
+    except (ValueError, RecursionError, OverflowError) as exc:  # e.g. a 4,300-digit number
+        raise InputFileError(str(path), f"a value cannot be read: {str(exc)[:120]}",
+                             "matrix values are short strings, numbers and lists") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputFileError(str(path), f"not valid YAML: {getattr(exc, 'problem', exc)}",

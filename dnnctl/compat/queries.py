@@ -1,120 +1,24 @@
-"""`dnnctl compat` queries: check a planned deployment, suggest combinations, show tables."""
+"""`dnnctl compat` queries: suggest combinations for a GPU, show matrix tables."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from dnnctl.compat.drivers import driver_need, driver_status, with_gpu
+from dnnctl.compat.gpus import resolve_gpu, split_gpu_text
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.suggest import (
     TORCH_INDEX,
-    driver_status,
     reach_row,
     torch_arch_history,
     torch_options,
 )
-from dnnctl.compat.versions import CC, TorchVersion, Version, VersionRange
-from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
+from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.errors import UsageError
 
-_CC_TEXT = re.compile(r"^(?:(?:sm|compute)_\d{2,3}[af]?|\d{1,2}\.\d)$", re.IGNORECASE)
 FRAMEWORKS = ("torch", "tensorflow", "jax", "cupy")
-
-
-@dataclass
-class Plan:
-    """What `compat check` was asked about (any subset)."""
-
-    gpu: str | None = None
-    driver: str | None = None
-    cuda: str | None = None
-    cudnn: str | None = None
-    torch: str | None = None
-    tensorflow: str | None = None
-    jax: str | None = None
-    cupy: list[str] = field(default_factory=list)
-    python: str | None = None
-
-
-def plan_snapshot(plan: Plan) -> EnvSnapshot:
-    """The planned deployment as an EnvSnapshot; every flag left out stays unknown."""
-    env = EnvSnapshot(python=_ver(plan.python, "--python") if plan.python else None)
-    if plan.gpu:
-        env.gpus = [gpu_from_text(plan.gpu)]
-    if plan.driver:
-        env.driver = {"version": _ver(plan.driver, "--driver")}
-    if plan.cuda:
-        env.cuda_runtimes = [Component(_ver(plan.cuda, "--cuda"), source="planned")]
-    if plan.cudnn:
-        env.cudnn = [Component(_ver(plan.cudnn, "--cudnn"), source="planned", loaded_first=True)]
-    if plan.torch:
-        tv = _parse(TorchVersion.parse, plan.torch, "--torch")
-        info: dict[str, Any] = {"version": tv.text}
-        if plan.cuda and not tv.local:
-            info["cuda"] = plan.cuda
-        env.frameworks["torch"] = info
-    if plan.tensorflow:
-        env.frameworks["tensorflow"] = {"version": _ver(plan.tensorflow, "--tensorflow")}
-    if plan.jax:
-        version, _, plugin = plan.jax.partition("+")
-        info = {"version": _ver(version, "--jax")}
-        if plugin:
-            if not re.fullmatch(r"cuda1[123]", plugin.lower()):
-                raise UsageError(f"--jax {plan.jax!r}: the plugin must be cuda12 or cuda13",
-                                 hint="e.g. --jax 0.6.2+cuda12")
-            info["plugin"] = f"jax-{plugin.lower()}-plugin"
-        env.frameworks["jax"] = info
-    if plan.cupy:
-        env.frameworks["cupy"], env.packages = _cupy(plan.cupy)
-    for name in ("cupy", "jax"):  # they run on the CUDA components installed next to them
-        if plan.cuda and name in env.frameworks:
-            env.frameworks[name].setdefault("cuda", plan.cuda)
-    return env
-
-
-def gpu_from_text(text: str) -> Gpu:
-    """``"B200"`` / ``"NVIDIA GeForce RTX 5090"`` -> a named GPU; ``"9.0"`` / ``"sm_90"`` -> a CC."""
-    t = text.strip()
-    if _CC_TEXT.match(t):
-        return Gpu(compute_capability=str(CC.parse(t)))
-    return Gpu(name=t)
-
-
-def _cupy(specs: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    packages: dict[str, str] = {}
-    first: dict[str, Any] = {}
-    for spec in specs:
-        name, _, version = spec.partition("==")
-        name = name.strip().lower()
-        if re.fullmatch(r"[\d.]+", name):  # just a version
-            name, version = "", name
-        if name and not re.fullmatch(r"cupy(-cuda\d+x?)?", name):
-            raise UsageError(f"--cupy {spec!r}: not a CuPy package",
-                             hint="e.g. --cupy cupy-cuda12x==13.3.0 (repeat for several)")
-        if version:
-            _ver(version, "--cupy")
-        if name:
-            packages[name] = version or ""
-        if not first:
-            first = {"version": version or None, "package": name or None}
-    first["packages"] = list(packages)
-    if not first.get("version"):
-        first["version"] = "unknown"
-    return {k: v for k, v in first.items() if v}, {k: v for k, v in packages.items()}
-
-
-def _ver(text: str, flag: str) -> str:
-    _parse(Version.parse, text, flag)
-    return text.strip()
-
-
-def _parse(fn: Any, text: str, flag: str) -> Any:
-    try:
-        return fn(text)
-    except UsageError as exc:
-        raise UsageError(f"{flag} {text!r}: {exc.message}", hint=exc.hint) from None
 
 
 # -- suggest ----------------------------------------------------------------------------------
@@ -123,12 +27,9 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
             framework: str | None = None, python: str | None = None,
             platform: str | None = None) -> dict[str, Any]:
     """Working combinations for a GPU, newest first, each with its install command."""
-    from dnnctl.doctor.rules import resolve_gpu
-
     if framework and framework not in FRAMEWORKS:
         raise UsageError(f"--framework {framework!r} is not one of {', '.join(FRAMEWORKS)}")
-    g = gpu_from_text(gpu)
-    info = resolve_gpu(matrix, g.name, g.compute_capability)
+    info = resolve_gpu(matrix, *split_gpu_text(gpu))
     if info.cc is None or info.arch is None:
         raise UsageError(f"GPU {gpu!r} is not in the matrix",
                          hint="give its compute capability instead, e.g. --gpu 9.0 or --gpu sm_90 "
@@ -163,10 +64,7 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
         if name in wanted:
             for d in fn(matrix, info.cc, drv, platform):
                 (combos if d["code"] in ("cubin", "jit") else ptx_only).append(d)
-    for c in combos + ptx_only:  # the GPU itself may need more than the CUDA floor
-        floor = Version.maybe(c.get("min_driver"))
-        if need is not None and (floor is None or need > floor):
-            c["min_driver"] = str(need)
+    for c in combos + ptx_only:
         if gpu_blocked:
             c["driver"] = "too-old"
     if drv is not None:
@@ -174,13 +72,12 @@ def suggest(matrix: Matrix, gpu: str, *, driver: str | None = None,
                  [c for c in combos if c["driver"] == "too-old"]
     return {"gpu": info.label, "model": info.model["model"] if info.model else None,
             "compute_capability": str(info.cc), "architecture": arch["name"],
-            "driver": str(user_drv) if user_drv else None, "min_driver": arch.get("min_driver"),
+            "driver": str(user_drv) if user_drv else None, "gpu_min_driver": arch.get("min_driver"),
             "platform": platform, "combinations": combos, "ptx_only": ptx_only, "notes": notes}
 
 
-def _min_driver(matrix: Matrix, cuda: Version) -> str | None:
-    major = matrix.cuda_major(cuda.major)
-    return major["mvc_min_driver"] if major else None
+def _need(matrix: Matrix, cuda: Version, cc: CC) -> dict[str, str | None]:
+    return with_gpu(driver_need(matrix, cuda), matrix.arch(cc)).to_dict()
 
 
 def _tf_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | None) -> list[dict]:
@@ -195,7 +92,7 @@ def _tf_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | Non
         out.append({"framework": "tensorflow", "version": f"{row['tensorflow']}.*",
                     "cuda": row["cuda"], "cudnn": row["cudnn"], "code": got,
                     "driver": driver_status(matrix, drv, cuda),
-                    "min_driver": _min_driver(matrix, cuda),
+                    **_need(matrix, cuda, cc),
                     "install": f"pip install 'tensorflow{extra}=={row['tensorflow']}.*'",
                     "certainty": row["certainty"], "source": row["source"]})
     return out
@@ -213,7 +110,7 @@ def _jax_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | No
         out.append({"framework": "jax", "version": row["jax"], "plugin": f"cuda{row['plugin']}",
                     "cuda": row["cuda"], "cudnn": f">={row['cudnn']}", "code": got,
                     "driver": driver_status(matrix, drv, Version((cuda.major, 0))),
-                    "min_driver": _min_driver(matrix, cuda),
+                    **_need(matrix, cuda, cc),
                     "install": row["install"].format(version="<version>"),
                     "certainty": row["certainty"], "source": row["source"]})
     return out
@@ -236,7 +133,7 @@ def _cupy_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | N
         out.append({"framework": "cupy", "version": f">={cupy_min}" if cupy_min else row["cupy"],
                     "package": row["package"], "cuda": f">={low}", "code": "jit",
                     "driver": driver_status(matrix, drv, low),
-                    "min_driver": _min_driver(matrix, low), "install": row["install"],
+                    **_need(matrix, low, cc), "install": row["install"],
                     "certainty": row["certainty"], "source": row["source"]})
     return sorted(out, key=lambda d: d["package"], reverse=True)
 
@@ -251,7 +148,7 @@ SHOW = {
                                "family", "dropped", "certainty")),
     "cudnn": ("cudnn", ("versions", "cuda_major", "driver_linux", "cc", "pip", "certainty")),
     "torch": ("torch", ("torch", "variant", "cuda", "cudnn", "status", "arch_list",
-                        "arch_uncertain", "min_driver", "certainty")),
+                        "arch_uncertain", "min_driver", "full_driver", "certainty")),
     "tensorflow": ("tensorflow", ("tensorflow", "cuda", "cudnn", "python", "arch_list",
                                   "certainty")),
     "jax": ("jax", ("jax", "plugin", "cuda", "cudnn", "arch_list", "certainty")),
@@ -274,11 +171,9 @@ def _derived(matrix: Matrix, table: str, row: dict[str, Any]) -> dict[str, Any]:
     """Facts a torch row implies: its pip index and minimum drivers (MVC floor / full)."""
     if table != "torch":
         return {}
-    cuda = Version.parse(row["cuda"])
-    major, rel = matrix.cuda_major(cuda.major), matrix.cuda_release(cuda)
+    need = driver_need(matrix, Version.parse(row["cuda"])).to_dict()
     return {"index_url": row.get("index_url") or TORCH_INDEX.format(variant=row["variant"]),
-            "min_driver": major["mvc_min_driver"] if major else None,
-            "full_support_driver": rel.get("driver_linux") if rel else None}
+            **need}
 
 
 def _matches(row: dict[str, Any], spec: str) -> bool:

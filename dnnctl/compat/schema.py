@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dnnctl.compat.inputs import check_pattern
 from dnnctl.compat.versions import CC, Target, Version, VersionRange
 from dnnctl.errors import InputFileError, UsageError
 
@@ -49,7 +50,7 @@ _COMMON = {"source": F("text", True), "certainty": F("certainty", True),
 
 TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "cuda_majors": (("major",), {
-        "major": F("int", True), "mvc_min_driver": F("version", True),
+        "major": F("int", True), "mvc": F("bool"), "mvc_min_driver": F("version"),
         "mvc_min_driver_windows": F("version")}),
     "cuda_releases": (("version",), {
         "version": F("version", True), "driver_linux": F("version"), "driver_windows": F("version"),
@@ -58,7 +59,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "renamed": F("cc_map")}),
     "forward_compat": (("name",), {
         "name": F("text", True), "package": F("text", True), "gpu_classes": F("list_text", True),
-        "error": F("text")}),
+        "error": F("text"), "branch_types": F("list_text")}),
     "driver_branches": (("branch",), {
         "branch": F("int", True), "type": F("choice", True, "PB", "LTSB", "NFB"), "eol": F("text"),
         "last_for": F("list_text")}),
@@ -76,7 +77,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "cc_needs_cuda": F("cc_version_map"), "pip": F("text_or_null")}),
     "torch": (("torch", "variant"), {
         "torch": F("version", True), "variant": F("text", True), "cuda": F("version", True),
-        "cudnn": F("version", True), "status": F("choice", True, "stable", "experimental"),
+        "cudnn": F("version"), "status": F("choice", True, "stable", "experimental"),
         "pypi_default": F("bool"), "python": F("range"), "arch_list": F("target_list", True),
         "arch_list_aarch64": F("target_list"), "arch_uncertain": F("target_list"),
         "index_url": F("text")}),
@@ -161,14 +162,13 @@ def _check(field: Field, value: Any) -> str | None:
             CC.parse(value)
             return None if isinstance(value, str) else 'quote compute capabilities ("9.0")'
         if k == "regex":
-            re.compile(str(value))
-            return None
+            return check_pattern(value)
         if k in ("list_text", "regex_list", "cc_list", "target_list"):
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 return "expected a list of strings"
             for v in value:
-                if k == "regex_list":
-                    re.compile(v)
+                if k == "regex_list" and check_pattern(v):
+                    return check_pattern(v)
                 elif k == "cc_list":
                     CC.parse(v)
                 elif k == "target_list":

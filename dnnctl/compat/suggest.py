@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dnnctl.compat.drivers import driver_need, driver_status, with_gpu
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Target, Version, VersionRange, parse_arch_list
@@ -66,7 +67,8 @@ class TorchOption:
     row: Row
     reach: str  # cubin | ptx
     driver_ok: str  # full | mvc | too-old | unknown
-    min_driver: str | None = None  # the minor-version-compatibility floor of its CUDA major
+    min_driver: str | None = None  # compat.drivers.driver_need (with the GPU's own minimum)
+    full_driver: str | None = None
 
     @property
     def install(self) -> str:
@@ -75,8 +77,9 @@ class TorchOption:
     def to_dict(self) -> dict[str, Any]:
         r = self.row
         return {"framework": "torch", "version": f"{r['torch']}.*", "variant": r["variant"],
-                "cuda": r["cuda"], "cudnn": r["cudnn"], "status": r["status"],
+                "cuda": r["cuda"], "cudnn": r.get("cudnn"), "status": r["status"],
                 "code": self.reach, "driver": self.driver_ok, "min_driver": self.min_driver,
+                "full_driver": self.full_driver,
                 "install": self.install,
                 "certainty": r["certainty"], "source": r["source"]}
 
@@ -84,21 +87,6 @@ class TorchOption:
 def torch_install(row: Row) -> str:
     index = row.get("index_url") or TORCH_INDEX.format(variant=row["variant"])
     return f"pip install 'torch=={row['torch']}.*' --index-url {index}"
-
-
-def driver_status(matrix: Matrix, driver: Version | None, cuda: Version) -> str:
-    """full | mvc | too-old | unknown for a driver against one CUDA version."""
-    if driver is None:
-        return "unknown"
-    have, unsure = matrix.driver_cuda(driver)
-    if have is not None and have >= cuda.trunc(2) and not unsure:
-        return "full"
-    major = matrix.cuda_major(cuda.major)
-    if major and driver >= Version.parse(major["mvc_min_driver"]) and have is not None \
-            and have.major >= cuda.major:
-        rel = matrix.cuda_release(cuda)
-        return "unknown" if rel is None or rel.uncertain else "mvc"
-    return "too-old"
 
 
 def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
@@ -119,9 +107,9 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
                 not VersionRange.parse(row["python"]).contains(python.trunc(2)):
             continue
         cuda = Version.parse(row["cuda"])
-        major = matrix.cuda_major(cuda.major)
+        need = with_gpu(driver_need(matrix, cuda), matrix.arch(cc)).to_dict()
         out.append(TorchOption(row, got, driver_status(matrix, driver, cuda),
-                               major["mvc_min_driver"] if major else None))
+                               need["min_driver"], need["full_driver"]))
     rank = {"full": 0, "mvc": 1, "unknown": 2, "too-old": 3}
     out.sort(key=lambda o: (-_vkey(o.row["torch"]), o.row["status"] != "stable",
                             -_vkey(o.row["cuda"])))
@@ -148,10 +136,7 @@ def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: 
                 Version.parse(same_line).trunc(2) and o.driver_ok in ("full", "mvc", "unknown")]
         pick = line[0] if line else pick
     text = pick.install
-    rel = matrix.cuda_release(Version.parse(pick.row["cuda"]))
-    need = Version.maybe(rel.get("driver_linux")) if rel else None
-    if gpu_need is not None and (need is None or gpu_need > need):
-        need = gpu_need
+    need = with_gpu(driver_need(matrix, Version.parse(pick.row["cuda"])), arch).minimum
     if need is not None and (driver is None or pick.driver_ok == "too-old"):
         text += f" (with driver >= {need})"
     return text

@@ -16,6 +16,8 @@ from functools import total_ordering
 from dnnctl.errors import UsageError
 
 _NUM = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
+MAX_PART_DIGITS = 9  # no real version has a longer component; bounds int() on hostile text
+MAX_TEXT = 200
 
 
 @total_ordering
@@ -30,9 +32,10 @@ class Version:
     def parse(cls, text: object) -> Version:
         """Parse ``"570.124.06"``, ``"2.2.0+cu121"`` (local tag ignored), ``12.8`` (a number)."""
         s = str(text).strip()
-        m = _NUM.match(s)
-        if not m:
-            raise UsageError(f"not a version: {text!r}", hint="use dotted numbers, e.g. 12.8")
+        m = _NUM.match(s[:MAX_TEXT]) if len(s) <= MAX_TEXT else None
+        if not m or any(len(p) > MAX_PART_DIGITS for p in m.group(1).split(".")):
+            shown = s if len(s) <= 40 else f"{s[:20]}...({len(s)} characters)"
+            raise UsageError(f"not a version: {shown!r}", hint="use dotted numbers, e.g. 12.8")
         return cls(tuple(int(p) for p in m.group(1).split(".")), m.group(1))
 
     @classmethod
@@ -201,9 +204,9 @@ class CC:
 
     @classmethod
     def parse(cls, text: object) -> CC:
-        s = str(text).strip().lower()
-        m = re.fullmatch(r"(?:sm_?|compute_?)?(\d+)\.(\d)[af]?", s) or \
-            re.fullmatch(r"(?:sm_?|compute_?)?(\d+)(\d)[af]?", s)
+        s = str(text).strip().lower()[:MAX_TEXT]
+        m = re.fullmatch(r"(?:sm_?|compute_?)?(\d{1,3})\.(\d)[af]?", s) or \
+            re.fullmatch(r"(?:sm_?|compute_?)?(\d{1,3})(\d)[af]?", s)
         if not m:
             raise UsageError(f"not a compute capability: {text!r}",
                              hint='write it as "9.0", "sm_90" or "90"')

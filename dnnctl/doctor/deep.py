@@ -64,6 +64,49 @@ try:
         out["capability"] = list(torch.cuda.get_device_capability(0))
 except Exception as e:
     err("cuda", e)
+def short(e):
+    return ("%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip()
+                        else ""))[:300]
+if out.get("cuda_available"):
+    live = {"torch": out["version"], "launch": {}, "sdpa": {}}
+    try:
+        live["cudnn"] = torch.backends.cudnn.version()
+        with open("/proc/self/maps") as fh:
+            libs = sorted({l.split()[-1] for l in fh if "/libcudnn.so" in l})
+        if libs:
+            live["cudnn_library"] = libs[0]
+    except Exception as e:
+        live["cudnn_error"] = short(e)
+    for i in range(out.get("device_count") or 0):
+        try:
+            y = (torch.ones(8, device="cuda:%d" % i) + 1).sum().item()
+            live["launch"][str(i)] = "ok" if y == 16.0 else "wrong result %r" % y
+        except Exception as e:
+            live["launch"][str(i)] = short(e)
+    try:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+        ref = F.scaled_dot_product_attention(q.float(), q.float(), q.float())
+        for name, attr in (("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
+                           ("cudnn", "CUDNN_ATTENTION")):
+            be = getattr(SDPBackend, attr, None)
+            if be is None:
+                live["sdpa"][name] = "unsupported: this torch has no %s backend" % attr
+                continue
+            try:
+                with sdpa_kernel([be]):
+                    o = F.scaled_dot_product_attention(q, q, q)
+                torch.cuda.synchronize()
+                e = (o.float() - ref).abs().max().item()
+                live["sdpa"][name] = "ok" if e < 0.05 else "wrong result (max error %.3g)" % e
+            except Exception as e:
+                m = short(e)
+                live["sdpa"][name] = ("unsupported: " + m) if "No available kernel" in m else m
+    except Exception as e:
+        live["error"] = "SDPA: " + short(e)
+    out["live"] = live
 done()
 """,
     "cupy": _PRELUDE + r"""
@@ -210,10 +253,29 @@ def _merge_torch(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -
             info[key] = data[key]
     if isinstance(data.get("capability"), list) and len(data["capability"]) == 2:
         info["capability"] = "{}.{}".format(*data["capability"])
+    if isinstance(data.get("live"), dict):
+        env.live = _live(data["live"])
     libs = [p for p in data.get("cudnn_libs") or [] if "libcudnn.so." in os.path.basename(p)]
     if libs:
         info["cudnn_loaded"] = libs[0]
         _mark_loaded(env, libs[0])
+
+
+def _live(data: dict[str, Any]) -> dict[str, Any]:
+    """The live answers as plain strings (the snapshot format), bounded in length."""
+    out: dict[str, Any] = {}
+    for key in ("torch", "cudnn_library", "error"):
+        if data.get(key):
+            out[key] = str(data[key])[:1000]
+    cudnn = parse.cudnn_int_version(data.get("cudnn"))
+    if cudnn:
+        out["cudnn"] = cudnn
+    if data.get("cudnn_error"):
+        out["error"] = f"cuDNN: {data['cudnn_error']}"[:1000]
+    for key in ("sdpa", "launch"):
+        if isinstance(data.get(key), dict):
+            out[key] = {str(k)[:40]: str(v)[:400] for k, v in list(data[key].items())[:64]}
+    return out
 
 
 def _mark_loaded(env: EnvSnapshot, loaded: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from dnnctl.doctor import parse
@@ -17,17 +18,23 @@ from dnnctl.doctor.host import Host, Runner
 from dnnctl.doctor.model import Component, EnvSnapshot
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
+from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_python import probe_python
+
+BUDGET = 3.0  # seconds for every plain probe together (doctor's promise: done within 5 s)
 
 
 def detect(runner: Runner | None = None, deep: bool = False, timeout: float | None = None,
-           *, host: Host | None = None, deep_timeout: float = DEEP_TIMEOUT) -> EnvSnapshot:
+           *, host: Host | None = None, deep_timeout: float = DEEP_TIMEOUT,
+           budget: float = BUDGET) -> EnvSnapshot:
     """Detect driver, GPUs, CUDA runtimes, cuDNN copies, frameworks and packages.
 
     ``runner`` replaces the command runner (argv lists, never a shell); ``host`` replaces
     everything else the probes touch (see dnnctl.doctor.host.Host). ``timeout`` bounds each
-    quick subprocess, ``deep_timeout`` each framework asked with ``deep=True``.
-    Problems become ``notes`` (and ``driver["error"]``), never exceptions.
+    quick subprocess, ``deep_timeout`` each framework asked with ``deep=True``, and
+    ``budget`` all plain probes together: a probe still running then is cut off and noted
+    ("probe failed: ..."). Problems become ``notes`` (and ``driver["error"]``), never
+    exceptions. Native libraries are loaded in child processes only (dnnctl.doctor.native).
     """
     host = host or Host()
     if runner is not None:
@@ -35,15 +42,22 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     if timeout is not None:
         host = dataclasses.replace(host, timeout=timeout)
 
+    if host.deadline is None:
+        host = dataclasses.replace(host, deadline=time.monotonic() + budget)
+
     env = EnvSnapshot(os=os_name(host), python=platform.python_version())
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         ld_future = pool.submit(ldconfig_cache, host)
         frameworks, packages, dists, py_notes = probe_python(host)
         ldconfig, ld_note = ld_future.result()
         cudnn_future = pool.submit(probe_cudnn, host, dists, ldconfig)
-        drv = probe_driver(host, ldconfig)
-        runtimes = pip_cuda_runtimes(dists) + system_cuda_runtimes(host, ldconfig)
+        drv_future = pool.submit(probe_driver, host, ldconfig)
+        libs_future = pool.submit(probe_libraries, host, dists, ldconfig)
+        system = system_cuda_runtimes(host, ldconfig)
+        runtimes = pip_cuda_runtimes(dists) + system
+        drv = drv_future.result()
         cudnn, cudnn_notes = cudnn_future.result()
+        libraries = libs_future.result()
 
     env.driver = drv.driver
     env.gpus = drv.gpus
@@ -56,6 +70,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         runtimes.append(Component(version=cupy["cuda"], source=f"pip:{cupy['package']}"))
     env.cuda_runtimes = runtimes
     env.cudnn = cudnn
+    env.libraries = libraries
     torch = frameworks.get("torch")
     if torch and "cudnn" not in torch:  # no pinned wheel: a copy inside torch/lib says it
         bundled = next((c for c in cudnn if c.source == "torch:bundled" and c.version), None)
@@ -76,7 +91,8 @@ def ldconfig_cache(host: Host) -> tuple[dict[str, list[str]], str | None]:
     res = host.run([prog, "-p"])
     if res is None or not res.ok:
         why = (res.error or f"exit status {res.returncode}") if res else "not runnable"
-        return {}, f"ldconfig -p failed ({why}): system libraries were not listed"
+        failed = "probe failed: " if res is not None and res.error else ""
+        return {}, f"{failed}ldconfig -p failed ({why}): system libraries were not listed"
     return parse.ldconfig_libs(res.stdout), None
 
 

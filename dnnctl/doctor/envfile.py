@@ -20,11 +20,14 @@ from typing import Any
 
 import yaml
 
+from dnnctl.compat.inputs import check_yaml_shape, read_input
+from dnnctl.compat.versions import Version
 from dnnctl.doctor.model import (
     DOCTOR_SCHEMA,
     DRIVER_FIELDS,
     ENV_SCHEMA,
     FRAMEWORK_FIELDS,
+    LIBRARIES,
     Component,
     EnvSnapshot,
     Gpu,
@@ -35,9 +38,11 @@ _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
               "uuid": "str"}
-COMPONENT_FIELDS = {"version": "str", "source": "str", "path": "str", "loaded_first": "bool"}
+COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn",
-              "frameworks", "packages", "notes")
+              "libraries", "frameworks", "live", "packages", "notes")
+MAX_VALUE = 8192  # characters in one scalar (paths included)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
         "(absent = unknown)")
 
@@ -74,6 +79,8 @@ class _Reader:
         self.check_tag(node, where)
         if not isinstance(node, yaml.ScalarNode):
             raise self.fail(node, where, f"expected a single value, got {_kind(node)}")
+        if len(node.value) > MAX_VALUE:
+            raise self.fail(node, where, f"value longer than {MAX_VALUE} characters")
         return str(node.value)
 
     def check_tag(self, node: yaml.Node, where: str) -> None:
@@ -94,9 +101,16 @@ class _Reader:
         if kind == "str":
             return text
         if kind == "int":
-            if node.tag.endswith(":int") and re.fullmatch(r"[+]?\d+", text):
+            if node.tag.endswith(":int") and re.fullmatch(r"[+]?\d{1,9}", text):
                 return int(text)
-            raise self.fail(node, where, f"expected a whole number, got {text!r}")
+            raise self.fail(node, where, f"expected a whole number, got {_show(text)}")
+        if kind == "version_or_bool" and node.tag.endswith(":bool"):
+            return text.lower() in ("true", "yes", "on", "y")
+        if kind in ("version", "version_or_bool"):
+            if Version.maybe(text) is None:
+                raise self.fail(node, where, f"not a version: {_show(text)}",
+                                'write dotted numbers, e.g. "580.159.04" or "2.5.1+cu124"')
+            return text
         if kind == "bool":
             if node.tag.endswith(":bool"):
                 return text.lower() in ("true", "yes", "on", "y")
@@ -124,6 +138,10 @@ class _Reader:
         if not isinstance(node, yaml.SequenceNode):
             raise self.fail(node, where, f"expected a list, got {_kind(node)}")
         return list(node.value)
+
+
+def _show(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
 
 
 def _kind(node: yaml.Node) -> str:
@@ -154,21 +172,16 @@ def normalize_cc(text: str) -> str | None:
 def load_env(path: str | os.PathLike[str]) -> EnvSnapshot:
     """Read and validate a ``dnnctl-env/1`` snapshot (or a doctor JSON report)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputFileError(str(p), "no such file",
-                             "write one with `dnnctl doctor --save env.yaml`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputFileError(str(p), f"cannot read: {exc}") from None
+    text = read_input(p, hint="write one with `dnnctl doctor --save env.yaml`")
     return parse_env(text, p)
 
 
 def parse_env(text: str, path: str | os.PathLike[str] = "<snapshot>") -> EnvSnapshot:
     """Validate snapshot text; errors name ``path``, the line and the field."""
     reader = _Reader(Path(path))
+    check_yaml_shape(text, path, _LOADER)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -212,17 +225,41 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
             setattr(env, key, [
                 Component(**_shorthand(r, n, f"{key}[{i}]", COMPONENT_FIELDS, "version"))
                 for i, n in enumerate(r.items(top[key], key))])
+    if "libraries" in top:
+        for name, node in r.mapping(top["libraries"], "libraries",
+                                    {k: "list" for k in LIBRARIES}).items():
+            env.libraries[name] = [
+                Component(**_shorthand(r, n, f"libraries.{name}[{i}]", COMPONENT_FIELDS,
+                                       "version"))
+                for i, n in enumerate(r.items(node, f"libraries.{name}"))]
+    if "live" in top:
+        env.live = _live(r, top["live"])
     if "frameworks" in top:
         for name, node in r.mapping(top["frameworks"], "frameworks", FRAMEWORK_FIELDS).items():
             env.frameworks[name] = _shorthand(r, node, f"frameworks.{name}",
                                               FRAMEWORK_FIELDS[name], "version")
     if "packages" in top:
-        env.packages = {k: r.value(v, "str", f"packages.{k}")
+        env.packages = {k: r.value(v, "version", f"packages.{k}")
                         for k, v in r.mapping(top["packages"], "packages", ()).items()}
     if "notes" in top:
         env.notes = [r.scalar_text(n, f"notes[{i}]")
                      for i, n in enumerate(r.items(top["notes"], "notes"))]
     return env
+
+
+LIVE_FIELDS = {"torch": "str", "cudnn": "version", "cudnn_library": "str", "error": "str"}
+
+
+def _live(r: _Reader, node: yaml.Node) -> dict[str, Any]:
+    """``live:`` as doctor --deep writes it: per-backend SDPA results, per-GPU launches."""
+    out: dict[str, Any] = {}
+    for key, vnode in r.mapping(node, "live", (*LIVE_FIELDS, "sdpa", "launch")).items():
+        if key in LIVE_FIELDS:
+            out[key] = r.value(vnode, LIVE_FIELDS[key], f"live.{key}")
+        else:
+            out[key] = {k: r.value(v, "str", f"live.{key}.{k}")
+                        for k, v in r.mapping(vnode, f"live.{key}", ()).items()}
+    return out
 
 
 def _shorthand(r: _Reader, node: yaml.Node, where: str, spec: dict[str, str],

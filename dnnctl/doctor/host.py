@@ -9,11 +9,14 @@ accessor returns ``None`` or an error string instead of raising.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import glob as _glob
 import os
+import selectors
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PathDistribution
@@ -45,27 +48,64 @@ class Runner(Protocol):
         ...
 
 
+MAX_OUTPUT = 1 << 20  # bytes kept of each stream of a command (nvidia-smi, ldconfig -p)
+
+
 def run_command(argv: Sequence[str], timeout: float) -> CmdResult | None:
-    """The real runner: no shell, no stdin, output decoded leniently, a hard timeout."""
+    """The real runner: no shell, no stdin, a hard timeout, at most MAX_OUTPUT bytes kept of
+    stdout and of stderr (a command printing more is stopped), decoded leniently."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace",
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except FileNotFoundError:
         return None
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-        return CmdResult(None, out, "", f"timed out after {timeout:g} s")
     except PermissionError as exc:
         return CmdResult(None, "", "", f"permission denied: {exc.filename or argv[0]}")
     except OSError as exc:
         return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
-    return CmdResult(proc.returncode, proc.stdout, proc.stderr)
+    bufs: dict[int, bytearray] = {}
+    fds = (proc.stdout.fileno(), proc.stderr.fileno())  # type: ignore[union-attr]
+    error = None
+    deadline = time.monotonic() + max(timeout, 0.0)
+    with proc, selectors.DefaultSelector() as sel:
+        for stream in (proc.stdout, proc.stderr):
+            sel.register(stream, selectors.EVENT_READ)
+            bufs[stream.fileno()] = bytearray()
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                error = f"timed out after {timeout:g} s"
+                break
+            for key, _ in sel.select(min(left, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.fd]
+                buf += chunk[:max(0, MAX_OUTPUT - len(buf))]
+                if len(buf) >= MAX_OUTPUT and len(chunk) and error is None:
+                    error = f"printed more than {MAX_OUTPUT >> 20} MiB: stopped"
+            if error:
+                break
+        if error:
+            _kill(proc)
+        try:
+            code = proc.wait(timeout=max(0.05, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            code = proc.wait()
+            error = error or f"timed out after {timeout:g} s"
+    out, err = (bufs[fd].decode(errors="replace") for fd in fds)
+    return CmdResult(None if error and "timed out" in error else code, out, err, error)
 
 
-def _import_pynvml() -> Any:
-    import pynvml  # nvidia-ml-py; imported lazily so a broken install is just a probe note
-
-    return pynvml
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            proc.kill()
 
 
 @dataclass(frozen=True)
@@ -109,9 +149,10 @@ class Host:
     runner: Runner = run_command
     site_paths: Sequence[str] = field(default_factory=lambda: list(sys.path))
     python: str = sys.executable
-    nvml: Callable[[], Any] = _import_pynvml
-    load_library: Callable[[str], Any] = ctypes.CDLL
-    timeout: float = 5.0
+    nvml: Callable[[], Any] | None = None  # None: ask NVML in a child (dnnctl.doctor.native)
+    load_library: Callable[[str], Any] | None = None  # None: load libcuda in a child only
+    timeout: float = 2.0  # one command's limit
+    deadline: float | None = None  # time.monotonic() by which every probe must be done
 
     # -- filesystem (logical absolute paths, mapped under ``root``) -----------------------
 
@@ -204,9 +245,19 @@ class Host:
 
     # -- processes ------------------------------------------------------------------------
 
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
     def run(self, argv: Sequence[str], timeout: float | None = None) -> CmdResult | None:
+        """Run a command under its own limit and doctor's overall deadline."""
+        limit = timeout if timeout is not None else self.timeout
+        left = self.remaining()
+        if left is not None:
+            if left <= 0.05:
+                return CmdResult(None, "", "", "skipped: doctor's time limit was reached")
+            limit = min(limit, left)
         try:
-            return self.runner(list(argv), timeout if timeout is not None else self.timeout)
+            return self.runner(list(argv), limit)
         except Exception as exc:  # an injected runner must not take doctor down either
             return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
 

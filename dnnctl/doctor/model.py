@@ -13,8 +13,9 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
-ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "frameworks",
-             "packages", "notes")
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "libraries",
+             "frameworks", "live", "packages", "notes")
+LIBRARIES = ("cublas", "nccl")  # other libraries whose copies and load order are judged
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {
@@ -32,6 +33,12 @@ CODES = {
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",
+    "library-shadowed": "an older cuBLAS / NCCL earlier on the search path wins over the "
+                        "framework's own copy",
+    "live-cudnn": "the cuDNN torch really loaded is not the one its build expects",
+    "live-sdpa": "a scaled-dot-product-attention backend failed on a tiny bf16 call",
+    "live-launch": "a one-op kernel launch failed on a visible GPU",
+    "live-failed": "the live check itself could not run (import error, crash, timeout)",
     "ok": "a component checked and fine",
 }
 
@@ -41,33 +48,36 @@ CODES = {
 # loader accepts exactly these, so a typo in a hand-written file is an error, not a no-op.
 DRIVER_FIELDS = {
     "present": "bool",  # detected snapshots always say; False = looked and found no driver
-    "version": "str",  # "580.159.04"
-    "cuda": "str",  # newest CUDA the driver supports (cuDriverGetVersion), "13.0"
-    "kernel_module": "str",  # /proc/driver/nvidia/version or /sys/module/nvidia/version
-    "library": "str",  # user-space libcuda / libnvidia-ml version (from its file name)
+    "version": "version",  # "580.159.04"
+    "cuda": "version",  # newest CUDA the driver supports (cuDriverGetVersion), "13.0"
+    "kernel_module": "version",  # /proc/driver/nvidia/version or /sys/module/nvidia/version
+    "library": "version",  # user-space libcuda / libnvidia-ml version (from its file name)
     "libcuda": "str",  # path of the libcuda.so.1 the loader finds first
     "mismatch": "bool",  # kernel module and user-space library differ
-    "forward_compat": "str",  # CUDA version of cuda-compat's libcuda when that one loads
+    "forward_compat": "version_or_bool",  # CUDA version of cuda-compat's libcuda when it loads
     "device_nodes": "int",  # number of /dev/nvidiaN nodes visible here
     "gpu_count": "int",  # set when the GPUs could be listed (0 = the driver sees none)
     "source": "str",  # nvml | nvidia-smi | libcuda | proc
     "error": "str",  # a present driver that could not be read fully (probe problem)
     "reason": "str",  # why no driver was found (present: false)
 }
-_COMMON = {"version": "str", "source": "str", "cuda": "str", "cudnn": "str"}
+_COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     "torch": {**_COMMON, "arch_list": "strlist", "local_tag": "str", "path": "str",
               "installer": "str", "cuda_build": "bool", "hip": "str", "rocm": "str",
-              "xpu": "str", "cudnn_package": "str", "cudnn_runtime": "str",
-              "cudnn_compiled": "str", "cudnn_loaded": "str", "cuda_available": "bool",
+              "xpu": "str", "cudnn_package": "str", "cudnn_runtime": "version",
+              "cudnn_compiled": "version", "cudnn_loaded": "str", "cuda_available": "bool",
               "device_count": "int", "capability": "str"},
     "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "strlist",
                    "cuda_build": "bool", "gpus_visible": "int"},
-    "jax": {**_COMMON, "jaxlib": "str", "plugin": "str", "plugin_version": "str",
-            "plugins": "strlist", "cuda_runtime": "str", "cudnn_runtime": "str",
+    "jax": {**_COMMON, "jaxlib": "version", "plugin": "str", "plugin_version": "version",
+            "arch_list": "strlist",
+            "plugins": "strlist", "cuda_runtime": "version", "cudnn_runtime": "version",
             "backend": "str"},
-    "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "str",
-             "local_runtime": "str", "driver": "str", "nvrtc": "str", "device_count": "int"},
+    "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
+             "arch_list": "strlist",
+             "local_runtime": "version", "driver": "version", "nvrtc": "version",
+             "device_count": "int"},
 }
 
 
@@ -100,6 +110,8 @@ class EnvSnapshot:
     gpus: list[Gpu] = field(default_factory=list)
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
+    libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES
+    live: dict[str, Any] = field(default_factory=dict)  # doctor --deep's live checks on a GPU
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")

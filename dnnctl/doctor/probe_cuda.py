@@ -288,8 +288,11 @@ def probe_cudnn(host: Host, dists: dict[str, Dist],
         version = parse.cudnn_int_version(ans.get("version"))
         if not version:
             version = _header_version(host, c) or _file_version(c.real) or c.pip_version
-            notes.append(f"cuDNN {c.path}: the library could not be asked for its version "
-                         f"({ans.get('error', 'no answer')}); "
+            why = str(ans.get("error", "no answer"))
+            failed = any(w in why for w in ("timed out", "crashed", "skipped"))
+            notes.append(("probe failed: " if failed else "")
+                         + f"cuDNN {c.path}: the library could not be asked for its version "
+                         f"({why}); "
                          + (f"using {version} from its header / file name / package"
                             if version else "version unknown"))
         elif c.pip_version and c.pip_version.startswith(version.rsplit(".", 1)[0] + "."):

@@ -16,6 +16,7 @@ from typing import Any
 from dnnctl.doctor import parse
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.model import Gpu
+from dnnctl.doctor.native import SubprocessNvml, libcuda_version
 
 NVML_MISMATCH = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch")
 NVML_NO_PERMISSION = 4
@@ -68,7 +69,7 @@ def _nvml_text(value: Any) -> str:
 def probe_nvml(host: Host, out: DriverProbe) -> tuple[int, str] | None:
     """Fill driver + GPUs from NVML. None on success, else (NVML error code or -1, message)."""
     try:
-        nvml = host.nvml()
+        nvml = host.nvml() if host.nvml is not None else SubprocessNvml(host)
     except Exception as exc:  # ImportError, or a broken nvidia-ml-py
         return -1, f"cannot import pynvml (nvidia-ml-py): {exc}"
     error_cls = getattr(nvml, "NVMLError", Exception)
@@ -76,6 +77,8 @@ def probe_nvml(host: Host, out: DriverProbe) -> tuple[int, str] | None:
         nvml.nvmlInit()
     except error_cls as exc:
         code = getattr(exc, "value", -1)
+        if _nvml_text(exc).startswith("probe failed:"):
+            out.notes.append(_nvml_text(exc))
         return (code if isinstance(code, int) else -1), _nvml_text(exc)
     except Exception as exc:
         return -1, f"{type(exc).__name__}: {exc}"
@@ -130,7 +133,10 @@ def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> Gpu:
 
 
 def probe_libcuda(host: Host, path: str) -> str | None:
-    """cuDriverGetVersion through ctypes (needs no cuInit, hence no GPU access)."""
+    """cuDriverGetVersion (needs no cuInit, hence no GPU access), asked in a child process
+    unless a test injected ``host.load_library``."""
+    if host.load_library is None:
+        return parse.cuda_int_version(libcuda_version(host, path))
     try:
         lib = host.load_library(str(host.path(path)))
         version = ctypes.c_int(0)
@@ -247,7 +253,8 @@ def _fallbacks(host: Host, out: DriverProbe, failed: tuple[int, str], libcuda: l
         try:
             cuda = probe_libcuda(host, libcuda[0])
         except LookupError as exc:
-            out.notes.append(f"libcuda: {exc}")
+            out.notes.append(f"probe failed: libcuda: {str(exc).removeprefix('probe failed: ')}"
+                             if "probe failed" in str(exc) else f"libcuda: {exc}")
     if cuda:
         drv["cuda"] = cuda
     if kmod and "version" not in drv:

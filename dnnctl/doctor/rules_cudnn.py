@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dnnctl.compat.versions import CC, Version, parse_cudnn
+from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
-from dnnctl.doctor.rules import Context, finding, unknown
 
 SHADOW_SOURCES = ("env:", "system:")  # copies found through LD_LIBRARY_PATH / the system
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
+from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, GpuInfo, finding, flag, unknown
 
 NO_DRIVER_MSG = (
     "no NVIDIA driver is loaded: no kernel module, no libcuda.so.1 and no NVML were found. "
@@ -14,8 +15,20 @@ NO_DRIVER_MSG = (
     "GPU was not passed in)")
 
 
+def probe_failures(ctx: Context) -> list[Finding]:
+    """A probe that hung, crashed or was cut off: what it could not read is unknown."""
+    return [finding("probe-failed", "warning", "doctor", note.removeprefix("probe failed: "),
+                    fix="run `dnnctl doctor --json` again; if it repeats, the library or tool "
+                    "named here hangs or crashes on this machine (check `dmesg`, reinstall it)")
+            for note in ctx.env.notes if note.startswith("probe failed:")]
+
+
 def check(ctx: Context) -> list[Finding]:
     """no-driver / no-gpu / driver-mismatch, each GPU against the driver, CUDA runtimes."""
+    return probe_failures(ctx) + _check(ctx)
+
+
+def _check(ctx: Context) -> list[Finding]:
     driver = ctx.env.driver or {}
     if ctx.driver_present is False:
         return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=(
@@ -23,6 +36,12 @@ def check(ctx: Context) -> list[Finding]:
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
             "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
     out: list[Finding] = []
+    if ctx.driver_present is None and ctx.driver is None and not driver.get("cuda") \
+            and not ctx.env.gpus:
+        out.append(finding("no-gpu", "warning", "gpu", "this snapshot names no GPU and no "
+                           "driver: nothing in it was judged against hardware",
+                           fix="add the GPU and driver (gpus: [{name: H100}], driver: {version: "
+                           "...}), or run `dnnctl doctor` on the machine itself"))
     kmod = Version.maybe(driver.get("kernel_module"))
     lib = Version.maybe(driver.get("library")) or ctx.driver
     mismatch = flag(driver.get("mismatch")) is True or (
@@ -121,20 +140,20 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                             "minor-version compatibility only", cuda=cuda, driver_cuda=have)]
         return [finding("driver-too-old", "error", component, f"{what} needs CUDA {cuda}; the "
                         f"driver supports CUDA {have}", cuda=cuda, driver_cuda=have)]
-    rel = ctx.matrix.cuda_release(cuda)
-    major = ctx.matrix.cuda_major(cuda.major)
+    need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
+    rel, major = need_row.release_row, need_row.major_row
     if major is None:
         return [unknown(component, f"{what}: CUDA {cuda.major}.x has no row in the matrix",
                         cuda=cuda, driver=ctx.driver)]
-    floor_text = major.get("mvc_min_driver_windows") if ctx.windows else major["mvc_min_driver"]
-    if floor_text is None:
-        return [unknown(component, f"{what}: the matrix has no Windows driver minimum for CUDA "
-                        f"{cuda.major}.x", row=major, cuda=cuda, driver=ctx.driver)]
-    floor = Version.parse(floor_text)
+    if need_row.minimum is None:
+        os_name = "Windows" if ctx.windows else "Linux"
+        return [unknown(component, f"{what}: the matrix has no {os_name} driver minimum for CUDA "
+                        f"{cuda if not need_row.mvc else str(cuda.major) + '.x'}",
+                        row=rel or major, cuda=cuda, driver=ctx.driver)]
+    floor = need_row.minimum
     ev = {"cuda": cuda, "driver": ctx.driver, "driver_cuda": have}
-    key = "driver_windows" if ctx.windows else "driver_linux"
-    if rel is not None and not rel.uncertain and rel.get(key):
-        full_need = Version.parse(rel[key])
+    if need_row.full is not None:
+        full_need = need_row.full
         if have is not None and have >= cuda.trunc(2):
             return []
     else:
@@ -145,8 +164,10 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                             f"minor-version floor {floor}", row=rel or major, **ev)]
         if have is not None and have >= cuda.trunc(2) and not unsure:
             return []
+    if not need_row.mvc and ctx.driver >= floor:
+        return []  # pre-MVC: the release's own driver is the one and only minimum
     cite = rel or major
-    if ctx.driver >= floor and have is not None and have.major >= cuda.major:
+    if need_row.mvc and ctx.driver >= floor and have is not None and have.major >= cuda.major:
         sev = "error" if ptx_only else ("warning" if jit else "info")
         why = (" Its only code for this GPU is PTX, and a driver older than the toolkit "
                "cannot JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
@@ -178,8 +199,9 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
         fix += f"; or {alt_fix}"
     return [finding("driver-too-old", "error", component,
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
-                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA {cuda.major}.x "
-                    f"minimum {floor}" if ctx.driver < floor else
+                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA "
+                    f"{str(cuda.major) + '.x' if need_row.mvc else cuda} minimum {floor}"
+                    if ctx.driver < floor else
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
                     fix=fix, row=cite, required=need, **ev)]
 
@@ -230,6 +252,18 @@ def _forward_compat(ctx: Context) -> list[Finding]:
     if row is None:
         return []
     out: list[Finding] = []
+    branch = next((r for r in ctx.matrix.rows("driver_branches")
+                   if ctx.driver is not None and r["branch"] == ctx.driver.major), None)
+    allowed = row.get("branch_types") or []
+    if branch is not None and allowed and branch["type"] not in allowed:
+        out.append(finding(
+            "forward-compat", "error", "driver",
+            f"cuda-compat {ctx.forward_compat} (forward compatibility) is in use on driver "
+            f"{ctx.driver}, an R{branch['branch']} {branch['type']} (new feature branch): "
+            f"forward compatibility is supported on {' and '.join(allowed)} branches only",
+            fix="install a long-term (LTSB) or production (PB) data-center driver branch, e.g. "
+            "R580, or upgrade the driver to the CUDA version needed instead",
+            row=row, driver=ctx.driver, branch_type=branch["type"]))
     for gpu in ctx.gpus:
         if gpu.gpu_class is None:
             out.append(unknown("driver", f"cuda-compat {ctx.forward_compat} is in use and the class "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dnnctl.compat.schema import Row
@@ -14,13 +15,17 @@ from dnnctl.compat.versions import (
     tag_from_cuda,
 )
 from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, finding, unknown
 from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_libraries import (
+    arch_findings,
+    explicit_build,
+    jetson_wheels,
+    library_major,
+    loaded_runtime,
+)
 from dnnctl.errors import UsageError
-
-NO_KERNEL = ("the first kernel launch fails with 'CUDA error: no kernel image is available "
-             "for execution on the device'")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -40,40 +45,6 @@ def check(ctx: Context) -> list[Finding]:
 
 
 # -- shared -----------------------------------------------------------------------------------
-
-def arch_findings(ctx: Context, component: str, what: str, row: Row,
-                  arch_list: list[str] | None, fix: str | None) -> tuple[list[Finding], bool]:
-    """Each GPU against the build's cubins and PTX; returns (findings, reached only by PTX)."""
-    out: list[Finding] = []
-    ptx_only = False
-    for gpu in ctx.known_ccs:
-        sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
-        got, unsure, used = reach_row(gpu.cc, row, ctx.platform, arch_list)
-        if used is None:
-            out.append(unknown(component, f"{what}: the matrix has no {ctx.platform} arch list "
-                               "for this build", row=row, platform=ctx.platform))
-            continue
-        if unsure:
-            disputed = ", ".join(row.get("arch_uncertain") or [])
-            out.append(unknown(component, f"{what}: whether it has code for {gpu.label} ({sm}) "
-                               f"depends on {disputed}, which public sources disagree on",
-                               row=row, conflicts=row.get("conflicts"), arch_list=used))
-        elif got is None:
-            out.append(finding(
-                "arch-unsupported", "error", component,
-                f"{what} has no code for {gpu.label} ({sm}): its builds carry "
-                f"{' '.join(used)} and no cubin of compute capability {gpu.cc.major}.x nor PTX "
-                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row, arch_list=used,
-                compute_capability=gpu.cc))
-        elif got == "ptx":
-            ptx_only = True
-            out.append(finding(
-                "arch-ptx-jit", "warning", component,
-                f"{what} reaches {gpu.label} ({sm}) only by JIT-compiling PTX: the first start "
-                "compiles for minutes and performance may be lower", fix=fix, row=row,
-                arch_list=used, compute_capability=gpu.cc))
-    return out, ptx_only
-
 
 def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
     return Version.maybe(info.get(key))
@@ -107,10 +78,14 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [finding("cuda-mismatch", "error", "torch",
                         f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix())]
     rows = ctx.matrix.torch_rows(ver.line)
+    jetson = jetson_wheels(ctx, info, None)
+    if jetson:
+        return jetson
     if not rows:
         known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
-        return [unknown("torch", f"torch {ver.line} has no rows in the matrix (it knows "
-                        f"{known[0]}-{known[-1]})", torch=ver.text)]
+        reason = f"torch {ver.line} has no rows in the matrix (it knows {known[0]}-{known[-1]})"
+        return explicit_build(ctx, "torch", what, info, reason) or [
+            unknown("torch", reason, torch=ver.text)]
     cuda = _cuda_of(info)
     variant = local if local and local.startswith("cu") else (tag_from_cuda(cuda) if cuda else None)
     if variant is None:
@@ -122,18 +97,25 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     row = ctx.matrix.torch_row(ver.line, variant)
     if row is None:
         have = ", ".join(r["variant"] for r in rows)
-        return [unknown("torch", f"{what}: the matrix has no {variant} wheel of torch "
-                        f"{ver.line} (it knows {have}); a custom build is not judged",
-                        torch=ver.text, variant=variant)]
+        reason = f"the matrix has no {variant} wheel of torch {ver.line} (it knows {have})"
+        return explicit_build(ctx, "torch", what, info, reason) or [
+            unknown("torch", f"{what}: {reason}; a custom build without an arch list is not "
+                    "judged", torch=ver.text, variant=variant)]
     if row.uncertain:
         return [unknown("torch", f"{what}: the matrix row is uncertain", row=row)]
     what = f"torch {ver.text}" + ("" if local else f" ({variant})")
     cuda = cuda or Version.parse(row["cuda"])
-    out, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
+    out = jetson_wheels(ctx, info, row)
+    arch, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
+    out += arch
     alt = fix(same_line=False) if ctx.known_ccs else None
     out += runtime_findings(ctx, "torch", cuda, what=what, jit=False, ptx_only=ptx_only, row=row,
                             alt_fix=f"install a build for an older CUDA: {alt}" if alt else None)
-    compiled = parse_cudnn(info.get("cudnn_compiled")) or Version.parse(row["cudnn"])
+    compiled = parse_cudnn(info.get("cudnn_compiled")) or parse_cudnn(row.get("cudnn"))
+    if compiled is None:  # a release whose bundled cuDNN is not published yet
+        out.append(finding("ok", "info", "cudnn", f"{what}: the cuDNN this wheel bundles is not "
+                           "in the matrix yet; the copy it loads was not judged", row=row))
+        return out
     cudnn_fix = fix()
     if not any(f.code == "arch-unsupported" for f in out):
         out += rules_cudnn.gpu_support(ctx, "torch", what, compiled, cuda, fix=cudnn_fix)
@@ -155,14 +137,19 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     row = ctx.matrix.tensorflow_row(ver) if ver else None
     what = f"tensorflow {info['version']}"
     if row is None or row.uncertain:
-        return [unknown("tensorflow", f"{what}: no {'certain ' if row else ''}tested "
-                        "configuration in the matrix", row=row)]
+        reason = f"no {'certain ' if row else ''}tested configuration in the matrix"
+        return explicit_build(ctx, "tensorflow", what, info, reason) or [
+            unknown("tensorflow", f"{what}: {reason}", row=row)]
     cuda = _cuda_of(info) or Version.parse(row["cuda"])
     compiled = parse_cudnn(info.get("cudnn")) or Version.parse(row["cudnn"])
     install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
     out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"), None)
     out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
                             row=row)
+    out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
+        f"{install} (it installs the CUDA {cuda.major} libraries as pip packages)"
+        if row.get("pip_extra") else f"install the CUDA {cuda.major}.x runtime libraries"),
+        row=row)
     out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
     out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled, fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
@@ -194,9 +181,13 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if cuda is not None and not need.contains(cuda):
         out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
                            f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
-    runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
-    arch, ptx_only = arch_findings(ctx, "jax", what, row, None, _jax_fix(ctx))
+    runtime = cuda or loaded_runtime(ctx, row["plugin"]) or min(
+        c[1] for c in need.clauses if c[0] in (">=", "=="))
+    arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), _jax_fix(ctx))
     out += arch
+    out += library_major(ctx, "jax", what, row["plugin"], "libcublas", fix=(
+        f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
+        "libraries as pip packages)"), row=row)
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
     minimum = Version.parse(row["cudnn"])
     loaded = parse_cudnn(info.get("cudnn_runtime") or info.get("cudnn"))
@@ -264,6 +255,13 @@ def _cupy(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
     for gpu in ctx.known_ccs:
         out += _cupy_arch(ctx, gpu, what, row, ver, cuda, runtime)
+    if info.get("arch_list"):  # a CuPy build's own targets (CUPY_NVCC_GENERATE_CODE)
+        out += arch_findings(ctx, "cupy", what, row, list(info["arch_list"]), None)[0]
+    wheel = re.fullmatch(r"cupy-cuda(\d+)x", package)
+    if wheel:
+        out += library_major(ctx, "cupy", what, int(wheel.group(1)), "libnvrtc", fix=(
+            f"pip install '{package}[ctk]' (the CUDA {wheel.group(1)} libraries as pip "
+            f"packages), or install a CUDA {wheel.group(1)}.x toolkit"), row=row)
     out += runtime_findings(ctx, "cupy", runtime, what=what, jit=True, row=row)
     return out
 

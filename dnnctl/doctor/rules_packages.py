@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
+from dnnctl.compat.inputs import bounded
+from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules import Context, finding
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -16,7 +17,7 @@ def check(ctx: Context) -> list[Finding]:
         names |= {_norm(n) for n in info.get("packages") or []}
     out: list[Finding] = []
     for row in ctx.matrix.rows("package_conflicts"):
-        hits = sorted(n for n in names if re.fullmatch(row["pattern"], n))
+        hits = sorted(n for n in names if re.fullmatch(row["pattern"], bounded(n)))
         if len(hits) > 1:
             versions = {n: (ctx.env.packages or {}).get(n) for n in hits}
             out.append(finding("duplicate-package", row["severity"], "packages",

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shlex
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from dnnctl.doctor.deep import SCRIPTS
-from dnnctl.doctor.host import CmdResult, Host
+from dnnctl.doctor.host import CmdResult, Host, run_command
+from dnnctl.doctor.native import LIBCUDA_QUERY
 from dnnctl.doctor.probe_cuda import CUDNN_QUERY
 
 HERE = Path(__file__).resolve().parent
@@ -59,6 +61,8 @@ class FakeRunner:
             script, args = argv[i + 1], argv[i + 2:]
             if script == CUDNN_QUERY:
                 return self._cudnn(args, timeout)
+            if script == LIBCUDA_QUERY:  # the real child, against a compiled stand-in library
+                return run_command([sys.executable, *argv[1:]], timeout)
             for fw, text in SCRIPTS.items():
                 if script == text:
                     return self._answer(self.deep.get(fw, CmdResult(

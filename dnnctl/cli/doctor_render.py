@@ -1,0 +1,179 @@
+"""Rendering of a doctor report (no typer here: the fast path in dnnctl.cli.fast uses it).
+
+One block per component (✓ / ⚠ / ✗, the fix under each problem), then the verdict and the
+probe notes; ``exit_code`` maps the verdict to the process status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from dnnctl.cli.render import console, print_commands, split_commands
+from dnnctl.errors import ExitCode
+
+if TYPE_CHECKING:
+    from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
+
+COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "torch",
+              "tensorflow", "jax", "cupy", "packages")
+MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
+         "none": "[dim]–[/]"}
+
+
+def exit_code(verdict: str, strict: bool) -> ExitCode:
+    if verdict == "fail" or (strict and verdict == "warn"):
+        return ExitCode.FAIL
+    return ExitCode.OK
+
+
+def render(report: DoctorReport, saved: Path | None = None) -> None:
+    """The human report: one block per component, findings with their fix under it."""
+    env = report.env
+    origin = ("this machine" if report.origin == "detected"
+              else f"snapshot {escape(report.origin)}")
+    console.print(f"[bold]dnnctl doctor[/] — {origin}"
+                  + (f" [dim]({escape(env.os)}; Python {escape(env.python or '?')})[/]"
+                     if env.os else ""))
+    by_comp: dict[str, list[Finding]] = {}
+    for f in report.findings:
+        by_comp.setdefault(f.component, []).append(f)
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=1)
+    grid.add_column(width=10, no_wrap=True)
+    grid.add_column(overflow="fold")
+    commands: list[tuple[str, str]] = []
+    for comp in list(COMPONENTS) + sorted(c for c in by_comp if c not in COMPONENTS):
+        lines = summary(env, comp)
+        found = sorted(by_comp.get(comp, []), key=_rank)
+        if not lines and not found:
+            continue
+        worst = found[0].severity if found else ("info" if lines[0][1] else "none")
+        body = [text for text, _ in lines] or ["[dim]unknown[/]"]
+        grid.add_row(MARKS.get(worst, MARKS["none"]), f"[bold]{comp}[/]", "\n".join(body))
+        for f in found:
+            grid.add_row("", "", _finding(f, commands))
+    console.print(grid)
+    _verdict(report)
+    print_commands(commands)
+    if env.notes:
+        console.print("[dim]probe notes:[/]")
+        for note in env.notes:
+            console.print(f"[dim]  · {escape(note)}[/]")
+    if saved is not None:
+        console.print(f"snapshot saved to [bold]{escape(str(saved))}[/] "
+                      f"[dim](judge it anywhere: dnnctl doctor --from {escape(saved.name)})[/]")
+
+
+def _rank(f: Finding) -> int:
+    order = ("error", "warning", "info")
+    return order.index(f.severity) if f.severity in order else len(order)
+
+
+def _finding(f: Finding, commands: list[tuple[str, str]]) -> Table:
+    """A finding: the message, then its fix, evidence and source, aligned under it; the
+    fix's commands go to ``commands`` (printed whole after the verdict) as [n]."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=1)
+    grid.add_column(overflow="fold")
+    grid.add_row(MARKS.get(f.severity, MARKS["none"]),
+                 f"{escape(f.message)} [dim]\\[{escape(f.code)}][/]")
+    if f.fix:
+        prose, cmds = split_commands(f.fix, len(commands) + 1)
+        commands.extend((f"{f.code} ({f.component})", cmd) for cmd in cmds)
+        grid.add_row("", f"[bold]fix:[/] {escape(prose)}"
+                     + (" [dim](commands below)[/]" if cmds else ""))
+    if f.evidence and f.code != "ok":
+        ev = ", ".join(f"{k}={_short(v)}" for k, v in f.evidence.items())
+        grid.add_row("", f"[dim]evidence: {escape(ev)}[/]")
+    if f.source:
+        grid.add_row("", f"[dim]source: {escape(f.source)}[/]")
+    return grid
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+def _verdict(report: DoctorReport) -> None:
+    n_err = sum(f.severity == "error" for f in report.findings)
+    n_warn = sum(f.severity == "warning" for f in report.findings)
+    style = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red"}[report.verdict]
+    console.print(f"verdict: [{style}]{report.verdict.upper()}[/] "
+                  f"[dim]({n_err} error{'s' * (n_err != 1)}, "
+                  f"{n_warn} warning{'s' * (n_warn != 1)})[/]")
+
+
+def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
+    """What the snapshot says about one component: [(markup line, detected?)]."""
+    if comp == "driver":
+        return _driver_lines(env.driver)
+    if comp == "doctor":  # its own probes: shown only when one failed
+        failed = sum(n.startswith("probe failed:") for n in env.notes)
+        return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
+            if failed else []
+    if comp == "gpu":
+        if env.gpus:
+            return [(escape(_gpu_line(g)), True) for g in env.gpus]
+        if env.driver.get("present") is True:
+            return [("no GPU visible to the driver", False)]
+        return []
+    if comp in ("cuda", "cudnn") or comp in env.libraries:
+        items = (env.cuda_runtimes if comp == "cuda" else env.cudnn if comp == "cudnn"
+                 else env.libraries[comp])
+        return [(f"{escape(c.version or 'version unknown')}  [dim]{escape(c.source or '')}"
+                 f"{'  ' + escape(c.path) if c.path and c.path not in (c.source or '') else ''}"
+                 f"[/]" + ("  [cyan]← loaded first[/]" if c.loaded_first else ""), True)
+                for c in items]
+    if comp in env.frameworks:
+        return [(escape(_framework_line(comp, env.frameworks[comp])), True)]
+    return []
+
+
+def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
+    if drv.get("present") is False:
+        return [("[red]not found[/]" + (f" [dim]— {escape(drv['reason'])}[/]"
+                                          if drv.get("reason") else ""), False)]
+    if not drv:
+        return []
+    text = escape(drv.get("version") or "version unknown")
+    if drv.get("cuda"):
+        text += f" (supports CUDA ≤ {escape(drv['cuda'])})"
+    extra = [f"{k.replace('_', ' ')} {drv[k]}" for k in ("kernel_module", "library")
+             if drv.get(k) and drv[k] != drv.get("version")]
+    if drv.get("source"):
+        extra.append(f"via {drv['source']}")
+    return [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
+
+
+def _gpu_line(g: Any) -> str:
+    parts = [f"GPU {g.index}:" if g.index is not None else "GPU:", g.name or "unknown model"]
+    if g.compute_capability:
+        parts.append(f"sm_{g.compute_capability.replace('.', '')} "
+                     f"({g.compute_capability})")
+    if g.memory_mib:
+        parts.append(f"{g.memory_mib} MiB")
+    return " ".join(parts)
+
+
+def _framework_line(name: str, info: dict[str, Any]) -> str:
+    text = info.get("version") or "version unknown"
+    if name == "cupy" and info.get("package"):
+        text = f"{info['package']} {text}"
+    bits = []
+    if info.get("cuda_build") is False:
+        bits.append("CPU-only build")
+    for key, label in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("plugin", "plugin"),
+                       ("runtime", "runtime")):
+        if info.get(key):
+            bits.append(f"{label} {info[key]}")
+    if info.get("arch_list"):
+        bits.append(" ".join(info["arch_list"]))
+    if len(info.get("packages") or []) > 1:
+        bits.append("installed: " + ", ".join(info["packages"]))
+    return text + (f" ({'; '.join(bits)})" if bits else "")

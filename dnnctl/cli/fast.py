@@ -1,0 +1,80 @@
+"""`dnnctl doctor` without typer: the one command that must start fast on a broken server.
+
+Importing typer (and the pydantic it loads for parameter coercion) costs more than the
+whole doctor run. :func:`run` handles the plain forms (``--json``, ``--strict``, ``--deep``,
+``--save F``, ``--from F``, ``--matrix F``..., also ``--opt=F``) with the same library call,
+the same rendering and the same exit codes as dnnctl.cli.doctor; anything else (``-h``, an
+unknown or misspelled option, a missing value) returns None and typer handles it, so help
+and usage errors have one definition.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+FLAGS = {"--json": "json_out", "--strict": "strict", "--deep": "deep"}
+VALUES = {"--save": "save", "--from": "from_file"}
+REPEATED = {"--matrix": "matrix"}
+
+
+def parse(argv: Sequence[str]) -> dict[str, Any] | None:
+    """The doctor options in ``argv`` (after the word ``doctor``), or None if not plain."""
+    opts: dict[str, Any] = {"json_out": False, "strict": False, "deep": False, "save": None,
+                            "from_file": None, "matrix": []}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in FLAGS and not eq:
+            opts[FLAGS[name]] = True
+        elif name in VALUES or name in REPEATED:
+            if not eq:
+                if not args or args[0].startswith("-"):
+                    return None  # typer says what is missing
+                value = args.pop(0)
+            if not value:
+                return None
+            if name in VALUES:
+                opts[VALUES[name]] = Path(value)
+            else:
+                opts[REPEATED[name]].append(Path(value))
+        else:
+            return None
+    return opts
+
+
+def run(argv: Sequence[str]) -> int | None:
+    """Run ``dnnctl doctor ARGV``; the exit status, or None when typer must handle it."""
+    opts = parse(argv)
+    if opts is None:
+        return None
+    from dnnctl import api
+    from dnnctl.cli.render import print_json, render_error
+    from dnnctl.errors import DnnctlError, ExitCode
+
+    try:
+        report = api.doctor(from_file=opts["from_file"], deep=opts["deep"],
+                            matrix=opts["matrix"], save=opts["save"])
+    except DnnctlError as exc:
+        render_error(exc, as_json=opts["json_out"])
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:  # a bug: one clear line, as the typer path renders it
+        if os.environ.get("DNNCTL_DEBUG"):
+            raise
+        render_error(DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
+                                 hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
+                                 "traceback and report it", code="internal"),
+                     as_json=opts["json_out"])
+        return int(ExitCode.FAIL)
+    from dnnctl.cli.doctor_render import exit_code, render
+
+    if opts["json_out"]:
+        print_json(report.to_dict())
+    else:
+        render(report, saved=opts["save"])
+    return int(exit_code(report.verdict, opts["strict"]))

@@ -1,0 +1,138 @@
+"""The snapshot resolved against the matrix, shared by every rule module.
+
+``build_context`` turns an EnvSnapshot into a :class:`Context` (driver, GPUs with their matrix
+rows, platform, forward compatibility); ``finding`` / ``unknown`` build Findings citing the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnctl.compat.gpus import GpuInfo, resolve_gpu
+from dnnctl.compat.matrix import Matrix
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import CC, Version
+from dnnctl.doctor.model import EnvSnapshot, Finding
+
+__all__ = ["Context", "GpuInfo", "build_context", "finding", "flag", "unknown"]
+
+
+@dataclass
+class Context:
+    """The snapshot resolved against the matrix, shared by every rule."""
+
+    env: EnvSnapshot
+    matrix: Matrix
+    driver: Version | None
+    driver_present: bool | None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    platform: str | None = None  # "x86_64" | "aarch64" | None (unknown)
+    forward_compat: Version | None = None  # the cuda-compat version in use, if any
+
+    @property
+    def driver_cuda(self) -> tuple[Version | None, bool]:
+        """The CUDA the driver fully supports (forward-compat package included)."""
+        if self.driver is None:  # a snapshot may know only what the driver reports
+            reported = Version.maybe((self.env.driver or {}).get("cuda"))
+            return (reported.trunc(2) if reported else None), False
+        best, unsure = self.matrix.driver_cuda(self.driver, windows=self.windows)
+        if self.forward_compat is not None and self.fc_eligible and \
+                (best is None or self.forward_compat > best):
+            return self.forward_compat.trunc(2), False
+        return best, unsure
+
+    @property
+    def fc_eligible(self) -> bool:
+        """Whether every GPU may use the forward-compatibility package."""
+        row = self.matrix.forward_compat()
+        if row is None or not self.gpus:
+            return False
+        return all(g.gpu_class in row["gpu_classes"] for g in self.gpus)
+
+    @property
+    def windows(self) -> bool:
+        """Windows and WSL report the Windows driver, numbered apart from Linux's."""
+        text = (self.env.os or "").lower()
+        return "windows" in text or "wsl" in text
+
+    @property
+    def tegra(self) -> bool:
+        """Jetson boards: the L4T driver's version (e.g. 580.00 on Thor) is not on the desktop
+        driver's scale, and CUDA support follows the JetPack release instead."""
+        return any(g.gpu_class == "jetson" for g in self.gpus)
+
+    @property
+    def known_ccs(self) -> list[GpuInfo]:
+        """One GpuInfo per distinct compute capability (rules judge per CC)."""
+        seen: dict[CC, GpuInfo] = {}
+        for g in self.gpus:
+            if g.cc is not None and g.cc not in seen:
+                seen[g.cc] = g
+        return list(seen.values())
+
+
+def flag(value: Any) -> bool | None:
+    """A yes/no field as written by a probe or by hand (True, "true", "no", ...)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    text = str(value).strip().lower()
+    return True if text in ("true", "yes", "1", "on") else False if text in (
+        "false", "no", "0", "off") else None
+
+
+def build_context(env: EnvSnapshot, matrix: Matrix) -> Context:
+    driver = env.driver or {}
+    version = Version.maybe(driver.get("version"))
+    present = flag(driver.get("present"))
+    if present is None and version is not None:
+        present = True
+    ctx = Context(env, matrix, version, present)
+    for i, gpu in enumerate(env.gpus):
+        ctx.gpus.append(resolve_gpu(matrix, gpu.name, gpu.compute_capability, index=i))
+    ctx.platform = _platform(env, ctx.gpus)
+    ctx.forward_compat = _forward_compat(env)
+    return ctx
+
+
+def _platform(env: EnvSnapshot, gpus: list[GpuInfo]) -> str | None:
+    text = f"{env.os or ''}".lower()
+    if "aarch64" in text or "arm64" in text:
+        return "aarch64"
+    if "x86_64" in text or "amd64" in text:
+        return "x86_64"
+    fixed = {g.model.get("platform") for g in gpus if g.model and g.model.get("platform")}
+    return fixed.pop() if len(fixed) == 1 else None
+
+
+def _forward_compat(env: EnvSnapshot) -> Version | None:
+    """The CUDA version cuda-compat provides, when it is in use (detected snapshots say
+    ``forward_compat: true`` and report the libcuda's CUDA version as ``driver.cuda``)."""
+    driver = env.driver or {}
+    fc = driver.get("forward_compat")
+    if flag(fc) is True:
+        return Version.maybe(driver.get("cuda")) or Version((0,), "unknown")
+    v = Version.maybe(fc) if isinstance(fc, str) and flag(fc) is None else None
+    if v is not None:
+        return v
+    for rt in env.cuda_runtimes:
+        if "compat" in f"{rt.source or ''} {rt.path or ''}".lower():
+            return Version.maybe(rt.version)
+    return None
+
+
+def finding(code: str, severity: str, component: str, message: str, *, fix: str | None = None,
+            row: Row | None = None, source: str | None = None, **evidence: Any) -> Finding:
+    """Build a Finding; the source is the matrix row's citation (and where it lives)."""
+    cite = source or (f"{row['source']} [{row['certainty']}; {row.where}]" if row else None)
+    ev = {k: (str(v) if isinstance(v, (Version, CC)) else v) for k, v in evidence.items()
+          if v is not None}
+    return Finding(code, severity, component, message, fix, ev, cite)
+
+
+def unknown(component: str, message: str, *, row: Row | None = None, fix: str | None = None,
+            **evidence: Any) -> Finding:
+    """The matrix cannot say: report it, never guess."""
+    return finding("unknown-version", "warning", component, message, row=row,
+                   fix=fix or "check this combination by hand, or add a row for it with "
+                   "--matrix extra.yaml (see compat/README.md)", **evidence)

@@ -1,0 +1,195 @@
+"""Native libraries are only ever loaded in a child process.
+
+Loading ``libnvidia-ml`` / ``libcuda`` can hang (a GPU that fell off the bus, a wedged
+driver) or crash (a broken install): that must cost a probe, never doctor itself. The NVML
+probe runs one short Python child (no site, only ctypes) that asks NVML everything at once
+and prints JSON; :class:`SubprocessNvml` then answers pynvml's calls from that answer, so
+probe_driver (and the tests, which inject a fake pynvml) do not know the difference. ``cuDriverGetVersion``
+goes through a child the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dnnctl.doctor.host import Host
+
+NVML_TIMEOUT = 2.0
+MARK = "DNNCTL_NVML "
+
+# Runs as `python -I -S`: no site, nothing imported but ctypes/json (a fast start). The same
+# C calls pynvml makes (nvmlInit_v2, nvmlDeviceGetCount_v2, ...), straight through ctypes.
+NVML_QUERY = r"""
+import ctypes, json, sys
+def emit(d):
+    print("DNNCTL_NVML " + json.dumps(d), flush=True)
+try:
+    L = ctypes.CDLL("libnvidia-ml.so.1")
+except OSError as e:
+    emit({"init_error": 12, "msg": "NVML Shared Library Not Found (%s)" % e}); sys.exit(0)
+L.nvmlErrorString.restype = ctypes.c_char_p
+def msg(rc):
+    try:
+        return L.nvmlErrorString(rc).decode(errors="replace")
+    except Exception:
+        return "NVML error %d" % rc
+init = getattr(L, "nvmlInit_v2", None) or L.nvmlInit
+rc = init()
+if rc:
+    emit({"init_error": rc, "msg": msg(rc)}); sys.exit(0)
+out = {"errors": {}}
+def call(key, fn, *args):
+    rc = fn(*args)
+    if rc:
+        out["errors"][key] = [rc, msg(rc)]
+    return rc == 0
+buf = ctypes.create_string_buffer(96)
+if call("driver", L.nvmlSystemGetDriverVersion, buf, 96):
+    out["driver"] = buf.value.decode(errors="replace")
+v = ctypes.c_int(0)
+f = getattr(L, "nvmlSystemGetCudaDriverVersion_v2", None) or L.nvmlSystemGetCudaDriverVersion
+if call("cuda", f, ctypes.byref(v)):
+    out["cuda"] = v.value
+n = ctypes.c_uint(0)
+count = getattr(L, "nvmlDeviceGetCount_v2", None) or L.nvmlDeviceGetCount
+out["count"] = n.value if call("count", count, ctypes.byref(n)) else None
+class Mem(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
+                ("used", ctypes.c_ulonglong)]
+by_index = getattr(L, "nvmlDeviceGetHandleByIndex_v2", None) or L.nvmlDeviceGetHandleByIndex
+gpus = []
+for i in range(out["count"] or 0):
+    g = {}
+    h = ctypes.c_void_p()
+    if call("gpu%d" % i, by_index, ctypes.c_uint(i), ctypes.byref(h)):
+        if call("gpu%d.name" % i, L.nvmlDeviceGetName, h, buf, 96):
+            g["name"] = buf.value.decode(errors="replace")
+        if call("gpu%d.uuid" % i, L.nvmlDeviceGetUUID, h, buf, 96):
+            g["uuid"] = buf.value.decode(errors="replace")
+        a, b = ctypes.c_int(0), ctypes.c_int(0)
+        if call("gpu%d.cc" % i, L.nvmlDeviceGetCudaComputeCapability, h, ctypes.byref(a),
+                ctypes.byref(b)):
+            g["cc"] = [a.value, b.value]
+        m = Mem()
+        if call("gpu%d.memory" % i, L.nvmlDeviceGetMemoryInfo, h, ctypes.byref(m)):
+            g["memory"] = m.total
+    gpus.append(g)
+out["gpus"] = gpus
+L.nvmlShutdown()
+emit(out)
+"""
+
+LIBCUDA_QUERY = r"""
+import ctypes, json, sys
+try:
+    lib = ctypes.CDLL(sys.argv[1])
+    v = ctypes.c_int(0)
+    rc = lib.cuDriverGetVersion(ctypes.byref(v))
+    print(json.dumps({"rc": rc, "version": v.value}))
+except Exception as e:
+    print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
+"""
+
+
+class NVMLError(Exception):
+    """Raised like pynvml's error: ``value`` is the NVML return code (-1: the probe failed)."""
+
+    def __init__(self, value: int, message: str) -> None:
+        super().__init__(message)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class SubprocessNvml:
+    """The subset of pynvml that probe_driver uses, answered from one child process."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, host: Host, timeout: float = NVML_TIMEOUT) -> None:
+        self._host = host
+        self._timeout = timeout
+        self._data: dict[str, Any] | None = None
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        res = self._host.run([self._host.python, "-I", "-S", "-c", NVML_QUERY],
+                             timeout=self._timeout)
+        if res is None:
+            raise NVMLError(-1, f"probe failed: cannot run {self._host.python}")
+        data = None
+        for line in res.stdout.splitlines():
+            if line.startswith(MARK):
+                try:
+                    data = json.loads(line[len(MARK):])
+                except ValueError:
+                    data = None
+        if not isinstance(data, dict):
+            why = res.error or (f"crashed (exit status {res.returncode})" if res.returncode
+                                else "no answer")
+            raise NVMLError(-1, f"probe failed: NVML (libnvidia-ml) {why}")
+        if "init_error" in data:
+            code = data["init_error"]
+            raise NVMLError(code if isinstance(code, int) else -1, str(data.get("msg")))
+        self._data = data
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self._data = None
+
+    def _get(self, key: str, value: Any) -> Any:
+        err = ((self._data or {}).get("errors") or {}).get(key)
+        if err:
+            raise NVMLError(int(err[0]) if isinstance(err[0], int) else -1, str(err[1]))
+        return value
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return self._get("driver", (self._data or {}).get("driver"))
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:  # noqa: N802
+        return self._get("cuda", (self._data or {}).get("cuda"))
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return self._get("count", (self._data or {}).get("count") or 0)
+
+    def _gpu(self, i: int) -> dict[str, Any]:
+        gpus = (self._data or {}).get("gpus") or []
+        return gpus[i] if i < len(gpus) and isinstance(gpus[i], dict) else {}
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+        return self._get(f"gpu{i}", i)
+
+    def nvmlDeviceGetName(self, h: int) -> str:  # noqa: N802
+        return self._get(f"gpu{h}.name", self._gpu(h).get("name"))
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:  # noqa: N802
+        return self._get(f"gpu{h}.uuid", self._gpu(h).get("uuid"))
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: int) -> tuple[int, int]:  # noqa: N802
+        cc = self._get(f"gpu{h}.cc", self._gpu(h).get("cc"))
+        if not (isinstance(cc, list) and len(cc) == 2):
+            raise NVMLError(-1, "no compute capability in the answer")
+        return int(cc[0]), int(cc[1])
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:  # noqa: N802
+        from types import SimpleNamespace
+
+        return SimpleNamespace(total=self._get(f"gpu{h}.memory", self._gpu(h).get("memory")))
+
+
+def libcuda_version(host: Host, path: str, timeout: float = NVML_TIMEOUT) -> int:
+    """cuDriverGetVersion of the libcuda at ``path``, asked in a child; LookupError if not."""
+    res = host.run([host.python, "-I", "-S", "-c", LIBCUDA_QUERY, str(host.path(path))],
+                   timeout=timeout)
+    if res is None:
+        raise LookupError(f"{path}: cannot run {host.python}")
+    try:
+        data = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        why = res.error or f"crashed (exit status {res.returncode})"
+        raise LookupError(f"probe failed: {path}: {why}") from None
+    if not isinstance(data, dict) or "error" in data:
+        raise LookupError(f"{path}: {data.get('error') if isinstance(data, dict) else data}")
+    if data.get("rc") != 0:
+        raise LookupError(f"{path}: cuDriverGetVersion returned CUDA error {data.get('rc')}")
+    return int(data.get("version") or 0)

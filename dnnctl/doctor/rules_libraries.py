@@ -1,0 +1,206 @@
+"""What a framework really loads: shared-library majors, duplicate copies, explicit builds.
+
+- TensorFlow, CuPy wheels (``cupy-cudaNNx``) and JAX's CUDA plugins ``dlopen`` the CUDA
+  libraries of one major (``libcudart.so.12``, ``libnvrtc.so.13``, ...): the runtimes that
+  would be loaded must include that major, whatever the driver can do.
+- A second copy of cuBLAS or NCCL earlier on the search path than the framework's own wins
+  the ``dlopen``; an older one lacks symbols the framework was built against.
+- An explicit arch list (``TORCH_CUDA_ARCH_LIST``, a build's ``arch_list``) is the truth about
+  a build, so a framework version the matrix does not know is still judged by it.
+- Jetson boards run only wheels built for JetPack: the aarch64 server (SBSA) wheels of
+  CUDA 12 do not see their integrated GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import reach_row
+from dnnctl.compat.versions import Version
+from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.model import Component, Finding
+from dnnctl.doctor.rules_driver import runtime_findings
+
+EXPLICIT_SOURCE = ("the build's own arch list (the snapshot's arch_list: torch.cuda.get_arch_list(), "
+                   "TORCH_CUDA_ARCH_LIST, a build's targets)")
+SHADOW_SOURCES = ("env:", "system:", "conda:")
+LIBRARY_SOURCE = {
+    "cublas": "pytorch/pytorch#174320 and #91067 (a cuBLAS found first on the path wins over "
+              "the wheel's nvidia-cublas)",
+    "nccl": "pytorch/pytorch#119072 and #186591 (an older libnccl.so.2 loaded first: "
+            "'undefined symbol: ncclCommRegister' / 'ncclCommResume')",
+}
+LIBRARY_SYMPTOM = {
+    "cublas": "'undefined symbol: cublasLt...' / 'libcublasLt.so: version libcublasLt.so.12 "
+              "not defined' at import, or CUBLAS_STATUS_NOT_SUPPORTED at the first GEMM",
+    "nccl": "'undefined symbol: nccl...' at import, or NCCL errors at the first collective "
+            "('NCCL version mismatch' / 'invalid usage')",
+}
+NO_KERNEL = ("the first kernel launch fails with 'CUDA error: no kernel image is available "
+             "for execution on the device'")
+JETSON_WHEELS = ("https://docs.nvidia.com/deeplearning/frameworks/install-pytorch-jetson-platform"
+                 "/index.html")
+
+
+def arch_findings(ctx: Context, component: str, what: str, row: Row,
+                  arch_list: list[str] | None, fix: str | None,
+                  source: str | None = None) -> tuple[list[Finding], bool]:
+    """Each GPU against the build's cubins and PTX; returns (findings, reached only by PTX)."""
+    out: list[Finding] = []
+    ptx_only = False
+    for gpu in ctx.known_ccs:
+        sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
+        got, unsure, used = reach_row(gpu.cc, row, ctx.platform, arch_list)
+        if used is None:
+            out.append(unknown(component, f"{what}: the matrix has no {ctx.platform} arch list "
+                               "for this build", row=row, platform=ctx.platform))
+            continue
+        if unsure:
+            disputed = ", ".join(row.get("arch_uncertain") or [])
+            out.append(unknown(component, f"{what}: whether it has code for {gpu.label} ({sm}) "
+                               f"depends on {disputed}, which public sources disagree on",
+                               row=row, conflicts=row.get("conflicts"), arch_list=used))
+        elif got is None:
+            out.append(finding(
+                "arch-unsupported", "error", component,
+                f"{what} has no code for {gpu.label} ({sm}): its builds carry "
+                f"{' '.join(used)} and no cubin of compute capability {gpu.cc.major}.x nor PTX "
+                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row or None, source=source,
+                arch_list=used, compute_capability=gpu.cc))
+        elif got == "ptx":
+            ptx_only = True
+            out.append(finding(
+                "arch-ptx-jit", "warning", component,
+                f"{what} reaches {gpu.label} ({sm}) only by JIT-compiling PTX: the first start "
+                "compiles for minutes and performance may be lower", fix=fix, row=row or None,
+                source=source, arch_list=used, compute_capability=gpu.cc))
+    return out, ptx_only
+
+
+def loadable_majors(ctx: Context) -> set[int] | None:
+    """CUDA majors whose runtime libraries would be found, or None when nothing is known.
+
+    CuPy's own static runtime (``pip:cupy-*``) and cuda-compat's driver do not count."""
+    majors: set[int] = set()
+    listed = False
+    for rt in ctx.env.cuda_runtimes:
+        src = f"{rt.source or ''} {rt.path or ''}".lower()
+        if src.startswith("pip:cupy") or "compat" in src:
+            continue
+        listed = True
+        v = Version.maybe(rt.version)
+        if v is not None:
+            majors.add(v.major)
+    return majors if listed else None
+
+
+def loaded_runtime(ctx: Context, major: int) -> Version | None:
+    """The newest CUDA ``major``.x runtime that would be loaded, if one is listed."""
+    found = [v for rt in ctx.env.cuda_runtimes
+             if not f"{rt.source or ''}".startswith("pip:cupy")
+             and (v := Version.maybe(rt.version)) is not None and v.major == major]
+    return max(found) if found else None
+
+
+def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
+                  fix: str, row: Row | None = None) -> list[Finding]:
+    """``what`` dlopens ``lib``.so.``major``: is a CUDA ``major`` runtime there to load?"""
+    have = loadable_majors(ctx)
+    if have is None or major in have:
+        return []
+    found = ", ".join(f"{m}.x" for m in sorted(have)) or "none with a readable version"
+    return [finding(
+        "cuda-mismatch", "error", component,
+        f"{what} loads the CUDA {major}.x libraries ({lib}.so.{major}), but the CUDA runtimes "
+        f"installed here are {found}: it fails with '{lib}.so.{major}: cannot open shared "
+        "object file'" + (" and TensorFlow silently runs on the CPU only"
+                          if component == "tensorflow" else ""), fix=fix, row=row,
+        needs_cuda_major=major, cuda_majors_found=sorted(have))]
+
+
+def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any],
+                   reason: str) -> list[Finding]:
+    """A build the matrix has no row for, judged by the arch list and CUDA it reports."""
+    arch_list = info.get("arch_list")
+    cuda = Version.maybe(info.get("cuda"))
+    if not arch_list and cuda is None:
+        return []
+    out: list[Finding] = [unknown(component, f"{what}: {reason}; judged only by what the build "
+                                  "reports (" + ", ".join(
+                                      p for p in (("arch list" if arch_list else ""),
+                                                  (f"CUDA {cuda}" if cuda else "")) if p)
+                                  + "); its cuDNN and Python were not checked",
+                                  version=info.get("version"))]
+    ptx_only = False
+    if arch_list:
+        ccs = " ".join(str(g.cc) for g in ctx.known_ccs)
+        fix = (f"rebuild with these GPUs in the arch list (e.g. TORCH_CUDA_ARCH_LIST=\"{ccs}\"), "
+               f"or install a release build with code for them (`dnnctl compat suggest --gpu "
+               f"{ctx.known_ccs[0].cc}`)") if ctx.known_ccs else None
+        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), fix,
+                                        source=EXPLICIT_SOURCE)
+        out += found
+    if cuda is not None:
+        out += runtime_findings(ctx, component, cuda, what=what, jit=False, ptx_only=ptx_only)
+    return out
+
+
+def duplicates(ctx: Context) -> list[Finding]:
+    """A copy of cuBLAS / NCCL earlier on the search path than the framework's own."""
+    out: list[Finding] = []
+    for lib, copies in sorted((ctx.env.libraries or {}).items()):
+        for major in sorted({v.major for c in copies if (v := Version.maybe(c.version))}):
+            same = [c for c in copies if (v := Version.maybe(c.version)) and v.major == major]
+            first = next((c for c in same if c.loaded_first), None)
+            if first is None or not (first.source or "").startswith(SHADOW_SOURCES):
+                continue
+            own = [c for c in same if (c.source or "").startswith(("pip:", "torch:"))]
+            if not own:
+                continue
+            newest = max(own, key=lambda c: Version.parse(c.version))
+            out += _shadow(lib, first, newest)
+    return out
+
+
+def _shadow(lib: str, first: Component, own: Component) -> list[Finding]:
+    loaded, wanted = Version.parse(first.version), Version.parse(own.version)
+    # NCCL adds symbols in patch releases (ncclCommResume in 2.29.7): compare every part
+    name = {"cublas": "cuBLAS", "nccl": "NCCL"}.get(lib, lib)
+    where = first.path or first.source
+    ev = {"loaded": str(loaded), "loaded_from": where, "bundled": str(wanted),
+          "bundled_from": own.source}
+    if loaded >= wanted:
+        return [finding("library-shadowed", "info", lib,
+                        f"{name} {loaded} ({where}) loads before the framework's {own.source} "
+                        f"{wanted}: same major and not older, so it works, but it is not the "
+                        "tested copy", source=LIBRARY_SOURCE.get(lib), **ev)]
+    return [finding(
+        "library-shadowed", "error", lib,
+        f"{name} {loaded} from {where} is found first and wins over the framework's "
+        f"{own.source} {wanted}: the older copy lacks what the framework was built against, "
+        f"so it fails with {LIBRARY_SYMPTOM.get(lib, 'missing symbols')}",
+        fix=f"remove {where.rsplit('/', 1)[0] if '/' in where else where} from "
+        "LD_LIBRARY_PATH (or uninstall that copy) so the bundled one loads",
+        source=LIBRARY_SOURCE.get(lib), **ev)]
+
+
+def jetson_wheels(ctx: Context, info: dict[str, Any], row: Row | None) -> list[Finding]:
+    """A CUDA 12 (or older) torch built for aarch64 servers (SBSA) on a Jetson board.
+
+    JetPack builds carry ``nv`` in their version (``2.1.0a0+41361538.nv23.06``); CUDA 13
+    unified the Arm platforms (Thor runs the SBSA wheels)."""
+    jetson = [g for g in ctx.gpus if g.gpu_class == "jetson"]
+    version = str(info.get("version") or "")
+    if not jetson or ".nv" in version or info.get("cuda_build") is False:
+        return []
+    cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row.get("cuda")) if row else None)
+    if cuda is None or cuda.major >= 13:
+        return []
+    return [finding(
+        "arch-unsupported", "error", "torch",
+        f"torch {version} is a CUDA {cuda} build for aarch64 servers (SBSA, e.g. GH200); it "
+        f"does not drive the integrated GPU of {jetson[0].label}: torch.cuda.is_available() "
+        "is False or the first kernel fails", fix="install the JetPack build of torch for "
+        f"this board's JetPack release (see {JETSON_WHEELS}) or use NVIDIA's L4T PyTorch "
+        "container", source=JETSON_WHEELS, cuda=cuda)]
