@@ -179,12 +179,23 @@ def plan_diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> dict[str,
 
 def plan_merge(a: str | os.PathLike[str], b: str | os.PathLike[str],
                output: str | os.PathLike[str], prefer: str = "faster") -> dict[str, Any]:
-    """Merge plans A and B into ``output`` (written atomically); report the conflicts."""
-    from dnnctl.plan import read_plan, write_plan
-    from dnnctl.plan.compare import merge_plans
+    """Merge plans A and B into ``output``; report the conflicts.
 
-    merged, conflicts = merge_plans(read_plan(a), read_plan(b), prefer)
-    write_plan(merged, output)
+    A and B are read under the output's lock (a locked read-modify-write when the output is
+    one of them), so concurrent merges and tunes into one file lose nothing.
+    """
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.compare import merge_plans
+    from dnnctl.plan.io import rebuild_plan
+
+    conflicts: list[dict[str, Any]] = []
+
+    def build() -> Any:
+        merged, found = merge_plans(read_plan(a), read_plan(b), prefer)
+        conflicts[:] = found
+        return merged
+
+    merged = rebuild_plan(output, build)
     return {"output": str(output), "sections": len(merged.sections),
             "entries": sum(len(s.entries) for s in merged.sections), "conflicts": conflicts,
             "prefer": prefer}

@@ -56,7 +56,8 @@ def tune(
                       ] = Path("plan.yaml"),
     budget: Annotated[float | None, typer.Option(
         "--budget", metavar="SECONDS", min=0.0,
-        help="Time budget for the whole run (each problem still gets planned).")] = None,
+        help="Hard time limit for the whole run: it stops within one measurement; "
+             "problems cut short are marked partial (--resume continues them).")] = None,
     candidate_timeout: Annotated[float, typer.Option(
         "--candidate-timeout", metavar="S", min=0.1,
         help="Limit for one candidate (build + verify + time); a hang is killed.")] = 120.0,
@@ -241,6 +242,8 @@ def render(report: Any) -> None:
             continue
         winner = escape(e.choice.label()) + ("" if o.status == "planned" else
                                              f" [dim]({o.status})[/]")
+        if e.partial:
+            winner += f" [yellow](partial: {e.compared} of {o.space} compared)[/]"
         sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
         table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
                       f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
@@ -248,7 +251,9 @@ def render(report: Any) -> None:
     console.print(table)
     n_unplanned = len(report.unplanned)
     summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"
-               f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
+               + (f" ({len(report.partial)} partial: cut short by --budget)"
+                  if report.partial else "")
+               + f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
     console.print(("[bold red]" if n_unplanned else "[bold green]") + summary + "[/]")
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/]")

@@ -9,19 +9,17 @@ fixed key order and small mappings in flow style so a file diffs line by line.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import yaml
-from filelock import FileLock, Timeout
 
-from dnnctl.errors import DnnctlError, InputFileError
+from dnnctl.errors import InputFileError
+from dnnctl.plan.locking import path_lock
 from dnnctl.plan.schema import _Flow
 
 MAX_FILE_BYTES = 256 << 20  # a plan with a million entries is well under this
@@ -130,30 +128,9 @@ def dump_yaml(data: Any, header: str = "") -> str:
 
 
 def file_lock(path: str | os.PathLike[str], timeout: float = 60.0) -> AbstractContextManager:
-    """The lock every reader-modify-writer of ``path`` holds.
-
-    The lock file lives in the temp directory, named after the absolute path, so no
-    ``.lock`` files pile up next to plans (a lock only serializes processes of one machine).
-    """
-    absolute = os.path.abspath(os.fspath(path))
-    tag = hashlib.sha256(absolute.encode()).hexdigest()[:20]
-    lock_dir = Path(tempfile.gettempdir()) / "dnnctl-locks"
-    lock_dir.mkdir(exist_ok=True)
-    return _locked(FileLock(str(lock_dir / f"{tag}.lock"), timeout=timeout), absolute, timeout)
-
-
-@contextlib.contextmanager
-def _locked(lock: FileLock, path: str, timeout: float) -> Iterator[None]:
-    try:
-        lock.acquire()
-    except Timeout:
-        raise DnnctlError(f"{path} is locked by another dnnctl process (waited {timeout:.0f} s)",
-                          hint="wait for the other tune / plan command to finish",
-                          code="locked") from None
-    try:
-        yield
-    finally:
-        lock.release()
+    """The lock every reader-modify-writer of ``path`` holds (see :mod:`dnnctl.plan.locking`:
+    it names its holder, and it leaves no lock files behind)."""
+    return path_lock(path, timeout)
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
