@@ -161,7 +161,15 @@ def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Validate a plan (raises PlanError naming file, entry and field) and summarize it."""
+    """Validate a plan (raises PlanError naming file, entry and field) and summarize it.
+
+    Besides the schema, every entry's variant must ``supports()`` its key (and accept its
+    parameters) on the section's device.
+    """
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.support import check_plan_support
+
+    check_plan_support(read_plan(path))
     info = plan_show(path)
     return {"plan": str(path), "valid": True, "sections": [
         {"index": s["index"], "label": s["label"], "entries": len(s["entries"]),

@@ -23,6 +23,7 @@ SECTION_FIELDS: tuple[str, ...] = ("device", "kernels_digest", "created", "tunin
 ENTRY_FIELDS: tuple[str, ...] = (
     "op", "key", "choice", "stats", "runner_up", "default", "tried", "failed",
     "workspace_bytes", "max_rel_err", "pinned", "partial", "compared", "tie")
+OPTIONAL_ENTRY_FIELDS: tuple[str, ...] = ("partial", "compared", "tie")  # written when set
 
 
 @dataclass(frozen=True)
