@@ -92,7 +92,13 @@ def tune(workload: str | None = None, *, op: str | None = None,
     from dnnctl.errors import UsageError
     from dnnctl.tune.tuner import TuneOptions
     from dnnctl.tune.tuner import tune as _tune
-    from dnnctl.workloads import Workload, default_workload, parse_kv, resolve
+    from dnnctl.workloads import (
+        Workload,
+        default_workload,
+        key_with_defaults,
+        parse_kv,
+        resolve,
+    )
 
     opts = TuneOptions(**options)
     wl_opts = {k: v for k, v in (workload_options or {}).items() if v is not None}
@@ -102,10 +108,19 @@ def tune(workload: str | None = None, *, op: str | None = None,
         if op is None or key is None:
             raise UsageError("--op and --key go together",
                              hint="e.g. --op matmul --key m=512,n=512,k=512,dtype=float16")
+        if wl_opts:
+            names = ", ".join(f"--{k}" for k in wl_opts)
+            raise UsageError(f"{names} applies to bundled workloads, not to --op/--key",
+                             hint="put it in the key instead, e.g. --key ...,"
+                                  + ",".join(f"{k}={v}" for k, v in wl_opts.items()))
         for mod in registry.plugin_modules():
             __import__(mod)
+        if not isinstance(key, (str, dict)):
+            raise UsageError(f"key must be 'name=value,...' text or a mapping, not "
+                             f"{type(key).__name__}")
+        raw = parse_kv(key) if isinstance(key, str) else dict(key)
         wl = Workload(f"{op}")
-        wl.add(op, parse_kv(key) if isinstance(key, str) else dict(key))
+        wl.add(op, key_with_defaults(op, raw, parse_device(opts.device)[0]))
     elif workload is not None:
         wl = resolve(workload, **wl_opts)
     else:

@@ -50,7 +50,8 @@ def tune(
     op: Annotated[str | None, typer.Option("--op", help="Tune one problem of this op.")] = None,
     key: Annotated[str | None, typer.Option(
         "--key", help="The problem key for --op, e.g. m=512,n=512,k=512,dtype=float16 "
-                      "(lists: stride=2,2 or 2x2).")] = None,
+                      "(lists: stride=2,2 or 2x2); dtype / layout default to float16 NHWC "
+                      "on a GPU, float32 NCHW on the CPU.")] = None,
     device: DeviceOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write/update.")
                       ] = Path("plan.yaml"),

@@ -86,6 +86,30 @@ def default_workload(backend: str) -> Workload:
     return cnn.small()
 
 
+# Documented defaults of a key given by hand (--key, api.tune(op=, key=)) for the fields an
+# op leaves required: what the default workload uses on that backend.
+KEY_DEFAULTS: dict[str, dict[str, str]] = {
+    "cupy": {"dtype": "float16", "layout": "NHWC"},
+    "numpy": {"dtype": "float32", "layout": "NCHW"},
+}
+
+
+def key_with_defaults(op: str, key: dict[str, Any], backend: str) -> dict[str, Any]:
+    """``key`` plus the documented dtype / layout defaults of ``backend`` for the fields
+    ``op`` has, requires and ``key`` leaves out (float16 NHWC on a GPU, float32 NCHW on the
+    CPU; an op's own default always wins)."""
+    from dnnctl.ops import registry
+
+    fields = registry.get_op(op).fields
+    out = dict(key)
+    for name, value in KEY_DEFAULTS.get(backend, KEY_DEFAULTS["numpy"]).items():
+        spec = fields.get(name)
+        if spec is not None and spec.required and out.get(name) is None:
+            if spec.choices is None or value in spec.choices:
+                out[name] = value
+    return out
+
+
 def resolve(spec: str, **options: Any) -> Workload:
     """A workload from ``name[:opt=v,...]`` (bundled) or a path to a workload file."""
     path = Path(spec)
