@@ -337,6 +337,7 @@ def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str
         else:
             ins = {"x": x} if bias is None else {"x": x, "bias": bias}
             if inplace:
+                mc.writeable(x, "x (inplace=True)")
                 prep.run(ins, plan, {"y": x})
                 return x
             return prep.run(ins, plan)["y"]
@@ -367,6 +368,7 @@ def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str
             raise ShapeError(f"{fn}: inplace=True but out is not x",
                              hint="pass out=x or leave out unset")
     elif inplace:
+        mc.writeable(xa, "x (inplace=True)")
         oa = xa
     key = {"fn": fn, "shape": shape, "dtype": dtype,
            "bias": "none" if ba is None else "channel", "layout": layout, "inplace": inplace}
@@ -394,7 +396,11 @@ def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
 def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any = None,
                plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
     """x if x > 0 else negative_slope * x (after the optional channel bias)."""
-    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, float(negative_slope))
+    try:
+        slope = float(negative_slope)
+    except (TypeError, ValueError):
+        slope = mc.as_float(negative_slope, "negative_slope")  # raises, naming it
+    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, slope)
 
 
 def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,

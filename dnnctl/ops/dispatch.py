@@ -19,6 +19,7 @@ import numpy as np
 
 from dnnctl.backends.base import Backend, DeviceInfo, get_backend
 from dnnctl.errors import ShapeError
+from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
 from dnnctl.ops.registry import get_op, get_variant
 
@@ -64,13 +65,19 @@ def _is_cupy(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
-def bind(*arrays: Any) -> Bound:
-    """Convert call arguments (None allowed) to one backend; all must live on one device."""
+def bind(*arrays: Any, names: tuple[str, ...] | None = None) -> Bound:
+    """Convert call arguments (None allowed) to one backend; all must live on one device.
+    ``names`` (optional) names the arguments in errors."""
     kinds = set()
-    for a in arrays:
+    for i, a in enumerate(arrays):
         if a is None:
             continue
         if isinstance(a, np.ndarray):
+            if type(a) is not np.ndarray:
+                checks.check_array_kind(a, checks.array_name(names, i))
+            if not a.flags.c_contiguous:  # ops may copy it: a copy must fit too
+                checks.check_fits(checks.array_name(names, i) + " (a contiguous copy)",
+                                  [("x", a.shape, a.dtype)], get_backend("numpy"), None)
             kinds.add("numpy")
         elif _is_cupy(a):
             kinds.add("cupy")
@@ -78,8 +85,10 @@ def bind(*arrays: Any) -> Bound:
             kinds.add("dlpack")
         else:
             raise ShapeError(
-                f"expected an array (NumPy, CuPy or a DLPack tensor), got {type(a).__name__}",
-                hint="pass numpy.ndarray, cupy.ndarray or e.g. a torch tensor")
+                f"{checks.array_name(names, i)}: expected an array (NumPy, CuPy or a DLPack "
+                f"tensor), got {type(a).__name__}",
+                hint="pass numpy.ndarray, cupy.ndarray or e.g. a torch tensor "
+                     "(np.asarray(...) for lists and scalars)")
     if len(kinds) > 1:
         raise ShapeError(f"arguments mix array kinds {sorted(kinds)}",
                          hint="pass all arrays of one call on one device and of one kind")
@@ -213,6 +222,8 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
             _SITES[raw] = site
     backend, device = bound.backend, bound.device
     problem = site.problem
+    checks.check_plan(plan)
+    checks.check_fits(op_name, site.outputs, backend, device)
     active = plan if plan is not None else _ACTIVE_PLAN.get()
     choice = None if active is None else active.lookup(problem, backend.name, device)
     if choice is None:
@@ -324,6 +335,7 @@ class Prepared:
         outs = {n: tuple(specs[n].shape) for n, s in shapes.items()
                 if n in out_specs and tuple(s) != tuple(specs[n].shape)}
         self.respec = (ins, outs) if ins or outs else None
+        checks.check_fits(op_name, self.outs, bound.backend, bound.device)
         self.default: Kernel | None = None
         self.last: tuple[Any, Kernel | None] = (None, None)
         self.kernels: dict[Choice, Kernel] = {}
@@ -346,7 +358,11 @@ class Prepared:
         op's default heuristic."""
         active = plan if plan is not None else _ACTIVE_PLAN.get()
         if active is not None:
-            choice = active.lookup(self.problem, self.bname, self.device)
+            try:
+                choice = active.lookup(self.problem, self.bname, self.device)
+            except AttributeError:
+                checks.check_plan(active)  # names a wrong plan= argument
+                raise
             if choice is not None:
                 last = self.last
                 if last[0] is choice:

@@ -247,9 +247,7 @@ def _softmax(x: Any, axis: int, out: Any, plan: Any, log: bool) -> Any:
         raise ShapeError(f"softmax: x has shape {shape}, expected at least one dimension and "
                          "no zero-size axis")
     rank = len(shape)
-    if not -rank <= axis < rank:
-        raise ShapeError(f"softmax: axis {axis} is out of range for x of rank {rank}")
-    given_axis, axis = axis, axis % rank
+    given_axis, axis = axis, mc.axis_index(axis, rank, "softmax: axis")
     mc.check_out(oa, shape, dtype)
     key = {"rows": xa.size // shape[axis], "cols": shape[axis], "dtype": dtype, "log": log}
     if axis != rank - 1:

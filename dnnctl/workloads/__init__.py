@@ -104,9 +104,9 @@ def key_with_defaults(op: str, key: dict[str, Any], backend: str) -> dict[str, A
     out = dict(key)
     for name, value in KEY_DEFAULTS.get(backend, KEY_DEFAULTS["numpy"]).items():
         spec = fields.get(name)
-        if spec is not None and spec.required and out.get(name) is None:
-            if spec.choices is None or value in spec.choices:
-                out[name] = value
+        if spec is not None and spec.required and out.get(name) is None and (
+                spec.choices is None or value in spec.choices):
+            out[name] = value
     return out
 
 

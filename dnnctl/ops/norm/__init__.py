@@ -89,7 +89,8 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
         mc.check_vector(v, c, "float32", name)
     key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout,
            "training": bool(training), "affine": wa is not None}
-    attrs = {"eps": float(eps), "momentum": float(momentum)}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0),
+             "momentum": mc.as_float(momentum, "momentum")}
     if oa is None:
         # what the caller left out is made once per signature: identity affine halves, and
         # (training) running statistics nobody reads back
@@ -157,7 +158,7 @@ def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: f
     mc.check_vector(ba, c, "float32", "bias")
     key = {"n": n, "c": c, "h": h, "w": w, "groups": groups, "dtype": dtype,
            "layout": layout, "affine": wa is not None}
-    attrs = {"eps": float(eps)}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0)}
     if oa is None:
         fills = tuple(None if g is not None else a for g, a in zip(given, (wa, ba)))
         prep = Prepared("group_norm", key, bound, attrs, {"x": xa.shape, "y": xa.shape})

@@ -284,7 +284,7 @@ def _rownorm(op: str, x: Any, weight: Any, bias: Any, eps: float, out: Any, plan
         key["bias"] = ba is not None
         arrays.append(ba)
         names = ("x", "weight", "bias")
-    attrs = {"eps": float(eps)}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0)}
     if oa is None:
         prep = Prepared(op, key, bound, attrs, {"x": shape, "y": shape})
         with contextlib.suppress(AttributeError, TypeError):
