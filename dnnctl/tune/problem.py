@@ -85,7 +85,7 @@ class ProblemTuner:
         self._tally(out, space, results)
         decision = decide(results, space.order(), retimed=retimed, default=space.default,
                           eligible=eligible, tie_floor=s.policy.tie_floor,
-                          tie_cap=s.policy.tie_cap, statistic=s.policy.statistic)
+                          tie_cap=s.policy.tie_cap)
         if decision is None:
             fails = ", ".join(f"{n} {r}" for r, n in out.failed.items() if n)
             out.detail = f"no candidate passed ({fails or 'none evaluated'})"

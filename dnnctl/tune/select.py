@@ -63,10 +63,8 @@ def leaders(results: Mapping[Candidate, Result], top: int, default: Candidate | 
 def decide(results: Mapping[Candidate, Result], order: Mapping[Candidate, int], *,
            retimed: Mapping[Candidate, Retimed] | None = None,
            default: Candidate | None = None, eligible: set[Candidate] | None = None,
-           tie_floor: float = 0.01, tie_cap: float = 0.03, statistic: str = "median"
-           ) -> Decision | None:
-    """The winner among eligible verified candidates (None when none passed), ranked by
-    ``statistic`` (median or p20 of each candidate's timing)."""
+           tie_floor: float = 0.01, tie_cap: float = 0.03) -> Decision | None:
+    """The winner among eligible verified candidates (None when none passed)."""
     ok = {c: r for c, r in results.items() if r.ok and _eligible(c, eligible)}
     if not ok:
         return None
@@ -80,13 +78,10 @@ def decide(results: Mapping[Candidate, Result], order: Mapping[Candidate, int], 
         for c, r in ok.items():
             assert r.timing is not None
             measured[c] = Retimed(c, r.timing)
-    def stat(m: Retimed) -> float:
-        return m.timing.p20_us if statistic == "p20" else m.timing.median_us
-
-    best = min(measured.values(), key=lambda m: (stat(m), _rank(order, m.candidate)))
-    base = stat(best)
+    best = min(measured.values(), key=lambda m: (m.timing.median_us, _rank(order, m.candidate)))
+    base = best.timing.median_us
     tied = [m.candidate for m in measured.values()
-            if stat(m) - base <= tie_window(best, m, base, tie_floor, tie_cap)]
+            if m.timing.median_us - base <= tie_window(best, m, base, tie_floor, tie_cap)]
     winner = min(tied, key=lambda c: _rank(order, c))
     others = sorted((m for m in measured.values() if m.candidate != winner),
                     key=lambda m: (m.timing.median_us, _rank(order, m.candidate)))

@@ -38,23 +38,19 @@ class TimingPolicy:
     retime_budget_ms: float = 20.0  # per leader per round
     tie_floor: float = 0.01  # wins below this fraction of the best time are always ties
     tie_cap: float = 0.03  # wins above this fraction are never ties, however noisy
-    # what candidates are ranked by: "median", or "p20" where outside load only ever adds
-    # time (a shared CPU), so a low quantile moves far less between runs than the median
-    statistic: str = "median"
 
     @classmethod
     def for_backend(cls, backend: str) -> TimingPolicy:
         """Defaults per backend: CPU calls are slower and noisier, so fewer, shorter rounds.
 
         On a shared CPU, timings drift between runs by more than the spread within a run,
-        so candidates are ranked by their p20 (load only adds time), wins below 5% are
-        always ties and the measured noise may widen the tie window up to 25%: two CPU tunes
-        then agree (the preference order decides), at the price of a CPU choice up to that
-        much slower than the fastest (the GPU keeps the median and 1% / 3%)."""
+        so wins below 5% are always ties and the measured noise may widen the tie window
+        up to 25%: two CPU tunes then agree (the preference order decides), at the price of
+        a CPU choice up to that much slower than the fastest (the GPU keeps 1% / 3%)."""
         if backend == "numpy":
             return cls(warmup_ms=3.0, budget_ms=20.0, min_samples=3, max_samples=500,
                        retime_top=3, retime_rounds=3, retime_budget_ms=10.0, tie_floor=0.05,
-                       tie_cap=0.25, statistic="p20")
+                       tie_cap=0.25)
         return cls()
 
     def replace(self, **changes: Any) -> TimingPolicy:
@@ -83,13 +79,11 @@ class TimingPolicy:
             raise UsageError("retime_top / retime_rounds must be >= 0")
         if not 0 <= out.tie_floor <= out.tie_cap < 1:
             raise UsageError("need 0 <= tie_floor <= tie_cap < 1")
-        if out.statistic not in ("median", "p20"):
-            raise UsageError(f"unknown statistic {out.statistic!r}", hint="median or p20")
         return out
 
     def plan_metadata(self) -> dict[str, Any]:
         """What a plan section's ``tuning`` records about how its entries were measured."""
-        return {"warmup_ms": self.warmup_ms, "budget_ms": self.budget_ms, "statistic": self.statistic,
+        return {"warmup_ms": self.warmup_ms, "budget_ms": self.budget_ms, "statistic": "median",
                 "l2_flush": self.l2_flush, "retime_top": self.retime_top,
                 "retime_rounds": self.retime_rounds, "tie_floor": self.tie_floor,
                 "tie_cap": self.tie_cap, "harness": TIMING_HARNESS_VERSION}
