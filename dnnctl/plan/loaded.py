@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.backends.base import DeviceInfo, get_backend, parse_device
-from dnnctl.errors import StalePlanError
+from dnnctl.errors import DnnctlError, StalePlanError
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
 from dnnctl.plan.digest import kernels_digest
@@ -227,9 +227,15 @@ class LoadedPlan:
             return
         self._recorded.add(problem)
         if not self._atexit:
-            atexit.register(self.save_misses)
+            atexit.register(self._save_at_exit)
             self._atexit = True
         self.save_misses()
+
+    def _save_at_exit(self) -> None:
+        try:
+            self.save_misses()
+        except DnnctlError as exc:  # the error was raised at the call already
+            warnings.warn(f"could not record plan misses: {exc}", stacklevel=1)
 
     def save_misses(self, path: str | Path | None = None) -> Path | None:
         """Write every key the plan did not cover exactly as a workload for the next tune.

@@ -214,8 +214,12 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """
     p = Path(path)
     directory = p.parent if str(p.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise InputFileError(str(p), f"cannot be written: {exc.strerror or exc}",
+                             "check the directory and its permissions") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

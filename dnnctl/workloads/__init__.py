@@ -143,6 +143,9 @@ def parse_kv(text: str) -> dict[str, str]:
             last = k.strip()
             if not last:
                 raise UsageError(f"empty name in {text!r}", hint="write name=value,...")
+            if last in out:
+                raise UsageError(f"{last!r} is given twice in {text!r}",
+                                 hint="give each name once")
             out[last] = v.strip()
         elif last is not None:
             out[last] += "," + piece
