@@ -82,7 +82,7 @@ class Journal:
             raise LockedError(
                 f"another tune is already using the journal {self.path}: "
                 f"{describe_holder(holder(self.path))}",
-                hint="wait for it to finish, or tune into another plan (-o / --journal)"
+                hint="wait for it to finish, or tune into another plan (-o)"
             ) from None
 
     def start(self, header: dict[str, Any], *, resume: bool) -> JournalState:
