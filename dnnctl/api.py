@@ -144,11 +144,16 @@ def list_workloads() -> list[dict[str, Any]]:
 
 def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Every section and entry of a plan, plus whether a section serves this machine."""
-    from dnnctl.plan import kernels_digest, read_plan
+    from dnnctl.plan import read_plan
+
+    return _plan_info(read_plan(path), path)
+
+
+def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    from dnnctl.plan import kernels_digest
     from dnnctl.plan.schema import same_device
     from dnnctl.plan.sections import this_device
 
-    plan = read_plan(path)
     here = {}
     for spec in ("cpu", None):
         dev = this_device(spec)
@@ -184,8 +189,9 @@ def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
     from dnnctl.plan import read_plan
     from dnnctl.plan.support import check_plan_support
 
-    check_plan_support(read_plan(path))
-    info = plan_show(path)
+    plan = read_plan(path)
+    check_plan_support(plan)
+    info = _plan_info(plan, path)
     return {"plan": str(path), "valid": True, "sections": [
         {"index": s["index"], "label": s["label"], "entries": len(s["entries"]),
          "this_machine": s["this_machine"], "stale_kernels": s["stale_kernels"]}
