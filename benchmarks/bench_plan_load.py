@@ -39,27 +39,31 @@ def problems(n: int) -> list[Any]:
     ln = registry.get_op("layer_norm")
     out: list[Any] = []
     grids = [
-        (conv.problem(n=b, c=c, h=h, w=h, k=k, r=r, s=r, pad=r // 2, dtype="float16",
-                      layout="NHWC")
-         for b, c, h, k, r in itertools.product((1, 2, 4, 8, 16, 32, 64),
-                                                (16, 32, 64, 128, 256, 512),
-                                                (7, 14, 28, 56, 112),
-                                                (16, 32, 64, 128, 256, 512), (1, 3, 5))),
+        (conv.problem(n=b, c=c, h=h, w=h, k=k, r=r, s=r, pad=r // 2, stride=st,
+                      dtype="float16", layout="NHWC")
+         for b, c, h, k, r, st in itertools.product((1, 2, 4, 8, 16, 32, 64),
+                                                    (16, 32, 64, 128, 256, 512),
+                                                    (7, 14, 28, 56, 112),
+                                                    (16, 32, 64, 128, 256, 512), (1, 3, 5),
+                                                    (1, 2))),
         (mm.problem(m=m, n=nn, k=k, dtype=dt)
-         for m, nn, k, dt in itertools.product(range(64, 4097, 64), (768, 1024, 3072, 4096),
+         for m, nn, k, dt in itertools.product(range(32, 4097, 32), (768, 1024, 3072, 4096, 8192),
                                                (768, 1024, 3072, 4096),
                                                ("float16", "bfloat16"))),
         (sm.problem(rows=r, cols=c, dtype="float16")
-         for r, c in itertools.product(range(128, 65537, 128), (128, 512, 2048, 8192))),
+         for r, c in itertools.product(range(64, 65537, 64), (128, 512, 2048, 8192))),
         (ln.problem(rows=r, cols=c, dtype="float16")
-         for r, c in itertools.product(range(128, 65537, 128), (768, 1024, 4096))),
+         for r, c in itertools.product(range(64, 65537, 64), (768, 1024, 4096, 8192))),
     ]
-    for grid in itertools.cycle(grids):
-        p = next(grid, None)
-        if p is not None:
-            out.append(p)
-        if len(out) >= n:
-            return out
+    while len(out) < n:  # round-robin over the grids (about 20,800 problems in all)
+        before = len(out)
+        for grid in grids:
+            p = next(grid, None)
+            if p is not None and len(out) < n:
+                out.append(p)
+        if len(out) == before:
+            raise SystemExit(f"only {len(out)} distinct problems; ask for fewer")
+    return out
 
 
 def build_plan(n: int) -> Plan:
