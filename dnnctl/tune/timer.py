@@ -45,8 +45,9 @@ class TimingPolicy:
 
         On a shared CPU, timings drift between runs by more than the spread within a run,
         so wins below 5% are always ties and the measured noise may widen the tie window
-        up to 25%: two CPU tunes then agree (the preference order decides), at the price of
-        a CPU choice up to that much slower than the fastest (the GPU keeps 1% / 3%)."""
+        up to 25%: two CPU tunes then agree (the preference order, default heuristic first,
+        decides), at the price of a CPU choice up to that much slower than the fastest. The
+        GPU keeps 1% / 3%."""
         if backend == "numpy":
             return cls(warmup_ms=3.0, budget_ms=20.0, min_samples=3, max_samples=500,
                        retime_top=3, retime_rounds=3, retime_budget_ms=10.0, tie_floor=0.05,

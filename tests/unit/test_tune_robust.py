@@ -181,6 +181,15 @@ def test_kill_9_at_random_points_then_resume_measures_nothing_twice(tmp_path):
     assert not [p for p in (scratch / "dnnctl-locks").iterdir()]
 
 
+def _oversubscribed() -> bool:
+    try:
+        return os.getloadavg()[0] > 3 * (os.cpu_count() or 1)
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_oversubscribed(), reason="the machine runs more than 3 busy processes per "
+                    "core: no timing comparison can be judged (run it on a machine at rest)")
 def test_two_cpu_tunes_of_one_workload_agree_on_95_percent(tmp_path):
     wl = default_workload("numpy")
     for rows, cols in ((64, 512), (512, 64), (128, 4096), (1024, 256), (32, 32)):
@@ -202,7 +211,12 @@ def test_two_cpu_tunes_of_one_workload_agree_on_95_percent(tmp_path):
             assert e.tie[0] == e.choice.label() and len(e.tie) >= 2
 
 
-def test_lock_dir_is_clean_after_tuning(tmp_path):
-    before = set(os.listdir(lock_dir()))
+def test_lock_dir_is_clean_after_tuning(tmp_path, monkeypatch):
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # this test's own lock dir
     tune(_wl("clean", (4,)), _opts(tmp_path / "plan.yaml", max_evals=2))
-    assert set(os.listdir(lock_dir())) <= before
+    assert lock_dir() == scratch / "dnnctl-locks" and os.listdir(lock_dir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml", "scratch"]
