@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from dnnctl.errors import InputFileError
+from dnnctl.plan import parsecache
 from dnnctl.plan.locking import path_lock
 from dnnctl.plan.schema import _Flow
 
@@ -124,7 +125,8 @@ else:  # PyYAML built without libyaml
 
 def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError] = InputFileError
               ) -> Any:
-    """Parse a YAML (or JSON) file strictly; errors name the file and line."""
+    """Parse a YAML (or JSON) file strictly; errors name the file and line. Files over a
+    megabyte are parsed once per content (:mod:`dnnctl.plan.parsecache`)."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -135,7 +137,15 @@ def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError]
     except OSError as exc:
         raise error(str(p), f"cannot be read: {exc.strerror or exc}",
                     "check the path and permissions") from None
-    return parse_yaml(text, str(p), error)
+    if len(text) < parsecache.MIN_BYTES:
+        return parse_yaml(text, str(p), error)
+    key = parsecache.key_of(text)
+    cached = parsecache.get(key)
+    if not parsecache.missing(cached):
+        return cached
+    data = parse_yaml(text, str(p), error)
+    parsecache.put(key, data)
+    return data
 
 
 def parse_yaml(text: str | bytes, name: str,

@@ -9,6 +9,7 @@ documented defaults and options that do not apply are errors.
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
@@ -123,3 +124,32 @@ def test_key_defaults_on_the_command_line_and_in_the_api(tmp_path):
     assert res.exit_code == 2 and "--dtype applies to bundled workloads" in res.output
     with pytest.raises(UsageError, match="key must be"):
         api.tune(op="softmax", key=42, device="cpu", output=tmp_path / "p.yaml")
+
+
+def test_a_large_plan_is_parsed_once_and_the_cache_is_validated_like_the_file(
+        tmp_path, monkeypatch):
+    from bench_plan_load import build_plan
+
+    from dnnctl.plan import parsecache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "big.yaml"
+    plan = build_plan(1900)
+    path.write_text(plan_text(plan))
+    assert path.stat().st_size > parsecache.MIN_BYTES
+    first = read_plan(path)
+    cached = list(parsecache.cache_dir().glob("*.json"))
+    assert len(cached) == 1 and cached[0].stem == parsecache.key_of(path.read_bytes())
+    again = read_plan(path)  # served from the cache
+    assert plan_text(again) == plan_text(first)
+    assert len(again.sections[0].entries) == 1900
+    # a tampered cache entry is plain data, validated like the file: refused, never trusted
+    data = json.loads(cached[0].read_text())
+    data["sections"][0]["entries"][0]["choice"]["variant"] = "no_such_variant"
+    cached[0].write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="no_such_variant"):
+        read_plan(path)
+    # other bytes, other key: an edited file is parsed again
+    path.write_text(plan_text(plan).replace("median_us: 21.4", "median_us: 21.5", 1))
+    assert read_plan(path).sections[0].entries[0].stats is not None
+    assert len(list(parsecache.cache_dir().glob("*.json"))) == 2
