@@ -181,15 +181,16 @@ def test_kill_9_at_random_points_then_resume_measures_nothing_twice(tmp_path):
     assert not [p for p in (scratch / "dnnctl-locks").iterdir()]
 
 
-def _oversubscribed() -> bool:
+def _busy() -> bool:
     try:
-        return os.getloadavg()[0] > 3 * (os.cpu_count() or 1)
+        return os.getloadavg()[0] > 1.5 * (os.cpu_count() or 1)
     except OSError:
         return False
 
 
-@pytest.mark.skipif(_oversubscribed(), reason="the machine runs more than 3 busy processes per "
-                    "core: no timing comparison can be judged (run it on a machine at rest)")
+@pytest.mark.slow
+@pytest.mark.skipif(_busy(), reason="other processes keep the CPU busy: CPU timings drift "
+                    "between two tunes by more than any tie window (run on a machine at rest)")
 def test_two_cpu_tunes_of_one_workload_agree_on_95_percent(tmp_path):
     wl = default_workload("numpy")
     for rows, cols in ((64, 512), (512, 64), (128, 4096), (1024, 256), (32, 32)):
