@@ -150,7 +150,13 @@ def tune(workload: str | None = None, *, op: str | None = None,
     from dnnctl.ops import registry
     from dnnctl.tune.tuner import TuneOptions
     from dnnctl.tune.tuner import tune as _tune
-    from dnnctl.workloads import Workload, default_workload, parse_kv, resolve
+    from dnnctl.workloads import (
+        Workload,
+        default_workload,
+        key_with_defaults,
+        parse_kv,
+        resolve,
+    )
 
     opts = TuneOptions(**options)
     wl_opts = {k: v for k, v in (workload_options or {}).items() if v is not None}
@@ -160,10 +166,19 @@ def tune(workload: str | None = None, *, op: str | None = None,
         if op is None or key is None:
             raise UsageError("--op and --key go together",
                              hint="e.g. --op matmul --key m=512,n=512,k=512,dtype=float16")
+        if wl_opts:
+            names = ", ".join(f"--{k}" for k in wl_opts)
+            raise UsageError(f"{names} applies to bundled workloads, not to --op/--key",
+                             hint="put it in the key instead, e.g. --key ...,"
+                                  + ",".join(f"{k}={v}" for k, v in wl_opts.items()))
         for mod in registry.plugin_modules():
             __import__(mod)
+        if not isinstance(key, (str, dict)):
+            raise UsageError(f"key must be 'name=value,...' text or a mapping, not "
+                             f"{type(key).__name__}")
+        raw = parse_kv(key) if isinstance(key, str) else dict(key)
         wl = Workload(f"{op}")
-        wl.add(op, parse_kv(key) if isinstance(key, str) else dict(key))
+        wl.add(op, key_with_defaults(op, raw, parse_device(opts.device)[0]))
     elif workload is not None:
         wl = resolve(workload, **wl_opts)
     else:
@@ -212,11 +227,16 @@ def list_workloads() -> list[dict[str, Any]]:
 
 def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Every section and entry of a plan, plus whether a section serves this machine."""
-    from dnnctl.plan import kernels_digest, read_plan
+    from dnnctl.plan import read_plan
+
+    return _plan_info(read_plan(path), path)
+
+
+def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    from dnnctl.plan import kernels_digest
     from dnnctl.plan.schema import same_device
     from dnnctl.plan.sections import this_device
 
-    plan = read_plan(path)
     here = {}
     for spec in ("cpu", None):
         dev = this_device(spec)
@@ -244,8 +264,17 @@ def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Validate a plan (raises PlanError naming file, entry and field) and summarize it."""
-    info = plan_show(path)
+    """Validate a plan (raises PlanError naming file, entry and field) and summarize it.
+
+    Besides the schema, every entry's variant must ``supports()`` its key (and accept its
+    parameters) on the section's device.
+    """
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.support import check_plan_support
+
+    plan = read_plan(path)
+    check_plan_support(plan)
+    info = _plan_info(plan, path)
     return {"plan": str(path), "valid": True, "sections": [
         {"index": s["index"], "label": s["label"], "entries": len(s["entries"]),
          "this_machine": s["this_machine"], "stale_kernels": s["stale_kernels"]}
@@ -262,12 +291,23 @@ def plan_diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> dict[str,
 
 def plan_merge(a: str | os.PathLike[str], b: str | os.PathLike[str],
                output: str | os.PathLike[str], prefer: str = "faster") -> dict[str, Any]:
-    """Merge plans A and B into ``output`` (written atomically); report the conflicts."""
-    from dnnctl.plan import read_plan, write_plan
-    from dnnctl.plan.compare import merge_plans
+    """Merge plans A and B into ``output``; report the conflicts.
 
-    merged, conflicts = merge_plans(read_plan(a), read_plan(b), prefer)
-    write_plan(merged, output)
+    A and B are read under the output's lock (a locked read-modify-write when the output is
+    one of them), so concurrent merges and tunes into one file lose nothing.
+    """
+    from dnnctl.plan import read_plan
+    from dnnctl.plan.compare import merge_plans
+    from dnnctl.plan.io import rebuild_plan
+
+    conflicts: list[dict[str, Any]] = []
+
+    def build() -> Any:
+        merged, found = merge_plans(read_plan(a), read_plan(b), prefer)
+        conflicts[:] = found
+        return merged
+
+    merged = rebuild_plan(output, build)
     return {"output": str(output), "sections": len(merged.sections),
             "entries": sum(len(s.entries) for s in merged.sections), "conflicts": conflicts,
             "prefer": prefer}

@@ -42,13 +42,15 @@ def tune(
     op: Annotated[str | None, typer.Option("--op", help="Tune one problem of this op.")] = None,
     key: Annotated[str | None, typer.Option(
         "--key", help="The problem key for --op, e.g. m=512,n=512,k=512,dtype=float16 "
-                      "(lists: stride=2,2 or 2x2).")] = None,
+                      "(lists: stride=2,2 or 2x2); dtype / layout default to float16 NHWC "
+                      "on a GPU, float32 NCHW on the CPU.")] = None,
     device: DeviceOpt = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Plan file to write/update.")
                       ] = Path("plan.yaml"),
     budget: Annotated[float | None, typer.Option(
         "--budget", metavar="SECONDS", min=0.0,
-        help="Time budget for the whole run (each problem still gets planned).")] = None,
+        help="Hard time limit for the whole run: it stops within one measurement; "
+             "problems cut short are marked partial (--resume continues them).")] = None,
     candidate_timeout: Annotated[float, typer.Option(
         "--candidate-timeout", metavar="S", min=0.1,
         help="Limit for one candidate (build + verify + time); a hang is killed.")] = 120.0,
@@ -162,8 +164,11 @@ def render(report: Any) -> None:
                           str(o.tried))
             continue
         winner = escape(e.choice.label().replace(",", ", ")) + (
-            "" if o.status == "planned" else f" [dim]({o.status})[/]") + (
-            f"\n[dim]failed: {failed}[/]" if failed else "")
+            "" if o.status == "planned" else f" [dim]({o.status})[/]")
+        if e.partial:
+            winner += f" [yellow](partial: {e.compared} of {o.space} compared)[/]"
+        if failed:
+            winner += f"\n[dim]failed: {failed}[/]"
         sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
         table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
                       f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
@@ -171,7 +176,9 @@ def render(report: Any) -> None:
     console.print(table)
     n_unplanned = len(report.unplanned)
     summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"
-               f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
+               + (f" ({len(report.partial)} partial: cut short by --budget)"
+                  if report.partial else "")
+               + f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
     console.print(("[bold red]" if n_unplanned else "[bold green]") + summary + "[/]")
     for note in report.notes:
         console.print(f"[dim]{escape(note)}[/]")

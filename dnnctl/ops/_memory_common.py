@@ -5,8 +5,8 @@ CUDA side: dtype codes for ``-DDNNCTL_DTYPE``, module compilation through the cu
 (computed once at build time, so a call is one argument tuple and one launch), and pointer
 alignment checks for the 16-byte vector paths.
 
-Call side: validation of the arrays handed to ``dnnctl.ops.*`` (float dtype, contiguity,
-parameter vectors), raising :class:`~dnnctl.errors.ShapeError` that says what was expected.
+Call side: validation of the arrays handed to ``dnnctl.ops.*`` lives in
+:mod:`dnnctl.ops._call_checks` (re-exported here for the ops' ``mc.*`` calls).
 """
 
 from __future__ import annotations
@@ -21,9 +21,18 @@ from typing import Any
 import numpy as np
 
 from dnnctl.backends.cuda import Launch, launch, ptr
-from dnnctl.errors import ShapeError
 from dnnctl.ops import codes
-from dnnctl.ops.base import DTYPES, dtype_name, dtype_size
+from dnnctl.ops._call_checks import (  # noqa: F401 - the ops use them as mc.*
+    as_float,
+    axis_index,
+    check_layout,
+    check_out,
+    check_vector,
+    contiguous,
+    float_dtype,
+    writeable,
+)
+from dnnctl.ops.base import dtype_size
 
 __all__ = ["Launch", "launch", "ptr"]  # the launch objects live in the CUDA seam
 
@@ -208,54 +217,6 @@ def _erfc_chunk(x: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- call side
 
 
-_DTYPE_NAMES: dict[Any, str] = {}
-
-
-def float_dtype(x: Any, what: str) -> str:
-    """dnnctl dtype name of ``x`` (float32 / float16 / bfloat16) or a ShapeError."""
-    dt = x.dtype
-    name = _DTYPE_NAMES.get(dt)
-    if name is None:  # str(dtype) costs microseconds: once per dtype object
-        name = _DTYPE_NAMES[dt] = dtype_name(dt)
-    if name not in DTYPES:
-        raise ShapeError(f"{what} has dtype {name}, expected one of {', '.join(DTYPES)}",
-                         hint="cast it first, e.g. x.astype('float32')")
-    return name
-
-
-def contiguous(x: Any, what: str) -> Any:
-    """``x`` if it is C-contiguous; otherwise a ShapeError (kernels index flat memory)."""
-    if not x.flags.c_contiguous:
-        raise ShapeError(f"{what} must be C-contiguous (shape {tuple(x.shape)}, strides "
-                         f"{tuple(x.strides)})",
-                         hint="pass x.copy() / ascontiguousarray(x) / tensor.contiguous()")
-    return x
-
-
-def check_vector(v: Any, length: int, dtype: str, what: str) -> None:
-    """A parameter vector must be contiguous, 1-D of ``length`` and of ``dtype``."""
-    if v is None:
-        return
-    if tuple(v.shape) != (length,):
-        raise ShapeError(f"{what} has shape {tuple(v.shape)}, expected ({length},)")
-    got = dtype_name(v.dtype)
-    if got != dtype:
-        raise ShapeError(f"{what} has dtype {got}, expected {dtype}",
-                         hint=f"cast it: {what}.astype('{dtype}')")
-    contiguous(v, what)
-
-
-def check_out(out: Any, shape: tuple[int, ...], dtype: str, what: str = "out") -> None:
-    if out is None:
-        return
-    if tuple(out.shape) != tuple(shape):
-        raise ShapeError(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    got = dtype_name(out.dtype)
-    if got != dtype:
-        raise ShapeError(f"{what} has dtype {got}, expected {dtype}")
-    contiguous(out, what)
-
-
 def data_ptr(a: Any) -> int:
     return int(ptr(a))
 
@@ -263,10 +224,3 @@ def data_ptr(a: Any) -> int:
 def same_memory(a: Any, b: Any) -> bool:
     """``a`` and ``b`` are the same tensor memory (start pointer and shape)."""
     return a is b or (data_ptr(a) == data_ptr(b) and tuple(a.shape) == tuple(b.shape))
-
-
-def check_layout(layout: str) -> str:
-    text = str(layout).upper()
-    if text not in ("NCHW", "NHWC"):
-        raise ShapeError(f"layout {layout!r} is not supported, expected 'NCHW' or 'NHWC'")
-    return text

@@ -353,6 +353,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
         return Parsed("activation", key, inputs, (), (("y", 2),), {"negative_slope": slope},
                       result=2)
     if inplace:
+        mc.writeable(x, "x (inplace=True)")
         return Parsed("activation", key, inputs, (), (("y", 0),), {"negative_slope": slope},
                       result=0)
     return Parsed("activation", key, inputs, (("y", shape, x.dtype),), (),
@@ -376,7 +377,11 @@ def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
 def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any = None,
                plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
     """x if x > 0 else negative_slope * x (after the optional channel bias)."""
-    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, float(negative_slope))
+    try:
+        slope = float(negative_slope)
+    except (TypeError, ValueError):
+        slope = mc.as_float(negative_slope, "negative_slope")  # raises, naming it
+    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, slope)
 
 
 def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,

@@ -275,7 +275,7 @@ def adapter_for(arrays: tuple[Any, ...]) -> tuple[Adapter, tuple[Any, ...]]:
 
 
 def _sig_numpy(a: Any) -> Any:
-    return (np.ndarray, a.shape, a.strides, a.dtype)
+    return (np.ndarray, a.shape, a.strides, a.dtype, a.flags.writeable)
 
 
 def _sig_cupy(a: Any) -> Any:

@@ -35,6 +35,7 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.backends.base import Backend, DeviceInfo
 from dnnctl.errors import ShapeError
+from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
 from dnnctl.ops.registry import get_op, get_variant
@@ -209,7 +210,11 @@ class Site:
         the plan), else the op's default heuristic."""
         active = plan if plan is not None else _ACTIVE_PLAN.get()
         if active is not None:
-            choice = active.lookup(self.problem, self.bname, self.device)
+            try:
+                choice = active.lookup(self.problem, self.bname, self.device)
+            except AttributeError:
+                checks.check_plan(active)  # names a wrong plan= argument
+                raise
             if choice is not None:
                 last = self.last
                 if last[0] is choice:
@@ -344,7 +349,10 @@ def _new_site(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...])
     adapter, conv = adapter_for(arrays)
     back = tuple(None if a is None else adapter.to_backend(a) for a in conv)
     parsed = spec.parse(back, scalars, adapter.backend.xp)
-    return Site(adapter, parsed)
+    site = Site(adapter, parsed)
+    checks.check_fits(parsed.op, [(n, s, d) for n, s, d, _ in site.outputs], adapter.backend,
+                      adapter.device)  # absurd sizes are refused before any allocation
+    return site
 
 
 def _wrap_foreign(result: Any, arrays: tuple[Any, ...]) -> Any:
@@ -396,9 +404,12 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
         out: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run one op call on backend arrays; ``names`` label ``bound.arrays`` (None entries are
     skipped). Validates every call."""
+    checks.check_plan(plan)
     op = get_op(op_name)
     problem = problem_of(op, key)
     backend, device = bound.backend, bound.device
+    checks.check_fits(op_name, [(n, tuple(s.shape), np_dtype(s.dtype)) for n, s in
+                                op.output_specs(problem).items()], backend, device)
     choice = resolve(op, problem, backend, device, plan)
     kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}

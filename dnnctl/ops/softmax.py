@@ -233,9 +233,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
         raise ShapeError(f"softmax: x has shape {shape}, expected at least one dimension and "
                          "no zero-size axis")
     rank = len(shape)
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
-        raise ShapeError(f"softmax: axis {axis!r} is out of range for x of rank {rank}")
-    axis %= rank
+    axis = mc.axis_index(axis, rank, "softmax: axis")
     mc.check_out(out, shape, dtype)
     rows, cols = x.size // shape[axis], shape[axis]
     key = {"rows": rows, "cols": cols, "dtype": dtype, "log": log}

@@ -10,9 +10,10 @@ from dnnctl.plan.digest import kernels_digest
 from dnnctl.plan.io import parse_plan, plan_text, read_plan, update_plan, write_plan
 from dnnctl.plan.loaded import LoadedPlan, PlanStats, StalePlanWarning, load_plan
 from dnnctl.plan.schema import SCHEMA, Alternative, Plan, PlanEntry, Section, Timing
+from dnnctl.plan.support import UnsupportedEntryWarning
 
 __all__ = [
     "SCHEMA", "Alternative", "LoadedPlan", "Plan", "PlanEntry", "PlanStats", "Section",
-    "StalePlanWarning", "Timing", "kernels_digest", "load_plan", "parse_plan", "plan_text",
+    "StalePlanWarning", "Timing", "UnsupportedEntryWarning", "kernels_digest", "load_plan", "parse_plan", "plan_text",
     "read_plan", "update_plan", "write_plan",
 ]

@@ -44,6 +44,19 @@ def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
     plan.source = str(path)
 
 
+def rebuild_plan(path: str | os.PathLike[str], build: Callable[[], Plan]) -> Plan:
+    """Write what ``build()`` returns to ``path``, calling it under ``path``'s lock.
+
+    ``build`` reads its inputs (``path`` itself among them, as in ``plan merge A B -o A``)
+    while the lock is held, so a concurrent writer of ``path`` is never overwritten unseen.
+    """
+    with file_lock(path):
+        plan = build()
+        write_atomic(path, plan_text(plan))
+    plan.source = str(path)
+    return plan
+
+
 def update_plan(path: str | os.PathLike[str], change: Callable[[Plan], None]) -> Plan:
     """Read-modify-write ``path`` under its lock (a missing file starts an empty plan).
 

@@ -27,12 +27,13 @@ from typing import Any
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import get_backend, parse_device
-from dnnctl.errors import StalePlanError
+from dnnctl.errors import DnnctlError, StalePlanError
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
 from dnnctl.plan.digest import kernels_digest
 from dnnctl.plan.io import read_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section, device_differences, same_device
+from dnnctl.plan.support import UnsupportedEntryWarning, entry_label, unsupported
 
 
 class StalePlanWarning(UserWarning):
@@ -146,12 +147,12 @@ class LoadedPlan:
             return _Table(None, "stale", "made with other kernels / timing harness "
                           f"(kernels_digest {matching[0].kernels_digest[:19]}..., this dnnctl "
                           f"{self.digest[:19]}...)")
-        return _table_of(current[0])
+        return _table_of(current[0], device, self.path)
 
     def bind_section(self, section: Section, device: DeviceInfo) -> None:
         """Use ``section`` for ``device`` whatever its fingerprint (offline tools such as
         coverage judge a GPU plan on another machine)."""
-        self._tables[(section.backend, device.index)] = _table_of(section)
+        self._tables[(section.backend, device.index)] = _table_of(section, device, self.path)
 
     def section_for(self, backend: str, device: DeviceInfo) -> Section | None:
         """The section used for ``device`` (None when stale or absent)."""
@@ -227,9 +228,15 @@ class LoadedPlan:
             return
         self._recorded.add(problem)
         if not self._atexit:
-            atexit.register(self.save_misses)
+            atexit.register(self._save_at_exit)
             self._atexit = True
         self.save_misses()
+
+    def _save_at_exit(self) -> None:
+        try:
+            self.save_misses()
+        except DnnctlError as exc:  # the error was raised at the call already
+            warnings.warn(f"could not record plan misses: {exc}", stacklevel=1)
 
     def save_misses(self, path: str | Path | None = None) -> Path | None:
         """Write every key the plan did not cover exactly as a workload for the next tune.
@@ -264,11 +271,18 @@ class LoadedPlan:
         return f"LoadedPlan({self.path!r}, sections={len(self.plan.sections)}, entries={n})"
 
 
-def _table_of(section: Section) -> _Table:
+def _table_of(section: Section, device: DeviceInfo, source: str) -> _Table:
+    """Lookup tables of ``section``; entries whose variant does not support their key on
+    ``device`` are left out with an UnsupportedEntryWarning naming each (never run)."""
     from dnnctl.ops.dispatch import intern
 
     table = _Table(section, "ok")
-    for e in section.entries:
+    bad = {id(e): (i, reason) for i, e, reason in unsupported(section, device)}
+    for i, e in enumerate(section.entries):
+        if id(e) in bad:
+            warnings.warn(f"plan {source}: ignoring {entry_label(i, e)}: "
+                          f"{bad[id(e)][1]}", UnsupportedEntryWarning, stacklevel=4)
+            continue
         # the dispatcher hands us its interned problem objects: dict hits by identity
         table.exact[intern(e.problem)] = _Hit(e.choice)
         table.by_op.setdefault(e.problem.op, []).append(e)

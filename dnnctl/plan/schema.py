@@ -22,7 +22,8 @@ DEVICE_FIELDS: tuple[str, ...] = (
 SECTION_FIELDS: tuple[str, ...] = ("device", "kernels_digest", "created", "tuning", "entries")
 ENTRY_FIELDS: tuple[str, ...] = (
     "op", "key", "choice", "stats", "runner_up", "default", "tried", "failed",
-    "workspace_bytes", "max_rel_err", "pinned")
+    "workspace_bytes", "max_rel_err", "pinned", "partial", "compared", "tie")
+OPTIONAL_ENTRY_FIELDS: tuple[str, ...] = ("partial", "compared", "tie")  # written when set
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,12 @@ class PlanEntry:
     workspace_bytes: int = 0
     max_rel_err: float | None = None
     pinned: bool = False
+    # a --budget cut the search short: only ``compared`` candidates were verified and timed
+    partial: bool = False
+    compared: int | None = None
+    # the winner was inside the measured noise of these candidates (labels, the winner
+    # first); the fixed preference order chose it
+    tie: tuple[str, ...] = ()
 
     @property
     def op(self) -> str:
@@ -101,6 +108,11 @@ class PlanEntry:
         out["workspace_bytes"] = int(self.workspace_bytes)
         out["max_rel_err"] = None if self.max_rel_err is None else _sig(self.max_rel_err)
         out["pinned"] = bool(self.pinned)
+        if self.partial:
+            out["partial"] = True
+            out["compared"] = int(self.compared or 0)
+        if self.tie:
+            out["tie"] = list(self.tie)
         return out
 
 

@@ -165,6 +165,13 @@ def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
     failed = {r: _int(failed_raw.get(r, 0), where, f"failed.{r}", 0, MAX_COUNT)
               for r in FAIL_REASONS}
     max_err = data.get("max_rel_err")
+    partial = _bool(data.get("partial", False), where, "partial")
+    compared = data.get("compared")
+    if compared is not None:
+        compared = _int(compared, where, "compared", 0, MAX_COUNT)
+    elif partial:
+        raise where.fail("compared", "is missing (a partial entry says how many candidates "
+                         "were compared)")
     return PlanEntry(
         problem=problem, choice=choice, stats=stats, runner_up=runner_up, default=default,
         tried=_int(data.get("tried", 0), where, "tried", 0, MAX_COUNT), failed=failed,
@@ -172,7 +179,16 @@ def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
                              MAX_WORKSPACE),
         max_rel_err=None if max_err is None else _num(max_err, where, "max_rel_err", 0.0, 1e6),
         pinned=_bool(data.get("pinned", False), where, "pinned"),
+        partial=partial, compared=compared, tie=_tie(data.get("tie"), where),
     )
+
+
+def _tie(data: Any, where: _Where) -> tuple[str, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list) or len(data) > 64:
+        raise where.fail("tie", "expected a list of at most 64 candidate labels")
+    return tuple(_text(x, where, "tie") for x in data)
 
 
 def entry_from_record(data: Any, backend: str, source: str) -> PlanEntry:

@@ -11,8 +11,11 @@ Lines: a ``header`` (device fingerprint, kernels digest, timing policy), then pe
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 from dnnctl.errors import UsageError
 from dnnctl.ops.base import Problem
+from dnnctl.plan.locking import LockedError, describe_holder, holder, path_lock
 from dnnctl.plan.schema import Timing
 from dnnctl.tune.candidates import Candidate
 from dnnctl.tune.results import Result
@@ -31,6 +35,18 @@ SCHEMA = "dnnctl-journal/1"
 def problem_id(problem: Problem) -> str:
     """A stable text id of a problem (op + canonical key JSON)."""
     return problem.op + json.dumps(problem.as_dict(), sort_keys=True, separators=(",", ":"))
+
+
+def journal_path(output: str | os.PathLike[str], workload: str, problems: list[Problem],
+                 fingerprint: dict[str, Any]) -> Path:
+    """The journal of one (output plan, workload, device fingerprint):
+    ``<output>.<workload>-<hash>.journal``, the hash over the problems and the fingerprint,
+    so two tunes writing one plan never share (or wipe) each other's journal."""
+    ident = json.dumps({"problems": sorted(problem_id(p) for p in problems),
+                        "device": fingerprint}, sort_keys=True, default=str)
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", workload).strip("-.")[:40] or "workload"
+    return Path(f"{os.fspath(output)}.{slug}-{digest}.journal")
 
 
 @dataclass
@@ -56,10 +72,30 @@ class Journal:
         self.path = Path(path)
         self._fh: Any = None
         self._lock = threading.Lock()
+        self._held = contextlib.ExitStack()  # the journal's file lock, from start to close
+
+    def _acquire(self) -> None:
+        """Hold the journal's lock until :meth:`close`; a second tune on it is refused."""
+        try:
+            self._held.enter_context(path_lock(self.path, timeout=0, purpose="tune journal"))
+        except LockedError:
+            raise LockedError(
+                f"another tune is already using the journal {self.path}: "
+                f"{describe_holder(holder(self.path))}",
+                hint="wait for it to finish, or tune into another plan (-o)"
+            ) from None
 
     def start(self, header: dict[str, Any], *, resume: bool) -> JournalState:
         """Open for appending. With ``resume`` and a matching header, return what is known;
         otherwise start an empty journal."""
+        self._acquire()
+        try:
+            return self._open(header, resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, header: dict[str, Any], resume: bool) -> JournalState:
         state = JournalState(None, {})
         if resume and self.path.exists():
             state = read_journal(self.path)
@@ -102,17 +138,22 @@ class Journal:
             os.fsync(self._fh.fileno())
 
     def close(self) -> None:
+        """Close the file and release the journal's lock."""
         with self._lock:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
+            self._held.close()
 
     def remove(self) -> None:
+        """Delete the journal (while still holding its lock), then close."""
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
         self.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def read_journal(path: str | os.PathLike[str]) -> JournalState:

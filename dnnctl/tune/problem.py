@@ -54,8 +54,11 @@ class ProblemTuner:
         self.emit = emit
         self.stop = stop
 
-    def run(self, problem: Problem, count: int, log: ProblemLog, deadline: float
-            ) -> ProblemOutcome:
+    def run(self, problem: Problem, count: int, log: ProblemLog, deadline: float,
+            wall: float = float("inf")) -> ProblemOutcome:
+        """Tune ``problem``. ``deadline``: its share of the budget (the search stops there
+        once a candidate passed); ``wall``: the run's hard end (nothing new starts after
+        it, so the run ends within one measurement of it)."""
         t0 = time.monotonic()
         s = self.s
         space = enumerate_space(problem, s.backend, s.device, deterministic=s.deterministic)
@@ -70,10 +73,10 @@ class ProblemTuner:
         results: dict[Candidate, Result] = dict(log.results)
         eligible = set(space.candidates)
         try:
-            self._search(problem, space, results, eligible, deadline)
+            cut = self._search(problem, space, results, eligible, deadline, wall)
             retimed = log.retimed if log.retimed is not None and set(log.retimed) == set(
                 leaders(results, s.policy.retime_top, space.default, eligible)) else None
-            if retimed is None and not self.stop():
+            if retimed is None and not self.stop() and time.monotonic() < wall:
                 retimed = self._retime(problem, space, results, eligible)
         except _PrepareFailed as exc:
             out.detail = f"could not prepare inputs / reference: {exc}"
@@ -86,10 +89,14 @@ class ProblemTuner:
         if decision is None:
             fails = ", ".join(f"{n} {r}" for r, n in out.failed.items() if n)
             out.detail = f"no candidate passed ({fails or 'none evaluated'})"
+            if cut:
+                out.detail = (f"the --budget ran out before a candidate passed "
+                              f"({out.tried} tried)")
             if self.stop():
                 out.detail = "interrupted"
             return self._finish(out, t0)
         win = results[decision.winner]
+        compared = sum(1 for c, r in results.items() if r.ok and c in eligible)
         entry = PlanEntry(
             problem=problem, choice=decision.winner.choice, stats=decision.timing,
             runner_up=None if decision.runner_up is None else Alternative(
@@ -98,19 +105,26 @@ class ProblemTuner:
                 decision.default[0].choice, decision.default[1]),
             tried=out.tried, failed=dict(out.failed),
             workspace_bytes=space.workspace.get(decision.winner, win.workspace_bytes),
-            max_rel_err=win.max_rel_err)
-        out.status, out.entry = "planned", entry
+            max_rel_err=win.max_rel_err, partial=cut, compared=compared if cut else None,
+            tie=tuple(c.label() for c in decision.tied) if len(decision.tied) > 1 else ())
+        out.status, out.entry, out.partial = "planned", entry, cut
+        if cut:
+            out.detail = (f"partial: the --budget ran out after {compared} of "
+                          f"{len(space)} candidates were compared")
         self.journal.done(problem, {"status": "planned", "entry": entry.to_data()})
         return self._finish(out, t0)
 
     # ------------------------------------------------------------------ steps
 
     def _search(self, problem: Problem, space: Space, results: dict[Candidate, Result],
-                eligible: set[Candidate], deadline: float) -> None:
+                eligible: set[Candidate], deadline: float, wall: float) -> bool:
+        """Evaluate candidates until the strategy is done (False) or the budget cut the
+        search short (True)."""
         s = self.s
         strategy = get_strategy(s.strategy, seed=s.seed, max_evals=s.max_evals)
         default = space.default
-        if default is not None and default not in eligible and default not in results:
+        if default is not None and default not in eligible and default not in results \
+                and time.monotonic() < wall:
             # excluded from the search (e.g. --deterministic) but still the baseline
             self._evaluate(problem, default, results, space)
         done = sum(1 for c in space.candidates if c in results)
@@ -124,13 +138,16 @@ class ProblemTuner:
                 self.ahead.submit(problem, strategy.upcoming(
                     space, results, 2 * len(self.ahead.workers) + 1))
             have_ok = any(r.ok for c, r in results.items() if c in eligible)
-            if have_ok and time.monotonic() > deadline:
-                break
+            now = time.monotonic()
+            if now >= wall or (have_ok and now > deadline):
+                return True
             self._evaluate(problem, cand, results, space)
             done += 1
-            self.emit(Event("candidate", {"problem": problem, "result": results[cand],
-                                          "done": done, "total": strategy.limit(space),
-                                          "device": self.worker.device}))
+            if cand in results:
+                self.emit(Event("candidate", {"problem": problem, "result": results[cand],
+                                              "done": done, "total": strategy.limit(space),
+                                              "device": self.worker.device}))
+        return False
 
     def _evaluate(self, problem: Problem, cand: Candidate, results: dict[Candidate, Result],
                   space: Space) -> None:

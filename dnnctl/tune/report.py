@@ -29,6 +29,7 @@ class ProblemOutcome:
     elapsed_s: float = 0.0
     device: int | None = None
     slot: int | None = None  # which worker (several per run with --devices)
+    partial: bool = False  # the --budget cut its search short (entry.compared says how far)
 
     def to_dict(self) -> dict[str, Any]:
         e = self.entry
@@ -38,6 +39,7 @@ class ProblemOutcome:
             "failed": {r: self.failed.get(r, 0) for r in FAIL_REASONS},
             "skipped": dict(self.skipped), "elapsed_s": round(self.elapsed_s, 3),
             "device": self.device, "slot": self.slot, "detail": self.detail,
+            "partial": self.partial,
         }
         if e is not None:
             out["winner"] = {"variant": e.choice.variant, "params": e.choice.param_dict}
@@ -50,6 +52,10 @@ class ProblemOutcome:
                 "median_us": e.runner_up.median_us}
             out["speedup_vs_default"] = e.speedup_vs_default()
             out["speedup_vs_runner_up"] = e.speedup_vs_runner_up()
+            if e.partial:
+                out["compared"] = e.compared
+            if e.tie:
+                out["tie"] = list(e.tie)
         return out
 
 
@@ -69,11 +75,17 @@ class TuneReport:
     prebuilt: int = 0  # candidates compiled ahead by build helpers
 
     @property
+    def partial(self) -> list[ProblemOutcome]:
+        """Problems the --budget cut short (planned from fewer candidates)."""
+        return [o for o in self.outcomes if o.partial]
+
+    @property
     def unplanned(self) -> list[ProblemOutcome]:
         return [o for o in self.outcomes if o.status == "unplanned"]
 
     def to_dict(self) -> dict[str, Any]:
         counts = {s: sum(1 for o in self.outcomes if o.status == s) for s in OUTCOMES}
+        counts["partial"] = len(self.partial)
         return {"schema": "dnnctl-tune/1", "plan": self.plan_path, "journal": self.journal_path,
                 "backend": self.backend, "devices": self.devices, "device": self.device,
                 "workload": self.workload, "strategy": self.strategy,

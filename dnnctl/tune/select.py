@@ -28,6 +28,10 @@ class Retimed:
     round_medians: tuple[float, ...] = ()
 
     @property
+    def half_range(self) -> float:
+        return (self.timing.p80_us - self.timing.p20_us) / 2
+
+    @property
     def spread(self) -> float:
         if len(self.round_medians) >= 2:
             return max(self.round_medians) - min(self.round_medians)
@@ -100,8 +104,11 @@ def decide(results: Mapping[Candidate, Result], order: Mapping[Candidate, int], 
 
 
 def tie_window(best: Retimed, other: Retimed, base: float, floor: float, cap: float) -> float:
-    """How much slower than ``best`` ``other`` may be and still tie (us)."""
-    noise = max(best.spread, other.spread)
+    """How much slower than ``best`` ``other`` may be and still tie (us): the larger of the
+    two candidates' measured noise, where the noise of one is the wider of how far its
+    median moved between rounds and half its p20-p80 range (the interval a re-measurement
+    of its median lands in); bounded by ``floor`` and ``cap``."""
+    noise = max(best.spread, other.spread, best.half_range, other.half_range)
     return max(floor * base, min(noise, cap * base))
 
 

@@ -39,11 +39,17 @@ class TimingPolicy:
 
     @classmethod
     def for_backend(cls, backend: str) -> TimingPolicy:
-        """Defaults per backend: CPU calls are slower and noisier, so fewer, shorter rounds."""
+        """Defaults per backend: CPU calls are slower and noisier, so fewer, shorter rounds.
+
+        On a shared CPU, timings drift between runs by more than the spread within a run,
+        so wins below 5% are always ties and the measured noise may widen the tie window
+        up to 25%: two CPU tunes then agree (the preference order, default heuristic first,
+        decides), at the price of a CPU choice up to that much slower than the fastest. The
+        GPU keeps 1% / 3%."""
         if backend == "numpy":
             return cls(warmup_ms=3.0, budget_ms=20.0, min_samples=3, max_samples=500,
-                       retime_top=3, retime_rounds=3, retime_budget_ms=10.0, tie_floor=0.03,
-                       tie_cap=0.10)
+                       retime_top=3, retime_rounds=3, retime_budget_ms=10.0, tie_floor=0.05,
+                       tie_cap=0.25)
         return cls()
 
     def replace(self, **changes: Any) -> TimingPolicy:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from dnnctl.plan.io import read_plan, update_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section, same_device, utc_now
 from dnnctl.plan.validate import entry_from_record
 from dnnctl.tune.build_ahead import BuildAhead, default_helpers
-from dnnctl.tune.journal import Journal, JournalState, ProblemLog, problem_id
+from dnnctl.tune.journal import Journal, JournalState, ProblemLog, journal_path, problem_id
 from dnnctl.tune.pool import Worker, check_identical
 from dnnctl.tune.problem import ProblemTuner, Settings
 from dnnctl.tune.report import Event, ProblemOutcome, Progress, TuneInterrupted, TuneReport
@@ -43,8 +44,8 @@ class TuneOptions:
     device: str | None = None  # 'cuda:N', 'cpu' or None (the best device here)
     devices: tuple[int, ...] | None = None  # several identical GPUs, in parallel
     output: str | Path = "plan.yaml"
-    journal: str | Path | None = None  # default: <output>.journal
-    budget_s: float | None = None  # whole run (soft: each problem still gets planned)
+    journal: str | Path | None = None  # default: <output>.<workload>-<hash>.journal
+    budget_s: float | None = None  # whole run, a hard wall (see _Runner)
     candidate_timeout_s: float = 120.0  # build + verify + time of one candidate
     prepare_timeout_s: float = 900.0  # inputs + float64 reference of one problem
     strategy: str = "auto"  # exhaustive for small spaces, local search for large ones
@@ -78,10 +79,10 @@ def tune(workload: Workload, options: TuneOptions | None = None,
                          hint="check --ops, or the workload name / file")
     output = Path(opts.output)
     existing = read_plan(output) if output.exists() else None  # a bad plan stops us early
-    journal = Journal(opts.journal or Path(str(output) + ".journal"))
     emit = _emitter(progress)
     workers = [Worker(backend_name, s) for s in slots]
     aheads: list[BuildAhead | None] = []
+    journal: Journal | None = None
     try:
         hellos = _start_all(workers)
         helpers = opts.build_helpers if opts.build_helpers is not None else default_helpers(
@@ -92,6 +93,8 @@ def tune(workload: Workload, options: TuneOptions | None = None,
         fp = hellos[0]["fingerprint"]
         info = DeviceInfo(**hellos[0]["device"])
         digest = kernels_digest()
+        journal = Journal(opts.journal or journal_path(
+            output, work.name, [it.problem for it in work.items], fp))
         state = journal.start({"device": fp, "kernels_digest": digest,
                                "policy": policy.to_dict(), "deterministic": opts.deterministic},
                               resume=opts.resume)
@@ -109,23 +112,33 @@ def tune(workload: Workload, options: TuneOptions | None = None,
     except KeyboardInterrupt:
         for w in workers:
             w.kill()
-        journal.close()
+        where = journal.path if journal is not None else "the journal"
+        if journal is not None:
+            journal.close()
         raise TuneInterrupted(
-            f"tuning interrupted; every measured candidate is in {journal.path}",
+            f"tuning interrupted; every measured candidate is in {where}",
             hint="run the same command with --resume to continue where it stopped") from None
+    except BaseException:
+        if journal is not None:
+            journal.close()
+        raise
     finally:
         for a in aheads:
             if a is not None:
                 a.close()
         for w in workers:
             w.close()
-    ordered = [outcomes[problem_id(it.problem)] for it in work.items]
-    notes = _write_plan(output, ordered, fp, digest, policy, opts)
-    complete = all(o.status != "unplanned" for o in ordered)
-    journal.close()
+    try:
+        ordered = [outcomes[problem_id(it.problem)] for it in work.items]
+        notes = _write_plan(output, ordered, fp, digest, policy, opts)
+        complete = all(o.status != "unplanned" and not o.partial for o in ordered)
+    except BaseException:
+        journal.close()
+        raise
     if complete and not opts.keep_journal:
         journal.remove()
     else:
+        journal.close()
         notes.append(f"journal kept at {journal.path}")
     report = TuneReport(str(output), str(journal.path), backend_name, slots, fp, work.name,
                         opts.strategy, ordered, time.monotonic() - t0, policy.to_dict(), notes,
@@ -198,11 +211,13 @@ def _precomputed(work: Workload, existing: Plan | None, fp: dict[str, Any], dige
                                        detail="pinned in the plan")
             continue
         log = state.problems.get(pid, ProblemLog())
-        if resume and current is not None and current.find(it.problem) is not None:
+        if resume and current is not None and current.find(it.problem) is not None and \
+                not current.find(it.problem).partial:
             done[pid] = ProblemOutcome(it.problem, it.count, "kept", current.find(it.problem),
                                        detail="already in the plan (--resume)")
             continue
-        if resume and log.done is not None and log.done.get("status") == "planned":
+        if resume and log.done is not None and log.done.get("status") == "planned" and \
+                not log.done["entry"].get("partial"):
             entry = entry_from_record(log.done["entry"], backend, "<journal>")
             done[pid] = ProblemOutcome(it.problem, it.count, "planned", entry,
                                        tried=entry.tried, failed=dict(entry.failed),
@@ -279,7 +294,15 @@ class _Runner:
                     return
                 item, log = self.queue.popleft()
                 left = len(self.queue) + 1
-            outcome = tuner.run(item.problem, item.count, log, self._problem_deadline(left))
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                outcome = ProblemOutcome(item.problem, item.count, "unplanned",
+                                         detail="not started: the --budget ran out",
+                                         slot=slot)
+                self.emit(Event("problem_done", {"outcome": outcome, "device": None}))
+            else:
+                outcome = tuner.run(item.problem, item.count, log,
+                                    self._problem_deadline(left),
+                                    self.deadline if self.deadline is not None else math.inf)
             with self.lock:
                 self.outcomes[problem_id(item.problem)] = outcome
 

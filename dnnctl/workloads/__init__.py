@@ -86,6 +86,30 @@ def default_workload(backend: str) -> Workload:
     return cnn.small()
 
 
+# Documented defaults of a key given by hand (--key, api.tune(op=, key=)) for the fields an
+# op leaves required: what the default workload uses on that backend.
+KEY_DEFAULTS: dict[str, dict[str, str]] = {
+    "cupy": {"dtype": "float16", "layout": "NHWC"},
+    "numpy": {"dtype": "float32", "layout": "NCHW"},
+}
+
+
+def key_with_defaults(op: str, key: dict[str, Any], backend: str) -> dict[str, Any]:
+    """``key`` plus the documented dtype / layout defaults of ``backend`` for the fields
+    ``op`` has, requires and ``key`` leaves out (float16 NHWC on a GPU, float32 NCHW on the
+    CPU; an op's own default always wins)."""
+    from dnnctl.ops import registry
+
+    fields = registry.get_op(op).fields
+    out = dict(key)
+    for name, value in KEY_DEFAULTS.get(backend, KEY_DEFAULTS["numpy"]).items():
+        spec = fields.get(name)
+        if spec is not None and spec.required and out.get(name) is None and (
+                spec.choices is None or value in spec.choices):
+            out[name] = value
+    return out
+
+
 def resolve(spec: str, **options: Any) -> Workload:
     """A workload from ``name[:opt=v,...]`` (bundled) or a path to a workload file."""
     path = Path(spec)
@@ -119,6 +143,9 @@ def parse_kv(text: str) -> dict[str, str]:
             last = k.strip()
             if not last:
                 raise UsageError(f"empty name in {text!r}", hint="write name=value,...")
+            if last in out:
+                raise UsageError(f"{last!r} is given twice in {text!r}",
+                                 hint="give each name once")
             out[last] = v.strip()
         elif last is not None:
             out[last] += "," + piece

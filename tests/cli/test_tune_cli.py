@@ -88,14 +88,17 @@ def test_ctrl_c_exits_130_and_keeps_the_journal(tmp_path):
         [sys.executable, "-c", "from dnnctl.cli.app import main; main()", "tune", "--device",
          "cpu"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
-    journal = tmp_path / "plan.yaml.journal"
     deadline = time.time() + 60
+    journal = None
     while time.time() < deadline and proc.poll() is None:
-        if journal.exists() and journal.read_text().count('"type":"result"') >= 2:
+        found = list(tmp_path.glob("plan.yaml.default-*.journal"))
+        if found and found[0].read_text().count('"type":"result"') >= 2:
+            journal = found[0]
             break
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
-    assert "--resume" in err and journal.exists()
+    assert "--resume" in err and journal is not None and journal.exists()
+    assert str(journal.name) in err.replace("\n", "")
     assert not (tmp_path / "plan.yaml").exists()

@@ -13,7 +13,7 @@ from _plan_helpers import conv, entry, numpy_section, sample_plan
 
 from dnnctl.errors import PlanError
 from dnnctl.plan import Plan, parse_plan, plan_text, read_plan, update_plan, write_plan
-from dnnctl.plan.schema import ENTRY_FIELDS
+from dnnctl.plan.schema import ENTRY_FIELDS, OPTIONAL_ENTRY_FIELDS
 
 
 def test_round_trip_is_exact_and_byte_stable(tmp_path):
@@ -40,8 +40,9 @@ def test_layout_is_diff_friendly(tmp_path):
     lines = text.splitlines()
     # one line per entry field, in the documented order, small mappings in flow style
     first = lines.index(next(line for line in lines if line.startswith("  - op: conv2d")))
-    fields = [line.split(":")[0].strip(" -") for line in lines[first:first + len(ENTRY_FIELDS)]]
-    assert fields == list(ENTRY_FIELDS)
+    always = [f for f in ENTRY_FIELDS if f not in OPTIONAL_ENTRY_FIELDS]
+    fields = [line.split(":")[0].strip(" -") for line in lines[first:first + len(always)]]
+    assert fields == always
     assert any(line.startswith("    key: {activation: none, bias: false, c: 16,") for line in lines)
     assert "!!" not in text and "&id" not in text and "*id" not in text
 
@@ -156,7 +157,11 @@ HOSTILE_TEXT = [
                        "c: [*b, *b, *b, *b, *b, *b]\n", "alias"),
     ("duplicate key", "schema: dnnctl-plan/1\nschema: dnnctl-plan/1\nsections: []\n",
      "duplicate key 'schema'"),
-    ("merge key", "base: &b {x: 1}\nother:\n  <<: *b\n", "alias"),
+    ("merge key", "base: &b {x: 1}\nother:\n  <<: *b\n", "not allowed"),
+    ("merge key, no alias", "other:\n  <<: {x: 1}\n", "merge keys (<<) are not allowed"),
+    ("int spelled twice", "1: a\n0x1: b\n", "duplicate key"),
+    ("set tag", "a: !!set {x}\n", "tag"),
+    ("tag on a number", "schema: !!int 7\n", "tag"),
     ("not a mapping", "- 1\n- 2\n", "expected a mapping"),
     ("empty", "", "empty"),
 ]

@@ -12,9 +12,12 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, PlanLike, call
 
 
 def _pair(name: str, value: int | Sequence[int]) -> tuple[int, int]:
-    vals = (value, value) if isinstance(value, int) else tuple(value)
-    if len(vals) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
-        raise UsageError(f"conv2d: {name}={value!r} must be an int or two ints")
+    vals = (value, value) if isinstance(value, int) else tuple(value) if isinstance(
+        value, (tuple, list)) else ()
+    if len(vals) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                 for v in vals):
+        raise UsageError(f"conv2d: {name}={value!r} must be an int >= 1 or two of them",
+                         hint=f"e.g. {name}=1 or {name}=(2, 2)")
     return (int(vals[0]), int(vals[1]))
 
 

@@ -66,7 +66,8 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     mc.check_out(out, shape, dtype)
     key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout,
            "training": training, "affine": w2 is not None}
-    attrs = {"eps": float(eps), "momentum": float(momentum)}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0),
+             "momentum": mc.as_float(momentum, "momentum")}
     x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
     inputs = (("x", 0, None), ("running_mean", 1, None), ("running_var", 2, None),
               ("weight", 3, None), ("bias", 4, None))
@@ -129,14 +130,15 @@ def _parse_gn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     mc.check_out(out, shape, dtype)
     key = {"n": n, "c": c, "h": h, "w": wd, "groups": groups, "dtype": dtype,
            "layout": layout, "affine": w2 is not None}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0)}
     x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
     inputs = (("x", 0, None), ("weight", 1, None), ("bias", 2, None))
     views = {"x": x4, "y": x4}
     if out is not None:
-        return Parsed("group_norm", key, inputs, (), (("y", 3),), {"eps": float(eps)}, consts,
+        return Parsed("group_norm", key, inputs, (), (("y", 3),), attrs, consts,
                       3, kernel_shapes=views)
     return Parsed("group_norm", key, inputs, (("y", shape, x.dtype),), (),
-                  {"eps": float(eps)}, consts, kernel_shapes=views, like={"y": 0})
+                  attrs, consts, kernel_shapes=views, like={"y": 0})
 
 
 _GN = CallSpec("group_norm", _parse_gn)

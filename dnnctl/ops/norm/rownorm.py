@@ -263,7 +263,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     if op == "layer_norm":
         key["bias"] = b is not None
         inputs += (("bias", 2, None),)
-    attrs = {"eps": float(eps)}
+    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0)}
     views = {"x": (rows, cols), "y": (rows, cols)}
     if out is not None:
         return Parsed(op, key, inputs, (), (("y", 3),), attrs, result=3, kernel_shapes=views)
