@@ -226,6 +226,9 @@ def _kind(a: Any) -> tuple[str, int]:
             raise ShapeError("masked arrays are not supported: the mask would be ignored",
                              hint="fill the masked entries first (a.filled(...)) or pass "
                                   "a.data explicitly")
+        if type(a) is not np.ndarray:  # np.matrix and other subclasses change semantics
+            raise ShapeError(f"{type(a).__name__} arrays are not supported",
+                             hint="pass a plain ndarray: numpy.asarray(a)")
         return "numpy", 0
     mod = type(a).__module__
     if mod.startswith("cupy"):

@@ -348,6 +348,10 @@ def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]
 def _new_site(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]) -> Site:
     adapter, conv = adapter_for(arrays)
     back = tuple(None if a is None else adapter.to_backend(a) for a in conv)
+    copies = [(f"a contiguous copy of argument {i + 1}", tuple(a.shape), a.dtype)
+              for i, a in enumerate(back) if a is not None and not a.flags.c_contiguous]
+    if copies:  # a broadcast view of 10^12 elements must not be copied
+        checks.check_fits(spec.name, copies, adapter.backend, adapter.device)
     parsed = spec.parse(back, scalars, adapter.backend.xp)
     site = Site(adapter, parsed)
     checks.check_fits(parsed.op, [(n, s, d) for n, s, d, _ in site.outputs], adapter.backend,
