@@ -34,6 +34,8 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.norm import _spatial as sp
+from dnnctl.ops.norm.bn_backward import BATCH_NORM_BACKWARD
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
 
 STATS = ("new_running_mean", "new_running_var", "save_mean", "save_invstd")
@@ -75,12 +77,14 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
 
 
 @register_op
+@with_backward(BATCH_NORM_BACKWARD)
 class BatchNormOp(Op):
     name = "batch_norm"
     doc = "batch normalization forward (inference or training), NCHW or NHWC"
     fields = {**sp.SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
               "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
-              "training": Field("bool", False), "affine": Field("bool", True)}
+              "training": Field("bool", False), "affine": Field("bool", True),
+              "pass": PASS_FIELD}
     attrs = {"eps": 1e-5, "momentum": 0.1}
 
     def check(self, key: dict[str, Any]) -> None:

@@ -32,6 +32,8 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
+from dnnctl.ops.norm.backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -97,6 +99,7 @@ class _RowNormOp(Op):
 
 
 @register_op
+@with_backward(LAYER_NORM_BACKWARD)
 class LayerNormOp(_RowNormOp):
     name = "layer_norm"
     doc = "(x - mean) / sqrt(var + eps) * weight + bias over the last axis"
@@ -106,11 +109,13 @@ class LayerNormOp(_RowNormOp):
         "dtype": Field("str", choices=DTYPES),
         "weight": Field("bool", True),
         "bias": Field("bool", True),
+        "pass": PASS_FIELD,
     }
     attrs = {"eps": 1e-5}
 
 
 @register_op
+@with_backward(RMS_NORM_BACKWARD)
 class RmsNormOp(_RowNormOp):
     name = "rms_norm"
     doc = "x / sqrt(mean(x^2) + eps) * weight over the last axis"
@@ -120,6 +125,7 @@ class RmsNormOp(_RowNormOp):
         "cols": Field("int", minimum=1, doc="normalized (last) axis length"),
         "dtype": Field("str", choices=DTYPES),
         "weight": Field("bool", True),
+        "pass": PASS_FIELD,
     }
     attrs = {"eps": 1e-6}
 
