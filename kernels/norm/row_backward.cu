@@ -159,3 +159,47 @@ norm_bwd_finish(const float* __restrict__ part, int P, int cols, elem_t* __restr
   if (HAS_W) dw[c] = from_float<elem_t>(aw);
   if (HAS_B) db[c] = from_float<elem_t>(ab);
 }
+
+// Any length: a block per row, two reads of the row (the two sums, then dx); dweight / dbias
+// come from norm_bwd_cols.
+template <int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK)
+norm_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
+                const elem_t* __restrict__ w, const float* __restrict__ mean,
+                const float* __restrict__ rstd, elem_t* __restrict__ dx,
+                float* __restrict__ part, int rows, int cols) {
+  __shared__ float red[32];
+  const i64 row = blockIdx.x;
+  const float m = RMS ? 0.f : mean[row];
+  const float rs = rstd[row];
+  const elem_t* xr = x + row * cols;
+  const elem_t* gr = dy + row * cols;
+  float s1 = 0.f, s2 = 0.f;
+  for (int c = (int)threadIdx.x * VEC; c < cols; c += BLOCK * VEC) {
+    float xv[VEC], gv[VEC], wv[VEC];
+    load_vec<LD_NC, VEC>(xr + c, xv);
+    load_vec<LD_NC, VEC>(gr + c, gv);
+    if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float g = HAS_W ? gv[i] * wv[i] : gv[i];
+      s1 += g;
+      s2 += g * (xv[i] - m) * rs;
+    }
+  }
+  const float inv_n = 1.f / (float)cols;
+  s1 = block_sum<BLOCK / 32>(s1, red) * inv_n;
+  s2 = block_sum<BLOCK / 32>(s2, red) * inv_n;
+  for (int c = (int)threadIdx.x * VEC; c < cols; c += BLOCK * VEC) {
+    float xv[VEC], gv[VEC], wv[VEC];
+    load_vec<LD_NC, VEC>(xr + c, xv);
+    load_vec<LD_NC, VEC>(gr + c, gv);
+    if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const float g = HAS_W ? gv[i] * wv[i] : gv[i];
+      xv[i] = rs * (g - (RMS ? 0.f : s1) - (xv[i] - m) * rs * s2);
+    }
+    store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv);
+  }
+}

@@ -258,6 +258,8 @@ def test_numpy_variants_propagate_nan_and_inf(op_name: str, key: dict) -> None:
                        op.default_attrs(problem))["y"]
     assert not np.isfinite(ref).all()
     for v in variants(op_name, "numpy"):
+        if not v.supports(problem, CPU):  # (backward variants)
+            continue
         out = {"y": np.full(ref.shape, 3.0, dtype=ins["x"].dtype)}
         params = next(iter(v.param_space(problem, CPU)))
         v.build(problem, params, CPU)(ins, out, op.default_attrs(problem))

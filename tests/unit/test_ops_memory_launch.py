@@ -122,6 +122,34 @@ BIG: dict[str, list[dict[str, Any]]] = {
 }
 
 
+BW = {"pass": "backward"}
+# backward problems of the ResNet-50 / ViT-B/16 training shapes (and a few extremes)
+BIG["activation"] += [dict(fn="relu", shape=(256, 64, 112, 112), dtype="float16", **BW),
+                      dict(fn="gelu", shape=(197 * 64, 3072), dtype="bfloat16",
+                           bias="channel", layout="NHWC", **BW),
+                      dict(fn="silu", shape=(32, 256, 56, 56), dtype="float16",
+                           bias="channel", **BW)]
+BIG["softmax"] += [dict(rows=64 * 12 * 197, cols=197, dtype="float16", **BW),
+                   dict(rows=1024, cols=32000, dtype="float32", log=True, **BW)]
+BIG["layer_norm"] += [dict(rows=64 * 197, cols=768, dtype="bfloat16", **BW),
+                      dict(rows=3, cols=16000, dtype="float32", **BW)]
+BIG["rms_norm"] += [dict(rows=16384, cols=4096, dtype="bfloat16", **BW)]
+BIG["batch_norm"] += [dict(n=64, c=256, h=56, w=56, dtype="float16", layout="NHWC",
+                           training=True, **BW),
+                      dict(n=256, c=2048, h=7, w=7, dtype="float32", layout="NCHW",
+                           training=True, **BW)]
+BIG["group_norm"] += [dict(n=32, c=256, h=56, w=56, groups=32, dtype="float16",
+                           layout="NHWC", **BW)]
+BIG["pool2d"] += [dict(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2, pad=1,
+                       dtype="float16", layout="NHWC", indices=True),
+                  dict(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2, pad=1,
+                       dtype="float16", layout="NHWC", **BW),
+                  dict(n=256, c=64, h=112, w=112, mode="avg", kernel=3, stride=2, pad=1,
+                       dtype="bfloat16", layout="NCHW", **BW)]
+BIG["global_avg_pool2d"] += [dict(n=256, c=2048, h=7, w=7, dtype="float16", layout="NHWC",
+                                  **BW)]
+
+
 def _fake_io(op: Any, problem: Any) -> tuple[dict, dict]:
     ins = {k: FakeArray(s.shape, s.dtype) for k, s in op.input_specs(problem).items()}
     outs = {k: FakeArray(s.shape, s.dtype) for k, s in op.output_specs(problem).items()}
@@ -232,6 +260,15 @@ def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
         problems.append(op.problem(other))
     if op_name in HUGE:  # 64-bit index instances (only compiled: nothing is allocated)
         problems.append(op.problem(HUGE[op_name]))
+    # the backward pass (and max pooling with indices), both layouts where there are two
+    for key in (SMALL[op_name], *([other] if len(problems) > 1 else [])):
+        key = dict(key, **BW)
+        if op_name == "batch_norm":
+            key["training"] = True
+        problems.append(op.problem(key))
+    if op_name == "pool2d":
+        problems += [op.problem(dict(SMALL["pool2d"], indices=True)),
+                     op.problem(dict(SMALL["pool2d"], mode="avg", layout="NCHW", **BW))]
     seen = set()
     for problem in problems:
         for variant in variants(op_name, "cupy"):

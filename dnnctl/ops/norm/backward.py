@@ -113,9 +113,8 @@ class RowNormBackward(BackwardSpec):
             return Choice.of("bwd_numpy")
         cols, dtype = problem["cols"], problem["dtype"]
         vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)
-        tpr = min(32, mr.next_pow2(mc.cdiv(cols, vec * 4)))
-        if mc.cdiv(cols, tpr * vec) * vec > MAX_ELEMS:  # long rows: a block per row
-            tpr = min(1024, max(128, mr.next_pow2(mc.cdiv(cols, vec * 8))))
+        tpr = mr.next_pow2(mc.cdiv(cols, MAX_ELEMS))  # the fewest threads holding a row
+        tpr = tpr if tpr <= 32 else min(1024, max(128, tpr))
         params = {"block": max(128, tpr), "tpr": tpr, "vec": vec, "waves": 2}
         from dnnctl.ops.registry import get_variant
 
@@ -123,7 +122,7 @@ class RowNormBackward(BackwardSpec):
             v = get_variant(problem.op, "cupy", name)
             if v.supports(problem, device) and v.valid_params(problem, params, device):
                 return Choice.of(name, params)
-        return Choice.of("bwd_colpass", {"block": 1024, "tpr": 1024, "vec": 1, "waves": 2})
+        return Choice.of("bwd_stream", {"block": 1024 if cols >= 8192 else 256, "vec": vec})
 
 
 # ----------------------------------------------------------------------------- CUDA
@@ -172,8 +171,7 @@ class _RowNormBwdCuda(Variant):
         rpb = params["block"] // params["tpr"]
         blocks = mc.cdiv(problem["rows"], rpb)
         if self.part:
-            blocks = min(blocks, mc.sm_count(device) * params["waves"] * max(
-                1, 1024 // params["block"]))
+            blocks = min(blocks, mc.sm_count(device) * params["waves"])
         return blocks
 
     def splits(self, problem: Problem, device: Any) -> int:
@@ -188,12 +186,15 @@ class _RowNormBwdCuda(Variant):
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return 8 * problem["cols"] * self.partial_rows(problem, params, None)
 
+    def row_kernel(self, problem: Problem, params: Mapping[str, Any], vec: int) -> str:
+        return (f"norm_bwd_rows<{params['block']},{params['tpr']},{vec},"
+                f"{self.nv(problem, params, vec)},{self.part}>")
+
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         rows, cols = problem["rows"], problem["cols"]
-        block, tpr = params["block"], params["tpr"]
+        block = params["block"]
         vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
-        names = [f"norm_bwd_rows<{block},{tpr},{v},{self.nv(problem, params, v)},{self.part}>"
-                 for v in dict.fromkeys((vec, 1))]
+        names = [self.row_kernel(problem, params, v) for v in dict.fromkeys((vec, 1))]
         grads = problem["weight"] or problem.get("bias", False)
         names += ["norm_bwd_cols<256>", "norm_bwd_finish"]
         mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
@@ -209,8 +210,7 @@ class _RowNormBwdCuda(Variant):
         use_finish = grads
 
         def program(v: int) -> mr.Program:
-            rowk = mc.launch(mod, f"norm_bwd_rows<{block},{tpr},{v},"
-                             f"{self.nv(problem, params, v)},{self.part}>", grid, block)
+            rowk = mc.launch(mod, self.row_kernel(problem, params, v), grid, block)
             dims = rowk.consts(np.int32(rows), np.int32(cols))
 
             def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
@@ -227,6 +227,26 @@ class _RowNormBwdCuda(Variant):
                             _arrays)
 
 
+class _RowNormBwdStream(_RowNormBwdCuda):
+    """Any length: a block per row reading it twice; the column pass for the parameters."""
+
+    params = {"block": (256, 512, 1024), "vec": mc.VECS}
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return self.vec_valid(problem, params["vec"])
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["rows"] >= 2**31:
+            return unsupported("2^31 rows or more")
+        return SUPPORTED
+
+    def groups(self, problem: Problem, params: Mapping[str, Any], device: Any) -> int:
+        return problem["rows"]
+
+    def row_kernel(self, problem: Problem, params: Mapping[str, Any], vec: int) -> str:
+        return f"norm_bwd_stream<{params['block']},{vec}>"
+
+
 def _arrays(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple:
     return (inputs["dy"], inputs["x"], inputs.get("weight"), inputs.get("mean"),
             inputs["rstd"], outputs["dx"], outputs.get("dweight"), outputs.get("dbias"))
@@ -235,13 +255,15 @@ def _arrays(inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> tuple:
 _DOCS = {"bwd_partials": "dx, and dweight / dbias partials per row group in registers "
                          "(groups stride over rows), then a column sum of the partials",
          "bwd_colpass": "dx a row per group, then a column-parallel pass over dy and x for "
-                        "dweight / dbias, then a column sum of the split partials"}
+                        "dweight / dbias, then a column sum of the split partials",
+         "bwd_stream": "any length: a block per row reading it twice, then the column pass "
+                       "for dweight / dbias"}
 
 for _op in ("layer_norm", "rms_norm"):
-    for _name, _part in (("bwd_partials", 1), ("bwd_colpass", 0)):
+    for _name, _part in (("bwd_partials", 1), ("bwd_colpass", 0), ("bwd_stream", 0)):
         register_variant(type(
             f"{''.join(p.title() for p in _op.split('_'))}{_name.title().replace('_', '')}",
-            (_RowNormBwdCuda,),
+            (_RowNormBwdStream if _name == "bwd_stream" else _RowNormBwdCuda,),
             {"op": _op, "name": _name, "part": _part, "doc": _DOCS[_name],
              "rms": _op == "rms_norm", "__module__": __name__}))
 
