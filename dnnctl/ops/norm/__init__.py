@@ -17,6 +17,7 @@ from dnnctl.ops.dispatch import Bound, Prepared, SiteCache, bind, run, signature
 from dnnctl.ops.norm import (  # noqa: F401  (registration)
     batchnorm,
     bn_exact,
+    bn_onepass,
     gn_async,
     groupnorm,
     rownorm,
