@@ -7,13 +7,14 @@
 //      tile's partials in a fixed order with the whole block (deterministic) and writes
 //      save_mean, save_invstd, the running statistics (momentum, unbiased variance; the
 //      running arrays may alias the new ones) and scale = weight * invstd; it then resets the
-//      counter for the next call. No separate finalize launch, no grid-wide barrier (blocks
-//      need not be co-resident).
+//      counter for the next call (<dnnctl/lastblock.cuh>). No separate finalize launch, no
+//      grid-wide barrier (blocks need not be co-resident).
 //   2. the exact-grid normalize of <dnnctl/bn_exact.cuh> walking x from its end (REV), so
 //      that what the statistics read last, still in L2, is read first.
-// Workspace: part (C * S * 2 floats), scale (C floats), counters (one int per tile, zero).
+// Workspace: part (S * C * 2 floats), scale (C floats), counters (one int per tile, zero).
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS=1, LAYOUT, CH, HW.
 #include <dnnctl/bn_exact.cuh>
+#include <dnnctl/lastblock.cuh>
 
 // The statistics of channel c from the sums of (x - k) over `count` values.
 __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, float count,
@@ -34,20 +35,12 @@ __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, f
   scale[c] = AFFINE ? invstd * w[c] : invstd;
 }
 
-// Whole block: true in the last block (of gridDim.* `blocks`) to pass this point for `tile`.
-__device__ __forceinline__ bool bnt_last_block(int* counter, int tile, int blocks, int* flag) {
-  __threadfence();  // this block's partials are visible before the count says so
-  sync_block();
-  if (threadIdx.x == 0) *flag = atomicAdd(counter + tile, 1) == blocks - 1;
-  sync_block();
-  const bool last = *flag != 0;
-  if (last) __threadfence();  // (acquire side: read the other blocks' partials after this)
-  return last;
-}
-
-// NHWC: x as M rows of CH channels; grid (S, tiles). A block is TX = min(CH/VEC, BLOCK)
-// channel-vector lanes by RB = BLOCK / TX rows; a trip loads U rows gridDim.x * RB apart.
-// Dynamic shared memory: 2 * BLOCK * VEC floats.
+// NHWC: x as M rows of CH channels; grid (S, tiles). A tile is 128 bytes of a row: TX =
+// min(CH / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows (a
+// warp still reads whole 128-byte lines), so that a tile's last block folds few channels of
+// few partials; a trip loads U rows gridDim.x * RB apart. Partials are split-major
+// (part[(s * CH + c) * 2 + {0, 1}]): the fold reads them coalesced. Dynamic shared memory:
+// 2 * BLOCK * VEC floats.
 template <int BLOCK, int VEC, int U>
 __global__ void __launch_bounds__(BLOCK)
 bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* counter, i64 M,
@@ -58,7 +51,9 @@ bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* coun
   DNNCTL_DYN_SMEM(float, sw);  // [2][BLOCK][VEC]
   __shared__ int flag;
   constexpr int CVN = CH / VEC;
-  constexpr int TX = CVN < BLOCK ? CVN : BLOCK;
+  constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
+                                                            : 1;
+  constexpr int TX = CVN < TXW ? CVN : TXW;
   constexpr int RB = BLOCK / TX;
   const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   const int cv = blockIdx.y * TX + tx;
@@ -102,46 +97,19 @@ bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* coun
         a += sw[(0 * BLOCK + r * TX + tx) * VEC + i];
         b += sw[(1 * BLOCK + r * TX + tx) * VEC + i];
       }
-      float* o = part + ((i64)(cv * VEC + i) * gridDim.x + blockIdx.x) * 2;
+      float* o = part + ((i64)blockIdx.x * CH + cv * VEC + i) * 2;
       o[0] = a;
       o[1] = b;
     }
   }
-  if (!bnt_last_block(counter, blockIdx.y, gridDim.x, &flag)) return;
-  // fold: CT channels of this tile, NSL slices of the S partials per channel
+  if (!last_block_of_tile(counter, blockIdx.y, gridDim.x, &flag)) return;
   constexpr int CT = TX * VEC;
-  constexpr int NSL = CT >= BLOCK ? 1 : BLOCK / CT;
-  const int S = gridDim.x;
   const int c0 = blockIdx.y * CT;
-  float* red = sw;  // [2][NSL][CT] floats <= 2 * BLOCK * VEC
-  sync_block();     // (everyone is done reading sw above)
-  for (int j = threadIdx.x % (NSL == 1 ? BLOCK : CT); j < CT; j += (NSL == 1 ? BLOCK : CT)) {
-    const int sl = NSL == 1 ? 0 : (int)threadIdx.x / CT;
-    if (sl >= NSL) break;
-    float a = 0.f, b = 0.f;
-    if (c0 + j < CH) {
-      for (int s = sl; s < S; s += NSL) {
-        a += __ldcg(part + ((i64)(c0 + j) * S + s) * 2);  // (L2: other SMs wrote them)
-        b += __ldcg(part + ((i64)(c0 + j) * S + s) * 2 + 1);
-      }
-    }
-    red[(0 * NSL + sl) * CT + j] = a;
-    red[(1 * NSL + sl) * CT + j] = b;
-  }
-  sync_block();
-  const float count = (float)M;
-  for (int j = threadIdx.x; j < CT; j += BLOCK) {
-    const int c = c0 + j;
-    if (c >= CH) break;
-    float a = 0.f, b = 0.f;
-    for (int sl = 0; sl < NSL; ++sl) {
-      a += red[(0 * NSL + sl) * CT + j];
-      b += red[(1 * NSL + sl) * CT + j];
-    }
-    bnt_finish(c, to_float(x[c]), a, b, count, running_mean, running_var, new_running_mean,
-               new_running_var, save_mean, save_invstd, w, scale, eps, momentum);
-  }
-  if (threadIdx.x == 0) counter[blockIdx.y] = 0;
+  fold_tile<BLOCK, CT>(part, gridDim.x, CH, c0, sw);  // (sw: 2 * BLOCK * VEC floats)
+  for (int j = threadIdx.x; j < CT && c0 + j < CH; j += BLOCK)
+    bnt_finish(c0 + j, to_float(x[c0 + j]), sw[j], sw[CT + j], (float)M, running_mean,
+               running_var, new_running_mean, new_running_var, save_mean, save_invstd, w,
+               scale, eps, momentum);
 }
 
 // NCHW: grid (C, S); a block walks vectors k = s * BLOCK + t (U at once, gridDim.y * BLOCK
@@ -186,20 +154,19 @@ bnt_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, int* co
   s1 = block_sum<BLOCK / 32>(s1, red);
   s2 = block_sum<BLOCK / 32>(s2, red);
   if (threadIdx.x == 0) {
-    part[((i64)c * gridDim.y + blockIdx.y) * 2] = s1;
-    part[((i64)c * gridDim.y + blockIdx.y) * 2 + 1] = s2;
+    part[((i64)blockIdx.y * CH + c) * 2] = s1;
+    part[((i64)blockIdx.y * CH + c) * 2 + 1] = s2;
   }
-  if (!bnt_last_block(counter, c, gridDim.y, &flag)) return;
+  if (!last_block_of_tile(counter, c, gridDim.y, &flag)) return;
   float a = 0.f, b = 0.f;
   for (int s = threadIdx.x; s < (int)gridDim.y; s += BLOCK) {
-    a += __ldcg(part + ((i64)c * gridDim.y + s) * 2);
-    b += __ldcg(part + ((i64)c * gridDim.y + s) * 2 + 1);
+    a += __ldcg(part + ((i64)s * CH + c) * 2);
+    b += __ldcg(part + ((i64)s * CH + c) * 2 + 1);
   }
   a = block_sum<BLOCK / 32>(a, red);
   b = block_sum<BLOCK / 32>(b, red);
   if (threadIdx.x == 0) {
     bnt_finish(c, k, a, b, (float)total * VEC, running_mean, running_var, new_running_mean,
                new_running_var, save_mean, save_invstd, w, scale, eps, momentum);
-    counter[c] = 0;
   }
 }

@@ -261,6 +261,10 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         # training statistics over several splits (train_lastblock: the last block folds)
         dict(n=8, c=8, h=16, w=16, dtype="float16", layout="NHWC", training=True),
         dict(n=8, c=2, h=32, w=32, dtype="float32", layout="NCHW", training=True),
+        # channel tiles of 128 bytes with a partial last tile, over two splits
+        dict(n=4, c=136, h=4, w=4, dtype="float16", layout="NHWC", training=True),
+        {"n": 4, "c": 136, "h": 4, "w": 4, "dtype": "float16", "layout": "NHWC",
+         "training": True, "pass": "backward"},
     ],
     "group_norm": [
         dict(n=2, c=6, h=5, w=5, groups=3, dtype="float16", layout="NCHW"),

@@ -3,9 +3,9 @@
 Inputs: ``dy``, ``x`` (the tensor shape of the key), ``weight`` (affine) and the forward's
 ``save_mean`` / ``save_invstd`` (C,) fp32. Outputs: ``dx`` in x's dtype, ``dweight`` /
 ``dbias`` (C,) fp32 (affine). CUDA variant (kernels/norm/bn_backward.cu): ``bwd_reduce_dx``
-(per-(channel, split) partial sums of dy and dy (x - mean), a per-channel finalize writing the
-parameter gradients and dx = a dy + b x + c0 coefficients, then one vector stream for dx: x
-and dy are read twice). CPU variant: ``bwd_numpy``.
+(partial sums of dy and dy (x - mean) per (split, channel), folded by the last block of each
+channel tile into the parameter gradients and dx = a dy + b x + c0 coefficients, then one
+vector stream for dx: two launches, x and dy read twice). CPU variant: ``bwd_numpy``.
 """
 
 from __future__ import annotations
@@ -111,6 +111,10 @@ class BatchNormBackward(BackwardSpec):
 BATCH_NORM_BACKWARD = BatchNormBackward()
 
 
+def _pad4(n: int) -> int:
+    return -(-n // 4) * 4  # floats: 16-byte aligned offsets in the workspace
+
+
 # ----------------------------------------------------------------------------- CUDA
 
 
@@ -136,8 +140,9 @@ class BnBwdReduceDx(Variant):
     passes = ("backward",)
     name = "bwd_reduce_dx"
     source = "norm/bn_backward.cu"
-    doc = ("per-(channel, split) partial sums, a per-channel finalize (parameter gradients, "
-           "dx coefficients), a vector stream for dx; three launches, x and dy read twice")
+    doc = ("per-(split, channel) partial sums folded by the last block of each channel tile "
+           "(parameter gradients, dx coefficients), then a vector stream for dx: two "
+           "launches, x and dy read twice")
     params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
@@ -146,17 +151,34 @@ class BnBwdReduceDx(Variant):
     def supports(self, problem: Problem, device: Any) -> Support:
         return SUPPORTED
 
-    def splits(self, problem: Problem, params: Mapping[str, Any], vec: int, sms: int) -> int:
+    @staticmethod
+    def lanes(problem: Problem, vec: int) -> int:
+        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's)."""
+        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
+
+    def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
+             sms: int) -> tuple[int, int]:
+        """(splits, channel tiles) of the reduction kernel."""
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
         block, waves = params["block"], params["waves"]
         if problem["layout"] == "NCHW":
-            return max(1, min(mc.cdiv(sms * waves, c), mc.cdiv(n * hw // vec, block), 65535))
-        tx = min(c // vec, block)
+            return max(1, min(mc.cdiv(sms * waves, c), mc.cdiv(n * hw // vec, block),
+                              65535)), c
+        tx = self.lanes(problem, vec)
         tiles = mc.cdiv(c // vec, tx)
-        return max(1, min(mc.cdiv(sms * waves, tiles), mc.cdiv(n * hw, block // tx), 65535))
+        return max(1, min(mc.cdiv(sms * waves, tiles), mc.cdiv(n * hw, block // tx),
+                          65535)), tiles
+
+    def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
+               sms: int) -> tuple[int, int, int, int]:
+        """(splits, tiles, float offset of the coefficients, of the counters)."""
+        s, tiles = self.grid(problem, params, vec, sms)
+        coef = _pad4(2 * problem["c"] * s)
+        return s, tiles, coef, coef + _pad4(3 * problem["c"])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        return 4 * problem["c"] * (2 * self.splits(problem, params, 1, 132) + 3)
+        return 4 * max(k + t for _, t, _, k in (self.layout(problem, params, v, 132)
+                                                for v in (params["vec"], 1)))
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         vec = params["vec"] if sp.vec_ok(problem, params["vec"]) else 1
@@ -167,27 +189,25 @@ class BnBwdReduceDx(Variant):
         block, nchw = params["block"], problem["layout"] == "NCHW"
         kind = "planes" if nchw else "rows"
         names = [f"bn_bwd_reduce_{kind}<{block},{v}>" for v in vecs]
-        names += [f"bn_bwd_dx<{block},{v},{itype}>" for v in vecs] + ["bn_bwd_finalize"]
+        names += [f"bn_bwd_dx<{block},{v},{itype}>" for v in vecs]
         mod = mc.compile_cuda(self.source, {
             "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
             "LAYOUT": int(not nchw)}, names, device)
         sms = mc.sm_count(device)
-        smax = max(self.splits(problem, params, v, sms) for v in vecs)
-        ws = mc.workspace(device, 4 * c * (2 * smax + 3))
-        part, coef = ws[:2 * c * smax], ws[2 * c * smax:2 * c * smax + 3 * c]
-        fin = mc.launch(mod, "bn_bwd_finalize", mc.cdiv(c, 128), 128)
 
         def program(v: int) -> Any:
-            s = self.splits(problem, params, v, sms)
+            s, tiles, coef_off, cnt_off = self.layout(problem, params, v, sms)
+            ws = mc.workspace(device, 4 * (cnt_off + tiles))
+            ws.fill(0)  # the counters start at zero; every call leaves them at zero
+            part, coef = ws[:2 * c * s], ws[coef_off:coef_off + 3 * c]
+            counters = ws[cnt_off:cnt_off + tiles].view(np.int32)
             if nchw:
                 red = mc.launch(mod, f"bn_bwd_reduce_planes<{block},{v}>", (c, s), block)
                 rdims = red.consts(np.int32(n), np.int32(c), np.int32(hw))
             else:
-                tx = min(c // v, block)
-                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>",
-                                (s, mc.cdiv(c // v, tx)), block, 8 * block * v)
+                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>", (s, tiles), block,
+                                8 * block * v)
                 rdims = red.consts(np.int64(n * hw), np.int32(c))
-            fdims = fin.consts(np.int32(s), np.int32(c), np.float32(numel // c))
             nvec = numel // v
             dx = mc.launch(mod, f"bn_bwd_dx<{block},{v},{itype}>",
                            max(1, min(mc.cdiv(nvec, block), sms * 2048 // block * 2)), block)
@@ -195,8 +215,7 @@ class BnBwdReduceDx(Variant):
 
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
                    db: Any) -> None:
-                red((dy, x, mean, part, *rdims))
-                fin((part, *fdims, mean, invstd, w, dw, db, coef))
+                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef))
                 dx((dy, x, coef, dxa, *ddims))
 
             return go

@@ -27,8 +27,8 @@ class BnTrainLastBlock(_BnCuda):
     source = "norm/bn_onepass.cu"
     training = True
     doc = ("two launches: statistics (unroll loads in flight, shifted partial sums; the last "
-           "block of a channel tile folds them and writes the statistics), then the exact-grid "
-           "normalize walking x backwards")
+           "block of each 128-byte channel tile folds them and writes the statistics), then "
+           "the exact-grid normalize walking x backwards")
     params = {"block": (256, 512), "vec": mc.VECS, "unroll": (2, 4, 8),
               "blocks_per_sm": (2, 4, 8)}
 
@@ -50,10 +50,15 @@ class BnTrainLastBlock(_BnCuda):
         if problem["layout"] == "NCHW":
             return max(1, min(mc.cdiv(resident, c), mc.cdiv(n * hw // vec, block * u),
                               65535)), c
-        tx = min(c // vec, block)
+        tx = self.lanes(problem, vec)
         tiles = mc.cdiv(c // vec, tx)
         return max(1, min(mc.cdiv(resident, tiles), mc.cdiv(n * hw, (block // tx) * u),
                           65535)), tiles
+
+    @staticmethod
+    def lanes(problem: Problem, vec: int) -> int:
+        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's TX)."""
+        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
 
     def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
                sms: int) -> tuple[int, int, int, int]:
