@@ -375,3 +375,55 @@ def test_public_functions_reject_bad_arguments() -> None:
         o.softmax_backward(np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
     with pytest.raises(ShapeError, match="divisible"):
         o.group_norm_backward(x, x, 3)
+
+
+@pytest.mark.parametrize("key", [
+    dict(n=2, c=3, h=7, w=7, mode="max", kernel=3, stride=2, pad=1, dtype="float16"),
+    dict(n=1, c=4, h=6, w=5, mode="max", kernel=2, stride=1, pad=1, dilation=2,
+         dtype="bfloat16", layout="NHWC", ceil_mode=True),
+])
+def test_max_pooling_with_indices_on_numpy(key: dict) -> None:
+    op = get_op("pool2d")
+    problem = op.problem(dict(key, indices=True))
+    assert set(op.output_specs(problem)) == {"y", "indices"}
+    runs = [v for v in variants("pool2d", "numpy") if v.supports(problem, CPU)]
+    assert [v.name for v in runs] == ["numpy_argmax"]
+    res = check_variant(op, problem, runs[0], {}, NP, CPU, seed=1)
+    assert res.ok and res.errors["indices"] == 0.0, res.detail
+    assert op.default_choice(problem, "cupy", H200).variant == "argmax_thread"
+
+
+def test_backward_problems_tune_plan_and_dispatch(tmp_path: Any) -> None:
+    """A workload of backward problems: tune (numpy, worker processes) -> plan file with
+    ``pass: backward`` keys -> load -> the public backward functions hit the plan."""
+    import dnnctl
+    from dnnctl.plan import read_plan
+    from dnnctl.tune.timer import TimingPolicy
+    from dnnctl.tune.tuner import TuneOptions, tune
+    from dnnctl.workloads import Workload
+
+    fast = TimingPolicy.for_backend("numpy").replace(warmup_ms=1.0, budget_ms=5.0,
+                                                     retime_budget_ms=3.0)
+    wl = Workload("train")
+    sm = wl.add("softmax", dict(rows=64, cols=100, dtype="float32", **BW))
+    ln = wl.add("layer_norm", dict(rows=32, cols=64, dtype="float32", **BW))
+    mp = wl.add("pool2d", dict(n=2, c=3, h=8, w=8, mode="max", kernel=2, dtype="float32",
+                               **BW))
+    report = tune(wl, TuneOptions(device="cpu", output=tmp_path / "plan.yaml", policy=fast))
+    assert [o.status for o in report.outcomes] == ["planned"] * 3
+    text = (tmp_path / "plan.yaml").read_text()
+    assert text.count("pass: backward") == 3 and "indices: true" in text
+    sec = read_plan(tmp_path / "plan.yaml").sections[0]
+    assert sec.find(sm).choice.variant == "bwd_numpy"
+    plan = dnnctl.load_plan(str(tmp_path / "plan.yaml"), device="cpu", strict=True)
+    import dnnctl.ops as o
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 100)).astype(np.float32)
+    o.softmax_backward(o.softmax(x), x, plan=plan)
+    xl = rng.standard_normal((32, 64)).astype(np.float32)
+    o.layer_norm_backward(xl, xl, np.ones(64, np.float32), plan=plan)
+    xp = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    y, ind = o.max_pool2d_with_indices(xp, 2)
+    o.max_pool2d_backward(y, ind, xp.shape, 2, plan=plan)
+    assert plan.stats().hits == {sm: 1, ln: 1, mp: 1}
