@@ -31,7 +31,7 @@ from dnnctl.ops.base import (
 )
 from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
 from dnnctl.ops.passes import PASS_FIELD, with_backward
-from dnnctl.ops.pool.backward import GAP_BACKWARD
+from dnnctl.ops.pool.gap_backward import GAP_BACKWARD
 from dnnctl.ops.registry import register_op, register_variant
 
 
