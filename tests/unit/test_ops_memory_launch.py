@@ -21,7 +21,7 @@ import pytest
 
 from dnnctl.backends import base as backends
 from dnnctl.backends.base import DeviceInfo
-from dnnctl.ops.registry import get_op, variants
+from dnnctl.ops.registry import get_op, get_variant, variants
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
@@ -383,3 +383,26 @@ def test_round2_variants_geometry(recorder: RecordingBackend) -> None:
                                       layout="NHWC")
     assert gn.supports(ok, H200)
     assert {p["gpb"] for p in gn.param_space(ok, H200)} == {1, 2, 4}  # 4 x 50 KB fits
+
+
+def test_last_block_workspaces_and_tiles() -> None:
+    """train_lastblock / bwd_reduce_dx: 128-byte NHWC channel tiles (as the kernels' TX),
+    16-byte aligned workspace regions, and workspace_bytes covering every vector width."""
+    op = get_op("batch_norm")
+    fwd = get_variant("batch_norm", "cupy", "train_lastblock")
+    bwd = get_variant("batch_norm", "cupy", "bwd_reduce_dx")
+    for c, dtype in ((256, "float16"), (200, "bfloat16"), (24, "float32"), (2048, "float16")):
+        key = dict(n=16, c=c, h=14, w=14, dtype=dtype, layout="NHWC", training=True)
+        p_f, p_b = op.problem(key), op.problem(dict(key, **BW))
+        size = 2 if dtype != "float32" else 4
+        for params in fwd.param_space(p_f, H200):
+            vec = params["vec"]
+            assert fwd.lanes(p_f, vec) * vec * size == min(128, c * size)
+            splits, tiles, s_off, k_off = fwd.layout(p_f, params, vec, 132)
+            assert tiles == -(-(c // vec) // fwd.lanes(p_f, vec))
+            assert s_off % 4 == 0 and k_off % 4 == 0 and s_off >= 2 * c * splits
+            assert fwd.workspace_bytes(p_f, params) >= 4 * (k_off + tiles)
+        for params in bwd.param_space(p_b, H200):
+            s, tiles, coef, cnt = bwd.layout(p_b, params, params["vec"], 132)
+            assert coef >= 2 * c * s and cnt >= coef + 3 * c and cnt % 4 == 0
+            assert bwd.workspace_bytes(p_b, params) >= 4 * (cnt + tiles)

@@ -144,10 +144,13 @@ class BatchNormOp(Op):
         vec = sp.best_vec(problem)
         if problem["training"]:
             if mc.cdiv(sp.numel(problem), 128) < 2**31:
-                # statistics with 2 loads in flight per thread, normalize as infer_exact's
-                # stream walking x backwards (L2 still holds what the statistics read last)
-                return Choice.of("train_stream", {"block": 256, "vec": vec, "waves": 4,
-                                                  "unroll": 2})
+                # two launches: statistics with 4 loads in flight per thread folded by the
+                # last block of each channel tile (no finalize launch), then infer_exact's
+                # stream walking x backwards (L2 still holds what the statistics read last).
+                # Round 2 measured train_stream (three launches, a serial per-channel
+                # finalize) at 0.65x torch; bench_backward times both against torch.
+                return Choice.of("train_lastblock", {"block": 256, "vec": vec, "unroll": 4,
+                                                     "blocks_per_sm": 4})
             return Choice.of("train_fused", {"block": 256, "vec": vec, "waves": 4})
         if mc.cdiv(sp.numel(problem), 128) < 2**31:
             # the activation kernels' exact-grid stream with the channel from the flat index
