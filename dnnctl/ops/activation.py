@@ -20,6 +20,7 @@ import numpy as np
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import codes
+from dnnctl.ops.activation_bwd import ACTIVATION_BACKWARD
 from dnnctl.ops.base import (
     DTYPES,
     SUPPORTED,
@@ -36,6 +37,7 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.dispatch import CallSpec, Parsed, call
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
 
 FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
@@ -88,6 +90,7 @@ def _bias_vec_ok(problem: Problem, vec: int) -> bool:
 
 
 @register_op
+@with_backward(ACTIVATION_BACKWARD)
 class ActivationOp(Op):
     name = "activation"
     doc = "y = act(x [+ bias per channel]); relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, tanh"
@@ -98,6 +101,7 @@ class ActivationOp(Op):
         "bias": Field("str", "none", choices=("none", "channel")),
         "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
         "inplace": Field("bool", False),
+        "pass": PASS_FIELD,
     }
     attrs = {"negative_slope": 0.01}
 

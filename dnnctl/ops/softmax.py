@@ -34,7 +34,9 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.dispatch import CallSpec, Parsed, call
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
+from dnnctl.ops.softmax_bwd import SOFTMAX_BACKWARD
 
 
 def softmax_numpy(x: np.ndarray, log: bool) -> np.ndarray:
@@ -48,6 +50,7 @@ def softmax_numpy(x: np.ndarray, log: bool) -> np.ndarray:
 
 
 @register_op
+@with_backward(SOFTMAX_BACKWARD)
 class SoftmaxOp(Op):
     name = "softmax"
     doc = "softmax / log_softmax over the last axis of a (rows, cols) tensor"
@@ -56,6 +59,7 @@ class SoftmaxOp(Op):
         "cols": Field("int", minimum=1, doc="length of the softmax axis"),
         "dtype": Field("str", choices=DTYPES),
         "log": Field("bool", False, doc="log_softmax"),
+        "pass": PASS_FIELD,
     }
 
     @mc.memo_per_problem

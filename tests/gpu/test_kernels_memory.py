@@ -100,6 +100,73 @@ P: dict[str, list[dict[str, Any]]] = {
     ],
 }
 
+# the backward pass (pass: backward) and max pooling with indices: edge shapes (size 1, odd
+# sizes, N = 1, stride-2 and overlapping pool windows, dilation 2) and ResNet-50 / ViT-B/16
+# training shapes
+_BW = {"pass": "backward"}
+P["activation"] += [
+    dict(fn="relu", shape=(1,), dtype="float32", **_BW),
+    dict(fn="gelu", shape=(1000003,), dtype="float16", **_BW),
+    dict(fn="gelu", shape=(197 * 2, 3072), dtype="bfloat16", bias="channel", layout="NHWC",
+         **_BW),
+    dict(fn="silu", shape=(2, 64, 13, 13), dtype="float16", bias="channel", **_BW),
+    dict(fn="tanh", shape=(33, 17), dtype="float32", bias="channel", layout="NHWC", **_BW),
+    dict(fn="leaky_relu", shape=(1, 3, 5, 7), dtype="bfloat16", bias="channel", **_BW),
+]
+P["softmax"] += [
+    dict(rows=1, cols=1, dtype="float32", **_BW),
+    dict(rows=12 * 197, cols=197, dtype="float16", **_BW),
+    dict(rows=77, cols=1000, dtype="bfloat16", log=True, **_BW),
+    dict(rows=5, cols=8193, dtype="float32", **_BW),
+    dict(rows=3, cols=100003, dtype="float16", log=True, **_BW),
+]
+P["layer_norm"] += [
+    dict(rows=1, cols=1, dtype="float32", **_BW),
+    dict(rows=2 * 197, cols=768, dtype="float16", **_BW),
+    dict(rows=33, cols=1025, dtype="bfloat16", bias=False, **_BW),
+    dict(rows=8, cols=8192, dtype="float32", weight=False, bias=False, **_BW),
+    dict(rows=2, cols=50000, dtype="float16", **_BW),
+]
+P["rms_norm"] += [
+    dict(rows=64, cols=4096, dtype="bfloat16", **_BW),
+    dict(rows=7, cols=3, dtype="float32", weight=False, **_BW),
+]
+P["batch_norm"] += [
+    dict(n=32, c=64, h=28, w=28, dtype="float16", layout="NHWC", training=True),
+    dict(n=1, c=3, h=31, w=33, dtype="float32", layout="NCHW", training=True),
+    dict(n=4, c=96, h=7, w=7, dtype="bfloat16", layout="NHWC", training=True, **_BW),
+    dict(n=16, c=32, h=9, w=11, dtype="float16", layout="NCHW", training=True, **_BW),
+    dict(n=2, c=5, h=1, w=1, dtype="float32", layout="NHWC", training=True, affine=False,
+         **_BW),
+    dict(n=8, c=256, h=14, w=14, dtype="float16", layout="NHWC", training=True, **_BW),
+]
+P["group_norm"] += [
+    dict(n=2, c=6, h=5, w=7, groups=3, dtype="float32", layout="NCHW", **_BW),
+    dict(n=4, c=64, h=16, w=16, groups=32, dtype="float16", layout="NHWC", **_BW),
+    dict(n=1, c=48, h=7, w=7, groups=6, dtype="bfloat16", layout="NHWC", affine=False, **_BW),
+]
+P["pool2d"] += [
+    dict(n=2, c=3, h=7, w=9, mode="max", kernel=3, stride=2, pad=1, dtype="float32",
+         layout="NCHW", indices=True),
+    dict(n=4, c=64, h=56, w=56, mode="max", kernel=3, stride=2, pad=1, dtype="float16",
+         layout="NHWC", indices=True),
+    dict(n=2, c=3, h=7, w=9, mode="max", kernel=3, stride=2, pad=1, dtype="float32",
+         layout="NCHW", **_BW),
+    dict(n=4, c=64, h=56, w=56, mode="max", kernel=3, stride=2, pad=1, dtype="float16",
+         layout="NHWC", **_BW),
+    dict(n=1, c=16, h=9, w=9, mode="max", kernel=2, stride=1, pad=1, dilation=2,
+         dtype="bfloat16", layout="NHWC", **_BW),
+    dict(n=2, c=24, h=17, w=17, mode="avg", kernel=3, stride=2, pad=1, ceil_mode=True,
+         count_include_pad=False, dtype="bfloat16", layout="NHWC", **_BW),
+    dict(n=1, c=5, h=8, w=11, mode="avg", kernel=(2, 3), stride=(1, 2), pad=(1, 1),
+         ceil_mode=True, dtype="float16", layout="NCHW", **_BW),
+]
+P["global_avg_pool2d"] += [
+    dict(n=1, c=3, h=5, w=7, dtype="float32", layout="NCHW", **_BW),
+    dict(n=32, c=2048, h=7, w=7, dtype="float16", layout="NHWC", **_BW),
+    dict(n=3, c=5, h=1, w=1, dtype="bfloat16", layout="NHWC", **_BW),
+]
+
 
 def _sample(space: list[dict[str, Any]], seed: str) -> list[dict[str, Any]]:
     """First, last and one random parameter set (the extremes of every sweep)."""

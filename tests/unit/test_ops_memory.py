@@ -259,6 +259,8 @@ def test_numpy_variants_propagate_nan_and_inf(op_name: str, key: dict) -> None:
                        op.default_attrs(problem))["y"]
     assert not np.isfinite(ref).all()
     for v in variants(op_name, "numpy"):
+        if not v.supports(problem, CPU):  # (backward variants)
+            continue
         out = {"y": np.full(ref.shape, 3.0, dtype=ins["x"].dtype)}
         params = next(iter(v.param_space(problem, CPU)))
         v.build(problem, params, CPU)(ins, out, op.default_attrs(problem))
@@ -330,7 +332,7 @@ def test_heuristic_picks_the_expected_strategy_by_shape() -> None:
     assert few.label() == "split_row(block=512,chunk=2048,vec=4)"
     bn = get_op("batch_norm")
     train = bn.problem(n=32, c=64, h=56, w=56, dtype="float16", layout="NHWC", training=True)
-    assert bn.default_choice(train, "cupy", H200).variant == "train_stream"
+    assert bn.default_choice(train, "cupy", H200).variant == "train_lastblock"
     infer = bn.problem(n=32, c=256, h=56, w=56, dtype="float16", layout="NHWC")
     assert bn.default_choice(infer, "cupy", H200).label() == \
         "infer_exact(block=256,unroll=2,vec=8)"

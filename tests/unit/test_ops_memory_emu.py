@@ -68,6 +68,14 @@ template <class T> inline void emu_deref_store(T* p, T v) {
 }
 template <class T> inline T __ldg(const T* p) { return emu_deref_load(p); }
 template <class T> inline T __ldcs(const T* p) { return emu_deref_load(p); }
+template <class T> inline T __ldcg(const T* p) { return emu_deref_load(p); }
+inline int atomicAdd(int* p, int v) {  // blocks run one after another on the emulator
+  emu_access(p, 4, true);
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
+inline void __threadfence() {}
 template <class T> inline void __stcs(T* p, T v) { emu_deref_store(p, v); }
 inline void __syncthreads() { emu::block_barrier(); }
 inline float __shfl_xor_sync(unsigned mask, float v, int o) {
@@ -187,6 +195,17 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         dict(fn="gelu_tanh", shape=(2, 5, 3), dtype="bfloat16", bias="channel"),
         dict(fn="tanh", shape=(1037,), dtype="float16"),
         dict(fn="sigmoid", shape=(4, 16), dtype="float16", bias="channel", layout="NHWC"),
+        {"fn": "gelu", "shape": (3, 5, 7), "dtype": "float16", "pass": "backward"},
+        {"fn": "relu", "shape": (1,), "dtype": "float32", "pass": "backward"},
+        {"fn": "silu", "shape": (2, 6, 4, 4), "dtype": "bfloat16", "bias": "channel",
+         "pass": "backward"},
+        {"fn": "gelu_tanh", "shape": (2, 3, 3, 8), "dtype": "float32", "bias": "channel",
+         "layout": "NHWC", "pass": "backward"},
+        {"fn": "leaky_relu", "shape": (5, 24), "dtype": "float16", "bias": "channel",
+         "layout": "NHWC", "pass": "backward"},
+        {"fn": "tanh", "shape": (1037,), "dtype": "float16", "pass": "backward"},
+        {"fn": "sigmoid", "shape": (2, 3, 5), "dtype": "float32", "bias": "channel",
+         "pass": "backward"},
     ],
     "softmax": [
         dict(rows=5, cols=1, dtype="float32"),
@@ -195,6 +214,12 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         dict(rows=2, cols=1000, dtype="float32"),
         dict(rows=2, cols=8200, dtype="float16"),
         dict(rows=1, cols=9000, dtype="float32", log=True),
+        # backward (pass: backward): y, dy -> dx
+        {"rows": 5, "cols": 1, "dtype": "float32", "pass": "backward"},
+        {"rows": 7, "cols": 33, "dtype": "float16", "pass": "backward"},
+        {"rows": 3, "cols": 300, "dtype": "bfloat16", "log": True, "pass": "backward"},
+        {"rows": 2, "cols": 2000, "dtype": "float32", "pass": "backward"},
+        {"rows": 1, "cols": 9000, "dtype": "float16", "log": True, "pass": "backward"},
     ],
     "layer_norm": [
         dict(rows=4, cols=1, dtype="float32"),
@@ -202,11 +227,17 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         dict(rows=3, cols=257, dtype="bfloat16", bias=False),
         dict(rows=2, cols=2048, dtype="float32", weight=False, bias=False),
         dict(rows=2, cols=8200, dtype="float16"),
+        {"rows": 5, "cols": 1, "dtype": "float32", "pass": "backward"},
+        {"rows": 7, "cols": 100, "dtype": "float16", "pass": "backward"},
+        {"rows": 3, "cols": 257, "dtype": "bfloat16", "bias": False, "pass": "backward"},
+        {"rows": 1, "cols": 2048, "dtype": "float32", "weight": False, "pass": "backward"},
     ],
     "rms_norm": [
         dict(rows=5, cols=64, dtype="bfloat16"),
         dict(rows=3, cols=129, dtype="float32", weight=False),
         dict(rows=1, cols=9000, dtype="bfloat16"),
+        {"rows": 9, "cols": 64, "dtype": "bfloat16", "pass": "backward"},
+        {"rows": 3, "cols": 129, "dtype": "float32", "weight": False, "pass": "backward"},
     ],
     "batch_norm": [
         dict(n=2, c=3, h=5, w=5, dtype="float16", layout="NCHW"),
@@ -219,12 +250,33 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         # 24 channels do not divide BLOCK * VEC: infer_exact reads parameters per vector
         dict(n=2, c=24, h=3, w=5, dtype="float16", layout="NHWC"),
         dict(n=3, c=24, h=5, w=3, dtype="float16", layout="NHWC", training=True),
+        {"n": 2, "c": 3, "h": 5, "w": 5, "dtype": "float16", "layout": "NCHW",
+         "training": True, "pass": "backward"},
+        {"n": 1, "c": 8, "h": 3, "w": 3, "dtype": "bfloat16", "layout": "NHWC",
+         "training": True, "affine": False, "pass": "backward"},
+        {"n": 3, "c": 24, "h": 5, "w": 3, "dtype": "float32", "layout": "NHWC",
+         "training": True, "pass": "backward"},
+        {"n": 2, "c": 4, "h": 1, "w": 9, "dtype": "float32", "layout": "NCHW",
+         "training": True, "pass": "backward"},
+        # training statistics over several splits (train_lastblock: the last block folds)
+        dict(n=8, c=8, h=16, w=16, dtype="float16", layout="NHWC", training=True),
+        dict(n=8, c=2, h=32, w=32, dtype="float32", layout="NCHW", training=True),
+        # channel tiles of 128 bytes with a partial last tile, over two splits
+        dict(n=4, c=136, h=4, w=4, dtype="float16", layout="NHWC", training=True),
+        {"n": 4, "c": 136, "h": 4, "w": 4, "dtype": "float16", "layout": "NHWC",
+         "training": True, "pass": "backward"},
     ],
     "group_norm": [
         dict(n=2, c=6, h=5, w=5, groups=3, dtype="float16", layout="NCHW"),
         dict(n=2, c=8, h=3, w=3, groups=2, dtype="float32", layout="NHWC"),
         dict(n=1, c=16, h=32, w=16, groups=2, dtype="float16", layout="NHWC", affine=False),
         dict(n=1, c=4, h=48, w=48, groups=2, dtype="bfloat16", layout="NCHW"),
+        {"n": 2, "c": 6, "h": 5, "w": 5, "groups": 3, "dtype": "float16", "layout": "NCHW",
+         "pass": "backward"},
+        {"n": 2, "c": 8, "h": 3, "w": 3, "groups": 2, "dtype": "float32", "layout": "NHWC",
+         "pass": "backward"},
+        {"n": 1, "c": 40, "h": 3, "w": 5, "groups": 5, "dtype": "bfloat16", "layout": "NHWC",
+         "affine": False, "pass": "backward"},
     ],
     "pool2d": [
         dict(n=2, c=4, h=7, w=7, mode="max", kernel=3, stride=2, pad=1, dtype="float16",
@@ -240,12 +292,30 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
              layout="NHWC"),
         dict(n=2, c=48, h=9, w=7, mode="avg", kernel=3, stride=2, pad=1, ceil_mode=True,
              dtype="float32", layout="NHWC"),
+        # max with indices, and backward (stride 2 overlapping windows, odd sizes, N=1)
+        dict(n=2, c=4, h=7, w=7, mode="max", kernel=3, stride=2, pad=1, dtype="float16",
+             layout="NCHW", indices=True),
+        dict(n=1, c=5, h=6, w=6, mode="max", kernel=2, stride=1, pad=1, dilation=2,
+             dtype="bfloat16", layout="NHWC", indices=True),
+        {"n": 2, "c": 4, "h": 7, "w": 7, "mode": "max", "kernel": 3, "stride": 2, "pad": 1,
+         "dtype": "float16", "layout": "NCHW", "pass": "backward"},
+        {"n": 1, "c": 5, "h": 6, "w": 6, "mode": "max", "kernel": 2, "stride": 1, "pad": 1,
+         "dilation": 2, "dtype": "bfloat16", "layout": "NHWC", "pass": "backward"},
+        {"n": 2, "c": 3, "h": 8, "w": 9, "mode": "avg", "kernel": (3, 2), "stride": (1, 2),
+         "pad": (1, 0), "ceil_mode": True, "count_include_pad": False, "dtype": "float32",
+         "layout": "NHWC", "pass": "backward"},
+        {"n": 1, "c": 16, "h": 9, "w": 10, "mode": "avg", "kernel": 3, "stride": 2, "pad": 1,
+         "ceil_mode": True, "dtype": "float16", "layout": "NCHW", "pass": "backward"},
     ],
     "global_avg_pool2d": [
         dict(n=2, c=5, h=3, w=3, dtype="float16", layout="NCHW"),
         dict(n=2, c=16, h=4, w=4, dtype="float32", layout="NHWC"),
         dict(n=1, c=8, h=48, w=48, dtype="float16", layout="NHWC"),
         dict(n=1, c=2, h=64, w=64, dtype="bfloat16", layout="NCHW"),
+        {"n": 2, "c": 5, "h": 3, "w": 3, "dtype": "float16", "layout": "NCHW",
+         "pass": "backward"},
+        {"n": 1, "c": 16, "h": 4, "w": 4, "dtype": "bfloat16", "layout": "NHWC",
+         "pass": "backward"},
     ],
 }
 

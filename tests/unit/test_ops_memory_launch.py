@@ -21,7 +21,7 @@ import pytest
 
 from dnnctl.backends import registry as backends
 from dnnctl.backends.base import DeviceInfo
-from dnnctl.ops.registry import get_op, variants
+from dnnctl.ops.registry import get_op, get_variant, variants
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
@@ -42,6 +42,12 @@ class FakeArray:
 
     def __getitem__(self, item: Any) -> FakeArray:
         return self
+
+    def fill(self, value: Any) -> None:  # (workspace counters are zeroed at build time)
+        pass
+
+    def view(self, dtype: Any) -> FakeArray:
+        return FakeArray(self.shape, dtype, self.data.ptr)
 
 
 class Function:
@@ -120,6 +126,34 @@ BIG: dict[str, list[dict[str, Any]]] = {
                           dict(n=2, c=3, h=512, w=512, dtype="float32", layout="NCHW"),
                           dict(n=2, c=64, h=512, w=512, dtype="float16", layout="NHWC")],
 }
+
+
+BW = {"pass": "backward"}
+# backward problems of the ResNet-50 / ViT-B/16 training shapes (and a few extremes)
+BIG["activation"] += [dict(fn="relu", shape=(256, 64, 112, 112), dtype="float16", **BW),
+                      dict(fn="gelu", shape=(197 * 64, 3072), dtype="bfloat16",
+                           bias="channel", layout="NHWC", **BW),
+                      dict(fn="silu", shape=(32, 256, 56, 56), dtype="float16",
+                           bias="channel", **BW)]
+BIG["softmax"] += [dict(rows=64 * 12 * 197, cols=197, dtype="float16", **BW),
+                   dict(rows=1024, cols=32000, dtype="float32", log=True, **BW)]
+BIG["layer_norm"] += [dict(rows=64 * 197, cols=768, dtype="bfloat16", **BW),
+                      dict(rows=3, cols=16000, dtype="float32", **BW)]
+BIG["rms_norm"] += [dict(rows=16384, cols=4096, dtype="bfloat16", **BW)]
+BIG["batch_norm"] += [dict(n=64, c=256, h=56, w=56, dtype="float16", layout="NHWC",
+                           training=True, **BW),
+                      dict(n=256, c=2048, h=7, w=7, dtype="float32", layout="NCHW",
+                           training=True, **BW)]
+BIG["group_norm"] += [dict(n=32, c=256, h=56, w=56, groups=32, dtype="float16",
+                           layout="NHWC", **BW)]
+BIG["pool2d"] += [dict(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2, pad=1,
+                       dtype="float16", layout="NHWC", indices=True),
+                  dict(n=256, c=64, h=112, w=112, mode="max", kernel=3, stride=2, pad=1,
+                       dtype="float16", layout="NHWC", **BW),
+                  dict(n=256, c=64, h=112, w=112, mode="avg", kernel=3, stride=2, pad=1,
+                       dtype="bfloat16", layout="NCHW", **BW)]
+BIG["global_avg_pool2d"] += [dict(n=256, c=2048, h=7, w=7, dtype="float16", layout="NHWC",
+                                  **BW)]
 
 
 def _fake_io(op: Any, problem: Any) -> tuple[dict, dict]:
@@ -232,6 +266,17 @@ def test_every_compiled_module_builds_with_nvrtc(recorder: RecordingBackend,
         problems.append(op.problem(other))
     if op_name in HUGE:  # 64-bit index instances (only compiled: nothing is allocated)
         problems.append(op.problem(HUGE[op_name]))
+    # the backward pass (and max pooling with indices), both layouts where there are two
+    for key in (SMALL[op_name], *([other] if len(problems) > 1 else [])):
+        key = dict(key, **BW)
+        if op_name == "batch_norm":
+            key["training"] = True
+        problems.append(op.problem(key))
+    if op_name == "batch_norm":  # training NCHW (the statistics kernels over planes)
+        problems.append(op.problem(dict(SMALL[op_name], layout="NCHW")))
+    if op_name == "pool2d":
+        problems += [op.problem(dict(SMALL["pool2d"], indices=True)),
+                     op.problem(dict(SMALL["pool2d"], mode="avg", layout="NCHW", **BW))]
     seen = set()
     for problem in problems:
         for variant in variants(op_name, "cupy"):
@@ -338,3 +383,26 @@ def test_round2_variants_geometry(recorder: RecordingBackend) -> None:
                                       layout="NHWC")
     assert gn.supports(ok, H200)
     assert {p["gpb"] for p in gn.param_space(ok, H200)} == {1, 2, 4}  # 4 x 50 KB fits
+
+
+def test_last_block_workspaces_and_tiles() -> None:
+    """train_lastblock / bwd_reduce_dx: 128-byte NHWC channel tiles (as the kernels' TX),
+    16-byte aligned workspace regions, and workspace_bytes covering every vector width."""
+    op = get_op("batch_norm")
+    fwd = get_variant("batch_norm", "cupy", "train_lastblock")
+    bwd = get_variant("batch_norm", "cupy", "bwd_reduce_dx")
+    for c, dtype in ((256, "float16"), (200, "bfloat16"), (24, "float32"), (2048, "float16")):
+        key = dict(n=16, c=c, h=14, w=14, dtype=dtype, layout="NHWC", training=True)
+        p_f, p_b = op.problem(key), op.problem(dict(key, **BW))
+        size = 2 if dtype != "float32" else 4
+        for params in fwd.param_space(p_f, H200):
+            vec = params["vec"]
+            assert fwd.lanes(p_f, vec) * vec * size == min(128, c * size)
+            splits, tiles, s_off, k_off = fwd.layout(p_f, params, vec, 132)
+            assert tiles == -(-(c // vec) // fwd.lanes(p_f, vec))
+            assert s_off % 4 == 0 and k_off % 4 == 0 and s_off >= 2 * c * splits
+            assert fwd.workspace_bytes(p_f, params) >= 4 * (k_off + tiles)
+        for params in bwd.param_space(p_b, H200):
+            s, tiles, coef, cnt = bwd.layout(p_b, params, params["vec"], 132)
+            assert coef >= 2 * c * s and cnt >= coef + 3 * c and cnt % 4 == 0
+            assert bwd.workspace_bytes(p_b, params) >= 4 * (cnt + tiles)

@@ -16,6 +16,7 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 from dnnctl.ops.norm import (  # noqa: F401  (registration)
     batchnorm,
     bn_exact,
+    bn_onepass,
     gn_async,
     groupnorm,
     rownorm,

@@ -33,6 +33,8 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.norm import _spatial as sp
+from dnnctl.ops.norm.gn_backward import GROUP_NORM_BACKWARD
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -58,13 +60,14 @@ def gn_numpy(problem: Problem, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
 
 
 @register_op
+@with_backward(GROUP_NORM_BACKWARD)
 class GroupNormOp(Op):
     name = "group_norm"
     doc = "group normalization: statistics over (C/G, H, W) per sample and group"
     fields = {**sp.SPATIAL_FIELDS, "groups": Field("int", minimum=1),
               "dtype": Field("str", choices=DTYPES),
               "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
-              "affine": Field("bool", True)}
+              "affine": Field("bool", True), "pass": PASS_FIELD}
     attrs = {"eps": 1e-5}
 
     def check(self, key: dict[str, Any]) -> None:

@@ -31,6 +31,8 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.dispatch import CallSpec, Parsed, call
+from dnnctl.ops.norm.backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
+from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -96,6 +98,7 @@ class _RowNormOp(Op):
 
 
 @register_op
+@with_backward(LAYER_NORM_BACKWARD)
 class LayerNormOp(_RowNormOp):
     name = "layer_norm"
     doc = "(x - mean) / sqrt(var + eps) * weight + bias over the last axis"
@@ -105,11 +108,13 @@ class LayerNormOp(_RowNormOp):
         "dtype": Field("str", choices=DTYPES),
         "weight": Field("bool", True),
         "bias": Field("bool", True),
+        "pass": PASS_FIELD,
     }
     attrs = {"eps": 1e-5}
 
 
 @register_op
+@with_backward(RMS_NORM_BACKWARD)
 class RmsNormOp(_RowNormOp):
     name = "rms_norm"
     doc = "x / sqrt(mean(x^2) + eps) * weight over the last axis"
@@ -119,6 +124,7 @@ class RmsNormOp(_RowNormOp):
         "cols": Field("int", minimum=1, doc="normalized (last) axis length"),
         "dtype": Field("str", choices=DTYPES),
         "weight": Field("bool", True),
+        "pass": PASS_FIELD,
     }
     attrs = {"eps": 1e-6}
 

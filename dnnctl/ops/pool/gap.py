@@ -30,6 +30,8 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
+from dnnctl.ops.passes import PASS_FIELD, with_backward
+from dnnctl.ops.pool.gap_backward import GAP_BACKWARD
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -43,11 +45,13 @@ def _axes(problem: Problem) -> tuple[int, int]:
 
 
 @register_op
+@with_backward(GAP_BACKWARD)
 class GlobalAvgPool2dOp(Op):
     name = "global_avg_pool2d"
     doc = "mean over H x W per sample and channel"
     fields = {**SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
-              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC"))}
+              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
+              "pass": PASS_FIELD}
 
     @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:

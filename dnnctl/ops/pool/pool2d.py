@@ -34,6 +34,8 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, tensor_shape
+from dnnctl.ops.passes import PASS_FIELD, with_backward
+from dnnctl.ops.pool import backward as bw
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -122,6 +124,7 @@ def pool_numpy(problem: Problem, x: np.ndarray, windows: bool = False) -> np.nda
 
 
 @register_op
+@with_backward(bw.POOL2D_BACKWARD, absent={"indices": False})
 class Pool2dOp(Op):
     name = "pool2d"
     doc = "max / average 2-D pooling (PyTorch semantics), NCHW or NHWC"
@@ -136,9 +139,12 @@ class Pool2dOp(Op):
         "count_include_pad": Field("bool", True, doc="avg only"),
         "dtype": Field("str", choices=DTYPES),
         "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
+        "indices": Field("bool", False, doc="max: also write the argmax (int32, in the plane)"),
+        "pass": PASS_FIELD,
     }
 
     def check(self, key: dict[str, Any]) -> None:
+        bw.check_indices(key)
         if key["stride"] is None:
             key["stride"] = key["kernel"]
         if key["mode"] == "max":
@@ -163,10 +169,14 @@ class Pool2dOp(Op):
 
     @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
-        return {"y": TensorSpec(out_shape(problem), problem["dtype"])}
+        return bw.indices_specs(problem, {"y": TensorSpec(out_shape(problem),
+                                                          problem["dtype"])})
 
     def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if problem.get("indices", False):
+            y, ind = bw.pool_argmax_numpy(problem, np.asarray(inputs["x"], np.float64))
+            return {"y": y, "indices": ind}
         with np.errstate(invalid="ignore"):
             return {"y": pool_numpy(problem, np.asarray(inputs["x"], np.float64))}
 
@@ -180,6 +190,9 @@ class Pool2dOp(Op):
 
     @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
+        if problem.get("indices", False):
+            return Choice.of("numpy_argmax") if backend == "numpy" else Choice.of(
+                "argmax_thread", {"block": 256})
         if backend == "numpy":
             return Choice.of("numpy_taps")
         if problem["layout"] == "NHWC":
@@ -229,6 +242,8 @@ class _PoolCuda(Variant):
     kernel = ""
 
     def supports(self, problem: Problem, device: Any) -> Support:
+        if problem.get("indices", False):
+            return unsupported("writes no indices: use argmax_thread")
         if self.layout and problem["layout"] != self.layout:
             return unsupported(f"{self.layout} only")
         return SUPPORTED
@@ -325,6 +340,8 @@ class _PoolNumpy(Variant):
     windows = False
 
     def supports(self, problem: Problem, device: Any) -> Support:
+        if problem.get("indices", False):
+            return unsupported("writes no indices: use numpy_argmax")
         return SUPPORTED
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:

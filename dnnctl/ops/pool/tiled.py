@@ -70,6 +70,8 @@ class PoolNhwcTile(_PoolCuda):
                 and self.fits(problem, params, 1, device))
 
     def supports(self, problem: Problem, device: Any) -> Support:
+        if problem.get("indices", False):
+            return unsupported("writes no indices: use argmax_thread")
         if problem["layout"] != "NHWC":
             return unsupported("NHWC only")
         if next(self.param_space(problem, device), None) is None:

@@ -1,0 +1,120 @@
+"""batch_norm training forward in two launches (x read twice): ``train_lastblock``.
+
+Statistics with ``unroll`` loads in flight per thread and partial sums shifted by each
+channel's first value; the last block of each channel tile folds the partials (fixed order)
+and writes the saved / running statistics and the scale, so no finalize launch is needed; then
+the exact-grid normalize walking x backwards (kernels/norm/bn_onepass.cu).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.norm import _spatial as sp
+from dnnctl.ops.norm.batchnorm import _BnCuda
+from dnnctl.ops.norm.bn_exact import _pad4, _StreamKernel
+from dnnctl.ops.registry import register_variant
+
+
+@register_variant
+class BnTrainLastBlock(_BnCuda):
+    name = "train_lastblock"
+    source = "norm/bn_onepass.cu"
+    training = True
+    doc = ("two launches: statistics (unroll loads in flight, shifted partial sums; the last "
+           "block of each 128-byte channel tile folds them and writes the statistics), then "
+           "the exact-grid normalize walking x backwards")
+    params = {"block": (256, 512), "vec": mc.VECS, "unroll": (2, 4, 8),
+              "blocks_per_sm": (2, 4, 8)}
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return sp.vec_ok(problem, params["vec"]) and (
+            params["block"] * params["blocks_per_sm"] <= 2048)
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if mc.cdiv(sp.numel(problem), 128) >= 2**31:
+            return unsupported("more than 2^31 blocks: use train_fused")
+        return _BnCuda.supports(self, problem, device)
+
+    def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
+             sms: int) -> tuple[int, int]:
+        """(splits, channel tiles) of the statistics kernel."""
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        block, u = params["block"], params["unroll"]
+        resident = sms * params["blocks_per_sm"]
+        if problem["layout"] == "NCHW":
+            return max(1, min(mc.cdiv(resident, c), mc.cdiv(n * hw // vec, block * u),
+                              65535)), c
+        tx = self.lanes(problem, vec)
+        tiles = mc.cdiv(c // vec, tx)
+        return max(1, min(mc.cdiv(resident, tiles), mc.cdiv(n * hw, (block // tx) * u),
+                          65535)), tiles
+
+    @staticmethod
+    def lanes(problem: Problem, vec: int) -> int:
+        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's TX)."""
+        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
+
+    def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
+               sms: int) -> tuple[int, int, int, int]:
+        """(splits, tiles, float offset of the scale, of the counters) in the workspace."""
+        splits, tiles = self.grid(problem, params, vec, sms)
+        scale = _pad4(2 * problem["c"] * splits)
+        return splits, tiles, scale, scale + _pad4(problem["c"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        best = max((self.layout(problem, params, v, 132) for v in (params["vec"], 1)),
+                   key=lambda t: t[3])
+        return 4 * (best[3] + best[1])
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = self.vecs(problem, params, device)[0]
+        fast = self.program(problem, params, vec, device)
+        safe = self.program(problem, params, 1, device)
+        palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
+        return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
+        block, u = params["block"], params["unroll"]
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        total = sp.numel(problem)
+        itype = mc.index_type(total)
+        nhwc = problem["layout"] == "NHWC"
+        norm_block = 256
+
+        def names(v: int) -> list[str]:
+            return [f"bnt_stats_{'rows' if nhwc else 'planes'}<{block},{v},{u}>",
+                    f"bn_exact<{norm_block},{v},2,1,{itype}>"]
+
+        vecs = self.vecs(problem, params, device)
+        mod = mc.compile_cuda(self.source, {**self.defines(problem, 1), "CH": c, "HW": hw},
+                              [m for v in vecs for m in names(v)], device)
+        splits, tiles, s_off, k_off = self.layout(problem, params, vec, mc.sm_count(device))
+        ws = mc.workspace(device, 4 * (k_off + tiles))
+        ws.fill(0)  # the counters start at zero; every call leaves them at zero
+        part, scale = ws[:2 * c * splits], ws[s_off:s_off + c]
+        counters = ws[k_off:k_off + tiles].view(np.int32)
+        if nhwc:
+            stats = mc.launch(mod, names(vec)[0], (splits, tiles), block, 8 * block * vec)
+            size: tuple = stats.consts(np.int64(n * hw))
+        else:
+            stats = mc.launch(mod, names(vec)[0], (c, splits), block)
+            size = stats.consts(np.int32(n))
+        norm = mc.launch(mod, names(vec)[1], max(1, mc.cdiv(total // vec, norm_block * 2)),
+                         norm_block)
+        nsize = norm.consts(mc.index_scalar(total, itype))
+
+        def go(arrs: tuple, eps: Any, momentum: Any) -> None:
+            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            eps32 = norm.f32(eps)
+            stats((x, part, counters, *size, rm, rv, nrm, nrv, smean, sinv, w, scale, eps32,
+                   norm.f32(momentum)))
+            norm((x, y, smean, scale, w, b, *nsize, eps32))
+
+        return go

@@ -1,0 +1,126 @@
+"""The backward pass of a memory-bound op as the same op with key field ``pass: backward``.
+
+An op keeps one key schema for both passes (so workloads, plans and ``--key`` name a backward
+problem as ``{..., pass: backward}``); :func:`with_backward` puts a :class:`BackwardSpec` in
+front of the op's per-problem methods: a backward problem goes to the spec, a forward one to
+the op's own code. Key fields that equal their "absent" value (``pass: forward``) are left out
+of the normalized key, so forward keys, plan entries and digests stay as they were.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops.base import Choice, Field, Op, Problem, TensorSpec, pass_of
+
+PASS_FIELD = Field("str", "forward", choices=("forward", "backward"),
+                   doc="forward | backward (gradients of the inputs and parameters)")
+
+# methods of an Op that take the problem first and branch on the pass
+SPLIT = ("input_specs", "output_specs", "make_inputs", "reference", "tolerance", "flops",
+         "min_bytes", "default_choice", "default_attrs")
+
+
+class BackwardSpec:
+    """The backward half of an op: tensors, float64 reference, tolerances, counts, default.
+
+    Methods receive the op (``op``) as their first argument after ``self``; ``min_bytes``
+    and ``default_attrs`` fall back to the op's generic behaviour.
+    """
+
+    attrs: dict[str, Any] = {}
+
+    def check(self, op: Op, key: dict[str, Any]) -> None:
+        """Cross-field validation of a backward key (raise UsageError)."""
+
+    def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        raise NotImplementedError
+
+    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        raise NotImplementedError
+
+    def make_inputs(self, op: Op, problem: Problem,
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return Op.make_inputs(op, problem, rng)
+
+    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
+        return Op.tolerance(op, problem, output)
+
+    def flops(self, op: Op, problem: Problem) -> float:
+        return 0.0
+
+    def min_bytes(self, op: Op, problem: Problem) -> float:
+        return Op.min_bytes(op, problem)
+
+    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
+        raise NotImplementedError
+
+    def default_attrs(self, op: Op, problem: Problem) -> dict[str, Any]:
+        return {**op.attrs, **self.attrs}
+
+
+# fields left out of a normalized key when they hold this value
+ABSENT_WHEN: dict[str, Any] = {"pass": "forward"}
+
+
+def with_backward(spec: BackwardSpec, absent: Mapping[str, Any] | None = None
+                  ) -> Callable[[type[Op]], type[Op]]:
+    """Class decorator: ``spec`` answers for backward problems of the decorated op.
+
+    ``absent`` adds op-specific fields dropped from the key at their default (e.g. pool2d's
+    ``indices: false``), so adding them changes no existing key.
+    """
+    drop = {**ABSENT_WHEN, **(absent or {})}
+
+    def deco(cls: type[Op]) -> type[Op]:
+        for name in SPLIT:
+            setattr(cls, name, _split(getattr(cls, name), getattr(spec, name)))
+        own_check, own_problem = cls.check, cls.problem
+
+        def check(self: Op, key: dict[str, Any]) -> None:
+            own_check(self, key)
+            if key.get("pass", "forward") == "backward":
+                spec.check(self, key)
+
+        def problem(self: Op, key: Mapping[str, Any] | None = None, **kwargs: Any) -> Problem:
+            out = own_problem(self, key, **kwargs)
+            kept = tuple((k, v) for k, v in out.key if k not in drop or drop[k] != v)
+            return out if len(kept) == len(out.key) else Problem(out.op, kept)
+
+        cls.check = check  # type: ignore[method-assign]
+        cls.problem = problem  # type: ignore[method-assign]
+        cls.backward_spec = spec  # type: ignore[attr-defined]
+        return cls
+
+    return deco
+
+
+def _split(forward: Callable[..., Any], backward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def method(self: Op, problem: Problem, *args: Any) -> Any:
+        if pass_of(problem) == "backward":
+            return backward(self, problem, *args)
+        return forward(self, problem, *args)
+
+    return method
+
+
+def is_backward(problem: Problem) -> bool:
+    return pass_of(problem) == "backward"
+
+
+def f64(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every input upcast to float64 (integer index arrays kept as they are)."""
+    return {k: v if np.issubdtype(np.asarray(v).dtype, np.integer)
+            else np.asarray(v, np.float64) for k, v in inputs.items()}
+
+
+GRAD_TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2.4e-2}

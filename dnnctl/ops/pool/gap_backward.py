@@ -1,0 +1,137 @@
+"""global_avg_pool2d backward: op ``global_avg_pool2d`` with ``pass: backward``: ``dy``
+(N, C, 1, 1) / (N, 1, 1, C) -> ``dx`` = dy / (H W) everywhere. Variants ``bwd_broadcast``
+(CUDA, kernels/pool/gap_backward.cu) and ``bwd_numpy``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.base import (
+    SUPPORTED,
+    Choice,
+    Kernel,
+    Op,
+    Problem,
+    Support,
+    TensorSpec,
+    Variant,
+    dtype_size,
+)
+from dnnctl.ops.norm._spatial import tensor_shape
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
+from dnnctl.ops.registry import register_variant
+
+
+def gap_dy_shape(problem: Problem) -> tuple[int, int, int, int]:
+    n, c = problem["n"], problem["c"]
+    return (n, c, 1, 1) if problem["layout"] == "NCHW" else (n, 1, 1, c)
+
+
+class GapBackward(BackwardSpec):
+    def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        return {"dy": TensorSpec(gap_dy_shape(problem), problem["dtype"])}
+
+    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        return {"dx": TensorSpec(tensor_shape(problem), problem["dtype"])}
+
+    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        dy = np.asarray(inputs["dy"], np.float64)
+        hw = problem["h"] * problem["w"]
+        return {"dx": np.broadcast_to(dy / hw, tensor_shape(problem)).copy()}
+
+    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
+        return GRAD_TOL[problem["dtype"]]
+
+    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
+        if backend == "numpy":
+            return Choice.of("bwd_numpy")
+        vec = max(v for v in mc.VECS if _gap_vec_ok(problem, v))
+        return Choice.of("bwd_broadcast", {"block": 256, "vec": vec})
+
+
+GAP_BACKWARD = GapBackward()
+
+
+def _gap_vec_ok(problem: Problem, vec: int) -> bool:
+    inner = problem["h"] * problem["w"] if problem["layout"] == "NCHW" else problem["c"]
+    return mc.vec_fits(problem["dtype"], vec) and inner % vec == 0
+
+
+class _GapBwdKernel:
+    __slots__ = ("fast", "safe", "align")
+    flat_io = True
+
+    def __init__(self, fast: Any, safe: Any, align: int) -> None:
+        self.fast, self.safe, self.align = fast, safe, align
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        dy, dx = inputs["dy"], outputs["dx"]
+        (self.fast if mc.aligned(self.align, dy, dx) else self.safe)(dy, dx)
+
+
+@register_variant
+class GapBwdBroadcast(Variant):
+    op = "global_avg_pool2d"
+    backend = "cupy"
+    passes = ("backward",)
+    name = "bwd_broadcast"
+    source = "pool/gap_backward.cu"
+    params = {"block": (128, 256, 512), "vec": mc.VECS}
+    doc = "a grid-stride vector stream writing dy / (H W) over every position"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return _gap_vec_ok(problem, params["vec"])
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = params["vec"] if _gap_vec_ok(problem, params["vec"]) else 1
+        numel = math.prod(tensor_shape(problem))
+        itype, block = mc.index_type(numel), params["block"]
+        names = [f"gap_bwd<{block},{v},{itype}>" for v in dict.fromkeys((vec, 1))]
+        mod = mc.compile_cuda(self.source, {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
+                                            "LAYOUT": int(problem["layout"] == "NHWC")},
+                              names, device)
+        hw = problem["h"] * problem["w"]
+
+        def program(v: int) -> Any:
+            nvec = numel // v
+            run = mc.launch(mod, f"gap_bwd<{block},{v},{itype}>",
+                            max(1, min(mc.cdiv(nvec, block),
+                                       mc.sm_count(device) * (2048 // block) * 2)), block)
+            dims = run.consts(mc.index_scalar(nvec, itype), np.int32(problem["c"]),
+                              np.int32(hw), np.float32(1.0 / hw))
+            return lambda dy, dx: run((dy, dx, *dims))
+
+        return _GapBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+
+
+@register_variant
+class GapBwdNumpy(Variant):
+    op = "global_avg_pool2d"
+    backend = "numpy"
+    passes = ("backward",)
+    name = "bwd_numpy"
+    doc = "numpy broadcast"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        hw = problem["h"] * problem["w"]
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            mc.put(outputs["dx"], np.broadcast_to(mc.f32(inputs["dy"]) / np.float32(hw),
+                                                  outputs["dx"].shape))
+
+        return kernel

@@ -1,0 +1,131 @@
+// group_norm backward with the forward's per-(sample, group) mean / rstd (fp32 (N, G)):
+//   xhat = (x - mean) * rstd, g = dy * w[c]; over the M = C/G * H * W elements of a group
+//   dx = rstd * (g - sum(g) / M - xhat * sum(g * xhat) / M) = A[n, c] dy + B[n, g] x + C0[n, g]
+//   dweight[c] = sum over (n, h, w) of dy * xhat, dbias[c] = sum of dy.
+// gn_bwd_planes (NCHW: a block per (c, n) plane) / gn_bwd_pixels (NHWC: 32 channel lanes by
+//   BLOCK / 32 pixel lanes) write per-(n, c) sums (sum dy, sum dy * (x - mean)) to
+//   part[(n * C + c) * 2 + {0, 1}];
+// gn_bwd_coef: a thread per (n, g) folds its channels into (B, C0);
+// gn_bwd_params: a thread per channel folds the samples into dweight / dbias (fixed order);
+// gn_bwd_dx: a vector stream over dy and x (x and dy are read twice in all).
+// Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC), GROUPS.
+#include <dnnctl/memory.cuh>
+
+#ifndef AFFINE
+#define AFFINE 1
+#endif
+#ifndef LAYOUT
+#define LAYOUT 0
+#endif
+
+using namespace dnnctl;
+
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+gn_bwd_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
+              const float* __restrict__ mean, float* __restrict__ part, int C, int hw) {
+  __shared__ float red[32];
+  const int c = blockIdx.x, n = blockIdx.y;
+  const float m = mean[n * GROUPS + c / (C / GROUPS)];
+  const i64 base = ((i64)n * C + c) * hw;
+  float a = 0.f, b = 0.f;
+  for (int k = threadIdx.x; k < hw; k += BLOCK) {
+    const float g = to_float(__ldg(dy + base + k));
+    a += g;
+    b += g * (to_float(__ldg(x + base + k)) - m);
+  }
+  a = block_sum<BLOCK / 32>(a, red);
+  b = block_sum<BLOCK / 32>(b, red);
+  if (threadIdx.x == 0) {
+    part[((i64)n * C + c) * 2] = a;
+    part[((i64)n * C + c) * 2 + 1] = b;
+  }
+}
+
+template <int BLOCK>
+__global__ void __launch_bounds__(BLOCK)
+gn_bwd_pixels(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
+              const float* __restrict__ mean, float* __restrict__ part, int C, int hw) {
+  constexpr int RL = BLOCK / 32;
+  __shared__ float sa[RL][33], sb[RL][33];
+  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + tx, n = blockIdx.y;
+  float a = 0.f, b = 0.f;
+  if (c < C) {
+    const float m = mean[n * GROUPS + c / (C / GROUPS)];
+    const i64 base = (i64)n * hw * C + c;
+    for (int p = ty; p < hw; p += RL) {
+      const float g = to_float(__ldg(dy + base + (i64)p * C));
+      a += g;
+      b += g * (to_float(__ldg(x + base + (i64)p * C)) - m);
+    }
+  }
+  sa[ty][tx] = a;
+  sb[ty][tx] = b;
+  sync_block();
+  if (ty == 0 && c < C) {
+    for (int k = 1; k < RL; ++k) {
+      a += sa[k][tx];
+      b += sb[k][tx];
+    }
+    part[((i64)n * C + c) * 2] = a;
+    part[((i64)n * C + c) * 2 + 1] = b;
+  }
+}
+
+__global__ void __launch_bounds__(128)
+gn_bwd_coef(const float* __restrict__ part, const float* __restrict__ mean,
+            const float* __restrict__ rstd, const float* __restrict__ w,
+            float* __restrict__ coef, int N, int C, float count) {
+  const int t = blockIdx.x * 128 + threadIdx.x;
+  if (t >= N * GROUPS) return;
+  const int n = t / GROUPS, g = t % GROUPS, cpg = C / GROUPS;
+  const float rs = rstd[t], m = mean[t];
+  float s1 = 0.f, s2 = 0.f;
+  for (int c = g * cpg; c < (g + 1) * cpg; ++c) {
+    const float wc = AFFINE ? w[c] : 1.f;
+    s1 += wc * part[((i64)n * C + c) * 2];
+    s2 += wc * part[((i64)n * C + c) * 2 + 1] * rs;  // sum g * xhat
+  }
+  const float b = -rs * rs * s2 / count;
+  coef[t * 2] = b;
+  coef[t * 2 + 1] = -rs * s1 / count - b * m;
+}
+
+__global__ void __launch_bounds__(128)
+gn_bwd_params(const float* __restrict__ part, const float* __restrict__ rstd,
+              float* __restrict__ dw, float* __restrict__ db, int N, int C) {
+  const int c = blockIdx.x * 128 + threadIdx.x;
+  if (c >= C) return;
+  const int g = c / (C / GROUPS);
+  float a = 0.f, b = 0.f;
+  for (int n = 0; n < N; ++n) {
+    a += part[((i64)n * C + c) * 2];
+    b += part[((i64)n * C + c) * 2 + 1] * rstd[n * GROUPS + g];
+  }
+  dw[c] = b;
+  db[c] = a;
+}
+
+template <int BLOCK, int VEC, typename I>
+__global__ void __launch_bounds__(BLOCK)
+gn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
+          const float* __restrict__ w, const float* __restrict__ rstd,
+          const float* __restrict__ coef, elem_t* __restrict__ dx, I nvec, int C, int hw) {
+  const int cpg = C / GROUPS;
+  for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
+    float g[VEC], v[VEC];
+    load_vec<LD_NC, VEC>(dy + k * VEC, g);
+    load_vec<LD_NC, VEC>(x + k * VEC, v);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) {
+      const I e = k * VEC + i;
+      const int c = LAYOUT ? (int)(e % C) : (int)((e / hw) % C);
+      const int n = (int)(e / ((I)hw * C));
+      const int t = n * GROUPS + c / cpg;
+      const float a = __ldg(rstd + t) * (AFFINE ? __ldg(w + c) : 1.f);
+      g[i] = a * g[i] + __ldg(coef + 2 * t) * v[i] + __ldg(coef + 2 * t + 1);
+    }
+    store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
+  }
+}

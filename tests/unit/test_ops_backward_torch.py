@@ -1,0 +1,96 @@
+"""The public backward functions on the CPU against torch.autograd (float64 torch, fp32
+dnnctl), and torch tensors in, torch tensors out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+def _np(t: Any) -> np.ndarray:
+    return t.detach().numpy().astype(np.float32)
+
+
+def _torch_grads(fn: Callable[..., Any], *tensors: Any) -> tuple[Any, list[Any]]:
+    ts = [torch.tensor(t, dtype=torch.float64, requires_grad=True) for t in tensors]
+    y = fn(*ts)
+    dy = torch.randn(y.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y.backward(dy)
+    return dy, [t.grad.numpy() for t in ts]
+
+
+def test_public_backward_functions_match_torch_autograd() -> None:
+    import dnnctl.ops as o
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6, 5, 5)).astype(np.float32)
+    w = (rng.standard_normal(6) * 0.5 + 1).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    close = dict(rtol=2e-4, atol=2e-5)
+
+    x2 = x.reshape(24, 25)
+    dy, (gx,) = _torch_grads(lambda t: torch.log_softmax(t, -1), x2)
+    y = o.log_softmax(x2)
+    np.testing.assert_allclose(o.log_softmax_backward(y, _np(dy)), gx, **close)
+    dy, (gx,) = _torch_grads(lambda t: torch.softmax(t, 0), x2)
+    np.testing.assert_allclose(o.softmax_backward(o.softmax(x2, axis=0), _np(dy), axis=0), gx,
+                               **close)
+
+    w25, b25 = rng.standard_normal((2, 25)).astype(np.float32)
+    dy, grads = _torch_grads(lambda t, a, c: F.layer_norm(t, (25,), a, c), x2, w25, b25)
+    y, mean, rstd = o.layer_norm_with_stats(x2, w25, b25)
+    for got, want in zip(o.layer_norm_backward(_np(dy), x2, w25, mean, rstd), grads):
+        np.testing.assert_allclose(got, want, **close)
+    dy, grads = _torch_grads(lambda t, a: F.rms_norm(t, (25,), a, 1e-6), x2, w25)
+    for got, want in zip(o.rms_norm_backward(_np(dy), x2, w25), grads):
+        np.testing.assert_allclose(got, want, **close)
+
+    xh = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    dy, grads = _torch_grads(lambda t, a, c: F.batch_norm(
+        t.permute(0, 3, 1, 2), None, None, a, c, training=True).permute(0, 2, 3, 1), xh, w, b)
+    _, sm, si = o.batch_norm(xh, weight=w, bias=b, training=True, layout="NHWC",
+                             return_stats=True)
+    for got, want in zip(o.batch_norm_backward(_np(dy), xh, sm, si, w, layout="NHWC"), grads):
+        np.testing.assert_allclose(got, want, **close)
+    dy, grads = _torch_grads(lambda t, a, c: F.group_norm(t, 3, a, c), x, w, b)
+    for got, want in zip(o.group_norm_backward(_np(dy), x, 3, w), grads):
+        np.testing.assert_allclose(got, want, **close)
+
+    dy, grads = _torch_grads(lambda t, c: F.silu(t + c[:, None, None]), x, b)
+    for got, want in zip(o.silu_backward(_np(dy), x, b), grads):
+        np.testing.assert_allclose(got, want, **close)
+    dy, (gx,) = _torch_grads(lambda t: F.gelu(t, approximate="tanh"), x)
+    np.testing.assert_allclose(o.gelu_tanh_backward(_np(dy), x), gx, **close)
+
+    dy, (gx,) = _torch_grads(lambda t: F.max_pool2d(t, 3, 2, 1, ceil_mode=True), x)
+    y, ind = o.max_pool2d_with_indices(x, 3, 2, 1, ceil_mode=True)
+    _, want_ind = F.max_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=True, return_indices=True)
+    assert ind.dtype == np.int32 and np.array_equal(ind, want_ind.numpy())
+    np.testing.assert_allclose(o.max_pool2d_backward(_np(dy), ind, x.shape, 3, 2, 1,
+                                                     ceil_mode=True), gx, **close)
+    dy, (gx,) = _torch_grads(lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False), x)
+    np.testing.assert_allclose(o.avg_pool2d_backward(_np(dy), x.shape, 3, 2, 1,
+                                                     count_include_pad=False), gx, **close)
+    dy, (gx,) = _torch_grads(lambda t: t.mean((1, 2), keepdim=True), xh)
+    np.testing.assert_allclose(o.global_avg_pool2d_backward(_np(dy), xh.shape, "NHWC"), gx,
+                               **close)
+
+
+def test_torch_tensors_in_torch_tensors_out() -> None:
+    import dnnctl.ops as o
+
+    x = torch.randn(3, 8)
+    y = torch.softmax(x, -1)
+    dy = torch.randn(3, 8)
+    dx = o.softmax_backward(y, dy)
+    assert isinstance(dx, torch.Tensor)
+    want = y * (dy - (dy * y).sum(-1, keepdim=True))
+    assert torch.allclose(dx, want, atol=1e-6)
+
+
