@@ -6,7 +6,7 @@ writes it, then times the stages a user pays for:
 
 * ``parse (cold)``: YAML text -> Python data (libyaml's C loader when PyYAML has it), the
   first time this content is seen;
-* ``read_plan``: parse (now from the parsed-file cache, dnnctl.plan.parsecache) + schema /
+* ``read_plan``: parse (now from the parsed-file cache, dnnctl.files.parsecache) + schema /
   registry validation of every entry;
 * ``plan validate``: the CLI's check, which also asks ``supports()`` for every entry;
 * ``load_plan``: the run-time load (lookup tables for this machine's device).
@@ -87,8 +87,8 @@ def build_plan(n: int) -> Plan:
 def main(argv: list[str]) -> int:
     n = int(argv[1]) if len(argv) > 1 else 20_000
     from dnnctl import api
+    from dnnctl.files.yamlio import load_yaml
     from dnnctl.plan import load_plan, read_plan
-    from dnnctl.plan.yamlio import load_yaml
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")  # start cold, leave nothing

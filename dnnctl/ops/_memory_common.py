@@ -71,6 +71,18 @@ def index_scalar(n: int, itype: str) -> Any:
     return np.uint32(n) if itype == "unsigned int" else np.int64(n)
 
 
+def channel_geometry(problem: Any) -> tuple[int, int, int]:
+    """(elements, inner, channels) of an activation-shaped problem (key fields shape, bias,
+    layout): the channel of flat index e is (e // inner) % channels."""
+    shape = problem["shape"]
+    n = math.prod(shape)
+    if problem["bias"] == "none":
+        return n, 1, 1
+    if problem["layout"] == "NCHW":
+        return n, math.prod(shape[2:]), shape[1]
+    return n, 1, shape[-1]
+
+
 def memo_per_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Memoize an Op method on its arguments (problem, and backend / device for heuristics):
     the dispatcher asks for default_choice and output_specs on every unplanned call."""

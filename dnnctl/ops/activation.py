@@ -70,15 +70,7 @@ def act_numpy(fn: str, x: np.ndarray, slope: float = 0.01) -> np.ndarray:
     raise UsageError(f"unknown activation {fn!r}", hint=f"use one of {', '.join(FNS)}")
 
 
-def geometry(problem: Problem) -> tuple[int, int, int]:
-    """(elements, inner, channels): channel of flat index e is (e // inner) % channels."""
-    shape = problem["shape"]
-    n = math.prod(shape)
-    if problem["bias"] == "none":
-        return n, 1, 1
-    if problem["layout"] == "NCHW":
-        return n, math.prod(shape[2:]), shape[1]
-    return n, 1, shape[-1]
+geometry = mc.channel_geometry  # (elements, inner, channels) of an activation problem
 
 
 def _bias_vec_ok(problem: Problem, vec: int) -> bool:

@@ -62,11 +62,7 @@ def act_grad_numpy(fn: str, z: np.ndarray, slope: float = 0.01) -> np.ndarray:
         return np.where(np.isnan(z), z, out)
 
 
-def _geometry(problem: Problem) -> tuple[int, int, int]:
-    """(elements, inner, channels) as the forward's activation.geometry."""
-    from dnnctl.ops.activation import geometry
-
-    return geometry(problem)
+_geometry = mc.channel_geometry  # (elements, inner, channels), as the forward's
 
 
 def _bias_shape(problem: Problem) -> tuple[int, ...]:

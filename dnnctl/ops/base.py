@@ -179,6 +179,23 @@ class Problem:
         return f"{self.op}[{','.join(parts)}]"
 
 
+def problem_sort_key(p: Problem) -> tuple[Any, ...]:
+    """A total order on problems (op, then key values) that never compares int with str."""
+    return (p.op, tuple((k, _sortable(v)) for k, v in p.key))
+
+
+def _sortable(v: Any) -> tuple[int, Any]:
+    if isinstance(v, bool):
+        return (0, int(v))
+    if isinstance(v, (int, float)):
+        return (1, v)
+    if isinstance(v, str):
+        return (2, v)
+    if isinstance(v, tuple):
+        return (3, tuple(_sortable(x) for x in v))
+    return (4, repr(v))
+
+
 # ----------------------------------------------------------------------------- support
 
 

@@ -13,7 +13,8 @@ import copy
 from typing import Any
 
 from dnnctl.errors import UsageError
-from dnnctl.plan.schema import Plan, PlanEntry, Section, problem_sort_key, same_device
+from dnnctl.ops.base import problem_sort_key
+from dnnctl.plan.schema import Plan, PlanEntry, Section, same_device
 
 PREFER: tuple[str, ...] = ("faster", "newer", "a", "b")
 CHANGE_THRESHOLD = 0.05  # same choice, time moved by more than this: reported as 'retimed'

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dnnctl.errors import PlanError
+from dnnctl.files.yamlio import dump_yaml, file_lock, load_yaml, parse_yaml, write_atomic
 from dnnctl.plan.schema import Plan
 from dnnctl.plan.validate import plan_from_data
-from dnnctl.plan.yamlio import dump_yaml, file_lock, load_yaml, parse_yaml, write_atomic
 
 HEADER = ("# dnnctl plan: per-shape kernel choices, made by 'dnnctl tune'.\n"
           "# Load with dnnctl.load_plan(path); inspect with 'dnnctl plan show | validate | diff';\n"

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.errors import UsageError
+from dnnctl.files.yamlio import write_atomic
 from dnnctl.ops import registry
 from dnnctl.plan.compare import _pair_sections
 from dnnctl.plan.io import read_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section
-from dnnctl.plan.yamlio import write_atomic
 
 # variants that call a vendor library (cuBLAS, cuDNN) rather than dnnctl's own kernels
 VENDOR_VARIANTS = frozenset({"cublas", "cudnn"})

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnnctl.ops.base import Choice, Problem
+from dnnctl.files.yamlio import Flow
+from dnnctl.ops.base import Choice, Problem, problem_sort_key
 
 SCHEMA = "dnnctl-plan/1"
 FAIL_REASONS: tuple[str, ...] = ("wrong", "crashed", "timeout", "oom")
@@ -50,7 +51,7 @@ class Alternative:
     def to_data(self, *, always_params: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {"variant": self.choice.variant}
         if always_params or self.choice.params:
-            out["params"] = _Flow(self.choice.param_dict)
+            out["params"] = Flow(self.choice.param_dict)
         out["median_us"] = None if self.median_us is None else _us(self.median_us)
         return out
 
@@ -93,18 +94,18 @@ class PlanEntry:
     def to_data(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "op": self.problem.op,
-            "key": _Flow(self.problem.as_dict()),
-            "choice": _Flow({"variant": self.choice.variant,
-                             "params": _Flow(self.choice.param_dict)}),
+            "key": Flow(self.problem.as_dict()),
+            "choice": Flow({"variant": self.choice.variant,
+                             "params": Flow(self.choice.param_dict)}),
         }
         if self.stats is not None:
-            out["stats"] = _Flow(self.stats.to_data())
+            out["stats"] = Flow(self.stats.to_data())
         if self.runner_up is not None:
-            out["runner_up"] = _Flow(self.runner_up.to_data())
+            out["runner_up"] = Flow(self.runner_up.to_data())
         if self.default is not None:
-            out["default"] = _Flow(self.default.to_data(always_params=False))
+            out["default"] = Flow(self.default.to_data(always_params=False))
         out["tried"] = int(self.tried)
-        out["failed"] = _Flow({r: int(self.failed.get(r, 0)) for r in FAIL_REASONS})
+        out["failed"] = Flow({r: int(self.failed.get(r, 0)) for r in FAIL_REASONS})
         out["workspace_bytes"] = int(self.workspace_bytes)
         out["max_rel_err"] = None if self.max_rel_err is None else _sig(self.max_rel_err)
         out["pinned"] = bool(self.pinned)
@@ -153,10 +154,10 @@ class Section:
     def to_data(self) -> dict[str, Any]:
         entries = sorted(self.entries, key=lambda e: problem_sort_key(e.problem))
         return {
-            "device": _Flow({k: self.device.get(k) for k in DEVICE_FIELDS}),
+            "device": Flow({k: self.device.get(k) for k in DEVICE_FIELDS}),
             "kernels_digest": self.kernels_digest,
             "created": self.created,
-            "tuning": _Flow(dict(sorted(self.tuning.items()))),
+            "tuning": Flow(dict(sorted(self.tuning.items()))),
             "entries": [e.to_data() for e in entries],
         }
 
@@ -184,10 +185,6 @@ class Plan:
 # ----------------------------------------------------------------------------- helpers
 
 
-class _Flow(dict):
-    """A mapping written in YAML flow style ({a: 1, b: 2}) to keep an entry compact."""
-
-
 def same_device(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """True when two device fingerprints agree on every field a plan section records."""
     return all(_norm(a.get(k)) == _norm(b.get(k)) for k in DEVICE_FIELDS)
@@ -206,21 +203,6 @@ def _norm(v: Any) -> Any:
     return "" if v is None else str(v)
 
 
-def problem_sort_key(p: Problem) -> tuple[Any, ...]:
-    """A total order on problems (op, then key values) that never compares int with str."""
-    return (p.op, tuple((k, _sortable(v)) for k, v in p.key))
-
-
-def _sortable(v: Any) -> tuple[int, Any]:
-    if isinstance(v, bool):
-        return (0, int(v))
-    if isinstance(v, (int, float)):
-        return (1, v)
-    if isinstance(v, str):
-        return (2, v)
-    if isinstance(v, tuple):
-        return (3, tuple(_sortable(x) for x in v))
-    return (4, repr(v))
 
 
 def _us(v: float) -> float:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.errors import UsageError
+from dnnctl.files.locking import LockedError, describe_holder, holder, path_lock
 from dnnctl.ops.base import Problem
-from dnnctl.plan.locking import LockedError, describe_holder, holder, path_lock
 from dnnctl.plan.schema import Timing
 from dnnctl.tune.candidates import Candidate
 from dnnctl.tune.results import Result

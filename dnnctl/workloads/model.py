@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnnctl.errors import InputFileError, UsageError
+from dnnctl.files.yamlio import Flow, dump_yaml, file_lock, load_yaml, write_atomic
 from dnnctl.ops import registry
-from dnnctl.ops.base import Problem
-from dnnctl.plan.schema import _Flow, problem_sort_key
-from dnnctl.plan.yamlio import dump_yaml, file_lock, load_yaml, write_atomic
+from dnnctl.ops.base import Problem, problem_sort_key
 
 SCHEMA = "dnnctl-workload/1"
 MAX_PROBLEMS = 1_000_000
@@ -76,7 +75,7 @@ class Workload:
         items = sorted(self.items, key=lambda it: problem_sort_key(it.problem)) if sort \
             else self.items
         return {"schema": SCHEMA, "name": self.name, "problems": [
-            _Flow({"op": it.problem.op, "key": _Flow(it.problem.as_dict()), "count": it.count})
+            Flow({"op": it.problem.op, "key": Flow(it.problem.as_dict()), "count": it.count})
             for it in items]}
 
 

@@ -23,9 +23,9 @@ import dnnctl.api  # noqa: F401 - imported once here, not in each forked merge p
 import dnnctl.plan.compare  # noqa: F401
 from dnnctl.cli.app import app
 from dnnctl.errors import DnnctlError
+from dnnctl.files.locking import LockedError, holder, lock_paths, path_lock
+from dnnctl.files.yamlio import write_atomic
 from dnnctl.plan import Plan, read_plan, write_plan
-from dnnctl.plan.locking import LockedError, holder, lock_paths, path_lock
-from dnnctl.plan.yamlio import write_atomic
 from dnnctl.tune.timer import TimingPolicy
 from dnnctl.tune.tuner import TuneOptions, tune
 from dnnctl.workloads import Workload
@@ -195,8 +195,8 @@ def test_kill_9_during_an_atomic_write_leaves_the_old_plan_and_no_temp_file(tmp_
     path = tmp_path / "plan.yaml"
     write_plan(_plan_of("base", 1), path)
     code = ("import os, sys\n"
-            "from dnnctl.plan.yamlio import write_atomic, file_lock\n"
-            "import dnnctl.plan.yamlio as y\n"
+            "from dnnctl.files.yamlio import write_atomic, file_lock\n"
+            "import dnnctl.files.yamlio as y\n"
             "real = os.replace\n"
             "def stuck(*a):\n"
             "    print('writing', flush=True); import time; time.sleep(60)\n"

@@ -24,8 +24,8 @@ import dnnctl
 from dnnctl import api
 from dnnctl.cli.app import app
 from dnnctl.errors import PlanError, UsageError
+from dnnctl.files.yamlio import _StrictLoader, parse_yaml
 from dnnctl.plan import Plan, UnsupportedEntryWarning, parse_plan, plan_text, read_plan, write_plan
-from dnnctl.plan.yamlio import _StrictLoader, parse_yaml
 from dnnctl.workloads import key_with_defaults
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "benchmarks"))
@@ -130,7 +130,7 @@ def test_a_large_plan_is_parsed_once_and_the_cache_is_validated_like_the_file(
         tmp_path, monkeypatch):
     from bench_plan_load import build_plan
 
-    from dnnctl.plan import parsecache
+    from dnnctl.files import parsecache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "big.yaml"

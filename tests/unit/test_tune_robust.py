@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from dnnctl.files.locking import LockedError, lock_dir, path_lock
 from dnnctl.plan import read_plan
-from dnnctl.plan.locking import LockedError, lock_dir, path_lock
 from dnnctl.tune.journal import read_journal
 from dnnctl.tune.timer import TimingPolicy
 from dnnctl.tune.tuner import TuneOptions, tune

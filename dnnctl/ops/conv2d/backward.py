@@ -23,7 +23,7 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops.base import Problem, TensorSpec, np_dtype
-from dnnctl.ops.conv2d.op import (
+from dnnctl.ops.conv2d.geom import (
     NCHW_TRANSPOSE_FLOPS,
     ConvGeom,
     from_nchw,

@@ -54,7 +54,7 @@ def _back(problem: Problem, a: np.ndarray) -> np.ndarray:
 
 def _taps(problem: Problem) -> Any:
     """Per kernel tap: (ih, iw) index grids of every output and their validity mask."""
-    from dnnctl.ops.pool.pool2d import out_hw
+    from dnnctl.ops.pool.geometry import out_hw
 
     kr, ks, sh, sw, ph, pw, dh, dw = _geom(problem)
     oh, ow = out_hw(problem)
@@ -88,7 +88,7 @@ def pool_argmax_numpy(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, np.n
 def pool_backward_numpy(problem: Problem, dy: np.ndarray,
                         indices: np.ndarray | None) -> np.ndarray:
     """dx of pool2d (max: scatter by the saved indices; avg: dy / divisor over each window)."""
-    from dnnctl.ops.pool.pool2d import avg_divisor
+    from dnnctl.ops.pool.geometry import avg_divisor
 
     n, c, h, w = problem["n"], problem["c"], problem["h"], problem["w"]
     g = _nchw(problem, dy)
@@ -106,7 +106,7 @@ def pool_backward_numpy(problem: Problem, dy: np.ndarray,
 
 
 def _out_spec(problem: Problem) -> TensorSpec:
-    from dnnctl.ops.pool.pool2d import out_shape
+    from dnnctl.ops.pool.geometry import out_shape
 
     return TensorSpec(out_shape(problem), problem["dtype"])
 
@@ -192,7 +192,7 @@ class _PoolBwdCuda(Variant):
     arrays: tuple[str, ...] = ()
 
     def defines(self, problem: Problem) -> dict[str, Any]:
-        from dnnctl.ops.pool.pool2d import out_hw
+        from dnnctl.ops.pool.geometry import out_hw
 
         kr, ks, sh, sw, ph, pw, dh, dw = _geom(problem)
         oh, ow = out_hw(problem)
@@ -207,7 +207,7 @@ class _PoolBwdCuda(Variant):
         raise NotImplementedError
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        from dnnctl.ops.pool.pool2d import out_shape
+        from dnnctl.ops.pool.geometry import out_shape
 
         itype = mc.index_type(max(math.prod(tensor_shape(problem)),
                                   math.prod(out_shape(problem))))
@@ -231,7 +231,7 @@ class PoolArgmaxThread(_PoolBwdCuda):
         return SUPPORTED
 
     def threads(self, problem: Problem) -> int:
-        from dnnctl.ops.pool.pool2d import out_shape
+        from dnnctl.ops.pool.geometry import out_shape
 
         return math.prod(out_shape(problem))
 

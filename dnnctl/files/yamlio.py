@@ -19,9 +19,13 @@ from typing import Any
 import yaml
 
 from dnnctl.errors import InputFileError
-from dnnctl.plan import parsecache
-from dnnctl.plan.locking import path_lock
-from dnnctl.plan.schema import _Flow
+from dnnctl.files import parsecache
+from dnnctl.files.locking import path_lock
+
+
+class Flow(dict):  # type: ignore[type-arg]
+    """A mapping written in YAML flow style ({a: 1, b: 2}) to keep an entry compact."""
+
 
 MAX_FILE_BYTES = 256 << 20  # a plan with a million entries is well under this
 
@@ -126,7 +130,7 @@ else:  # PyYAML built without libyaml
 def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError] = InputFileError
               ) -> Any:
     """Parse a YAML (or JSON) file strictly; errors name the file and line. Files over a
-    megabyte are parsed once per content (:mod:`dnnctl.plan.parsecache`)."""
+    megabyte are parsed once per content (:mod:`dnnctl.files.parsecache`)."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -177,7 +181,7 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-def _repr_flow(dumper: yaml.SafeDumper, data: _Flow) -> Any:
+def _repr_flow(dumper: yaml.SafeDumper, data: Flow) -> Any:
     return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=True)
 
 
@@ -199,7 +203,7 @@ class _FastDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignor
 
 
 for _cls in (_Dumper, _FastDumper):
-    _cls.add_representer(_Flow, _repr_flow)
+    _cls.add_representer(Flow, _repr_flow)
     _cls.add_representer(list, _repr_list)
     _cls.add_representer(dict, _repr_dict)
 
@@ -212,7 +216,7 @@ def dump_yaml(data: Any, header: str = "") -> str:
 
 
 def file_lock(path: str | os.PathLike[str], timeout: float = 60.0) -> AbstractContextManager:
-    """The lock every reader-modify-writer of ``path`` holds (see :mod:`dnnctl.plan.locking`:
+    """The lock every reader-modify-writer of ``path`` holds (see :mod:`dnnctl.files.locking`:
     it names its holder, and it leaves no lock files behind)."""
     return path_lock(path, timeout)
 
