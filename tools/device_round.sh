@@ -38,6 +38,26 @@ for st in "$@"; do
       echo "tune rn50 rc=$?"; tail -4 "$L/tune_rn50.txt"
       dn plan coverage "$L/plan_rn50.yaml" resnet50 > "$L/coverage_rn50.txt" 2>&1
       dn plan show "$L/plan_rn50.yaml" > "$L/show_rn50.txt" 2>&1 ;;
+    gpu_tests)  # every GPU test, several workers on one GPU (-n 16 runs out of memory)
+      timeout "${T:-320}" python3 -m pytest tests/gpu -q -p no:cacheprovider -n "${N:-10}" \
+        --timeout 200 --tb=short -rfE > "$L/gpu_tests.log" 2>&1
+      tail -3 "$L/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$L/gpu_tests.log" | head -40 ;;
+    launch)  # the run-time path's host cost per call, from torch tensors and CuPy arrays
+      timeout "${T:-90}" python3 benchmarks/bench_launch.py > "$L/launch.md" 2>&1
+      tail -30 "$L/launch.md" ;;
+    e2e)
+      timeout "${T:-150}" python3 benchmarks/bench_e2e.py --quick --out "$L/e2e.json" \
+        > "$L/e2e.md" 2>&1
+      tail -25 "$L/e2e.md" ;;
+    backward)
+      timeout "${T:-90}" python3 benchmarks/bench_backward.py --quick > "$L/backward.md" 2>&1
+      tail -25 "$L/backward.md" ;;
+    doctor_time)
+      TIMEFORMAT=%R
+      for i in 1 2 3 4 5 6 7; do { time python3 -m dnnctl doctor > /dev/null 2>&1; } \
+        2>> "$L/doctor_time.txt"; done
+      python3 -m dnnctl doctor --deep > "$L/doctor_deep.txt" 2>&1
+      tail -7 "$L/doctor_time.txt"; tail -12 "$L/doctor_deep.txt" ;;
     *) echo "unknown stage $st" ;;
   esac
   echo "== $st: $(( $(date +%s) - t0 )) s"
