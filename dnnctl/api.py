@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport
+    from dnnctl.tune.tuner import TuneOptions
 
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
@@ -136,14 +137,16 @@ def compat_show(table: str, filters: Sequence[str] = (),
 
 def tune(workload: str | None = None, *, op: str | None = None,
          key: dict[str, Any] | str | None = None, workload_options: dict[str, Any] | None = None,
-         progress: Any = None, ray: str | None = None, **options: Any) -> Any:
+         progress: Any = None, ray: str | None = None, options: TuneOptions | None = None
+         ) -> Any:
     """Tune a bundled workload (``"resnet50:batch=32"``), a workload file, one problem
     (``op`` + ``key``) or, with none of these, the small default workload; write the plan.
 
-    ``options`` are :class:`dnnctl.tune.tuner.TuneOptions` fields (device, devices, output,
-    budget_s, candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed,
-    policy, ...). ``ray``: tune on a Ray cluster at this address ("" for Ray's default:
-    $RAY_ADDRESS or a local cluster). Returns a :class:`dnnctl.tune.report.TuneReport`.
+    ``options``: a :class:`dnnctl.tune.tuner.TuneOptions` (device, devices, output, budget_s,
+    candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed, policy, ...;
+    the defaults when None). ``ray``: tune on a Ray cluster at this address ("" for Ray's
+    default: $RAY_ADDRESS or a local cluster). Returns a
+    :class:`dnnctl.tune.report.TuneReport`.
     """
     from dnnctl.backends.registry import parse_device
     from dnnctl.errors import UsageError
@@ -158,7 +161,10 @@ def tune(workload: str | None = None, *, op: str | None = None,
         resolve,
     )
 
-    opts = TuneOptions(**options)
+    opts = options if options is not None else TuneOptions()
+    if not isinstance(opts, TuneOptions):
+        raise UsageError(f"options must be a TuneOptions, not {type(opts).__name__}",
+                         hint="from dnnctl.tune.tuner import TuneOptions")
     wl_opts = {k: v for k, v in (workload_options or {}).items() if v is not None}
     if op is not None or key is not None:
         if workload is not None:

@@ -102,20 +102,21 @@ def tune(
     from dnnctl import api
     from dnnctl.backends.registry import parse_device
     from dnnctl.tune.timer import TimingPolicy
+    from dnnctl.tune.tuner import TuneOptions
 
     policy = None
     if sample_ms is not None:
         policy = TimingPolicy.for_backend(parse_device(device)[0]).replace(budget_ms=sample_ms)
     view = JsonLines() if json_out else View()
     try:
-        report = api.tune(
-            workload, op=op, key=key, progress=view,
-            workload_options={"batch": batch, "seq": seq, "dtype": dtype, "layout": layout},
+        options = TuneOptions(
             device=device, output=output, budget_s=budget,
             candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
             resume=resume, deterministic=deterministic, ops=_names(ops),
-            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy,
-            ray=ray)
+            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy)
+        report = api.tune(
+            workload, op=op, key=key, progress=view, ray=ray, options=options,
+            workload_options={"batch": batch, "seq": seq, "dtype": dtype, "layout": layout})
     finally:
         if isinstance(view, View):
             view.close()

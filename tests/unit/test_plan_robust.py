@@ -26,6 +26,7 @@ from dnnctl.cli.app import app
 from dnnctl.errors import PlanError, UsageError
 from dnnctl.files.yamlio import _StrictLoader, parse_yaml
 from dnnctl.plan import Plan, UnsupportedEntryWarning, parse_plan, plan_text, read_plan, write_plan
+from dnnctl.tune.tuner import TuneOptions
 from dnnctl.workloads import key_with_defaults
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent.parent / "benchmarks"))
@@ -117,13 +118,14 @@ def test_key_defaults_on_the_command_line_and_in_the_api(tmp_path):
     assert "layout" not in key_with_defaults("layer_norm", {"rows": 1}, "cupy")
     with pytest.raises(UsageError, match="--dtype applies to bundled workloads"):
         api.tune(op="softmax", key="rows=4,cols=8", workload_options={"dtype": "float16"},
-                 device="cpu", output=tmp_path / "p.yaml")
+                 options=TuneOptions(device="cpu", output=tmp_path / "p.yaml"))
     res = runner.invoke(app, ["tune", "--device", "cpu", "--op", "softmax", "--key",
                               "rows=4,cols=8", "--dtype", "float16", "-o",
                               str(tmp_path / "p.yaml")])
     assert res.exit_code == 2 and "--dtype applies to bundled workloads" in res.output
     with pytest.raises(UsageError, match="key must be"):
-        api.tune(op="softmax", key=42, device="cpu", output=tmp_path / "p.yaml")
+        api.tune(op="softmax", key=42,
+                 options=TuneOptions(device="cpu", output=tmp_path / "p.yaml"))
 
 
 def test_a_large_plan_is_parsed_once_and_the_cache_is_validated_like_the_file(
