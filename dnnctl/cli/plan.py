@@ -7,15 +7,13 @@ Exit status: 0 success; 1 ``diff --exit-code`` found differences or ``coverage
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from dnnctl.cli.options import JsonOpt, PlanPathArg
-from dnnctl.cli.progress import short_key
+from dnnctl.cli.plan_render import key_text, render_coverage, render_diff, render_show
 from dnnctl.cli.render import console, print_json
 from dnnctl.errors import ExitCode
 
@@ -47,27 +45,7 @@ def show(ctx: typer.Context, plan: PlanPathArg, json_out: JsonOpt = False,
     if json_out:
         print_json(info)
         return
-    if not info["sections"]:
-        console.print(f"{escape(str(plan))}: no sections")
-    for s in info["sections"]:
-        state = ("[green]this machine[/]" if s["this_machine"] else
-                 "[yellow]this machine, other kernels (stale)[/]" if s["stale_kernels"]
-                 else "[dim]another device[/]")
-        table = Table(title=f"section {s['index']}: {escape(s['label'])} — {state}",
-                      caption=f"created {escape(s['created'])}, {len(s['entries'])} entries, "
-                              f"{escape(s['kernels_digest'][:19])}…",
-                      box=box.SIMPLE_HEAD, pad_edge=False)
-        # 80 columns: problem and choice wrap at spaces; numbers never wrap
-        table.add_column("problem", ratio=3, overflow="fold")
-        table.add_column("choice", ratio=2, overflow="fold")
-        for col in ("time", "×dflt", "×2nd", "pin"):
-            table.add_column(col, justify="right", no_wrap=True)
-        for e in s["entries"]:
-            table.add_row(escape(f"{e['op']} {_key_text(e['op'], e['key'])}"),
-                          escape(e["choice"].replace(",", ", ")), _us(e["median_us"]),
-                          _x(e["speedup_vs_default"]), _x(e["speedup_vs_runner_up"]),
-                          "yes" if e["pinned"] else "")
-        console.print(table)
+    render_show(info, plan)
 
 
 @app.command("validate")
@@ -102,38 +80,9 @@ def diff(ctx: typer.Context, a: PlanPathArg, b: PlanPathArg, json_out: JsonOpt =
     if json_out:
         print_json(d)
     else:
-        _render_diff(d)
+        render_diff(d)
     if exit_code and not d["identical"]:
         raise typer.Exit(int(ExitCode.FAIL))
-
-
-def _render_diff(d: dict[str, Any]) -> None:
-    if d["identical"]:
-        console.print("plans are identical")
-        return
-    for s in d["sections"]:
-        if s["status"] != "both":
-            side = "A" if s["status"] == "only_a" else "B"
-            console.print(f"[bold]{escape(s['device'])}[/]: only in {side} "
-                          f"({s['entries']} entries)")
-            continue
-        console.print(f"[bold]{escape(s['device'])}[/]" + (
-            " [yellow](kernels digest changed)[/]" if s["kernels_changed"] else ""))
-        for e in s["added"]:
-            console.print(f"  [green]+[/] {e['op']} {escape(_key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['median_us'])}")
-        for e in s["removed"]:
-            console.print(f"  [red]-[/] {e['op']} {escape(_key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['median_us'])}")
-        for e in s["changed"]:
-            console.print(f"  [yellow]~[/] {e['op']} {escape(_key_text(e['op'], e['key']))}: "
-                          f"{escape(e['a'])} {_us(e['a_us'])}{' (pinned)' if e['a_pinned'] else ''}"
-                          f" -> {escape(e['b'])} {_us(e['b_us'])}"
-                          f"{' (pinned)' if e['b_pinned'] else ''}")
-        for e in s["retimed"]:
-            console.print(f"  [dim]t[/] {e['op']} {escape(_key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['a_us'])} -> {_us(e['b_us'])}")
-        console.print(f"  [dim]{s['same']} unchanged[/]")
 
 
 @app.command("merge")
@@ -154,7 +103,7 @@ def merge(ctx: typer.Context, a: PlanPathArg, b: PlanPathArg,
     console.print(f"wrote {escape(res['output'])}: {res['sections']} section(s), "
                   f"{res['entries']} entries")
     for c in res["conflicts"]:
-        console.print(f"  conflict {c['op']} {escape(_key_text(c['op'], c['key']))}: "
+        console.print(f"  conflict {c['op']} {escape(key_text(c['op'], c['key']))}: "
                       f"{escape(c['a'])} vs {escape(c['b'])} -> kept {c['kept'].upper()}")
 
 
@@ -180,25 +129,7 @@ def coverage(ctx: typer.Context, plan: PlanPathArg,
     if json_out:
         print_json(res)
     else:
-        table = Table(title=f"coverage of {escape(res['workload'])} by {escape(str(plan))} "
-                            f"(section {res['section']}: {escape(res['device'])})",
-                      box=box.SIMPLE_HEAD, pad_edge=False)
-        table.add_column("problem", ratio=3, overflow="fold")
-        table.add_column("count", justify="right", no_wrap=True)
-        table.add_column("outcome", no_wrap=True)
-        table.add_column("choice", ratio=2, overflow="fold")
-        marks = {"hit": "[green]hit[/]", "fallback": "[yellow]fallback[/]",
-                 "miss": "[red]miss[/]"}
-        for r in res["problems"]:
-            table.add_row(escape(f"{r['op']} {_key_text(r['op'], r['key'])}"),
-                          str(r["count"]), marks[r["outcome"]],
-                          escape((r["choice"] or "default heuristic").replace(",", ", ")))
-        console.print(table)
-        t, c = res["totals"], res["calls"]
-        console.print(f"problems: {t['hit']} hit, {t['fallback']} fallback, {t['miss']} miss; "
-                      f"calls per step: {res['hit_rate']:.0%} exact, "
-                      f"{res['covered_rate']:.0%} planned (exact or nearest), "
-                      f"{c['miss']} on the default heuristic")
+        render_coverage(res, plan)
     if fail_under is not None and res["hit_rate"] * 100 < fail_under:
         raise typer.Exit(int(ExitCode.FAIL))
 
@@ -229,24 +160,8 @@ def pin(ctx: typer.Context, plan: PlanPathArg,
         console.print("nothing to change")
     for c in res["changed"]:
         console.print(f"{'pinned' if c['pinned'] else 'unpinned'} {c['op']} "
-                      f"{escape(_key_text(c['op'], c['key']))}: {escape(c['choice'])} "
+                      f"{escape(key_text(c['op'], c['key']))}: {escape(c['choice'])} "
                       f"(section {c['section']})")
-
-
-def _key_text(op: str, key: dict[str, Any]) -> str:
-    from dnnctl.ops import registry
-
-    return short_key(registry.get_op(op).problem(key))
-
-
-def _us(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"
-
-
-def _x(v: float | None) -> str:
-    return "—" if not v else f"{v:.2f}x"
 
 
 @app.command("report", epilog="Example: dnnctl plan report plan.yaml -o report.html "
