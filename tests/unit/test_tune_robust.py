@@ -103,7 +103,7 @@ def test_a_second_tune_on_the_same_journal_is_refused(tmp_path):
 def test_budget_is_a_hard_wall_and_cut_problems_are_partial(tmp_path):
     out = tmp_path / "plan.yaml"
     wl = _wl("budget", (4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26))
-    budget = 2.5
+    budget = 0.8  # well under what 12 exhaustive problems take on any machine
     t0 = time.monotonic()
     report = tune(wl, _opts(out, budget_s=budget, strategy="exhaustive", keep_journal=True))
     elapsed = time.monotonic() - t0
@@ -113,7 +113,7 @@ def test_budget_is_a_hard_wall_and_cut_problems_are_partial(tmp_path):
     # one measurement may finish after the wall; then only the plan is written
     assert elapsed <= budget + longest + 2.0, (elapsed, longest)
     cut = [o for o in report.outcomes if o.partial or o.status == "unplanned"]
-    assert cut, "12 problems cannot all be compared fully in 2.5 s"
+    assert cut, "12 problems cannot all be compared fully in 0.8 s"
     for o in report.outcomes:
         if o.status == "unplanned":
             assert "budget" in o.detail
