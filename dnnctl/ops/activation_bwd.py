@@ -31,7 +31,7 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
 from dnnctl.ops.registry import register_variant
 
 _K_TANH = math.sqrt(2.0 / math.pi)
@@ -268,27 +268,15 @@ class ActBwdChannel(_ActBwdCuda):
 
 
 @register_variant
-class ActBwdNumpy(Variant):
+class ActBwdNumpy(NumpyBackward):
     op = "activation"
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
     doc = "fp32 numpy (float64 bias sums)"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            b = inputs.get("bias")
-            res = act_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
-                                     None if b is None else mc.f32(b),
-                                     float(attrs.get("negative_slope", 0.01)))
-            for k, dst in outputs.items():
-                mc.put(dst, res[k])
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return act_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
+                                  f32_or_none(inputs.get("bias")),
+                                  float(attrs.get("negative_slope", 0.01)))
 
 
 # ----------------------------------------------------------------------------- public API

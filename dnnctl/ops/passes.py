@@ -15,7 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.ops.base import Choice, Field, Op, Problem, TensorSpec, pass_of
+from dnnctl.ops.base import (
+    SUPPORTED,
+    Choice,
+    Field,
+    Kernel,
+    Op,
+    Problem,
+    Support,
+    TensorSpec,
+    Variant,
+    pass_of,
+)
 
 PASS_FIELD = Field("str", "forward", choices=("forward", "backward"),
                    doc="forward | backward (gradients of the inputs and parameters)")
@@ -124,3 +135,35 @@ def f64(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 GRAD_TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2.4e-2}
+
+
+class NumpyBackward(Variant):
+    """The numpy variant of a backward problem: :meth:`compute` returns every output (fp32
+    or float64 arrays); the kernel writes each, rounding once to the output's dtype."""
+
+    backend = "numpy"
+    passes = ("backward",)
+    name = "bwd_numpy"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        raise NotImplementedError
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        compute = self.compute
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            res = compute(problem, inputs, attrs)
+            for k, dst in outputs.items():
+                np.copyto(dst, np.broadcast_to(res[k], dst.shape), casting="unsafe")
+
+        return kernel
+
+
+def f32_or_none(a: Any) -> Any:
+    """A float32 view / copy of an optional input."""
+    return None if a is None else np.asarray(a).astype(np.float32, copy=False)

@@ -30,7 +30,7 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
 from dnnctl.ops.registry import register_variant
 
 
@@ -271,30 +271,15 @@ for _op in ("layer_norm", "rms_norm"):
 # ----------------------------------------------------------------------------- numpy
 
 
-class _RowNormBwdNumpy(Variant):
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
+class _RowNormBwdNumpy(NumpyBackward):
     doc = "fp32 numpy"
     rms = False
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        rms = self.rms
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            w = inputs.get("weight")
-            mean = inputs.get("mean")
-            res = rownorm_backward_numpy(
-                mc.f32(inputs["dy"]), mc.f32(inputs["x"]), None if w is None else mc.f32(w),
-                None if mean is None else mc.f32(mean), mc.f32(inputs["rstd"]), rms)
-            for k, dst in outputs.items():
-                mc.put(dst, res[k])
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return rownorm_backward_numpy(
+            mc.f32(inputs["dy"]), mc.f32(inputs["x"]), f32_or_none(inputs.get("weight")),
+            f32_or_none(inputs.get("mean")), mc.f32(inputs["rstd"]), self.rms)
 
 
 for _op in ("layer_norm", "rms_norm"):

@@ -30,7 +30,7 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
 from dnnctl.ops.registry import register_variant
 
 
@@ -227,24 +227,12 @@ class BnBwdReduceDx(Variant):
 
 
 @register_variant
-class BnBwdNumpy(Variant):
+class BnBwdNumpy(NumpyBackward):
     op = "batch_norm"
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
     doc = "fp32 numpy, float64 channel sums"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            w = inputs.get("weight")
-            res = bn_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
-                                    None if w is None else mc.f32(w), inputs["save_mean"],
-                                    inputs["save_invstd"])
-            for k, dst in outputs.items():
-                mc.put(dst, res[k])
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return bn_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
+                                 f32_or_none(inputs.get("weight")), inputs["save_mean"],
+                                 inputs["save_invstd"])

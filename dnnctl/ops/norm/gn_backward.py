@@ -29,7 +29,7 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
 from dnnctl.ops.registry import register_variant
 
 
@@ -204,24 +204,12 @@ class GnBwdSumsDx(Variant):
 
 
 @register_variant
-class GnBwdNumpy(Variant):
+class GnBwdNumpy(NumpyBackward):
     op = "group_norm"
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
     doc = "fp32 numpy (float64 parameter sums)"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            w = inputs.get("weight")
-            res = gn_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
-                                    None if w is None else mc.f32(w), mc.f32(inputs["mean"]),
-                                    mc.f32(inputs["rstd"]))
-            for k, dst in outputs.items():
-                mc.put(dst, res[k])
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return gn_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
+                                 f32_or_none(inputs.get("weight")), mc.f32(inputs["mean"]),
+                                 mc.f32(inputs["rstd"]))

@@ -34,7 +34,7 @@ from dnnctl.ops.base import (
     unsupported,
 )
 from dnnctl.ops.norm._spatial import tensor_shape
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 
 
@@ -277,20 +277,10 @@ class PoolNumpyArgmax(Variant):
 
 
 @register_variant
-class PoolBwdNumpy(Variant):
+class PoolBwdNumpy(NumpyBackward):
     op = "pool2d"
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
     doc = "fp32 numpy: scatter by indices (max) or per kernel tap (avg)"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            mc.put(outputs["dx"], pool_backward_numpy(problem, mc.f32(inputs["dy"]),
-                                                      inputs.get("indices")))
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return {"dx": pool_backward_numpy(problem, mc.f32(inputs["dy"]), inputs.get("indices"))}

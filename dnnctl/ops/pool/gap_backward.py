@@ -24,7 +24,7 @@ from dnnctl.ops.base import (
     dtype_size,
 )
 from dnnctl.ops.norm._spatial import tensor_shape
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 
 
@@ -116,22 +116,10 @@ class GapBwdBroadcast(Variant):
 
 
 @register_variant
-class GapBwdNumpy(Variant):
+class GapBwdNumpy(NumpyBackward):
     op = "global_avg_pool2d"
-    backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
     doc = "numpy broadcast"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        hw = problem["h"] * problem["w"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            mc.put(outputs["dx"], np.broadcast_to(mc.f32(inputs["dy"]) / np.float32(hw),
-                                                  outputs["dx"].shape))
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return {"dx": mc.f32(inputs["dy"]) / np.float32(problem["h"] * problem["w"])}
