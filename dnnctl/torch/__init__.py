@@ -24,8 +24,8 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
 
 from dnnctl.torch import library
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
-
-
+from dnnctl.torch.patch import PatchReport, patch, patched, unpatch
+from dnnctl.torch.record import record
 
 OPS = library.OPS
 

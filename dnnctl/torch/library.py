@@ -139,11 +139,14 @@ KERNELS: dict[str, Callable[..., Any]] = {
 # ----------------------------------------------------------------------------- autograd
 
 
-def _save(ctx: Any, inputs: tuple, output: Any, extra: Callable[[Any], tuple] | None) -> None:
-    """Save the tensor inputs (and extra(output)) with save_for_backward, the rest on ctx."""
-    slots = [i for i, a in enumerate(inputs) if a is None or isinstance(a, torch.Tensor)]
+def _save(ctx: Any, inputs: tuple, output: Any, extra: Callable[[Any], tuple] | None,
+          skip: tuple[int, ...] = ()) -> None:
+    """Save the tensor inputs but ``skip`` (and extra(output)) with save_for_backward, the
+    rest on ctx (skipped tensors come back as None)."""
+    slots = [i for i, a in enumerate(inputs)
+             if i not in skip and (a is None or isinstance(a, torch.Tensor))]
     ctx.slots, ctx.rest = slots, inputs
-    ctx.rest = tuple(None if i in slots else a for i, a in enumerate(inputs))
+    ctx.rest = tuple(None if i in slots or i in skip else a for i, a in enumerate(inputs))
     ctx.save_for_backward(*(inputs[i] for i in slots), *(extra(output) if extra else ()))
 
 
@@ -229,7 +232,7 @@ def _bn_bwd(ctx, grad):
 
 
 def _bn_train_bwd(ctx, grad, *_unused):
-    x, rm, rv, weight, bias, momentum, eps, _ = _args(ctx)
+    x, _, _, weight, bias, momentum, eps, _ = _args(ctx)  # running stats: not needed
     mean, invstd = ctx.saved_tensors[-2:]
     if K.RECORDERS:
         K.note_backward("batch_norm", keys.batch_norm(x, is_nhwc(x), True,
@@ -294,9 +297,10 @@ def _act_bwd(fn: str) -> Callable[..., Any]:
     return backward
 
 
-def _setup(extra: Callable[[Any], tuple] | None = None) -> Callable[..., None]:
+def _setup(extra: Callable[[Any], tuple] | None = None, skip: tuple[int, ...] = ()
+           ) -> Callable[..., None]:
     def setup_context(ctx, inputs, output):
-        _save(ctx, inputs, output, extra)
+        _save(ctx, inputs, output, extra, skip)
     return setup_context
 
 
@@ -309,7 +313,7 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "softmax": (_softmax_bwd(False), _setup(lambda y: (y,))),
     "log_softmax": (_softmax_bwd(True), _setup(lambda y: (y,))),
     "batch_norm": (_bn_bwd, _setup()),
-    "batch_norm_train": (_bn_train_bwd, _setup(lambda out: (out[3], out[4]))),
+    "batch_norm_train": (_bn_train_bwd, _setup(lambda out: (out[3], out[4]), skip=(1, 2))),
     "group_norm": (_gn_bwd, _setup()),
     "max_pool2d": (_pool_bwd("max"), _setup()),
     "avg_pool2d": (_pool_bwd("avg"), _setup()),
