@@ -23,11 +23,12 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
         hint="pip install 'dnnctl[torch]'") from exc
 
 from dnnctl.torch import library
+from dnnctl.torch import patch as patch_module
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
 from dnnctl.torch.patch import PatchReport, patch, patched, unpatch
 from dnnctl.torch.record import record
 
 OPS = library.OPS
 
-__all__ = ["FALLBACKS", "OPS", "PatchReport", "patch", "patched", "plan_handle", "record",
+__all__ = ["FALLBACKS", "OPS", "PatchReport", "patch", "patched", "patch_module", "plan_handle", "record",
            "unpatch"]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError
+from dnnctl.ops.registry import get_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
@@ -59,19 +60,22 @@ def _note(op: str, key: dict[str, Any]) -> None:
         rec(op, key)
 
 
-def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:
-    """Record the backward problems of a forward ``key``, for ops whose key has a ``pass``
-    field: each of ``passes`` the field offers (dgrad / wgrad), else its ``backward``."""
-    from dnnctl.ops.registry import get_op
-
-    field = get_op(op).fields.get("pass")
-    if field is None or not RECORDERS:
-        return
+def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
+    """The ``pass`` values to record for a backward that computed ``passes`` (dgrad /
+    wgrad, or backward): those the op's key offers, else its ``backward``; none for an op
+    without a ``pass`` field."""
+    field = fields.get("pass")
+    if field is None:
+        return []
     choices = field.choices or ()
-    wanted = [p for p in passes if p in choices] or (
-        ["backward"] if "backward" in choices else [])
-    for p in wanted:
-        _note(op, {**key, "pass": p})
+    return [p for p in passes if p in choices] or (["backward"] if "backward" in choices else [])
+
+
+def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:
+    """Record the backward problems of a forward ``key`` (see :func:`backward_passes`)."""
+    if RECORDERS:
+        for p in backward_passes(get_op(op).fields, passes):
+            _note(op, {**key, "pass": p})
 
 
 def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dict],

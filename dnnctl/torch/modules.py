@@ -174,9 +174,8 @@ def why_not(m: nn.Module) -> str | None:
     elif isinstance(m, nn.AdaptiveAvgPool2d):
         if _pair(m.output_size) != [1, 1]:
             return f"output_size {m.output_size} (only 1 is a global average)"
-    elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
-        if m.dim is None:
-            return "dim=None (implicit softmax dimension)"
+    elif isinstance(m, (nn.Softmax, nn.LogSoftmax)) and m.dim is None:
+        return "dim=None (implicit softmax dimension)"
     return None
 
 
