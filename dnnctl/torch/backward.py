@@ -97,10 +97,6 @@ def _normalized_grad(g: T, xhat: T, rstd: T, w: Opt, dims: tuple[int, ...],
                    - xhat * (dxhat * xhat).mean(dims, keepdim=True))
 
 
-def _wide(t: Opt) -> Opt:
-    return None if t is None or t.dtype == torch.float64 else t.float()
-
-
 def _f(t: T) -> T:
     return t if t.dtype == torch.float64 else t.float()
 
@@ -140,7 +136,7 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     shape = (1, -1, 1, 1)
     g, xf = _f(grad), _f(x)
     xhat = (xf - mean.reshape(shape)) * invstd.reshape(shape)
-    w = _wide(weight) if weight is not None and weight.dtype != torch.float64 else weight
+    w = None if weight is None else _f(weight)
     if training:
         gx = _normalized_grad(g, xhat, invstd.reshape(shape), w, (0, 2, 3), shape)
     else:

@@ -1,10 +1,11 @@
 """The ``torch.ops.dnnctl`` operators: schema, CPU / CUDA kernels, fake kernels, autograd.
 
 Registered through ``torch.library.Library("dnnctl", "DEF")`` (``define`` + ``impl``): the
-lowest dispatcher cost of torch's custom-op paths (measured in benchmarks/bench_torch_overhead.py
-and tests/unit/test_torch_ops.py). Fake kernels let ``torch.compile(fullgraph=True)`` trace the
-ops; autograd formulas come from :mod:`dnnctl.torch.backward`. Every op takes ``plan``, an int
-handle from :func:`dnnctl.torch.kernels.plan_handle` (0: the active plan).
+lowest dispatcher cost of torch's custom-op paths (benchmarks/bench_torch_dispatch.py
+measures it against ``@torch.library.custom_op``). Fake kernels let
+``torch.compile(fullgraph=True)`` trace the ops; autograd formulas come from
+:mod:`dnnctl.torch.backward`. Every op takes ``plan``, an int handle from
+:func:`dnnctl.torch.kernels.plan_handle` (0: the active plan).
 """
 
 from __future__ import annotations

@@ -139,11 +139,12 @@ def _softmax(log: bool) -> Callable[[nn.Module, int], Callable[..., Any]]:
 
 def act_of(m: nn.Module) -> tuple[str, tuple] | None:
     """(dnnctl op name, extra arguments) of an activation module, else None."""
-    if isinstance(m, (nn.ReLU, nn.SiLU, nn.Sigmoid, nn.Tanh)):
-        return type(m).__name__.lower(), ()
-    if isinstance(m, nn.GELU):
+    kind = type(m)  # exact types: a subclass may change forward
+    if kind in (nn.ReLU, nn.SiLU, nn.Sigmoid, nn.Tanh):
+        return kind.__name__.lower(), ()
+    if kind is nn.GELU:
         return "gelu", (m.approximate,)
-    if isinstance(m, nn.LeakyReLU):
+    if kind is nn.LeakyReLU:
         return "leaky_relu", (float(m.negative_slope),)
     return None
 

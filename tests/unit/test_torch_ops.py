@@ -178,3 +178,19 @@ def test_compile_fullgraph_traces_the_ops():
     x, w = _r(2, 3, 6, 6), _r(4, 3, 3, 3)
     got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
     torch.testing.assert_close(got, f(x, w))
+
+
+def test_import_dnnctl_never_imports_torch_and_dnnctl_torch_needs_it():
+    import subprocess
+    import sys
+
+    code = ("import sys, dnnctl, dnnctl.ops; dnnctl.ops.softmax; dnnctl.ops.conv2d; "
+            "dnnctl.ops.batch_norm; print('torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.stdout.strip() == "False", res.stderr
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import dnnctl.torch\n"
+            "except Exception as e:\n    print(type(e).__name__, e.hint)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.stdout.strip() == "BackendUnavailableError pip install 'dnnctl[torch]'", (
+        res.stdout + res.stderr)
