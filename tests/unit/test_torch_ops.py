@@ -124,7 +124,7 @@ def test_gradcheck_float64(case):
             full[i] = t
         return op(*full)
 
-    assert torch.autograd.gradcheck(fn, tuple(args[i] for i in tensors))
+    assert torch.autograd.gradcheck(fn, tuple(args[i] for i in tensors), fast_mode=True)
 
 
 def test_batch_norm_gradcheck_eval_and_train():
@@ -133,9 +133,10 @@ def test_batch_norm_gradcheck_eval_and_train():
     b = _r(4, dtype=torch.float64).requires_grad_()
     rm, rv = _r(4, dtype=torch.float64), _r(4, dtype=torch.float64).abs() + 0.5
     assert torch.autograd.gradcheck(lambda x, w, b: D.batch_norm(x, rm, rv, w, b, 1e-5),
-                                    (x, w, b))
+                                    (x, w, b), fast_mode=True)
     assert torch.autograd.gradcheck(
-        lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5)[0], (x, w, b))
+        lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5)[0], (x, w, b),
+        fast_mode=True)
 
 
 def test_batch_norm_train_updates_statistics_like_torch():
