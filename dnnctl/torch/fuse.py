@@ -24,8 +24,13 @@ _FN_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
 _ADDS = {operator.add, operator.iadd, torch.add}
 
 
-def _tensor_version(t: torch.Tensor | None) -> tuple:
-    return () if t is None else (t.data_ptr(), t._version, t.dtype, t.device)
+def _version(t: torch.Tensor | None) -> int:
+    if t is None:
+        return -1
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor has no version counter (and cannot change)
+        return 0
 
 
 @dataclass
@@ -45,8 +50,11 @@ class FusedConv:
             return conv.weight, conv.bias
         if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
             return (self._fold[1], self._fold[2]) if self._fold else fold_bn(conv, bn)
-        stamp = tuple(_tensor_version(t) for t in (conv.weight, conv.bias, bn.weight, bn.bias,
-                                                   bn.running_mean, bn.running_var))
+        # cheap staleness check: in-place updates bump versions; .to() / .half() move the
+        # weight's storage (every parameter moves with it)
+        w = conv.weight
+        stamp = (w.data_ptr(), w.dtype, _version(w), _version(conv.bias), _version(bn.weight),
+                 _version(bn.bias), _version(bn.running_mean), _version(bn.running_var))
         if not self._fold or self._fold[0] != stamp:
             with torch.no_grad():
                 self._fold = (stamp, *fold_bn(conv, bn))

@@ -189,3 +189,20 @@ def test_plan_argument_is_used_by_the_patched_calls():
     with torch.no_grad(), dt.patched(model, spy):
         model(torch.randn(3, 8))
     assert spy.seen == {"matmul", "layer_norm"}  # linear + gelu fused into one matmul
+
+
+def test_folded_weights_follow_in_place_updates_of_the_model():
+    torch.manual_seed(0)
+    model = _randomize_bn(Bottleneck(16, 4)).eval()
+    other = _randomize_bn(Bottleneck(16, 4)).eval()
+    with torch.no_grad():
+        other.bn2.running_mean.add_(1.0)
+        other.conv1.weight.mul_(2.0)
+    x = torch.randn(2, 16, 6, 6)
+    with torch.no_grad(), dt.patched(model) as report:
+        model(x)
+        model.load_state_dict(other.state_dict())  # copies in place: versions change
+        got = model(x)
+    assert any(f.head == "conv2" and "bn" in f.parts for f in report.fusions)
+    with torch.no_grad():
+        torch.testing.assert_close(got, other(x), rtol=1e-4, atol=1e-4)
