@@ -95,7 +95,7 @@ def _calls(gm: fx.GraphModule) -> dict[str, int]:
     return out
 
 
-def _attention_hook(gm: fx.GraphModule, report: PatchReport) -> None:
+def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> None:
     """F.scaled_dot_product_attention nodes: routed only when dnnctl.ops.attention exists."""
     nodes = [n for n in gm.graph.nodes
              if n.op == "call_function" and n.target is F.scaled_dot_product_attention]
@@ -110,7 +110,7 @@ def _attention_hook(gm: fx.GraphModule, report: PatchReport) -> None:
         return
     from dnnctl.torch.attention import route_sdpa
 
-    route_sdpa(gm, nodes, report)
+    route_sdpa(gm, nodes, report, handle)
 
 
 def patch(model: nn.Module, plan: Any = None, *, trace: bool = True) -> PatchReport:
@@ -154,7 +154,7 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
         report.trace_error = f"not traceable: {type(exc).__name__}: {str(exc)[:120]}"
         return
     fused = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
-    _attention_hook(gm, report)
+    _attention_hook(gm, report, handle)
     report.fusions = fused
     report.traced = True
     traced_mode = model.training

@@ -206,3 +206,31 @@ def test_folded_weights_follow_in_place_updates_of_the_model():
     assert any(f.head == "conv2" and "bn" in f.parts for f in report.fusions)
     with torch.no_grad():
         torch.testing.assert_close(got, other(x), rtol=1e-4, atol=1e-4)
+
+
+def _numpy_attention(q, k, v, causal="none", scale=None, plan=None):
+    """Attention in numpy with the (q, k, v, causal=, scale=) call the SDPA hook expects."""
+    import numpy as np
+
+    s = (q @ k.swapaxes(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if causal == "top_left":
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+def test_sdpa_is_routed_when_dnnctl_has_an_attention_op(monkeypatch):
+    import dnnctl.ops
+
+    monkeypatch.setattr(dnnctl.ops, "attention", _numpy_attention, raising=False)
+    torch.manual_seed(0)
+    model = LlamaBlock().eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    assert [c.op for c in report.covered if c.module == "scaled_dot_product_attention"] == [
+        "attention"]
+    assert not [s for s in report.skipped if s.module == "scaled_dot_product_attention"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
