@@ -74,7 +74,10 @@ def events_ms(fn: Callable[[], Any], warmup: int = 5, iters: int = 20) -> float:
 
 def gpu_backend() -> Any:
     """dnnctl's GPU backend object (whatever name it has in this dnnctl)."""
-    from dnnctl.backends.base import get_backend
+    try:  # the backend registry's home moved between dnnctl versions
+        from dnnctl.backends.registry import get_backend
+    except ImportError:
+        from dnnctl.backends.base import get_backend  # type: ignore[no-redef]
 
     last: Exception | None = None
     for name in ("cuda", "cupy"):
@@ -91,8 +94,7 @@ def default_plan(problems: Iterable[Any]) -> Any:
     """A loaded plan whose entries are each problem's default choice on this GPU: a planned
     call (a plan hit) that runs the same kernel as the unplanned one."""
     from dnnctl.ops.registry import get_op
-    from dnnctl.plan import Plan, PlanEntry, Section, kernels_digest
-    from dnnctl.plan.loaded import LoadedPlan
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
 
     be = gpu_backend()
     dev = be.device(0)

@@ -2,7 +2,7 @@
 
 Used by :func:`dnnctl.torch.patch` on traced graphs. A call is routed when it has no
 attention mask, no dropout and no GQA flag, and the op takes ``(q, k, v, causal=...,
-scale=...)``; torch's ``is_causal`` is the top-left aligned mask. Calls dnnctl refuses at
+scale=...)``; torch's ``is_causal`` is the top-left aligned mask (``causal=True``). Calls dnnctl refuses at
 run time, and calls under torch.compile (there is no torch.library op for attention yet),
 run torch's SDPA.
 """
@@ -42,7 +42,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = F
 
     try:
         return call(dnnctl.ops.attention, (q.contiguous(), k.contiguous(), v.contiguous()),
-                    causal="top_left" if is_causal else "none", scale=scale,
+                    causal=bool(is_causal), scale=scale,
                     plan=kernels.PLANS.get(handle) if handle else None)
     except DnnctlError as exc:
         kernels.FALLBACKS[("attention", exc.message[:160])] += 1

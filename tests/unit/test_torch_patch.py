@@ -50,7 +50,9 @@ def test_patched_inference_equals_eager_and_unpatch_restores(name):
         with dt.patched(model) as report:
             got = model(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert report.traced and report.covered and report.fallbacks() == {}
+    # attention (where this dnnctl has it) takes only 16-bit tensors: float32 runs torch's
+    assert report.traced and report.covered
+    assert [k for k in report.fallbacks() if k[0] != "attention"] == []
     after = model.state_dict()
     assert before.keys() == after.keys()
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -208,12 +210,12 @@ def test_folded_weights_follow_in_place_updates_of_the_model():
         torch.testing.assert_close(got, other(x), rtol=1e-4, atol=1e-4)
 
 
-def _numpy_attention(q, k, v, causal="none", scale=None, plan=None):
+def _numpy_attention(q, k, v, causal=False, scale=None, plan=None):
     """Attention in numpy with the (q, k, v, causal=, scale=) call the SDPA hook expects."""
     import numpy as np
 
     s = (q @ k.swapaxes(-1, -2)) * (scale or q.shape[-1] ** -0.5)
-    if causal == "top_left":
+    if causal is True:
         s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     return ((p / p.sum(-1, keepdims=True)) @ v).astype(q.dtype)
