@@ -71,6 +71,10 @@ class Workload:
     def total_calls(self) -> int:
         return sum(it.count for it in self.items)
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this workload as a ``dnnctl-workload/1`` file (atomically, under a lock)."""
+        write_workload(self, path)
+
     def to_data(self, *, sort: bool = False) -> dict[str, Any]:
         items = sorted(self.items, key=lambda it: problem_sort_key(it.problem)) if sort \
             else self.items

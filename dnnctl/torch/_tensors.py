@@ -1,0 +1,97 @@
+"""Torch tensors in and out of ``dnnctl.ops``: CPU tensors as NumPy views, memory formats.
+
+A CUDA tensor goes to ``dnnctl.ops`` as it is (the dispatcher takes torch CUDA tensors). A
+CPU tensor runs on the numpy backend: it is handed over as a zero-copy NumPy view (bfloat16
+through an int16 view, which DLPack cannot carry) and the result comes back the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+# the dtypes dnnctl's kernels take (dnnctl.ops.base.DTYPES); others run on torch
+DNN_DTYPES: frozenset[torch.dtype] = frozenset({torch.float32, torch.float16, torch.bfloat16})
+_CL = torch.channels_last
+
+
+def _bf16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def to_numpy(t: torch.Tensor | None) -> np.ndarray | None:
+    """A zero-copy NumPy view of a CPU tensor (None stays None)."""
+    if t is None:
+        return None
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_bf16())
+    return t.numpy()
+
+
+def from_numpy(a: Any) -> Any:
+    """The torch tensor viewing a NumPy result (tuples element-wise)."""
+    if isinstance(a, tuple):
+        return tuple(from_numpy(v) for v in a)
+    if a.dtype == _bf16():
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwargs: Any) -> Any:
+    """``fn(*tensors, **kwargs)`` with CPU tensors as NumPy views; results as torch tensors."""
+    if tensors[0].device.type != "cpu":
+        return fn(*tensors, **kwargs)
+    kw = {k: to_numpy(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    return from_numpy(fn(*(to_numpy(t) for t in tensors), **kw))
+
+
+def is_nhwc(x: torch.Tensor) -> bool:
+    """x (4-D) is stored channels-last and not also plain contiguous (C == 1, H = W = 1)."""
+    return x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=_CL)
+
+
+def nhwc_view(x: torch.Tensor) -> torch.Tensor:
+    """The (N, H, W, C) contiguous view of a channels-last (N, C, H, W) tensor (or a copy)."""
+    return x.permute(0, 2, 3, 1).contiguous()
+
+
+def nchw_of(y: torch.Tensor) -> torch.Tensor:
+    """The logical (N, C, H, W) view of an (N, H, W, C) result: a channels-last tensor."""
+    return y.permute(0, 3, 1, 2)
+
+
+def storage_view(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(contiguous tensor holding x's elements in memory order, was channels-last).
+
+    Element-wise ops run on the storage order, so a channels-last input gives a
+    channels-last output with no copy."""
+    if x.is_contiguous():
+        return x, False
+    if is_nhwc(x):
+        return x.permute(0, 2, 3, 1), True
+    return x.contiguous(), False
+
+
+def empty_like_format(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """An empty 4-D result of ``shape`` in x's memory format (what the kernels return)."""
+    fmt = _CL if is_nhwc(x) else torch.contiguous_format
+    return torch.empty(tuple(shape), dtype=x.dtype, device=x.device, memory_format=fmt)
+
+
+def ints(values: Any, n: int) -> tuple[int, ...]:
+    """A tuple of ``n`` ints from an int or a sequence (hashable: dnnctl caches by it)."""
+    if isinstance(values, (int, torch.SymInt)):
+        return (int(values),) * n
+    out = tuple(int(v) for v in values)
+    return out * n if len(out) == 1 and n > 1 else out
+
+
+def fp32(t: torch.Tensor | None) -> torch.Tensor | None:
+    """t as float32 (batch_norm / group_norm parameters and statistics are fp32)."""
+    return t if t is None or t.dtype == torch.float32 else t.float()

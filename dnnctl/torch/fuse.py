@@ -1,0 +1,211 @@
+"""Fusion over a torch.fx graph: conv -> [bn] -> [act] -> [+ residual] and linear -> act.
+
+A chain becomes one ``dnnctl::conv2d`` (BatchNorm folded into the weights and bias in
+inference, the activation and the residual add in the epilogue: ``res + act(conv + b)``) or
+one ``dnnctl::linear`` with its activation. Only chains whose intermediate values have no
+other user are fused, so the graph computes what the model computes.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from dnnctl.torch.modules import act_of, conv_padding, run_op
+
+# activations the conv / matmul epilogues take (gelu: the erf form)
+EPILOGUE_ACTS = {"relu", "gelu", "silu"}
+_FN_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
+_ADDS = {operator.add, operator.iadd, torch.add}
+
+
+def _version(t: torch.Tensor | None) -> int:
+    if t is None:
+        return -1
+    try:
+        return t._version
+    except RuntimeError:  # an inference tensor has no version counter (and cannot change)
+        return 0
+
+
+@dataclass
+class FusedConv:
+    """conv [-> bn folded] [-> act] [-> + residual] as one dnnctl::conv2d call."""
+
+    conv: nn.Conv2d
+    bn: nn.BatchNorm2d | None
+    act: str
+    residual: bool
+    handle: int
+    _fold: tuple[Any, ...] = field(default=(), repr=False)
+
+    def _folded(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        conv, bn = self.conv, self.bn
+        if bn is None:
+            return conv.weight, conv.bias
+        if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
+            return (self._fold[1], self._fold[2]) if self._fold else fold_bn(conv, bn)
+        # cheap staleness check: in-place updates bump versions; .to() / .half() move the
+        # weight's storage (every parameter moves with it)
+        w = conv.weight
+        stamp = (w.data_ptr(), w.dtype, _version(w), _version(conv.bias), _version(bn.weight),
+                 _version(bn.bias), _version(bn.running_mean), _version(bn.running_var))
+        if not self._fold or self._fold[0] != stamp:
+            with torch.no_grad():
+                self._fold = (stamp, *fold_bn(conv, bn))
+        return self._fold[1], self._fold[2]
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        conv = self.conv
+        if self.bn is not None and self.bn.training:  # switched to training: no folding
+            y = self.bn(conv(x))
+            y = _ACT_FNS[self.act](y)
+            return y if residual is None else y + residual
+        w, b = self._folded()
+        return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
+                      list(conv.dilation), conv.groups, self.act, residual, self.handle)
+
+
+_ACT_FNS = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of conv followed by inference BatchNorm, computed in float32."""
+    scale = torch.rsqrt(bn.running_var.float() + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight.float()
+    shift = -bn.running_mean.float() * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias.float()
+    if conv.bias is not None:
+        shift = shift + conv.bias.float() * scale
+    w = conv.weight.float() * scale.reshape(-1, 1, 1, 1)
+    fmt = (torch.channels_last if conv.weight.is_contiguous(memory_format=torch.channels_last)
+           and not conv.weight.is_contiguous() else torch.contiguous_format)
+    return (w.to(conv.weight.dtype).contiguous(memory_format=fmt),
+            shift.to(conv.weight.dtype))
+
+
+@dataclass
+class FusedLinear:
+    """linear -> act as one dnnctl::linear call."""
+
+    linear: nn.Linear
+    act: str
+    handle: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return run_op("linear", x, self.linear.weight, self.linear.bias, self.act, self.handle)
+
+
+@dataclass
+class Fusion:
+    """One rewritten chain, for the report."""
+
+    head: str  # the conv / linear module's name
+    folded: list[str]  # names of modules folded into it (bn, act modules)
+    parts: list[str]  # what the epilogue took: bn, relu, residual, ...
+
+
+def _single_user(node: fx.Node) -> fx.Node | None:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _act_node(node: fx.Node, modules: dict[str, nn.Module]) -> str | None:
+    """The epilogue activation a node applies to its first argument, if any."""
+    if node.op == "call_module":
+        found = act_of(modules[node.target])
+        if found is None or found[0] not in EPILOGUE_ACTS:
+            return None
+        if found[0] == "gelu" and found[1] != ("none",):
+            return None
+        return found[0]
+    if node.op == "call_function" and node.target in _FN_ACTS:
+        if node.kwargs.get("approximate", "none") != "none" or node.kwargs.get("inplace"):
+            return None
+        if len(node.args) != 1:
+            return None
+        return _FN_ACTS[node.target]
+    return None
+
+
+def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: int,
+               calls: dict[str, int]) -> list[Fusion]:
+    """Rewrite gm's graph in place; ``covered``: module names dnnctl runs; ``calls``: how
+    often each module is called in the graph (a shared module is not fused)."""
+    modules = dict(gm.named_modules())
+    graph = gm.graph
+    fusions: list[Fusion] = []
+    for node in list(graph.nodes):
+        if node.op != "call_module" or node.target not in covered or calls[node.target] != 1:
+            continue
+        head = modules[node.target]
+        if type(head) not in (nn.Conv2d, nn.Linear) or len(node.args) != 1 or node.kwargs:
+            continue
+        chain, folded, parts = [node], [], []
+        bn = None
+        cur = node
+        nxt = _single_user(cur)
+        if (isinstance(head, nn.Conv2d) and fold_bn_ok and nxt is not None
+                and nxt.op == "call_module" and type(modules[nxt.target]) is nn.BatchNorm2d
+                and nxt.target in covered and calls[nxt.target] == 1
+                and not modules[nxt.target].training and nxt.args[0] is cur):
+            bn = modules[nxt.target]
+            chain.append(nxt)
+            folded.append(nxt.target)
+            parts.append("bn")
+            cur, nxt = nxt, _single_user(nxt)
+        act = "none"
+        if nxt is not None and nxt.args and nxt.args[0] is cur:
+            found = _act_node(nxt, modules)
+            if found is not None:  # activation modules are stateless: shared ones fuse too
+                act = found
+                chain.append(nxt)
+                if nxt.op == "call_module":
+                    folded.append(nxt.target)
+                parts.append(found)
+                cur, nxt = nxt, _single_user(nxt)
+        residual = None
+        if (isinstance(head, nn.Conv2d) and nxt is not None and nxt.op == "call_function"
+                and nxt.target in _ADDS and not nxt.kwargs and len(nxt.args) == 2):
+            other = nxt.args[1] if nxt.args[0] is cur else nxt.args[0]
+            if other is not cur and isinstance(other, fx.Node) and cur in nxt.args:
+                residual = other
+                chain.append(nxt)
+                parts.append("residual")
+        if len(chain) == 1:
+            continue
+        last = chain[-1]
+        if isinstance(head, nn.Conv2d):
+            fn: Any = FusedConv(head, bn, act, residual is not None, handle)
+            fn._folded()  # fold now, in eager: a compiled graph reads this snapshot
+            args = (node.args[0],) if residual is None else (node.args[0], residual)
+        else:
+            fn = FusedLinear(head, act, handle)
+            args = (node.args[0],)
+        with graph.inserting_before(last):
+            new = graph.call_function(_named(fn, node.target), args)
+        last.replace_all_uses_with(new)
+        for n in reversed(chain):
+            graph.erase_node(n)
+        fusions.append(Fusion(node.target, folded, parts))
+    graph.lint()
+    gm.recompile()
+    return fusions
+
+
+def _named(fn: Any, target: str) -> Any:
+    """A plain function calling ``fn`` (fx code generation names call_function targets)."""
+    def fused(*args: Any) -> Any:
+        return fn(*args)
+
+    fused.__name__ = "dnnctl_" + target.replace(".", "_")
+    fused.__qualname__ = fused.__name__
+    fused.dnnctl_fused = fn  # type: ignore[attr-defined]
+    return fused

@@ -1,0 +1,320 @@
+"""The eager kernels of the ``torch.ops.dnnctl`` ops: torch tensors -> ``dnnctl.ops`` -> torch.
+
+Every op takes and returns tensors the way ``torch.nn.functional`` does (logical NCHW; a
+channels-last input runs dnnctl's NHWC kernels with no copy and gives a channels-last
+output). A problem dnnctl does not take (another dtype, a key no kernel supports) runs in
+plain torch (:mod:`dnnctl.torch.reference`) and is counted in :data:`FALLBACKS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import dnnctl.ops as dops
+from dnnctl.errors import DnnctlError, ShapeError
+from dnnctl.ops.registry import get_op
+from dnnctl.torch import keys
+from dnnctl.torch import reference as ref
+from dnnctl.torch._tensors import (
+    DNN_DTYPES,
+    call,
+    fp32,
+    ints,
+    is_nhwc,
+    nchw_of,
+    nhwc_view,
+    storage_view,
+)
+
+FALLBACKS: Counter[tuple[str, str]] = Counter()  # (op, reason) -> calls run in torch
+PLANS: dict[int, Any] = {}  # plan handle (an int the op schemas carry) -> loaded plan
+RECORDERS: list[Callable[[str, dict[str, Any]], None]] = []  # active record() sessions
+
+
+def plan_handle(plan: Any) -> int:
+    """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan)."""
+    if plan is None:
+        return 0
+    handle = id(plan)
+    PLANS[handle] = plan
+    return handle
+
+
+def _plan(handle: int) -> Any:
+    return PLANS.get(handle) if handle else None
+
+
+def _fallback(op: str, exc: Exception | None = None) -> None:
+    reason = "dtype not float32/float16/bfloat16" if exc is None else (
+        exc.message if isinstance(exc, DnnctlError) else str(exc))
+    FALLBACKS[(op, reason.split("(hint")[0].strip()[:160])] += 1
+
+
+def _note(op: str, key: dict[str, Any]) -> None:
+    for rec in RECORDERS:
+        rec(op, key)
+
+
+def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
+    """The ``pass`` values to record for a backward that computed ``passes`` (dgrad /
+    wgrad, or backward): those the op's key offers, else its ``backward``; none for an op
+    without a ``pass`` field."""
+    field = fields.get("pass")
+    if field is None:
+        return []
+    choices = field.choices or ()
+    return [p for p in passes if p in choices] or (["backward"] if "backward" in choices else [])
+
+
+def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:
+    """Record the backward problems of a forward ``key`` (see :func:`backward_passes`)."""
+    if RECORDERS:
+        for p in backward_passes(get_op(op).fields, passes):
+            _note(op, {**key, "pass": p})
+
+
+def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dict],
+         fallback: Callable[[], Any]) -> Any:
+    """run() on dnnctl when x's dtype is one of its dtypes, else / on refusal fallback()."""
+    if x.dtype in DNN_DTYPES:
+        try:
+            out = run()
+        except DnnctlError as exc:
+            _fallback(op, exc)
+        else:
+            if RECORDERS:
+                _note(op, key())
+            return out
+    else:
+        _fallback(op)
+    return fallback()
+
+
+# ----------------------------------------------------------------------------- conv / gemm
+
+
+def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+           stride: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1,
+           activation: str = "none", residual: torch.Tensor | None = None, plan: int = 0) -> torch.Tensor:
+    st, dil, pad = ints(stride, 2), ints(dilation, 2), ints(padding, 2)
+    nhwc = is_nhwc(x)
+    act = None if activation == "none" else activation
+
+    def run() -> torch.Tensor:
+        if nhwc:
+            res = None if residual is None else nhwc_view(residual)
+            y = call(dops.conv2d, (nhwc_view(x), nhwc_view(w), bias), stride=st, padding=pad,
+                     dilation=dil, groups=groups, activation=act, residual=res,
+                     layout="NHWC", plan=_plan(plan))
+            return nchw_of(y)
+        res = None if residual is None else residual.contiguous()
+        return call(dops.conv2d, (x.contiguous(), w.contiguous(), bias), stride=st,
+                    padding=pad, dilation=dil, groups=groups, activation=act, residual=res,
+                    layout="NCHW", plan=_plan(plan))
+
+    return _dnn("conv2d", x, run,
+                lambda: keys.conv2d(x, w, bias is not None, st, pad, dil, groups, activation,
+                                    residual is not None, nhwc),
+                lambda: ref.conv2d(x, w, bias, st, pad, dil, groups, activation, residual))
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+           activation: str = "none", plan: int = 0) -> torch.Tensor:
+    act = None if activation == "none" else activation
+
+    def run() -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])
+        y = call(dops.matmul, (x2.contiguous(), w.t(), bias), activation=act, plan=_plan(plan))
+        return y.reshape(*x.shape[:-1], w.shape[0])
+
+    return _dnn("matmul", x, run, lambda: keys.linear(x, w, bias is not None, activation),
+                lambda: ref.linear(x, w, bias, activation))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, plan: int = 0) -> torch.Tensor:
+    a, b = a.contiguous(), b.contiguous()
+
+    def run() -> torch.Tensor:
+        if a.dim() not in (2, 3) or b.dim() not in (2, 3):
+            raise ShapeError("matmul: operands must be 2-D or 3-D")
+        return call(dops.matmul, (a, b), plan=_plan(plan))
+
+    return _dnn("matmul", a, run, lambda: keys.matmul(a, b), lambda: torch.matmul(a, b))
+
+
+# ----------------------------------------------------------------------------- norms
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5, plan: int = 0) -> torch.Tensor:
+    cols = x.shape[-1]
+
+    def run() -> torch.Tensor:
+        y = call(dops.layer_norm, (x.reshape(-1, cols).contiguous(), weight, bias), eps=eps,
+                 plan=_plan(plan))
+        return y.reshape(x.shape)
+
+    return _dnn("layer_norm", x, run,
+                lambda: keys.rownorm("layer_norm", x, weight is not None, bias is not None),
+                lambda: F.layer_norm(x, (cols,), weight, bias, eps))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+             plan: int = 0) -> torch.Tensor:
+    cols = x.shape[-1]
+
+    def run() -> torch.Tensor:
+        y = call(dops.rms_norm, (x.reshape(-1, cols).contiguous(), weight), eps=eps,
+                 plan=_plan(plan))
+        return y.reshape(x.shape)
+
+    return _dnn("rms_norm", x, run,
+                lambda: keys.rownorm("rms_norm", x, weight is not None, False),
+                lambda: ref.rms_norm(x, weight, eps))
+
+
+def _spatial(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(the tensor the NCHW / NHWC kernels read, is NHWC) of a 4-D input."""
+    nhwc = is_nhwc(x)
+    return (nhwc_view(x) if nhwc else x.contiguous()), nhwc
+
+
+def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+               weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5, plan: int = 0) -> torch.Tensor:
+    """Inference: normalize with the running statistics."""
+    xs, nhwc = _spatial(x)
+
+    def run() -> torch.Tensor:
+        y = call(dops.batch_norm, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
+                                   fp32(bias)), training=False, eps=eps,
+                 layout="NHWC" if nhwc else "NCHW", plan=_plan(plan))
+        return nchw_of(y) if nhwc else y
+
+    return _dnn("batch_norm", x, run,
+                lambda: keys.batch_norm(x, nhwc, False, weight is not None),
+                lambda: F.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0,
+                                     eps))
+
+
+def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                     weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     momentum: float = 0.1, eps: float = 1e-5, plan: int = 0) -> tuple[torch.Tensor, ...]:
+    """Training: (y, new_running_mean, new_running_var, save_mean, save_invstd)."""
+    xs, nhwc = _spatial(x)
+
+    def run() -> tuple[torch.Tensor, ...]:
+        rm = running_mean.to(torch.float32, copy=True)
+        rv = running_var.to(torch.float32, copy=True)
+        y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
+                               training=True, momentum=momentum, eps=eps,
+                               layout="NHWC" if nhwc else "NCHW", return_stats=True,
+                               plan=_plan(plan))
+        return (nchw_of(y) if nhwc else y, rm.to(running_mean.dtype),
+                rv.to(running_var.dtype), mean, invstd)
+
+    return _dnn("batch_norm", x, run,
+                lambda: keys.batch_norm(x, nhwc, True, weight is not None),
+                lambda: ref.batch_norm_train(x, running_mean, running_var, weight, bias,
+                                             momentum, eps))
+
+
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, eps: float = 1e-5, plan: int = 0) -> torch.Tensor:
+    x4 = x if x.dim() == 4 else x.reshape(x.shape[0], x.shape[1], -1, 1)
+    xs, nhwc = _spatial(x4)
+
+    def run() -> torch.Tensor:
+        y = call(dops.group_norm, (xs,), groups=groups, weight=fp32(weight), bias=fp32(bias),
+                 eps=eps, layout="NHWC" if nhwc else "NCHW", plan=_plan(plan))
+        return (nchw_of(y) if nhwc else y).reshape(x.shape)
+
+    return _dnn("group_norm", x, run,
+                lambda: keys.group_norm(x4, nhwc, groups, weight is not None),
+                lambda: F.group_norm(x, groups, weight, bias, eps))
+
+
+# ----------------------------------------------------------------------------- softmax / pools
+
+
+def softmax(x: torch.Tensor, dim: int, log: bool = False, plan: int = 0) -> torch.Tensor:
+    fn = dops.log_softmax if log else dops.softmax
+
+    def run() -> torch.Tensor:
+        return call(fn, (x.contiguous(),), axis=dim, plan=_plan(plan))
+
+    return _dnn("softmax", x, run, lambda: keys.softmax(x, dim, log),
+                lambda: (F.log_softmax if log else F.softmax)(x, dim))
+
+
+def max_pool2d(x: torch.Tensor, kernel: Any, stride: Any = (), padding: Any = (0, 0),
+               dilation: Any = (1, 1), ceil_mode: bool = False, plan: int = 0) -> torch.Tensor:
+    k = ints(kernel, 2)
+    st, pad, dil = ints(stride, 2) if len(stride) else k, ints(padding, 2), ints(dilation, 2)
+    xs, nhwc = _spatial(x)
+
+    def run() -> torch.Tensor:
+        y = call(dops.max_pool2d, (xs,), kernel=k, stride=st, padding=pad, dilation=dil,
+                 ceil_mode=ceil_mode, layout="NHWC" if nhwc else "NCHW", plan=_plan(plan))
+        return nchw_of(y) if nhwc else y
+
+    return _dnn("pool2d", x, run,
+                lambda: keys.pool2d(x, nhwc, "max", k, st, pad, dil, ceil_mode, True),
+                lambda: F.max_pool2d(x, k, st, pad, dil, ceil_mode))
+
+
+def avg_pool2d(x: torch.Tensor, kernel: Any, stride: Any = (), padding: Any = (0, 0),
+               ceil_mode: bool = False, count_include_pad: bool = True, plan: int = 0) -> torch.Tensor:
+    k = ints(kernel, 2)
+    st, pad = ints(stride, 2) if len(stride) else k, ints(padding, 2)
+    xs, nhwc = _spatial(x)
+
+    def run() -> torch.Tensor:
+        y = call(dops.avg_pool2d, (xs,), kernel=k, stride=st, padding=pad, ceil_mode=ceil_mode,
+                 count_include_pad=count_include_pad, layout="NHWC" if nhwc else "NCHW",
+                 plan=_plan(plan))
+        return nchw_of(y) if nhwc else y
+
+    return _dnn("pool2d", x, run,
+                lambda: keys.pool2d(x, nhwc, "avg", k, st, pad, (1, 1), ceil_mode,
+                                    count_include_pad),
+                lambda: F.avg_pool2d(x, k, st, pad, ceil_mode, count_include_pad))
+
+
+def global_avg_pool2d(x: torch.Tensor, plan: int = 0) -> torch.Tensor:
+    xs, nhwc = _spatial(x)
+
+    def run() -> torch.Tensor:
+        y = call(dops.global_avg_pool2d, (xs,), layout="NHWC" if nhwc else "NCHW",
+                 plan=_plan(plan))
+        return nchw_of(y) if nhwc else y
+
+    return _dnn("global_avg_pool2d", x, run, lambda: keys.global_avg_pool2d(x, nhwc),
+                lambda: x.mean((2, 3), keepdim=True))
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
+               approximate: str = "none", plan: int = 0) -> torch.Tensor:
+    xs, cl = storage_view(x)
+
+    def run() -> torch.Tensor:
+        p = _plan(plan)
+        if fn == "leaky_relu":
+            y = call(dops.leaky_relu, (xs,), negative_slope=negative_slope, plan=p)
+        elif fn == "gelu":
+            y = call(dops.gelu, (xs,), approximate=approximate, plan=p)
+        else:
+            y = call(getattr(dops, fn), (xs,), plan=p)
+        return nchw_of(y) if cl else y
+
+    name = "gelu_tanh" if fn == "gelu" and approximate == "tanh" else fn
+    return _dnn("activation", x, run, lambda: keys.activation(name, xs),
+                lambda: ref.activation(fn, x, negative_slope, approximate))

@@ -1,0 +1,338 @@
+"""The ``torch.ops.dnnctl`` operators: schema, CPU / CUDA kernels, fake kernels, autograd.
+
+Registered through ``torch.library.Library("dnnctl", "DEF")`` (``define`` + ``impl``): the
+lowest dispatcher cost of torch's custom-op paths (benchmarks/bench_torch_dispatch.py
+measures it against ``@torch.library.custom_op``). Fake kernels let
+``torch.compile(fullgraph=True)`` trace the ops; autograd formulas come from
+:mod:`dnnctl.torch.backward`. Every op takes ``plan``, an int handle from
+:func:`dnnctl.torch.kernels.plan_handle` (0: the active plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dnnctl.ops.conv2d.op import output_size
+from dnnctl.ops.pool.pool2d import out_size
+from dnnctl.torch import backward as bw
+from dnnctl.torch import kernels as K
+from dnnctl.torch import keys
+from dnnctl.torch._tensors import ints, is_nhwc
+
+NS = "dnnctl"
+LIB = torch.library.Library(NS, "DEF")
+ACTIVATIONS = ("relu", "silu", "sigmoid", "tanh")
+
+SCHEMAS: dict[str, str] = {
+    "conv2d": "(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=[1, 1], "
+              "int[] padding=[0, 0], int[2] dilation=[1, 1], int groups=1, "
+              "str activation=\"none\", Tensor? residual=None, int plan=0) -> Tensor",
+    "linear": "(Tensor x, Tensor w, Tensor? bias=None, str activation=\"none\", int plan=0)"
+              " -> Tensor",
+    "matmul": "(Tensor a, Tensor b, int plan=0) -> Tensor",
+    "layer_norm": "(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
+                  "int plan=0) -> Tensor",
+    "rms_norm": "(Tensor x, Tensor? weight=None, float eps=1e-06, int plan=0) -> Tensor",
+    "batch_norm": "(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight=None, "
+                  "Tensor? bias=None, float eps=1e-05, int plan=0) -> Tensor",
+    "batch_norm_train": "(Tensor x, Tensor running_mean, Tensor running_var, "
+                        "Tensor? weight=None, Tensor? bias=None, float momentum=0.1, "
+                        "float eps=1e-05, int plan=0) -> (Tensor, Tensor, Tensor, Tensor, "
+                        "Tensor)",
+    "group_norm": "(Tensor x, int groups, Tensor? weight=None, Tensor? bias=None, "
+                  "float eps=1e-05, int plan=0) -> Tensor",
+    "softmax": "(Tensor x, int dim=-1, int plan=0) -> Tensor",
+    "log_softmax": "(Tensor x, int dim=-1, int plan=0) -> Tensor",
+    "max_pool2d": "(Tensor x, int[2] kernel, int[] stride=[], int[2] padding=[0, 0], "
+                  "int[2] dilation=[1, 1], bool ceil_mode=False, int plan=0) -> Tensor",
+    "avg_pool2d": "(Tensor x, int[2] kernel, int[] stride=[], int[2] padding=[0, 0], "
+                  "bool ceil_mode=False, bool count_include_pad=True, int plan=0) -> Tensor",
+    "global_avg_pool2d": "(Tensor x, int plan=0) -> Tensor",
+    **{fn: "(Tensor x, int plan=0) -> Tensor" for fn in ACTIVATIONS},
+    "gelu": "(Tensor x, str approximate=\"none\", int plan=0) -> Tensor",
+    "leaky_relu": "(Tensor x, float negative_slope=0.01, int plan=0) -> Tensor",
+}
+
+
+def _fmt(x: torch.Tensor) -> torch.memory_format:
+    return torch.channels_last if is_nhwc(x) else torch.contiguous_format
+
+
+def _like(x: torch.Tensor, shape: Any = None) -> torch.Tensor:
+    """The fake result: x's dtype and device, x's memory format for 4-D outputs."""
+    shape = tuple(x.shape) if shape is None else tuple(shape)
+    fmt = _fmt(x) if len(shape) == 4 else torch.contiguous_format
+    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=fmt)
+
+
+# ----------------------------------------------------------------------------- fake kernels
+
+
+def _conv2d_fake(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+                 activation="none", residual=None, plan=0):
+    p, q = output_size(x.shape[2], x.shape[3], w.shape[2], w.shape[3], ints(stride, 2),
+                       ints(padding, 2), ints(dilation, 2))
+    return _like(x, (x.shape[0], w.shape[0], p, q))
+
+
+def _pool_fake(x, kernel, stride, padding, dilation, ceil_mode):
+    k = ints(kernel, 2)
+    st, pad, dil = (ints(stride, 2) if len(stride) else k), ints(padding, 2), ints(dilation, 2)
+    return _like(x, (x.shape[0], x.shape[1],
+                     *(out_size(x.shape[2 + i], k[i], st[i], pad[i], dil[i], ceil_mode)
+                       for i in range(2))))
+
+
+def _matmul_fake(a, b, plan=0):
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return a.new_empty((*batch, a.shape[-2], b.shape[-1]))
+
+
+def _bn_train_fake(x, running_mean, running_var, weight=None, bias=None, momentum=0.1,
+                   eps=1e-5, plan=0):
+    c = x.shape[1]
+    stat = [running_mean.new_empty(c), running_var.new_empty(c)]
+    return (_like(x), *stat, x.new_empty(c, dtype=torch.float32),
+            x.new_empty(c, dtype=torch.float32))
+
+
+def _plain(x, *args, **kwargs):
+    return x.new_empty(x.shape)
+
+
+FAKES: dict[str, Callable[..., Any]] = {
+    "conv2d": _conv2d_fake,
+    "linear": lambda x, w, bias=None, activation="none", plan=0: x.new_empty(
+        (*x.shape[:-1], w.shape[0])),
+    "matmul": _matmul_fake,
+    "layer_norm": _plain, "rms_norm": _plain, "softmax": _plain, "log_softmax": _plain,
+    "batch_norm": lambda x, *a, **k: _like(x),
+    "batch_norm_train": _bn_train_fake,
+    "group_norm": lambda x, *a, **k: _like(x),
+    "max_pool2d": lambda x, kernel, stride=(), padding=(0, 0), dilation=(1, 1),
+    ceil_mode=False, plan=0: _pool_fake(x, kernel, stride, padding, dilation, ceil_mode),
+    "avg_pool2d": lambda x, kernel, stride=(), padding=(0, 0), ceil_mode=False,
+    count_include_pad=True, plan=0: _pool_fake(x, kernel, stride, padding, (1, 1), ceil_mode),
+    "global_avg_pool2d": lambda x, plan=0: _like(x, (x.shape[0], x.shape[1], 1, 1)),
+    **{fn: (lambda x, *a, **k: _like(x)) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
+}
+
+# ----------------------------------------------------------------------------- eager kernels
+
+KERNELS: dict[str, Callable[..., Any]] = {
+    "conv2d": K.conv2d, "linear": K.linear, "matmul": K.matmul, "layer_norm": K.layer_norm,
+    "rms_norm": K.rms_norm, "batch_norm": K.batch_norm, "batch_norm_train": K.batch_norm_train,
+    "group_norm": K.group_norm,
+    "softmax": lambda x, dim=-1, plan=0: K.softmax(x, dim, False, plan),
+    "log_softmax": lambda x, dim=-1, plan=0: K.softmax(x, dim, True, plan),
+    "max_pool2d": K.max_pool2d, "avg_pool2d": K.avg_pool2d,
+    "global_avg_pool2d": K.global_avg_pool2d,
+    **{fn: (lambda f: lambda x, plan=0: K.activation(f, x, plan=plan))(fn) for fn in ACTIVATIONS},
+    "gelu": lambda x, approximate="none", plan=0: K.activation("gelu", x, approximate=approximate,
+                                                               plan=plan),
+    "leaky_relu": lambda x, negative_slope=0.01, plan=0: K.activation(
+        "leaky_relu", x, negative_slope=negative_slope, plan=plan),
+}
+
+# ----------------------------------------------------------------------------- autograd
+
+
+def _save(ctx: Any, inputs: tuple, output: Any, extra: Callable[[Any], tuple] | None,
+          skip: tuple[int, ...] = ()) -> None:
+    """Save the tensor inputs but ``skip`` (and extra(output)) with save_for_backward, the
+    rest on ctx (skipped tensors come back as None)."""
+    slots = [i for i, a in enumerate(inputs)
+             if i not in skip and (a is None or isinstance(a, torch.Tensor))]
+    ctx.slots, ctx.rest = slots, inputs
+    ctx.rest = tuple(None if i in slots or i in skip else a for i, a in enumerate(inputs))
+    ctx.save_for_backward(*(inputs[i] for i in slots), *(extra(output) if extra else ()))
+
+
+def _needs(ctx: Any) -> tuple[bool, ...]:
+    """needs_input_grad padded with False: the dispatcher drops trailing default arguments."""
+    return tuple(ctx.needs_input_grad) + (False,) * 12
+
+
+def _args(ctx: Any) -> list[Any]:
+    """The forward's inputs, tensors back from the saved ones."""
+    args = list(ctx.rest)
+    for i, t in zip(ctx.slots, ctx.saved_tensors):
+        args[i] = t
+    return args
+
+
+def _conv2d_bwd(ctx, grad):
+    x, w, bias, stride, padding, dilation, groups, act, residual, _ = _args(ctx)
+    st, pad, dil = ints(stride, 2), ints(padding, 2), ints(dilation, 2)
+    if K.RECORDERS:
+        passes = [p for p, need in (("dgrad", _needs(ctx)[0]),
+                                    ("wgrad", _needs(ctx)[1])) if need]
+        K.note_backward("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups,
+                                              act, residual is not None, is_nhwc(x)), passes)
+    gx, gw, gb, gr = bw.conv2d(grad, x, w, bias, residual, st, pad, dil, groups, act,
+                               _needs(ctx)[:2] + (_needs(ctx)[2],
+                                                           _needs(ctx)[8]))
+    return gx, gw, gb, None, None, None, None, None, gr, None
+
+
+def _linear_bwd(ctx, grad):
+    x, w, bias, act, _ = _args(ctx)
+    if K.RECORDERS:
+        K.note_backward("matmul", keys.linear(x, w, bias is not None, act),
+                        ["dgrad", "wgrad"])
+    return (*bw.linear(grad, x, w, bias, act, _needs(ctx)[:3]), None, None)
+
+
+def _matmul_bwd(ctx, grad):
+    a, b, _ = _args(ctx)
+    if K.RECORDERS:
+        K.note_backward("matmul", keys.matmul(a.contiguous(), b.contiguous()),
+                        ["dgrad", "wgrad"])
+    return (*bw.matmul(grad, a, b, _needs(ctx)[:2]), None)
+
+
+def _rownorm_bwd(rms: bool) -> Callable[..., Any]:
+    def backward(ctx, grad):
+        if rms:
+            x, weight, eps, _ = _args(ctx)
+            bias = None
+        else:
+            x, weight, bias, eps, _ = _args(ctx)
+        op = "rms_norm" if rms else "layer_norm"
+        if K.RECORDERS:
+            K.note_backward(op, keys.rownorm(op, x, weight is not None, bias is not None),
+                            ["backward"])
+        needs = _needs(ctx)
+        gx, gw, gb = bw.layer_norm(grad, x, weight, bias, eps, rms,
+                                   (needs[0], needs[1], False if rms else needs[2]))
+        return (gx, gw, None, None) if rms else (gx, gw, gb, None, None)
+    return backward
+
+
+def _softmax_bwd(log: bool) -> Callable[..., Any]:
+    def backward(ctx, grad):
+        x, dim, _ = _args(ctx)
+        if K.RECORDERS:
+            K.note_backward("softmax", keys.softmax(x, dim, log), ["backward"])
+        return bw.softmax(grad, ctx.saved_tensors[-1], dim, log), None, None
+    return backward
+
+
+def _bn_bwd(ctx, grad):
+    x, rm, rv, weight, bias, eps, _ = _args(ctx)
+    if K.RECORDERS:
+        K.note_backward("batch_norm", keys.batch_norm(x, is_nhwc(x), False,
+                                                      weight is not None), ["backward"])
+    invstd = torch.rsqrt(rv.double() + eps).to(torch.promote_types(rv.dtype, torch.float32))
+    gx, gw, gb = bw.batch_norm(grad, x, weight, bias, rm, invstd, False,
+                               _needs(ctx)[:1] + _needs(ctx)[3:5])
+    return gx, None, None, gw, gb, None, None
+
+
+def _bn_train_bwd(ctx, grad, *_unused):
+    x, _, _, weight, bias, momentum, eps, _ = _args(ctx)  # running stats: not needed
+    mean, invstd = ctx.saved_tensors[-2:]
+    if K.RECORDERS:
+        K.note_backward("batch_norm", keys.batch_norm(x, is_nhwc(x), True,
+                                                      weight is not None), ["backward"])
+    gx, gw, gb = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
+                               _needs(ctx)[:1] + _needs(ctx)[3:5])
+    return gx, None, None, gw, gb, None, None, None
+
+
+def _gn_bwd(ctx, grad):
+    x, groups, weight, bias, eps, _ = _args(ctx)
+    if K.RECORDERS and x.dim() == 4:
+        K.note_backward("group_norm", keys.group_norm(x, is_nhwc(x), groups,
+                                                      weight is not None), ["backward"])
+    n = _needs(ctx)
+    gx, gw, gb = bw.group_norm(grad, x, groups, weight, bias, eps, (n[0], n[2], n[3]))
+    return gx, None, gw, gb, None, None
+
+
+def _pool_bwd(mode: str) -> Callable[..., Any]:
+    def backward(ctx, grad):
+        if mode == "max":
+            x, kernel, stride, padding, dilation, ceil, _ = _args(ctx)
+            k = ints(kernel, 2)
+            st = ints(stride, 2) if len(stride) else k
+            gx = bw.max_pool2d(grad, x, k, st, ints(padding, 2), ints(dilation, 2), ceil)
+            key = keys.pool2d(x, is_nhwc(x), "max", k, st, ints(padding, 2),
+                              ints(dilation, 2), ceil, True)
+            rest: tuple = (None,) * 6
+        else:
+            x, kernel, stride, padding, ceil, cip, _ = _args(ctx)
+            k = ints(kernel, 2)
+            st = ints(stride, 2) if len(stride) else k
+            gx = bw.avg_pool2d(grad, x, k, st, ints(padding, 2), ceil, cip)
+            key = keys.pool2d(x, is_nhwc(x), "avg", k, st, ints(padding, 2), (1, 1), ceil,
+                              cip)
+            rest = (None,) * 6
+        if K.RECORDERS:
+            K.note_backward("pool2d", key, ["backward"])
+        return (gx, *rest)
+    return backward
+
+
+def _gap_bwd(ctx, grad):
+    x, _ = _args(ctx)
+    if K.RECORDERS:
+        K.note_backward("global_avg_pool2d", keys.global_avg_pool2d(x, is_nhwc(x)),
+                        ["backward"])
+    return bw.global_avg_pool2d(grad, x), None
+
+
+def _act_bwd(fn: str) -> Callable[..., Any]:
+    def backward(ctx, grad):
+        x = _args(ctx)[0]
+        slope = _args(ctx)[1] if fn == "leaky_relu" else 0.01
+        approx = _args(ctx)[1] if fn == "gelu" else "none"
+        if K.RECORDERS:
+            name = "gelu_tanh" if fn == "gelu" and approx == "tanh" else fn
+            K.note_backward("activation", keys.activation(name, x), ["backward"])
+        gx = bw.activation(grad, x, fn, slope, approx)
+        return (gx, None) if fn in ACTIVATIONS else (gx, None, None)
+    return backward
+
+
+def _setup(extra: Callable[[Any], tuple] | None = None, skip: tuple[int, ...] = ()
+           ) -> Callable[..., None]:
+    def setup_context(ctx, inputs, output):
+        _save(ctx, inputs, output, extra, skip)
+    return setup_context
+
+
+AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+    "conv2d": (_conv2d_bwd, _setup()),
+    "linear": (_linear_bwd, _setup()),
+    "matmul": (_matmul_bwd, _setup()),
+    "layer_norm": (_rownorm_bwd(False), _setup()),
+    "rms_norm": (_rownorm_bwd(True), _setup()),
+    "softmax": (_softmax_bwd(False), _setup(lambda y: (y,))),
+    "log_softmax": (_softmax_bwd(True), _setup(lambda y: (y,))),
+    "batch_norm": (_bn_bwd, _setup()),
+    "batch_norm_train": (_bn_train_bwd, _setup(lambda out: (out[3], out[4]), skip=(1, 2))),
+    "group_norm": (_gn_bwd, _setup()),
+    "max_pool2d": (_pool_bwd("max"), _setup()),
+    "avg_pool2d": (_pool_bwd("avg"), _setup()),
+    "global_avg_pool2d": (_gap_bwd, _setup()),
+    **{fn: (_act_bwd(fn), _setup()) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
+}
+
+
+def _register() -> None:
+    for name, schema in SCHEMAS.items():
+        LIB.define(name + schema)
+        LIB.impl(name, KERNELS[name], "CPU")
+        LIB.impl(name, KERNELS[name], "CUDA")
+        torch.library.register_fake(f"{NS}::{name}", FAKES[name], lib=LIB)
+        backward, setup = AUTOGRAD[name]
+        torch.library.register_autograd(f"{NS}::{name}", backward, setup_context=setup,
+                                        lib=LIB)
+
+
+_register()
+OPS = tuple(SCHEMAS)

@@ -1,0 +1,210 @@
+"""dnnctl forwards for torch.nn modules: which modules dnnctl can run, and how.
+
+:func:`forward_for` returns ``(forward, op, note)`` for a module dnnctl covers or
+``(None, None, reason)`` for one it leaves to torch. A forward calls the ``torch.ops.dnnctl``
+operator when autograd or a compiler is watching, and the eager kernel directly otherwise
+(no dispatcher round trip on the inference hot path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from dnnctl.torch.library import KERNELS
+
+_OPS = torch.ops.dnnctl
+
+
+def run_op(name: str, *args: Any) -> Any:
+    """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it."""
+    x = args[0]
+    if (torch.is_grad_enabled() or type(x) is not torch.Tensor
+            or torch.compiler.is_compiling()):
+        return getattr(_OPS, name)(*args)
+    return KERNELS[name](*args)
+
+
+def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
+    """The conv's padding as 2 or 4 ints ('same' as torch splits it: the extra pixel after)."""
+    if m.padding == "valid":
+        return (0, 0)
+    if m.padding == "same":
+        out = []
+        for d, k in zip(m.dilation, m.kernel_size):
+            total = d * (k - 1)
+            out.append((total // 2, total - total // 2))
+        (t, b), (lf, r) = out
+        return (t, lf) if (t, lf) == (b, r) else (t, b, lf, r)
+    return tuple(int(p) for p in m.padding)
+
+
+def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
+    stride, pad, dil = list(m.stride), list(conv_padding(m)), list(m.dilation)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("conv2d", x, m.weight, m.bias, stride, pad, dil, m.groups, "none", None,
+                      handle)
+    return forward
+
+
+def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("linear", x, m.weight, m.bias, "none", handle)
+    return forward
+
+
+def _bn(m: nn.BatchNorm2d, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:
+            raise ValueError(f"expected 4D input (got {x.dim()}D input)")
+        if not m.training:
+            return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
+                          m.eps, handle)
+        y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
+                                 m.weight, m.bias, m.momentum, m.eps, handle)
+        with torch.no_grad():
+            m.running_mean.copy_(rm)
+            m.running_var.copy_(rv)
+            m.num_batches_tracked.add_(1)
+        return y
+    return forward
+
+
+def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("layer_norm", x, m.weight, m.bias, m.eps, handle)
+    return forward
+
+
+def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
+        return run_op("rms_norm", x, m.weight, eps, handle)
+    return forward
+
+
+def _group_norm(m: nn.GroupNorm, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("group_norm", x, m.num_groups, m.weight, m.bias, m.eps, handle)
+    return forward
+
+
+def _pair(v: Any) -> list[int]:
+    return [int(v), int(v)] if isinstance(v, int) else [int(a) for a in v]
+
+
+def _max_pool(m: nn.MaxPool2d, handle: int) -> Callable[..., Any]:
+    k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
+    pad, dil = _pair(m.padding), _pair(m.dilation)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("max_pool2d", x, k, st, pad, dil, m.ceil_mode, handle)
+    return forward
+
+
+def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
+    k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
+    pad = _pair(m.padding)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("avg_pool2d", x, k, st, pad, m.ceil_mode, m.count_include_pad, handle)
+    return forward
+
+
+def _gap(m: nn.AdaptiveAvgPool2d, handle: int) -> Callable[..., Any]:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return run_op("global_avg_pool2d", x, handle)
+    return forward
+
+
+def _act(name: str, *extra: Any) -> Callable[[nn.Module, int], Callable[..., Any]]:
+    def make(m: nn.Module, handle: int) -> Callable[..., Any]:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return run_op(name, x, *extra, handle)
+        return forward
+    return make
+
+
+def _softmax(log: bool) -> Callable[[nn.Module, int], Callable[..., Any]]:
+    def make(m: nn.Module, handle: int) -> Callable[..., Any]:
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return run_op("log_softmax" if log else "softmax", x, m.dim, handle)
+        return forward
+    return make
+
+
+def act_of(m: nn.Module) -> tuple[str, tuple] | None:
+    """(dnnctl op name, extra arguments) of an activation module, else None."""
+    kind = type(m)  # exact types: a subclass may change forward
+    if kind in (nn.ReLU, nn.SiLU, nn.Sigmoid, nn.Tanh):
+        return kind.__name__.lower(), ()
+    if kind is nn.GELU:
+        return "gelu", (m.approximate,)
+    if kind is nn.LeakyReLU:
+        return "leaky_relu", (float(m.negative_slope),)
+    return None
+
+
+def why_not(m: nn.Module) -> str | None:
+    """Why dnnctl does not run this module (None: it does)."""
+    if isinstance(m, nn.Conv2d):
+        if m.padding_mode != "zeros":
+            return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
+        if m.padding == "same" and tuple(m.stride) != (1, 1):
+            return "padding 'same' with a stride"
+    elif isinstance(m, nn.BatchNorm2d):
+        if m.training and (not m.track_running_stats or m.momentum is None):
+            return "training without running statistics or with a cumulative (None) momentum"
+        if not m.track_running_stats:
+            return "no running statistics (track_running_stats=False)"
+    elif isinstance(m, (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))):
+        if len(m.normalized_shape) != 1:
+            return f"normalized_shape {tuple(m.normalized_shape)} spans more than the last axis"
+        if isinstance(m, nn.LayerNorm) and m.weight is not None and m.bias is None:
+            return "a weight without a bias"
+    elif isinstance(m, nn.MaxPool2d):
+        if m.return_indices:
+            return "return_indices=True"
+    elif isinstance(m, nn.AvgPool2d):
+        if m.divisor_override:
+            return "divisor_override"
+    elif isinstance(m, nn.AdaptiveAvgPool2d):
+        if _pair(m.output_size) != [1, 1]:
+            return f"output_size {m.output_size} (only 1 is a global average)"
+    elif isinstance(m, (nn.Softmax, nn.LogSoftmax)) and m.dim is None:
+        return "dim=None (implicit softmax dimension)"
+    return None
+
+
+MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
+    (nn.Conv2d, "conv2d", _conv),
+    (nn.Linear, "matmul", _linear),
+    (nn.BatchNorm2d, "batch_norm", _bn),
+    (nn.LayerNorm, "layer_norm", _layer_norm),
+    *([(nn.RMSNorm, "rms_norm", _rms_norm)] if hasattr(nn, "RMSNorm") else []),
+    (nn.GroupNorm, "group_norm", _group_norm),
+    (nn.MaxPool2d, "pool2d", _max_pool),
+    (nn.AvgPool2d, "pool2d", _avg_pool),
+    (nn.AdaptiveAvgPool2d, "global_avg_pool2d", _gap),
+    (nn.Softmax, "softmax", _softmax(False)),
+    (nn.LogSoftmax, "softmax", _softmax(True)),
+]
+
+
+def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, str, str]:
+    """(dnnctl forward, dnnctl op, note) for a covered module; (None, op, reason) otherwise;
+    (None, "", "") for a module type dnnctl has no op for."""
+    act = act_of(m)
+    if act is not None:
+        return _act(act[0], *act[1])(m, handle), "activation", act[0]
+    for cls, op, make in MAKERS:
+        if type(m) is cls:  # subclasses may change forward: leave them alone
+            reason = why_not(m)
+            if reason is not None:
+                return None, op, reason
+            return make(m, handle), op, ""
+    return None, "", ""

@@ -1,0 +1,197 @@
+"""``patch(model, plan)``: route a model's supported modules to dnnctl; ``unpatch`` undoes it.
+
+Where the model traces with torch.fx, its forward is replaced by the traced graph with
+conv -> bn -> act -> add and linear -> act chains fused (:mod:`dnnctl.torch.fuse`); the
+graph runs only in the training mode it was traced in (else the model's own forward runs,
+with each supported module still on dnnctl). Where it does not trace, modules are swapped
+one by one. Modules keep their parameters and buffers: the state_dict is unchanged, and
+``unpatch`` restores every forward exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.nn.functional as F
+from torch import fx, nn
+
+from dnnctl.errors import UsageError
+from dnnctl.torch import kernels
+from dnnctl.torch.fuse import Fusion, fuse_graph
+from dnnctl.torch.modules import forward_for
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Covered:
+    name: str
+    module: str  # the module's class name
+    op: str  # the dnnctl op it runs
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    module: str
+    reason: str
+
+
+@dataclass
+class PatchReport:
+    """What ``patch`` routed to dnnctl, what it fused, and what it left to torch and why."""
+
+    covered: list[Covered] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    fusions: list[Fusion] = field(default_factory=list)
+    traced: bool = False
+    trace_error: str = ""
+    training: bool = False
+    _fallbacks_at: dict = field(default_factory=dict, repr=False)
+
+    def fallbacks(self) -> dict[tuple[str, str], int]:
+        """Calls since patching that dnnctl refused at run time (op, reason) -> count."""
+        return {k: v - self._fallbacks_at.get(k, 0) for k, v in kernels.FALLBACKS.items()
+                if v > self._fallbacks_at.get(k, 0)}
+
+    def summary(self) -> str:
+        """A few lines for people (the library itself never prints)."""
+        how = "fx graph" if self.traced else f"module by module ({self.trace_error})"
+        lines = [f"dnnctl.torch.patch ({'training' if self.training else 'inference'}, {how}):"
+                 f" {len(self.covered)} modules on dnnctl, {len(self.fusions)} fused chains, "
+                 f"{len(self.skipped)} left to torch"]
+        for f in self.fusions:
+            lines.append(f"  fused {f.head} + {' + '.join(f.parts)}")
+        for s in self.skipped:
+            lines.append(f"  skipped {s.name} ({s.module}): {s.reason}")
+        return "\n".join(lines)
+
+
+@dataclass
+class _State:
+    report: PatchReport
+    forwards: list[tuple[nn.Module, Any]]  # (module, its instance 'forward' before, or _MISSING)
+    plan: Any
+
+
+_PATCHED: weakref.WeakKeyDictionary[nn.Module, _State] = weakref.WeakKeyDictionary()
+
+
+def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
+    saved.append((m, m.__dict__.get("forward", _MISSING)))
+    object.__setattr__(m, "forward", fn)
+
+
+def _calls(gm: fx.GraphModule) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_module":
+            out[n.target] = out.get(n.target, 0) + 1
+    return out
+
+
+def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> None:
+    """F.scaled_dot_product_attention nodes: routed only when dnnctl.ops.attention exists."""
+    nodes = [n for n in gm.graph.nodes
+             if n.op == "call_function" and n.target is F.scaled_dot_product_attention]
+    if not nodes:
+        return
+    import dnnctl.ops
+
+    if "attention" not in dir(dnnctl.ops):
+        report.skipped.extend(Skipped(n.name, "scaled_dot_product_attention",
+                                      "dnnctl.ops.attention is not available in this dnnctl")
+                              for n in nodes)
+        return
+    from dnnctl.torch.attention import route_sdpa
+
+    route_sdpa(gm, nodes, report, handle)
+
+
+def patch(model: nn.Module, plan: Any = None, *, trace: bool = True) -> PatchReport:
+    """Route ``model``'s supported modules to dnnctl (in place) and return the report.
+
+    ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
+    else each op's default. Inference (``model.eval()``) folds BatchNorm into the preceding
+    convolution; training mode runs BatchNorm with batch statistics and keeps autograd.
+    """
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
+    if model in _PATCHED:
+        raise UsageError("patch: this model is already patched",
+                         hint="call dnnctl.torch.unpatch(model) first")
+    handle = kernels.plan_handle(plan)
+    report = PatchReport(training=model.training, _fallbacks_at=dict(kernels.FALLBACKS))
+    saved: list[tuple[nn.Module, Any]] = []
+    covered: set[str] = set()
+    for name, m in model.named_modules():
+        if m is model and len(list(model.children())):
+            continue
+        fn, op, note = forward_for(m, handle)
+        if fn is not None:
+            _set_forward(m, fn, saved)
+            covered.add(name)
+            report.covered.append(Covered(name, type(m).__name__, op, note))
+        elif op:
+            report.skipped.append(Skipped(name, type(m).__name__, note))
+    if trace and list(model.children()):
+        _trace(model, covered, handle, report, saved)
+    _PATCHED[model] = _State(report, saved, plan)
+    return report
+
+
+def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport,
+           saved: list[tuple[nn.Module, Any]]) -> None:
+    original = model.__dict__.get("forward", _MISSING)
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as exc:  # any trace failure: module-by-module is still sound
+        report.trace_error = f"not traceable: {type(exc).__name__}: {str(exc)[:120]}"
+        return
+    fused = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
+    _attention_hook(gm, report, handle)
+    report.fusions = fused
+    report.traced = True
+    traced_mode = model.training
+    own = type(model).forward.__get__(model) if original is _MISSING else original
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if model.training == traced_mode:
+            return gm(*args, **kwargs)
+        return own(*args, **kwargs)
+
+    _set_forward(model, forward, saved)
+
+
+def unpatch(model: nn.Module) -> PatchReport:
+    """Restore every forward ``patch`` replaced; returns the patch's report."""
+    state = _PATCHED.pop(model, None)
+    if state is None:
+        raise UsageError("unpatch: this model is not patched",
+                         hint="call dnnctl.torch.patch(model) first")
+    for m, before in reversed(state.forwards):
+        if before is _MISSING:
+            m.__dict__.pop("forward", None)
+        else:
+            object.__setattr__(m, "forward", before)
+    return state.report
+
+
+def is_patched(model: nn.Module) -> bool:
+    return model in _PATCHED
+
+
+@contextlib.contextmanager
+def patched(model: nn.Module, plan: Any = None, **kwargs: Any) -> Iterator[PatchReport]:
+    """``with patched(model, plan) as report:`` patch for the block, then unpatch."""
+    report = patch(model, plan, **kwargs)
+    try:
+        yield report
+    finally:
+        unpatch(model)
+

@@ -1,0 +1,56 @@
+"""The torch ops' meaning in plain torch: what a call computes when dnnctl cannot run it.
+
+``torch.ops.dnnctl.*`` run dnnctl's kernels for every problem dnnctl supports (float32,
+float16 and bfloat16 tensors of a valid key); anything else (float64, as gradcheck uses, or
+a shape no kernel takes) is computed here, so an op never fails where torch would not.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+ACTS = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: tuple[int, ...],
+           padding: tuple[int, ...], dilation: tuple[int, ...], groups: int, activation: str,
+           residual: torch.Tensor | None) -> torch.Tensor:
+    """residual + act(conv(x, w) + bias), the conv2d epilogue order."""
+    if len(padding) == 4:  # (top, bottom, left, right)
+        x = F.pad(x, (padding[2], padding[3], padding[0], padding[1]))
+        padding = (0, 0)
+    y = ACTS[activation](F.conv2d(x, w, bias, stride, padding, dilation, groups))
+    return y if residual is None else y + residual
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+           activation: str) -> torch.Tensor:
+    return ACTS[activation](F.linear(x, w, bias))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    xf = x if x.dtype == torch.float64 else x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y if weight is None else y * weight.to(xf.dtype)).to(x.dtype)
+
+
+def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                     weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
+                     eps: float) -> tuple[torch.Tensor, ...]:
+    """(y, new_running_mean, new_running_var, save_mean, save_invstd)."""
+    rm, rv = running_mean.clone(), running_var.clone()
+    y, save_mean, save_invstd = torch.ops.aten.native_batch_norm(
+        x, weight, bias, rm, rv, True, momentum, eps)
+    return y, rm, rv, save_mean.float(), save_invstd.float()
+
+
+def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
+               approximate: str = "none") -> torch.Tensor:
+    if fn == "relu":
+        return F.relu(x)
+    if fn == "leaky_relu":
+        return F.leaky_relu(x, negative_slope)
+    if fn == "gelu":
+        return F.gelu(x, approximate=approximate)
+    return {"silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}[fn](x)

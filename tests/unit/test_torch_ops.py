@@ -1,0 +1,197 @@
+"""torch.ops.dnnctl.*: results equal torch's on CPU (numpy backend), opcheck passes (schema,
+fake kernel, autograd registration, AOT dispatch), gradients pass gradcheck in float64."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+dt = pytest.importorskip("dnnctl.torch")
+
+from torch.library import opcheck  # noqa: E402
+
+D = torch.ops.dnnctl
+CL = torch.channels_last
+
+
+def _r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=_GEN, dtype=dtype)
+
+
+_GEN = torch.Generator().manual_seed(0)
+
+
+def _cases():
+    """(name, op, args, torch reference of the same args)."""
+    x4, w, b = _r(2, 6, 9, 7), _r(4, 6, 3, 3), _r(4)
+    res, wg = _r(2, 4, 9, 7), _r(4, 3, 3, 3)
+    xr, g, bb = _r(3, 5, 16), _r(16), _r(16)
+    bn = (_r(6), _r(6).abs() + 0.5, _r(6), _r(6))
+    return [
+        ("conv2d", D.conv2d, (x4, w, b, [1, 1], [1, 1], [1, 1], 1, "relu", res),
+         lambda: F.relu(F.conv2d(x4, w, b, padding=1)) + res),
+        ("conv2d_cl", D.conv2d, (x4.contiguous(memory_format=CL), wg.contiguous(memory_format=CL),
+                                 None, [2, 2], [0, 0], [1, 1], 2, "none", None),
+         lambda: F.conv2d(x4, wg, None, 2, groups=2)),
+        ("linear", D.linear, (xr, _r(8, 16), _r(8), "gelu"),
+         lambda: None),
+        ("matmul", D.matmul, (_r(3, 4, 5), _r(5, 6)), lambda: None),
+        ("layer_norm", D.layer_norm, (xr, g, bb, 1e-5), lambda: F.layer_norm(xr, (16,), g, bb)),
+        ("rms_norm", D.rms_norm, (xr, g, 1e-6), lambda: None),
+        ("batch_norm", D.batch_norm, (x4, *bn, 1e-5),
+         lambda: F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False)),
+        ("group_norm", D.group_norm, (x4, 3, _r(6), _r(6), 1e-5),
+         lambda: None),
+        ("softmax", D.softmax, (xr, 1), lambda: F.softmax(xr, 1)),
+        ("log_softmax", D.log_softmax, (xr, -1), lambda: F.log_softmax(xr, -1)),
+        ("max_pool2d", D.max_pool2d, (x4, [3, 3], [2, 2], [1, 1], [1, 1], True),
+         lambda: F.max_pool2d(x4, 3, 2, 1, ceil_mode=True)),
+        ("avg_pool2d", D.avg_pool2d, (x4.contiguous(memory_format=CL), [2, 2], [], [1, 1],
+                                      False, False),
+         lambda: F.avg_pool2d(x4, 2, padding=1, count_include_pad=False)),
+        ("global_avg_pool2d", D.global_avg_pool2d, (x4,), lambda: x4.mean((2, 3), True)),
+        ("relu", D.relu, (x4,), lambda: F.relu(x4)),
+        ("silu", D.silu, (x4.contiguous(memory_format=CL),), lambda: F.silu(x4)),
+        ("sigmoid", D.sigmoid, (xr,), lambda: torch.sigmoid(xr)),
+        ("tanh", D.tanh, (xr,), lambda: torch.tanh(xr)),
+        ("gelu", D.gelu, (xr, "tanh"), lambda: F.gelu(xr, approximate="tanh")),
+        ("leaky_relu", D.leaky_relu, (xr, 0.2), lambda: F.leaky_relu(xr, 0.2)),
+    ]
+
+
+CASES = _cases()
+IDS = [c[0] for c in CASES]
+
+
+def _expected(name, args, ref):
+    out = ref()
+    if out is not None:
+        return out
+    if name == "linear":
+        x, w, b, act = args
+        return F.gelu(F.linear(x, w, b))
+    if name == "matmul":
+        return args[0] @ args[1]
+    if name == "rms_norm":
+        x, g, eps = args
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+    if name == "group_norm":
+        x, groups, w, b, eps = args
+        return F.group_norm(x, groups, w, b, eps)
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_op_runs_on_dnnctl_and_matches_torch(case):
+    name, op, args, ref = case
+    before = sum(dt.FALLBACKS.values())
+    got = op(*args)
+    assert sum(dt.FALLBACKS.values()) == before, dict(dt.FALLBACKS)  # dnnctl ran it
+    want = _expected(name, args, ref)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    if args[0].dim() == 4 and name != "global_avg_pool2d":  # the memory format follows x
+        cl = args[0].is_contiguous(memory_format=CL) and not args[0].is_contiguous()
+        assert got.is_contiguous(memory_format=CL if cl else torch.contiguous_format)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_opcheck(case):
+    _, op, args, _ = case
+    res = opcheck(op.default, args)
+    assert set(res.values()) == {"SUCCESS"}, res
+
+
+def _double(args):
+    return tuple(a.double().detach().requires_grad_(a.is_floating_point()) if isinstance(
+        a, torch.Tensor) else a for a in args)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in ("batch_norm",)],
+                         ids=[i for i in IDS if i != "batch_norm"])
+def test_gradcheck_float64(case):
+    name, op, args, _ = case
+    args = _double(args)
+    if name.startswith("max_pool"):  # no ties: distinct values
+        args = (torch.randperm(args[0].numel(), dtype=torch.float64).reshape(
+            args[0].shape).requires_grad_(), *args[1:])
+    tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+    def fn(*ts):
+        full = list(args)
+        for i, t in zip(tensors, ts):
+            full[i] = t
+        return op(*full)
+
+    assert torch.autograd.gradcheck(fn, tuple(args[i] for i in tensors), fast_mode=True)
+
+
+def test_batch_norm_gradcheck_eval_and_train():
+    x = _r(3, 4, 5, 5, dtype=torch.float64).requires_grad_()
+    w = _r(4, dtype=torch.float64).requires_grad_()
+    b = _r(4, dtype=torch.float64).requires_grad_()
+    rm, rv = _r(4, dtype=torch.float64), _r(4, dtype=torch.float64).abs() + 0.5
+    assert torch.autograd.gradcheck(lambda x, w, b: D.batch_norm(x, rm, rv, w, b, 1e-5),
+                                    (x, w, b), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5)[0], (x, w, b),
+        fast_mode=True)
+
+
+def test_batch_norm_train_updates_statistics_like_torch():
+    x = _r(4, 3, 6, 6).contiguous(memory_format=CL)
+    rm, rv, w, b = _r(3), _r(3).abs() + 0.5, _r(3), _r(3)
+    y, nm, nv, mean, invstd = D.batch_norm_train(x, rm, rv, w, b, 0.2, 1e-5)
+    rm2, rv2 = rm.clone(), rv.clone()
+    want = F.batch_norm(x, rm2, rv2, w, b, True, 0.2, 1e-5)
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(nm, rm2)
+    torch.testing.assert_close(nv, rv2)
+    torch.testing.assert_close(mean, x.mean((0, 2, 3)))
+    assert not torch.equal(nm, rm)  # the inputs are not mutated (a functional op)
+    res = opcheck(D.batch_norm_train.default, (x, rm, rv, w, b, 0.2, 1e-5))
+    assert set(res.values()) == {"SUCCESS"}, res
+
+
+def test_half_precision_runs_on_dnnctl():
+    x = _r(4, 32).to(torch.bfloat16)
+    before = sum(dt.FALLBACKS.values())
+    y = D.softmax(x, -1)
+    assert y.dtype == torch.bfloat16 and sum(dt.FALLBACKS.values()) == before
+    torch.testing.assert_close(y.float(), F.softmax(x.float(), -1), rtol=1e-2, atol=1e-2)
+    h = D.layer_norm(x.half(), None, None, 1e-5)
+    torch.testing.assert_close(h.float(), F.layer_norm(x.float(), (32,)), rtol=1e-2, atol=1e-2)
+
+
+def test_float64_runs_on_torch_and_is_counted():
+    x = _r(3, 7, dtype=torch.float64)
+    before = dt.FALLBACKS[("softmax", "dtype not float32/float16/bfloat16")]
+    torch.testing.assert_close(D.softmax(x, -1), F.softmax(x, -1))
+    assert dt.FALLBACKS[("softmax", "dtype not float32/float16/bfloat16")] == before + 1
+
+
+def test_compile_fullgraph_traces_the_ops():
+    def f(x, w):
+        y = D.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "relu", None)
+        return D.softmax(D.layer_norm(y.flatten(1), None, None, 1e-5), -1)
+
+    x, w = _r(2, 3, 6, 6), _r(4, 3, 3, 3)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
+    torch.testing.assert_close(got, f(x, w))
+
+
+def test_import_dnnctl_never_imports_torch_and_dnnctl_torch_needs_it():
+    import subprocess
+    import sys
+
+    code = ("import sys, dnnctl, dnnctl.ops; dnnctl.ops.softmax; dnnctl.ops.conv2d; "
+            "dnnctl.ops.batch_norm; print('torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.stdout.strip() == "False", res.stderr
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import dnnctl.torch\n"
+            "except Exception as e:\n    print(type(e).__name__, e.hint)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.stdout.strip() == "BackendUnavailableError pip install 'dnnctl[torch]'", (
+        res.stdout + res.stderr)

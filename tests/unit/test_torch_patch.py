@@ -1,0 +1,238 @@
+"""dnnctl.torch.patch on small real models (CPU, numpy backend): outputs equal the
+unpatched model, the report names what was fused and skipped, training keeps autograd and
+BatchNorm statistics, and unpatch restores the model exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dt = pytest.importorskip("dnnctl.torch")
+
+from _torch_models import Bottleneck, LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from torch import nn  # noqa: E402
+
+from dnnctl.errors import UsageError  # noqa: E402
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    g = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+    return model
+
+
+MODELS = {
+    "resnet": (lambda: _randomize_bn(SmallResNet()), (2, 3, 16, 16)),
+    "vit": (ViTBlock, (2, 5, 32)),
+    "llama": (LlamaBlock, (2, 6, 32)),
+}
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_patched_inference_equals_eager_and_unpatch_restores(name):
+    torch.manual_seed(0)
+    make, shape = MODELS[name]
+    model = make().eval()
+    x = torch.randn(*shape)
+    before = _state(model)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # attention (where this dnnctl has it) takes only 16-bit tensors: float32 runs torch's
+    assert report.traced and report.covered
+    assert [k for k in report.fallbacks() if k[0] != "attention"] == []
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert not dt.patch_module.is_patched(model)
+
+
+def test_bottleneck_report_names_the_fused_chains():
+    model = _randomize_bn(Bottleneck(16, 4)).eval()
+    report = dt.patch(model)
+    try:
+        fused = {f.head: f.parts for f in report.fusions}
+        # conv1/conv2 take their BN and the (shared) ReLU; conv3 its BN and the residual add
+        # (ReLU comes after the add, which the conv2d epilogue cannot express)
+        assert fused == {"conv1": ["bn", "relu"], "conv2": ["bn", "relu"],
+                         "conv3": ["bn", "residual"]}
+        assert {c.name for c in report.covered} >= {"conv1", "bn1", "relu", "conv3"}
+        assert "fused conv3 + bn + residual" in report.summary()
+        with torch.no_grad():
+            x = torch.randn(2, 16, 6, 6)
+            got = model(x)
+        dt.unpatch(model)
+        with torch.no_grad():
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    finally:
+        if dt.patch_module.is_patched(model):
+            dt.unpatch(model)
+
+
+def test_channels_last_model_keeps_the_format():
+    torch.manual_seed(0)
+    model = _randomize_bn(Bottleneck(16, 4)).eval().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 16, 6, 6).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert report.fallbacks() == {}
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_training_mode_gradients_and_running_stats_match_torch():
+    torch.manual_seed(0)
+    ref = _randomize_bn(SmallResNet()).train()
+    model = _randomize_bn(SmallResNet()).train()
+    model.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 3, 12, 12)
+    ref(x).square().mean().backward()
+    with dt.patched(model) as report:
+        model(x).square().mean().backward()
+    assert not any("bn" in f.parts for f in report.fusions)  # no folding in training
+    assert report.fallbacks() == {}
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    for (n, a), b in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)
+
+
+def test_mode_switch_after_patching_runs_the_models_own_forward():
+    torch.manual_seed(0)
+    model = _randomize_bn(Bottleneck(16, 4)).eval()
+    x = torch.randn(2, 16, 6, 6)
+    with dt.patched(model):
+        model.train()  # the graph was traced (and BN folded) in eval
+        got = model(x)
+    ref = _randomize_bn(Bottleneck(16, 4)).train()
+    ref.load_state_dict(model.state_dict())
+    torch.testing.assert_close(got, ref(x), rtol=1e-4, atol=1e-4)
+
+
+class _Untraceable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pad_conv = nn.Conv2d(4, 4, 3, padding=1, padding_mode="reflect")
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        y = self.act(self.conv(x))
+        if y.sum() > 0:  # data-dependent control flow: fx cannot trace this
+            y = self.pad_conv(y)
+        return self.pool(y)[0]
+
+
+def test_untraceable_model_is_patched_module_by_module_with_reasons():
+    torch.manual_seed(0)
+    model = _Untraceable().eval()
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert not report.traced and "not traceable" in report.trace_error
+    assert {c.name for c in report.covered} == {"conv", "act"}
+    reasons = {s.name: s.reason for s in report.skipped}
+    assert reasons == {"pad_conv": "padding_mode 'reflect' (dnnctl pads with zeros)",
+                       "pool": "return_indices=True"}
+
+
+def test_patch_twice_and_unpatch_unpatched_are_usage_errors():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    dt.patch(model)
+    with pytest.raises(UsageError, match="already patched"):
+        dt.patch(model)
+    dt.unpatch(model)
+    with pytest.raises(UsageError, match="not patched"):
+        dt.unpatch(model)
+
+
+def test_compile_fullgraph_over_a_patched_model():
+    torch.manual_seed(0)
+    model = ViTBlock().eval()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model):
+            compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+            got = compiled(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_plan_argument_is_used_by_the_patched_calls():
+    class Spy:
+        def __init__(self):
+            self.seen = set()
+
+        def lookup(self, problem, backend, device):
+            self.seen.add(problem.op)
+            return None
+
+    spy = Spy()
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.LayerNorm(8)).eval()
+    with torch.no_grad(), dt.patched(model, spy):
+        model(torch.randn(3, 8))
+    assert spy.seen == {"matmul", "layer_norm"}  # linear + gelu fused into one matmul
+
+
+def test_folded_weights_follow_in_place_updates_of_the_model():
+    torch.manual_seed(0)
+    model = _randomize_bn(Bottleneck(16, 4)).eval()
+    other = _randomize_bn(Bottleneck(16, 4)).eval()
+    with torch.no_grad():
+        other.bn2.running_mean.add_(1.0)
+        other.conv1.weight.mul_(2.0)
+    x = torch.randn(2, 16, 6, 6)
+    with torch.no_grad(), dt.patched(model) as report:
+        model(x)
+        model.load_state_dict(other.state_dict())  # copies in place: versions change
+        got = model(x)
+    assert any(f.head == "conv2" and "bn" in f.parts for f in report.fusions)
+    with torch.no_grad():
+        torch.testing.assert_close(got, other(x), rtol=1e-4, atol=1e-4)
+
+
+def _numpy_attention(q, k, v, causal=False, scale=None, plan=None):
+    """Attention in numpy with the (q, k, v, causal=, scale=) call the SDPA hook expects."""
+    import numpy as np
+
+    s = (q @ k.swapaxes(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if causal is True:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ v).astype(q.dtype)
+
+
+def test_sdpa_is_routed_when_dnnctl_has_an_attention_op(monkeypatch):
+    import dnnctl.ops
+
+    monkeypatch.setattr(dnnctl.ops, "attention", _numpy_attention, raising=False)
+    torch.manual_seed(0)
+    model = LlamaBlock().eval()
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    assert [c.op for c in report.covered if c.module == "scaled_dot_product_attention"] == [
+        "attention"]
+    assert not [s for s in report.skipped if s.module == "scaled_dot_product_attention"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
