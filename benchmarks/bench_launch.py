@@ -8,7 +8,10 @@ Each row is the median host wall time per call in microseconds over many back-to
   Function, ``cuLaunchKernel`` through ctypes with a parameter block built once, and
   ``cuLaunchKernel`` through cuda-bindings;
 * the pieces of taking a torch tensor: data_ptr / shape / stride, the current raw stream,
-  torch.empty for an output, a CuPy view made from the pointer, cupy.from_dlpack.
+  torch.empty for an output, a CuPy view made from the pointer, cupy.from_dlpack;
+* kernels of 20 us and more called from torch, against the same kernel launched bare.
+
+The probe ops' whole per-call cost against torch is benchmarks/bench_torch_overhead.py.
 
 Run: ``PYTHONPATH=. python3 benchmarks/bench_launch.py``.
 """
@@ -36,25 +39,6 @@ def per_call_us(fn: Callable[[], object], sync: Callable[[], None], n: int = 200
         sync()
         out.append((time.perf_counter() - t0) / n * 1e6)
     return statistics.median(out)
-
-
-def paired_us(fns: list[Callable[[], object]], sync: Callable[[], None], n: int = 1000,
-              reps: int = 9) -> list[float]:
-    """Per-call wall time of several functions measured in alternating rounds, so a drift of
-    the host's speed during the run hits all of them alike."""
-    for fn in fns:
-        for _ in range(200):
-            fn()
-    sync()
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(reps):
-        for fn, out in zip(fns, samples):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            sync()
-            out.append((time.perf_counter() - t0) / n * 1e6)
-    return [statistics.median(s) for s in samples]
 
 
 SRC = r"""
@@ -156,7 +140,7 @@ def main() -> int:
     try:
         import dnnctl
 
-        rows += _dnnctl_rows(dnnctl, torch, cp, sync)
+        rows += _planned_big_rows(dnnctl, torch, cp, sync)
     except Exception as exc:  # noqa: BLE001
         print("dnnctl:", exc, file=sys.stderr)
 
@@ -164,41 +148,6 @@ def main() -> int:
     for name, us in rows:
         print(f"| {name} | {us:.2f} |")
     return 0
-
-
-def _dnnctl_rows(dnnctl: Any, torch: Any, cp: Any, sync: Callable[[], None]
-                 ) -> list[tuple[str, float]]:
-    """dnnctl.ops on the five probe shapes, from torch tensors and from CuPy arrays."""
-    F = torch.nn.functional
-    dev = torch.device("cuda")
-    f16 = torch.float16
-    x = torch.randn(64, 128, device=dev, dtype=f16)
-    lx, lw = torch.randn(64, 768, device=dev, dtype=f16), torch.randn(768, device=dev, dtype=f16)
-    a = torch.randn(64, 64, device=dev, dtype=f16)
-    cx = torch.randn(8, 28, 28, 64, device=dev, dtype=f16)
-    cw = torch.randn(64, 3, 3, 64, device=dev, dtype=f16)
-    tx = cx.permute(0, 3, 1, 2)
-    tw = cw.permute(0, 3, 1, 2)
-    ops = dnnctl.ops
-    probes = [
-        ("softmax 64x128", lambda: torch.softmax(x, -1), lambda x: ops.softmax(x), (x,)),
-        ("layer_norm 64x768", lambda: F.layer_norm(lx, (768,), lw, lw),
-         lambda x, w: ops.layer_norm(x, w, w), (lx, lw)),
-        ("matmul 64^3", lambda: a @ a, lambda p, q: ops.matmul(p, q), (a, a)),
-        ("conv2d 8x64x28x28 NHWC 3x3", lambda: F.conv2d(tx, tw, padding=1),
-         lambda p, q: ops.conv2d(p, q, padding=1, layout="NHWC"), (cx, cw)),
-        ("relu 64x128", lambda: torch.relu(x), lambda x: ops.relu(x), (x,)),
-    ]
-    rows = []
-    for name, ref, ours, args in probes:
-        cargs = tuple(cp.asarray(t) for t in args)
-        t_torch, t_ours, t_cupy = paired_us(
-            [ref, lambda f=ours, a=args: f(*a), lambda f=ours, a=cargs: f(*a)], sync)
-        rows.append((f"{name}: torch eager", t_torch))
-        rows.append((f"{name}: dnnctl from torch (+{t_ours - t_torch:.1f})", t_ours))
-        rows.append((f"{name}: dnnctl from cupy", t_cupy))
-    rows += _planned_big_rows(dnnctl, torch, cp, sync)
-    return rows
 
 
 def _planned_big_rows(dnnctl: Any, torch: Any, cp: Any, sync: Callable[[], None]
