@@ -52,7 +52,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = F
 def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: int = 0) -> None:
     """Replace the SDPA ``nodes`` of ``gm`` that dnnctl can run; report the others."""
     from dnnctl.ops import attention
-    from dnnctl.torch.patch import Covered, Skipped
+    from dnnctl.torch.report import Covered, Skipped
 
     why = _signature_ok(attention)
     for node in nodes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch.nn.functional as F
@@ -21,55 +21,11 @@ from torch import fx, nn
 
 from dnnctl.errors import UsageError
 from dnnctl.torch import kernels
-from dnnctl.torch.fuse import Fusion, fuse_graph
+from dnnctl.torch.fuse import fuse_graph
 from dnnctl.torch.modules import forward_for
+from dnnctl.torch.report import Covered, PatchReport, Skipped
 
 _MISSING = object()
-
-
-@dataclass(frozen=True)
-class Covered:
-    name: str
-    module: str  # the module's class name
-    op: str  # the dnnctl op it runs
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class Skipped:
-    name: str
-    module: str
-    reason: str
-
-
-@dataclass
-class PatchReport:
-    """What ``patch`` routed to dnnctl, what it fused, and what it left to torch and why."""
-
-    covered: list[Covered] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    fusions: list[Fusion] = field(default_factory=list)
-    traced: bool = False
-    trace_error: str = ""
-    training: bool = False
-    _fallbacks_at: dict = field(default_factory=dict, repr=False)
-
-    def fallbacks(self) -> dict[tuple[str, str], int]:
-        """Calls since patching that dnnctl refused at run time (op, reason) -> count."""
-        return {k: v - self._fallbacks_at.get(k, 0) for k, v in kernels.FALLBACKS.items()
-                if v > self._fallbacks_at.get(k, 0)}
-
-    def summary(self) -> str:
-        """A few lines for people (the library itself never prints)."""
-        how = "fx graph" if self.traced else f"module by module ({self.trace_error})"
-        lines = [f"dnnctl.torch.patch ({'training' if self.training else 'inference'}, {how}):"
-                 f" {len(self.covered)} modules on dnnctl, {len(self.fusions)} fused chains, "
-                 f"{len(self.skipped)} left to torch"]
-        for f in self.fusions:
-            lines.append(f"  fused {f.head} + {' + '.join(f.parts)}")
-        for s in self.skipped:
-            lines.append(f"  skipped {s.name} ({s.module}): {s.reason}")
-        return "\n".join(lines)
 
 
 @dataclass
