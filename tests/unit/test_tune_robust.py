@@ -189,8 +189,10 @@ def _busy() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_busy(), reason="other processes keep the CPU busy: CPU timings drift "
-                    "between two tunes by more than any tie window (run on a machine at rest)")
+@pytest.mark.skipif(_busy() or os.environ.get("DNNCTL_TIMING_TESTS") != "1",
+                    reason="a statistical property of CPU timings: run it on a machine at rest "
+                           "with DNNCTL_TIMING_TESTS=1 (shared CI machines drift between two "
+                           "tunes by more than any tie window)")
 def test_two_cpu_tunes_of_one_workload_agree_on_95_percent(tmp_path):
     wl = default_workload("numpy")
     for rows, cols in ((64, 512), (512, 64), (128, 4096), (1024, 256), (32, 32)):
