@@ -13,6 +13,7 @@ variant's, for the NHWC problem.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -54,12 +55,44 @@ class _NhwcBackward(CudaConv):
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         return default_params(self.inner(), nhwc_problem(problem), device)
 
-    def pieces(self, g: ConvGeom) -> list[tuple[str, int, Any]]:
-        raise NotImplementedError
-
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         own = Workspace(self.pieces(geometry(problem))).nbytes
         return own + self.inner().workspace_bytes(nhwc_problem(problem), params)
+
+    def shapes(self, g: ConvGeom) -> dict[str, tuple[int, ...]]:
+        """NHWC shapes of the transposed inputs and of the output, in workspace order."""
+        raise NotImplementedError
+
+    def transposes(self, g: ConvGeom) -> tuple[list[tuple[str, int, int, int]],
+                                               tuple[str, int, int, int]]:
+        """(inputs transposed in: name, batch, rows, cols), the output transposed back."""
+        raise NotImplementedError
+
+    def pieces(self, g: ConvGeom) -> list[tuple[str, int, Any]]:
+        dt = io_dtype(g)
+        return [(name, math.prod(shape), dt) for name, shape in self.shapes(g).items()]
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        inner = self.inner().build(nhwc_problem(problem), params, device)
+        launch = self.transposer(g)
+        ws = Workspace(self.pieces(g))
+        rt = _cuda.runtime()
+        shapes = self.shapes(g)
+        ins_t, (out_name, *out_dims) = self.transposes(g)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            buf = ws.allocate(rt.xp)
+            views = {k: buf[k].reshape(shape) for k, shape in shapes.items()}
+            for name, batch, rows, cols in ins_t:
+                launch(inputs[name], views[name], batch, rows, cols)
+            outs = {out_name: views[out_name]}
+            outs.update((k, v) for k, v in outputs.items() if k != out_name)  # e.g. db
+            inner({name: views[name] for name, *_ in ins_t}, outs, attrs)
+            launch(views[out_name], outputs[out_name], *out_dims)
+
+        return kernel
 
     def transposer(self, g: ConvGeom) -> Any:
         rt = _cuda.runtime()
@@ -83,30 +116,14 @@ class DgradNhwcImplicitGemm(_NhwcBackward):
     params = dict(DgradImplicitGemm.params)
     doc = "dgrad, NCHW via NHWC: transpose dy and w, phased implicit GEMM, transpose dx back"
 
-    def pieces(self, g: ConvGeom) -> list[tuple[str, int, Any]]:
-        dt = io_dtype(g)
-        return [("dy", g.n * g.p * g.q * g.k, dt), ("w", g.k * g.r * g.s * g.cg, dt),
-                ("dx", g.n * g.h * g.w * g.c, dt)]
+    def shapes(self, g: ConvGeom) -> dict[str, tuple[int, ...]]:
+        return {"dy": (g.n, g.p, g.q, g.k), "w": (g.k, g.r, g.s, g.cg),
+                "dx": (g.n, g.h, g.w, g.c)}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        inner = self.inner().build(nhwc_problem(problem), params, device)
-        launch = self.transposer(g)
-        ws = Workspace(self.pieces(g))
-        rt = _cuda.runtime()
-        shapes = {"dy": (g.n, g.p, g.q, g.k), "w": (g.k, g.r, g.s, g.cg),
-                  "dx": (g.n, g.h, g.w, g.c)}
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            buf = ws.allocate(rt.xp)
-            dyt, wt, dxt = (buf[k].reshape(shapes[k]) for k in ("dy", "w", "dx"))
-            launch(inputs["dy"], dyt, g.n, g.k, g.p * g.q)
-            launch(inputs["w"], wt, g.k, g.cg, g.r * g.s)
-            inner({"dy": dyt, "w": wt}, {"dx": dxt}, attrs)
-            launch(dxt, outputs["dx"], g.n, g.h * g.w, g.c)
-
-        return kernel
+    def transposes(self, g: ConvGeom) -> tuple[list[tuple[str, int, int, int]],
+                                               tuple[str, int, int, int]]:
+        return ([("dy", g.n, g.k, g.p * g.q), ("w", g.k, g.cg, g.r * g.s)],
+                ("dx", g.n, g.h * g.w, g.c))
 
 
 @register_variant
@@ -119,30 +136,11 @@ class WgradNhwcImplicitGemm(_NhwcBackward):
     params = dict(WgradImplicitGemm.params)
     doc = "wgrad, NCHW via NHWC: transpose x and dy, split-K implicit GEMM, transpose dw back"
 
-    def pieces(self, g: ConvGeom) -> list[tuple[str, int, Any]]:
-        dt = io_dtype(g)
-        return [("x", g.n * g.h * g.w * g.c, dt), ("dy", g.n * g.p * g.q * g.k, dt),
-                ("dw", g.k * g.r * g.s * g.cg, dt)]
+    def shapes(self, g: ConvGeom) -> dict[str, tuple[int, ...]]:
+        return {"x": (g.n, g.h, g.w, g.c), "dy": (g.n, g.p, g.q, g.k),
+                "dw": (g.k, g.r, g.s, g.cg)}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        inner = self.inner().build(nhwc_problem(problem), params, device)
-        launch = self.transposer(g)
-        ws = Workspace(self.pieces(g))
-        rt = _cuda.runtime()
-        shapes = {"x": (g.n, g.h, g.w, g.c), "dy": (g.n, g.p, g.q, g.k),
-                  "dw": (g.k, g.r, g.s, g.cg)}
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            buf = ws.allocate(rt.xp)
-            xt, dyt, dwt = (buf[k].reshape(shapes[k]) for k in ("x", "dy", "dw"))
-            launch(inputs["x"], xt, g.n, g.c, g.h * g.w)
-            launch(inputs["dy"], dyt, g.n, g.k, g.p * g.q)
-            outs = {"dw": dwt}
-            if g.bias:
-                outs["db"] = outputs["db"]
-            inner({"x": xt, "dy": dyt}, outs, attrs)
-            launch(dwt, outputs["dw"], g.k, g.r * g.s, g.cg)
-
-        return kernel
+    def transposes(self, g: ConvGeom) -> tuple[list[tuple[str, int, int, int]],
+                                               tuple[str, int, int, int]]:
+        return ([("x", g.n, g.c, g.h * g.w), ("dy", g.n, g.k, g.p * g.q)],
+                ("dw", g.k, g.r * g.s, g.cg))
