@@ -4,7 +4,7 @@ constraints, and the launch geometry of the batch_norm normalize / statistics ke
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -142,3 +142,22 @@ def dims_of(shape: tuple[int, ...], layout: str, op: str) -> tuple[int, int, int
     if 0 in shape:
         raise ShapeError(f"{op}: x has shape {shape} with a zero-size axis")
     return n, c, h, w
+
+
+class NormBwdKernel:
+    """A spatial norm's backward kernel (batch_norm, group_norm): the vector program when
+    dy, x and dx are aligned, else the scalar one; ``stats`` name the forward's saved
+    statistics among the inputs."""
+
+    __slots__ = ("fast", "safe", "align", "stats")
+    flat_io = True
+
+    def __init__(self, fast: Any, safe: Any, align: int, stats: tuple[str, str]) -> None:
+        self.fast, self.safe, self.align, self.stats = fast, safe, align, stats
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        dy, x, dx = inputs["dy"], inputs["x"], outputs["dx"]
+        go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
+        go(dy, x, inputs.get("weight"), inputs[self.stats[0]], inputs[self.stats[1]], dx,
+           outputs.get("dweight"), outputs.get("dbias"))

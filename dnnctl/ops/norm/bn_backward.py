@@ -118,21 +118,6 @@ def _pad4(n: int) -> int:
 # ----------------------------------------------------------------------------- CUDA
 
 
-class _BnBwdKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        dy, x, dx = inputs["dy"], inputs["x"], outputs["dx"]
-        go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
-        go(dy, x, inputs.get("weight"), inputs["save_mean"], inputs["save_invstd"], dx,
-           outputs.get("dweight"), outputs.get("dbias"))
-
-
 @register_variant
 class BnBwdReduceDx(Variant):
     op = "batch_norm"
@@ -220,7 +205,8 @@ class BnBwdReduceDx(Variant):
 
             return go
 
-        return _BnBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+        return sp.NormBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                                  ("save_mean", "save_invstd"))
 
 
 # ----------------------------------------------------------------------------- numpy

@@ -125,21 +125,6 @@ class GroupNormBackward(BackwardSpec):
 GROUP_NORM_BACKWARD = GroupNormBackward()
 
 
-class _GnBwdKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        dy, x, dx = inputs["dy"], inputs["x"], outputs["dx"]
-        go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
-        go(dy, x, inputs.get("weight"), inputs["mean"], inputs["rstd"], dx,
-           outputs.get("dweight"), outputs.get("dbias"))
-
-
 @register_variant
 class GnBwdSumsDx(Variant):
     op = "group_norm"
@@ -200,7 +185,8 @@ class GnBwdSumsDx(Variant):
 
             return go
 
-        return _GnBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+        return sp.NormBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                                  ("mean", "rstd"))
 
 
 @register_variant
