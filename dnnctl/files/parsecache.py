@@ -2,8 +2,8 @@
 
 YAML parsing costs about a second per megabyte even with libyaml (PyYAML builds a Python
 node per scalar); a 20,000-entry plan is ~12 MB. A file above ``MIN_BYTES`` that parsed
-strictly is stored as JSON under ``$XDG_CACHE_HOME/dnnctl/parsed/<sha256>.json`` (only when
-JSON gives back exactly the same data), and later reads of the same bytes load that JSON
+strictly is stored as JSON under ``<cache root>/parsed/<sha256>.json`` (the root:
+:func:`dnnctl.paths.cache_root`; only when JSON gives back exactly the same data), and later reads of the same bytes load that JSON
 (~0.2 s) instead. The cache holds plain data only; callers validate it exactly as if it had
 just been parsed, so a tampered cache entry can at worst make the load fail. The newest
 ``KEEP`` entries are kept.
@@ -19,14 +19,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dnnctl.paths import cache_root
+
 MIN_BYTES = 1 << 20
 KEEP = 8
 _MISSING = object()
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dnnctl" / "parsed"
+    return cache_root() / "parsed"
 
 
 def key_of(data: bytes) -> str:
