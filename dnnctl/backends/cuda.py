@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import platform
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -45,6 +46,8 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.stream: int | None = None  # None: CuPy's current stream
         self.alloc: Callable[[tuple[int, ...], Any], Any] | None = None  # None: CuPy
+        # the caller's own allocator (torch tensors), for buffers only kernels read
+        self.raw: Callable[[tuple[int, ...], Any], Any] | None = None
 
 
 STATE = _State()
@@ -76,6 +79,17 @@ def scratch(shape: int | tuple[int, ...], dtype: Any) -> Any:
     from dnnctl.backends.registry import get_backend
 
     return get_backend("cupy").xp.empty(shp, dtype=dtype)
+
+
+def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
+    """A per-call device buffer that only kernel launches and :func:`copy` touch (they read
+    its address): the caller's own array kind (a torch tensor for a torch caller, with no
+    CuPy view made over it), else :func:`scratch`."""
+    raw = STATE.raw
+    if raw is not None:
+        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        return raw(shp, np.dtype(dtype))
+    return scratch(shape, dtype)
 
 
 def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
@@ -177,6 +191,10 @@ class _LazyLaunch:
 
 
 _LAUNCH: Any = _LazyLaunch()
+_UNSET: Any = object()
+# call_ints passes every argument in a 64-bit slot: right for the x86-64 and AArch64 ABIs
+_INT_ABI = platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
+_NATIVE: Any = _UNSET  # the native launcher (dnnctl.backends.native), None: ctypes
 _STREAMS: dict[int, Any] = {}
 
 
@@ -197,6 +215,41 @@ def _error_name(rc: int) -> str:
     except Exception:  # noqa: BLE001
         return f"CUDA error {rc}"
     return (text.value or b"").decode() or f"CUDA error {rc}"
+
+
+def _kinds(args: Sequence[Any]) -> bytes:
+    """The native path's kind byte per argument (its struct format's first letter; 'P' for
+    pointer-like)."""
+    return "".join("P" if f == "Q" and not isinstance(a, np.generic) else f[0]
+                   for a, f in ((a, _arg_format(a)) for a in args)).encode()
+
+
+def _native_module() -> Any:
+    """The native launcher bound to this process's cuLaunchKernel, or None (ctypes)."""
+    from dnnctl.backends import native
+
+    mod = native.module()
+    if mod is None:
+        return None
+    try:
+        addr = ctypes.cast(_driver()[0], ctypes.c_void_p).value
+    except OSError:
+        return None
+    mod.set_launch(addr, ptr)
+    return mod
+
+
+def _resolve_native() -> Any:
+    global _NATIVE
+    _NATIVE = _native_module()
+    return _NATIVE
+
+
+def use_native(on: bool = True) -> bool:
+    """Switch the native launch path on (if it can be had) or off; True if now on."""
+    global _NATIVE
+    _NATIVE = _native_module() if on else None
+    return _NATIVE is not None
 
 
 def _arg_format(a: Any) -> str:
@@ -224,7 +277,7 @@ class Launch:
     """
 
     __slots__ = ("fn", "grid", "block", "smem", "handle", "fmt", "buf", "params", "memo",
-                 "_head", "_params_c")
+                 "_head", "_params_c", "_dims", "kinds")
 
     def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0) -> None:
         self.fn = fn
@@ -236,6 +289,8 @@ class Launch:
         self._head = (ctypes.c_void_p(self.handle or 0),
                       *(ctypes.c_uint(int(v)) for v in (*g, *b, self.smem)))
         self._params_c: Any = None
+        self._dims = (*g, *b, self.smem)
+        self.kinds: bytes | None = None  # the native path's argument kinds, learnt per layout
         self.fmt: struct.Struct | None = None
         self.buf: Any = None
         self.params: Any = None
@@ -256,6 +311,24 @@ class Launch:
         if handle is None:  # the CPU emulator, a test recorder: call as given
             self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
             return
+        nat = _NATIVE
+        if nat is _UNSET:
+            nat = _resolve_native()
+        if nat is not None:
+            kinds = self.kinds
+            if kinds is None or len(kinds) != len(args):
+                kinds = self.kinds = _kinds(args)
+            stream = STATE.stream
+            if stream is None:
+                stream = current_stream()
+            try:
+                rc = nat.launch(handle, *self._dims, stream, kinds, args)
+            except (TypeError, ValueError, OverflowError):  # an argument changed kind
+                self.kinds = None
+            else:
+                if rc:
+                    self._failed(rc, args)
+                return
         fmt = self.fmt
         if fmt is None or fmt.size != len(args) * _SLOT:
             fmt = self._layout(args)
@@ -379,6 +452,8 @@ class _Cublas:
         self.set_stream = lib.cublasSetStream_v2
         self.set_stream.restype, self.set_stream.argtypes = i32, [vp, vp]
         self.handles: dict[int, tuple[int, Any]] = {}
+        self.streams: dict[int, int | None] = {}  # handle -> the stream last set on it
+        self.gemm_addr = ctypes.cast(self.gemm, ctypes.c_void_p).value
 
     def handle(self, device: int) -> int:
         got = self.handles.get(device)
@@ -409,9 +484,17 @@ def gemm_strided_batched(transa: int, transb: int, m: int, n: int, k: int, alpha
     pointers) on the call's stream with this device's handle."""
     lib = _cublas()
     handle = lib.handle(get_device())
-    lib.set_stream(handle, current_stream() or None)
-    rc = lib.gemm(handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
-                  ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo)
+    stream = current_stream() or None
+    if lib.streams.get(handle, -1) != stream:
+        lib.set_stream(handle, stream)
+        lib.streams[handle] = stream
+    args = (handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
+            ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo)
+    nat = _NATIVE if _NATIVE is not _UNSET else _resolve_native()
+    if nat is not None and _INT_ABI:  # one C call: no ctypes conversion of 23 arguments
+        rc = nat.call_ints(lib.gemm_addr, *args)
+    else:
+        rc = lib.gemm(*args)
     if rc:
         raise KernelLaunchError(f"cublasGemmStridedBatchedEx failed (status {rc}) for "
                                 f"m={m} n={n} k={k} batch={batch}")

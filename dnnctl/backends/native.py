@@ -1,0 +1,113 @@
+"""The native launch path: a small C extension, built on first use, that launches a kernel
+in one call (parameter block packed in C) instead of a ctypes call fed from a Python loop.
+
+Measured on the H200 host (benchmarks/profile_call.py): the Python side of a ctypes launch
+(reading each argument's address, packing the block, ctypes' own argument conversion) cost
+more than the driver's cuLaunchKernel itself. The extension (``_native.c``, next to this
+file) links nothing: it gets cuLaunchKernel's address from ctypes once. It is compiled with
+the system C compiler against this Python's headers into the cache
+(``<cache root>/native/``; see :func:`dnnctl.paths.cache_root`), keyed by the source and the
+interpreter, the same way Triton builds its launcher stubs. Where no compiler or no
+``Python.h`` is found, or ``DNNCTL_NATIVE=0``, :func:`module` returns None and launches
+stay on ctypes: nothing else changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dnnctl.paths import cache_root
+
+SOURCE = Path(__file__).with_name("_native.c")
+NAME = "_dnnctl_native"
+BUILD_SECONDS = 60
+
+
+def enabled() -> bool:
+    return os.environ.get("DNNCTL_NATIVE", "1").strip().lower() not in ("0", "false", "no", "")
+
+
+@functools.cache
+def module() -> Any | None:
+    """The loaded extension, building it if needed; None where it cannot be had."""
+    if not enabled():
+        return None
+    try:
+        path = built()
+    except OSError:
+        return None
+    if path is None:
+        return None
+    try:
+        loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
+        spec = importlib.util.spec_from_file_location(NAME, str(path), loader=loader)
+        if spec is None:
+            return None
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+    except (ImportError, OSError):
+        return None
+    return mod
+
+
+def _key() -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{sys.version}|{sys.platform}|{sysconfig.get_config_var('EXT_SUFFIX')}".encode())
+    return h.hexdigest()[:16]
+
+
+def built() -> Path | None:
+    """The extension's path in the cache, compiled now if it is not there yet."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = cache_root() / "native" / f"{NAME}-{_key()}{suffix}"
+    if out.is_file():
+        return out
+    failed = out.with_name(out.name + ".failed")  # a failed build is not retried per process
+    if failed.exists():
+        return None
+    cc = compiler()
+    include = sysconfig.get_paths().get("include")
+    if cc is None or not include or not Path(include, "Python.h").is_file():
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{NAME}-", suffix=suffix, dir=out.parent)
+    os.close(fd)
+    cmd = [*cc, "-O2", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-o", tmp]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=BUILD_SECONDS, check=False)
+        if done.returncode != 0:
+            failed.write_bytes(done.stderr[-4000:])
+            return None
+        os.replace(tmp, out)  # atomic: concurrent builders leave one complete file
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return out
+
+
+def compiler() -> list[str] | None:
+    """The C compiler command: $CC, else this Python's, else cc / gcc / clang on PATH."""
+    for cand in (os.environ.get("CC"), sysconfig.get_config_var("CC")):
+        if cand:
+            parts = cand.split()
+            if parts and shutil.which(parts[0]):
+                return [parts[0]]
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
