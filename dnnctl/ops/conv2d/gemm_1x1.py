@@ -182,10 +182,10 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
         x = aligned(inputs["x"], va_bytes)
         w = aligned(inputs["w"], vb_bytes)
         y = outputs["y"]
-        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
+        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
         res = aligned(inputs.get("residual"), 2 * eb)
         bias = inputs.get("bias")
-        ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
+        ws = cuda.workspace((ws_elems,), np.float32) if fin is not None else None
         main_run((x, w, y_out, bias, res, ws, *dims))
         if fin_go is not None:
             fin_go(ws, y_out, bias, res)

@@ -188,9 +188,9 @@ class ImplicitGemm(TiledConv):
             else:
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
-                ws = cuda.scratch((ws_elems,), np.float32) if fin is not None else None
+                ws = cuda.workspace((ws_elems,), np.float32) if fin is not None else None
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
             res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             main_run((x, w, y_out, bias, res, ws, *dims))

@@ -191,7 +191,7 @@ class ImplicitGemmWgmma(CudaConv):
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
             y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.scratch(tuple(y.shape), array_dtype(y))
+            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
             res = aligned(inputs.get("residual"), 2 * eb)
             bias = inputs.get("bias")
             ws = buf.get("ws")
