@@ -45,7 +45,7 @@ def from_numpy(a: Any) -> Any:
 
 def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwargs: Any) -> Any:
     """``fn(*tensors, **kwargs)`` with CPU tensors as NumPy views; results as torch tensors."""
-    if tensors[0].device.type != "cpu":
+    if not tensors[0].is_cpu:
         return fn(*tensors, **kwargs)
     kw = {k: to_numpy(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     return from_numpy(fn(*(to_numpy(t) for t in tensors), **kw))

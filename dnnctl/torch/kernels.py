@@ -155,9 +155,9 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None,
     cols = x.shape[-1]
 
     def run() -> torch.Tensor:
-        y = call(dops.layer_norm, (x.reshape(-1, cols).contiguous(), weight, bias), eps=eps,
-                 plan=_plan(plan))
-        return y.reshape(x.shape)
+        rows = x if x.dim() == 2 else x.reshape(-1, cols)
+        y = call(dops.layer_norm, (rows.contiguous(), weight, bias), eps=eps, plan=_plan(plan))
+        return y if rows is x else y.reshape(x.shape)
 
     return _dnn("layer_norm", x, run,
                 lambda: keys.rownorm("layer_norm", x, weight is not None, bias is not None),
@@ -169,9 +169,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     cols = x.shape[-1]
 
     def run() -> torch.Tensor:
-        y = call(dops.rms_norm, (x.reshape(-1, cols).contiguous(), weight), eps=eps,
-                 plan=_plan(plan))
-        return y.reshape(x.shape)
+        rows = x if x.dim() == 2 else x.reshape(-1, cols)
+        y = call(dops.rms_norm, (rows.contiguous(), weight), eps=eps, plan=_plan(plan))
+        return y if rows is x else y.reshape(x.shape)
 
     return _dnn("rms_norm", x, run,
                 lambda: keys.rownorm("rms_norm", x, weight is not None, False),

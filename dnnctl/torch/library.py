@@ -323,15 +323,57 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 }
 
 
+def _autograd_kernel(name: str) -> Callable[..., Any]:
+    """The op's Autograd-key kernel (what ``torch.library.register_autograd`` makes, less
+    its per-call cost): an autograd.Function when a gradient is wanted; otherwise, for plain
+    eager tensors with no dispatch mode active, the eager kernel called directly; else the
+    redispatch below autograd (fake / functional tensors under torch.compile, modes)."""
+    backward, setup = AUTOGRAD[name]
+    op = getattr(torch.ops.dnnctl, name).default
+    defaults = [a.default_value for a in op._schema.arguments]
+    eager = KERNELS[name]
+    below, after = torch._C._AutoDispatchBelowAutograd, torch._C._after_autograd_keyset
+    grad_on, any_grad = torch._C.is_grad_enabled, torch._C._any_requires_grad
+    modes = torch._C._len_torch_dispatch_stack
+    plain = torch.Tensor
+
+    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+        with below():
+            out = op.redispatch(keyset & after, *args)
+        # the dispatcher drops trailing arguments equal to their defaults: put them back
+        setup(ctx, (*args, *defaults[len(args):]), out)
+        return out
+
+    def backward_fn(ctx: Any, *grads: Any) -> Any:
+        needs = ctx.needs_input_grad
+        try:
+            ctx.needs_input_grad = needs[1:]  # without the keyset
+            result = backward(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        return (None, *result) if isinstance(result, tuple) else (None, result)
+
+    fn = type(f"DnnctlBackward_{name}", (torch.autograd.Function,),
+              {"forward": staticmethod(forward), "backward": staticmethod(backward_fn)})
+
+    def kernel(keyset: Any, *args: Any) -> Any:
+        if grad_on() and any_grad(*args):
+            return fn.apply(keyset, *args)
+        if args[0].__class__ is plain and not modes():
+            return eager(*args)
+        with below():
+            return op.redispatch(keyset & after, *args)
+
+    return kernel
+
+
 def _register() -> None:
     for name, schema in SCHEMAS.items():
         LIB.define(name + schema)
         LIB.impl(name, KERNELS[name], "CPU")
         LIB.impl(name, KERNELS[name], "CUDA")
         torch.library.register_fake(f"{NS}::{name}", FAKES[name], lib=LIB)
-        backward, setup = AUTOGRAD[name]
-        torch.library.register_autograd(f"{NS}::{name}", backward, setup_context=setup,
-                                        lib=LIB)
+        LIB.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
 
 
 _register()
