@@ -58,6 +58,25 @@ for st in "$@"; do
         2>> "$L/doctor_time.txt"; done
       python3 -m dnnctl doctor --deep > "$L/doctor_deep.txt" 2>&1
       tail -7 "$L/doctor_time.txt"; tail -12 "$L/doctor_deep.txt" ;;
+    overhead)  # host wall time per call from torch tensors vs torch itself
+      timeout "${T:-60}" python3 benchmarks/bench_torch_overhead.py --quick --out "$L/overhead.json" \
+        > "$L/overhead.md" 2>&1
+      tail -30 "$L/overhead.md" ;;
+    e2e_models)
+      timeout "${T:-120}" python3 benchmarks/bench_e2e.py --models "${MODELS:-resnet50-b32,vit_b16-b32,llama7b-decode-b8-kv2048}" \
+        --ways "${WAYS:-eager,dnnctl}" --iters 10 --out "$L/e2e.json" > "$L/e2e.md" 2>&1
+      tail -16 "$L/e2e.md" ;;
+    conv_backward)
+      timeout "${T:-120}" python3 benchmarks/bench_conv_backward.py --quick > "$L/conv_backward.md" 2>&1
+      tail -25 "$L/conv_backward.md" ;;
+    attention)
+      timeout "${T:-120}" python3 benchmarks/bench_attention.py > "$L/attention.md" 2>&1
+      tail -25 "$L/attention.md" ;;
+    onnx)
+      { dn workload from-onnx docs/examples/resnet_block.onnx --batch 32 --dtype fp16 --layout NHWC \
+          -o "$L/rb.yaml" && timeout 40 python3 -m dnnctl tune "$L/rb.yaml" --budget 15 \
+          -o "$L/rb-plan.yaml"; } > "$L/onnx.txt" 2>&1
+      echo "onnx rc=$?"; tail -4 "$L/onnx.txt" ;;
     *) echo "unknown stage $st" ;;
   esac
   echo "== $st: $(( $(date +%s) - t0 )) s"
