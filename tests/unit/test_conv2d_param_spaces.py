@@ -22,6 +22,7 @@ import pytest
 
 from dnnctl.backends import registry as base
 from dnnctl.backends.base import DeviceInfo
+from dnnctl.errors import UnsupportedError
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.op import default_params
 from dnnctl.ops.conv2d.wgrad_implicit_gemm import gather_fits
@@ -112,6 +113,14 @@ def test_gather_fit_mirrors_the_kernel():
     assert not gather_fits(128, 256, 1)
     assert gather_fits(256, 256, 1) and gather_fits(128, 256, 2) and gather_fits(128, 32, 8)
     assert not gather_fits(128, 32, 64)
+    v = get_variant("conv2d", "cupy", "wgrad_implicit_gemm")
+    p = OP.problem(dict(n=1, c=3, h=45, w=43, k=32, r=7, s=7, stride=2, pad=3,
+                        dtype="float32", tf32=True, layout="NHWC", **{"pass": "wgrad"}))
+    bad = dict(bm=32, bn=256, bk=64, warps=4, stages=3, splitk=1)
+    assert not v.valid_params(p, bad, H200)
+    assert v.valid_params(p, dict(bad, warps=8), H200)
+    with pytest.raises(UnsupportedError, match="threads per pixel row"):
+        v.build(p, bad, H200)
 
 
 class _Recorder:

@@ -21,8 +21,8 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
-from dnnctl.ops import _memory_common as mc
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_backward import ROWS_PER_CHUNK, BiasGrad
@@ -117,6 +117,9 @@ class _WgradGemm(TiledConv):
             return False
         _, splits = self._splits(g, params["bk"], params["splitk"])
         return 4 * self.slab_elems(g, splits) <= MAX_WORKSPACE
+
+    def param_space(self, problem: Problem, device: Any) -> Iterator[dict[str, Any]]:
+        return self._space(geometry(problem), device)
 
     def _space(self, g: ConvGeom, device: Any) -> Iterator[dict[str, Any]]:
         names = list(self.params)
