@@ -57,6 +57,8 @@ struct PixelGather {
   static constexpr int CPR = GEMM_BN / VEC;
   static constexpr int RSTEP = Cfg::NT / CPR;
   static constexpr int ITERS = (GEMM_BK + RSTEP - 1) / RSTEP;
+  // the host's parameter space keeps exactly these tiles (gather_fits in
+  // dnnctl/ops/conv2d/wgrad_implicit_gemm.py): BN / VEC slots must not outnumber the threads
   static_assert(GEMM_BN % VEC == 0 && Cfg::NT % CPR == 0, "column slots must map to threads");
   const T* x;  // input base (a valid address for predicated-off copies)
   const T* xg;  // + this group's first channel + this thread's channel

@@ -134,6 +134,9 @@ SPLIT_CASES = [
     ("wgrad_implicit_gemm_atomic", dict(n=2, c=8, h=16, w=16, k=16, r=3, s=3, pad=1,
                                         bias=True),
      dict(bm=16, bn=64, bk=32, warps=4, stages=3, splitk=2)),
+    # Cg = 3: single-channel gather copies; bn 256 takes all 8 warps' threads per pixel row
+    ("wgrad_implicit_gemm", dict(n=1, c=3, h=11, w=10, k=16, r=7, s=7, stride=2, pad=3),
+     dict(bm=16, bn=256, bk=32, warps=8, stages=2, splitk=1)),
 ]
 
 

@@ -13,13 +13,15 @@ Parameters as the forward implicit_gemm, with splits up to 256.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
+from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
@@ -53,6 +55,21 @@ def gemm_dims(g: ConvGeom) -> tuple[int, int, int]:
     return g.kg, g.r * g.s * g.cg, g.npq
 
 
+def gather_vec(g: ConvGeom) -> int:
+    """GEMM_VEC_B of the pixel gather: channels per copy (a power of two dividing Cg)."""
+    return vec_for(g.cg, ELEM_BYTES[g.dtype])
+
+
+def gather_fits(threads: int, bn: int, vec: int) -> bool:
+    """PixelGather's static constraint (kernels/conv2d/wgrad_implicit_gemm.cu), same
+    arithmetic: the BN / VEC column slots of a B tile map onto whole threads
+    (CPR = BN / VEC divides NT, so RSTEP = NT / CPR >= 1 rows per step)."""
+    if bn % vec:
+        return False
+    cpr = bn // vec
+    return cpr > 0 and threads % cpr == 0
+
+
 class _WgradGemm(TiledConv):
     passes = ("wgrad",)
     source = "conv2d/wgrad_implicit_gemm.cu"
@@ -70,6 +87,12 @@ class _WgradGemm(TiledConv):
             return unsupported("depthwise: one channel per group; use wgrad_depthwise")
         if g.groups > MAX_GRID_Z:
             return unsupported(f"{g.groups} groups exceed the grid limit {MAX_GRID_Z}")
+        if self.atomic and not any(True for _ in self._space(g, device)):
+            m, n, k = gemm_dims(g)
+            why = (f"N*P*Q = {k} pixels is too short to split in two (>= 2 k-tiles each)"
+                   if -(-k // min(self.params["bk"])) < 4 else
+                   f"the {m} x {n} output's tiles already fill the GPU, so no split pays")
+            return unsupported(f"split-K by atomics only: {why}; use wgrad_implicit_gemm")
         return SUPPORTED
 
     def _splits(self, g: ConvGeom, bk: int, splitk: int) -> tuple[int, int]:
@@ -83,13 +106,27 @@ class _WgradGemm(TiledConv):
         return (1 if self.atomic else splits) * g.groups * m * n
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        g = geometry(problem)
+        return self._valid(geometry(problem), params, device)
+
+    def _valid(self, g: ConvGeom, params: Mapping[str, Any], device: Any) -> bool:
         m, n, k = gemm_dims(g)
         if not self.space_ok(params, self._math(g), g.dtype, m, n, k, g.groups, device,
                              self.atomic):
             return False
+        if not gather_fits(params["warps"] * 32, params["bn"], gather_vec(g)):
+            return False
         _, splits = self._splits(g, params["bk"], params["splitk"])
         return 4 * self.slab_elems(g, splits) <= MAX_WORKSPACE
+
+    def param_space(self, problem: Problem, device: Any) -> Iterator[dict[str, Any]]:
+        return self._space(geometry(problem), device)
+
+    def _space(self, g: ConvGeom, device: Any) -> Iterator[dict[str, Any]]:
+        names = list(self.params)
+        for values in itertools.product(*(self.params[p] for p in names)):
+            cand = dict(zip(names, values))
+            if self._valid(g, cand, device):
+                yield cand
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
@@ -101,9 +138,14 @@ class _WgradGemm(TiledConv):
         while (params["splitk"] < 256 and tiles * params["splitk"] * 2 <= 2 * sms
                and ktiles >= 16 * params["splitk"]):
             params["splitk"] *= 2
-        for cand in (params, dict(params, stages=3), dict(params, splitk=1)):
-            if self.check_params(cand) is None and self.valid_params(problem, cand, device):
-                return cand
+        # a split count the pixels do not divide into evenly (split_plan gives fewer
+        # effective splits) is not in the space: step down to the largest one that is
+        splits = [s for s in self.params["splitk"] if s <= params["splitk"]][::-1]
+        for stages in dict.fromkeys((params["stages"], 3)):
+            for splitk in splits:
+                cand = dict(params, stages=stages, splitk=splitk)
+                if self.check_params(cand) is None and self.valid_params(problem, cand, device):
+                    return cand
         return next(iter(self.param_space(problem, device)), None)
 
     def workspace(self, g: ConvGeom, splits: int) -> Workspace:
@@ -123,7 +165,12 @@ class _WgradGemm(TiledConv):
         m, n, _ = gemm_dims(g)
         kchunk, splits = self._splits(g, cfg.bk, params["splitk"])
         eb = ELEM_BYTES[g.dtype]
-        vec_a, vec_b = vec_for(g.kg, eb), vec_for(g.cg, eb)
+        vec_a, vec_b = vec_for(g.kg, eb), gather_vec(g)
+        if not gather_fits(cfg.threads, cfg.bn, vec_b):
+            raise UnsupportedError(
+                f"conv2d/{self.name}: bn={cfg.bn} with {vec_b}-channel copies (Cg={g.cg}) "
+                f"needs {cfg.bn // vec_b} threads per pixel row, more than the block's "
+                f"{cfg.threads}; use more warps or a narrower bn")
         out = OUT_STORE if splits == 1 else (OUT_ATOMIC if self.atomic else OUT_PARTIAL)
         defines = {
             "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
