@@ -188,8 +188,18 @@ def test_every_wgrad_gemm_parameter_set_compiles(dtype, monkeypatch):
                     for params in v.param_space(p, H200):
                         v.build(p, params, H200)
                         sets += 1
-    builds = sorted(b for b in rec.builds if b[0] == "conv2d/wgrad_implicit_gemm.cu")
-    assert sets > 500 and len(builds) > 100, (sets, len(builds))
+    # one build per loader / warp geometry (the defines the gathers' static constraints
+    # read); DNNCTL_NVRTC_ALL=1 compiles every distinct set instead (minutes)
+    every = os.environ.get("DNNCTL_NVRTC_ALL") == "1"
+    geometry_defs = ("DNNCTL_DTYPE", "GEMM_BN", "GEMM_BK", "GEMM_VEC_A", "GEMM_VEC_B",
+                     "GEMM_WM", "GEMM_WN")
+    geometry = {}
+    for b in sorted(rec.builds):
+        if b[0] == "conv2d/wgrad_implicit_gemm.cu":
+            key = b[1] if every else tuple(kv for kv in b[1] if kv[0] in geometry_defs)
+            geometry.setdefault(key, b)
+    builds = list(geometry.values())
+    assert sets > 500 and len(builds) > 8, (sets, len(builds))
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda b: nvrtc_compile(src, _opts(b[1]), []), builds))
     failures = [f"{dict(b[1])}:\n{log[-1500:]}" for b, (ok, log) in zip(builds, results)
