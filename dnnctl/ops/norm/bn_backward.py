@@ -4,8 +4,8 @@ Inputs: ``dy``, ``x`` (the tensor shape of the key), ``weight`` (affine) and the
 ``save_mean`` / ``save_invstd`` (C,) fp32. Outputs: ``dx`` in x's dtype, ``dweight`` /
 ``dbias`` (C,) fp32 (affine). CUDA variant (kernels/norm/bn_backward.cu): ``bwd_reduce_dx``
 (partial sums of dy and dy (x - mean) per (split, channel), folded by the last block of each
-channel tile into the parameter gradients and dx = a dy + b x + c0 coefficients, then one
-vector stream for dx: two launches, x and dy read twice). CPU variant: ``bwd_numpy``.
+channel tile into the parameter gradients and dx = a dy + b (x - mean) + c0 coefficients,
+then one vector stream for dx: two launches, x and dy read twice). CPU variant: ``bwd_numpy``.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ class BnBwdReduceDx(Variant):
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
                    db: Any) -> None:
                 red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef))
-                dx((dy, x, coef, dxa, *ddims))
+                dx((dy, x, mean, coef, dxa, *ddims))
 
             return go
 

@@ -205,10 +205,10 @@ class GnBwdSumsDx(Variant):
             def go(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any,
                    db: Any) -> None:
                 red((dy, x, mean, part, *rdims))
-                co((part, mean, rstd, w, coef, *cdims))
+                co((part, rstd, w, coef, *cdims))
                 if affine:
                     pa((part, rstd, dw, db, *pdims))
-                dxk((dy, x, w, rstd, coef, dx, *ddims))
+                dxk((dy, x, w, mean, rstd, coef, dx, *ddims))
 
             return go
 
