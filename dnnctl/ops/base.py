@@ -307,8 +307,19 @@ class Op(ABC):
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """float64 numpy reference of every output (inputs are upcast by the caller)."""
 
+    def error_scale(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Per output (only those that need one): the float64 magnitude of the terms each
+        element is the sum of, e.g. rstd (|g| + |mean(g)| + |xhat mean(g xhat)|) for a norm's
+        dx. Where the terms cancel (a row of length 1, two elements per channel) the result is
+        tiny or zero while a correct kernel's rounding error stays relative to the terms, so
+        errors are measured against max(|ref|, scale) (see :func:`rel_norm_error`). Inputs are
+        upcast as for :meth:`reference`. Default: none (errors relative to |ref|)."""
+        return {}
+
     def tolerance(self, problem: Problem, output: str) -> float:
-        """Allowed ‖out − ref‖ / ‖ref‖ for ``output``, by the problem's dtype."""
+        """Allowed ‖out − ref‖ / ‖max(|ref|, scale)‖ for ``output`` (scale: see
+        :meth:`error_scale`), by the problem's dtype."""
         dtype = problem.get("dtype", "float32")
         return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}.get(dtype, 1e-5)
 
@@ -424,11 +435,15 @@ class VerifyResult:
     errors: dict[str, float] = field(default_factory=dict)
 
 
-def rel_norm_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """‖out − ref‖ / ‖ref‖ in float64; NaN/inf where the reference is finite gives inf.
+def rel_norm_error(out: np.ndarray, ref: np.ndarray, scale: np.ndarray | None = None) -> float:
+    """‖out − ref‖ / ‖max(|ref|, scale)‖ in float64; NaN/inf where the reference is finite
+    gives inf.
 
-    Positions where the reference itself is NaN/inf must hold the same non-finite value
-    (propagation); they are excluded from the norm.
+    ``scale`` (optional, ref's shape or broadcastable) is the magnitude of the terms each
+    output element is the sum of (see :meth:`Op.error_scale`): where they cancel, the rounding
+    error of a correct kernel is relative to them, not to the (small or zero) result. Without
+    it the denominator is ‖ref‖. Positions where the reference itself is NaN/inf must hold the
+    same non-finite value (propagation); they are excluded from the norms.
     """
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
@@ -443,24 +458,37 @@ def rel_norm_error(out: np.ndarray, ref: np.ndarray) -> float:
     o, r = out[good], ref[good]
     if not np.all(np.isfinite(o)):
         return math.inf
-    denom = float(np.linalg.norm(r))
+    denom = error_norm(ref, scale)
     diff = float(np.linalg.norm(o - r))
     if denom == 0.0:
         return 0.0 if diff == 0.0 else math.inf
     return diff / denom
 
 
+def error_norm(ref: np.ndarray, scale: np.ndarray | None = None) -> float:
+    """The denominator of :func:`rel_norm_error`: ‖max(|ref|, scale)‖ over the positions
+    where the reference is finite (‖ref‖ without a scale)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    mag = np.abs(ref)
+    if scale is not None:
+        with np.errstate(invalid="ignore"):
+            mag = np.fmax(mag, np.broadcast_to(np.asarray(scale, np.float64), ref.shape))
+    good = np.isfinite(ref) & np.isfinite(mag)
+    return float(np.linalg.norm(mag[good]))
+
+
 def verify_outputs(op: Op, problem: Problem, outputs: Mapping[str, np.ndarray],
-                   refs: Mapping[str, np.ndarray]) -> VerifyResult:
-    """Compare every output against the reference with the op's tolerance."""
+                   refs: Mapping[str, np.ndarray],
+                   scales: Mapping[str, np.ndarray] | None = None) -> VerifyResult:
+    """Compare every output against the reference with the op's tolerance (relative to the
+    output's error scale where the op gives one, see :meth:`Op.error_scale`)."""
     errors: dict[str, float] = {}
     bad = []
     for name, ref in refs.items():
-        err = rel_norm_error(outputs[name], ref)
+        err = rel_norm_error(outputs[name], ref, (scales or {}).get(name))
         errors[name] = err
         tol = op.tolerance(problem, name)
         if not err <= tol:
             bad.append(f"{name}: rel err {err:.3g} > tol {tol:.3g}")
     worst = max(errors.values(), default=0.0)
     return VerifyResult(not bad, worst, "; ".join(bad), errors)
-

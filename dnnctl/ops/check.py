@@ -1,13 +1,14 @@
 """Verification of one candidate against the float64 reference (tests and the tuner use it).
 
 Fresh random inputs every call, outputs poisoned with NaN before the run, every output
-compared by relative norm error against the op's tolerance.
+compared by relative norm error against the op's tolerance (relative to the magnitude of
+the terms that cancel where the op declares one: ``Op.error_scale``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ class Prepared:
     outputs: dict[str, Any]
     attrs: dict[str, Any]
     refs: dict[str, np.ndarray]
+    scales: dict[str, np.ndarray] = field(default_factory=dict)  # see Op.error_scale
 
 
 def prepare(op: Op, problem: Problem, backend: Backend, rng: np.random.Generator,
@@ -32,18 +34,20 @@ def prepare(op: Op, problem: Problem, backend: Backend, rng: np.random.Generator
     """Fresh inputs on ``backend``, NaN-poisoned outputs, and (optionally) the reference."""
     host = op.make_inputs(problem, rng)
     attrs = dict(op.default_attrs(problem), **(attrs or {}))
-    refs = {}
+    refs: dict[str, np.ndarray] = {}
+    scales: dict[str, np.ndarray] = {}
     if with_reference:
         up = {k: v.astype(np.float64) if v.dtype.kind == "f" or str(v.dtype) == "bfloat16"
               else v for k, v in host.items()}
         refs = op.reference(problem, up, attrs)
+        scales = op.error_scale(problem, up, attrs)
     inputs = {k: backend.asarray(v) for k, v in host.items()}
     outputs = {}
     for name, spec in op.output_specs(problem).items():
         arr = backend.empty(spec.shape, np_dtype(spec.dtype))
         backend.poison(arr)
         outputs[name] = arr
-    return Prepared(host, inputs, outputs, attrs, refs)
+    return Prepared(host, inputs, outputs, attrs, refs, scales)
 
 
 def run_and_verify(op: Op, problem: Problem, kernel: Kernel, backend: Backend,
@@ -54,7 +58,7 @@ def run_and_verify(op: Op, problem: Problem, kernel: Kernel, backend: Backend,
     kernel(prep.inputs, prep.outputs, prep.attrs)
     backend.synchronize()
     got = {k: backend.to_numpy(v) for k, v in prep.outputs.items()}
-    return verify_outputs(op, problem, got, prep.refs)
+    return verify_outputs(op, problem, got, prep.refs, prep.scales)
 
 
 def check_variant(op: Op, problem: Problem, variant: Any, params: Mapping[str, Any],

@@ -32,8 +32,8 @@ PASS_FIELD = Field("str", "forward", choices=("forward", "backward"),
                    doc="forward | backward (gradients of the inputs and parameters)")
 
 # methods of an Op that take the problem first and branch on the pass
-SPLIT = ("input_specs", "output_specs", "make_inputs", "reference", "tolerance", "flops",
-         "min_bytes", "default_choice", "default_attrs")
+SPLIT = ("input_specs", "output_specs", "make_inputs", "reference", "error_scale", "tolerance",
+         "flops", "min_bytes", "default_choice", "default_attrs")
 
 
 class BackwardSpec:
@@ -61,6 +61,11 @@ class BackwardSpec:
     def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         raise NotImplementedError
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """See :meth:`Op.error_scale` (default: none)."""
+        return {}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
         return Op.tolerance(op, problem, output)
@@ -135,6 +140,16 @@ def f64(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 GRAD_TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2.4e-2}
+
+
+def term_scale(*terms: np.ndarray) -> np.ndarray:
+    """sum |t| of the (broadcast) terms an output element is the sum of: the scale its
+    rounding error is relative to when they cancel (:meth:`Op.error_scale`)."""
+    with np.errstate(all="ignore"):
+        out = np.abs(terms[0])
+        for t in terms[1:]:
+            out = out + np.abs(t)
+    return out
 
 
 class NumpyBackward(Variant):

@@ -29,7 +29,7 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.dispatch import bind, run
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64, term_scale
 from dnnctl.ops.registry import register_variant
 
 
@@ -39,6 +39,15 @@ def softmax_backward_numpy(y: np.ndarray, dy: np.ndarray, log: bool) -> np.ndarr
         if log:
             return dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)
         return y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+
+
+def softmax_dx_scale(y: np.ndarray, dy: np.ndarray, log: bool) -> np.ndarray:
+    """|y| (|dy| + |sum(dy y)|) (log_softmax: |dy| + |exp(y) sum(dy)|): the terms dx is the
+    sum of (a row of length 1 has y = 1 (0 for log) and dx = 0 exactly)."""
+    with np.errstate(all="ignore"):
+        if log:
+            return term_scale(dy, np.exp(y) * dy.sum(axis=-1, keepdims=True))
+        return np.abs(y) * term_scale(dy, (dy * y).sum(axis=-1, keepdims=True))
 
 
 class SoftmaxBackward(BackwardSpec):
@@ -64,6 +73,11 @@ class SoftmaxBackward(BackwardSpec):
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         up = f64(inputs)
         return {"dx": softmax_backward_numpy(up["y"], up["dy"], problem["log"])}
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        up = f64(inputs)
+        return {"dx": softmax_dx_scale(up["y"], up["dy"], problem["log"])}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
         return GRAD_TOL[problem["dtype"]]

@@ -34,7 +34,15 @@ import numpy as np
 from dnnctl.backends.base import Backend, DeviceInfo
 from dnnctl.backends.registry import require_backend
 from dnnctl.ops import registry
-from dnnctl.ops.base import Kernel, Op, Problem, VerifyResult, np_dtype, verify_outputs
+from dnnctl.ops.base import (
+    Kernel,
+    Op,
+    Problem,
+    VerifyResult,
+    error_norm,
+    np_dtype,
+    verify_outputs,
+)
 from dnnctl.ops.check import Prepared, prepare
 from dnnctl.tune.candidates import Candidate
 from dnnctl.tune.select import combine_rounds
@@ -53,6 +61,7 @@ class Evaluator:
         self.op: Op | None = None
         self.prep: Prepared | None = None
         self.refs_dev: dict[str, Any] | None = None
+        self.denoms: dict[str, float] = {}
 
     def handle(self, req: Mapping[str, Any]) -> dict[str, Any]:
         cmd = req.get("cmd")
@@ -86,6 +95,8 @@ class Evaluator:
             xp = self.backend.xp
             self.refs_dev = {k: xp.asarray(v, dtype=xp.float64) for k, v in
                              self.prep.refs.items()}
+            self.denoms = {k: error_norm(v, self.prep.scales.get(k))
+                           for k, v in self.prep.refs.items()}
         self.problem, self.op = problem, op
         return {"status": "ok", "elapsed_s": time.perf_counter() - t0}
 
@@ -94,10 +105,10 @@ class Evaluator:
         """Every output against the float64 reference with the op's tolerance."""
         if self.refs_dev is None:
             got = {k: self.backend.to_numpy(v) for k, v in outputs.items()}
-            return verify_outputs(op, problem, got, prep.refs)
+            return verify_outputs(op, problem, got, prep.refs, prep.scales)
         errors, bad = {}, []
         for name, ref in self.refs_dev.items():
-            err = rel_err_xp(self.backend.xp, outputs[name], ref)
+            err = rel_err_xp(self.backend.xp, outputs[name], ref, self.denoms.get(name))
             errors[name] = err
             tol = op.tolerance(problem, name)
             if not err <= tol:
@@ -216,10 +227,11 @@ class Evaluator:
                 "traceback": tb[-3000:], "fatal": fatal, "elapsed_s": time.perf_counter() - t0}
 
 
-def rel_err_xp(xp: Any, out: Any, ref: Any) -> float:
+def rel_err_xp(xp: Any, out: Any, ref: Any, denom: float | None = None) -> float:
     """:func:`dnnctl.ops.base.rel_norm_error` computed with ``xp`` (on the device for CuPy):
-    ‖out − ref‖ / ‖ref‖ in float64; non-finite reference positions must be matched exactly
-    and are left out of the norms; NaN / inf elsewhere gives inf."""
+    ‖out − ref‖ / ‖ref‖ in float64 (``denom`` replaces ‖ref‖: the op's error scale, see
+    :func:`dnnctl.ops.base.error_norm`); non-finite reference positions must be matched
+    exactly and are left out of the norms; NaN / inf elsewhere gives inf."""
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
     out = out.astype(xp.float64)
@@ -232,7 +244,8 @@ def rel_err_xp(xp: Any, out: Any, ref: Any) -> float:
         out, ref = out[good], ref[good]
     if not bool(xp.all(xp.isfinite(out))):
         return math.inf
-    denom = float(xp.linalg.norm(ref.ravel()))
+    if denom is None:
+        denom = float(xp.linalg.norm(ref.ravel()))
     diff = float(xp.linalg.norm((out - ref).ravel()))
     if denom == 0.0:
         return 0.0 if diff == 0.0 else math.inf

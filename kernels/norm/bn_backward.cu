@@ -1,12 +1,14 @@
 // batch_norm training backward with the forward's saved mean / invstd (fp32 (C,)):
 //   xhat = (x - mean) * invstd, dweight = sum(dy * xhat), dbias = sum(dy) over (N, H, W),
-//   dx = w * invstd * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M)  =  a dy + b x + c0.
+//   dx = w * invstd * (dy - sum(dy) / M - xhat * sum(dy * xhat) / M)
+//      = a dy + b (x - mean) + c0  (x - mean per element, as the sums take it: folding b mean
+//        into c0 would cancel b x against it and lose the bits of mean / std).
 // Two launches, dy and x read twice:
 //   bn_bwd_reduce_{planes,rows}: partial (sum dy, sum dy * (x - mean)) per (split, channel)
 //     (split-major: part[(s * C + c) * 2 + {0, 1}]); the last block of each channel tile to
 //     finish folds the tile's partials in a fixed order (<dnnctl/lastblock.cuh>) and writes
 //     dweight / dbias and the dx coefficients (a, b, c0) of its channels;
-//   bn_bwd_dx: a vector stream over dy and x writing dx.
+//   bn_bwd_dx: a vector stream over dy and x (and the channel's mean) writing dx.
 // Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC). Host: the channel's inner extent
 // (hw for NCHW, C for NHWC) % VEC == 0 and VEC-aligned x / dy / dx (else VEC = 1); the
 // counters (one int per tile) zero before the first launch (each launch leaves them zero).
@@ -22,7 +24,7 @@
 using namespace dnnctl;
 
 __device__ __forceinline__ void bn_bwd_finish(int c, float s1, float s2, float count,
-                                              const float* mean, const float* invstd,
+                                              const float* invstd,
                                               const float* w, float* dw, float* db,
                                               float* coef) {
   const float is = invstd[c];
@@ -34,7 +36,7 @@ __device__ __forceinline__ void bn_bwd_finish(int c, float s1, float s2, float c
   const float b = -a * is * is * s2 / count;
   coef[c * 3] = a;
   coef[c * 3 + 1] = b;
-  coef[c * 3 + 2] = -a * s1 / count - b * mean[c];
+  coef[c * 3 + 2] = -a * s1 / count;
 }
 
 // NCHW: grid (C, S); a block walks vectors k = s*BLOCK + t, stride S*BLOCK, of the channel's
@@ -79,7 +81,7 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
   }
   a = block_sum<BLOCK / 32>(a, red);
   b = block_sum<BLOCK / 32>(b, red);
-  if (threadIdx.x == 0) bn_bwd_finish(c, a, b, (float)total * VEC, mean, invstd, w, dw, db, coef);
+  if (threadIdx.x == 0) bn_bwd_finish(c, a, b, (float)total * VEC, invstd, w, dw, db, coef);
 }
 
 // NHWC: x as M rows of C; grid (S, tiles). A tile is 128 bytes of a row: TX = min(C / VEC,
@@ -143,7 +145,7 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   const int c0 = blockIdx.y * tx_n * VEC;
   fold_tile<BLOCK, CT>(part, gridDim.x, C, c0, sw);
   for (int j = threadIdx.x; j < tx_n * VEC && c0 + j < C; j += BLOCK)
-    bn_bwd_finish(c0 + j, sw[j], sw[CT + j], (float)M, mean, invstd, w, dw, db, coef);
+    bn_bwd_finish(c0 + j, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
 }
 
 // A grid-stride vector stream; the channel of vector k is (k * VEC / hw) % C (NCHW) or
@@ -151,7 +153,8 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
 template <int BLOCK, int VEC, typename I>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
-          const float* __restrict__ coef, elem_t* __restrict__ dx, I nvec, int C, int hw) {
+          const float* __restrict__ mean, const float* __restrict__ coef,
+          elem_t* __restrict__ dx, I nvec, int C, int hw) {
   for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
     float g[VEC], v[VEC];
     load_vec<LD_NC, VEC>(dy + k * VEC, g);
@@ -160,7 +163,7 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     for (int i = 0; i < VEC; ++i) {
       const int c = LAYOUT ? (int)((k * VEC + i) % C) : (int)((k * VEC / hw) % C);
       const float* q = coef + c * 3;
-      g[i] = __ldg(q) * g[i] + __ldg(q + 1) * v[i] + __ldg(q + 2);
+      g[i] = __ldg(q) * g[i] + __ldg(q + 1) * (v[i] - __ldg(mean + c)) + __ldg(q + 2);
     }
     store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
   }

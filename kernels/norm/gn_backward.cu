@@ -1,6 +1,8 @@
 // group_norm backward with the forward's per-(sample, group) mean / rstd (fp32 (N, G)):
 //   xhat = (x - mean) * rstd, g = dy * w[c]; over the M = C/G * H * W elements of a group
-//   dx = rstd * (g - sum(g) / M - xhat * sum(g * xhat) / M) = A[n, c] dy + B[n, g] x + C0[n, g]
+//   dx = rstd * (g - sum(g) / M - xhat * sum(g * xhat) / M)
+//      = A[n, c] dy + B[n, g] (x - mean[n, g]) + C0[n, g]  (x - mean per element: folding
+//        B mean into C0 would cancel B x against it and lose the bits of mean / std)
 //   dweight[c] = sum over (n, h, w) of dy * xhat, dbias[c] = sum of dy.
 // gn_bwd_planes (NCHW: a block per (c, n) plane) / gn_bwd_pixels (NHWC: 32 channel lanes by
 //   BLOCK / 32 pixel lanes) write per-(n, c) sums (sum dy, sum dy * (x - mean)) to
@@ -74,13 +76,12 @@ gn_bwd_pixels(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
 }
 
 __global__ void __launch_bounds__(128)
-gn_bwd_coef(const float* __restrict__ part, const float* __restrict__ mean,
-            const float* __restrict__ rstd, const float* __restrict__ w,
+gn_bwd_coef(const float* __restrict__ part, const float* __restrict__ rstd, const float* __restrict__ w,
             float* __restrict__ coef, int N, int C, float count) {
   const int t = blockIdx.x * 128 + threadIdx.x;
   if (t >= N * GROUPS) return;
   const int n = t / GROUPS, g = t % GROUPS, cpg = C / GROUPS;
-  const float rs = rstd[t], m = mean[t];
+  const float rs = rstd[t];
   float s1 = 0.f, s2 = 0.f;
   for (int c = g * cpg; c < (g + 1) * cpg; ++c) {
     const float wc = AFFINE ? w[c] : 1.f;
@@ -89,7 +90,7 @@ gn_bwd_coef(const float* __restrict__ part, const float* __restrict__ mean,
   }
   const float b = -rs * rs * s2 / count;
   coef[t * 2] = b;
-  coef[t * 2 + 1] = -rs * s1 / count - b * m;
+  coef[t * 2 + 1] = -rs * s1 / count;
 }
 
 __global__ void __launch_bounds__(128)
@@ -110,8 +111,9 @@ gn_bwd_params(const float* __restrict__ part, const float* __restrict__ rstd,
 template <int BLOCK, int VEC, typename I>
 __global__ void __launch_bounds__(BLOCK)
 gn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
-          const float* __restrict__ w, const float* __restrict__ rstd,
-          const float* __restrict__ coef, elem_t* __restrict__ dx, I nvec, int C, int hw) {
+          const float* __restrict__ w, const float* __restrict__ mean,
+          const float* __restrict__ rstd, const float* __restrict__ coef,
+          elem_t* __restrict__ dx, I nvec, int C, int hw) {
   const int cpg = C / GROUPS;
   for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
     float g[VEC], v[VEC];
@@ -124,7 +126,8 @@ gn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
       const int n = (int)(e / ((I)hw * C));
       const int t = n * GROUPS + c / cpg;
       const float a = __ldg(rstd + t) * (AFFINE ? __ldg(w + c) : 1.f);
-      g[i] = a * g[i] + __ldg(coef + 2 * t) * v[i] + __ldg(coef + 2 * t + 1);
+      g[i] = a * g[i] + __ldg(coef + 2 * t) * (v[i] - __ldg(mean + t)) +
+             __ldg(coef + 2 * t + 1);
     }
     store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
   }

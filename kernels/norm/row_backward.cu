@@ -10,6 +10,9 @@
 //   column per lane (coalesced along the row), BLOCK / 32 row lanes folded in shared memory.
 // norm_bwd_finish: sums the P partial rows per column in a fixed order (deterministic) and
 //   writes dweight / dbias in the parameters' dtype.
+// g = dy * w is rounded once (__fmul_rn, never contracted into an FMA) so the g in the sums
+//   and the g of dx are one value: a row of length 1 (xhat = 0, mean(g) = g) gives dx = 0
+//   exactly, as the formula does (an FMA-fused g - mean(g) left the product's rounding error).
 // Defines: DNNCTL_DTYPE, RMS, HAS_W, HAS_B. Host: cols % VEC == 0, VEC-aligned pointers.
 #include <dnnctl/memory.cuh>
 
@@ -72,7 +75,7 @@ norm_bwd_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
             dwa[PART ? j : 0][i] += gv[j][i] * xh;
             dba[PART ? j : 0][i] += gv[j][i];
           }
-          const float g = HAS_W ? gv[j][i] * wv[i] : gv[j][i];
+          const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
           s1 += g;
           s2 += g * xh;
         }
@@ -90,7 +93,7 @@ norm_bwd_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
             const float xh = (xv[j][i] - m) * rs;
-            const float g = HAS_W ? gv[j][i] * wv[i] : gv[j][i];
+            const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
             xv[j][i] = rs * (g - (RMS ? 0.f : s1) - xh * s2);
           }
           store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv[j]);
@@ -182,7 +185,7 @@ norm_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float g = HAS_W ? gv[i] * wv[i] : gv[i];
+      const float g = HAS_W ? __fmul_rn(gv[i], wv[i]) : gv[i];
       s1 += g;
       s2 += g * (xv[i] - m) * rs;
     }
@@ -197,7 +200,7 @@ norm_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float g = HAS_W ? gv[i] * wv[i] : gv[i];
+      const float g = HAS_W ? __fmul_rn(gv[i], wv[i]) : gv[i];
       xv[i] = rs * (g - (RMS ? 0.f : s1) - (xv[i] - m) * rs * s2);
     }
     store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv);

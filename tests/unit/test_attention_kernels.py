@@ -190,3 +190,30 @@ def test_every_build_family_compiles_with_nvrtc(monkeypatch):
             ok, log = nvrtc_compile(kernels_dir() / src, opts, [])
             assert ok, f"{src} {arch} {dict(defs)}:\n{log}"
     sys.modules.pop("tools.nvrtc_check", None)
+
+
+@needs_emu
+@pytest.mark.parametrize(("name", "key", "params", "launches"), [
+    ("mma", EMU_CASES[0][1], EMU_CASES[0][2], 1),
+    ("decode", EMU_CASES[7][1], EMU_CASES[7][2], 2),  # split-KV: attn_fwd + attn_combine
+    ("mma_bwd", dict(BWD_CASES[0][0], **{"pass": "backward"}), BWD_CASES[0][1], 3),
+])
+def test_kernels_launch_through_the_cuda_seam(emu, name, key, params, launches):
+    """The attention kernels are flat_io (the dispatcher hands them the caller's arrays: torch
+    CUDA tensors as they are), so they must launch through backends.cuda.Launch, which takes
+    a torch tensor by data_ptr() on the call's stream; a direct CuPy RawKernel call raised
+    "Unsupported type <class 'torch.Tensor'>" on the H200."""
+    import numpy as np
+
+    from dnnctl.ops import _memory_common as mc
+    from dnnctl.ops.check import prepare
+
+    p = OP.problem(key)
+    dev = emu.device(0)
+    kern = get_variant("attention", "cupy", name).build(p, params, dev)
+    assert kern.flat_io
+    prep = prepare(OP, p, emu, np.random.default_rng(0), with_reference=False)
+    with mc.traced_launches() as log:
+        kern(prep.inputs, prep.outputs, prep.attrs)
+    assert len(log) == launches
+    assert all(np.isfinite(np.asarray(v, np.float64)).all() for v in prep.outputs.values())

@@ -94,3 +94,29 @@ def test_torch_tensors_in_torch_tensors_out() -> None:
     assert torch.allclose(dx, want, atol=1e-6)
 
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_avg_pool2d_backward_nhwc_on_channels_last_torch_tensors(dtype: str) -> None:
+    """The NHWC avg-pool backward on torch CPU tensors (the channels_last storage of an NCHW
+    tensor, as a model holds it) against torch's float64 autograd with padding, ceil mode and
+    count_include_pad=False. (torch <= 2.11's CUDA channels_last avg-pool backward is the
+    one that is wrong with padding, pytorch/pytorch#188344; its CPU kernel is right.)"""
+    import dnnctl.ops as o
+
+    gen = torch.Generator().manual_seed(3)
+    dt = getattr(torch, dtype)
+    x = (torch.randn(2, 16, 15, 17, generator=gen) * 2).to(dt)
+    xl = x.contiguous(memory_format=torch.channels_last)  # NCHW shape, NHWC memory
+    nhwc = xl.permute(0, 2, 3, 1)  # the same memory as a contiguous NHWC tensor
+    assert nhwc.is_contiguous()
+    t = x.double().requires_grad_(True)
+    y = F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+    dy = torch.randn(y.shape, generator=gen, dtype=torch.float64)
+    y.backward(dy)
+    dx = o.avg_pool2d_backward(dy.permute(0, 2, 3, 1).contiguous().to(dt), nhwc.shape, 3, 2,
+                               1, ceil_mode=True, count_include_pad=False, layout="NHWC")
+    assert isinstance(dx, torch.Tensor) and dx.dtype == dt and dx.shape == nhwc.shape
+    want = t.grad.permute(0, 2, 3, 1)
+    err = float((dx.double() - want).norm() / want.norm())
+    assert err < (1e-6 if dtype == "float32" else 8e-3)

@@ -420,3 +420,48 @@ def test_nan_and_inf_propagate_like_the_reference(emu: Any, op_name: str, key: d
                        op.default_attrs(problem))["y"]
     assert np.isnan(ref).any() or np.isinf(ref).any()
     assert rel_norm_error(out["y"], ref) <= op.tolerance(problem, "y")
+
+
+@pytest.mark.parametrize("op_name,key", [
+    ("batch_norm", {"n": 3, "c": 24, "h": 5, "w": 3, "dtype": "float32", "layout": "NHWC",
+                    "training": True, "pass": "backward"}),
+    ("group_norm", {"n": 2, "c": 8, "h": 3, "w": 3, "groups": 2, "dtype": "float32",
+                    "layout": "NHWC", "pass": "backward"}),
+])
+def test_norm_backward_dx_keeps_an_offset_channel_accurate(emu: Any, op_name: str,
+                                                            key: dict) -> None:
+    """x = 1e3 + N(0, 1): dx subtracts the mean per element (a folded b x + (c0 - b mean)
+    cancels b x against b mean and loses ~10 bits)."""
+    from dnnctl.ops.base import rel_norm_error
+    from dnnctl.ops.registry import get_op
+
+    op = get_op(op_name)
+    problem = op.problem(key)
+    dev = emu.device(0)
+    choice = op.default_choice(problem, "cupy", dev)
+    from dnnctl.ops.registry import get_variant
+
+    kernel = get_variant(op_name, "cupy", choice.variant).build(problem, choice.param_dict,
+                                                               dev)
+    rng = np.random.default_rng(3)
+    ins = op.make_inputs(problem, rng)
+    ins["x"] = (ins["x"] + np.float32(1e3)).astype(np.float32)
+    stats = ("save_mean", "save_invstd") if op_name == "batch_norm" else ("mean", "rstd")
+    if op_name == "batch_norm":
+        from dnnctl.ops.norm import _spatial as sp
+
+        xf = ins["x"].astype(np.float64)
+        axes = sp.reduce_axes(problem)
+        mean = xf.mean(axis=axes)
+        var = np.square(xf - mean.reshape(sp.channel_shape(problem))).mean(axis=axes)
+    else:
+        from dnnctl.ops.norm.gn_backward import gn_stats
+
+        mean, rstd = gn_stats(problem, ins["x"], op.attrs["eps"])
+        var = 1 / rstd**2 - op.attrs["eps"]
+    ins[stats[0]] = mean.astype(np.float32)
+    ins[stats[1]] = (1 / np.sqrt(var + op.attrs["eps"])).astype(np.float32)
+    out = {k: np.full(s.shape, np.nan, np.float32) for k, s in op.output_specs(problem).items()}
+    kernel(ins, out, op.default_attrs(problem))
+    ref = op.reference(problem, {k: v.astype(np.float64) for k, v in ins.items()}, {})["dx"]
+    assert rel_norm_error(out["dx"], ref) < 1e-6

@@ -43,6 +43,8 @@ using std::max;
 using std::min;
 
 #define __expf(x) expf(x)  // CUDA's fast exp; glibc declares but does not export __expf
+// a product rounded once, never contracted into an FMA (x86-64 without -mfma never fuses)
+inline float __fmul_rn(float a, float b) { return a * b; }
 
 namespace emu {
 

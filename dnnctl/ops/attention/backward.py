@@ -106,7 +106,11 @@ class BackwardKernel:
                 fn.max_dynamic_shared_size_bytes = sm
         b, hq, hkv, sq, skv = p["batch"], p["heads_q"], p["heads_kv"], p["seq_q"], p["seq_kv"]
         self.p, self.bm, self.bn = p, bm, bn
-        self.grids = ((-(-sq // 4), hq, b), (-(-skv // bn), hkv, b), (-(-sq // bm), hq, b))
+        grids = ((-(-sq // 4), hq, b), (-(-skv // bn), hkv, b), (-(-sq // bm), hq, b))
+        # launched through the CUDA seam: torch CUDA tensors go by data_ptr (flat path)
+        self.dot_l = cuda.Launch(self.dot, grids[0], (128, 1, 1))
+        self.dkdv_l = cuda.Launch(self.dkdv, grids[1], (bn // 16 * 32, 1, 1), self.smem[0])
+        self.dq_l = cuda.Launch(self.dq, grids[2], (bm // 16 * 32, 1, 1), self.smem[1])
         st = strides(p)
         self.qkvo = [np.int64(x) for n in ("q", "k", "v", "out") for x in st[n]]
         self.ls = [np.int64(st["lse"][0]), np.int64(st["lse"][1])]
@@ -120,12 +124,9 @@ class BackwardKernel:
         sizes = (np.int32(p["seq_q"]), np.int32(p["seq_kv"]))
         tail = (*sizes, np.int32(p["heads_q"] // p["heads_kv"]), np.int32(p["window"]),
                 np.float32(attn_scale(p, attrs)), np.float32(p["softcap"]))
-        self.dot(self.grids[0], (128, 1, 1), (
+        self.dot_l((
             inputs["out"], inputs["dout"], dvec, cq, ck, *self.qkvo[9:12], *self.ls, *sizes))
         common = (inputs["q"], inputs["k"], inputs["v"], inputs["dout"], inputs["lse"], dvec)
-        self.dkdv(self.grids[1], (self.bn // 16 * 32, 1, 1), (
-            *common, outputs["dk"], outputs["dv"], cq, ck, *self.qkvo, *self.ls, *tail),
-            shared_mem=self.smem[0])
-        self.dq(self.grids[2], (self.bm // 16 * 32, 1, 1), (
-            *common, outputs["dq"], cq, ck, *self.qkvo, *self.ls, *tail),
-            shared_mem=self.smem[1])
+        self.dkdv_l((
+            *common, outputs["dk"], outputs["dv"], cq, ck, *self.qkvo, *self.ls, *tail))
+        self.dq_l((*common, outputs["dq"], cq, ck, *self.qkvo, *self.ls, *tail))

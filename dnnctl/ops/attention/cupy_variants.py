@@ -120,13 +120,18 @@ class FlashKernel:
         if self.smem > 48 * 1024:
             self.fn.max_dynamic_shared_size_bytes = self.smem
         self.splits = params.get("splits", 1)
-        self.combine = mod.get_function("attn_combine") if self.splits > 1 else None
         self.p, self.bm, self.bn = p, params["bm"], params["bn"]
         g = p["heads_q"] // p["heads_kv"]
         rows = p["seq_q"] * g if pack else p["seq_q"]
         mblocks = -(-rows // self.bm)
         self.grid = (mblocks * self.splits, p["heads_kv"] if pack else p["heads_q"], p["batch"])
         self.block = (self.bm // params.get("wm", 16) * 32, 1, 1)
+        # launched through the CUDA seam: torch CUDA tensors (the dispatcher's flat path)
+        # go by data_ptr on the call's stream, as every other op's arrays
+        self.fwd = cuda.Launch(self.fn, self.grid, self.block, self.smem)
+        nrows = p["batch"] * p["heads_q"] * p["seq_q"]
+        self.combine = (cuda.Launch(mod.get_function("attn_combine"), (-(-nrows // 4), 1, 1),
+                                    (128, 1, 1)) if self.splits > 1 else None)
         self.tps = -(-_kv_tiles(p, self.bn) // self.splits)
         st = strides(p)
         self.strides = [np.int64(x) for n in ("q", "k", "v", "out") for x in st[n]]
@@ -143,16 +148,15 @@ class FlashKernel:
         if self.splits > 1:
             ws_o = cuda.scratch((self.splits * nrows * p["head_dim_v"],), dtype=np.float32)
             ws_lse = cuda.scratch((self.splits * nrows,), dtype=np.float32)
-        self.fn(self.grid, self.block, (
+        self.fwd((
             inputs["q"], inputs["k"], inputs["v"], outputs["out"], outputs["lse"], ws_o, ws_lse,
             inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k"), inputs.get("block_table"),
             inputs.get("seqused_k"), *self.strides, *self.lse_strides, np.int32(p["seq_q"]),
             np.int32(p["seq_kv"]), np.int32(p["heads_q"]), self.group, np.int32(p["window"]),
-            scale_log2, np.float32(p["softcap"]), self.table_stride, np.int32(self.tps)),
-            shared_mem=self.smem)
+            scale_log2, np.float32(p["softcap"]), self.table_stride, np.int32(self.tps)))
         if self.combine is not None:
             ost = self.strides[9:12]
-            self.combine((-(-nrows // 4), 1, 1), (128, 1, 1), (
+            self.combine((
                 ws_o, ws_lse, outputs["out"], outputs["lse"], np.int32(p["batch"]),
                 np.int32(p["heads_q"]), np.int32(p["seq_q"]), np.int32(self.splits), *ost,
                 *self.lse_strides))

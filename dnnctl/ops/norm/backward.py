@@ -30,7 +30,14 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
+from dnnctl.ops.passes import (
+    GRAD_TOL,
+    BackwardSpec,
+    NumpyBackward,
+    f32_or_none,
+    f64,
+    term_scale,
+)
 from dnnctl.ops.registry import register_variant
 
 
@@ -57,6 +64,20 @@ def rownorm_backward_numpy(dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
             inner = inner - g.sum(axis=-1, keepdims=True) / n
         return {"dx": rstd[:, None] * inner, "dweight": (dy * xh).sum(axis=0),
                 "dbias": dy.sum(axis=0)}
+
+
+def rownorm_dx_scale(dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
+                     mean: np.ndarray | None, rstd: np.ndarray, rms: bool) -> np.ndarray:
+    """rstd (|g| + |mean(g)| + |xhat mean(g xhat)|) (rms: without mean(g)): the terms dx is
+    the sum of; a row of length 1 has dx = 0 exactly from terms of size rstd |g|."""
+    with np.errstate(all="ignore"):
+        xh = (x if rms else x - mean[:, None]) * rstd[:, None]
+        g = dy * w if w is not None else dy
+        n = x.shape[-1]
+        terms = [g, xh * ((g * xh).sum(axis=-1, keepdims=True) / n)]
+        if not rms:
+            terms.append(g.sum(axis=-1, keepdims=True) / n)
+        return rstd[:, None] * term_scale(*terms)
 
 
 class RowNormBackward(BackwardSpec):
@@ -101,6 +122,12 @@ class RowNormBackward(BackwardSpec):
         res = rownorm_backward_numpy(up["dy"], up["x"], up.get("weight"), up.get("mean"),
                                      up["rstd"], self.rms)
         return {k: res[k] for k in self.output_specs(op, problem)}
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        up = f64(inputs)
+        return {"dx": rownorm_dx_scale(up["dy"], up["x"], up.get("weight"), up.get("mean"),
+                                       up["rstd"], self.rms)}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
         return GRAD_TOL[problem["dtype"]] * (5 if output != "dx" else 1)

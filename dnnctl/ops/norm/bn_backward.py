@@ -4,8 +4,8 @@ Inputs: ``dy``, ``x`` (the tensor shape of the key), ``weight`` (affine) and the
 ``save_mean`` / ``save_invstd`` (C,) fp32. Outputs: ``dx`` in x's dtype, ``dweight`` /
 ``dbias`` (C,) fp32 (affine). CUDA variant (kernels/norm/bn_backward.cu): ``bwd_reduce_dx``
 (partial sums of dy and dy (x - mean) per (split, channel), folded by the last block of each
-channel tile into the parameter gradients and dx = a dy + b x + c0 coefficients, then one
-vector stream for dx: two launches, x and dy read twice). CPU variant: ``bwd_numpy``.
+channel tile into the parameter gradients and dx = a dy + b (x - mean) + c0 coefficients,
+then one vector stream for dx: two launches, x and dy read twice). CPU variant: ``bwd_numpy``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
+from dnnctl.ops.passes import (
+    GRAD_TOL,
+    BackwardSpec,
+    NumpyBackward,
+    f32_or_none,
+    f64,
+    term_scale,
+)
 from dnnctl.ops.registry import register_variant
 
 
@@ -47,6 +54,20 @@ def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.nda
         dx = scale.reshape(shape) * (dy - (sdy / count).reshape(shape)
                                      - xh * (sdx / count).reshape(shape))
     return {"dx": dx, "dweight": sdx, "dbias": sdy}
+
+
+def bn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
+                mean: np.ndarray, invstd: np.ndarray) -> np.ndarray:
+    """|invstd w| (|dy| + |mean(dy)| + |xhat mean(dy xhat)|): the terms dx is the sum of (two
+    elements per channel give xhat = +-1 and dx ~ 0 from terms of size invstd |dy|)."""
+    axes, shape = sp.reduce_axes(problem), sp.channel_shape(problem)
+    count = x.size // problem["c"]
+    with np.errstate(all="ignore"):
+        xh = (x - mean.reshape(shape)) * invstd.reshape(shape)
+        sdy = dy.sum(axis=axes, dtype=np.float64) / count
+        sdx = (dy * xh).sum(axis=axes, dtype=np.float64) / count
+        a = np.abs(invstd if w is None else invstd * w).reshape(shape)
+        return a * term_scale(dy, sdy.reshape(shape), xh * sdx.reshape(shape))
 
 
 class BatchNormBackward(BackwardSpec):
@@ -92,6 +113,12 @@ class BatchNormBackward(BackwardSpec):
         res = bn_backward_numpy(problem, up["dy"], up["x"], up.get("weight"), up["save_mean"],
                                 up["save_invstd"])
         return {k: res[k] for k in self.output_specs(op, problem)}
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        up = f64(inputs)
+        return {"dx": bn_dx_scale(problem, up["dy"], up["x"], up.get("weight"),
+                                  up["save_mean"], up["save_invstd"])}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
         if output != "dx":
@@ -201,7 +228,7 @@ class BnBwdReduceDx(Variant):
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
                    db: Any) -> None:
                 red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef))
-                dx((dy, x, coef, dxa, *ddims))
+                dx((dy, x, mean, coef, dxa, *ddims))
 
             return go
 

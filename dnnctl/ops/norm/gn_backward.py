@@ -29,7 +29,14 @@ from dnnctl.ops.base import (
     np_dtype,
 )
 from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward, f32_or_none, f64
+from dnnctl.ops.passes import (
+    GRAD_TOL,
+    BackwardSpec,
+    NumpyBackward,
+    f32_or_none,
+    f64,
+    term_scale,
+)
 from dnnctl.ops.registry import register_variant
 
 
@@ -73,6 +80,20 @@ def gn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.nda
                 "dbias": dy.sum(axis=red, dtype=np.float64)}
 
 
+def gn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
+                mean: np.ndarray, rstd: np.ndarray) -> np.ndarray:
+    """rstd (|g| + |mean(g)| + |xhat mean(g xhat)|) per group: the terms dx is the sum of."""
+    xg, axes = _grouped(problem, x)
+    st = _stat_shape(problem)
+    with np.errstate(all="ignore"):
+        xh = (xg - mean.reshape(st)) * rstd.reshape(st)
+        gg = _grouped(problem, dy if w is None else dy * w.reshape(sp.channel_shape(problem)))[0]
+        count = math.prod(xg.shape[a] for a in axes)
+        s1 = gg.sum(axis=axes, keepdims=True) / count
+        s2 = (gg * xh).sum(axis=axes, keepdims=True) / count
+        return (rstd.reshape(st) * term_scale(gg, s1, xh * s2)).reshape(x.shape)
+
+
 class GroupNormBackward(BackwardSpec):
     def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         t = TensorSpec(sp.tensor_shape(problem), problem["dtype"])
@@ -107,6 +128,12 @@ class GroupNormBackward(BackwardSpec):
         res = gn_backward_numpy(problem, up["dy"], up["x"], up.get("weight"), up["mean"],
                                 up["rstd"])
         return {k: res[k] for k in self.output_specs(op, problem)}
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        up = f64(inputs)
+        return {"dx": gn_dx_scale(problem, up["dy"], up["x"], up.get("weight"), up["mean"],
+                                  up["rstd"])}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
         if output != "dx":
@@ -178,10 +205,10 @@ class GnBwdSumsDx(Variant):
             def go(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any,
                    db: Any) -> None:
                 red((dy, x, mean, part, *rdims))
-                co((part, mean, rstd, w, coef, *cdims))
+                co((part, rstd, w, coef, *cdims))
                 if affine:
                     pa((part, rstd, dw, db, *pdims))
-                dxk((dy, x, w, rstd, coef, dx, *ddims))
+                dxk((dy, x, w, mean, rstd, coef, dx, *ddims))
 
             return go
 
