@@ -77,6 +77,9 @@ for st in "$@"; do
           -o "$L/rb.yaml" && timeout 40 python3 -m dnnctl tune "$L/rb.yaml" --budget 15 \
           -o "$L/rb-plan.yaml"; } > "$L/onnx.txt" 2>&1
       echo "onnx rc=$?"; tail -4 "$L/onnx.txt" ;;
+    profile)  # where one call's host time goes, from torch tensors
+      timeout "${T:-90}" python3 benchmarks/profile_call.py --calls 1500 > "$L/profile.md" 2>&1
+      grep "###" "$L/profile.md" ;;
     *) echo "unknown stage $st" ;;
   esac
   echo "== $st: $(( $(date +%s) - t0 )) s"
