@@ -1,24 +1,59 @@
 """``doctor --deep``: ask each installed framework itself, in a subprocess with a timeout.
 
 Each framework gets its own interpreter (they run concurrently), so a hang, a crash or a
-slow import costs only that framework's answers; every failure becomes a note. Answers are
-merged into the snapshot built from metadata; where they disagree, a note says so.
+slow import costs only that framework's answers; every failure becomes a note, and a torch
+child that fails on a GPU host becomes ``live["error"]`` (a ``live-failed`` finding). Answers
+are merged into the snapshot built from metadata; where they disagree, a note says so.
+
+Time limit: each child gets ``DEEP_TIMEOUT`` seconds (``--deep-timeout`` or
+``$DNNCTL_DEEP_TIMEOUT`` change it). Importing torch or jax, creating a CUDA context, loading
+cuDNN and running a tiny SDPA call take several seconds on a real GPU host, so this is not
+the plain doctor's 3 s probe budget; the children run in parallel, so ``--deep`` as a whole
+finishes within about one limit even when a child hangs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dnnctl.doctor import parse
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.errors import UsageError
 
 MARK = "DNNCTL_JSON "
-DEEP_TIMEOUT = 90.0
+DEEP_TIMEOUT = 60.0  # seconds per framework child (they run in parallel)
+DEEP_TIMEOUT_ENV = "DNNCTL_DEEP_TIMEOUT"
+MAX_DEEP_TIMEOUT = 3600.0
+
+
+def resolve_deep_timeout(value: float | str | None = None,
+                 environ: Mapping[str, str] | None = None) -> float:
+    """The per-child limit: ``value``, else ``$DNNCTL_DEEP_TIMEOUT``, else DEEP_TIMEOUT.
+
+    Raises UsageError for anything but a number of seconds in (0, 3600].
+    """
+    source = "--deep-timeout"
+    if value is None:
+        raw = (environ if environ is not None else os.environ).get(DEEP_TIMEOUT_ENV, "")
+        if not raw.strip():
+            return DEEP_TIMEOUT
+        value, source = raw, f"${DEEP_TIMEOUT_ENV}"
+    try:
+        seconds = float(str(value).strip()) if len(str(value)) <= 32 else float("nan")
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_DEEP_TIMEOUT:  # also false for NaN
+        raise UsageError(f"{source} must be a number of seconds in (0, {MAX_DEEP_TIMEOUT:g}], "
+                         f"not {str(value)[:40]!r}",
+                         hint=f"e.g. {source.lstrip('$')}=120 when torch imports slowly here")
+    return seconds
 
 _PRELUDE = r"""
 import json, os, sys
@@ -106,6 +141,8 @@ if out.get("cuda_available"):
                 live["sdpa"][name] = ("unsupported: " + m) if "No available kernel" in m else m
     except Exception as e:
         live["error"] = "SDPA: " + short(e)
+        for name in ("flash", "efficient", "cudnn"):
+            live["sdpa"].setdefault(name, "not run: " + short(e))
     out["live"] = live
 done()
 """,
@@ -179,9 +216,13 @@ done()
 }
 
 
-def ask(host: Host, framework: str, timeout: float) -> tuple[dict[str, Any], str | None]:
+Answer = tuple[dict[str, Any], str | None]
+
+
+def ask(host: Host, framework: str, timeout: float) -> Answer:
     """Run one framework's script; (answers, why it failed or None)."""
-    res = host.run([host.python, "-c", SCRIPTS[framework]], timeout=timeout)
+    res = host.run([host.python, "-c", SCRIPTS[framework]], timeout=timeout,
+                   label=f"--deep {framework} child")
     if res is None:
         return {}, f"cannot run {host.python}"
     for line in reversed(res.stdout.splitlines()):
@@ -192,28 +233,57 @@ def ask(host: Host, framework: str, timeout: float) -> tuple[dict[str, Any], str
                 break
             return (data, None) if isinstance(data, dict) else ({}, "malformed answer")
     if res.error:
+        if "timed out" in res.error:
+            return {}, (f"{res.error} (the per-framework limit; raise it with --deep-timeout "
+                        f"or ${DEEP_TIMEOUT_ENV})")
         return {}, res.error
     tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
     return {}, f"exited with status {res.returncode}: {tail[:300]}"
 
 
+def deep_names(frameworks: Mapping[str, Any]) -> list[str]:
+    """The frameworks ``--deep`` asks: those with a script that are installed."""
+    return [f for f in SCRIPTS if f in frameworks]
+
+
+def ask_all(host: Host, names: Sequence[str], timeout: float = DEEP_TIMEOUT) -> dict[str, Answer]:
+    """Ask every framework in ``names`` at once, each under ``timeout`` seconds.
+
+    The plain probes' overall deadline does not apply (the limit is per child, and the
+    children run in parallel, so this takes about ``timeout`` at most).
+    """
+    if not names:
+        return {}
+    host = dataclasses.replace(host, deadline=None)
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        return dict(zip(names, pool.map(lambda f: ask(host, f, timeout), names)))
+
+
 def run_deep(host: Host, env: EnvSnapshot, timeout: float = DEEP_TIMEOUT) -> None:
     """Ask every framework present in ``env`` and merge the answers into it (in place)."""
-    names = [f for f in SCRIPTS if f in env.frameworks]
-    if not names:
-        return
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        results = dict(zip(names, pool.map(lambda f: ask(host, f, timeout), names)))
+    merge_deep(env, ask_all(host, deep_names(env.frameworks), timeout))
+
+
+def merge_deep(env: EnvSnapshot, results: Mapping[str, Answer]) -> None:
+    """Merge the children's answers (from :func:`ask_all`) into ``env``."""
     no_driver = env.driver.get("present") is False
-    for name in names:
-        data, failure = results[name]
+    for name, (data, failure) in results.items():
+        if name not in env.frameworks:
+            continue
         if failure:
             env.notes.append(f"--deep {name}: {failure}")
+            if name == "torch" and _gpu_host(env):
+                env.live = {"error": f"the torch child process failed: {failure}"[:1000]}
             continue
         for key, msg in sorted((data.get("errors") or {}).items()):
             env.notes.append(f"--deep {name}: {key}: {_explain(msg, no_driver)}")
         MERGE[name](env, env.frameworks[name], data)
         env.frameworks[name]["source"] = "deep"
+
+
+def _gpu_host(env: EnvSnapshot) -> bool:
+    """Whether a live torch check was due: a driver is there and it lists a GPU."""
+    return env.driver.get("present") is True and bool(env.gpus)
 
 
 def _explain(msg: str, no_driver: bool) -> str:
@@ -255,6 +325,12 @@ def _merge_torch(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -
         info["capability"] = "{}.{}".format(*data["capability"])
     if isinstance(data.get("live"), dict):
         env.live = _live(data["live"])
+    elif data.get("cuda") and data.get("cuda_available") is False and _gpu_host(env):
+        env.live = {"torch": str(data.get("version"))[:100], "error": (
+            f"torch (built for CUDA {data['cuda']}) sees no GPU although the driver lists "
+            f"{len(env.gpus)}: torch.cuda.is_available() is False")}
+    elif "import" in (data.get("errors") or {}) and _gpu_host(env):
+        env.live = {"error": f"import torch: {data['errors']['import']}"[:1000]}
     libs = [p for p in data.get("cudnn_libs") or [] if "libcudnn.so." in os.path.basename(p)]
     if libs:
         info["cudnn_loaded"] = libs[0]

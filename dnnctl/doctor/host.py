@@ -23,6 +23,7 @@ from importlib.metadata import PathDistribution
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from dnnctl.doctor import spawn, timing
 from dnnctl.doctor.parse import canonical_name
 
 MAX_READ = 1 << 20  # text files we read are small; never slurp something huge
@@ -53,10 +54,10 @@ MAX_OUTPUT = 1 << 20  # bytes kept of each stream of a command (nvidia-smi, ldco
 
 def run_command(argv: Sequence[str], timeout: float) -> CmdResult | None:
     """The real runner: no shell, no stdin, a hard timeout, at most MAX_OUTPUT bytes kept of
-    stdout and of stderr (a command printing more is stopped), decoded leniently."""
+    stdout and of stderr (a command printing more is stopped), decoded leniently. A process
+    the command line started early for the same argv (dnnctl.doctor.spawn) is taken over."""
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = spawn.claim(argv) or spawn.popen(argv)
     except FileNotFoundError:
         return None
     except PermissionError as exc:
@@ -248,16 +249,20 @@ class Host:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> CmdResult | None:
-        """Run a command under its own limit and doctor's overall deadline."""
+    def run(self, argv: Sequence[str], timeout: float | None = None,
+            label: str | None = None) -> CmdResult | None:
+        """Run a command under its own limit and doctor's overall deadline (timed as
+        ``run: LABEL``, default the program's name, when timing is on)."""
         limit = timeout if timeout is not None else self.timeout
         left = self.remaining()
         if left is not None:
             if left <= 0.05:
                 return CmdResult(None, "", "", "skipped: doctor's time limit was reached")
             limit = min(limit, left)
+        name = label or " ".join(os.path.basename(str(a)) for a in list(argv)[:2])
         try:
-            return self.runner(list(argv), limit)
+            with timing.span(f"run: {name}"):
+                return self.runner(list(argv), limit)
         except Exception as exc:  # an injected runner must not take doctor down either
             return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
 
