@@ -400,16 +400,15 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
         if while_probing is not None:
             while_probing()
     else:
-        from concurrent.futures import ThreadPoolExecutor
-
         with timing.span("import: detect, probes"):
+            from dnnctl.doctor.background import Task
             from dnnctl.doctor.deep import resolve_deep_timeout
             from dnnctl.doctor.detect import detect
 
         limit = resolve_deep_timeout(deep_timeout) if deep else None  # bad value: UsageError
         # the probes mostly wait on child processes: import and load the rest meanwhile
-        with ThreadPoolExecutor(max_workers=1) as pool, timing.span("detect (all probes)"):
-            probing = pool.submit(detect, deep=deep, timeout=timeout, deep_timeout=limit)
+        with timing.span("detect (all probes)"):
+            probing = Task(lambda: detect(deep=deep, timeout=timeout, deep_timeout=limit))
             with timing.span("import: matrix, rules; matrix load"):
                 from dnnctl.compat.matrix import load_matrix
 

@@ -19,10 +19,10 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dnnctl.doctor import parse
+from dnnctl.doctor.background import Task
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.model import Component, EnvSnapshot
 from dnnctl.errors import UsageError
@@ -255,8 +255,8 @@ def ask_all(host: Host, names: Sequence[str], timeout: float = DEEP_TIMEOUT) -> 
     if not names:
         return {}
     host = dataclasses.replace(host, deadline=None)
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        return dict(zip(names, pool.map(lambda f: ask(host, f, timeout), names)))
+    tasks = [Task(ask, host, name, timeout) for name in names]
+    return {name: task.result() for name, task in zip(names, tasks)}
 
 
 def run_deep(host: Host, env: EnvSnapshot, timeout: float = DEEP_TIMEOUT) -> None:

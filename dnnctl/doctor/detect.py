@@ -11,13 +11,14 @@ import dataclasses
 import platform
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from dnnctl.doctor import parse, timing
+from dnnctl.doctor import parse, spawn, timing
+from dnnctl.doctor.background import Task
 from dnnctl.doctor.deep import ask_all, deep_names, merge_deep, resolve_deep_timeout
-from dnnctl.doctor.host import Host, Runner
+from dnnctl.doctor.host import Host, Runner, run_command
 from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.doctor.native import nvml_argv
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
 from dnnctl.doctor.probe_libs import probe_libraries
@@ -51,28 +52,23 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         host = dataclasses.replace(host, deadline=time.monotonic() + budget)
 
     limit = resolve_deep_timeout(deep_timeout) if deep else 0.0
-    asker = ThreadPoolExecutor(max_workers=1) if deep else None
-    deep_future = None
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        ld_future = pool.submit(_timed, "probe: ldconfig cache", ldconfig_cache, host)
-        env = EnvSnapshot(os=_timed("probe: os", os_name, host),
-                          python=platform.python_version())
-        frameworks, packages, dists, py_notes = _timed(
-            "probe: Python packages (dist-info)", probe_python, host)
-        if asker is not None:
-            deep_future = asker.submit(ask_all, host, deep_names(frameworks), limit)
-        ldconfig, ld_note = ld_future.result()
-        cudnn_future = pool.submit(_timed, "probe: cuDNN copies", probe_cudnn, host, dists,
-                                   ldconfig)
-        drv_future = pool.submit(_timed, "probe: driver and GPUs", probe_driver, host,
-                                 ldconfig)
-        libs_future = pool.submit(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries,
-                                  host, dists, ldconfig)
-        system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
-        runtimes = _timed("probe: pip CUDA runtimes", pip_cuda_runtimes, dists) + system
-        drv = drv_future.result()
-        cudnn, cudnn_notes = cudnn_future.result()
-        libraries = libs_future.result()
+    if host.runner is run_command and host.nvml is None and str(host.root) == "/":
+        spawn.prestart(nvml_argv(host.python))  # the slowest probe on a GPU host: start it now
+    ld_task = Task(_timed, "probe: ldconfig cache", ldconfig_cache, host)
+    env = EnvSnapshot(os=_timed("probe: os", os_name, host), python=platform.python_version())
+    frameworks, packages, dists, py_notes = _timed(
+        "probe: Python packages (dist-info)", probe_python, host)
+    deep_task = Task(ask_all, host, deep_names(frameworks), limit) if deep else None
+    ldconfig, ld_note = ld_task.result()
+    cudnn_task = Task(_timed, "probe: cuDNN copies", probe_cudnn, host, dists, ldconfig)
+    drv_task = Task(_timed, "probe: driver and GPUs", probe_driver, host, ldconfig)
+    libs_task = Task(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries, host, dists,
+                     ldconfig)
+    system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
+    runtimes = _timed("probe: pip CUDA runtimes", pip_cuda_runtimes, dists) + system
+    drv = drv_task.result()
+    cudnn, cudnn_notes = cudnn_task.result()
+    libraries = libs_task.result()
 
     env.driver = drv.driver
     env.gpus = drv.gpus
@@ -92,11 +88,10 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         if bundled:
             torch["cudnn"] = bundled.version
     env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes]
-    if asker is not None and deep_future is not None:
+    if deep_task is not None:
         with timing.span("--deep: waiting for the framework children"):
-            results = deep_future.result()
+            results = deep_task.result()
         merge_deep(env, results)
-        asker.shutdown()
     return env
 
 

@@ -19,12 +19,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PathDistribution
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
 from dnnctl.doctor import spawn, timing
+from dnnctl.doctor.distinfo import Dist, read_version
 from dnnctl.doctor.parse import canonical_name
+
+__all__ = ["CmdResult", "Dist", "Host", "Runner", "run_command"]
 
 MAX_READ = 1 << 20  # text files we read are small; never slurp something huge
 
@@ -107,38 +109,6 @@ def _kill(proc: subprocess.Popen) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             proc.kill()
-
-
-@dataclass(frozen=True)
-class Dist:
-    """One installed distribution, read from its ``*.dist-info`` / ``*.egg-info`` folder."""
-
-    name: str  # canonical (PEP 503)
-    version: str
-    location: Path  # the site directory holding it
-    info_dir: Path
-
-    def _meta(self) -> PathDistribution:
-        return PathDistribution(self.info_dir)
-
-    def requires(self) -> list[str]:
-        try:
-            return list(self._meta().requires or [])
-        except (OSError, ValueError):
-            return []
-
-    def files(self) -> list[Path]:
-        """Absolute paths of the files its RECORD lists (empty when there is no RECORD)."""
-        try:
-            return [Path(str(f.locate())) for f in (self._meta().files or [])]
-        except (OSError, ValueError):
-            return []
-
-    def read_text(self, name: str) -> str | None:
-        try:
-            return self._meta().read_text(name)
-        except (OSError, ValueError):
-            return None
 
 
 @dataclass
@@ -295,10 +265,7 @@ class Host:
                 if not wanted(name):
                     continue
                 info = base / fname
-                try:
-                    version = PathDistribution(info).version
-                except (OSError, ValueError):
-                    version = None
+                version = read_version(info)
                 if not version:
                     continue
                 if name in found:
