@@ -190,4 +190,8 @@ def show_timings() -> None:
     total = timing.process_ms()
     if total is not None:
         timing.record("total: exec to end of output", total)
-    print("\n".join(timing.table(timing.spans())), file=sys.stderr, flush=True)
+    lines = timing.table(timing.spans())
+    note = timing.bytecode_note()
+    if note:
+        lines.append(note)
+    print("\n".join(lines), file=sys.stderr, flush=True)

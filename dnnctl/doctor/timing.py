@@ -76,6 +76,24 @@ def process_ms() -> float | None:
         return None
 
 
+def bytecode_note() -> str | None:
+    """A warning when dnnctl's modules were compiled from source in this run (no .pyc)."""
+    import importlib.util
+    import sys
+
+    api = sys.modules.get("dnnctl.api")
+    source = getattr(api, "__file__", None)
+    try:
+        cached = bool(source) and os.path.exists(importlib.util.cache_from_source(source))
+    except (NotImplementedError, ValueError):
+        cached = True
+    if cached:
+        return None
+    why = " (PYTHONDONTWRITEBYTECODE is set)" if sys.dont_write_bytecode else ""
+    return (f"note: no .pyc for dnnctl{why}:\n  every start compiles its modules (~70 ms "
+            "CPU on a CPU box);\n  `python -m compileall -q dnnctl` once, as pip install does")
+
+
 def table(data: dict[str, float]) -> list[str]:
     """Human lines for stderr, 80 columns at most."""
     lines = ["timings (wall ms; the probes run in parallel, so they overlap):"]
