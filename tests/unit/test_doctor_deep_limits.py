@@ -90,7 +90,9 @@ def test_children_run_in_parallel_so_the_total_is_one_limit(tmp_path: Path) -> N
     started = time.monotonic()
     run_deep(Host(python=hang), env, timeout=1.0)
     assert time.monotonic() - started < 3.5
-    assert sum(n.startswith("--deep ") and "timed out" in n for n in env.notes) == 3
+    assert sum("--deep " in n and "timed out" in n for n in env.notes) == 3
+    codes = [f.code for f in judge(env, load_matrix())]
+    assert codes.count("probe-failed") == 2 and "live-failed" in codes  # jax, cupy; torch
 
 
 def test_crashing_torch_child_is_a_finding_not_missing_keys(tmp_path: Path) -> None:
@@ -116,6 +118,8 @@ def test_no_live_error_without_a_gpu(tmp_path: Path) -> None:
     env = EnvSnapshot(driver={"present": False}, frameworks={"torch": {"version": "2.4.0"}})
     run_deep(Host(python=hang), env, timeout=0.5)
     assert env.live == {} and any("timed out" in n for n in env.notes)
+    failed = [f for f in judge(env, load_matrix()) if f.code == "probe-failed"]
+    assert failed and "--deep torch: timed out" in failed[0].message
 
 
 def test_limit_from_argument_environment_or_default() -> None:
