@@ -116,8 +116,9 @@ def merge_deep(env: EnvSnapshot, results: Mapping[str, Answer]) -> None:
             if name == "torch" and _gpu_host(env):  # the live check's own finding says it
                 env.notes.append(f"--deep {name}: {failure}")
                 env.live = {"error": f"the torch child process failed: {failure}"[:1000]}
-            else:  # hung, crashed or not runnable: a probe-failed finding
-                env.notes.append(f"probe failed: --deep {name}: {failure}")
+            else:  # hung, killed by a signal or not runnable: a probe-failed finding
+                hard = re.search(r"timed out|^cannot run|exited with status -\d", failure)
+                env.notes.append(f"{'probe failed: ' if hard else ''}--deep {name}: {failure}")
             continue
         for key, msg in sorted((data.get("errors") or {}).items()):
             env.notes.append(f"--deep {name}: {key}: {_explain(msg, no_driver)}")
