@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -373,40 +373,62 @@ def _param_value(text: str) -> Any:
 
 def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = False,
            matrix: Sequence[str | os.PathLike[str]] = (), save: str | os.PathLike[str] | None = None,
-           timeout: float | None = None) -> DoctorReport:
+           timeout: float | None = None, deep_timeout: float | str | None = None,
+           while_probing: Callable[[], object] | None = None) -> DoctorReport:
     """Judge this machine's GPU stack (or a saved / hand-written snapshot) against the matrix.
 
     ``from_file`` loads a ``dnnctl-env/1`` snapshot instead of probing; ``deep`` also asks
-    each installed framework in a subprocess; ``matrix`` adds overlay files; ``save`` writes
-    the snapshot (atomically) before it is judged. Raises UsageError / InputFileError for bad
-    arguments and unreadable files; never for what the probes find.
+    each installed framework in a subprocess (each under ``deep_timeout`` seconds, default
+    ``$DNNCTL_DEEP_TIMEOUT`` or 60); ``matrix`` adds overlay files; ``save`` writes the
+    snapshot (atomically) before it is judged. With timing on (dnnctl.doctor.timing) the
+    report carries wall ms per step. ``while_probing`` is called on this thread while the
+    probes run (the command line imports its renderer then). Raises UsageError /
+    InputFileError for bad arguments and unreadable files; never for what the probes find.
     """
-    from dnnctl.compat.matrix import load_matrix
-    from dnnctl.doctor.model import DoctorReport
-    from dnnctl.doctor.rules import judge
+    from dnnctl.doctor import timing
     from dnnctl.errors import UsageError
 
     if from_file is not None and deep:
         raise UsageError("--deep probes this machine, so it cannot be combined with --from",
                          hint="drop --deep to judge the snapshot file, or --from to probe here")
     if from_file is not None:
+        from dnnctl.compat.matrix import load_matrix
         from dnnctl.doctor.envfile import load_env  # PyYAML only when a file is read
 
         env = load_env(from_file)
         table = load_matrix([Path(m) for m in matrix])
+        if while_probing is not None:
+            while_probing()
     else:
-        from concurrent.futures import ThreadPoolExecutor
+        with timing.span("import: detect, probes"):
+            from dnnctl.doctor.background import Task
+            from dnnctl.doctor.deep import resolve_deep_timeout
+            from dnnctl.doctor.detect import detect
 
-        from dnnctl.doctor.detect import detect
+        limit = resolve_deep_timeout(deep_timeout) if deep else None  # bad value: UsageError
+        # the probes mostly wait on child processes: import and load the rest meanwhile
+        with timing.span("detect (all probes)"):
+            probing = Task(lambda: detect(deep=deep, timeout=timeout, deep_timeout=limit))
+            with timing.span("import: matrix, rules; matrix load"):
+                from dnnctl.compat.matrix import load_matrix
 
-        # probing waits on NVML and subprocesses while the matrix YAML is parsed
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            probing = pool.submit(detect, deep=deep, timeout=timeout)
-            table = load_matrix([Path(m) for m in matrix])
+                table = load_matrix([Path(m) for m in matrix])
+                import dnnctl.doctor.rules  # noqa: F401
+            if while_probing is not None:
+                with timing.span("while probing: the command line's own imports"):
+                    while_probing()
             env = probing.result()
+    from dnnctl.doctor.model import DoctorReport
+    from dnnctl.doctor.rules import judge
+
     if save is not None:
         from dnnctl.doctor.envfile import save_env
 
         save_env(env, save)
-    return DoctorReport(env, judge(env, table),
-                        origin=str(from_file) if from_file is not None else "detected")
+    with timing.span("judge (rules)"):
+        findings = judge(env, table)
+    report = DoctorReport(env, findings,
+                          origin=str(from_file) if from_file is not None else "detected")
+    if timing.enabled():
+        report.timings = timing.spans()
+    return report

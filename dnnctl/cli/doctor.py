@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from dnnctl.cli.doctor_render import exit_code, render
+from dnnctl.cli.doctor_render import exit_code, render, show_timings
 from dnnctl.cli.options import JsonOpt
 from dnnctl.cli.render import print_json
 
@@ -40,17 +40,30 @@ def doctor(
         "--matrix", metavar="EXTRA.yaml",
         help="Matrix overlay adding or overriding rows (repeatable; also $DNNCTL_MATRIX).")
     ] = None,
+    deep_timeout: Annotated[float | None, typer.Option(
+        "--deep-timeout", metavar="SECONDS",
+        help="Time limit of each --deep framework child (default 60; also "
+        "$DNNCTL_DEEP_TIMEOUT).")] = None,
+    timings: Annotated[bool, typer.Option(
+        "--timings", help="Print wall ms per probe to stderr (also $DNNCTL_PROFILE=1; "
+        "with --json also under \"timings\").")] = False,
 ) -> None:
     """Check the driver, GPUs, CUDA, cuDNN and frameworks, and say exactly what to change."""
     if json_out:
         ctx.meta["dnnctl.json"] = True  # errors render as JSON too
     from dnnctl import api
+    from dnnctl.doctor import timing
 
-    report = api.doctor(from_file=from_file, deep=deep, matrix=matrix or (), save=save)
+    if timings:
+        timing.enable()
+    report = api.doctor(from_file=from_file, deep=deep, matrix=matrix or (), save=save,
+                        deep_timeout=deep_timeout)
     if json_out:
         print_json(report.to_dict())
     else:
-        render(report, saved=save)
+        with timing.span("render (rich)"):
+            render(report, saved=save)
+    show_timings()
     raise typer.Exit(int(exit_code(report.verdict, strict)))
 
 

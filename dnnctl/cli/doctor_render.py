@@ -177,3 +177,21 @@ def _framework_line(name: str, info: dict[str, Any]) -> str:
     if len(info.get("packages") or []) > 1:
         bits.append("installed: " + ", ".join(info["packages"]))
     return text + (f" ({'; '.join(bits)})" if bits else "")
+
+
+def show_timings() -> None:
+    """With ``--timings`` / ``$DNNCTL_PROFILE=1``: wall ms per step on stderr."""
+    import sys
+
+    from dnnctl.doctor import timing
+
+    if not timing.enabled():
+        return
+    total = timing.process_ms()
+    if total is not None:
+        timing.record("total: exec to end of output", total)
+    lines = timing.table(timing.spans())
+    note = timing.bytecode_note()
+    if note:
+        lines.append(note)
+    print("\n".join(lines), file=sys.stderr, flush=True)

@@ -15,15 +15,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-FLAGS = {"--json": "json_out", "--strict": "strict", "--deep": "deep"}
-VALUES = {"--save": "save", "--from": "from_file"}
+FLAGS = {"--json": "json_out", "--strict": "strict", "--deep": "deep", "--timings": "timings"}
+VALUES = {"--save": "save", "--from": "from_file", "--deep-timeout": "deep_timeout"}
 REPEATED = {"--matrix": "matrix"}
 
 
 def parse(argv: Sequence[str]) -> dict[str, Any] | None:
     """The doctor options in ``argv`` (after the word ``doctor``), or None if not plain."""
     opts: dict[str, Any] = {"json_out": False, "strict": False, "deep": False, "save": None,
-                            "from_file": None, "matrix": []}
+                            "from_file": None, "matrix": [], "timings": False,
+                            "deep_timeout": None}
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -37,7 +38,9 @@ def parse(argv: Sequence[str]) -> dict[str, Any] | None:
                 value = args.pop(0)
             if not value:
                 return None
-            if name in VALUES:
+            if name == "--deep-timeout":
+                opts["deep_timeout"] = value  # checked by the library (UsageError)
+            elif name in VALUES:
                 opts[VALUES[name]] = Path(value)
             else:
                 opts[REPEATED[name]].append(Path(value))
@@ -51,14 +54,34 @@ def run(argv: Sequence[str]) -> int | None:
     opts = parse(argv)
     if opts is None:
         return None
-    from dnnctl import api
-    from dnnctl.cli.render import print_json, render_error
-    from dnnctl.errors import DnnctlError, ExitCode
+    from dnnctl.doctor import native, spawn, timing
+
+    if opts["from_file"] is None:  # the NVML child and ldconfig run while doctor imports
+        spawn.prestart(native.nvml_argv())
+        ldconfig = spawn.which("ldconfig", os.environ) or next(
+            (p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
+        if ldconfig:
+            spawn.prestart([ldconfig, "-p"])
+    if opts["timings"]:
+        timing.enable()
+    if timing.enabled():
+        timing.record("start-up: exec to doctor (interpreter, imports)", timing.process_ms()
+                      or 0.0)
+    with timing.span("start-up: import api, errors"):
+        from dnnctl import api
+        from dnnctl.errors import DnnctlError, ExitCode
+
+    def renderer() -> None:  # rich and the renderer load while the probes run
+        import dnnctl.cli.doctor_render  # noqa: F401
+        import dnnctl.cli.render  # noqa: F401
 
     try:
         report = api.doctor(from_file=opts["from_file"], deep=opts["deep"],
-                            matrix=opts["matrix"], save=opts["save"])
+                            matrix=opts["matrix"], save=opts["save"],
+                            deep_timeout=opts["deep_timeout"], while_probing=renderer)
     except DnnctlError as exc:
+        from dnnctl.cli.render import render_error
+
         render_error(exc, as_json=opts["json_out"])
         return int(exc.exit_code)
     except KeyboardInterrupt:
@@ -66,15 +89,20 @@ def run(argv: Sequence[str]) -> int | None:
     except Exception as exc:  # a bug: one clear line, as the typer path renders it
         if os.environ.get("DNNCTL_DEBUG"):
             raise
+        from dnnctl.cli.render import render_error
+
         render_error(DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
                                  hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
                                  "traceback and report it", code="internal"),
                      as_json=opts["json_out"])
         return int(ExitCode.FAIL)
-    from dnnctl.cli.doctor_render import exit_code, render
+    from dnnctl.cli.doctor_render import exit_code, render, show_timings
+    from dnnctl.cli.render import print_json
 
     if opts["json_out"]:
         print_json(report.to_dict())
     else:
-        render(report, saved=opts["save"])
+        with timing.span("render (rich)"):
+            render(report, saved=opts["save"])
+    show_timings()
     return int(exit_code(report.verdict, opts["strict"]))

@@ -9,10 +9,9 @@ is best effort and atomic. Overlays are never cached: they are read and checked 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,8 @@ def _key(files: tuple[tuple[str, int, int], ...]) -> str:
     st = os.stat(schema.__file__)
     parts = [str(FORMAT), _version.__version__, f"{st.st_mtime_ns}:{st.st_size}",
              *(f"{p}:{m}:{s}" for p, m, s in files)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+    text = "\n".join(parts).encode()  # zlib, not hashlib: ~8 ms less start-up
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}{len(text):x}"
 
 
 def _path(files: tuple[tuple[str, int, int], ...]) -> Path:
@@ -73,6 +73,8 @@ def store(files: tuple[tuple[str, int, int], ...], tables: dict[str, list[Row]])
     try:
         path = _path(files)
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(prefix=".matrix.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh, separators=(",", ":"))

@@ -1,187 +1,70 @@
 """``doctor --deep``: ask each installed framework itself, in a subprocess with a timeout.
 
 Each framework gets its own interpreter (they run concurrently), so a hang, a crash or a
-slow import costs only that framework's answers; every failure becomes a note. Answers are
-merged into the snapshot built from metadata; where they disagree, a note says so.
+slow import costs only that framework's answers; every failure becomes a note, and a torch
+child that fails on a GPU host becomes ``live["error"]`` (a ``live-failed`` finding). Answers
+are merged into the snapshot built from metadata; where they disagree, a note says so.
+
+Time limit: each child gets ``DEEP_TIMEOUT`` seconds (``--deep-timeout`` or
+``$DNNCTL_DEEP_TIMEOUT`` change it). Importing torch or jax, creating a CUDA context, loading
+cuDNN and running a tiny SDPA call take several seconds on a real GPU host, so this is not
+the plain doctor's 3 s probe budget; the children run in parallel, so ``--deep`` as a whole
+finishes within about one limit even when a child hangs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dnnctl.doctor import parse
+from dnnctl.doctor.background import Task
+from dnnctl.doctor.deep_scripts import MARK, SCRIPTS
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.errors import UsageError
 
-MARK = "DNNCTL_JSON "
-DEEP_TIMEOUT = 90.0
+__all__ = ["DEEP_TIMEOUT", "DEEP_TIMEOUT_ENV", "MARK", "SCRIPTS", "ask", "ask_all", "deep_names",
+           "merge_deep", "resolve_deep_timeout", "run_deep"]
 
-_PRELUDE = r"""
-import json, os, sys
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a probe, not a job
-out = {}
-def err(key, e):
-    out.setdefault("errors", {})[key] = "%s: %s" % (type(e).__name__, e)
-def done():
-    print("DNNCTL_JSON " + json.dumps(out, default=str), flush=True)
-"""
+DEEP_TIMEOUT = 60.0  # seconds per framework child (they run in parallel)
+DEEP_TIMEOUT_ENV = "DNNCTL_DEEP_TIMEOUT"
+MAX_DEEP_TIMEOUT = 3600.0
 
-SCRIPTS = {
-    "torch": _PRELUDE + r"""
-try:
-    import torch
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
-out["version"] = str(torch.__version__)
-out["cuda"] = torch.version.cuda
-try:
-    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)()
-    out["arch_list"] = flags.split() if flags else torch.cuda.get_arch_list()
-except Exception as e:
-    err("arch_list", e)
-try:
-    out["cudnn_compiled"] = list(torch._C._cudnn.getCompileVersion())
-except Exception:
-    pass
-try:
-    out["cudnn"] = torch.backends.cudnn.version()
-except Exception as e:
-    err("cudnn", e)
-try:
-    with open("/proc/self/maps") as fh:
-        out["cudnn_libs"] = sorted({l.split()[-1] for l in fh if "/libcudnn" in l})
-except OSError:
-    pass
-try:
-    out["cuda_available"] = bool(torch.cuda.is_available())
-    if out["cuda_available"]:
-        out["device_count"] = torch.cuda.device_count()
-        out["capability"] = list(torch.cuda.get_device_capability(0))
-except Exception as e:
-    err("cuda", e)
-def short(e):
-    return ("%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip()
-                        else ""))[:300]
-if out.get("cuda_available"):
-    live = {"torch": out["version"], "launch": {}, "sdpa": {}}
+
+def resolve_deep_timeout(value: float | str | None = None,
+                 environ: Mapping[str, str] | None = None) -> float:
+    """The per-child limit: ``value``, else ``$DNNCTL_DEEP_TIMEOUT``, else DEEP_TIMEOUT.
+
+    Raises UsageError for anything but a number of seconds in (0, 3600].
+    """
+    source = "--deep-timeout"
+    if value is None:
+        raw = (environ if environ is not None else os.environ).get(DEEP_TIMEOUT_ENV, "")
+        if not raw.strip():
+            return DEEP_TIMEOUT
+        value, source = raw, f"${DEEP_TIMEOUT_ENV}"
     try:
-        live["cudnn"] = torch.backends.cudnn.version()
-        with open("/proc/self/maps") as fh:
-            libs = sorted({l.split()[-1] for l in fh if "/libcudnn.so" in l})
-        if libs:
-            live["cudnn_library"] = libs[0]
-    except Exception as e:
-        live["cudnn_error"] = short(e)
-    for i in range(out.get("device_count") or 0):
-        try:
-            y = (torch.ones(8, device="cuda:%d" % i) + 1).sum().item()
-            live["launch"][str(i)] = "ok" if y == 16.0 else "wrong result %r" % y
-        except Exception as e:
-            live["launch"][str(i)] = short(e)
-    try:
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        g = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(1, 2, 16, 64, device="cuda", dtype=torch.bfloat16, generator=g)
-        ref = F.scaled_dot_product_attention(q.float(), q.float(), q.float())
-        for name, attr in (("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"),
-                           ("cudnn", "CUDNN_ATTENTION")):
-            be = getattr(SDPBackend, attr, None)
-            if be is None:
-                live["sdpa"][name] = "unsupported: this torch has no %s backend" % attr
-                continue
-            try:
-                with sdpa_kernel([be]):
-                    o = F.scaled_dot_product_attention(q, q, q)
-                torch.cuda.synchronize()
-                e = (o.float() - ref).abs().max().item()
-                live["sdpa"][name] = "ok" if e < 0.05 else "wrong result (max error %.3g)" % e
-            except Exception as e:
-                m = short(e)
-                live["sdpa"][name] = ("unsupported: " + m) if "No available kernel" in m else m
-    except Exception as e:
-        live["error"] = "SDPA: " + short(e)
-    out["live"] = live
-done()
-""",
-    "cupy": _PRELUDE + r"""
-try:
-    import cupy
-    from cupy.cuda import runtime
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
-out["version"] = cupy.__version__
-for key, fn in (("runtime", runtime.runtimeGetVersion),
-                ("local_runtime", cupy.cuda.get_local_runtime_version),
-                ("driver", runtime.driverGetVersion),
-                ("device_count", runtime.getDeviceCount)):
-    try:
-        out[key] = fn()
-    except Exception as e:
-        err(key, e)
-try:
-    from cupy.cuda import nvrtc
-    out["nvrtc"] = list(nvrtc.getVersion())
-except Exception as e:
-    err("nvrtc", e)
-done()
-""",
-    "tensorflow": _PRELUDE + r"""
-try:
-    import tensorflow as tf
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
-out["version"] = tf.__version__
-try:
-    info = dict(tf.sysconfig.get_build_info())
-    out.update(cuda=info.get("cuda_version"), cudnn=info.get("cudnn_version"),
-               arch_list=info.get("cuda_compute_capabilities"),
-               cuda_build=info.get("is_cuda_build"))
-except Exception as e:
-    err("build_info", e)
-try:
-    out["gpus_visible"] = len(tf.config.list_physical_devices("GPU"))
-except Exception as e:
-    err("gpus", e)
-done()
-""",
-    "jax": _PRELUDE + r"""
-try:
-    import jax, jaxlib
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
-out["version"] = jax.__version__
-out["jaxlib"] = getattr(jaxlib, "__version__", None)
-try:
-    from jax._src.lib import cuda_versions
-    for key in ("cuda_runtime_get_version", "cuda_runtime_build_version",
-                "cudnn_get_version", "cudnn_build_version", "cuda_driver_get_version"):
-        fn = getattr(cuda_versions, key, None) if cuda_versions else None
-        if fn is not None:
-            try:
-                out[key] = fn()
-            except Exception as e:
-                err(key, e)
-except Exception as e:
-    err("cuda_versions", e)
-try:
-    out["backend"] = jax.default_backend()
-    out["devices"] = [str(d) for d in jax.devices()]
-except Exception as e:
-    err("devices", e)
-done()
-""",
-}
+        seconds = float(str(value).strip()) if len(str(value)) <= 32 else float("nan")
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_DEEP_TIMEOUT:  # also false for NaN
+        raise UsageError(f"{source} must be a number of seconds in (0, {MAX_DEEP_TIMEOUT:g}], "
+                         f"not {str(value)[:40]!r}",
+                         hint=f"e.g. {source.lstrip('$')}=120 when torch imports slowly here")
+    return seconds
+
+Answer = tuple[dict[str, Any], str | None]
 
 
-def ask(host: Host, framework: str, timeout: float) -> tuple[dict[str, Any], str | None]:
+def ask(host: Host, framework: str, timeout: float) -> Answer:
     """Run one framework's script; (answers, why it failed or None)."""
-    res = host.run([host.python, "-c", SCRIPTS[framework]], timeout=timeout)
+    res = host.run([host.python, "-c", SCRIPTS[framework]], timeout=timeout,
+                   label=f"--deep {framework} child")
     if res is None:
         return {}, f"cannot run {host.python}"
     for line in reversed(res.stdout.splitlines()):
@@ -192,28 +75,60 @@ def ask(host: Host, framework: str, timeout: float) -> tuple[dict[str, Any], str
                 break
             return (data, None) if isinstance(data, dict) else ({}, "malformed answer")
     if res.error:
+        if "timed out" in res.error:
+            return {}, (f"{res.error} (the per-framework limit; raise it with --deep-timeout "
+                        f"or ${DEEP_TIMEOUT_ENV})")
         return {}, res.error
     tail = (res.stderr.strip().splitlines() or ["no output"])[-1]
     return {}, f"exited with status {res.returncode}: {tail[:300]}"
 
 
+def deep_names(frameworks: Mapping[str, Any]) -> list[str]:
+    """The frameworks ``--deep`` asks: those with a script that are installed."""
+    return [f for f in SCRIPTS if f in frameworks]
+
+
+def ask_all(host: Host, names: Sequence[str], timeout: float = DEEP_TIMEOUT) -> dict[str, Answer]:
+    """Ask every framework in ``names`` at once, each under ``timeout`` seconds.
+
+    The plain probes' overall deadline does not apply (the limit is per child, and the
+    children run in parallel, so this takes about ``timeout`` at most).
+    """
+    if not names:
+        return {}
+    host = dataclasses.replace(host, deadline=None)
+    tasks = [Task(ask, host, name, timeout) for name in names]
+    return {name: task.result() for name, task in zip(names, tasks)}
+
+
 def run_deep(host: Host, env: EnvSnapshot, timeout: float = DEEP_TIMEOUT) -> None:
     """Ask every framework present in ``env`` and merge the answers into it (in place)."""
-    names = [f for f in SCRIPTS if f in env.frameworks]
-    if not names:
-        return
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
-        results = dict(zip(names, pool.map(lambda f: ask(host, f, timeout), names)))
+    merge_deep(env, ask_all(host, deep_names(env.frameworks), timeout))
+
+
+def merge_deep(env: EnvSnapshot, results: Mapping[str, Answer]) -> None:
+    """Merge the children's answers (from :func:`ask_all`) into ``env``."""
     no_driver = env.driver.get("present") is False
-    for name in names:
-        data, failure = results[name]
+    for name, (data, failure) in results.items():
+        if name not in env.frameworks:
+            continue
         if failure:
-            env.notes.append(f"--deep {name}: {failure}")
+            if name == "torch" and _gpu_host(env):  # the live check's own finding says it
+                env.notes.append(f"--deep {name}: {failure}")
+                env.live = {"error": f"the torch child process failed: {failure}"[:1000]}
+            else:  # hung, killed by a signal or not runnable: a probe-failed finding
+                hard = re.search(r"timed out|^cannot run|exited with status -\d", failure)
+                env.notes.append(f"{'probe failed: ' if hard else ''}--deep {name}: {failure}")
             continue
         for key, msg in sorted((data.get("errors") or {}).items()):
             env.notes.append(f"--deep {name}: {key}: {_explain(msg, no_driver)}")
         MERGE[name](env, env.frameworks[name], data)
         env.frameworks[name]["source"] = "deep"
+
+
+def _gpu_host(env: EnvSnapshot) -> bool:
+    """Whether a live torch check was due: a driver is there and it lists a GPU."""
+    return env.driver.get("present") is True and bool(env.gpus)
 
 
 def _explain(msg: str, no_driver: bool) -> str:
@@ -255,6 +170,12 @@ def _merge_torch(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -
         info["capability"] = "{}.{}".format(*data["capability"])
     if isinstance(data.get("live"), dict):
         env.live = _live(data["live"])
+    elif data.get("cuda") and data.get("cuda_available") is False and _gpu_host(env):
+        env.live = {"torch": str(data.get("version"))[:100], "error": (
+            f"torch (built for CUDA {data['cuda']}) sees no GPU although the driver lists "
+            f"{len(env.gpus)}: torch.cuda.is_available() is False")}
+    elif "import" in (data.get("errors") or {}) and _gpu_host(env):
+        env.live = {"error": f"import torch: {data['errors']['import']}"[:1000]}
     libs = [p for p in data.get("cudnn_libs") or [] if "libcudnn.so." in os.path.basename(p)]
     if libs:
         info["cudnn_loaded"] = libs[0]

@@ -10,28 +10,34 @@ from __future__ import annotations
 import dataclasses
 import platform
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from dnnctl.doctor import parse
-from dnnctl.doctor.deep import DEEP_TIMEOUT, run_deep
-from dnnctl.doctor.host import Host, Runner
+from dnnctl.doctor import parse, spawn, timing
+from dnnctl.doctor.background import Task
+from dnnctl.doctor.deep import ask_all, deep_names, merge_deep, resolve_deep_timeout
+from dnnctl.doctor.host import Host, Runner, run_command
 from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.doctor.native import nvml_argv
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
 from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_python import probe_python
 
+T = TypeVar("T")
 BUDGET = 3.0  # seconds for every plain probe together (doctor's promise: done within 5 s)
 
 
 def detect(runner: Runner | None = None, deep: bool = False, timeout: float | None = None,
-           *, host: Host | None = None, deep_timeout: float = DEEP_TIMEOUT,
+           *, host: Host | None = None, deep_timeout: float | None = None,
            budget: float = BUDGET) -> EnvSnapshot:
     """Detect driver, GPUs, CUDA runtimes, cuDNN copies, frameworks and packages.
 
     ``runner`` replaces the command runner (argv lists, never a shell); ``host`` replaces
     everything else the probes touch (see dnnctl.doctor.host.Host). ``timeout`` bounds each
-    quick subprocess, ``deep_timeout`` each framework asked with ``deep=True``, and
+    quick subprocess, ``deep_timeout`` each framework asked with ``deep=True`` (default
+    ``$DNNCTL_DEEP_TIMEOUT`` or dnnctl.doctor.deep.DEEP_TIMEOUT; the children start as soon
+    as the installed frameworks are known and run alongside the plain probes), and
     ``budget`` all plain probes together: a probe still running then is cut off and noted
     ("probe failed: ..."). Problems become ``notes`` (and ``driver["error"]``), never
     exceptions. Native libraries are loaded in child processes only (dnnctl.doctor.native).
@@ -45,19 +51,24 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     if host.deadline is None:
         host = dataclasses.replace(host, deadline=time.monotonic() + budget)
 
-    env = EnvSnapshot(os=os_name(host), python=platform.python_version())
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        ld_future = pool.submit(ldconfig_cache, host)
-        frameworks, packages, dists, py_notes = probe_python(host)
-        ldconfig, ld_note = ld_future.result()
-        cudnn_future = pool.submit(probe_cudnn, host, dists, ldconfig)
-        drv_future = pool.submit(probe_driver, host, ldconfig)
-        libs_future = pool.submit(probe_libraries, host, dists, ldconfig)
-        system = system_cuda_runtimes(host, ldconfig)
-        runtimes = pip_cuda_runtimes(dists) + system
-        drv = drv_future.result()
-        cudnn, cudnn_notes = cudnn_future.result()
-        libraries = libs_future.result()
+    limit = resolve_deep_timeout(deep_timeout) if deep else 0.0
+    if host.runner is run_command and host.nvml is None and str(host.root) == "/":
+        spawn.prestart(nvml_argv(host.python))  # the slowest probe on a GPU host: start it now
+    ld_task = Task(_timed, "probe: ldconfig cache", ldconfig_cache, host)
+    env = EnvSnapshot(os=_timed("probe: os", os_name, host), python=platform.python_version())
+    frameworks, packages, dists, py_notes = _timed(
+        "probe: Python packages (dist-info)", probe_python, host)
+    deep_task = Task(ask_all, host, deep_names(frameworks), limit) if deep else None
+    ldconfig, ld_note = ld_task.result()
+    cudnn_task = Task(_timed, "probe: cuDNN copies", probe_cudnn, host, dists, ldconfig)
+    drv_task = Task(_timed, "probe: driver and GPUs", probe_driver, host, ldconfig)
+    libs_task = Task(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries, host, dists,
+                     ldconfig)
+    system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
+    runtimes = _timed("probe: pip CUDA runtimes", pip_cuda_runtimes, dists) + system
+    drv = drv_task.result()
+    cudnn, cudnn_notes = cudnn_task.result()
+    libraries = libs_task.result()
 
     env.driver = drv.driver
     env.gpus = drv.gpus
@@ -77,9 +88,16 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         if bundled:
             torch["cudnn"] = bundled.version
     env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes]
-    if deep:
-        run_deep(host, env, timeout=deep_timeout)
+    if deep_task is not None:
+        with timing.span("--deep: waiting for the framework children"):
+            results = deep_task.result()
+        merge_deep(env, results)
     return env
+
+
+def _timed(name: str, fn: Callable[..., T], *args: Any) -> T:
+    with timing.span(name):
+        return fn(*args)
 
 
 def ldconfig_cache(host: Host) -> tuple[dict[str, list[str]], str | None]:

@@ -19,11 +19,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import PathDistribution
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
+from dnnctl.doctor import spawn, timing
+from dnnctl.doctor.distinfo import Dist, read_version
 from dnnctl.doctor.parse import canonical_name
+
+__all__ = ["CmdResult", "Dist", "Host", "Runner", "run_command"]
 
 MAX_READ = 1 << 20  # text files we read are small; never slurp something huge
 
@@ -53,10 +56,10 @@ MAX_OUTPUT = 1 << 20  # bytes kept of each stream of a command (nvidia-smi, ldco
 
 def run_command(argv: Sequence[str], timeout: float) -> CmdResult | None:
     """The real runner: no shell, no stdin, a hard timeout, at most MAX_OUTPUT bytes kept of
-    stdout and of stderr (a command printing more is stopped), decoded leniently."""
+    stdout and of stderr (a command printing more is stopped), decoded leniently. A process
+    the command line started early for the same argv (dnnctl.doctor.spawn) is taken over."""
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = spawn.claim(argv) or spawn.popen(argv)
     except FileNotFoundError:
         return None
     except PermissionError as exc:
@@ -106,38 +109,6 @@ def _kill(proc: subprocess.Popen) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             proc.kill()
-
-
-@dataclass(frozen=True)
-class Dist:
-    """One installed distribution, read from its ``*.dist-info`` / ``*.egg-info`` folder."""
-
-    name: str  # canonical (PEP 503)
-    version: str
-    location: Path  # the site directory holding it
-    info_dir: Path
-
-    def _meta(self) -> PathDistribution:
-        return PathDistribution(self.info_dir)
-
-    def requires(self) -> list[str]:
-        try:
-            return list(self._meta().requires or [])
-        except (OSError, ValueError):
-            return []
-
-    def files(self) -> list[Path]:
-        """Absolute paths of the files its RECORD lists (empty when there is no RECORD)."""
-        try:
-            return [Path(str(f.locate())) for f in (self._meta().files or [])]
-        except (OSError, ValueError):
-            return []
-
-    def read_text(self, name: str) -> str | None:
-        try:
-            return self._meta().read_text(name)
-        except (OSError, ValueError):
-            return None
 
 
 @dataclass
@@ -248,16 +219,20 @@ class Host:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def run(self, argv: Sequence[str], timeout: float | None = None) -> CmdResult | None:
-        """Run a command under its own limit and doctor's overall deadline."""
+    def run(self, argv: Sequence[str], timeout: float | None = None,
+            label: str | None = None) -> CmdResult | None:
+        """Run a command under its own limit and doctor's overall deadline (timed as
+        ``run: LABEL``, default the program's name, when timing is on)."""
         limit = timeout if timeout is not None else self.timeout
         left = self.remaining()
         if left is not None:
             if left <= 0.05:
                 return CmdResult(None, "", "", "skipped: doctor's time limit was reached")
             limit = min(limit, left)
+        name = label or " ".join(os.path.basename(str(a)) for a in list(argv)[:2])
         try:
-            return self.runner(list(argv), limit)
+            with timing.span(f"run: {name}"):
+                return self.runner(list(argv), limit)
         except Exception as exc:  # an injected runner must not take doctor down either
             return CmdResult(None, "", "", f"{type(exc).__name__}: {exc}")
 
@@ -290,10 +265,7 @@ class Host:
                 if not wanted(name):
                     continue
                 info = base / fname
-                try:
-                    version = PathDistribution(info).version
-                except (OSError, ValueError):
-                    version = None
+                version = read_version(info)
                 if not version:
                     continue
                 if name in found:

@@ -166,6 +166,7 @@ class DoctorReport:
     env: EnvSnapshot
     findings: list[Finding]
     origin: str = "detected"  # "detected", or the --from file's path
+    timings: dict[str, float] | None = None  # wall ms per step (doctor --timings)
 
     @property
     def verdict(self) -> str:
@@ -173,5 +174,8 @@ class DoctorReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``dnnctl-doctor/1`` JSON document."""
-        return {"schema": DOCTOR_SCHEMA, "verdict": self.verdict,
-                "findings": [f.to_dict() for f in self.findings], "env": self.env.to_dict()}
+        out = {"schema": DOCTOR_SCHEMA, "verdict": self.verdict,
+               "findings": [f.to_dict() for f in self.findings], "env": self.env.to_dict()}
+        if self.timings is not None:
+            out["timings"] = dict(self.timings)
+        return out

@@ -11,9 +11,11 @@ goes through a child the same way.
 from __future__ import annotations
 
 import json
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from dnnctl.doctor.host import Host
+if TYPE_CHECKING:  # importing host costs ~20 ms; the command line imports this module first
+    from dnnctl.doctor.host import Host
 
 NVML_TIMEOUT = 2.0
 MARK = "DNNCTL_NVML "
@@ -92,6 +94,11 @@ except Exception as e:
 """
 
 
+def nvml_argv(python: str | None = None) -> list[str]:
+    """The NVML child's command line (the command line prestarts exactly this)."""
+    return [python or sys.executable, "-I", "-S", "-c", NVML_QUERY]
+
+
 class NVMLError(Exception):
     """Raised like pynvml's error: ``value`` is the NVML return code (-1: the probe failed)."""
 
@@ -114,8 +121,8 @@ class SubprocessNvml:
         self._data: dict[str, Any] | None = None
 
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
-        res = self._host.run([self._host.python, "-I", "-S", "-c", NVML_QUERY],
-                             timeout=self._timeout)
+        res = self._host.run(nvml_argv(self._host.python), timeout=self._timeout,
+                             label="NVML child (python -I -S)")
         if res is None:
             raise NVMLError(-1, f"probe failed: cannot run {self._host.python}")
         data = None
@@ -180,7 +187,7 @@ class SubprocessNvml:
 def libcuda_version(host: Host, path: str, timeout: float = NVML_TIMEOUT) -> int:
     """cuDriverGetVersion of the libcuda at ``path``, asked in a child; LookupError if not."""
     res = host.run([host.python, "-I", "-S", "-c", LIBCUDA_QUERY, str(host.path(path))],
-                   timeout=timeout)
+                   timeout=timeout, label="libcuda child (python -I -S)")
     if res is None:
         raise LookupError(f"{path}: cannot run {host.python}")
     try:

@@ -232,7 +232,8 @@ def ask_cudnn(host: Host, paths: list[str]) -> dict[str, dict]:
     answers: dict[str, dict] = {}
     todo = list(paths)
     while todo:
-        res = host.run([host.python, "-I", "-S", "-c", CUDNN_QUERY, *todo])
+        res = host.run([host.python, "-I", "-S", "-c", CUDNN_QUERY, *todo],
+                       label=f"cuDNN child (python -I -S, {len(todo)} libraries)")
         if res is None:
             for p in todo:
                 answers[p] = {"error": f"cannot run {host.python}"}

@@ -66,7 +66,36 @@ def test_anything_else_goes_to_typer(argv: list[str]) -> None:
 def test_parse_plain_forms() -> None:
     opts = parse(["--json", "--matrix", "a.yaml", "--matrix=b.yaml", "--save", "s.yaml"])
     assert opts == {"json_out": True, "strict": False, "deep": False, "save": Path("s.yaml"),
-                    "from_file": None, "matrix": [Path("a.yaml"), Path("b.yaml")]}
+                    "from_file": None, "matrix": [Path("a.yaml"), Path("b.yaml")],
+                    "timings": False, "deep_timeout": None}
+    opts = parse(["--deep", "--deep-timeout", "120", "--timings"])
+    assert (opts["deep"], opts["deep_timeout"], opts["timings"]) == (True, "120", True)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "1e9"])
+def test_bad_deep_timeout_is_a_usage_error_both_ways(value: str, tmp_path: Path) -> None:
+    fast = _run(["--deep", "--deep-timeout", value], False, tmp_path)
+    slow = _run(["--deep", "--deep-timeout", value], True, tmp_path)
+    assert fast[0] == slow[0] == 2, (fast, slow)
+    assert "--deep-timeout" in fast[2]
+
+
+def test_timings_breakdown_on_stderr_and_in_json(tmp_path: Path) -> None:
+    import json
+
+    code, out, err = _run(["--json", "--timings"], False, tmp_path)
+    spans = json.loads(out)["timings"]
+    for step in ("detect (all probes)", "probe: Python packages (dist-info)",
+                 "probe: driver and GPUs", "judge (rules)"):
+        assert isinstance(spans[step], float) and spans[step] >= 0, (step, spans)
+    assert "timings (wall ms" in err and "total: exec to end of output" in err
+    assert max(len(line) for line in err.splitlines()) <= 80
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DNNCTL_PROFILE": "1"}
+    p = subprocess.run([sys.executable, "-m", "dnnctl", "doctor"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "probe: driver and GPUs" in p.stderr and "timings" not in p.stdout
+    code2, out2, err2 = _run(["--json"], False, tmp_path)
+    assert "timings" not in json.loads(out2) and "timings" not in err2
 
 
 def test_usage_error_still_exits_2(tmp_path: Path) -> None:

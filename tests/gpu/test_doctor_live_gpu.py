@@ -25,21 +25,30 @@ def env():
     return detect(deep=True)
 
 
+def _live(env, key: str):
+    """env.live[key], or a failure saying why the live check has no such answer."""
+    live = env.live
+    assert live, f"no live check ran; notes: {env.notes}"
+    assert key in live, f"live check has no {key!r}: {live}; notes: {env.notes}"
+    return live[key]
+
+
 def test_live_ran_on_every_gpu(env) -> None:
     live = env.live
     assert live and not live.get("error"), (live, env.notes)
-    assert sorted(live["launch"]) == [str(i) for i in range(torch.cuda.device_count())]
-    assert set(live["launch"].values()) == {"ok"}, live["launch"]
+    launch = _live(env, "launch")
+    assert sorted(launch) == [str(i) for i in range(torch.cuda.device_count())]
+    assert set(launch.values()) == {"ok"}, launch
 
 
 def test_live_cudnn_is_what_torch_loads(env) -> None:
     v = torch.backends.cudnn.version()
-    assert env.live["cudnn"] == f"{v // 10000}.{v // 100 % 100}.{v % 100}"
-    assert "libcudnn" in env.live.get("cudnn_library", "")
+    assert _live(env, "cudnn") == f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    assert "libcudnn" in env.live.get("cudnn_library", ""), env.live
 
 
 def test_sdpa_backends_answer(env) -> None:
-    sdpa = env.live["sdpa"]
+    sdpa = _live(env, "sdpa")
     assert set(sdpa) == {"flash", "efficient", "cudnn"}
     if torch.cuda.get_device_capability(0) >= (8, 0):  # bf16 flash / mem-efficient exist
         assert sdpa["flash"] == "ok" and sdpa["efficient"] == "ok", sdpa
@@ -56,4 +65,5 @@ def test_no_live_errors_on_a_healthy_server(env) -> None:
 def test_cli_deep_json_carries_live() -> None:
     r = CliRunner().invoke(app, ["doctor", "--deep", "--json"])
     data = json.loads(r.stdout)
-    assert data["env"]["live"]["launch"], data["env"].get("live")
+    live = data["env"].get("live") or {}
+    assert live.get("launch"), (live, data["env"].get("notes"))

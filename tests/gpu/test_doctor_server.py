@@ -67,8 +67,9 @@ def test_cupy_asked_deeply_matches_cupy(deep_env):
     import cupy
 
     info = deep_env.frameworks["cupy"]
-    assert info["source"] == "deep" and info["version"] == cupy.__version__
-    assert info["runtime"] == parse.cuda_int_version(cupy.cuda.runtime.runtimeGetVersion())
+    assert info.get("source") == "deep", (info, deep_env.notes)  # the cupy child answered
+    assert info["version"] == cupy.__version__
+    assert info.get("runtime") == parse.cuda_int_version(cupy.cuda.runtime.runtimeGetVersion())
     assert info["driver"] == deep_env.driver["cuda"]
     assert info["package"] in info["packages"]
 
@@ -90,11 +91,12 @@ def test_torch_metadata_and_deep_match_torch(env, deep_env):
         pytest.skip("torch is not installed in this environment")
     facts = _torch_facts()
     plain, deep = env.frameworks["torch"], deep_env.frameworks["torch"]
+    assert deep.get("source") == "deep", (deep, deep_env.notes)  # the torch child answered
     assert plain["version"] == deep["version"] == facts["v"]  # local tag included
     assert plain["cuda"] == deep["cuda"] == facts["cuda"]
-    assert deep["arch_list"] == facts["arch"]
+    assert deep.get("arch_list") == facts["arch"], (deep, deep_env.notes)
     runtime = parse.cudnn_int_version(facts["cudnn"])
-    assert deep["cudnn_runtime"] == runtime
+    assert deep.get("cudnn_runtime") == runtime, (deep, deep_env.notes)
     if "cudnn_package" in plain:  # the pinned nvidia-cudnn wheel is the one that loads
         assert plain["cudnn"].startswith(runtime + ".") or plain["cudnn"] == runtime
     major = runtime.split(".")[0]

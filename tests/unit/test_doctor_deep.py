@@ -86,10 +86,10 @@ def test_h200_deep(tmp_path):
 
 
 @pytest.mark.parametrize(("result", "expected"), [
-    (CmdResult(None, "", "", "timed out after 90 s"), "--deep torch: timed out after 90 s"),
-    (CmdResult(-11, "", "Segmentation fault\n"), "--deep torch: exited with status -11"),
+    (CmdResult(None, "", "", "timed out after 90 s"), "probe failed: --deep torch: timed out after 90 s"),
+    (CmdResult(-11, "", "Segmentation fault\n"), "probe failed: --deep torch: exited with status -11"),
     (CmdResult(0, "DNNCTL_JSON {not json", ""), "--deep torch: exited with status 0"),
-    (None, "--deep torch: cannot run python3"),
+    (None, "probe failed: --deep torch: cannot run python3"),
 ])
 def test_failures_become_notes(result, expected):
     env = EnvSnapshot(frameworks={"torch": {"version": "2.4.0"}})
