@@ -10,7 +10,7 @@ an integer (``8907`` = 8.9.7, ``90100`` = 9.1.0). A compute capability is ``majo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import total_ordering
 
 from dnnctl.errors import UsageError
@@ -20,6 +20,10 @@ MAX_PART_DIGITS = 9  # no real version has a longer component; bounds int() on h
 MAX_TEXT = 200
 
 
+_PARSED: dict[str, Version] = {}  # parse() results by text (Versions are immutable)
+_PARSED_MAX = 8192
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Version:
@@ -27,16 +31,31 @@ class Version:
 
     parts: tuple[int, ...]
     text: str = ""
+    key: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parts = list(self.parts)
+        while len(parts) > 1 and parts[-1] == 0:
+            parts.pop()
+        object.__setattr__(self, "key", tuple(parts))  # compared often: made once
 
     @classmethod
     def parse(cls, text: object) -> Version:
         """Parse ``"570.124.06"``, ``"2.2.0+cu121"`` (local tag ignored), ``12.8`` (a number)."""
+        memo = cls is Version and text.__class__ is str
+        if memo:
+            hit = _PARSED.get(text)  # type: ignore[arg-type]
+            if hit is not None:
+                return hit  # the matrix's rules parse the same few hundred strings often
         s = str(text).strip()
         m = _NUM.match(s[:MAX_TEXT]) if len(s) <= MAX_TEXT else None
         if not m or any(len(p) > MAX_PART_DIGITS for p in m.group(1).split(".")):
             shown = s if len(s) <= 40 else f"{s[:20]}...({len(s)} characters)"
             raise UsageError(f"not a version: {shown!r}", hint="use dotted numbers, e.g. 12.8")
-        return cls(tuple(int(p) for p in m.group(1).split(".")), m.group(1))
+        v = cls(tuple(int(p) for p in m.group(1).split(".")), m.group(1))
+        if memo and len(_PARSED) < _PARSED_MAX:
+            _PARSED[text] = v  # type: ignore[index]
+        return v
 
     @classmethod
     def maybe(cls, text: object) -> Version | None:
@@ -49,19 +68,16 @@ class Version:
             return None
 
     def _key(self) -> tuple[int, ...]:
-        parts = list(self.parts)
-        while len(parts) > 1 and parts[-1] == 0:
-            parts.pop()
-        return tuple(parts)
+        return self.key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Version) and self._key() == other._key()
+        return isinstance(other, Version) and self.key == other.key
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return hash(self.key)
 
     def __lt__(self, other: Version) -> bool:
-        return self._key() < other._key()
+        return self.key < other.key
 
     @property
     def major(self) -> int:
