@@ -16,17 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.compat.schema import TABLES, Row
+from dnnctl.paths import cache_root
 
 FORMAT = 1
 MAX_BYTES = 16 << 20
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("DNNCTL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dnnctl"
+    return cache_root()
 
 
 def _key(files: tuple[tuple[str, int, int], ...]) -> str:
