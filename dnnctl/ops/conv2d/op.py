@@ -190,7 +190,13 @@ class Conv2d(Op):
 
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        """First supported variant of a shape-based preference list (see preference())."""
+        """The cheapest candidate by the cost model (dnnctl/ops/conv2d/cost.py) on CUDA;
+        near-ties (within TIE) go to the earlier variant of preference(). The numpy backend,
+        the backward passes and variants without a cost function use preference()."""
+        if backend != "numpy" and problem.get("pass", "forward") == "forward":
+            best = pick(ranked(problem, backend, device), preference(problem, backend))
+            if best is not None:
+                return Choice.of(best.variant, best.params)
         table = {v.name: v for v in variants(self.name, backend)}
         for name in preference(problem, backend):
             variant = table.get(name)
@@ -207,6 +213,27 @@ class Conv2d(Op):
         raise UnsupportedError(
             f"no registered conv2d variant on backend {backend!r} supports {problem.short()}",
             hint="run 'dnnctl kernels list --op conv2d' to see the registered variants")
+
+
+TIE = 0.01  # estimates within 1% are a tie: the fixed preference order decides
+
+
+def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
+    """The cost model's estimates for a forward problem (dnnctl.ops.costmodel.Estimate),
+    cheapest first: what default_choice picks from, and what explains the pick."""
+    from dnnctl.ops.conv2d import cost
+
+    return cost.rank(problem, backend, device)
+
+
+def pick(estimates: list[Any], order: list[str]) -> Any:
+    """The cheapest estimate; among those within TIE of it, the earliest in ``order``."""
+    if not estimates:
+        return None
+    limit = estimates[0].us * (1.0 + TIE)
+    close = [e for e in estimates if e.us <= limit]
+    rank = {name: i for i, name in enumerate(order)}
+    return min(close, key=lambda e: (rank.get(e.variant, len(rank)), e.us))
 
 
 def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:
