@@ -289,6 +289,18 @@ def rank(variants: Iterable[Any], problem: Any, device: Any,
     return [e for _, _, e in out]
 
 
+def ranked_estimates(problem: Any, backend: str, device: Any) -> list[Estimate]:
+    """Why the default heuristic picks what it picks: the cost model's estimates for a
+    conv2d (forward) or matmul problem, cheapest first; [] for other ops and passes."""
+    if problem.op == "conv2d" and problem.get("pass", "forward") == "forward":
+        from dnnctl.ops.conv2d.op import ranked
+    elif problem.op == "matmul":
+        from dnnctl.ops.matmul.op import ranked
+    else:
+        return []
+    return ranked(problem, backend, device)
+
+
 def valid(variant: Any, problem: Any, params: Mapping[str, Any], device: Any) -> bool:
     """The variant accepts these parameters (its own rules) on this device."""
     try:

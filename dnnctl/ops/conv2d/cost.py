@@ -180,7 +180,10 @@ def winograd(variant: Any, problem: Any, params: Mapping[str, Any],
         cm.cublas_class(g.dtype, g.tf32)
     u, v, mm = alpha2 * g.k * g.c * uvb, alpha2 * t * g.c * uvb, alpha2 * t * g.k * 4.0
     compute, memory, waves = cm.cublas_us(t, g.k, g.c, alpha2, cls, dev, u + v + mm, uvb)
-    extra = cm.pass_us(w + u, dev) + cm.pass_us(x + v, dev) + cm.pass_us(mm + y, dev)
+    # the transforms gather tiles with overlap, like the stencil kernels
+    frac = cm.STENCIL_BW_FRACTION
+    extra = (cm.pass_us(w + u, dev, frac) + cm.pass_us(x + v, dev, frac)
+             + cm.pass_us(mm + y, dev, frac))
     return cm.total(variant.name, params, compute, memory, extra=extra, launches=4,
                     waves=waves, notes=(cls, f"F({m}x{m},3x3)"))
 
