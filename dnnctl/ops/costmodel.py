@@ -289,6 +289,27 @@ def rank(variants: Iterable[Any], problem: Any, device: Any,
     return [e for _, _, e in out]
 
 
+def memo_rank(fn: Callable[[Any, str, Any], list[Estimate]]
+              ) -> Callable[[Any, str, Any, tuple[str, ...]], list[Estimate]]:
+    """Memoize a rank function per (problem, backend, device, registered variant names): an
+    unplanned call may ask for the default choice every time, and ranking costs milliseconds.
+    """
+    cache: dict[tuple, tuple[Estimate, ...]] = {}
+
+    def wrapper(problem: Any, backend: str, device: Any, names: tuple[str, ...]
+                ) -> list[Estimate]:
+        key = (problem, backend, device, names)
+        try:
+            return list(cache[key])
+        except KeyError:
+            out = cache[key] = tuple(fn(problem, backend, device))
+            return list(out)
+        except TypeError:  # an unhashable device description: no memo
+            return fn(problem, backend, device)
+
+    return wrapper
+
+
 def ranked_estimates(problem: Any, backend: str, device: Any) -> list[Estimate]:
     """Why the default heuristic picks what it picks: the cost model's estimates for a
     conv2d (forward) or matmul problem, cheapest first; [] for other ops and passes."""

@@ -146,3 +146,21 @@ def test_offline_check_against_the_logged_h200_timings():
     assert 0.8 <= res["calibration_median"] <= 1.25
     gemm = ch.check_gemm()
     assert gemm["shapes"] == 20 and gemm["within"] >= 18
+
+
+def test_ranking_is_memoized_per_problem_and_registry():
+    """An unplanned call may ask for the default choice every time: the ranking is computed
+    once per (problem, backend, device, registered variants)."""
+    from dnnctl.ops.conv2d import cost
+
+    p = CONV.problem(dict(n=4, c=32, h=20, w=20, k=48, r=3, s=3, pad=1, dtype="float16",
+                          layout="NHWC"))
+    calls = []
+    memo = cm.memo_rank(lambda *a: calls.append(a) or cost.rank(*a))
+    first = memo(p, "cupy", H200, ("a",))
+    again = memo(p, "cupy", H200, ("a",))
+    assert first == again and len(calls) == 1
+    memo(p, "cupy", H200, ("a", "b"))  # a variant registered since: ranked again
+    assert len(calls) == 2
+    again.clear()  # callers get their own list
+    assert memo(p, "cupy", H200, ("a",)) == first

@@ -264,3 +264,6 @@ def rank(problem: Any, backend: str, device: Any) -> list[cm.Estimate]:
     from dnnctl.ops.registry import variants
 
     return cm.rank(variants("conv2d", backend), problem, device, COSTS, candidates)
+
+
+rank_memo = cm.memo_rank(rank)

@@ -223,7 +223,8 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
     cheapest first: what default_choice picks from, and what explains the pick."""
     from dnnctl.ops.conv2d import cost
 
-    return cost.rank(problem, backend, device)
+    names = tuple(v.name for v in variants("conv2d", backend))
+    return cost.rank_memo(problem, backend, device, names)
 
 
 def pick(estimates: list[Any], order: list[str]) -> Any:
@@ -245,7 +246,9 @@ def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str,
 
 
 def preference(problem: Problem, backend: str) -> list[str]:
-    """Variant names to try, best first, for a problem nobody tuned.
+    """Variant names in a fixed order: the tie-break of the cost model's near-equal
+    estimates, and the whole heuristic where the model does not apply (the numpy backend,
+    the backward passes, variants without a cost function).
 
     From the H200 measurements (benchmarks/bench_conv.py) and the arithmetic of each
     algorithm: tensor cores whenever the math allows them (fp16 / bf16, or float32 with

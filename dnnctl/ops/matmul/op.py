@@ -186,7 +186,8 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
     default_choice picks from, and what explains the pick."""
     from dnnctl.ops.matmul import cost
 
-    return cost.rank(problem, backend, device)
+    names = tuple(v.name for v in variants("matmul", backend))
+    return cost.rank_memo(problem, backend, device, names)
 
 
 def pick(estimates: list[Any], order: list[str]) -> Any:
