@@ -310,6 +310,19 @@ def memo_rank(fn: Callable[[Any, str, Any], list[Estimate]]
     return wrapper
 
 
+TIE = 0.01  # estimates within 1% are a tie: a fixed preference order decides
+
+
+def pick(estimates: list[Estimate], order: list[str]) -> Estimate | None:
+    """The cheapest estimate; among those within TIE of it, the earliest in ``order``."""
+    if not estimates:
+        return None
+    limit = estimates[0].us * (1.0 + TIE)
+    close = [e for e in estimates if e.us <= limit]
+    rank = {name: i for i, name in enumerate(order)}
+    return min(close, key=lambda e: (rank.get(e.variant, len(rank)), e.us))
+
+
 def ranked_estimates(problem: Any, backend: str, device: Any) -> list[Estimate]:
     """Why the default heuristic picks what it picks: the cost model's estimates for a
     conv2d (forward) or matmul problem, cheapest first; [] for other ops and passes."""

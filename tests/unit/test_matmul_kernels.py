@@ -162,7 +162,8 @@ def test_supports_reasons():
 def test_default_choice_cuda_follows_the_cost_model():
     """Large products go to cuBLAS (675 vs 490 TFLOP/s measured); the pick is always the
     cheapest estimate (or a near-tie won by the fallback order)."""
-    from dnnctl.ops.matmul.op import TIE, ranked
+    from dnnctl.ops.costmodel import TIE
+    from dnnctl.ops.matmul.op import ranked
 
     big = MM.problem({"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16"})
     assert MM.default_choice(big, "cupy", H200).variant == "cublas"

@@ -44,6 +44,7 @@ from dnnctl.ops.conv2d.geom import (  # noqa: F401 - re-exported: the op's vocab
     pad4,
     to_nchw,
 )
+from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
 
 
@@ -215,7 +216,6 @@ class Conv2d(Op):
             hint="run 'dnnctl kernels list --op conv2d' to see the registered variants")
 
 
-TIE = 0.01  # estimates within 1% are a tie: the fixed preference order decides
 
 
 def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
@@ -226,15 +226,6 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
     names = tuple(v.name for v in variants("conv2d", backend))
     return cost.rank_memo(problem, backend, device, names)
 
-
-def pick(estimates: list[Any], order: list[str]) -> Any:
-    """The cheapest estimate; among those within TIE of it, the earliest in ``order``."""
-    if not estimates:
-        return None
-    limit = estimates[0].us * (1.0 + TIE)
-    close = [e for e in estimates if e.us <= limit]
-    rank = {name: i for i, name in enumerate(order)}
-    return min(close, key=lambda e: (rank.get(e.variant, len(rank)), e.us))
 
 
 def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ import numpy as np
 from dnnctl.errors import UnsupportedError, UsageError
 from dnnctl.ops import codes
 from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
@@ -178,7 +179,6 @@ class Matmul(Op):
 
 
 FALLBACK = ["cublas", "wgmma", "mma", "simt"]  # tie order: the vendor library first
-TIE = 0.01  # estimates within 1% are a tie
 
 
 def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
@@ -188,13 +188,3 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
 
     names = tuple(v.name for v in variants("matmul", backend))
     return cost.rank_memo(problem, backend, device, names)
-
-
-def pick(estimates: list[Any], order: list[str]) -> Any:
-    """The cheapest estimate; among those within TIE of it, the earliest in ``order``."""
-    if not estimates:
-        return None
-    limit = estimates[0].us * (1.0 + TIE)
-    close = [e for e in estimates if e.us <= limit]
-    rank = {name: i for i, name in enumerate(order)}
-    return min(close, key=lambda e: (rank.get(e.variant, len(rank)), e.us))
