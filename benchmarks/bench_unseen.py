@@ -13,7 +13,9 @@ Per problem, three ways on the same tensors:
 * **default**: what an un-tuned dnnctl call runs (the op's default_choice: the cost model);
 * **tuned**: the fastest of the default and TOP_K more cost-model candidates (the best
   estimate of each other variant first, then the next best overall), each timed briefly: a
-  quick tune without the tuner's worker processes (``--top-k`` sets K).
+  quick tune without the tuner's worker processes (``--top-k`` sets K). The depthwise
+  variants also try DEPTHWISE_EXTRA block shapes of benchmarks/conv_candidates.py (the cost
+  model scores only their defaults).
 
 Every candidate is checked against torch's output first (relative error <= 2e-2 for 16-bit,
 1e-2 for TF32; a wrong one is reported and cannot win). Timing: benchmarks/common.py
@@ -50,6 +52,7 @@ BUDGET_S = 230.0
 PRECOMPILE_S = 90.0
 ROUNDS = 3
 HOPELESS = 3.0
+DEPTHWISE_EXTRA = 4  # block shapes per depthwise variant (benchmarks/conv_candidates.py)
 
 
 def candidates(problem: Any, device: Any, top_k: int) -> list[tuple[str, dict[str, Any]]]:
@@ -71,6 +74,16 @@ def candidates(problem: Any, device: Any, top_k: int) -> list[tuple[str, dict[st
             break
         if cand not in out:
             out.append(cand)
+    if problem.op == "conv2d":  # block shapes of the depthwise kernels: not in the model
+        import conv_candidates
+
+        from dnnctl.ops.registry import get_variant
+
+        for name in ("depthwise", "depthwise_planes"):
+            if any(n == name for n, _ in out):
+                variant = get_variant("conv2d", "cupy", name)
+                extra = [(name, p) for p in conv_candidates.shortlist(variant, problem, device)]
+                out += [c for c in extra if c not in out][:DEPTHWISE_EXTRA]
     return out
 
 
