@@ -20,6 +20,13 @@ thousands of calls, best of several repeats.
 
     PYTHONPATH=. python3 benchmarks/run.py --only tune [--quick]
     PYTHONPATH=. python3 benchmarks/bench_tune.py [--quick]
+
+The decision-quality check on ONE WHOLE bundled workload (every problem of it tuned with up
+to --evals random candidates, the default heuristic always among them, then every candidate
+that passed verification re-measured; no dispatch probes), e.g. ResNet-50 at batch 32:
+
+    PYTHONPATH=. python3 benchmarks/bench_tune.py --workload resnet50 --batch 32 \
+        [--evals 10] [--budget 110]
 """
 
 from __future__ import annotations
@@ -108,19 +115,30 @@ def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
     return {c: statistics.median(v) for c, v in meds.items() if v}
 
 
-def _tune_subset(name: str, wl: Any, quick: bool) -> list[dict[str, Any]]:
+def whole(workload: str, batch: int | None = None) -> list[tuple[str, Any]]:
+    """Every problem of one bundled workload (with its counts), as one subset."""
+    from dnnctl.workloads import build
+
+    wl = build(workload, batch=batch)
+    name = workload + (f" b{batch}" if batch else "")
+    return [(name, wl)]
+
+
+def _tune_subset(name: str, wl: Any, quick: bool, evals: int | None = None,
+                 budget_s: float | None = None) -> list[dict[str, Any]]:
     from dnnctl.cli.tune import short_problem
     from dnnctl.plan import read_plan
     from dnnctl.tune.candidates import Candidate
     from dnnctl.tune.journal import problem_id, read_journal
     from dnnctl.tune.tuner import TuneOptions, tune
 
-    k = 6 if quick else 12
+    k = evals or (6 if quick else 12)
     tmp = Path(tempfile.mkdtemp(prefix="bench_tune_"))
     out = tmp / "plan.yaml"
     t0 = time.perf_counter()
     report = tune(wl, TuneOptions(device=DEVICE, output=out, strategy="random", max_evals=k,
-                                  budget_s=45.0 if quick else 120.0, keep_journal=True,
+                                  budget_s=budget_s or (45.0 if quick else 120.0),
+                                  keep_journal=True,
                                   candidate_timeout_s=300.0))
     tune_s = time.perf_counter() - t0
     _NOTES.append(f"{name}: tuned {len(wl.items)} problems, "
@@ -292,8 +310,27 @@ def summary(rows: list[dict[str, Any]], ctx: Any) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-if __name__ == "__main__":
-    quick = "--quick" in sys.argv
-    result = run(None, quick)
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the 8-problem sample")
+    ap.add_argument("--workload", help="tune and judge this whole bundled workload instead")
+    ap.add_argument("--batch", type=int, help="the workload's batch option")
+    ap.add_argument("--evals", type=int, help="candidates per problem (default 12, quick 6)")
+    ap.add_argument("--budget", type=float, help="tuning seconds (default 120, quick 45)")
+    args = ap.parse_args(argv)
+    if args.workload:
+        _NOTES.clear()
+        result = []
+        for name, wl in whole(args.workload, args.batch):
+            result.extend(_tune_subset(name, wl, args.quick, args.evals, args.budget))
+    else:
+        result = run(None, args.quick)
     print(common.markdown(result))
     print(summary(result, None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

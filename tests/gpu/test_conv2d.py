@@ -231,12 +231,13 @@ def test_public_api_on_cupy_arrays_default_heuristic(dtype, gpu):
     ("float32", "NCHW", True, dict(n=8, c=64, h=28, w=28, k=128, r=3, s=3, stride=1, pad=1,
                                    groups=1, act="relu", res=True), "nhwc_implicit_gemm"),
     ("float16", "NCHW", False, dict(n=32, c=64, h=31, w=29, k=96, r=3, s=3, stride=2, pad=1,
-                                    groups=1, act="silu", res=False), "nhwc_implicit_gemm"),
+                                    groups=1, act="silu", res=False), "im2col_gemm"),
     ("float32", "NCHW", False, dict(n=4, c=144, h=14, w=15, k=144, r=3, s=3, stride=1, pad=1,
                                     groups=144, act="relu", res=True), "depthwise_planes"),
 ])
 def test_default_heuristic_paths_match_torch(dtype, layout, tf32, shape, expect, gpu):
-    """The un-tuned public call takes the heuristic's new paths and agrees with torch."""
+    """The un-tuned public call takes the cost model's picks (dnnctl/ops/conv2d/cost.py;
+    test_costmodel.py checks them without a GPU) and agrees with torch."""
     torch = pytest.importorskip("torch")
     import dnnctl.ops
 

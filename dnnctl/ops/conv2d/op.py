@@ -44,6 +44,7 @@ from dnnctl.ops.conv2d.geom import (  # noqa: F401 - re-exported: the op's vocab
     pad4,
     to_nchw,
 )
+from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
 
 
@@ -190,7 +191,13 @@ class Conv2d(Op):
 
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        """First supported variant of a shape-based preference list (see preference())."""
+        """The cheapest candidate by the cost model (dnnctl/ops/conv2d/cost.py) on CUDA;
+        near-ties (within TIE) go to the earlier variant of preference(). The numpy backend,
+        the backward passes and variants without a cost function use preference()."""
+        if backend != "numpy" and problem.get("pass", "forward") == "forward":
+            best = pick(ranked(problem, backend, device), preference(problem, backend))
+            if best is not None:
+                return Choice.of(best.variant, best.params)
         table = {v.name: v for v in variants(self.name, backend)}
         for name in preference(problem, backend):
             variant = table.get(name)
@@ -209,6 +216,18 @@ class Conv2d(Op):
             hint="run 'dnnctl kernels list --op conv2d' to see the registered variants")
 
 
+
+
+def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
+    """The cost model's estimates for a forward problem (dnnctl.ops.costmodel.Estimate),
+    cheapest first: what default_choice picks from, and what explains the pick."""
+    from dnnctl.ops.conv2d import cost
+
+    names = tuple(v.name for v in variants("conv2d", backend))
+    return cost.rank_memo(problem, backend, device, names)
+
+
+
 def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:
     """A variant's own default_params() if it has one, else its first valid parameters."""
     own = getattr(variant, "default_params", None)
@@ -218,7 +237,9 @@ def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str,
 
 
 def preference(problem: Problem, backend: str) -> list[str]:
-    """Variant names to try, best first, for a problem nobody tuned.
+    """Variant names in a fixed order: the tie-break of the cost model's near-equal
+    estimates, and the whole heuristic where the model does not apply (the numpy backend,
+    the backward passes, variants without a cost function).
 
     From the H200 measurements (benchmarks/bench_conv.py) and the arithmetic of each
     algorithm: tensor cores whenever the math allows them (fp16 / bf16, or float32 with

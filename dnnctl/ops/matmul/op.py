@@ -20,6 +20,7 @@ import numpy as np
 from dnnctl.errors import UnsupportedError, UsageError
 from dnnctl.ops import codes
 from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
@@ -154,10 +155,15 @@ class Matmul(Op):
 
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        """numpy: np.matmul. CUDA: cuBLAS, which is fast on every shape nobody tuned;
-        our own kernels win only where a plan measured that they do."""
+        """numpy: np.matmul. CUDA: the cheapest candidate by the cost model
+        (dnnctl/ops/matmul/cost.py); near-ties (within TIE) go to the earlier of FALLBACK.
+        Variants without a cost function are tried in FALLBACK order when none has one."""
+        if backend != "numpy":
+            best = pick(ranked(problem, backend, device), FALLBACK)
+            if best is not None:
+                return Choice.of(best.variant, best.params)
         table = {v.name: v for v in variants(self.name, backend)}
-        order = ["numpy", "blocked"] if backend == "numpy" else ["cublas", "mma", "simt"]
+        order = ["numpy", "blocked"] if backend == "numpy" else FALLBACK
         for name in order + [n for n in table if n not in order]:
             variant = table.get(name)
             if variant is None or not variant.supports(problem, device):
@@ -170,3 +176,15 @@ class Matmul(Op):
         raise UnsupportedError(
             f"no registered matmul variant on backend {backend!r} supports {problem.short()}",
             hint="run 'dnnctl kernels list --op matmul' to see the registered variants")
+
+
+FALLBACK = ["cublas", "wgmma", "mma", "simt"]  # tie order: the vendor library first
+
+
+def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
+    """The cost model's estimates (dnnctl.ops.costmodel.Estimate), cheapest first: what
+    default_choice picks from, and what explains the pick."""
+    from dnnctl.ops.matmul import cost
+
+    names = tuple(v.name for v in variants("matmul", backend))
+    return cost.rank_memo(problem, backend, device, names)

@@ -1,0 +1,269 @@
+"""Cost model of the CUDA conv2d forward variants (see dnnctl/ops/costmodel.py).
+
+Each variant is described by the GEMM it runs (M = output pixels, N = output channels per
+group, K = channels per group x filter taps, batch = groups), its throughput class, the bytes
+its main kernel moves and the extra passes it pays (layout transposes, patch matrix, channel
+padding, split-K partials, a separate epilogue). A variant without an entry in :data:`COSTS`
+is left to the fallback order in op.py; a new variant joins the model by adding one here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.ops import costmodel as cm
+from dnnctl.ops.conv2d.geom import ConvGeom, geometry
+
+ELEM = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _padded_channels(cg: int) -> int:
+    """As implicit_gemm_wgmma.padded_channels (the 16-bit NHWC gather's channel padding)."""
+    if cg % 4 == 0:
+        return cg
+    return 4 if cg < 4 else -(-cg // 8) * 8
+
+
+def _cgp(g: ConvGeom) -> int:
+    if g.nhwc and g.dtype != "float32" and g.cg % 2:
+        return _padded_channels(g.cg)
+    return g.cg
+
+
+def _bytes(g: ConvGeom) -> tuple[float, float, float]:
+    """Bytes of x, w and y (y counted twice with a residual: read and written)."""
+    eb = ELEM[g.dtype]
+    x = g.n * g.h * g.w * g.c * eb
+    w = g.k * g.cg * g.r * g.s * eb
+    y = g.n * g.p * g.q * g.k * eb * (2 if g.residual else 1)
+    return x, w, y
+
+
+def _tc_class(g: ConvGeom, wgmma: bool = False) -> str:
+    if g.dtype != "float32":
+        return "conv_wgmma" if wgmma else "conv_mma16"
+    return "mma_tf32" if g.tf32 else "simt"
+
+
+def _tile(params: Mapping[str, Any], g: ConvGeom, k: int, wgmma: bool) -> cm.Tile:
+    eb = 4 if g.dtype == "float32" else 2
+    bk = 64 if wgmma else params["bk"]
+    smem = params["stages"] * (params["bm"] + params["bn"]) * bk * eb + (1024 if wgmma else 0)
+    ktiles = cm.ceil_div(k, bk)
+    per = cm.ceil_div(ktiles, max(1, params["splitk"]))
+    splits = cm.ceil_div(ktiles, per)
+    family = "wgmma" if wgmma else ("simt" if g.dtype == "float32" and not g.tf32 else "mma")
+    return cm.Tile(params["bm"], params["bn"], bk, params["warps"] * 32, smem, splits, family,
+                   params["stages"])
+
+
+def _gemm_estimate(name: str, params: Mapping[str, Any], g: ConvGeom, dev: cm.DeviceFacts,
+                   m: int, n: int, k: int, batch: int, *, wgmma: bool = False,
+                   gather_bytes: int = 16, extra: float = 0.0, launches: int = 1,
+                   notes: tuple[str, ...] = ()) -> cm.Estimate:
+    """A tiled tensor-core (or FFMA) conv kernel plus its split-K finish."""
+    x, w, y = _bytes(g)
+    eb = ELEM[g.dtype]
+    tile = _tile(params, g, k, wgmma)
+    stores = 0.0 if tile.splits > 1 else y / eb  # split-K: the finish kernel stores y
+    work = cm.GemmWork(m, n, k, batch, dram_bytes=x + w + y,
+                       a_bytes=m * k * batch * eb, b_bytes=n * k * batch * eb,
+                       fragment_stores=stores)
+    cls = _tc_class(g, wgmma)
+    tflops = cm.THROUGHPUT[cls] * max(cm.NCHW_GATHER_FACTOR, min(1.0, gather_bytes / 16))
+    compute, memory, waves = cm.tiled_gemm_us(work, tile, tflops, dev)
+    if tile.splits > 1:  # fp32 partial slabs written, then read by the finish kernel
+        partial = 4.0 * tile.splits * m * n * batch
+        memory = max(memory, (x + w + partial) / dev.hbm_bytes_per_s * 1e6)
+        extra += cm.pass_us(partial + y, dev)
+        launches += 1
+    notes = (*notes, f"{cls}", f"{m}x{n}x{k}x{batch} on {tile.bm}x{tile.bn}x{tile.bk}"
+             f" sk{tile.splits}")
+    return cm.total(name, params, compute, memory, extra=extra, launches=launches,
+                    waves=waves, notes=notes)
+
+
+def implicit_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
+                  dev: cm.DeviceFacts, wgmma: bool = False) -> cm.Estimate:
+    g = geometry(problem)
+    cgp = _cgp(g) if not wgmma else _padded_channels(g.cg)
+    extra, launches, notes = 0.0, 1, ()
+    if cgp != g.cg:  # odd channels: x and w zero-padded in a workspace first (2 launches)
+        x, w, _ = _bytes(g)
+        extra += cm.pass_us(2 * (x + w) * cgp / g.cg, dev)
+        launches += 2
+        notes = (f"channels padded {g.cg}->{cgp}",)
+    eb = ELEM[g.dtype]
+    piece = eb * _vec(cgp, eb) if g.nhwc else eb  # bytes per gather load
+    return _gemm_estimate(variant.name, params, g, dev, g.npq, g.kg, cgp * g.r * g.s,
+                          g.groups, wgmma=wgmma, gather_bytes=piece, extra=extra,
+                          launches=launches, notes=notes)
+
+
+def _vec(extent: int, eb: int) -> int:
+    """Elements per load: the largest power of two <= 16 bytes dividing ``extent``."""
+    v = 16 // eb
+    while v > 1 and extent % v:
+        v //= 2
+    return v
+
+
+def implicit_gemm_wgmma(variant: Any, problem: Any, params: Mapping[str, Any],
+                        dev: cm.DeviceFacts) -> cm.Estimate:
+    return implicit_gemm(variant, problem, params, dev, wgmma=True)
+
+
+def gemm_1x1(variant: Any, problem: Any, params: Mapping[str, Any],
+             dev: cm.DeviceFacts) -> cm.Estimate:
+    g = geometry(problem)
+    if g.nhwc:
+        m, n, k, batch = g.npq, g.kg, g.cg, g.groups
+    else:
+        m, n, k, batch = g.k, g.p * g.q, g.c, g.n
+    return _gemm_estimate(variant.name, params, g, dev, m, n, k, batch)
+
+
+def nhwc_implicit_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
+                       dev: cm.DeviceFacts) -> cm.Estimate:
+    """Transpose x and w in, the NHWC implicit GEMM, transpose y out (3 more launches)."""
+    g = geometry(problem)
+    x, w, y = _bytes(g)
+    from dnnctl.ops.registry import get_op
+
+    inner = get_op("conv2d").problem(dict(problem.as_dict(), layout="NHWC", residual=False))
+    est = implicit_gemm(variant, inner, params, dev)
+    extra = est.extra_us + cm.pass_us(2 * (x + w) + 2 * y, dev)
+    return cm.total(variant.name, params, est.compute_us, est.memory_us, extra=extra,
+                    launches=est.launches + 3, waves=est.waves,
+                    notes=(*est.notes, "NCHW<->NHWC transposes"))
+
+
+def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
+                dev: cm.DeviceFacts) -> cm.Estimate:
+    """Patch matrix written then read by cuBLAS, epilogue in place (one pass each)."""
+    g = geometry(problem)
+    x, w, y = _bytes(g)
+    eb = ELEM[g.dtype]
+    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+    col = 0.0 if identity else float(g.npq * g.crs * g.groups * eb)
+    extra, launches = 0.0, 1
+    if col:
+        extra += cm.pass_us(x + col, dev)
+        launches += 1
+    chunk = params.get("chunk", 0) or g.n
+    passes = cm.ceil_div(g.n, chunk)
+    launches = launches * passes
+    if g.bias or g.activation != "none" or g.residual:
+        extra += cm.pass_us(2 * y, dev)
+        launches += 1
+    # NHWC: one GEMM over all pixels per group; NCHW: one (K x PQ) GEMM per image and group
+    m, n, batch = (g.npq, g.kg, g.groups) if g.nhwc else (g.kg, g.p * g.q, g.n * g.groups)
+    compute, memory, waves = cm.cublas_us(m, n, g.crs, batch,
+                                          cm.cublas_class(g.dtype, g.tf32), dev,
+                                          (col or x) + w + y, eb)
+    return cm.total(variant.name, params, compute, memory, extra=extra, launches=launches,
+                    waves=waves, notes=(cm.cublas_class(g.dtype, g.tf32), f"im2col {col:.3g} B"))
+
+
+def winograd(variant: Any, problem: Any, params: Mapping[str, Any],
+             dev: cm.DeviceFacts) -> cm.Estimate:
+    """Filter, input and output transforms (memory passes) around alpha^2 batched GEMMs."""
+    g = geometry(problem)
+    x, w, y = _bytes(g)
+    m = params["tile"]
+    alpha2 = (m + 2) ** 2
+    t = g.n * cm.ceil_div(g.p, m) * cm.ceil_div(g.q, m)
+    fp32_uv = m == 4 or g.dtype == "float32"
+    uvb = 4 if fp32_uv else ELEM[g.dtype]
+    cls = "cublas_fp32" if m == 4 or (g.dtype == "float32" and not g.tf32) else \
+        cm.cublas_class(g.dtype, g.tf32)
+    u, v, mm = alpha2 * g.k * g.c * uvb, alpha2 * t * g.c * uvb, alpha2 * t * g.k * 4.0
+    compute, memory, waves = cm.cublas_us(t, g.k, g.c, alpha2, cls, dev, u + v + mm, uvb)
+    # the transforms gather tiles with overlap, like the stencil kernels
+    frac = cm.STENCIL_BW_FRACTION
+    extra = (cm.pass_us(w + u, dev, frac) + cm.pass_us(x + v, dev, frac)
+             + cm.pass_us(mm + y, dev, frac))
+    return cm.total(variant.name, params, compute, memory, extra=extra, launches=4,
+                    waves=waves, notes=(cls, f"F({m}x{m},3x3)"))
+
+
+def _stencil(variant: Any, problem: Any, params: Mapping[str, Any], dev: cm.DeviceFacts,
+             cls: str) -> cm.Estimate:
+    """Memory-bound stencils (depthwise) and CUDA-core direct convolution."""
+    g = geometry(problem)
+    x, w, y = _bytes(g)
+    flops = 2.0 * g.npq * g.k * g.cg * g.r * g.s
+    compute = flops / (cm.THROUGHPUT[cls] * 1e12 * dev.scale) * 1e6
+    memory = cm.pass_us(x + w + y, dev, cm.STENCIL_BW_FRACTION)
+    return cm.total(variant.name, params, compute, memory, notes=(cls,))
+
+
+def depthwise(variant: Any, problem: Any, params: Mapping[str, Any],
+              dev: cm.DeviceFacts) -> cm.Estimate:
+    return _stencil(variant, problem, params, dev, "simt")
+
+
+def direct(variant: Any, problem: Any, params: Mapping[str, Any],
+           dev: cm.DeviceFacts) -> cm.Estimate:
+    return _stencil(variant, problem, params, dev, "direct")
+
+
+def fft(variant: Any, problem: Any, params: Mapping[str, Any],
+        dev: cm.DeviceFacts) -> cm.Estimate:
+    """Padded planes, forward FFTs (two passes each), one complex GEMM per frequency
+    (images x channels, 4 real FLOPs per complex multiply-add), inverse FFT, crop."""
+    g = geometry(problem)
+    x, w, y = _bytes(g)
+    hf, wf = g.h + g.pt + g.pb + g.r - 1, g.w + g.pl + g.pr + g.s - 1
+    freq = hf * (wf // 2 + 1)
+    real = 4.0 * hf * wf * (g.n * g.c + g.k * g.cg + g.n * g.k)
+    spec = 8.0 * freq * (g.n * g.c + g.k * g.cg + g.n * g.k)
+    compute, memory, waves = cm.cublas_us(g.n, g.kg, g.cg, freq * g.groups, "cublas_fp32",
+                                          dev, spec, 8)
+    extra = cm.pass_us(x + w + y + 3 * real + 4 * spec, dev)
+    return cm.total(variant.name, params, 4 * compute, memory, extra=extra, launches=8,
+                    waves=waves, notes=("cuFFT + complex GEMM per frequency",))
+
+
+COSTS: dict[str, cm.CostFn] = {
+    "implicit_gemm": implicit_gemm,
+    "implicit_gemm_wgmma": implicit_gemm_wgmma,
+    "gemm_1x1": gemm_1x1,
+    "nhwc_implicit_gemm": nhwc_implicit_gemm,
+    "im2col_gemm": im2col_gemm,
+    "winograd": winograd,
+    "depthwise": depthwise,
+    "depthwise_planes": depthwise,
+    "direct": direct,
+    "fft": fft,
+}
+TILED = frozenset({"implicit_gemm", "implicit_gemm_wgmma", "gemm_1x1", "nhwc_implicit_gemm"})
+
+
+def candidates(variant: Any, problem: Any, device: Any) -> list[dict[str, Any]]:
+    """The parameter sets the model scores: tile menus for the tiled variants, the two
+    Winograd tiles, the variant's default for the rest."""
+    from dnnctl.ops.conv2d.op import default_params
+
+    try:
+        default = default_params(variant, problem, device)
+    except Exception:  # a default the variant cannot form on this problem
+        default = None
+    if variant.name in TILED:
+        return cm.tile_candidates(variant, problem, device, default)
+    if variant.name == "winograd":
+        base = dict(default or {"tile": 2, "chunk": 0})
+        out = [dict(base, tile=t) for t in (2, 4)]
+        return [p for p in out if cm.valid(variant, problem, p, device)]
+    return [] if default is None else [default]
+
+
+def rank(problem: Any, backend: str, device: Any) -> list[cm.Estimate]:
+    """Every costed candidate of every supported variant, cheapest first."""
+    from dnnctl.ops.registry import variants
+
+    return cm.rank(variants("conv2d", backend), problem, device, COSTS, candidates)
+
+
+rank_memo = cm.memo_rank(rank)
