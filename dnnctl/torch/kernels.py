@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import dnnctl.ops as dops
-from dnnctl.errors import DnnctlError, ShapeError
+from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.registry import get_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
@@ -36,8 +36,27 @@ PLANS: dict[int, Any] = {}  # plan handle (an int the op schemas carry) -> loade
 RECORDERS: list[Callable[[str, dict[str, Any]], None]] = []  # active record() sessions
 
 
-def plan_handle(plan: Any) -> int:
-    """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan)."""
+BACKWARD_MODES: dict[int, str] = {}  # handle -> backward mode other than "plan"
+_MODE_HANDLES: dict[tuple[int, str], int] = {}  # (id(plan) or 0, mode) -> its handle (< 0)
+
+
+def plan_handle(plan: Any, backward: str = "plan") -> int:
+    """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan).
+
+    ``backward`` picks how the ops' gradients run (see :mod:`dnnctl.torch.grad_plan`):
+    ``"plan"`` (dnnctl's backward kernel where the plan has an entry for the backward
+    problem), ``"dnnctl"`` (always dnnctl where it takes the problem) or ``"torch"``."""
+    if backward not in ("plan", "dnnctl", "torch"):
+        raise UsageError(f"backward={backward!r} is not a backward mode",
+                         hint="use 'plan', 'dnnctl' or 'torch'")
+    if backward != "plan":
+        ck = (0 if plan is None else id(plan), backward)
+        handle = _MODE_HANDLES.get(ck)
+        if handle is None:  # negative: never an id(), so never a plan-only handle
+            handle = _MODE_HANDLES[ck] = -1 - len(_MODE_HANDLES)
+        PLANS[handle] = plan
+        BACKWARD_MODES[handle] = backward
+        return handle
     if plan is None:
         return 0
     handle = id(plan)
@@ -45,8 +64,12 @@ def plan_handle(plan: Any) -> int:
     return handle
 
 
-def _plan(handle: int) -> Any:
+def plan_of(handle: int) -> Any:
+    """The plan a handle names (None: the active plan)."""
     return PLANS.get(handle) if handle else None
+
+
+_plan = plan_of
 
 
 def _fallback(op: str, exc: Exception | None = None) -> None:
@@ -69,6 +92,12 @@ def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
         return []
     choices = field.choices or ()
     return [p for p in passes if p in choices] or (["backward"] if "backward" in choices else [])
+
+
+def note_problem(op: str, key: dict[str, Any]) -> None:
+    """Record one problem (a backward key, already with its ``pass``) for active recorders."""
+    if RECORDERS:
+        _note(op, key)
 
 
 def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:
