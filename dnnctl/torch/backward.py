@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dnnctl.errors import DnnctlError
+from dnnctl.ops.dispatch import use_plan
 from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
@@ -27,10 +28,16 @@ T = torch.Tensor
 Opt = torch.Tensor | None
 
 
-def _own(op: str, labels: Sequence[str], run: Callable[[], Any]) -> Any:
-    """run() on dnnctl, counted per pass label; None (and a FALLBACKS count) on refusal."""
+def _own(op: str, labels: Sequence[str], run: Callable[[], Any], plan: int) -> Any:
+    """run() on dnnctl under the handle's plan, counted per pass label; None (and a
+    FALLBACKS count) on refusal."""
+    chosen = K.plan_of(plan)
     try:
-        out = run()
+        if chosen is None:  # the active plan, if any, stays active
+            out = run()
+        else:
+            with use_plan(chosen):
+                out = run()
     except DnnctlError as exc:
         K._fallback(f"{op} backward", exc)
         return None
@@ -48,7 +55,7 @@ def _single(op: str, plan: int, x: T, make_keys: Callable[[], og.Keys],
             run: Callable[[], Any]) -> Any:
     """The one ``backward`` problem of a memory-bound op on dnnctl, or None for torch."""
     if "backward" in gp.decide(op, plan, x, make_keys):
-        out = _own(op, ("backward",), run)
+        out = _own(op, ("backward",), run, plan)
         if out is not None:
             return out
     _torch(op, ("backward",))
@@ -104,7 +111,7 @@ def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
     if dgrad or wgrad:
         labels = [lb for lb, on in (("dgrad", dgrad), ("wgrad", wgrad)) if on]
         got = _own("conv2d", labels, lambda: og.conv2d(gz, x, w, stride, padding, dilation,
-                                                       groups, dgrad, wgrad, need_b))
+                                                       groups, dgrad, wgrad, need_b), plan)
         if got is None:
             dgrad = wgrad = False
         else:
@@ -140,7 +147,7 @@ def linear(grad: T, x: T, w: T, bias: Opt, activation: str,
     need_b = bias is not None and needs[2]
     use = gp.decide("matmul", plan, x, lambda: og.linear_keys(x, w))
     if {"dgrad", "wgrad"} <= use:  # dnnctl.ops.matmul_backward runs both products
-        got = _own("matmul", ("dgrad", "wgrad"), lambda: og.linear(gz, x, w, need_b))
+        got = _own("matmul", ("dgrad", "wgrad"), lambda: og.linear(gz, x, w, need_b), plan)
         if got is not None:
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), _cast(gb, bias)
@@ -160,7 +167,7 @@ def matmul(grad: T, a: T, b: T, needs: Sequence[bool], plan: int = 0) -> tuple[O
     if a.shape[:-2] == b.shape[:-2] or (a.dim() == 3 and b.dim() == 2):
         use = gp.decide("matmul", plan, a, lambda: og.matmul_keys(a, b))
         if {"dgrad", "wgrad"} <= use:
-            got = _own("matmul", ("dgrad", "wgrad"), lambda: og.matmul(grad, a, b))
+            got = _own("matmul", ("dgrad", "wgrad"), lambda: og.matmul(grad, a, b), plan)
             if got is not None:
                 return (got[0] if needs[0] else None), (got[1] if needs[1] else None)
     _torch("matmul", ("dgrad", "wgrad"))

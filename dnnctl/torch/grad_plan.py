@@ -117,13 +117,18 @@ def _safe_keys(make_keys: Callable[[], Keys]) -> Keys:
     """The backward keys, leaving out those dnnctl does not define (e.g. inference BN)."""
     out: Keys = {}
     for label, (op, raw) in make_keys().items():
-        key = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        key = hashable(raw)
         try:
             problem_of(get_op(op), key)
         except DnnctlError:
             continue
         out[label] = (op, key)
     return out
+
+
+def hashable(key: dict[str, Any]) -> dict[str, Any]:
+    """key with list values as tuples (the dispatcher's problem cache hashes keys)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in key.items()}
 
 
 def count(op: str, label: str, path: str) -> None:
