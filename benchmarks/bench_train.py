@@ -168,7 +168,7 @@ def _way(cfg: Config, base: nn.Module, device: str, way: str, plan: Any, steps: 
     row: dict[str, Any] = {"model": cfg.name, "way": way}
     report = None
     if way != "eager":
-        report = dt.patch(trainer.model, plan, backward=way.split("-", 1)[1])
+        report = dt.patch(trainer.model, plan, backward=backward_mode(way.split("-", 1)[1]))
         row["covered"] = len(report.covered)
     grad_plan.BACKWARD_PATHS.clear()
     fallbacks = dict(dt.FALLBACKS)
@@ -184,6 +184,19 @@ def _way(cfg: Config, base: nn.Module, device: str, way: str, plan: Any, steps: 
                             if n > fallbacks.get((op, why), 0)}
     row["ms"] = step_ms(trainer, warmup, iters)
     return row
+
+
+def backward_mode(spec: str) -> str | dict[str, str]:
+    """``mode`` or ``mode+op/pass=mode+...`` (e.g. ``dnnctl+conv2d/wgrad=torch``) as the
+    ``backward`` argument of dnnctl.torch.patch."""
+    base, *rest = spec.split("+")
+    if not rest:
+        return base
+    out = {"*": base}
+    for item in rest:
+        sel, _, mode = item.partition("=")
+        out[sel] = mode
+    return out
 
 
 def run_model(cfg: Config, device: str, ways: list[str], plan: Any, steps: int, warmup: int,
@@ -233,7 +246,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS), help="resnet50,vit")
     p.add_argument("--backward", default="plan,dnnctl",
-                   help="patched ways, by backward mode: plan,dnnctl,torch")
+                   help="patched ways, by backward mode (plan, dnnctl, torch), each "
+                        "optionally with per-op overrides: dnnctl+conv2d/wgrad=torch")
+    p.add_argument("--no-cudnn-benchmark", action="store_true",
+                   help="leave torch.backends.cudnn.benchmark off (default: on)")
     p.add_argument("--plan", help="a tuned plan (dnnctl.load_plan) for the patched ways")
     p.add_argument("--record-workload", metavar="DIR",
                    help="write each model's training workload to DIR and stop")
@@ -259,11 +275,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = [m for m in args.models.split(",") if m]
     ways = [f"dnnctl-{m}" for m in args.backward.split(",") if m]
-    unknown = [m for m in names if m not in MODELS] + [
-        w for w in ways if w.split("-", 1)[1] not in ("plan", "dnnctl", "torch")]
+    unknown = [m for m in names if m not in MODELS]
+    for w in ways:
+        mode = backward_mode(w.split("-", 1)[1])
+        if any(m not in ("plan", "dnnctl", "torch") for m in (
+                [mode] if isinstance(mode, str) else mode.values())):
+            unknown.append(w)
     if unknown:
         print(f"bench_train: unknown models / backward modes: {', '.join(unknown)}")
         return 2
+    torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
     plan = dnnctl.load_plan(args.plan) if args.plan else None
     cfgs = configs(args.tiny, args.device)
     if args.record_workload:
@@ -279,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += run_model(cfgs[name], args.device, ways, plan, args.steps, warmup, iters,
                           args.tol)
     extra = {"device": args.device, "steps": args.steps, "timed_steps": iters,
-             "plan": args.plan, "tol": args.tol}
+             "plan": args.plan, "tol": args.tol,
+             "cudnn_benchmark": torch.backends.cudnn.benchmark}
     if args.out:
         import json
 

@@ -10,6 +10,8 @@ linear / matmul). The op's ``plan`` handle carries a backward mode:
 * ``"dnnctl"``: every problem dnnctl takes runs on dnnctl (the default heuristic where the
   plan has no entry).
 * ``"torch"``: torch's formulas only.
+* a mapping ``{"op" | "op/pass" | "*": mode}`` (e.g. ``{"*": "dnnctl", "conv2d/wgrad":
+  "torch"}``): per problem, the most specific selector's mode (``"plan"`` if none).
 
 A problem dnnctl refuses (dtype, shape) falls back to torch in every mode.
 :data:`BACKWARD_PATHS` counts, per ``(op, pass)``, the calls each path ran.
@@ -30,7 +32,6 @@ from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import DNN_DTYPES, to_numpy
 
-MODES = ("plan", "dnnctl", "torch")
 # (op, pass) -> calls, per path ("dnnctl" / "torch")
 BACKWARD_PATHS: Counter[tuple[str, str, str]] = Counter()
 # variants that call a vendor library although not flagged ``vendor`` (torch runs the same)
@@ -42,9 +43,12 @@ _DEVICES: dict[Any, tuple[str, Any]] = {}
 _DECIDED: weakref.WeakKeyDictionary[Any, dict[tuple, bool]] = weakref.WeakKeyDictionary()
 
 
-def mode_of(handle: int) -> str:
-    """The backward mode the ``plan`` handle carries."""
-    return K.BACKWARD_MODES.get(handle, "plan")
+def mode_of(handle: int, op: str = "", label: str = "") -> str:
+    """The backward mode the ``plan`` handle carries for ``op`` / ``label``."""
+    mode = K.BACKWARD_MODES.get(handle, "plan")
+    if isinstance(mode, str):
+        return mode
+    return mode.get(f"{op}/{label}", mode.get(op, mode.get("*", "plan")))
 
 
 def _device(t: torch.Tensor) -> tuple[str, Any]:
@@ -91,7 +95,7 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys]
            ) -> frozenset[str]:
     """The pass labels of ``make_keys()`` to run on dnnctl for this backward call; records
     every backward problem for active :func:`dnnctl.torch.record` sessions."""
-    mode = mode_of(handle)
+    mode = K.BACKWARD_MODES.get(handle, "plan")
     keys: Keys | None = None
     if K.RECORDERS:
         keys = _safe_keys(make_keys)
@@ -99,18 +103,19 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys]
             K.note_problem(kop, dict(key))
     if mode == "torch" or x.dtype not in DNN_DTYPES:
         return frozenset()
-    plan = None
-    if mode == "plan":
-        plan = K.plan_of(handle)
-        if plan is None:
-            plan = active_plan()
-        if plan is None:
-            return frozenset()
+    plan = K.plan_of(handle)
+    if plan is None:
+        plan = active_plan()
+    if mode == "plan" and plan is None:
+        return frozenset()
     keys = _safe_keys(make_keys) if keys is None else keys
-    if mode == "dnnctl":
-        return frozenset(keys)
-    return frozenset(label for label, (kop, key) in keys.items()
-                     if _own_entry(plan, kop, key, x))
+    chosen = []
+    for label, (kop, key) in keys.items():
+        m = mode if isinstance(mode, str) else mode_of(handle, op, label)
+        if m == "dnnctl" or (m == "plan" and plan is not None
+                             and _own_entry(plan, kop, key, x)):
+            chosen.append(label)
+    return frozenset(chosen)
 
 
 def _safe_keys(make_keys: Callable[[], Keys]) -> Keys:

@@ -9,7 +9,7 @@ plain torch (:mod:`dnnctl.torch.reference`) and is counted in :data:`FALLBACKS`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -36,26 +36,44 @@ PLANS: dict[int, Any] = {}  # plan handle (an int the op schemas carry) -> loade
 RECORDERS: list[Callable[[str, dict[str, Any]], None]] = []  # active record() sessions
 
 
-BACKWARD_MODES: dict[int, str] = {}  # handle -> backward mode other than "plan"
-_MODE_HANDLES: dict[tuple[int, str], int] = {}  # (id(plan) or 0, mode) -> its handle (< 0)
+MODES = ("plan", "dnnctl", "torch")
+# handle -> backward mode other than "plan": one mode, or {"op" / "op/pass" / "*": mode}
+BACKWARD_MODES: dict[int, Any] = {}
+_MODE_HANDLES: dict[tuple[int, Any], int] = {}  # (id(plan) or 0, mode) -> its handle (< 0)
 
 
-def plan_handle(plan: Any, backward: str = "plan") -> int:
+def _check_mode(backward: Any) -> Any:
+    """A mode string, or a hashable tuple of (selector, mode) items for a mapping."""
+    if isinstance(backward, str):
+        modes = [backward]
+    elif isinstance(backward, Mapping):
+        modes = list(backward.values())
+    else:
+        modes = [backward]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise UsageError(f"backward={backward!r}: {bad[0]!r} is not a backward mode",
+                         hint="use 'plan', 'dnnctl' or 'torch', or a mapping such as "
+                              "{'*': 'dnnctl', 'conv2d/wgrad': 'torch'}")
+    return backward if isinstance(backward, str) else tuple(sorted(backward.items()))
+
+
+def plan_handle(plan: Any, backward: str | Mapping[str, str] = "plan") -> int:
     """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan).
 
     ``backward`` picks how the ops' gradients run (see :mod:`dnnctl.torch.grad_plan`):
     ``"plan"`` (dnnctl's backward kernel where the plan has an entry for the backward
-    problem), ``"dnnctl"`` (always dnnctl where it takes the problem) or ``"torch"``."""
-    if backward not in ("plan", "dnnctl", "torch"):
-        raise UsageError(f"backward={backward!r} is not a backward mode",
-                         hint="use 'plan', 'dnnctl' or 'torch'")
-    if backward != "plan":
-        ck = (0 if plan is None else id(plan), backward)
+    problem), ``"dnnctl"`` (always dnnctl where it takes the problem) or ``"torch"``; or a
+    mapping from ``"op"``, ``"op/pass"`` (e.g. ``"conv2d/wgrad"``) or ``"*"`` to a mode
+    (the most specific wins; unnamed ones use ``"plan"``)."""
+    mode = _check_mode(backward)
+    if mode != "plan":
+        ck = (0 if plan is None else id(plan), mode)
         handle = _MODE_HANDLES.get(ck)
         if handle is None:  # negative: never an id(), so never a plan-only handle
             handle = _MODE_HANDLES[ck] = -1 - len(_MODE_HANDLES)
         PLANS[handle] = plan
-        BACKWARD_MODES[handle] = backward
+        BACKWARD_MODES[handle] = mode if isinstance(mode, str) else dict(mode)
         return handle
     if plan is None:
         return 0

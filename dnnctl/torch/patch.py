@@ -70,7 +70,7 @@ def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> Non
 
 
 def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
-          backward: str = "plan") -> PatchReport:
+          backward: str | dict[str, str] = "plan") -> PatchReport:
     """Route ``model``'s supported modules to dnnctl (in place) and return the report.
 
     ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
@@ -78,7 +78,8 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     convolution; training mode runs BatchNorm with batch statistics and keeps autograd.
     ``backward``: how gradients run: ``"plan"`` (dnnctl's backward kernel for a backward
     problem the plan has an entry for, torch's formula otherwise), ``"dnnctl"`` (dnnctl's
-    backward kernels wherever they take the problem) or ``"torch"`` (torch's formulas).
+    backward kernels wherever they take the problem) or ``"torch"`` (torch's formulas); or a
+    mapping per op / pass, e.g. ``{"*": "dnnctl", "conv2d/wgrad": "torch"}``.
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")

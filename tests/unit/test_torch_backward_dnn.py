@@ -239,3 +239,18 @@ def test_autocast_follows_torch_policy():
         r = OPS.relu(y)
     assert y.dtype == ref.dtype == torch.bfloat16 and torch.equal(y, ref)
     assert z.dtype == torch.float32 and r.dtype == torch.bfloat16
+
+
+def test_backward_mode_mapping_per_pass():
+    x, w = torch.randn(2, 4, 8, 8, requires_grad=True), torch.randn(6, 4, 3, 3,
+                                                                   requires_grad=True)
+    handle = dt.plan_handle(None, {"*": "dnnctl", "conv2d/wgrad": "torch"})
+    assert dt.plan_handle(None, {"conv2d/wgrad": "torch", "*": "dnnctl"}) == handle
+    grad_plan.BACKWARD_PATHS.clear()
+    y = OPS.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", None, handle)
+    OPS.relu(y, handle).sum().backward()
+    assert grad_plan.paths_summary() == {"activation/backward": {"dnnctl": 1, "torch": 0},
+                                         "conv2d/dgrad": {"dnnctl": 1, "torch": 0},
+                                         "conv2d/wgrad": {"dnnctl": 0, "torch": 1}}
+    with pytest.raises(UsageError, match="cudnn"):
+        dt.plan_handle(None, {"conv2d": "cudnn"})
