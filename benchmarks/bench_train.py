@@ -15,6 +15,10 @@ calls ran on dnnctl vs torch.
         [--backward plan,dnnctl] [--plan PLAN.yaml] [--record-workload DIR] [--out F.json]
     PYTHONPATH=. python3 benchmarks/bench_train.py --device cpu --tiny   # smoke test
 
+The first patched run of a model compiles its dnnctl kernels (NVRTC, cached on disk for
+later runs), which the loss steps absorb before timing starts. Without ``--plan`` (and no
+active plan) the ``plan`` way runs every backward in torch (there is nothing planned).
+
 Tune for training: ``--record-workload wl/`` writes ``wl/<model>-train.workload.yaml`` (the
 forward and backward problems of one autocast training step); ``dnnctl tune
 wl/<model>-train.workload.yaml -o plan.yaml``; then ``--plan plan.yaml``.
