@@ -5,7 +5,7 @@
     import dnnctl, dnnctl.torch as dt
     wl = dt.record(model, (x,))             # the problems the model really runs
     wl.save("model.workload.yaml")          # then: dnnctl tune model.workload.yaml -o plan.yaml
-    report = dt.patch(model, dnnctl.load_plan("plan.yaml"))
+    report = dt.patch(model, dnnctl.load_plan("plan.yaml"))  # backward="plan"|"dnnctl"|"torch"
     dt.unpatch(model)                       # or: with dt.patched(model, plan): ...
 
 Importing this module registers the operators; ``import dnnctl`` alone never imports torch.
@@ -22,13 +22,15 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
         "dnnctl.torch needs PyTorch, which is not installed",
         hint="pip install 'dnnctl[torch]'") from exc
 
-from dnnctl.torch import library
+from dnnctl.torch import autocast, library
 from dnnctl.torch import patch as patch_module
+from dnnctl.torch.grad_plan import BACKWARD_PATHS
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
 from dnnctl.torch.patch import PatchReport, patch, patched, unpatch
 from dnnctl.torch.record import record
 
 OPS = library.OPS
+autocast.register(library.LIB)
 
-__all__ = ["FALLBACKS", "OPS", "PatchReport", "patch", "patched", "patch_module", "plan_handle", "record",
+__all__ = ["BACKWARD_PATHS", "FALLBACKS", "OPS", "PatchReport", "patch", "patched", "patch_module", "plan_handle", "record",
            "unpatch"]

@@ -38,6 +38,8 @@ def from_numpy(a: Any) -> Any:
     """The torch tensor viewing a NumPy result (tuples element-wise)."""
     if isinstance(a, tuple):
         return tuple(from_numpy(v) for v in a)
+    if a is None:
+        return None
     if a.dtype == _bf16():
         return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(np.ascontiguousarray(a))

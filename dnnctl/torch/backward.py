@@ -1,22 +1,65 @@
-"""Gradients of the ``torch.ops.dnnctl`` ops, one small function per op, in torch math.
+"""Gradients of the ``torch.ops.dnnctl`` ops, one small function per op.
 
 Each takes the forward's saved tensors and arguments plus the output gradient and returns
-the input gradients (None where not needed). They are the one place to switch to dnnctl's
-own backward ops (``pass: backward / dgrad / wgrad`` problems) as those land.
+the input gradients (None where not needed). ``plan`` is the op's plan handle: per backward
+problem (``pass: dgrad / wgrad / backward``, the matmul products of linear / matmul) it
+picks dnnctl's own backward kernel (:mod:`dnnctl.torch.own_grads`) or the torch formula
+here, as :func:`dnnctl.torch.grad_plan.decide` says (the handle's backward mode and plan).
+A problem dnnctl refuses runs the torch formula and is counted in ``FALLBACKS``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from dnnctl.errors import DnnctlError
+from dnnctl.ops.dispatch import use_plan
+from dnnctl.torch import grad_plan as gp
+from dnnctl.torch import kernels as K
+from dnnctl.torch import own_grads as og
 from dnnctl.torch import reference as ref
 
 T = torch.Tensor
 Opt = torch.Tensor | None
+
+
+def _own(op: str, labels: Sequence[str], run: Callable[[], Any], plan: int) -> Any:
+    """run() on dnnctl under the handle's plan, counted per pass label; None (and a
+    FALLBACKS count) on refusal."""
+    chosen = K.plan_of(plan)
+    try:
+        if chosen is None:  # the active plan, if any, stays active
+            out = run()
+        else:
+            with use_plan(chosen):
+                out = run()
+    except DnnctlError as exc:
+        K._fallback(f"{op} backward", exc)
+        return None
+    for label in labels:
+        gp.count(op, label, "dnnctl")
+    return out
+
+
+def _torch(op: str, labels: Sequence[str]) -> None:
+    for label in labels:
+        gp.count(op, label, "torch")
+
+
+def _single(op: str, plan: int, x: T, make_keys: Callable[[], og.Keys],
+            run: Callable[[], Any]) -> Any:
+    """The one ``backward`` problem of a memory-bound op on dnnctl, or None for torch."""
+    if "backward" in gp.decide(op, plan, x, make_keys):
+        out = _own(op, ("backward",), run, plan)
+        if out is not None:
+            return out
+    _torch(op, ("backward",))
+    return None
 
 
 def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
@@ -54,36 +97,80 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
 
 def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
            padding: Sequence[int], dilation: Sequence[int], groups: int, activation: str,
-           needs: Sequence[bool]) -> tuple[Opt, Opt, Opt, Opt]:
+           needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt, Opt]:
     """Gradients of residual + act(conv(x, w) + bias) for (x, w, bias, residual)."""
     gz = grad
     if activation != "none":
         z = ref.conv2d(x, w, bias, stride, padding, dilation, groups, "none", None)
         gz = act_grad(activation, z, grad)
+    need_x, need_w, need_b = needs[0], needs[1], bias is not None and needs[2]
+    use = gp.decide("conv2d", plan, x, lambda: og.conv2d_keys(
+        x, w, need_b, stride, padding, dilation, groups, need_x, need_w or need_b))
+    gx = gw = gb = None
+    dgrad, wgrad = need_x and "dgrad" in use, (need_w or need_b) and "wgrad" in use
+    if dgrad or wgrad:
+        labels = [lb for lb, on in (("dgrad", dgrad), ("wgrad", wgrad)) if on]
+        got = _own("conv2d", labels, lambda: og.conv2d(gz, x, w, stride, padding, dilation,
+                                                       groups, dgrad, wgrad, need_b), plan)
+        if got is None:
+            dgrad = wgrad = False
+        else:
+            gx, gw, gb = got
+    rest = [need_x and not dgrad, need_w and not wgrad, need_b and not wgrad]
+    if any(rest):
+        _torch("conv2d", [lb for lb, on in (("dgrad", rest[0]), ("wgrad", rest[1] or rest[2]))
+                          if on])
+        tx, tw, tb = _conv2d_torch(gz, x, w, bias, stride, padding, dilation, groups, rest)
+        gx, gw, gb = (tx if rest[0] else gx), (tw if rest[1] else gw), (tb if rest[2] else gb)
+    return gx, gw, gb, grad if residual is not None and needs[3] else None
+
+
+def _conv2d_torch(gz: T, x: T, w: T, bias: Opt, stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], groups: int,
+                  mask: Sequence[bool]) -> tuple[Opt, Opt, Opt]:
     xin, pad2 = x, list(padding)
     if len(padding) == 4:
         top, bottom, left, right = padding
         xin, pad2 = F.pad(x, (left, right, top, bottom)), [0, 0]
     gx, gw, gb = torch.ops.aten.convolution_backward(
         gz, xin, w, None if bias is None else [bias.shape[0]], list(stride), pad2,
-        list(dilation), False, [0, 0], groups, [needs[0], needs[1], bias is not None and needs[2]])
+        list(dilation), False, [0, 0], groups, [mask[0], mask[1], bias is not None and mask[2]])
     if gx is not None and len(padding) == 4:
         gx = gx[:, :, padding[0]:padding[0] + x.shape[2], padding[2]:padding[2] + x.shape[3]]
-    return gx, gw, gb, grad if residual is not None and needs[3] else None
-
-
-def linear(grad: T, x: T, w: T, bias: Opt, activation: str,
-           needs: Sequence[bool]) -> tuple[Opt, Opt, Opt]:
-    """Gradients of act(x @ w.T + bias) for (x, w, bias)."""
-    gz = grad if activation == "none" else act_grad(activation, F.linear(x, w, bias), grad)
-    g2 = gz.reshape(-1, w.shape[0])
-    gx = (gz @ w) if needs[0] else None
-    gw = (g2.t() @ x.reshape(-1, w.shape[1])) if needs[1] else None
-    gb = g2.sum(0) if bias is not None and needs[2] else None
     return gx, gw, gb
 
 
-def matmul(grad: T, a: T, b: T, needs: Sequence[bool]) -> tuple[Opt, Opt]:
+def linear(grad: T, x: T, w: T, bias: Opt, activation: str,
+           needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt]:
+    """Gradients of act(x @ w.T + bias) for (x, w, bias)."""
+    gz = grad if activation == "none" else act_grad(activation, F.linear(x, w, bias), grad)
+    need_b = bias is not None and needs[2]
+    use = gp.decide("matmul", plan, x, lambda: og.linear_keys(x, w))
+    if {"dgrad", "wgrad"} <= use:  # dnnctl.ops.matmul_backward runs both products
+        got = _own("matmul", ("dgrad", "wgrad"), lambda: og.linear(gz, x, w, need_b), plan)
+        if got is not None:
+            gx, gw, gb = got
+            return (gx if needs[0] else None), (gw if needs[1] else None), _cast(gb, bias)
+    _torch("matmul", ("dgrad", "wgrad"))
+    g2 = gz.reshape(-1, w.shape[0])
+    gx = (gz @ w) if needs[0] else None
+    gw = (g2.t() @ x.reshape(-1, w.shape[1])) if needs[1] else None
+    gb = g2.sum(0) if need_b else None
+    return gx, gw, gb
+
+
+def _cast(t: Opt, like: Opt) -> Opt:
+    return t if t is None or like is None or t.dtype == like.dtype else t.to(like.dtype)
+
+
+def matmul(grad: T, a: T, b: T, needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt]:
+    if a.shape[:-2] == b.shape[:-2] or (a.dim() == 3 and b.dim() == 2):
+        use = gp.decide("matmul", plan, a, lambda: og.matmul_keys(a, b))
+        if {"dgrad", "wgrad"} <= use:
+            got = _own("matmul", ("dgrad", "wgrad"), lambda: og.matmul(grad, a, b), plan)
+            if got is not None:
+                return (got[0] if needs[0] else None), (got[1] if needs[1] else None)
+    _torch("matmul", ("dgrad", "wgrad"))
     ga = (grad @ b.mT).sum_to_size(a.shape) if needs[0] else None
     gb = (a.mT @ grad).sum_to_size(b.shape) if needs[1] else None
     return ga, gb
@@ -102,8 +189,16 @@ def _f(t: T) -> T:
 
 
 def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
-               needs: Sequence[bool]) -> tuple[Opt, Opt, Opt]:
+               needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt]:
     """Gradients of layer_norm (rms=False) / rms_norm (rms=True) over the last axis."""
+    op = "rms_norm" if rms else "layer_norm"
+    got = _single(op, plan, x, lambda: og.rownorm_keys(op, x, weight is not None,
+                                                       bias is not None),
+                  lambda: og.layer_norm(grad, x, weight, bias, eps, rms))
+    if got is not None:
+        gx, gw, gb = got
+        return (gx if needs[0] else None), (gw if needs[1] else None), (
+            gb if needs[2] else None)
     xf, g = _f(x), _f(grad)
     w = weight if weight is None else _f(weight)
     d = xf if rms else xf - xf.mean(-1, keepdim=True)
@@ -120,7 +215,11 @@ def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
     return (gx.to(x.dtype) if needs[0] else None), gw, gb
 
 
-def softmax(grad: T, y: T, dim: int, log: bool) -> T:
+def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
+    got = _single("softmax", plan, y, lambda: og.softmax_keys(y, dim, log),
+                  lambda: og.softmax(grad, y, dim, log))
+    if got is not None:
+        return got
     g, yf = _f(grad), _f(y)
     if log:
         gx = g - yf.exp() * g.sum(dim, keepdim=True)
@@ -130,9 +229,17 @@ def softmax(grad: T, y: T, dim: int, log: bool) -> T:
 
 
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
-               needs: Sequence[bool]) -> tuple[Opt, Opt, Opt]:
+               needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt]:
     """Gradients for (x, weight, bias); ``mean`` / ``invstd`` per channel (the batch's in
-    training, the running statistics' in inference)."""
+    training, the running statistics' in inference: torch only, dnnctl's backward is the
+    training one)."""
+    if training:
+        got = _single("batch_norm", plan, x, lambda: og.batch_norm_keys(x, weight is not None),
+                      lambda: og.batch_norm(grad, x, weight, bias, mean, invstd))
+        if got is not None:
+            gx, gw, gb = got
+            return (gx if needs[0] else None), (gw if needs[1] else None), (
+                gb if needs[2] else None)
     shape = (1, -1, 1, 1)
     g, xf = _f(grad), _f(x)
     xhat = (xf - mean.reshape(shape)) * invstd.reshape(shape)
@@ -147,7 +254,15 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
 
 
 def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
-               needs: Sequence[bool]) -> tuple[Opt, Opt, Opt]:
+               needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt]:
+    if x.dim() in (3, 4):
+        got = _single("group_norm", plan, x,
+                      lambda: og.group_norm_keys(x, groups, weight is not None),
+                      lambda: og.group_norm(grad, x, groups, weight, bias, eps))
+        if got is not None:
+            gx, gw, gb = got
+            return (gx if needs[0] else None), (gw if needs[1] else None), (
+                gb if needs[2] else None)
     n, c = x.shape[:2]
     xf, g = _f(x).reshape(n, groups, -1), _f(grad)
     d = xf - xf.mean(-1, keepdim=True)
@@ -165,7 +280,13 @@ def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
 
 
 def max_pool2d(grad: T, x: T, kernel: Sequence[int], stride: Sequence[int],
-               padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool) -> T:
+               padding: Sequence[int], dilation: Sequence[int], ceil_mode: bool,
+               plan: int = 0) -> T:
+    got = _single("pool2d", plan, x, lambda: og.pool_keys(x, "max", kernel, stride, padding,
+                                                          dilation, ceil_mode, True),
+                  lambda: og.max_pool2d(grad, x, kernel, stride, padding, dilation, ceil_mode))
+    if got is not None:
+        return got
     _, idx = torch.ops.aten.max_pool2d_with_indices(x, kernel, stride, padding, dilation,
                                                     ceil_mode)
     return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, kernel, stride, padding,
@@ -173,17 +294,34 @@ def max_pool2d(grad: T, x: T, kernel: Sequence[int], stride: Sequence[int],
 
 
 def avg_pool2d(grad: T, x: T, kernel: Sequence[int], stride: Sequence[int],
-               padding: Sequence[int], ceil_mode: bool, count_include_pad: bool) -> T:
+               padding: Sequence[int], ceil_mode: bool, count_include_pad: bool,
+               plan: int = 0) -> T:
+    got = _single("pool2d", plan, x,
+                  lambda: og.pool_keys(x, "avg", kernel, stride, padding, (1, 1), ceil_mode,
+                                       count_include_pad),
+                  lambda: og.avg_pool2d(grad, x, kernel, stride, padding, ceil_mode,
+                                        count_include_pad))
+    if got is not None:
+        return got
     return torch.ops.aten.avg_pool2d_backward(grad, x, kernel, stride, padding, ceil_mode,
                                               count_include_pad, None)
 
 
-def global_avg_pool2d(grad: T, x: T) -> T:
+def global_avg_pool2d(grad: T, x: T, plan: int = 0) -> T:
+    got = _single("global_avg_pool2d", plan, x, lambda: og.gap_keys(x),
+                  lambda: og.global_avg_pool2d(grad, x))
+    if got is not None:
+        return got
     return (grad / (x.shape[2] * x.shape[3])).expand(x.shape).contiguous(
         memory_format=torch.channels_last if x.is_contiguous(
             memory_format=torch.channels_last) and not x.is_contiguous()
         else torch.contiguous_format)
 
 
-def activation(grad: T, x: T, fn: str, negative_slope: float, approximate: str) -> T:
+def activation(grad: T, x: T, fn: str, negative_slope: float, approximate: str,
+               plan: int = 0) -> T:
+    got = _single("activation", plan, x, lambda: og.activation_keys(x, fn, approximate),
+                  lambda: og.activation(grad, x, fn, negative_slope, approximate))
+    if got is not None:
+        return got
     return act_grad(fn, x, grad, negative_slope, approximate)

@@ -2,7 +2,8 @@
 
 A chain becomes one ``dnnctl::conv2d`` (BatchNorm folded into the weights and bias in
 inference, the activation and the residual add in the epilogue: ``res + act(conv + b)``) or
-one ``dnnctl::linear`` with its activation. Only chains whose intermediate values have no
+one ``dnnctl::linear`` with its activation. In training mode activations stay separate ops
+(their backward reads the saved pre-activation instead of recomputing the product). Only chains whose intermediate values have no
 other user are fused, so the graph computes what the model computes.
 """
 
@@ -162,7 +163,9 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
             parts.append("bn")
             cur, nxt = nxt, _single_user(nxt)
         act = "none"
-        if nxt is not None and nxt.args and nxt.args[0] is cur:
+        # training: no activation in the epilogue (its gradient would need the
+        # pre-activation, recomputed by a second conv / GEMM; the separate op saves it)
+        if fold_bn_ok and nxt is not None and nxt.args and nxt.args[0] is cur:
             found = _act_node(nxt, modules)
             if found is not None:  # activation modules are stateless: shared ones fuse too
                 act = found

@@ -9,14 +9,14 @@ plain torch (:mod:`dnnctl.torch.reference`) and is counted in :data:`FALLBACKS`.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 import dnnctl.ops as dops
-from dnnctl.errors import DnnctlError, ShapeError
+from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.registry import get_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
@@ -36,8 +36,45 @@ PLANS: dict[int, Any] = {}  # plan handle (an int the op schemas carry) -> loade
 RECORDERS: list[Callable[[str, dict[str, Any]], None]] = []  # active record() sessions
 
 
-def plan_handle(plan: Any) -> int:
-    """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan)."""
+MODES = ("plan", "dnnctl", "torch")
+# handle -> backward mode other than "plan": one mode, or {"op" / "op/pass" / "*": mode}
+BACKWARD_MODES: dict[int, Any] = {}
+_MODE_HANDLES: dict[tuple[int, Any], int] = {}  # (id(plan) or 0, mode) -> its handle (< 0)
+
+
+def _check_mode(backward: Any) -> Any:
+    """A mode string, or a hashable tuple of (selector, mode) items for a mapping."""
+    if isinstance(backward, str):
+        modes = [backward]
+    elif isinstance(backward, Mapping):
+        modes = list(backward.values())
+    else:
+        modes = [backward]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise UsageError(f"backward={backward!r}: {bad[0]!r} is not a backward mode",
+                         hint="use 'plan', 'dnnctl' or 'torch', or a mapping such as "
+                              "{'*': 'dnnctl', 'conv2d/wgrad': 'torch'}")
+    return backward if isinstance(backward, str) else tuple(sorted(backward.items()))
+
+
+def plan_handle(plan: Any, backward: str | Mapping[str, str] = "plan") -> int:
+    """The int naming ``plan`` in the ops' ``plan`` argument (0: the active plan).
+
+    ``backward`` picks how the ops' gradients run (see :mod:`dnnctl.torch.grad_plan`):
+    ``"plan"`` (dnnctl's backward kernel where the plan has an entry for the backward
+    problem), ``"dnnctl"`` (always dnnctl where it takes the problem) or ``"torch"``; or a
+    mapping from ``"op"``, ``"op/pass"`` (e.g. ``"conv2d/wgrad"``) or ``"*"`` to a mode
+    (the most specific wins; unnamed ones use ``"plan"``)."""
+    mode = _check_mode(backward)
+    if mode != "plan":
+        ck = (0 if plan is None else id(plan), mode)
+        handle = _MODE_HANDLES.get(ck)
+        if handle is None:  # negative: never an id(), so never a plan-only handle
+            handle = _MODE_HANDLES[ck] = -1 - len(_MODE_HANDLES)
+        PLANS[handle] = plan
+        BACKWARD_MODES[handle] = mode if isinstance(mode, str) else dict(mode)
+        return handle
     if plan is None:
         return 0
     handle = id(plan)
@@ -45,8 +82,12 @@ def plan_handle(plan: Any) -> int:
     return handle
 
 
-def _plan(handle: int) -> Any:
+def plan_of(handle: int) -> Any:
+    """The plan a handle names (None: the active plan)."""
     return PLANS.get(handle) if handle else None
+
+
+_plan = plan_of
 
 
 def _fallback(op: str, exc: Exception | None = None) -> None:
@@ -69,6 +110,12 @@ def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
         return []
     choices = field.choices or ()
     return [p for p in passes if p in choices] or (["backward"] if "backward" in choices else [])
+
+
+def note_problem(op: str, key: dict[str, Any]) -> None:
+    """Record one problem (a backward key, already with its ``pass``) for active recorders."""
+    if RECORDERS:
+        _note(op, key)
 
 
 def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:

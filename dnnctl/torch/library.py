@@ -19,7 +19,6 @@ from dnnctl.ops.conv2d.op import output_size
 from dnnctl.ops.pool.pool2d import out_size
 from dnnctl.torch import backward as bw
 from dnnctl.torch import kernels as K
-from dnnctl.torch import keys
 from dnnctl.torch._tensors import ints, is_nhwc
 
 NS = "dnnctl"
@@ -165,67 +164,46 @@ def _args(ctx: Any) -> list[Any]:
 
 
 def _conv2d_bwd(ctx, grad):
-    x, w, bias, stride, padding, dilation, groups, act, residual, _ = _args(ctx)
+    x, w, bias, stride, padding, dilation, groups, act, residual, plan = _args(ctx)
     st, pad, dil = ints(stride, 2), ints(padding, 2), ints(dilation, 2)
-    if K.RECORDERS:
-        passes = [p for p, need in (("dgrad", _needs(ctx)[0]),
-                                    ("wgrad", _needs(ctx)[1])) if need]
-        K.note_backward("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups,
-                                              act, residual is not None, is_nhwc(x)), passes)
     gx, gw, gb, gr = bw.conv2d(grad, x, w, bias, residual, st, pad, dil, groups, act,
-                               _needs(ctx)[:2] + (_needs(ctx)[2],
-                                                           _needs(ctx)[8]))
+                               _needs(ctx)[:3] + (_needs(ctx)[8],), plan)
     return gx, gw, gb, None, None, None, None, None, gr, None
 
 
 def _linear_bwd(ctx, grad):
-    x, w, bias, act, _ = _args(ctx)
-    if K.RECORDERS:
-        K.note_backward("matmul", keys.linear(x, w, bias is not None, act),
-                        ["dgrad", "wgrad"])
-    return (*bw.linear(grad, x, w, bias, act, _needs(ctx)[:3]), None, None)
+    x, w, bias, act, plan = _args(ctx)
+    return (*bw.linear(grad, x, w, bias, act, _needs(ctx)[:3], plan), None, None)
 
 
 def _matmul_bwd(ctx, grad):
-    a, b, _ = _args(ctx)
-    if K.RECORDERS:
-        K.note_backward("matmul", keys.matmul(a.contiguous(), b.contiguous()),
-                        ["dgrad", "wgrad"])
-    return (*bw.matmul(grad, a, b, _needs(ctx)[:2]), None)
+    a, b, plan = _args(ctx)
+    return (*bw.matmul(grad, a, b, _needs(ctx)[:2], plan), None)
 
 
 def _rownorm_bwd(rms: bool) -> Callable[..., Any]:
     def backward(ctx, grad):
         if rms:
-            x, weight, eps, _ = _args(ctx)
+            x, weight, eps, plan = _args(ctx)
             bias = None
         else:
-            x, weight, bias, eps, _ = _args(ctx)
-        op = "rms_norm" if rms else "layer_norm"
-        if K.RECORDERS:
-            K.note_backward(op, keys.rownorm(op, x, weight is not None, bias is not None),
-                            ["backward"])
+            x, weight, bias, eps, plan = _args(ctx)
         needs = _needs(ctx)
         gx, gw, gb = bw.layer_norm(grad, x, weight, bias, eps, rms,
-                                   (needs[0], needs[1], False if rms else needs[2]))
+                                   (needs[0], needs[1], False if rms else needs[2]), plan)
         return (gx, gw, None, None) if rms else (gx, gw, gb, None, None)
     return backward
 
 
 def _softmax_bwd(log: bool) -> Callable[..., Any]:
     def backward(ctx, grad):
-        x, dim, _ = _args(ctx)
-        if K.RECORDERS:
-            K.note_backward("softmax", keys.softmax(x, dim, log), ["backward"])
-        return bw.softmax(grad, ctx.saved_tensors[-1], dim, log), None, None
+        x, dim, plan = _args(ctx)
+        return bw.softmax(grad, ctx.saved_tensors[-1], dim, log, plan), None, None
     return backward
 
 
 def _bn_bwd(ctx, grad):
-    x, rm, rv, weight, bias, eps, _ = _args(ctx)
-    if K.RECORDERS:
-        K.note_backward("batch_norm", keys.batch_norm(x, is_nhwc(x), False,
-                                                      weight is not None), ["backward"])
+    x, rm, rv, weight, bias, eps, _ = _args(ctx)  # inference: torch's formula
     invstd = torch.rsqrt(rv.double() + eps).to(torch.promote_types(rv.dtype, torch.float32))
     gx, gw, gb = bw.batch_norm(grad, x, weight, bias, rm, invstd, False,
                                _needs(ctx)[:1] + _needs(ctx)[3:5])
@@ -233,67 +211,49 @@ def _bn_bwd(ctx, grad):
 
 
 def _bn_train_bwd(ctx, grad, *_unused):
-    x, _, _, weight, bias, momentum, eps, _ = _args(ctx)  # running stats: not needed
+    x, _, _, weight, bias, momentum, eps, plan = _args(ctx)  # running stats: not needed
     mean, invstd = ctx.saved_tensors[-2:]
-    if K.RECORDERS:
-        K.note_backward("batch_norm", keys.batch_norm(x, is_nhwc(x), True,
-                                                      weight is not None), ["backward"])
     gx, gw, gb = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
-                               _needs(ctx)[:1] + _needs(ctx)[3:5])
+                               _needs(ctx)[:1] + _needs(ctx)[3:5], plan)
     return gx, None, None, gw, gb, None, None, None
 
 
 def _gn_bwd(ctx, grad):
-    x, groups, weight, bias, eps, _ = _args(ctx)
-    if K.RECORDERS and x.dim() == 4:
-        K.note_backward("group_norm", keys.group_norm(x, is_nhwc(x), groups,
-                                                      weight is not None), ["backward"])
+    x, groups, weight, bias, eps, plan = _args(ctx)
     n = _needs(ctx)
-    gx, gw, gb = bw.group_norm(grad, x, groups, weight, bias, eps, (n[0], n[2], n[3]))
+    gx, gw, gb = bw.group_norm(grad, x, groups, weight, bias, eps, (n[0], n[2], n[3]), plan)
     return gx, None, gw, gb, None, None
 
 
 def _pool_bwd(mode: str) -> Callable[..., Any]:
     def backward(ctx, grad):
         if mode == "max":
-            x, kernel, stride, padding, dilation, ceil, _ = _args(ctx)
+            x, kernel, stride, padding, dilation, ceil, plan = _args(ctx)
             k = ints(kernel, 2)
             st = ints(stride, 2) if len(stride) else k
-            gx = bw.max_pool2d(grad, x, k, st, ints(padding, 2), ints(dilation, 2), ceil)
-            key = keys.pool2d(x, is_nhwc(x), "max", k, st, ints(padding, 2),
-                              ints(dilation, 2), ceil, True)
-            rest: tuple = (None,) * 6
+            gx = bw.max_pool2d(grad, x, k, st, ints(padding, 2), ints(dilation, 2), ceil,
+                               plan)
         else:
-            x, kernel, stride, padding, ceil, cip, _ = _args(ctx)
+            x, kernel, stride, padding, ceil, cip, plan = _args(ctx)
             k = ints(kernel, 2)
             st = ints(stride, 2) if len(stride) else k
-            gx = bw.avg_pool2d(grad, x, k, st, ints(padding, 2), ceil, cip)
-            key = keys.pool2d(x, is_nhwc(x), "avg", k, st, ints(padding, 2), (1, 1), ceil,
-                              cip)
-            rest = (None,) * 6
-        if K.RECORDERS:
-            K.note_backward("pool2d", key, ["backward"])
-        return (gx, *rest)
+            gx = bw.avg_pool2d(grad, x, k, st, ints(padding, 2), ceil, cip, plan)
+        return (gx, *(None,) * 6)
     return backward
 
 
 def _gap_bwd(ctx, grad):
-    x, _ = _args(ctx)
-    if K.RECORDERS:
-        K.note_backward("global_avg_pool2d", keys.global_avg_pool2d(x, is_nhwc(x)),
-                        ["backward"])
-    return bw.global_avg_pool2d(grad, x), None
+    x, plan = _args(ctx)
+    return bw.global_avg_pool2d(grad, x, plan), None
 
 
 def _act_bwd(fn: str) -> Callable[..., Any]:
     def backward(ctx, grad):
-        x = _args(ctx)[0]
-        slope = _args(ctx)[1] if fn == "leaky_relu" else 0.01
-        approx = _args(ctx)[1] if fn == "gelu" else "none"
-        if K.RECORDERS:
-            name = "gelu_tanh" if fn == "gelu" and approx == "tanh" else fn
-            K.note_backward("activation", keys.activation(name, x), ["backward"])
-        gx = bw.activation(grad, x, fn, slope, approx)
+        args = _args(ctx)
+        x, plan = args[0], args[-1]
+        slope = args[1] if fn == "leaky_relu" else 0.01
+        approx = args[1] if fn == "gelu" else "none"
+        gx = bw.activation(grad, x, fn, slope, approx, plan)
         return (gx, None) if fn in ACTIVATIONS else (gx, None, None)
     return backward
 

@@ -69,19 +69,24 @@ def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> Non
     route_sdpa(gm, nodes, report, handle)
 
 
-def patch(model: nn.Module, plan: Any = None, *, trace: bool = True) -> PatchReport:
+def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
+          backward: str | dict[str, str] = "plan") -> PatchReport:
     """Route ``model``'s supported modules to dnnctl (in place) and return the report.
 
     ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
     else each op's default. Inference (``model.eval()``) folds BatchNorm into the preceding
     convolution; training mode runs BatchNorm with batch statistics and keeps autograd.
+    ``backward``: how gradients run: ``"plan"`` (dnnctl's backward kernel for a backward
+    problem the plan has an entry for, torch's formula otherwise), ``"dnnctl"`` (dnnctl's
+    backward kernels wherever they take the problem) or ``"torch"`` (torch's formulas); or a
+    mapping per op / pass, e.g. ``{"*": "dnnctl", "conv2d/wgrad": "torch"}``.
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
     if model in _PATCHED:
         raise UsageError("patch: this model is already patched",
                          hint="call dnnctl.torch.unpatch(model) first")
-    handle = kernels.plan_handle(plan)
+    handle = kernels.plan_handle(plan, backward)
     report = PatchReport(training=model.training, _fallbacks_at=dict(kernels.FALLBACKS))
     saved: list[tuple[nn.Module, Any]] = []
     covered: set[str] = set()

@@ -1,0 +1,64 @@
+"""``torch.autocast`` for the ``torch.ops.dnnctl`` ops, with torch's own casting policy.
+
+Inside an autocast region torch casts its ops' inputs: convolutions and matrix products to
+the region's dtype (float16 / bfloat16), normalizations and softmax to float32, and leaves
+batch norm, pooling and activations in their input's dtype. The dnnctl ops follow the same
+policy, so a patched model under autocast computes in the dtypes eager torch does (and runs
+dnnctl's float16 / bfloat16 kernels for its convolutions and GEMMs). Ops with no entry here
+fall through autocast unchanged, as torch's batch_norm, pooling and activations do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# op -> "low" (the autocast dtype) or "fp32"
+POLICY: dict[str, str] = {
+    "conv2d": "low", "linear": "low", "matmul": "low",
+    "layer_norm": "fp32", "rms_norm": "fp32", "group_norm": "fp32",
+    "softmax": "fp32", "log_softmax": "fp32",
+}
+DEVICES = ("cuda", "cpu")
+
+
+def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
+    """value with its floating tensors on ``device_type`` (not float64) cast to ``dtype``."""
+    if isinstance(value, torch.Tensor):
+        if (value.is_floating_point() and value.device.type == device_type
+                and value.dtype is not torch.float64 and value.dtype is not dtype):
+            return value.to(dtype)
+        return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, device_type, dtype) for v in value)
+    return value
+
+
+def _kernel(op: Any, policy: str, device_type: str) -> Any:
+    key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(
+        device_type))
+    keyset = torch._C.DispatchKeySet(key)
+
+    def run(*args: Any) -> Any:
+        dtype = (torch.get_autocast_dtype(device_type) if policy == "low"
+                 else torch.float32)
+        with torch._C._ExcludeDispatchKeyGuard(keyset):
+            return op(*_cast(args, device_type, dtype))
+
+    def kernel(_keyset: Any, *args: Any) -> Any:
+        return run(*args)
+
+    return key, run, kernel
+
+
+def register(lib: torch.library.Library) -> None:
+    """Register the autocast kernels of the ops in :data:`POLICY` on ``lib``."""
+    for name, policy in POLICY.items():
+        op = getattr(torch.ops.dnnctl, name).default
+        for device_type in DEVICES:
+            if not torch._C._is_autocast_available(device_type):
+                continue
+            key, run, kernel = _kernel(op, policy, device_type)
+            lib.impl(name, kernel, key.name, with_keyset=True)
+            op.py_impl(key)(run)  # the Python dispatcher (torch.compile) takes this one

@@ -1,0 +1,148 @@
+"""Which backward computations of the ``torch.ops.dnnctl`` ops run on dnnctl's own kernels.
+
+Every op's backward names its problems (the forward key with ``pass`` set: ``dgrad`` /
+``wgrad`` for conv2d, ``backward`` for the memory-bound ops; the two transposed products for
+linear / matmul). The op's ``plan`` handle carries a backward mode:
+
+* ``"plan"`` (default): a problem runs on dnnctl when the op's plan (or the active plan)
+  has an exact entry for it whose choice is one of dnnctl's own variants; else torch's
+  formula runs (no plan, no entry, a vendor variant chosen).
+* ``"dnnctl"``: every problem dnnctl takes runs on dnnctl (the default heuristic where the
+  plan has no entry).
+* ``"torch"``: torch's formulas only.
+* a mapping ``{"op" | "op/pass" | "*": mode}`` (e.g. ``{"*": "dnnctl", "conv2d/wgrad":
+  "torch"}``): per problem, the most specific selector's mode (``"plan"`` if none).
+
+A problem dnnctl refuses (dtype, shape) falls back to torch in every mode.
+:data:`BACKWARD_PATHS` counts, per ``(op, pass)``, the calls each path ran.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dnnctl.errors import DnnctlError
+from dnnctl.ops.dispatch import active_plan, bind, problem_of
+from dnnctl.ops.registry import get_op, get_variant
+from dnnctl.torch import kernels as K
+from dnnctl.torch._tensors import DNN_DTYPES, to_numpy
+
+# (op, pass) -> calls, per path ("dnnctl" / "torch")
+BACKWARD_PATHS: Counter[tuple[str, str, str]] = Counter()
+# variants that call a vendor library although not flagged ``vendor`` (torch runs the same)
+_LIBRARY_VARIANTS = {("matmul", "cublas")}
+
+Keys = dict[str, tuple[str, dict[str, Any]]]  # pass label -> (dnnctl op, key)
+
+_DEVICES: dict[Any, tuple[str, Any]] = {}
+_DECIDED: weakref.WeakKeyDictionary[Any, dict[tuple, bool]] = weakref.WeakKeyDictionary()
+
+
+def mode_of(handle: int, op: str = "", label: str = "") -> str:
+    """The backward mode the ``plan`` handle carries for ``op`` / ``label``."""
+    mode = K.BACKWARD_MODES.get(handle, "plan")
+    if isinstance(mode, str):
+        return mode
+    return mode.get(f"{op}/{label}", mode.get(op, mode.get("*", "plan")))
+
+
+def _device(t: torch.Tensor) -> tuple[str, Any]:
+    """(backend name, DeviceInfo) a tensor's calls run on (cached per torch device)."""
+    hit = _DEVICES.get(t.device)
+    if hit is None:
+        probe = t.detach().reshape(-1)[:1]
+        bound = bind(to_numpy(probe) if probe.is_cpu else probe)
+        hit = _DEVICES[t.device] = (bound.backend.name, bound.device)
+    return hit
+
+
+def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool:
+    """The plan has an exact entry for (op, key) choosing one of dnnctl's own variants."""
+    try:
+        problem = problem_of(get_op(op), key)
+    except DnnctlError:
+        return False
+    backend, device = _device(t)
+    ck = (problem, backend, device.index)
+    try:
+        memo = _DECIDED.setdefault(plan, {})
+    except TypeError:  # a plan object that cannot be weakly referenced: no memo
+        memo = {}
+    found = memo.get(ck)
+    if found is not None:
+        return found
+    if hasattr(plan, "select"):  # a LoadedPlan: exact entries only, no nearest-key guess
+        hit = plan.select(backend, device).exact.get(problem)
+        choice = None if hit is None else hit.choice
+    else:
+        choice = plan.lookup(problem, backend, device)
+    own = False
+    if choice is not None and (op, choice.variant) not in _LIBRARY_VARIANTS:
+        try:
+            own = not get_variant(op, backend, choice.variant).vendor
+        except DnnctlError:
+            own = False
+    memo[ck] = own
+    return own
+
+
+def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys]
+           ) -> frozenset[str]:
+    """The pass labels of ``make_keys()`` to run on dnnctl for this backward call; records
+    every backward problem for active :func:`dnnctl.torch.record` sessions."""
+    mode = K.BACKWARD_MODES.get(handle, "plan")
+    keys: Keys | None = None
+    if K.RECORDERS:
+        keys = _safe_keys(make_keys)
+        for kop, key in keys.values():
+            K.note_problem(kop, dict(key))
+    if mode == "torch" or x.dtype not in DNN_DTYPES:
+        return frozenset()
+    plan = K.plan_of(handle)
+    if plan is None:
+        plan = active_plan()
+    if mode == "plan" and plan is None:
+        return frozenset()
+    keys = _safe_keys(make_keys) if keys is None else keys
+    chosen = []
+    for label, (kop, key) in keys.items():
+        m = mode if isinstance(mode, str) else mode_of(handle, op, label)
+        if m == "dnnctl" or (m == "plan" and plan is not None
+                             and _own_entry(plan, kop, key, x)):
+            chosen.append(label)
+    return frozenset(chosen)
+
+
+def _safe_keys(make_keys: Callable[[], Keys]) -> Keys:
+    """The backward keys, leaving out those dnnctl does not define (e.g. inference BN)."""
+    out: Keys = {}
+    for label, (op, raw) in make_keys().items():
+        key = hashable(raw)
+        try:
+            problem_of(get_op(op), key)
+        except DnnctlError:
+            continue
+        out[label] = (op, key)
+    return out
+
+
+def hashable(key: dict[str, Any]) -> dict[str, Any]:
+    """key with list values as tuples (the dispatcher's problem cache hashes keys)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in key.items()}
+
+
+def count(op: str, label: str, path: str) -> None:
+    BACKWARD_PATHS[(op, label, path)] += 1
+
+
+def paths_summary() -> dict[str, dict[str, int]]:
+    """{"op/pass": {"dnnctl": calls, "torch": calls}} of :data:`BACKWARD_PATHS`."""
+    out: dict[str, dict[str, int]] = {}
+    for (op, label, path), n in sorted(BACKWARD_PATHS.items()):
+        out.setdefault(f"{op}/{label}", {"dnnctl": 0, "torch": 0})[path] += n
+    return out

@@ -1,0 +1,87 @@
+"""torch.ops.dnnctl gradients on dnnctl's own CUDA backward kernels (backward="dnnctl")
+against torch autograd in float32 on the same inputs, fp16 / bf16 / fp32, NCHW and
+channels-last; every backward call must run on dnnctl (no refusal, no torch formula).
+
+    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_torch_backward_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA build of torch and a GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+dt = pytest.importorskip("dnnctl.torch")
+
+import torch.nn.functional as F  # noqa: E402
+
+from dnnctl.torch import grad_plan, kernels  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+OPS = torch.ops.dnnctl
+DNN = kernels.plan_handle(None, "dnnctl")
+CL = torch.channels_last
+TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
+
+
+def _check(fn, ref, inputs, dtype):
+    torch.manual_seed(1)
+    a = [t.to("cuda", dtype).requires_grad_(True) for t in inputs]
+    b = [t.to("cuda", torch.float32).requires_grad_(True) for t in inputs]
+    grad_plan.BACKWARD_PATHS.clear()
+    fallbacks = dict(kernels.FALLBACKS)
+    y = fn(*a)
+    g = torch.randn(y.shape, device="cuda")
+    y.backward(g.to(dtype))
+    torch.cuda.synchronize()
+    paths = grad_plan.paths_summary()
+    ref(*b).backward(g)
+    assert paths and all(v["torch"] == 0 for v in paths.values()), paths
+    assert dict(kernels.FALLBACKS) == fallbacks
+    for u, v in zip(a, b):
+        err = float((u.grad.float() - v.grad).abs().max() / v.grad.abs().max())
+        assert err < TOL[dtype], (err, u.shape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("fmt", ["nchw", "nhwc"])
+@pytest.mark.parametrize("stride,groups,dil", [(1, 1, 1), (2, 1, 1), (2, 2, 1), (1, 1, 2),
+                                               (1, 16, 1)])
+def test_conv2d(dtype, fmt, stride, groups, dil):
+    x, w = torch.randn(3, 16, 15, 13), torch.randn(32, 16 // groups, 3, 3)
+    b = torch.randn(32)
+    if fmt == "nhwc":
+        x, w = x.contiguous(memory_format=CL), w.contiguous(memory_format=CL)
+    _check(lambda x, w, b: OPS.conv2d(x, w, b, [stride] * 2, [dil] * 2, [dil] * 2, groups,
+                                      "none", None, DNN),
+           lambda x, w, b: F.conv2d(x, w, b, stride, dil, dil, groups), (x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_memory_ops(dtype):
+    x4 = torch.randn(4, 32, 14, 14).contiguous(memory_format=CL)
+    rows = torch.randn(64, 768)
+    c = torch.randn(32)
+    _check(lambda x, w, b: OPS.layer_norm(x, w, b, 1e-5, DNN),
+           lambda x, w, b: F.layer_norm(x, (768,), w, b), (rows, torch.randn(768),
+                                                           torch.randn(768)), dtype)
+    _check(lambda x: OPS.softmax(x, -1, DNN), lambda x: F.softmax(x, -1), (rows,), dtype)
+    _check(lambda x, w, b: OPS.batch_norm_train(
+        x, torch.zeros(32, device="cuda"), torch.ones(32, device="cuda"), w.float(),
+        b.float(), 0.1, 1e-5, DNN)[0],
+           lambda x, w, b: F.batch_norm(x, None, None, w, b, True), (x4, c, c.clone()), dtype)
+    _check(lambda x: OPS.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False, DNN),
+           lambda x: F.max_pool2d(x, 3, 2, 1), (x4,), dtype)
+    _check(lambda x: OPS.global_avg_pool2d(x, DNN), lambda x: x.mean((2, 3), keepdim=True),
+           (x4,), dtype)
+    _check(lambda x: OPS.relu(x, DNN), F.relu, (x4,), dtype)
+    _check(lambda x: OPS.gelu(x, "none", DNN), F.gelu, (rows,), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_linear(dtype):
+    _check(lambda x, w, b: OPS.linear(x, w, b, "none", DNN), F.linear,
+           (torch.randn(8, 197, 768), torch.randn(3072, 768) * 0.03, torch.randn(3072)),
+           dtype)

@@ -1,0 +1,256 @@
+"""Gradients of the torch.ops.dnnctl ops on dnnctl's own backward kernels (torch CPU tensors
+-> numpy backend) against torch autograd, and the plan / mode switch between dnnctl and torch."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+import dnnctl.torch as dt  # noqa: E402
+from dnnctl.backends.registry import get_backend  # noqa: E402
+from dnnctl.errors import UsageError  # noqa: E402
+from dnnctl.ops.dispatch import problem_of, use_plan  # noqa: E402
+from dnnctl.ops.registry import get_op  # noqa: E402
+from dnnctl.plan import Plan  # noqa: E402
+from dnnctl.plan.loaded import LoadedPlan  # noqa: E402
+from dnnctl.torch import grad_plan, kernels  # noqa: E402
+from dnnctl.torch import own_grads as og  # noqa: E402
+from tests.unit._plan_helpers import entry, numpy_section  # noqa: E402
+
+OPS = torch.ops.dnnctl
+DNN = kernels.plan_handle(None, "dnnctl")
+CL = torch.channels_last
+
+
+def _grads(fn, ref, *inputs, seed=0):
+    """(relative max error per input gradient, backward paths) of fn vs ref."""
+    torch.manual_seed(seed)
+    a = [t.clone().requires_grad_(True) for t in inputs]
+    b = [t.clone().requires_grad_(True) for t in inputs]
+    grad_plan.BACKWARD_PATHS.clear()
+    y = fn(*a)
+    g = torch.randn_like(y)
+    y.backward(g)
+    paths = grad_plan.paths_summary()
+    ref(*b).backward(g)
+    errs = [float((u.grad - v.grad).abs().max() / v.grad.abs().max().clamp_min(1e-12))
+            for u, v in zip(a, b)]
+    return errs, paths
+
+
+def _all_dnnctl(paths):
+    return paths and all(v["torch"] == 0 and v["dnnctl"] > 0 for v in paths.values())
+
+
+def _cl(t):
+    return t.contiguous(memory_format=CL)
+
+
+@pytest.mark.parametrize("fmt", ["nchw", "channels_last"])
+@pytest.mark.parametrize("stride,pad,dil,groups", [(1, (1, 1), 1, 1), (2, (1, 1), 1, 2),
+                                                   (2, (0, 1, 1, 0), 1, 1), (1, (2, 2), 2, 4)])
+def test_conv2d_gradients_on_dnnctl_match_torch(fmt, stride, pad, dil, groups):
+    x, w, b = torch.randn(2, 8, 9, 9), torch.randn(12, 8 // groups, 3, 3), torch.randn(12)
+    if fmt == "channels_last":
+        x, w = _cl(x), _cl(w)
+
+    def ref(x, w, b):
+        xp = x
+        if len(pad) == 4:
+            xp, p = F.pad(x, (pad[2], pad[3], pad[0], pad[1])), 0
+        else:
+            p = pad
+        return F.conv2d(xp, w, b, stride, p, dil, groups)
+
+    errs, paths = _grads(lambda x, w, b: OPS.conv2d(x, w, b, [stride] * 2, list(pad),
+                                                    [dil] * 2, groups, "none", None, DNN),
+                         ref, x, w, b)
+    assert max(errs) < 1e-5, errs
+    assert paths == {"conv2d/dgrad": {"dnnctl": 1, "torch": 0},
+                     "conv2d/wgrad": {"dnnctl": 1, "torch": 0}}
+
+
+CASES = {
+    "layer_norm": (lambda x, w, b: OPS.layer_norm(x, w, b, 1e-5, DNN),
+                   lambda x, w, b: F.layer_norm(x, (32,), w, b, 1e-5),
+                   lambda: (torch.randn(3, 5, 32), torch.randn(32), torch.randn(32))),
+    "rms_norm": (lambda x, w: OPS.rms_norm(x, w, 1e-6, DNN),
+                 lambda x, w: F.rms_norm(x, (32,), w, 1e-6),
+                 lambda: (torch.randn(6, 32), torch.randn(32))),
+    "softmax": (lambda x: OPS.softmax(x, 1, DNN), lambda x: F.softmax(x, 1),
+                lambda: (torch.randn(4, 7, 5),)),
+    "log_softmax": (lambda x: OPS.log_softmax(x, -1, DNN), lambda x: F.log_softmax(x, -1),
+                    lambda: (torch.randn(6, 33),)),
+    "batch_norm_train": (
+        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
+                                             1e-5, DNN)[0],
+        lambda x, w, b: F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True, 0.1, 1e-5),
+        lambda: (_cl(torch.randn(3, 8, 5, 7)), torch.randn(8), torch.randn(8))),
+    "batch_norm_train_nchw": (
+        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
+                                             1e-5, DNN)[0],
+        lambda x, w, b: F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True, 0.1, 1e-5),
+        lambda: (torch.randn(3, 8, 5, 7), torch.randn(8), torch.randn(8))),
+    "group_norm": (lambda x, w, b: OPS.group_norm(x, 4, w, b, 1e-5, DNN),
+                   lambda x, w, b: F.group_norm(x, 4, w, b, 1e-5),
+                   lambda: (_cl(torch.randn(2, 8, 5, 6)), torch.randn(8), torch.randn(8))),
+    "max_pool2d": (lambda x: OPS.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], True, DNN),
+                   lambda x: F.max_pool2d(x, 3, 2, 1, 1, True),
+                   lambda: (_cl(torch.randn(2, 4, 9, 8)),)),
+    "avg_pool2d": (lambda x: OPS.avg_pool2d(x, [3, 3], [2, 2], [1, 1], False, False, DNN),
+                   lambda x: F.avg_pool2d(x, 3, 2, 1, False, False),
+                   lambda: (torch.randn(2, 4, 9, 8),)),
+    "global_avg_pool2d": (lambda x: OPS.global_avg_pool2d(x, DNN),
+                          lambda x: x.mean((2, 3), keepdim=True),
+                          lambda: (_cl(torch.randn(2, 6, 5, 5)),)),
+    "relu": (lambda x: OPS.relu(x, DNN), F.relu, lambda: (_cl(torch.randn(2, 4, 3, 5)),)),
+    "silu": (lambda x: OPS.silu(x, DNN), F.silu, lambda: (torch.randn(5, 9),)),
+    "sigmoid": (lambda x: OPS.sigmoid(x, DNN), torch.sigmoid, lambda: (torch.randn(5, 9),)),
+    "tanh": (lambda x: OPS.tanh(x, DNN), torch.tanh, lambda: (torch.randn(5, 9),)),
+    "gelu": (lambda x: OPS.gelu(x, "none", DNN), F.gelu, lambda: (torch.randn(5, 9),)),
+    "gelu_tanh": (lambda x: OPS.gelu(x, "tanh", DNN), lambda x: F.gelu(x, approximate="tanh"),
+                  lambda: (torch.randn(5, 9),)),
+    "leaky_relu": (lambda x: OPS.leaky_relu(x, 0.2, DNN), lambda x: F.leaky_relu(x, 0.2),
+                   lambda: (torch.randn(5, 9),)),
+    "linear": (lambda x, w, b: OPS.linear(x, w, b, "none", DNN), F.linear,
+               lambda: (torch.randn(3, 5, 32), torch.randn(16, 32), torch.randn(16))),
+    "matmul_batched": (lambda a, b: OPS.matmul(a, b, DNN), torch.matmul,
+                       lambda: (torch.randn(3, 5, 7), torch.randn(3, 7, 4))),
+    "matmul_shared_b": (lambda a, b: OPS.matmul(a, b, DNN), torch.matmul,
+                        lambda: (torch.randn(3, 5, 7), torch.randn(7, 4))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_gradients_on_dnnctl_match_torch(name):
+    fn, ref, make = CASES[name]
+    errs, paths = _grads(fn, ref, *make())
+    assert max(errs) < 2e-5, errs
+    assert _all_dnnctl(paths), paths
+
+
+def test_float64_runs_torch_formula_even_when_forced():
+    x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: OPS.layer_norm(t, None, None, 1e-5, DNN), (x,))
+    grad_plan.BACKWARD_PATHS.clear()
+    OPS.layer_norm(x, None, None, 1e-5, DNN).sum().backward()
+    assert grad_plan.paths_summary() == {"layer_norm/backward": {"dnnctl": 0, "torch": 1}}
+
+
+def _numpy_choice(op, key):
+    problem = problem_of(get_op(op), grad_plan.hashable(key))
+    return problem, get_op(op).default_choice(problem, "numpy", get_backend("numpy").device(0))
+
+
+def _plan_for(*items):
+    entries = []
+    for op, key in items:
+        problem, choice = _numpy_choice(op, key)
+        entries.append(entry(problem, choice.variant, choice.param_dict))
+    return LoadedPlan(Plan([numpy_section(entries)]))
+
+
+def test_plan_entry_switches_each_backward_problem():
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3, requires_grad=True)
+    dgrad = og.conv2d_keys(x, w, False, (1, 1), (1, 1), (1, 1), 1, True, True)["dgrad"]
+    ln_x = torch.randn(3, 16)
+    ln = og.rownorm_keys("layer_norm", ln_x, False, False)["backward"]
+    plan = _plan_for(dgrad, ln)
+    handle = dt.plan_handle(plan)  # backward="plan" (the default)
+    xr = x.clone().requires_grad_(True)
+    grad_plan.BACKWARD_PATHS.clear()
+    OPS.conv2d(xr, w, None, [1, 1], [1, 1], [1, 1], 1, "none", None, handle).sum().backward()
+    OPS.layer_norm(ln_x.clone().requires_grad_(True), None, None, 1e-5,
+                   handle).sum().backward()
+    assert grad_plan.paths_summary() == {
+        "conv2d/dgrad": {"dnnctl": 1, "torch": 0},  # in the plan
+        "conv2d/wgrad": {"dnnctl": 0, "torch": 1},  # not in the plan: torch's formula
+        "layer_norm/backward": {"dnnctl": 1, "torch": 0}}
+    hits = {p.get("pass", "forward") for p in plan.stats().hits if p.op == "conv2d"}
+    assert hits == {"dgrad"}  # dnnctl's dgrad call looked its entry up in the plan
+    ref = x.clone().requires_grad_(True)
+    F.conv2d(ref, w.detach(), None, 1, 1).sum().backward()
+    assert torch.allclose(xr.grad, ref.grad, atol=1e-5)
+
+
+def test_no_plan_means_torch_and_active_plan_counts():
+    x = torch.randn(3, 16)
+    key = og.rownorm_keys("layer_norm", x, False, False)["backward"]
+    plan = _plan_for(key)
+
+    def run(handle):
+        grad_plan.BACKWARD_PATHS.clear()
+        OPS.layer_norm(x.clone().requires_grad_(True), None, None, 1e-5,
+                       handle).sum().backward()
+        return grad_plan.paths_summary()["layer_norm/backward"]
+
+    assert run(0) == {"dnnctl": 0, "torch": 1}  # no plan at all
+    with use_plan(plan):
+        assert run(0) == {"dnnctl": 1, "torch": 0}  # the active plan has the entry
+        assert run(dt.plan_handle(None, "torch")) == {"dnnctl": 0, "torch": 1}
+    empty = LoadedPlan(Plan([numpy_section([])]))
+    assert run(dt.plan_handle(empty)) == {"dnnctl": 0, "torch": 1}
+    assert run(dt.plan_handle(empty, "dnnctl")) == {"dnnctl": 1, "torch": 0}
+
+
+def test_patch_backward_mode_and_bad_mode():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)).train()
+    with pytest.raises(UsageError, match="backward"):
+        dt.patch(model, None, backward="cudnn")
+    ref = nn.Sequential(*[m for m in __import__("copy").deepcopy(model)])
+    x = torch.randn(2, 3, 6, 6)
+    grad_plan.BACKWARD_PATHS.clear()
+    with dt.patched(model, None, backward="dnnctl"):
+        model(x).square().sum().backward()
+    paths = grad_plan.paths_summary()
+    assert _all_dnnctl(paths) and set(paths) >= {"conv2d/wgrad", "batch_norm/backward",
+                                                 "activation/backward", "matmul/wgrad"}
+    assert "conv2d/dgrad" not in paths  # the input needs no gradient
+    ref(x).square().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_record_train_notes_the_backward_keys_that_run():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3),
+                          nn.Flatten(), nn.Linear(64, 2)).train()
+    model = model.to(memory_format=CL)
+    wl = dt.record(model, _cl(torch.randn(2, 3, 6, 6)), train=True)
+    conv = sorted((p["pass"], p["c"]) for p in wl.problems
+                  if p.op == "conv2d" and p.get("pass", "forward") != "forward")
+    assert conv == [("dgrad", 4), ("wgrad", 3), ("wgrad", 4)]  # no dgrad for the input
+    assert all(p["layout"] == "NHWC" and p["activation"] == "none" for p in wl.problems
+               if p.op == "conv2d")
+    gemms = {(p["m"], p["n"], p["k"], p["trans_a"]) for p in wl.problems if p.op == "matmul"}
+    assert gemms == {(2, 2, 64, False), (2, 64, 2, False), (64, 2, 2, True)}
+
+
+def test_autocast_follows_torch_policy():
+    x, w = torch.randn(2, 4, 6, 6), torch.randn(8, 4, 3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = OPS.conv2d(x, w, None, [1, 1], [1, 1])
+        ref = F.conv2d(x, w, None, 1, 1)
+        z = OPS.layer_norm(y.reshape(2, -1))
+        r = OPS.relu(y)
+    assert y.dtype == ref.dtype == torch.bfloat16 and torch.equal(y, ref)
+    assert z.dtype == torch.float32 and r.dtype == torch.bfloat16
+
+
+def test_backward_mode_mapping_per_pass():
+    x, w = torch.randn(2, 4, 8, 8, requires_grad=True), torch.randn(6, 4, 3, 3,
+                                                                   requires_grad=True)
+    handle = dt.plan_handle(None, {"*": "dnnctl", "conv2d/wgrad": "torch"})
+    assert dt.plan_handle(None, {"conv2d/wgrad": "torch", "*": "dnnctl"}) == handle
+    grad_plan.BACKWARD_PATHS.clear()
+    y = OPS.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", None, handle)
+    OPS.relu(y, handle).sum().backward()
+    assert grad_plan.paths_summary() == {"activation/backward": {"dnnctl": 1, "torch": 0},
+                                         "conv2d/dgrad": {"dnnctl": 1, "torch": 0},
+                                         "conv2d/wgrad": {"dnnctl": 0, "torch": 1}}
+    with pytest.raises(UsageError, match="cudnn"):
+        dt.plan_handle(None, {"conv2d": "cudnn"})
