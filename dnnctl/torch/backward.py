@@ -303,6 +303,14 @@ def avg_pool2d(grad: T, x: T, kernel: Sequence[int], stride: Sequence[int],
                                         count_include_pad))
     if got is not None:
         return got
+    if x.is_cuda and any(padding) and not x.is_contiguous() and \
+            x.is_contiguous(memory_format=torch.channels_last):
+        # torch's channels-last CUDA kernel ignores the padding and returns wrong gradients
+        # (pytorch/pytorch#188344, fixed by #188345 in July 2026): run its NCHW kernel
+        gx = torch.ops.aten.avg_pool2d_backward(grad.contiguous(), x.contiguous(), kernel,
+                                                stride, padding, ceil_mode,
+                                                count_include_pad, None)
+        return gx.contiguous(memory_format=torch.channels_last)
     return torch.ops.aten.avg_pool2d_backward(grad, x, kernel, stride, padding, ceil_mode,
                                               count_include_pad, None)
 
