@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dnnctl.ops import make_callable
 from dnnctl.ops.matmul import (  # noqa: F401  (registration)
+    cublaslt,
     cupy_variants,
     numpy_variants,
     wgmma,
