@@ -13,6 +13,7 @@ from dnnctl.ops.matmul import (  # noqa: F401  (registration)
     cupy_variants,
     numpy_variants,
     wgmma,
+    wgmma_tma,
 )
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
