@@ -31,6 +31,7 @@
 // per column), EPI_RES (0 | 1). Tensor maps (3-d: inner, outer, batch) come from
 // dnnctl/backends/tma.py: A K-major {K, M, batch} box {64, BM}; A MN-major {M, K, batch}
 // box {64, 64}; B likewise with N.
+#include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma_core.cuh>
 
 using namespace dnnctl;
@@ -75,47 +76,7 @@ static_assert(GEMM_BN % CH_COLS == 0, "BN is a multiple of the 32-column staging
 static_assert(GEMM_A_KMAJOR || GEMM_BM % 64 == 0, "MN-major A comes in 64-wide boxes");
 static_assert(GEMM_B_KMAJOR || GEMM_BN % 64 == 0, "MN-major B comes in 64-wide boxes");
 
-struct __align__(64) TmaMap {
-  unsigned long long opaque[16];
-};
-
 namespace {
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nTMA_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra TMA_WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void tma_load(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
-                                         unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void named_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& bz, int& tm,
                                         int& tn) {
@@ -129,17 +90,19 @@ __device__ __forceinline__ void produce(const TmaMap* ta, const TmaMap* tb, unsi
                                         unsigned bar, int bz, int tm, int tn, int kt) {
   const int k0 = kt * WG_BK;
   if (GEMM_A_KMAJOR) {
-    tma_load(st, ta, k0, tm * GEMM_BM, bz, bar);
+    tma_load_3d(st, ta, k0, tm * GEMM_BM, bz, bar);
   } else {
 #pragma unroll
-    for (int j = 0; j < GEMM_BM / 64; ++j) tma_load(st + j * 8192, ta, tm * GEMM_BM + 64 * j, k0, bz, bar);
+    for (int j = 0; j < GEMM_BM / 64; ++j)
+      tma_load_3d(st + j * 8192, ta, tm * GEMM_BM + 64 * j, k0, bz, bar);
   }
   const unsigned sb = st + Cfg::TileA::BYTES;
   if (GEMM_B_KMAJOR) {
-    tma_load(sb, tb, k0, tn * GEMM_BN, bz, bar);
+    tma_load_3d(sb, tb, k0, tn * GEMM_BN, bz, bar);
   } else {
 #pragma unroll
-    for (int j = 0; j < GEMM_BN / 64; ++j) tma_load(sb + j * 8192, tb, tn * GEMM_BN + 64 * j, k0, bz, bar);
+    for (int j = 0; j < GEMM_BN / 64; ++j)
+      tma_load_3d(sb + j * 8192, tb, tn * GEMM_BN + 64 * j, k0, bz, bar);
   }
 }
 
@@ -201,19 +164,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, 4 * GEMM_CONS);  // one arrival per consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
-  __syncthreads();
+  block_sync();
 
   if (wg == 0) {  // ------------------------------------------------------------ producer
 #if GEMM_CONS == 2
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    setmaxnreg_dec<40>();
 #endif
     if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmA))
-                   : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(&tmB))
-                   : "memory");
+      tma_prefetch_map(&tmA);
+      tma_prefetch_map(&tmB);
       int stage = 0;
       unsigned phase = 0;
 #pragma unroll 1
@@ -238,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 
   // ------------------------------------------------------------------------- consumers
 #if GEMM_CONS == 2
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+  setmaxnreg_inc<232>();
 #endif
   const int cw = wg - 1;                       // consumer index
   const int tid = (int)threadIdx.x & 127, lane = tid & 31, warp = tid >> 5;
@@ -260,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       math.issue(st, st + Cfg::TileA::BYTES, cw);
       math.template wait<1>();
       if (prev >= 0) {
-        __syncwarp();
+        warp_sync();
         if (lane == 0) mbar_arrive(empty0 + 8 * prev);
       }
       prev = stage;
@@ -271,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
     math.template wait<0>();
     if (prev >= 0) {
-      __syncwarp();
+      warp_sync();
       if (lane == 0) mbar_arrive(empty0 + 8 * prev);
     }
 
@@ -297,8 +258,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
           lo.y = math.acc[mt][4 * i + 1];
           hi.x = math.acc[mt][4 * i + 2];
           hi.y = math.acc[mt][4 * i + 3];
-          *reinterpret_cast<float2*>(staging + r * CH_PAD + col) = lo;
-          *reinterpret_cast<float2*>(staging + (r + 8) * CH_PAD + col) = hi;
+          sts(staging + r * CH_PAD + col, lo);
+          sts(staging + (r + 8) * CH_PAD + col, hi);
         }
         named_sync(1 + cw, 128);  // the chunk is staged
 #pragma unroll
@@ -308,8 +269,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
           const int row = row_base + mt * 64 + r;
           const int col = tn * GEMM_BN + cc * CH_COLS + cg * 8;
           if (row < M && col < N) {
-            const float4 a = *reinterpret_cast<const float4*>(staging + r * CH_PAD + cg * 8);
-            const float4 b = *reinterpret_cast<const float4*>(staging + r * CH_PAD + cg * 8 + 4);
+            const float4 a = lds<float4>(staging + r * CH_PAD + cg * 8);
+            const float4 b = lds<float4>(staging + r * CH_PAD + cg * 8 + 4);
             const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
             finish8(v, c, bz_bias, bz_res, row, col, N, ldc, rows_vec && col + 8 <= N);
           }

@@ -190,3 +190,66 @@ def test_every_parameter_set_compiles_with_nvrtc(monkeypatch):
 
 def test_space_declares_its_values():
     assert TMA.params == TMA_SPACE and TMA.source == "gemm/wgmma_tma.cu"
+
+
+# ----------------------------------------------------------------------------- emulator
+
+_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
+needs_emu = pytest.mark.skipif(
+    __import__("shutil").which("g++") is None or not _CUDA_INC.exists()
+    or not (ROOT / "tools" / "cuda_emu").is_dir(),
+    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    """The CPU emulator as the cupy backend, its own tensor maps in place of the driver's."""
+    from dnnctl.backends import registry as base
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    from tools.cuda_emu.emu import EmuBackend, emu_tensor_map
+
+    be = EmuBackend()
+    monkeypatch.setitem(base._BACKENDS, "cupy", be)
+    monkeypatch.setattr(tma, "encode", emu_tensor_map)
+    monkeypatch.setattr(tma, "available", lambda: True)
+    yield be
+    sys.modules.pop("tools.cuda_emu.emu", None)
+
+
+EMU_CASES = [
+    # K-major a and b (x @ W^T), one consumer, 5 k-tiles around a 3-stage ring, bias + gelu
+    (dict(m=64, n=64, k=296, dtype="bfloat16", trans_b=True, bias=True, activation="gelu"),
+     _p(64, 64, 1, 3), 132),
+    # k < 64, M and N tails, MN-major a, two consumers (setmaxnreg path)
+    (dict(m=136, n=72, k=24, dtype="float16", trans_a=True, bias=True), _p(128, 64, 2, 3),
+     132),
+    # persistent grid: 3 x 2 x 2 tiles on 2 blocks, ring phases carried across tiles,
+    # both MN-major, batch, relu
+    (dict(batch=2, m=136, n=128, k=136, dtype="float16", trans_a=True, activation="relu"),
+     _p(64, 64, 1, 3), 2),
+    # m = 1, MN-major b (row-major product), 128-wide tile, bias
+    (dict(m=1, n=120, k=128, dtype="bfloat16", bias=True), _p(64, 128, 1, 4), 132),
+    # four m64 slices in one consumer (256 x 64), silu, 2 blocks for 2 tiles along N
+    (dict(m=200, n=128, k=72, dtype="bfloat16", trans_b=True, activation="silu"),
+     _p(256, 64, 1, 3), 1),
+    # two consumers with two m64 slices each (256 x 64), tails
+    (dict(m=260, n=40, k=64, dtype="float16", bias=True), _p(256, 64, 2, 3), 132),
+]
+
+
+@needs_emu
+@pytest.mark.parametrize(("key", "params", "sms"), EMU_CASES,
+                         ids=[f"case{i}" for i in range(len(EMU_CASES))])
+def test_wgmma_tma_kernel_on_cpu_emulator(emu, key, params, sms):
+    from dataclasses import replace
+
+    from dnnctl.ops.check import check_variant
+
+    p = MM.problem(key)
+    dev = replace(emu.device(0), sm_count=sms)
+    assert TMA.supports(p, dev), TMA.supports(p, dev).reason
+    assert TMA.check_params(params) is None and tma_tile_ok(params, dev)
+    res = check_variant(MM, p, TMA, params, emu, dev, seed=11)
+    assert res.ok, res.detail
+    assert res.max_rel_err < MM.tolerance(p, "y") / 2
