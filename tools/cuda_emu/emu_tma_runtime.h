@@ -3,6 +3,10 @@
 #pragma once
 #include <map>
 
+namespace dnnctl {
+struct TmaMap;  // kernels/include/dnnctl/tma.cuh (not included by every kernel)
+}
+
 namespace emu {
 
 struct TmaCopy {  // one box in flight: the bytes it will write (already read from global)
