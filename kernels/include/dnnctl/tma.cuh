@@ -40,13 +40,26 @@ __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned done;
   asm volatile(
-      "{\n.reg .pred p;\nTMA_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra TMA_WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
       : "memory");
+  return done != 0;
+}
+
+// Wait for the phase of parity `parity`. A wait that never ends (a protocol bug) traps after
+// 2^26 unsuccessful tries (seconds: each try suspends the thread for a while), so a broken
+// pipeline fails its launch instead of hanging the process.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned tries = 0;
+  while (!mbar_try_wait(bar, parity)) {
+    if (++tries == (1u << 26)) __trap();
+  }
 }
 
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
