@@ -1,14 +1,16 @@
-"""matmul: dnnctl's tensor-core GEMMs (wgmma, mma.sync) against torch.matmul (cuBLAS).
+"""matmul: dnnctl's tensor-core GEMMs (wgmma_tma, wgmma, mma) against torch.matmul (cuBLAS).
 
 Shapes: large squares (4096, 8192) and the LLaMA-7B decoder projections, x @ W^T with W the
 (out, in) weight as nn.Linear stores it, at m = 16, 32, 64, 128 tokens (skinny: split-K
-territory) and m = 4096 (prefill). For each shape our ``wgmma`` (Hopper), ``mma`` and
-``mma_atomic`` variants run their default parameters plus a fixed candidate list per variant
-(the variants' valid_params filters it; capped per variant); each candidate is checked once
+territory) and m = 4096 (prefill). For each shape our ``wgmma_tma`` (Hopper: TMA,
+warp-specialized, persistent), ``wgmma`` (Hopper, cp.async), ``mma`` and ``mma_atomic``
+variants run their default parameters plus a fixed candidate list per variant (the
+variants' valid_params filters it; capped per variant); each candidate is checked once
 against torch's output (a wrong one cannot win and is listed), timed briefly; the fastest is
 re-timed with the full budget next to torch. Columns: times, ratio torch/ours (> 1: ours
 faster), TFLOP/s of both, ours as % of the bf16 ceiling measured in this run (torch bf16
-8192^3), and the best brief time of each variant family (wgmma_us, mma_us).
+8192^3), and the best brief time of each variant family (wgmma_tma_us, wgmma_us,
+mma_us). --quick: bf16 4096^3 and 8192^3, fp16 4096^3, LLaMA m = 16 and 128.
 
     PYTHONPATH=. python3 benchmarks/run.py --only gemm [--quick]
     PYTHONPATH=. python3 benchmarks/bench_gemm.py [--quick]
@@ -44,14 +46,17 @@ WG_TILES = [(128, 256, 64, 8, 4), (256, 128, 64, 8, 4), (128, 256, 64, 8, 3),
             (64, 16, 64, 4, 6), (256, 16, 64, 8, 6), (64, 64, 64, 4, 6), (128, 64, 64, 8, 6)]
 SPLITS = (4, 8, 2, 16, 1)  # skinny shapes want a few splits: try those first
 # candidates per variant (quick, full)
-CAPS = {"wgmma": (8, 12), "mma": (4, 8), "mma_atomic": (2, 4)}
+CAPS = {"wgmma_tma": (4, 6), "wgmma": (8, 12), "mma": (4, 8), "mma_atomic": (2, 4)}
+# (bm, bn, consumers, stages) of the TMA Hopper kernel (wgmma_tma), after its default
+TMA_TILES = [(128, 256, 2, 4), (256, 128, 2, 4), (128, 128, 2, 6), (128, 256, 2, 3),
+             (64, 128, 1, 6), (64, 256, 1, 4)]
 
 
 def shapes(quick: bool) -> list[tuple[str, str, dict[str, int]]]:
     """(name, dtype, key) — trans_b marks x @ W^T with W stored (n, k)."""
     out = []
     for dt in ("bfloat16", "float16"):
-        for s in ((4096,) if quick else (4096, 8192)):
+        for s in ((4096, 8192) if not quick or dt == "bfloat16" else (4096,)):
             out.append((f"square {s}", dt, dict(m=s, n=s, k=s)))
     proj = [("q/k/v/o 4096x4096", 4096, 4096), ("up/gate 4096->11008", 11008, 4096),
             ("down 11008->4096", 4096, 11008)]
@@ -70,6 +75,12 @@ def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
     own = variant.default_params(problem, dev)
     if own is not None:
         out.append(own)
+    if variant.name == "wgmma_tma":
+        for bm, bn, cons, stages in TMA_TILES:
+            p = {"bm": bm, "bn": bn, "consumers": cons, "stages": stages}
+            if p not in out and variant.valid_params(problem, p, dev):
+                out.append(p)
+        return out
     extra = {k: v for k, v in variant.params.items() if k in ("reduce", "pipe", "swap")}
     per_tile = []
     for bm, bn, bk, warps, stages in (WG_TILES if variant.name == "wgmma" else TILES):
@@ -87,6 +98,16 @@ def candidates(variant: Any, problem: Any, dev: Any) -> list[dict[str, Any]]:
             if i < len(mine) and mine[i] not in out:
                 out.append(mine[i])
     return out
+
+
+def _label(vname: str, p: dict[str, Any]) -> str:
+    if vname == "wgmma_tma":
+        return f"wgmma_tma {p['bm']}x{p['bn']} c{p['consumers']} s{p['stages']}"
+    return (f"{vname} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} s{p['stages']} "
+            f"sk{p['splitk']}"
+            + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else "")
+            + (f" {p['pipe']}" if p.get("pipe") else "")
+            + (" swap" if p.get("swap") else ""))
 
 
 def _bind(kern: Any, inputs: dict, outputs: dict) -> Any:
@@ -127,7 +148,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         best: tuple[float, str, dict] | None = None
         tried = 0
         fam: dict[str, float] = {}
-        for vname in ("wgmma", "mma", "mma_atomic"):
+        for vname in ("wgmma_tma", "wgmma", "mma", "mma_atomic"):
             variant = get_variant("matmul", "cupy", vname)
             if not variant.supports(problem, dev):
                 continue
@@ -150,7 +171,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
                 tried += 1
                 med = common.time_us(_bind(kern, inputs, outputs), warmup_ms=5,
                                      budget_ms=15)["median_us"]
-                key_f = "wgmma" if vname == "wgmma" else "mma"
+                key_f = vname if vname.startswith("wgmma") else "mma"
                 fam[key_f] = min(fam.get(key_f, med), med)
                 if best is None or med < best[0]:
                     best = (med, vname, params)
@@ -169,12 +190,9 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             "torch_TFLOPs": flop / t_torch["median_us"] / 1e6,
             "ours_TFLOPs": flop / ours["median_us"] / 1e6,
             "pct_bf16_peak": 100.0 * flop / ours["median_us"] / 1e6 / ctx.bf16_tflops,
-            "best": f"{best[1]} {p['bm']}x{p['bn']}x{p['bk']} w{p['warps']} "
-                    f"s{p['stages']} sk{p['splitk']}"
-                    + (f" {p['reduce']}" if p.get("reduce") and p["splitk"] > 1 else "")
-                    + (f" {p['pipe']}" if p.get("pipe") else "")
-                    + (" swap" if p.get("swap") else ""),
+            "best": _label(best[1], p),
             "tried": tried,
+            "wgmma_tma_us": fam.get("wgmma_tma", float("nan")),
             "wgmma_us": fam.get("wgmma", float("nan")), "mma_us": fam.get("mma", float("nan")),
         })
     return rows

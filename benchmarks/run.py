@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run every benchmark section on the GPU and print markdown tables for RESULTS.md.
 
-    PYTHONPATH=. python3 benchmarks/run.py [--quick] [--only memory,conv,gemm,tune]
+    PYTHONPATH=. python3 benchmarks/run.py [--quick] [--only memory,conv,gemm,linear_act,tune]
 
 Writes bench.md / bench.json under $OUT (or ./.devout) as well.
 """
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import common  # noqa: E402
 
-SECTIONS = ("memory", "conv", "gemm", "tune")
+SECTIONS = ("memory", "conv", "gemm", "linear_act", "tune")
 
 
 def main() -> int:

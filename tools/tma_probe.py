@@ -7,7 +7,9 @@ Steps, each reported: (1) cuTensorMapEncodeTiled from cuda-bindings (``cuda.bind
 encodes a 2-D tensor map over a CuPy buffer; (2) the 128-byte map is copied to device memory
 and a kernel reads a 64 x 64 fp16 box with cp.async.bulk.tensor through a pointer to it
 (fence.proxy.tensormap before use); (3) the map is passed by value as a __grid_constant__
-parameter (a NumPy structured scalar as the CuPy argument). Prints one line per step.
+parameter (a NumPy structured scalar as the CuPy argument); (4) the same through dnnctl's own
+path (dnnctl.backends.tma.encode by ctypes, dnnctl.backends.cuda.Launch passing the map by
+value), which the wgmma_tma matmul uses. Prints one line per step.
 """
 
 from __future__ import annotations
@@ -87,6 +89,17 @@ def main() -> int:
         print(f"3 __grid_constant__ map: box equal = {bool((cp.asnumpy(out) == want).all())}")
     except Exception as exc:
         print(f"3 __grid_constant__ map: {type(exc).__name__}: {exc}"[:300])
+    out.fill(0)
+    try:  # the path the wgmma_tma kernels use: ctypes encoder + Launch's by-value slot
+        from dnnctl.backends import cuda as seam
+        from dnnctl.backends import tma
+
+        spec = tma.MapSpec("float16", (cols, rows), (cols * 2,), (64, 64), tma.SWIZZLE_NONE)
+        seam.launch(mod, "tma_param", 1, 128)((tma.encode(spec, src.data.ptr), out))
+        cp.cuda.runtime.deviceSynchronize()
+        print(f"4 dnnctl encoder + Launch: box equal = {bool((cp.asnumpy(out) == want).all())}")
+    except Exception as exc:
+        print(f"4 dnnctl encoder + Launch: {type(exc).__name__}: {exc}"[:300])
     return 0
 
 

@@ -115,6 +115,7 @@ def _none_ptr(a: Any) -> int:
 
 _PTR: dict[type, Callable[[Any], int]] = {type(None): _none_ptr, np.ndarray: _numpy_ptr,
                                           int: int, bool: int}
+_PTR[bytes] = lambda a: a  # a by-value struct argument (a TMA tensor map)
 
 
 def _same(a: Any) -> Any:
@@ -219,7 +220,9 @@ def _error_name(rc: int) -> str:
 
 def _kinds(args: Sequence[Any]) -> bytes:
     """The native path's kind byte per argument (its struct format's first letter; 'P' for
-    pointer-like)."""
+    pointer-like); empty where an argument is one only the ctypes path takes."""
+    if any(isinstance(a, bytes) for a in args):
+        return b""  # a by-value struct (a TMA tensor map): the ctypes path lays those out
     return "".join("P" if f == "Q" and not isinstance(a, np.generic) else f[0]
                    for a, f in ((a, _arg_format(a)) for a in args)).encode()
 
@@ -264,6 +267,8 @@ def _arg_format(a: Any) -> str:
         return "i4x"
     if isinstance(a, float):
         return "f4x"
+    if isinstance(a, bytes):
+        return f"{len(a)}s"  # a by-value struct (a TMA tensor map): 64-byte aligned slot
     return "Q"  # pointers (arrays, None, ints)
 
 
@@ -277,7 +282,7 @@ class Launch:
     """
 
     __slots__ = ("fn", "grid", "block", "smem", "handle", "fmt", "buf", "params", "memo",
-                 "_head", "_params_c", "_dims", "kinds")
+                 "_head", "_params_c", "_dims", "kinds", "shift", "nargs")
 
     def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0) -> None:
         self.fn = fn
@@ -294,16 +299,33 @@ class Launch:
         self.fmt: struct.Struct | None = None
         self.buf: Any = None
         self.params: Any = None
+        self.shift = 0
+        self.nargs = -1
         self.memo: dict[Any, Any] = {}
 
     def _layout(self, args: Sequence[Any]) -> struct.Struct:
-        fmt = struct.Struct("<" + "".join(_arg_format(a) for a in args))
+        """8-byte slots; a by-value struct (bytes) gets its own 64-byte aligned slot."""
+        parts, offsets, off = [], [], 0
+        for a in args:
+            piece = _arg_format(a)
+            align = 64 if isinstance(a, bytes) else _SLOT
+            pad = -off % align
+            if pad:
+                parts.append(f"{pad}x")
+                off += pad
+            offsets.append(off)
+            parts.append(piece)
+            off += struct.calcsize("<" + piece)
+        fmt = struct.Struct("<" + "".join(parts))
+        self.buf = ctypes.create_string_buffer(max(off, _SLOT) + 64)
+        shift = -ctypes.addressof(self.buf) % 64
+        self.shift = shift
+        base = ctypes.addressof(self.buf) + shift
         n = len(args)
-        self.buf = ctypes.create_string_buffer(max(n, 1) * _SLOT)
-        base = ctypes.addressof(self.buf)
-        self.params = (ctypes.c_void_p * max(n, 1))(*(base + i * _SLOT for i in range(n)))
+        self.params = (ctypes.c_void_p * max(n, 1))(*(base + o for o in offsets))
         self._params_c = ctypes.cast(self.params, ctypes.c_void_p)
         self.fmt = fmt
+        self.nargs = n
         return fmt
 
     def __call__(self, args: Sequence[Any]) -> None:
@@ -314,10 +336,10 @@ class Launch:
         nat = _NATIVE
         if nat is _UNSET:
             nat = _resolve_native()
-        if nat is not None:
-            kinds = self.kinds
-            if kinds is None or len(kinds) != len(args):
-                kinds = self.kinds = _kinds(args)
+        kinds = self.kinds
+        if nat is not None and (kinds is None or (kinds and len(kinds) != len(args))):
+            kinds = self.kinds = _kinds(args)
+        if nat is not None and kinds:  # b"": arguments only the ctypes path packs
             stream = STATE.stream
             if stream is None:
                 stream = current_stream()
@@ -330,7 +352,7 @@ class Launch:
                     self._failed(rc, args)
                 return
         fmt = self.fmt
-        if fmt is None or fmt.size != len(args) * _SLOT:
+        if fmt is None or self.nargs != len(args):
             fmt = self._layout(args)
         get = _PTR.get
         vals = []
@@ -340,9 +362,9 @@ class Launch:
                 conv = _ptr_getter(a.__class__, a)
             vals.append(conv(a))
         try:
-            fmt.pack_into(self.buf, 0, *vals)
+            fmt.pack_into(self.buf, self.shift, *vals)
         except struct.error:  # an argument changed kind since the layout was learnt
-            self._layout(args).pack_into(self.buf, 0, *vals)
+            self._layout(args).pack_into(self.buf, self.shift, *vals)
         stream = STATE.stream
         if stream is None:
             stream = current_stream()

@@ -24,7 +24,7 @@ from dnnctl.plan.io import read_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section
 
 # variants that call a vendor library (cuBLAS, cuDNN) rather than dnnctl's own kernels
-VENDOR_VARIANTS = frozenset({"cublas", "cudnn"})
+VENDOR_VARIANTS = frozenset({"cublas", "cublaslt", "cudnn"})
 
 
 def key_text(entry: PlanEntry) -> str:

@@ -134,3 +134,17 @@ def test_no_native_module_without_opt_in(monkeypatch):
         assert native.module() is None
     finally:
         native.module.cache_clear()
+
+
+def test_a_by_value_struct_takes_the_ctypes_path(mod, monkeypatch):
+    rec = Recorder(2)
+    mod.set_launch(rec.address, cuda.ptr)
+    monkeypatch.setattr(cuda, "_NATIVE", mod)
+    via_ctypes = []
+    monkeypatch.setattr(cuda, "_LAUNCH", lambda *a: via_ctypes.append(a) or 0)
+    launch = cuda.Launch(lambda *a, **k: None, (1,), (128,), 0)
+    launch.handle = 0x42
+    tensor_map = bytes(range(128))
+    launch([tensor_map, 7])
+    launch([tensor_map, 8])
+    assert launch.kinds == b"" and len(via_ctypes) == 2 and rec.calls == []

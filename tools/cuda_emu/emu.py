@@ -41,9 +41,34 @@ class EmuError(RuntimeError):
     """A kernel misbehaved under emulation (out of bounds, race, bad arguments, ...)."""
 
 
-def _scalar(v: Any) -> tuple[ctypes._SimpleCData | None, np.ndarray | None]:
+_MAP_MAGIC = 0x544D41454D55  # "TMAEMU": emu_tma_runtime.h's EmuMap
+
+
+def emu_tensor_map(spec: Any, address: int) -> bytes:
+    """The emulator's 128-byte tensor map for a dnnctl.backends.tma.MapSpec (what
+    cuTensorMapEncodeTiled is on the GPU); checked by the same rules first."""
+    from dnnctl.backends import tma
+
+    why = tma.check_spec(spec)
+    if why is None and address % 16:
+        why = f"global address {address:#x} is not 16-byte aligned"
+    if why is not None or len(spec.dims) != 3:
+        raise EmuError(f"tensor map refused: {why or 'the emulator copies 3-d boxes'}")
+    words = [_MAP_MAGIC, address, *spec.dims, *spec.strides, *spec.box,
+             tma.ELEM_BYTES[spec.dtype], spec.swizzle]
+    return np.array(words + [0] * (16 - len(words)), dtype=np.uint64).tobytes()
+
+
+def _scalar(v: Any) -> tuple[Any, np.ndarray | None]:
     if v is None:  # CuPy passes None as a null pointer
         return ctypes.c_void_p(0), None
+    if isinstance(v, bytes):  # a by-value struct (a tensor map): a 64-byte aligned copy
+        raw = ctypes.create_string_buffer(len(v) + 64)
+        at = ctypes.addressof(raw) + (-ctypes.addressof(raw) % 64)
+        ctypes.memmove(at, v, len(v))
+        struct_arg = (ctypes.c_char * len(v)).from_address(at)
+        struct_arg._keep = raw  # type: ignore[attr-defined]
+        return struct_arg, None
     if isinstance(v, np.ndarray):  # (ctypes.data refuses ml_dtypes' bfloat16)
         return ctypes.c_void_p(v.__array_interface__["data"][0]), v
     if isinstance(v, np.generic):
@@ -93,6 +118,11 @@ class EmuFunction:
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
         sizes = (ctypes.c_size_t * len(vals))(*[ctypes.sizeof(v) for v in vals])
         bufs = [_buffer(a) for a in arrays]
+        for a in args:  # a tensor map's tensor counts as a buffer of the launch
+            if isinstance(a, bytes) and len(a) == 128:
+                w = np.frombuffer(a, dtype=np.uint64)
+                if int(w[0]) == _MAP_MAGIC:  # address, dims[3], strides[2]
+                    bufs.append((int(w[1]), int(w[6]) * int(w[4])))
         bptr = (ctypes.c_void_p * max(1, len(bufs)))(*[b[0] for b in bufs])
         bsz = (ctypes.c_size_t * max(1, len(bufs)))(*[b[1] for b in bufs])
         g = (ctypes.c_uint * 3)(*grid)

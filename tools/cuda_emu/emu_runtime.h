@@ -309,8 +309,12 @@ static void init_fiber(Fiber& f) {
   f.unfenced.clear();
 }
 
+inline void tma_block_reset();
+inline void tma_block_end();
+
 static void run_block() {
   const int n = (int)g_fibers.size();
+  tma_block_reset();
   for (Fiber& f : g_fibers) init_fiber(f);
   g_block_bar = Bar();
   for (Bar& b : g_warp_bars) b = Bar();
@@ -335,6 +339,8 @@ static void run_block() {
     if (alive > 0 && g_progress == before)
       throw Error("deadlock: every live thread waits at a barrier the others never reach");
   }
+  tma_block_end();
+  if (!g_error.empty()) throw Error(g_error);
 }
 
 inline int run_grid(const unsigned* grid, const unsigned* block, size_t smem, unsigned seed) {
@@ -409,3 +415,4 @@ int launch(void (*k)(A...), const unsigned* grid, const unsigned* block, size_t 
 }  // namespace emu
 
 #include "emu_wgmma_runtime.h"
+#include "emu_tma_runtime.h"

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dnnctl.ops import make_callable
 from dnnctl.ops.matmul import (  # noqa: F401  (registration)
+    cublaslt,
     cupy_variants,
     numpy_variants,
     wgmma,
+    wgmma_tma,
 )
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS, Matmul
