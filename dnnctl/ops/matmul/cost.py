@@ -42,6 +42,18 @@ def cublas(variant: Any, problem: Any, params: Mapping[str, Any],
                     waves=waves, notes=(cls, "separate epilogue" if epi else "no epilogue"))
 
 
+def cublaslt(variant: Any, problem: Any, params: Mapping[str, Any],
+             dev: cm.DeviceFacts) -> cm.Estimate:
+    """cuBLAS's own kernels with bias / activation fused in the epilogue: the output is
+    written once in the input dtype, in one launch (no fp32 product, no finish pass)."""
+    m, n, k, bt, eb = _sizes(problem)
+    cls = cm.cublas_class(problem["dtype"], problem["tf32"])
+    compute, memory, waves = cm.cublas_us(m, n, k, bt, cls, dev,
+                                          (m * k + k * n + m * n) * bt * eb, eb)
+    return cm.total(variant.name, params, compute, memory, waves=waves,
+                    notes=(cls, "fused epilogue" if _epilogue(problem) else "no epilogue"))
+
+
 def _tiled(variant: Any, problem: Any, params: Mapping[str, Any], dev: cm.DeviceFacts,
            cls: str, family: str, bk: int) -> cm.Estimate:
     m, n, k, bt, eb = _sizes(problem)
@@ -85,7 +97,8 @@ def wgmma(variant: Any, problem: Any, params: Mapping[str, Any],
 
 
 COSTS: dict[str, cm.CostFn] = {
-    "cublas": cublas, "mma": mma, "mma_atomic": mma, "simt": simt, "wgmma": wgmma}
+    "cublas": cublas, "cublaslt": cublaslt, "mma": mma, "mma_atomic": mma, "simt": simt,
+    "wgmma": wgmma}
 TILED = frozenset({"mma", "mma_atomic", "simt", "wgmma"})
 
 
