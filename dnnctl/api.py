@@ -231,11 +231,16 @@ def list_workloads() -> list[dict[str, Any]]:
     return [{"name": b.name, "doc": b.doc, "options": b.options} for b in bundled()]
 
 
-def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Every section and entry of a plan, plus whether a section serves this machine."""
+def plan_show(path: str | os.PathLike[str], op: str | None = None) -> dict[str, Any]:
+    """Every section and entry of a plan (only those of ``op`` when given), plus whether a
+    section serves this machine."""
     from dnnctl.plan import read_plan
 
-    return _plan_info(read_plan(path), path)
+    info = _plan_info(read_plan(path), path)
+    if op:
+        for s in info["sections"]:
+            s["entries"] = [e for e in s["entries"] if e["op"] == op]
+    return info
 
 
 def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:

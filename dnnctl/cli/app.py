@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli.render import render_error
+from dnnctl.cli.render import internal_error, quiet_stream, render_error
 from dnnctl.errors import DnnctlError, ExitCode
 
 
@@ -67,17 +67,14 @@ class _Root(TyperGroup):
         except KeyboardInterrupt:
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
-            _quiet_stdout()
+            quiet_stream(sys.stdout)
             raise typer.Exit(int(ExitCode.OK)) from None
         except (typer.Exit, typer.Abort, *_ClickError):
             raise  # click renders its own usage errors (exit 2)
         except Exception as exc:  # a bug: one clear line, the traceback only on request
             if os.environ.get("DNNCTL_DEBUG"):
                 raise
-            err = DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
-                              hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
-                                   "traceback and report it", code="internal")
-            render_error(err, as_json=bool(ctx.meta.get("dnnctl.json")))
+            render_error(internal_error(exc), as_json=bool(ctx.meta.get("dnnctl.json")))
             raise typer.Exit(int(ExitCode.FAIL)) from None
 
 
@@ -143,21 +140,11 @@ def _flush_stdout() -> None:
         pass
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe
-    does not print 'Exception ignored ... BrokenPipeError'."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def main() -> None:
     """Console-script entry point."""
     first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         build_app(first if first in COMMANDS else None)()
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stream(sys.stdout)
         sys.exit(int(ExitCode.OK))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.errors import UsageError
+from dnnctl.ops.base import Problem
 from dnnctl.workloads import cnn, transformer
 from dnnctl.workloads.model import (
     SCHEMA,
@@ -108,6 +109,22 @@ def key_with_defaults(op: str, key: dict[str, Any], backend: str) -> dict[str, A
                 spec.choices is None or value in spec.choices):
             out[name] = value
     return out
+
+
+def short_key(problem: Problem) -> str:
+    """The key fields of ``problem`` that differ from its op's defaults, compactly
+    (``m=512 n=512 k=512 float16``): dtype and layout values stand alone."""
+    from dnnctl.ops import registry
+
+    fields = registry.get_op(problem.op).fields
+    parts = []
+    for name, value in problem.key:
+        spec = fields.get(name)
+        if spec is not None and not spec.required and spec.default == value:
+            continue
+        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
+    return " ".join(parts)
 
 
 def resolve(spec: str, **options: Any) -> Workload:
