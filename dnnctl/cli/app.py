@@ -8,7 +8,6 @@ fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unrea
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Annotated, Any
 
@@ -16,8 +15,8 @@ import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli.render import internal_error, quiet_stream, render_error
-from dnnctl.errors import DnnctlError, ExitCode
+from dnnctl.cli.render import error_status, quiet_stream
+from dnnctl.errors import ExitCode
 
 
 def _click_errors() -> tuple[type[BaseException], ...]:
@@ -61,21 +60,14 @@ class _Root(TyperGroup):
                 return super().invoke(ctx)
             finally:  # a closed pipe shows here when the output was buffered
                 _flush_stdout()
-        except DnnctlError as exc:
-            render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
             quiet_stream(sys.stdout)
             raise typer.Exit(int(ExitCode.OK)) from None
         except (typer.Exit, typer.Abort, *_ClickError):
             raise  # click renders its own usage errors (exit 2)
-        except Exception as exc:  # a bug: one clear line, the traceback only on request
-            if os.environ.get("DNNCTL_DEBUG"):
-                raise
-            render_error(internal_error(exc), as_json=bool(ctx.meta.get("dnnctl.json")))
-            raise typer.Exit(int(ExitCode.FAIL)) from None
+        except (Exception, KeyboardInterrupt) as exc:  # DnnctlError, Ctrl-C or a bug
+            raise typer.Exit(error_status(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
+                             ) from None
 
 
 def _new_app() -> typer.Typer:

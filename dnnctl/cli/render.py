@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from dnnctl.errors import DnnctlError
+from dnnctl.errors import DnnctlError, ExitCode
 
 
 class _Console(Console):
@@ -76,11 +76,24 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
         err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}", soft_wrap=True)
 
 
-def internal_error(exc: Exception) -> DnnctlError:
-    """A bug, as one clear line (the traceback only with DNNCTL_DEBUG=1)."""
-    return DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
-                       hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
-                            "traceback and report it", code="internal")
+def error_status(exc: BaseException, *, as_json: bool = False) -> int:
+    """Render an exception that ended a command, once, at the edge; the exit status.
+
+    A DnnctlError shows its message and hint; Ctrl-C is 130; anything else is a bug: one
+    clear line (``DNNCTL_DEBUG=1`` re-raises it for the traceback).
+    """
+    if isinstance(exc, DnnctlError):
+        render_error(exc, as_json=as_json)
+        return int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    if os.environ.get("DNNCTL_DEBUG"):
+        raise exc
+    render_error(DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
+                             hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
+                                  "traceback and report it", code="internal"),
+                 as_json=as_json)
+    return int(ExitCode.FAIL)
 
 
 # a fix's text names commands in backticks, or starts with one ("pip install ... (note)")
