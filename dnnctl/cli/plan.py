@@ -81,8 +81,9 @@ def coverage(ctx: typer.Context, plan: PlanPathArg,
              json_out: JsonOpt = False) -> None:
     """Which problems of a workload the plan hits exactly, falls back on, or misses."""
     json_errors(ctx, json_out)
-    res = api.plan_coverage(plan, workload, section, {"batch": batch, "seq": seq,
-                                                      "dtype": dtype, "layout": layout})
+    from dnnctl.workloads import WorkloadOptions
+
+    res = api.plan_coverage(plan, workload, section, WorkloadOptions(batch, seq, dtype, layout))
     emit(res, json_out, plan_render.render_coverage, plan)
     if fail_under is not None and res["hit_rate"] * 100 < fail_under:
         raise typer.Exit(int(ExitCode.FAIL))

@@ -100,6 +100,7 @@ def tune(
     from dnnctl.backends.registry import parse_device
     from dnnctl.tune.timer import TimingPolicy
     from dnnctl.tune.tuner import TuneOptions
+    from dnnctl.workloads import WorkloadOptions
 
     policy = None
     if sample_ms is not None:
@@ -114,7 +115,7 @@ def tune(
             keep_journal=keep_journal, policy=policy)
         report = api.tune(
             workload, op=op, key=key, progress=view, ray=ray, options=options,
-            workload_options={"batch": batch, "seq": seq, "dtype": dtype, "layout": layout})
+            workload_options=WorkloadOptions(batch, seq, dtype, layout))
     finally:
         if isinstance(view, View):
             view.close()

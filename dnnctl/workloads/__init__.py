@@ -25,7 +25,7 @@ from dnnctl.workloads.model import (
     write_workload,
 )
 
-__all__ = ["BUNDLED", "SCHEMA", "WorkItem", "Workload", "build", "bundled", "default_workload",
+__all__ = ["BUNDLED", "SCHEMA", "WorkItem", "Workload", "WorkloadOptions", "build", "bundled", "default_workload",
            "read_workload", "resolve", "workload_from_data", "write_workload"]
 
 
@@ -54,6 +54,22 @@ BUNDLED: dict[str, Bundled] = {b.name: b for b in (
     Bundled("llama7b_layer", transformer.llama7b_layer),
     Bundled("default", cnn.small),
 )}
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The options the command line gives bundled workloads (None: the workload's default;
+    a workload without one of them rejects it by name). Library callers may pass any of a
+    workload's options as a mapping instead."""
+
+    batch: int | None = None
+    seq: int | None = None
+    dtype: str | None = None
+    layout: str | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options that were set, by name."""
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
 def bundled() -> list[Bundled]:
