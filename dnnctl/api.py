@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport
     from dnnctl.tune.tuner import TuneOptions
+    from dnnctl.workloads import WorkloadOptions
 
 
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
@@ -136,7 +137,8 @@ def compat_show(table: str, filters: Sequence[str] = (),
 
 
 def tune(workload: str | None = None, *, op: str | None = None,
-         key: dict[str, Any] | str | None = None, workload_options: dict[str, Any] | None = None,
+         key: dict[str, Any] | str | None = None,
+         workload_options: WorkloadOptions | Mapping[str, Any] | None = None,
          progress: Any = None, ray: str | None = None, options: TuneOptions | None = None
          ) -> Any:
     """Tune a bundled workload (``"resnet50:batch=32"``), a workload file, one problem
@@ -144,7 +146,9 @@ def tune(workload: str | None = None, *, op: str | None = None,
 
     ``options``: a :class:`dnnctl.tune.tuner.TuneOptions` (device, devices, output, budget_s,
     candidate_timeout_s, strategy, max_evals, resume, deterministic, ops, seed, policy, ...;
-    the defaults when None). ``ray``: tune on a Ray cluster at this address ("" for Ray's
+    the defaults when None). ``workload_options``: a
+    :class:`dnnctl.workloads.WorkloadOptions` (batch, seq, dtype, layout) or a mapping of a
+    bundled workload's options. ``ray``: tune on a Ray cluster at this address ("" for Ray's
     default: $RAY_ADDRESS or a local cluster). Returns a
     :class:`dnnctl.tune.report.TuneReport`.
     """
@@ -165,7 +169,7 @@ def tune(workload: str | None = None, *, op: str | None = None,
     if not isinstance(opts, TuneOptions):
         raise UsageError(f"options must be a TuneOptions, not {type(opts).__name__}",
                          hint="from dnnctl.tune.tuner import TuneOptions")
-    wl_opts = {k: v for k, v in (workload_options or {}).items() if v is not None}
+    wl_opts = _given(workload_options)
     if op is not None or key is not None:
         if workload is not None:
             raise UsageError("give a workload or --op/--key, not both")
@@ -231,11 +235,16 @@ def list_workloads() -> list[dict[str, Any]]:
     return [{"name": b.name, "doc": b.doc, "options": b.options} for b in bundled()]
 
 
-def plan_show(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Every section and entry of a plan, plus whether a section serves this machine."""
+def plan_show(path: str | os.PathLike[str], op: str | None = None) -> dict[str, Any]:
+    """Every section and entry of a plan (only those of ``op`` when given), plus whether a
+    section serves this machine."""
     from dnnctl.plan import read_plan
 
-    return _plan_info(read_plan(path), path)
+    info = _plan_info(read_plan(path), path)
+    if op:
+        for s in info["sections"]:
+            s["entries"] = [e for e in s["entries"] if e["op"] == op]
+    return info
 
 
 def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -320,13 +329,21 @@ def plan_merge(a: str | os.PathLike[str], b: str | os.PathLike[str],
 
 
 def plan_coverage(plan: str | os.PathLike[str], workload: str, section: int | None = None,
-                  workload_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                  workload_options: WorkloadOptions | Mapping[str, Any] | None = None
+                  ) -> dict[str, Any]:
     """Which problems of ``workload`` the plan would hit, fall back on, or miss."""
     from dnnctl.plan import read_plan
     from dnnctl.plan.coverage import coverage
     from dnnctl.workloads import resolve
 
-    return coverage(read_plan(plan), resolve(workload, **(workload_options or {})), section)
+    return coverage(read_plan(plan), resolve(workload, **_given(workload_options)), section)
+
+
+def _given(options: WorkloadOptions | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The workload options that were set (a WorkloadOptions or a mapping), by name."""
+    if options is None or isinstance(options, Mapping):
+        return {k: v for k, v in (options or {}).items() if v is not None}
+    return options.given()
 
 
 def plan_report(path: str | os.PathLike[str], output: str | os.PathLike[str], *,
@@ -342,16 +359,19 @@ def plan_report(path: str | os.PathLike[str], output: str | os.PathLike[str], *,
 
 
 def plan_pin(path: str | os.PathLike[str], op: str | None = None,
-             key: dict[str, Any] | str | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Pin / unpin plan entries (see :func:`dnnctl.plan.pin.pin`)."""
+             key: dict[str, Any] | str | None = None, *, variant: str | None = None,
+             params: dict[str, Any] | str | None = None, unpin: bool = False,
+             all_entries: bool = False, section: int | None = None) -> dict[str, Any]:
+    """Pin / unpin plan entries (see :func:`dnnctl.plan.pin.pin`); ``key`` and ``params``
+    may be ``k=v,...`` text."""
     from dnnctl.plan.pin import pin
     from dnnctl.workloads import parse_kv
 
     parsed = parse_kv(key) if isinstance(key, str) else key
-    params = kwargs.pop("params", None)
     if isinstance(params, str):
         params = {k: _param_value(v) for k, v in parse_kv(params).items()}
-    return pin(path, op, parsed, params=params, **kwargs)
+    return pin(path, op, parsed, variant=variant, params=params, unpin=unpin,
+               all_entries=all_entries, section=section)
 
 
 def _param_value(text: str) -> Any:

@@ -8,7 +8,6 @@ fail, or warn with --strict; tune left problems unplanned); 2 bad usage or unrea
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Annotated, Any
 
@@ -16,8 +15,8 @@ import typer
 from typer.core import TyperGroup
 
 from dnnctl._version import __version__
-from dnnctl.cli.render import render_error
-from dnnctl.errors import DnnctlError, ExitCode
+from dnnctl.cli.render import error_status, quiet_stream
+from dnnctl.errors import ExitCode
 
 
 def _click_errors() -> tuple[type[BaseException], ...]:
@@ -61,24 +60,14 @@ class _Root(TyperGroup):
                 return super().invoke(ctx)
             finally:  # a closed pipe shows here when the output was buffered
                 _flush_stdout()
-        except DnnctlError as exc:
-            render_error(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except BrokenPipeError:  # `dnnctl ... | head`: the reader has what it wanted
-            _quiet_stdout()
+            quiet_stream(sys.stdout)
             raise typer.Exit(int(ExitCode.OK)) from None
         except (typer.Exit, typer.Abort, *_ClickError):
             raise  # click renders its own usage errors (exit 2)
-        except Exception as exc:  # a bug: one clear line, the traceback only on request
-            if os.environ.get("DNNCTL_DEBUG"):
-                raise
-            err = DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
-                              hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
-                                   "traceback and report it", code="internal")
-            render_error(err, as_json=bool(ctx.meta.get("dnnctl.json")))
-            raise typer.Exit(int(ExitCode.FAIL)) from None
+        except (Exception, KeyboardInterrupt) as exc:  # DnnctlError, Ctrl-C or a bug
+            raise typer.Exit(error_status(exc, as_json=bool(ctx.meta.get("dnnctl.json")))
+                             ) from None
 
 
 def _new_app() -> typer.Typer:
@@ -143,21 +132,11 @@ def _flush_stdout() -> None:
         pass
 
 
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe
-    does not print 'Exception ignored ... BrokenPipeError'."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-
-
 def main() -> None:
     """Console-script entry point."""
     first = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         build_app(first if first in COMMANDS else None)()
     except BrokenPipeError:
-        _quiet_stdout()
+        quiet_stream(sys.stdout)
         sys.exit(int(ExitCode.OK))

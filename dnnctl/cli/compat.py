@@ -7,29 +7,21 @@ install command; ``show`` prints one matrix table, filtered.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from dnnctl.cli.options import JsonOpt
-from dnnctl.cli.render import console, print_commands, print_json
+from dnnctl import api
+from dnnctl.cli.compat_render import render_show, render_suggest
+from dnnctl.cli.doctor_render import exit_code, render
+from dnnctl.cli.options import JsonOpt, MatrixOpt, StrictOpt, json_errors
+from dnnctl.cli.render import emit
 
 app = typer.Typer(help="Query the compatibility matrix: check, suggest, show.",
                   no_args_is_help=True, rich_markup_mode="rich")
 
-MatrixOpt = Annotated[list[Path] | None, typer.Option(
-    "--matrix", metavar="EXTRA.yaml",
-    help="Matrix overlay adding or overriding rows (repeatable; also $DNNCTL_MATRIX).")]
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", help='GPU model as NVML names it ("B200", "RTX 5090") or a CC ("9.0", "sm_90").')]
-
-
-def _json(ctx: typer.Context, on: bool) -> None:
-    if on:
-        ctx.meta["dnnctl.json"] = True  # errors render as JSON too
 
 
 @app.command("check")
@@ -48,21 +40,15 @@ def check(
         help="CuPy package[==version] (repeatable: two packages is a conflict).")] = None,
     python: Annotated[str | None, typer.Option(help="Python version.")] = None,
     json_out: JsonOpt = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
+    strict: StrictOpt = False,
     matrix: MatrixOpt = None,
 ) -> None:
     """Judge a deployment that does not exist yet: the same findings doctor would give."""
-    _json(ctx, json_out)
-    from dnnctl import api
-    from dnnctl.cli.doctor_render import exit_code, render
-
+    json_errors(ctx, json_out)
     report = api.compat_check(gpu=gpu, driver=driver, cuda=cuda, cudnn=cudnn, torch=torch,
                               tensorflow=tensorflow, jax=jax, cupy=cupy or (), python=python,
                               matrix=matrix or ())
-    if json_out:
-        print_json(report.to_dict())
-    else:
-        render(report)
+    emit(report, json_out, render)
     raise typer.Exit(int(exit_code(report.verdict, strict)))
 
 
@@ -78,47 +64,10 @@ def suggest(
     matrix: MatrixOpt = None,
 ) -> None:
     """Working combinations for a GPU, newest first, each with its install command."""
-    _json(ctx, json_out)
-    from dnnctl import api
-
+    json_errors(ctx, json_out)
     data = api.compat_suggest(gpu, driver=driver, framework=framework, python=python,
                               matrix=matrix or ())
-    if json_out:
-        print_json(data)
-        return
-    head = f"[bold]{escape(data['gpu'])}[/]: compute capability {data['compute_capability']} " \
-           f"({escape(data['architecture'])})"
-    if data.get("gpu_min_driver"):
-        head += f", GPU needs driver >= {data['gpu_min_driver']}"
-    console.print(head)
-    commands: list[tuple[str, str]] = []
-    _combo_table("builds with code for this GPU, newest first", data["combinations"], commands)
-    if data["ptx_only"]:
-        _combo_table("reach it only through PTX JIT (slow first start)", data["ptx_only"][:8],
-                     commands)
-    for note in data["notes"]:
-        console.print(f"[dim]· {escape(note)}[/]")
-    print_commands(commands)
-
-
-def _combo_table(title: str, combos: list[dict[str, Any]],
-                 commands: list[tuple[str, str]]) -> None:
-    """The combinations as a table; their install commands (too long for a table cell
-    at 80 columns) go to ``commands``, printed whole afterwards, referred to as [n]."""
-    if not combos:
-        console.print(f"[yellow]no {escape(title.split(',')[0])}[/]")
-        return
-    table = Table(title=title, title_justify="left", show_lines=False)
-    for col in ("#", "framework", "version", "build", "CUDA", "cuDNN", "driver"):
-        table.add_column(col, overflow="fold")
-    for c in combos:
-        build = c.get("variant") or c.get("plugin") or c.get("package") or ""
-        driver = c["driver"] if c["driver"] != "unknown" or not c.get("min_driver") \
-            else f">={c['min_driver']}"
-        commands.append((f"{c['framework']} {c['version']} {build}".strip(), c["install"]))
-        table.add_row(str(len(commands)), c["framework"], str(c["version"]), build,
-                      str(c["cuda"]), str(c.get("cudnn") or ""), driver)
-    console.print(table)
+    emit(data, json_out, render_suggest)
 
 
 @app.command("show")
@@ -133,28 +82,6 @@ def show(
     matrix: MatrixOpt = None,
 ) -> None:
     """Print one matrix table, every row with its certainty (and source in --json)."""
-    _json(ctx, json_out)
-    from dnnctl import api
-
+    json_errors(ctx, json_out)
     data = api.compat_show(table, filter_ or (), matrix=matrix or ())
-    if json_out:
-        print_json(data)
-        return
-    out = Table(title=f"{table} ({len(data['rows'])} rows)", title_justify="left")
-    for col in data["columns"]:
-        listy = col in ("arch_list", "arch_uncertain", "examples", "targets", "family", "dropped",
-                        "cc", "install")
-        out.add_column(col, overflow="fold", no_wrap=not listy)
-    for row in data["rows"]:
-        out.add_row(*(escape(_cell(row.get(c))) for c in data["columns"]))
-    console.print(out)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return " ".join(map(str, value))
-    if isinstance(value, dict):
-        return " ".join(f"{k}:{v}" for k, v in value.items())
-    return str(value)
+    emit(data, json_out, render_show, table)

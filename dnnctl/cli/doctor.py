@@ -13,8 +13,9 @@ from typing import Annotated
 
 import typer
 
+from dnnctl import api
 from dnnctl.cli.doctor_render import exit_code, render, show_timings
-from dnnctl.cli.options import JsonOpt
+from dnnctl.cli.options import JsonOpt, MatrixOpt, StrictOpt, json_errors
 from dnnctl.cli.render import print_json
 
 
@@ -26,7 +27,7 @@ def register(app: typer.Typer) -> None:
 def doctor(
     ctx: typer.Context,
     json_out: JsonOpt = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 on warnings too.")] = False,
+    strict: StrictOpt = False,
     deep: Annotated[bool, typer.Option(
         "--deep", help="Also ask each installed framework (imports it in a subprocess).")
     ] = False,
@@ -36,10 +37,7 @@ def doctor(
     from_file: Annotated[Path | None, typer.Option(
         "--from", metavar="ENV.yaml",
         help="Judge a saved or hand-written snapshot instead of this machine.")] = None,
-    matrix: Annotated[list[Path] | None, typer.Option(
-        "--matrix", metavar="EXTRA.yaml",
-        help="Matrix overlay adding or overriding rows (repeatable; also $DNNCTL_MATRIX).")
-    ] = None,
+    matrix: MatrixOpt = None,
     deep_timeout: Annotated[float | None, typer.Option(
         "--deep-timeout", metavar="SECONDS",
         help="Time limit of each --deep framework child (default 60; also "
@@ -49,9 +47,7 @@ def doctor(
         "with --json also under \"timings\").")] = False,
 ) -> None:
     """Check the driver, GPUs, CUDA, cuDNN and frameworks, and say exactly what to change."""
-    if json_out:
-        ctx.meta["dnnctl.json"] = True  # errors render as JSON too
-    from dnnctl import api
+    json_errors(ctx, json_out)
     from dnnctl.doctor import timing
 
     if timings:
@@ -65,7 +61,6 @@ def doctor(
             render(report, saved=save)
     show_timings()
     raise typer.Exit(int(exit_code(report.verdict, strict)))
-
 
 
 __all__ = ["doctor", "exit_code", "register", "render"]

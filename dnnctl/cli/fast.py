@@ -69,7 +69,6 @@ def run(argv: Sequence[str]) -> int | None:
                       or 0.0)
     with timing.span("start-up: import api, errors"):
         from dnnctl import api
-        from dnnctl.errors import DnnctlError, ExitCode
 
     def renderer() -> None:  # rich and the renderer load while the probes run
         import dnnctl.cli.doctor_render  # noqa: F401
@@ -79,23 +78,10 @@ def run(argv: Sequence[str]) -> int | None:
         report = api.doctor(from_file=opts["from_file"], deep=opts["deep"],
                             matrix=opts["matrix"], save=opts["save"],
                             deep_timeout=opts["deep_timeout"], while_probing=renderer)
-    except DnnctlError as exc:
-        from dnnctl.cli.render import render_error
+    except (Exception, KeyboardInterrupt) as exc:  # rendered as the typer path does
+        from dnnctl.cli.render import error_status
 
-        render_error(exc, as_json=opts["json_out"])
-        return int(exc.exit_code)
-    except KeyboardInterrupt:
-        return int(ExitCode.INTERRUPTED)
-    except Exception as exc:  # a bug: one clear line, as the typer path renders it
-        if os.environ.get("DNNCTL_DEBUG"):
-            raise
-        from dnnctl.cli.render import render_error
-
-        render_error(DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
-                                 hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
-                                 "traceback and report it", code="internal"),
-                     as_json=opts["json_out"])
-        return int(ExitCode.FAIL)
+        return error_status(exc, as_json=opts["json_out"])
     from dnnctl.cli.doctor_render import exit_code, render, show_timings
     from dnnctl.cli.render import print_json
 

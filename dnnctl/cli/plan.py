@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from dnnctl.cli.options import JsonOpt, PlanPathArg
-from dnnctl.cli.plan_render import key_text, render_coverage, render_diff, render_show
-from dnnctl.cli.render import console, print_json
+from dnnctl import api
+from dnnctl.cli import plan_render
+from dnnctl.cli.options import JsonOpt, PlanPathArg, json_errors
+from dnnctl.cli.render import emit
 from dnnctl.errors import ExitCode
 
 app = typer.Typer(help="Inspect, compare, merge and pin plan files (dnnctl-plan/1).",
@@ -25,46 +25,20 @@ SectionOpt = Annotated[int | None, typer.Option(
                              "machine's.")]
 
 
-def _json_mode(ctx: typer.Context, json_out: bool) -> None:
-    if json_out:
-        ctx.find_root().meta["dnnctl.json"] = True
-
-
 @app.command("show")
 def show(ctx: typer.Context, plan: PlanPathArg, json_out: JsonOpt = False,
          op: Annotated[str | None, typer.Option("--op", help="Only entries of this op.")] = None,
          ) -> None:
     """List every section and entry: the choice, its time and speed-ups, pins."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
-    info = api.plan_show(plan)
-    if op:
-        for s in info["sections"]:
-            s["entries"] = [e for e in s["entries"] if e["op"] == op]
-    if json_out:
-        print_json(info)
-        return
-    render_show(info, plan)
+    json_errors(ctx, json_out)
+    emit(api.plan_show(plan, op=op), json_out, plan_render.render_show, plan)
 
 
 @app.command("validate")
 def validate(ctx: typer.Context, plan: PlanPathArg, json_out: JsonOpt = False) -> None:
     """Check a plan strictly (schema, types, ranges, ops, variants, parameters)."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
-    info = api.plan_validate(plan)
-    if json_out:
-        print_json(info)
-        return
-    console.print(f"[green]✓[/] {escape(str(plan))} is a valid dnnctl-plan/1 "
-                  f"({len(info['sections'])} section(s))")
-    for s in info["sections"]:
-        note = (" [green](this machine)[/]" if s["this_machine"] else
-                " [yellow](this machine, other kernels: stale here)[/]" if s["stale_kernels"]
-                else "")
-        console.print(f"  {s['index']}: {escape(s['label'])}, {s['entries']} entries{note}")
+    json_errors(ctx, json_out)
+    emit(api.plan_validate(plan), json_out, plan_render.render_validate, plan)
 
 
 @app.command("diff")
@@ -73,14 +47,9 @@ def diff(ctx: typer.Context, a: PlanPathArg, b: PlanPathArg, json_out: JsonOpt =
              "--exit-code", help="Exit 1 when the plans differ (like git diff).")] = False,
          ) -> None:
     """What changed from plan A to plan B: entries added, removed, re-chosen, re-timed."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
+    json_errors(ctx, json_out)
     d = api.plan_diff(a, b)
-    if json_out:
-        print_json(d)
-    else:
-        render_diff(d)
+    emit(d, json_out, plan_render.render_diff)
     if exit_code and not d["identical"]:
         raise typer.Exit(int(ExitCode.FAIL))
 
@@ -93,18 +62,8 @@ def merge(ctx: typer.Context, a: PlanPathArg, b: PlanPathArg,
                                "win).")] = "faster",
           json_out: JsonOpt = False) -> None:
     """Merge two plans: sections of other devices are added, matching sections merged."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
-    res = api.plan_merge(a, b, output, prefer)
-    if json_out:
-        print_json(res)
-        return
-    console.print(f"wrote {escape(res['output'])}: {res['sections']} section(s), "
-                  f"{res['entries']} entries")
-    for c in res["conflicts"]:
-        console.print(f"  conflict {c['op']} {escape(key_text(c['op'], c['key']))}: "
-                      f"{escape(c['a'])} vs {escape(c['b'])} -> kept {c['kept'].upper()}")
+    json_errors(ctx, json_out)
+    emit(api.plan_merge(a, b, output, prefer), json_out, plan_render.render_merge)
 
 
 @app.command("coverage")
@@ -121,15 +80,11 @@ def coverage(ctx: typer.Context, plan: PlanPathArg,
                  help="Exit 1 if fewer than this % of calls hit an exact entry.")] = None,
              json_out: JsonOpt = False) -> None:
     """Which problems of a workload the plan hits exactly, falls back on, or misses."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
+    json_errors(ctx, json_out)
+    from dnnctl.workloads import WorkloadOptions
 
-    res = api.plan_coverage(plan, workload, section, {"batch": batch, "seq": seq,
-                                                      "dtype": dtype, "layout": layout})
-    if json_out:
-        print_json(res)
-    else:
-        render_coverage(res, plan)
+    res = api.plan_coverage(plan, workload, section, WorkloadOptions(batch, seq, dtype, layout))
+    emit(res, json_out, plan_render.render_coverage, plan)
     if fail_under is not None and res["hit_rate"] * 100 < fail_under:
         raise typer.Exit(int(ExitCode.FAIL))
 
@@ -148,20 +103,10 @@ def pin(ctx: typer.Context, plan: PlanPathArg,
         unpin: Annotated[bool, typer.Option("--unpin", help="Remove the pin instead.")] = False,
         section: SectionOpt = None, json_out: JsonOpt = False) -> None:
     """Pin entries so re-tuning keeps them (optionally choosing the variant yourself)."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
+    json_errors(ctx, json_out)
     res = api.plan_pin(plan, op, key, variant=variant, params=param, unpin=unpin,
                        all_entries=all_entries, section=section)
-    if json_out:
-        print_json(res)
-        return
-    if not res["changed"]:
-        console.print("nothing to change")
-    for c in res["changed"]:
-        console.print(f"{'pinned' if c['pinned'] else 'unpinned'} {c['op']} "
-                      f"{escape(key_text(c['op'], c['key']))}: {escape(c['choice'])} "
-                      f"(section {c['section']})")
+    emit(res, json_out, plan_render.render_pin)
 
 
 @app.command("report", epilog="Example: dnnctl plan report plan.yaml -o report.html "
@@ -180,15 +125,6 @@ def report(
     json_out: JsonOpt = False,
 ) -> None:
     """Write one self-contained HTML report with figures (needs dnnctl[plots])."""
-    _json_mode(ctx, json_out)
-    from dnnctl import api
-
+    json_errors(ctx, json_out)
     info = api.plan_report(plan, output, png_dir=png, against=against, ceilings=ceilings)
-    if json_out:
-        print_json(info)
-        return
-    figures = sum(s["figures"] for s in info["sections"])
-    console.print(f"[green]✓[/] wrote {escape(info['output'])}: {len(info['sections'])} "
-                  f"section(s), {figures} figures")
-    if info["pngs"]:
-        console.print(f"  {len(info['pngs'])} PNGs in {escape(str(png))}")
+    emit(info, json_out, plan_render.render_report, png)

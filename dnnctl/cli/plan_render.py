@@ -9,8 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from dnnctl.cli.progress import short_key
-from dnnctl.cli.render import console
+from dnnctl.cli.render import console, fmt_us, fmt_x, key_text
 
 
 def render_show(info: dict[str, Any], plan: Path) -> None:
@@ -32,8 +31,8 @@ def render_show(info: dict[str, Any], plan: Path) -> None:
             table.add_column(col, justify="right", no_wrap=True)
         for e in s["entries"]:
             table.add_row(escape(f"{e['op']} {key_text(e['op'], e['key'])}"),
-                          escape(e["choice"].replace(",", ", ")), _us(e["median_us"]),
-                          _x(e["speedup_vs_default"]), _x(e["speedup_vs_runner_up"]),
+                          escape(e["choice"].replace(",", ", ")), fmt_us(e["median_us"]),
+                          fmt_x(e["speedup_vs_default"]), fmt_x(e["speedup_vs_runner_up"]),
                           "yes" if e["pinned"] else "")
         console.print(table)
 
@@ -62,6 +61,7 @@ def render_coverage(res: dict[str, Any], plan: Path) -> None:
 
 
 def render_diff(d: dict[str, Any]) -> None:
+    """Per device section: entries added, removed, re-chosen (~) and re-timed (t)."""
     if d["identical"]:
         console.print("plans are identical")
         return
@@ -73,34 +73,56 @@ def render_diff(d: dict[str, Any]) -> None:
             continue
         console.print(f"[bold]{escape(s['device'])}[/]" + (
             " [yellow](kernels digest changed)[/]" if s["kernels_changed"] else ""))
-        for e in s["added"]:
-            console.print(f"  [green]+[/] {e['op']} {escape(key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['median_us'])}")
-        for e in s["removed"]:
-            console.print(f"  [red]-[/] {e['op']} {escape(key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['median_us'])}")
+        for mark, part in (("[green]+[/]", "added"), ("[red]-[/]", "removed")):
+            for e in s[part]:
+                console.print(f"  {mark} {e['op']} {escape(key_text(e['op'], e['key']))}: "
+                              f"{escape(e['choice'])} {fmt_us(e['median_us'])}")
         for e in s["changed"]:
             console.print(f"  [yellow]~[/] {e['op']} {escape(key_text(e['op'], e['key']))}: "
-                          f"{escape(e['a'])} {_us(e['a_us'])}{' (pinned)' if e['a_pinned'] else ''}"
-                          f" -> {escape(e['b'])} {_us(e['b_us'])}"
+                          f"{escape(e['a'])} {fmt_us(e['a_us'])}{' (pinned)' if e['a_pinned'] else ''}"
+                          f" -> {escape(e['b'])} {fmt_us(e['b_us'])}"
                           f"{' (pinned)' if e['b_pinned'] else ''}")
         for e in s["retimed"]:
             console.print(f"  [dim]t[/] {e['op']} {escape(key_text(e['op'], e['key']))}: "
-                          f"{escape(e['choice'])} {_us(e['a_us'])} -> {_us(e['b_us'])}")
+                          f"{escape(e['choice'])} {fmt_us(e['a_us'])} -> {fmt_us(e['b_us'])}")
         console.print(f"  [dim]{s['same']} unchanged[/]")
 
 
-def key_text(op: str, key: dict[str, Any]) -> str:
-    from dnnctl.ops import registry
 
-    return short_key(registry.get_op(op).problem(key))
+def render_validate(info: dict[str, Any], plan: Path) -> None:
+    """The verdict and each section: its device, entries, whether it serves this machine."""
+    console.print(f"[green]✓[/] {escape(str(plan))} is a valid dnnctl-plan/1 "
+                  f"({len(info['sections'])} section(s))")
+    for s in info["sections"]:
+        note = (" [green](this machine)[/]" if s["this_machine"] else
+                " [yellow](this machine, other kernels: stale here)[/]" if s["stale_kernels"]
+                else "")
+        console.print(f"  {s['index']}: {escape(s['label'])}, {s['entries']} entries{note}")
 
 
-def _us(v: float | None) -> str:
-    if v is None:
-        return "—"
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"
+def render_merge(res: dict[str, Any]) -> None:
+    """What was written, and how each conflict was resolved."""
+    console.print(f"wrote {escape(res['output'])}: {res['sections']} section(s), "
+                  f"{res['entries']} entries")
+    for c in res["conflicts"]:
+        console.print(f"  conflict {c['op']} {escape(key_text(c['op'], c['key']))}: "
+                      f"{escape(c['a'])} vs {escape(c['b'])} -> kept {c['kept'].upper()}")
 
 
-def _x(v: float | None) -> str:
-    return "—" if not v else f"{v:.2f}x"
+def render_pin(res: dict[str, Any]) -> None:
+    """Each entry pinned or unpinned, with its choice and section."""
+    if not res["changed"]:
+        console.print("nothing to change")
+    for c in res["changed"]:
+        console.print(f"{'pinned' if c['pinned'] else 'unpinned'} {c['op']} "
+                      f"{escape(key_text(c['op'], c['key']))}: {escape(c['choice'])} "
+                      f"(section {c['section']})")
+
+
+def render_report(info: dict[str, Any], png: Path | None) -> None:
+    """The report written: sections, figures, PNGs."""
+    figures = sum(s["figures"] for s in info["sections"])
+    console.print(f"[green]✓[/] wrote {escape(info['output'])}: {len(info['sections'])} "
+                  f"section(s), {figures} figures")
+    if info["pngs"]:
+        console.print(f"  {len(info['pngs'])} PNGs in {escape(str(png))}")

@@ -1,71 +1,19 @@
 """Progress of ``dnnctl tune`` on stderr: a live bar on a terminal, one line per finished
-problem elsewhere, or (``--json``) one JSON object per line.
-
-The ETA comes from the measured wall time per candidate so far, times the candidates left:
-those of the problems being measured, plus, for problems not started yet, the mean number
-of candidates per problem seen so far.
+problem elsewhere, or (``--json``) one JSON object per line; the time left comes from
+:mod:`dnnctl.tune.eta`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from typing import Any
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 
-from dnnctl.cli.render import err_console
-
-
-def short_key(problem: Any) -> str:
-    """The key fields that differ from their defaults, compactly."""
-    from dnnctl.ops import registry
-
-    fields = registry.get_op(problem.op).fields
-    parts = []
-    for name, value in problem.key:
-        spec = fields.get(name)
-        if spec is not None and not spec.required and spec.default == value:
-            continue
-        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
-    return " ".join(parts)
-
-
-def short_problem(problem: Any) -> str:
-    return f"{problem.op} {short_key(problem)}"
-
-
-def fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "ETA --"
-    s = int(round(seconds))
-    return f"ETA {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else \
-        f"ETA {s // 60}:{s % 60:02d}"
-
-
-class Eta:
-    """Candidates done and left, and the measured seconds per candidate."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.problems = self.finished = 0
-        self.done = 0  # candidates measured
-        self.current: dict[Any, tuple[int, int]] = {}  # device -> (done, total)
-        self.finished_candidates = 0
-
-    def seconds_left(self, slots: int = 1) -> float | None:
-        if self.done == 0:
-            return None
-        per = (time.monotonic() - self.t0) / self.done
-        in_flight = sum(max(0, t - d) for d, t in self.current.values())
-        started = self.finished + len(self.current)
-        mean = (self.finished_candidates + sum(t for _, t in self.current.values())) / max(
-            started, 1)
-        future = max(0, self.problems - started) * mean
-        return (in_flight + future) * per / max(1, slots)
+from dnnctl.cli.render import err_console, fmt_eta, fmt_us, short_problem
+from dnnctl.tune.eta import Eta, track
 
 
 class View:
@@ -135,7 +83,7 @@ class View:
         if o.entry is not None:
             sp = o.entry.speedup_vs_default()
             line += f"{o.entry.choice.label()} ({o.status}" + (
-                f", {_us(o.entry.stats.median_us)}" if o.entry.stats else "") + (
+                f", {fmt_us(o.entry.stats.median_us)}" if o.entry.stats else "") + (
                 f", {sp:.2f}x vs default" if sp else "") + ")"
         else:
             line += f"unplanned: {o.detail}"
@@ -151,24 +99,6 @@ class View:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-
-
-def track(eta: Eta, event: Any) -> None:
-    """Update the ETA model from one tuner event."""
-    d = event.data
-    if event.kind == "start":
-        eta.problems = int(d["problems"])
-    elif event.kind == "problem":
-        if not eta.done and not eta.current:  # the clock starts with the first problem,
-            eta.t0 = time.monotonic()  # not with worker start-up
-        eta.current[d["device"]] = (0, int(d["candidates"]))
-    elif event.kind == "candidate":
-        eta.done += 1
-        eta.current[d["device"]] = (int(d["done"]), int(d["total"]))
-    elif event.kind == "problem_done":
-        eta.finished += 1
-        done, _ = eta.current.pop(d.get("device"), (0, 0))
-        eta.finished_candidates += done
 
 
 class JsonLines:
@@ -207,6 +137,3 @@ class JsonLines:
         stream.write(json.dumps(out, default=str) + "\n")
         stream.flush()
 
-
-def _us(v: float) -> str:
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"

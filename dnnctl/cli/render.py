@@ -1,4 +1,5 @@
-"""Rendering shared by every command: consoles, JSON output and the error box."""
+"""Rendering shared by every command: consoles, JSON output, the error box, the command
+lists of fixes, and the formats of times, speed-ups and problem keys."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from dnnctl.errors import DnnctlError
+from dnnctl.errors import DnnctlError, ExitCode
 
 
 class _Console(Console):
@@ -20,12 +22,18 @@ class _Console(Console):
 
     def on_broken_pipe(self) -> None:
         self.quiet = True
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, (sys.stderr if self.stderr else sys.stdout).fileno())
-        except (OSError, ValueError):
-            pass
+        quiet_stream(sys.stderr if self.stderr else sys.stdout)
         raise SystemExit(0)
+
+
+def quiet_stream(stream: Any) -> None:
+    """Point ``stream`` at /dev/null so the interpreter's final flush into a closed pipe
+    does not print 'Exception ignored ... BrokenPipeError'."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 # rich honours NO_COLOR, and writes no colour or cursor codes when the output is not a TTY
@@ -37,6 +45,14 @@ def print_json(data: Any) -> None:
     """Print ``data`` as JSON on stdout (plain, parseable, no rich markup)."""
     sys.stdout.write(json.dumps(data, indent=2, default=_default, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def emit(data: Any, as_json: bool, render: Callable[..., None], *args: Any) -> None:
+    """``data`` as JSON on stdout, or ``render(data, *args)`` for people."""
+    if as_json:
+        print_json(data)
+    else:
+        render(data, *args)
 
 
 def _default(obj: Any) -> Any:
@@ -58,6 +74,26 @@ def render_error(exc: DnnctlError, *, as_json: bool = False) -> None:
                       markup=True, soft_wrap=True)
     if exc.hint:
         err_console.print(f"  [bold]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+
+
+def error_status(exc: BaseException, *, as_json: bool = False) -> int:
+    """Render an exception that ended a command, once, at the edge; the exit status.
+
+    A DnnctlError shows its message and hint; Ctrl-C is 130; anything else is a bug: one
+    clear line (``DNNCTL_DEBUG=1`` re-raises it for the traceback).
+    """
+    if isinstance(exc, DnnctlError):
+        render_error(exc, as_json=as_json)
+        return int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    if os.environ.get("DNNCTL_DEBUG"):
+        raise exc
+    render_error(DnnctlError(f"internal error: {type(exc).__name__}: {exc}",
+                             hint="this is a dnnctl bug; rerun with DNNCTL_DEBUG=1 for the "
+                                  "traceback and report it", code="internal"),
+                 as_json=as_json)
+    return int(ExitCode.FAIL)
 
 
 # a fix's text names commands in backticks, or starts with one ("pip install ... (note)")
@@ -92,3 +128,42 @@ def print_commands(commands: list[tuple[str, str]]) -> None:
     for i, (what, cmd) in enumerate(commands, 1):
         console.print(f"[dim]# [{i}] {escape(what)}[/]", soft_wrap=True)
         console.print(escape(cmd), soft_wrap=True, highlight=False)
+
+
+# -- formats of values -------------------------------------------------------------------
+
+
+def fmt_us(v: float | None) -> str:
+    """A time in microseconds as people read it: ``12.3 us`` or ``4.56 ms``."""
+    if v is None:
+        return "—"
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"
+
+
+def fmt_x(v: float | None) -> str:
+    """A speed-up factor (``1.23x``), or a dash when there is none."""
+    return "—" if not v else f"{v:.2f}x"
+
+
+def fmt_eta(seconds: float | None) -> str:
+    """Time left as ``ETA m:ss`` (``ETA h:mm:ss`` past an hour)."""
+    if seconds is None:
+        return "ETA --"
+    s = int(round(seconds))
+    return f"ETA {s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else \
+        f"ETA {s // 60}:{s % 60:02d}"
+
+
+def short_problem(problem: Any) -> str:
+    """``op`` and the key fields that differ from the op's defaults."""
+    from dnnctl.workloads import short_key  # the op registry only when a problem is shown
+
+    return f"{problem.op} {short_key(problem)}"
+
+
+def key_text(op: str, key: dict[str, Any]) -> str:
+    """A key as data (plan JSON) shown as :func:`short_problem` shows it, without the op."""
+    from dnnctl.ops import registry
+    from dnnctl.workloads import short_key
+
+    return short_key(registry.get_op(op).problem(key))

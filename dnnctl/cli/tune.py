@@ -1,26 +1,25 @@
 """``dnnctl tune``: pick the fastest verified kernel for every problem and write a plan.
 
 Parses the options, calls :func:`dnnctl.api.tune`, shows progress on stderr
-(:mod:`dnnctl.cli.progress`: a bar with the ETA, or JSON lines with --json) and a final table: winner, its time, speed-up over the default heuristic and over the
-runner-up, candidates tried / failed by reason. Exit status: 0 every problem planned,
-1 some problem unplanned, 2 bad usage, 3 device unavailable, 130 interrupted (--resume).
+(:mod:`dnnctl.cli.progress`) and the final table (:mod:`dnnctl.cli.tune_render`). Exit
+status: 0 every problem planned, 1 some problem unplanned, 2 bad usage, 3 device
+unavailable, 130 interrupted (--resume).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich import box
-from rich.markup import escape
-from rich.table import Table
 
-from dnnctl.cli.options import DeviceOpt, JsonOpt
-from dnnctl.cli.progress import JsonLines, View, short_problem
-from dnnctl.cli.render import console, print_json
-from dnnctl.errors import ExitCode, UsageError
+from dnnctl import api
+from dnnctl.cli.options import DeviceOpt, JsonOpt, comma_ints, comma_names, json_errors
+from dnnctl.cli.progress import JsonLines, View
+from dnnctl.cli.render import emit
+from dnnctl.cli.tune_render import render
+from dnnctl.errors import ExitCode
 
 HELP_EPILOG = ("Examples: dnnctl tune  |  dnnctl tune resnet50 --batch 32  |  "
                "dnnctl tune my_workload.yaml -o plan.yaml  |  "
@@ -94,15 +93,14 @@ def tune(
     json_out: JsonOpt = False,
 ) -> None:
     """Tune kernels for every problem of a workload on this GPU (or CPU) and write a plan."""
-    if json_out:
-        ctx.meta["dnnctl.json"] = True
+    json_errors(ctx, json_out)
     if plugin:
         extra = [m for m in os.environ.get("DNNCTL_PLUGINS", "").split(",") if m.strip()]
         os.environ["DNNCTL_PLUGINS"] = ",".join(dict.fromkeys([*extra, *plugin]))
-    from dnnctl import api
     from dnnctl.backends.registry import parse_device
     from dnnctl.tune.timer import TimingPolicy
     from dnnctl.tune.tuner import TuneOptions
+    from dnnctl.workloads import WorkloadOptions
 
     policy = None
     if sample_ms is not None:
@@ -112,81 +110,14 @@ def tune(
         options = TuneOptions(
             device=device, output=output, budget_s=budget,
             candidate_timeout_s=candidate_timeout, strategy=strategy, max_evals=max_evals,
-            resume=resume, deterministic=deterministic, ops=_names(ops),
-            devices=_ints(devices), seed=seed, keep_journal=keep_journal, policy=policy)
+            resume=resume, deterministic=deterministic, ops=comma_names(ops),
+            devices=comma_ints(devices, "--devices", "GPU indices like 0,1,2"), seed=seed,
+            keep_journal=keep_journal, policy=policy)
         report = api.tune(
             workload, op=op, key=key, progress=view, ray=ray, options=options,
-            workload_options={"batch": batch, "seq": seq, "dtype": dtype, "layout": layout})
+            workload_options=WorkloadOptions(batch, seq, dtype, layout))
     finally:
         if isinstance(view, View):
             view.close()
-    if json_out:
-        print_json(report.to_dict())
-    else:
-        render(report)
+    emit(report, json_out, render)
     raise typer.Exit(int(ExitCode.FAIL if report.unplanned else ExitCode.OK))
-
-
-def _names(text: str | None) -> tuple[str, ...] | None:
-    if not text:
-        return None
-    return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
-def _ints(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
-    except ValueError:
-        raise UsageError(f"--devices {text!r} must be GPU indices like 0,1,2") from None
-
-
-# -- final table --------------------------------------------------------------------------
-
-
-def render(report: Any) -> None:
-    """The per-problem table and a summary line."""
-    table = Table(title=f"dnnctl tune — {escape(report.workload)} on "
-                        f"{escape(str(report.device.get('name')))}", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
-    # 80 columns: problem and winner wrap at spaces, numbers never; failures under the winner
-    table.add_column("problem", ratio=1, overflow="fold")
-    table.add_column("winner", ratio=1, overflow="fold")
-    for col in ("time", "×default", "×2nd", "tried"):
-        table.add_column(col, justify="right", no_wrap=True)
-    for o in report.outcomes:
-        e = o.entry
-        failed = ", ".join(f"{n} {r}" for r, n in (o.failed or {}).items() if n)
-        problem = escape(short_problem(o.problem))
-        if e is None:
-            table.add_row(problem, f"[red]unplanned[/] {escape(o.detail)[:80]}"
-                          + (f"\n[dim]failed: {failed}[/]" if failed else ""), "—", "—", "—",
-                          str(o.tried))
-            continue
-        winner = escape(e.choice.label().replace(",", ", ")) + (
-            "" if o.status == "planned" else f" [dim]({o.status})[/]")
-        if e.partial:
-            winner += f" [yellow](partial: {e.compared} of {o.space} compared)[/]"
-        if failed:
-            winner += f"\n[dim]failed: {failed}[/]"
-        sd, sr = e.speedup_vs_default(), e.speedup_vs_runner_up()
-        table.add_row(problem, winner, _us(e.stats.median_us) if e.stats else "—",
-                      f"{sd:.2f}" if sd else "—", f"{sr:.2f}" if sr else "—",
-                      str(o.tried or e.tried))
-    console.print(table)
-    n_unplanned = len(report.unplanned)
-    summary = (f"{len(report.outcomes) - n_unplanned}/{len(report.outcomes)} problems planned"
-               + (f" ({len(report.partial)} partial: cut short by --budget)"
-                  if report.partial else "")
-               + f" in {report.elapsed_s:.1f} s; plan: {escape(report.plan_path)}")
-    console.print(("[bold red]" if n_unplanned else "[bold green]") + summary + "[/]")
-    for note in report.notes:
-        console.print(f"[dim]{escape(note)}[/]")
-    if n_unplanned:
-        console.print("[yellow]unplanned problems run the default heuristic; see the "
-                      "failures above (--json for details)[/]")
-
-
-def _us(v: float) -> str:
-    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.1f} us"

@@ -26,11 +26,11 @@ _PUBLIC: dict[str, str] = {
     **{n: "dnnctl.ops.attention" for n in ("attention", "attention_backward")},
     "matmul_backward": "dnnctl.ops.matmul.backward",
     # backward (training) functions
-    **{n: "dnnctl.ops.softmax_bwd" for n in ("softmax_backward", "log_softmax_backward")},
+    **{n: "dnnctl.ops.softmax" for n in ("softmax_backward", "log_softmax_backward")},
     **{n: "dnnctl.ops.norm.grad" for n in (
         "layer_norm_backward", "rms_norm_backward", "batch_norm_backward",
         "group_norm_backward", "layer_norm_with_stats", "rms_norm_with_stats")},
-    **{n: "dnnctl.ops.activation_bwd" for n in (
+    **{n: "dnnctl.ops.activation" for n in (
         "activation_backward", "relu_backward", "leaky_relu_backward", "gelu_backward",
         "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward")},
     **{n: "dnnctl.ops.pool.grad" for n in (

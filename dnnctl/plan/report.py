@@ -22,6 +22,7 @@ from dnnctl.ops import registry
 from dnnctl.plan.compare import _pair_sections
 from dnnctl.plan.io import read_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section
+from dnnctl.workloads import short_key
 
 # variants that call a vendor library (cuBLAS, cuDNN) rather than dnnctl's own kernels
 VENDOR_VARIANTS = frozenset({"cublas", "cublaslt", "cudnn"})
@@ -29,15 +30,7 @@ VENDOR_VARIANTS = frozenset({"cublas", "cublaslt", "cudnn"})
 
 def key_text(entry: PlanEntry) -> str:
     """The key fields that differ from the op's defaults, compactly."""
-    fields = registry.get_op(entry.problem.op).fields
-    parts = []
-    for name, value in entry.problem.key:
-        spec = fields.get(name)
-        if spec is not None and not spec.required and spec.default == value:
-            continue
-        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
-    return " ".join(parts)
+    return short_key(entry.problem)
 
 
 def entry_row(entry: PlanEntry) -> dict[str, Any]:

@@ -73,12 +73,7 @@ def plan_from_data(data: Any, path: str) -> Plan:
 
 
 def section_from_data(data: Any, where: _Where) -> Section:
-    if not isinstance(data, Mapping):
-        raise where.fail("device", f"a section must be a mapping, got {_type(data)}")
-    _no_unknown(data, SECTION_FIELDS, where)
-    for f in ("device", "kernels_digest", "entries"):
-        if f not in data:
-            raise where.fail(f, "is missing")
+    _record(data, "a section", SECTION_FIELDS, ("device", "kernels_digest", "entries"), where)
     dev = data["device"]
     if not isinstance(dev, Mapping):
         raise where.fail("device", f"expected a mapping, got {_type(dev)}")
@@ -131,12 +126,7 @@ def section_from_data(data: Any, where: _Where) -> Section:
 
 
 def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
-    if not isinstance(data, Mapping):
-        raise where.fail("op", f"an entry must be a mapping, got {_type(data)}")
-    _no_unknown(data, ENTRY_FIELDS, where)
-    for f in ("op", "key", "choice"):
-        if f not in data:
-            raise where.fail(f, "is missing")
+    _record(data, "an entry", ENTRY_FIELDS, ("op", "key", "choice"), where)
     op_name = data["op"]
     if not isinstance(op_name, str):
         raise where.fail("op", f"expected an op name, got {_type(op_name)}")
@@ -263,6 +253,18 @@ def _timing(data: Any, where: _Where) -> Timing:
 
 
 # ----------------------------------------------------------------------------- scalars
+
+
+def _record(data: Any, what: str, allowed: tuple[str, ...], required: tuple[str, ...],
+            where: _Where) -> None:
+    """``data`` is a mapping of known fields with every required one (errors name the
+    first required field when ``data`` is not a mapping at all)."""
+    if not isinstance(data, Mapping):
+        raise where.fail(required[0], f"{what} must be a mapping, got {_type(data)}")
+    _no_unknown(data, allowed, where)
+    for f in required:
+        if f not in data:
+            raise where.fail(f, "is missing")
 
 
 def _no_unknown(data: Mapping[Any, Any], allowed: tuple[str, ...], where: _Where,

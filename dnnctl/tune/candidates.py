@@ -9,7 +9,6 @@ the problem and the device, so the same machine always gives the same order.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,31 +17,17 @@ from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One variant with one parameter set: a small hashable value."""
-
-    variant: str
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @classmethod
-    def of(cls, variant: str, params: Mapping[str, Any] | None = None) -> Candidate:
-        return cls(variant, tuple(sorted((params or {}).items())))
+class Candidate(Choice):
+    """One variant with one parameter set, as the tuner enumerates, measures and journals
+    it: a :class:`~dnnctl.ops.base.Choice` (a small hashable value) that serializes."""
 
     @classmethod
     def from_choice(cls, choice: Choice) -> Candidate:
         return cls(choice.variant, choice.params)
 
     @property
-    def param_dict(self) -> dict[str, Any]:
-        return dict(self.params)
-
-    @property
     def choice(self) -> Choice:
         return Choice(self.variant, self.params)
-
-    def label(self) -> str:
-        return self.choice.label()
 
     def to_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "params": self.param_dict}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnctl.errors import UsageError
+from dnnctl.ops.base import Problem
 from dnnctl.workloads import cnn, transformer
 from dnnctl.workloads.model import (
     SCHEMA,
@@ -24,7 +25,7 @@ from dnnctl.workloads.model import (
     write_workload,
 )
 
-__all__ = ["BUNDLED", "SCHEMA", "WorkItem", "Workload", "build", "bundled", "default_workload",
+__all__ = ["BUNDLED", "SCHEMA", "WorkItem", "Workload", "WorkloadOptions", "build", "bundled", "default_workload",
            "read_workload", "resolve", "workload_from_data", "write_workload"]
 
 
@@ -53,6 +54,22 @@ BUNDLED: dict[str, Bundled] = {b.name: b for b in (
     Bundled("llama7b_layer", transformer.llama7b_layer),
     Bundled("default", cnn.small),
 )}
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The options the command line gives bundled workloads (None: the workload's default;
+    a workload without one of them rejects it by name). Library callers may pass any of a
+    workload's options as a mapping instead."""
+
+    batch: int | None = None
+    seq: int | None = None
+    dtype: str | None = None
+    layout: str | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options that were set, by name."""
+        return {k: v for k, v in vars(self).items() if v is not None}
 
 
 def bundled() -> list[Bundled]:
@@ -108,6 +125,22 @@ def key_with_defaults(op: str, key: dict[str, Any], backend: str) -> dict[str, A
                 spec.choices is None or value in spec.choices):
             out[name] = value
     return out
+
+
+def short_key(problem: Problem) -> str:
+    """The key fields of ``problem`` that differ from its op's defaults, compactly
+    (``m=512 n=512 k=512 float16``): dtype and layout values stand alone."""
+    from dnnctl.ops import registry
+
+    fields = registry.get_op(problem.op).fields
+    parts = []
+    for name, value in problem.key:
+        spec = fields.get(name)
+        if spec is not None and not spec.required and spec.default == value:
+            continue
+        text = "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
+        parts.append(text if name in ("dtype", "layout") else f"{name}={text}")
+    return " ".join(parts)
 
 
 def resolve(spec: str, **options: Any) -> Workload:

@@ -61,7 +61,7 @@ def test_backward_functions_match_torch_autograd(dtype: str) -> None:
         return (torch.randn(*shape, device="cuda", generator=gen) * scale).to(dt)
 
     from dnnctl.ops.norm.backward import row_stats, rownorm_dx_scale
-    from dnnctl.ops.softmax_bwd import softmax_dx_scale
+    from dnnctl.ops.softmax.backward import softmax_dx_scale
 
     tol = TOL[dtype]
     for cols in (1, 197, 768, 4097, 50000):

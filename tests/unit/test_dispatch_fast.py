@@ -252,7 +252,7 @@ def test_traced_launches_record_and_restore() -> None:
 def test_flat_io_kernels_are_marked() -> None:
     """Kernel classes that read only pointers say so (the fast path skips reshapes)."""
     from dnnctl.ops._memory_rows import RowKernel
-    from dnnctl.ops.activation import _ActKernel
+    from dnnctl.ops.activation.cuda_variants import _ActKernel
     from dnnctl.ops.matmul.gemm_launch import GemmKernel
     from dnnctl.ops.norm.batchnorm import _BnKernel
     from dnnctl.ops.norm.bn_exact import _ExactKernel, _StreamKernel

@@ -1,0 +1,97 @@
+"""The public activation calls (``dnnctl.ops.relu``, ``gelu``, ...): arrays -> problem key ->
+planned variant -> launch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl.errors import ShapeError, UsageError
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.dispatch import CallSpec, Parsed, call
+
+
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x, bias, out = arrays
+    fn, inplace, layout, slope = scalars
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    shape = tuple(x.shape)
+    if not shape or 0 in shape:
+        raise ShapeError(f"{fn}: x has shape {shape}, expected at least one dimension and "
+                         "no zero-size axis")
+    layout = mc.check_layout(layout)
+    if bias is not None:
+        if layout == "NCHW" and len(shape) < 2:
+            raise ShapeError(f"{fn}: a bias with layout NCHW needs x of rank >= 2, got {shape}",
+                             hint="pass layout='NHWC' for a bias on the last axis")
+        mc.check_vector(bias, shape[1] if layout == "NCHW" else shape[-1], dtype, "bias")
+    if out is not None:
+        mc.check_out(out, shape, dtype)
+        same = mc.same_memory(out, x)
+        if inplace and not same:
+            raise ShapeError(f"{fn}: inplace=True but out is not x",
+                             hint="pass out=x or leave out unset")
+        inplace = inplace or same
+    key = {"fn": fn, "shape": shape, "dtype": dtype,
+           "bias": "none" if bias is None else "channel", "layout": layout, "inplace": inplace}
+    inputs = (("x", 0, None), ("bias", 1, None))
+    if out is not None:
+        return Parsed("activation", key, inputs, (), (("y", 2),), {"negative_slope": slope},
+                      result=2)
+    if inplace:
+        mc.writeable(x, "x (inplace=True)")
+        return Parsed("activation", key, inputs, (), (("y", 0),), {"negative_slope": slope},
+                      result=0)
+    return Parsed("activation", key, inputs, (("y", shape, x.dtype),), (),
+                  {"negative_slope": slope}, like={"y": 0})
+
+
+_ACTIVATION = CallSpec("activation", _parse)
+
+
+def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str, plan: Any,
+                slope: float = 0.01) -> Any:
+    return call(_ACTIVATION, (x, bias, out), (fn, inplace, layout, slope), plan)
+
+
+def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
+    """max(x [+ bias], 0). ``bias`` (C,) on the channel axis of ``layout``; NaN propagates."""
+    return _activation("relu", x, bias, out, inplace, layout, plan)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any = None,
+               plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
+    """x if x > 0 else negative_slope * x (after the optional channel bias)."""
+    try:
+        slope = float(negative_slope)
+    except (TypeError, ValueError):
+        slope = mc.as_float(negative_slope, "negative_slope")  # raises, naming it
+    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, slope)
+
+
+def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,
+         plan: Any = None, *, inplace: bool = False, layout: str = "NCHW") -> Any:
+    """GELU, exact erf form (``approximate='none'``) or the tanh form (``'tanh'``)."""
+    if approximate not in ("none", "tanh"):
+        raise UsageError(f"gelu: approximate={approximate!r}", hint="use 'none' or 'tanh'")
+    fn = "gelu" if approximate == "none" else "gelu_tanh"
+    return _activation(fn, x, bias, out, inplace, layout, plan)
+
+
+def silu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
+    """x * sigmoid(x) (after the optional channel bias)."""
+    return _activation("silu", x, bias, out, inplace, layout, plan)
+
+
+def sigmoid(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+            inplace: bool = False, layout: str = "NCHW") -> Any:
+    """1 / (1 + exp(-x)) (after the optional channel bias)."""
+    return _activation("sigmoid", x, bias, out, inplace, layout, plan)
+
+
+def tanh(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+         inplace: bool = False, layout: str = "NCHW") -> Any:
+    """tanh(x) (after the optional channel bias)."""
+    return _activation("tanh", x, bias, out, inplace, layout, plan)
