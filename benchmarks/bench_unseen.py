@@ -59,7 +59,7 @@ def candidates(problem: Any, device: Any, top_k: int) -> list[tuple[str, dict[st
     """The default choice first, then the cost model's best candidate of each other variant
     (within HOPELESS of the best estimate), then its next best overall, up to ``top_k``
     besides the default."""
-    from dnnctl.ops.costmodel import ranked_estimates
+    from dnnctl.ops.explain import ranked_estimates
     from dnnctl.ops.registry import get_op
 
     default = get_op(problem.op).default_choice(problem, "cupy", device)

@@ -323,16 +323,12 @@ def pick(estimates: list[Estimate], order: list[str]) -> Estimate | None:
     return min(close, key=lambda e: (rank.get(e.variant, len(rank)), e.us))
 
 
-def ranked_estimates(problem: Any, backend: str, device: Any) -> list[Estimate]:
-    """Why the default heuristic picks what it picks: the cost model's estimates for a
-    conv2d (forward) or matmul problem, cheapest first; [] for other ops and passes."""
-    if problem.op == "conv2d" and problem.get("pass", "forward") == "forward":
-        from dnnctl.ops.conv2d.op import ranked
-    elif problem.op == "matmul":
-        from dnnctl.ops.matmul.op import ranked
-    else:
-        return []
-    return ranked(problem, backend, device)
+def variant_default(variant: Any, problem: Any, device: Any) -> dict[str, Any] | None:
+    """A variant's own default_params() if it has one, else its first valid parameters."""
+    own = getattr(variant, "default_params", None)
+    if own is not None:
+        return own(problem, device)
+    return next(iter(variant.param_space(problem, device)), None)
 
 
 def valid(variant: Any, problem: Any, params: Mapping[str, Any], device: Any) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dnnctl.ops  # noqa: F401 - registers the ops
 from dnnctl.backends.base import DeviceInfo
-from dnnctl.ops.costmodel import ranked_estimates
+from dnnctl.ops.explain import ranked_estimates
 from dnnctl.ops.registry import get_op, variants
 
 ROOT = Path(__file__).resolve().parents[2]

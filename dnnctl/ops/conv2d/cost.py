@@ -244,10 +244,8 @@ TILED = frozenset({"implicit_gemm", "implicit_gemm_wgmma", "gemm_1x1", "nhwc_imp
 def candidates(variant: Any, problem: Any, device: Any) -> list[dict[str, Any]]:
     """The parameter sets the model scores: tile menus for the tiled variants, the two
     Winograd tiles, the variant's default for the rest."""
-    from dnnctl.ops.conv2d.op import default_params
-
     try:
-        default = default_params(variant, problem, device)
+        default = cm.variant_default(variant, problem, device)
     except Exception:  # a default the variant cannot form on this problem
         default = None
     if variant.name in TILED:

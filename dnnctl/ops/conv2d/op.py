@@ -44,7 +44,7 @@ from dnnctl.ops.conv2d.geom import (  # noqa: F401 - re-exported: the op's vocab
     pad4,
     to_nchw,
 )
-from dnnctl.ops.costmodel import pick
+from dnnctl.ops.costmodel import pick, variant_default
 from dnnctl.ops.registry import register_op, variants
 
 
@@ -230,10 +230,7 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
 
 def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:
     """A variant's own default_params() if it has one, else its first valid parameters."""
-    own = getattr(variant, "default_params", None)
-    if own is not None:
-        return own(problem, device)
-    return next(iter(variant.param_space(problem, device)), None)
+    return variant_default(variant, problem, device)
 
 
 def preference(problem: Problem, backend: str) -> list[str]:
