@@ -42,6 +42,10 @@ class BuildAhead:
         self._lock = threading.Lock()
         self._closed = False
         self.built = 0
+        self._starting = len(self.workers)  # helpers not yet past their handshake
+        self._ready = threading.Event()
+        if not self._starting:
+            self._ready.set()
         self._threads = [threading.Thread(target=self._serve, args=(w,), daemon=True)
                          for w in self.workers]
         for t in self._threads:
@@ -62,12 +66,24 @@ class BuildAhead:
         with self._lock:
             self._generation += 1
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until every helper has started (or failed to); True if all are past it."""
+        return self._ready.wait(timeout)
+
+    def _started(self) -> None:
+        with self._lock:
+            self._starting -= 1
+            if self._starting <= 0:
+                self._ready.set()
+
     def _serve(self, worker: Worker) -> None:
         try:
             worker.handshake()
         except Exception:  # a helper that cannot start is simply not used
             worker.kill()
+            self._started()
             return
+        self._started()
         while True:
             item = self._queue.get()
             if item is None:

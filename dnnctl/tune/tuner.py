@@ -60,6 +60,9 @@ class TuneOptions:
     _slots: tuple[int, ...] | None = field(default=None, repr=False)  # tests: worker slots
 
 
+HELPER_START_S = 60.0  # at most this long for the build helpers to start
+
+
 def tune(workload: Workload, options: TuneOptions | None = None,
          progress: Progress | None = None) -> TuneReport:
     """Tune every problem of ``workload``; write/merge the plan; return the report."""
@@ -84,11 +87,16 @@ def tune(workload: Workload, options: TuneOptions | None = None,
     aheads: list[BuildAhead | None] = []
     journal: Journal | None = None
     try:
-        hellos = _start_all(workers)
         helpers = opts.build_helpers if opts.build_helpers is not None else default_helpers(
             backend_name, len(slots))
+        # the helpers start alongside the slot workers, and are waited for (bounded) so that
+        # compiling ahead begins with the first problem rather than part way through
         aheads = [BuildAhead(backend_name, s, helpers, opts.candidate_timeout_s)
                   if helpers > 0 else None for s in slots]
+        hellos = _start_all(workers)
+        for a in aheads:
+            if a is not None:
+                a.wait_ready(HELPER_START_S)
         check_identical(hellos)
         fp = hellos[0]["fingerprint"]
         info = DeviceInfo(**hellos[0]["device"])
