@@ -15,8 +15,9 @@ and on disk); everything a *call* does goes through this module:
   stream for torch tensors, CuPy's for CuPy arrays) and the allocator its per-call scratch
   comes from (torch's caching allocator for torch callers, so CUDA-graph capture keeps
   scratch in the graph's pool). The dispatcher sets both for the duration of one call.
-* :func:`gemm_strided_batched` — cuBLAS through ctypes on handles owned here (one per device,
-  with a workspace, so it also runs under CUDA-graph capture), on the call's stream.
+* cuBLAS and cuBLASLt live next door (:mod:`dnnctl.backends.cublas`,
+  :mod:`dnnctl.backends.cublaslt`), on handles owned there, launched on this call state's
+  stream.
 * :func:`ptr` — the device address of any array kind the kernels see.
 
 The CPU emulator used by the unit tests stands in for CuPy with plain Python callables:
@@ -248,6 +249,16 @@ def _resolve_native() -> Any:
     return _NATIVE
 
 
+def native() -> Any:
+    """The native launcher module (see :mod:`dnnctl.backends.native`), or None."""
+    return _NATIVE if _NATIVE is not _UNSET else _resolve_native()
+
+
+def int_abi() -> bool:
+    """Integer arguments travel in 64-bit slots here (the native call_ints is usable)."""
+    return _INT_ABI
+
+
 def use_native(on: bool = True) -> bool:
     """Switch the native launch path on (if it can be had) or off; True if now on."""
     global _NATIVE
@@ -438,88 +449,6 @@ def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Seque
     block_t = ((int(block),) if isinstance(block, (int, np.integer))
                else tuple(int(b) for b in block))
     return Launch(fn, grid_t, block_t, int(smem))
-
-
-# ----------------------------------------------------------------------------- libraries
-
-_CUBLAS_WORKSPACE = 32 << 20  # bytes; set on our handles so no call allocates (graph capture)
-
-
-class _Cublas:
-    """cuBLAS through ctypes with one handle per device, owned here (CuPy's Python wrapper
-    refuses calls during CUDA-graph capture; the library itself supports them once the
-    handle has a workspace)."""
-
-    def __init__(self) -> None:
-        import cupy
-        from cupy_backends.cuda.libs import cublas as _linked  # noqa: F401 - loads libcublas
-
-        self._cupy = cupy
-        lib = None
-        for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-            try:
-                lib = ctypes.PyDLL(name)
-                break
-            except OSError:
-                continue
-        if lib is None:
-            raise KernelLaunchError("libcublas cannot be loaded",
-                                    hint="install the CUDA runtime wheels CuPy needs")
-        self.lib = lib
-        vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
-        self.gemm = lib.cublasGemmStridedBatchedEx
-        self.gemm.restype = i32
-        self.gemm.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, i32, i64, vp, i32, i32,
-                              i64, vp, vp, i32, i32, i64, i32, i32, i32]
-        self.set_stream = lib.cublasSetStream_v2
-        self.set_stream.restype, self.set_stream.argtypes = i32, [vp, vp]
-        self.handles: dict[int, tuple[int, Any]] = {}
-        self.streams: dict[int, int | None] = {}  # handle -> the stream last set on it
-        self.gemm_addr = ctypes.cast(self.gemm, ctypes.c_void_p).value
-
-    def handle(self, device: int) -> int:
-        got = self.handles.get(device)
-        if got is None:
-            h = ctypes.c_void_p()
-            rc = self.lib.cublasCreate_v2(ctypes.byref(h))
-            if rc:
-                raise KernelLaunchError(f"cublasCreate failed (status {rc})")
-            ws = self._cupy.empty(_CUBLAS_WORKSPACE, dtype=np.uint8)
-            self.lib.cublasSetWorkspace_v2(h, ctypes.c_void_p(ws.data.ptr),
-                                           ctypes.c_size_t(_CUBLAS_WORKSPACE))
-            self.lib.cublasSetPointerMode_v2(h, 0)  # host alpha / beta
-            got = self.handles[device] = (int(h.value or 0), ws)
-        return got[0]
-
-
-@functools.cache
-def _cublas() -> _Cublas:
-    return _Cublas()
-
-
-def gemm_strided_batched(transa: int, transb: int, m: int, n: int, k: int, alpha: int,
-                         a: int, a_type: int, lda: int, stride_a: int,
-                         b: int, b_type: int, ldb: int, stride_b: int, beta: int,
-                         c: int, c_type: int, ldc: int, stride_c: int, batch: int,
-                         compute: int, algo: int = -1) -> None:
-    """cublasGemmStridedBatchedEx (column-major; pointers as ints, alpha / beta host
-    pointers) on the call's stream with this device's handle."""
-    lib = _cublas()
-    handle = lib.handle(get_device())
-    stream = current_stream() or None
-    if lib.streams.get(handle, -1) != stream:
-        lib.set_stream(handle, stream)
-        lib.streams[handle] = stream
-    args = (handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
-            ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo)
-    nat = _NATIVE if _NATIVE is not _UNSET else _resolve_native()
-    if nat is not None and _INT_ABI:  # one C call: no ctypes conversion of 23 arguments
-        rc = nat.call_ints(lib.gemm_addr, *args)
-    else:
-        rc = lib.gemm(*args)
-    if rc:
-        raise KernelLaunchError(f"cublasGemmStridedBatchedEx failed (status {rc}) for "
-                                f"m={m} n={n} k={k} batch={batch}")
 
 
 # ----------------------------------------------------------------------------- devices

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.backends import cuda
+from dnnctl.backends import cublas, cuda
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import codes
 
@@ -73,7 +73,7 @@ class CudaRuntime:
         Offsets and strides count elements of each array's own dtype."""
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
         one, beta_s = np.ones(1, scalar), np.full(1, beta, scalar)
-        cuda.gemm_strided_batched(
+        cublas.gemm_strided_batched(
             transa, transb, m, n, k, one.ctypes.data,
             self.ptr(a) + a_off * a.itemsize, cuda_type(a.dtype), lda, stride_a,
             self.ptr(b) + b_off * b.itemsize, cuda_type(b.dtype), ldb, stride_b,

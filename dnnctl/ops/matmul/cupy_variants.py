@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dnnctl.backends import cuda
+from dnnctl.backends import cublas, cuda
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
@@ -282,7 +282,7 @@ class CublasMatmul(Variant):
         fin_go = None if fin is None else finish_launch(
             fin, m=m, n=n, batch=bt, splits=1, ldc=n, sc=m * n, s_bias=0,
             sm_count=device.sm_count or 132)
-        gemm = cuda.gemm_strided_batched
+        gemm = cublas.gemm_strided_batched
         op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
         ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
 
