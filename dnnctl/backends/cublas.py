@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
+import importlib.util
+import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,6 +22,33 @@ from dnnctl.errors import KernelLaunchError
 _CUBLAS_WORKSPACE = 32 << 20  # bytes; set on our handles so no call allocates (graph capture)
 
 
+def library_names(stem: str) -> list[str]:
+    """Where a cuBLAS-family library (``libcublas``, ``libcublasLt``) may be: its sonames,
+    then the NVIDIA wheels torch and CuPy install (``nvidia/cu13/lib``, ``nvidia/cublas/lib``,
+    ``nvidia/cu12/lib``)."""
+    names = [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13/lib", "cublas/lib", "cu12/lib"):
+            names += sorted(glob.glob(os.path.join(root, sub, f"{stem}.so*")), reverse=True)
+    return names
+
+
+def load_library(stem: str, loader: Callable[[str], Any] = ctypes.CDLL) -> Any | None:
+    """The first of :func:`library_names` that loads (CuPy's cuBLAS, which links both, is
+    loaded first so its copy wins), or None."""
+    try:
+        from cupy_backends.cuda.libs import cublas as _linked  # noqa: F401 - loads libcublas
+    except Exception:  # noqa: BLE001 - no CuPy: the wheels / system copy
+        pass
+    for name in library_names(stem):
+        try:
+            return loader(name)
+        except OSError:
+            continue
+    return None
+
+
 class _Cublas:
     """cuBLAS through ctypes with one handle per device, owned here (CuPy's Python wrapper
     refuses calls during CUDA-graph capture; the library itself supports them once the
@@ -25,16 +56,9 @@ class _Cublas:
 
     def __init__(self) -> None:
         import cupy
-        from cupy_backends.cuda.libs import cublas as _linked  # noqa: F401 - loads libcublas
 
         self._cupy = cupy
-        lib = None
-        for name in ("libcublas.so.13", "libcublas.so.12", "libcublas.so"):
-            try:
-                lib = ctypes.PyDLL(name)
-                break
-            except OSError:
-                continue
+        lib = load_library("libcublas", ctypes.PyDLL)
         if lib is None:
             raise KernelLaunchError("libcublas cannot be loaded",
                                     hint="install the CUDA runtime wheels CuPy needs")
@@ -86,7 +110,7 @@ def gemm_strided_batched(transa: int, transb: int, m: int, n: int, k: int, alpha
     args = (handle, transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type,
             ldb, stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo)
     nat = cuda.native()
-    if nat is not None and cuda.int_abi():  # one C call: no ctypes conversion of 23 arguments
+    if nat is not None and cuda.INT_ABI:  # one C call: no ctypes conversion of 23 arguments
         rc = nat.call_ints(lib.gemm_addr, *args)
     else:
         rc = lib.gemm(*args)

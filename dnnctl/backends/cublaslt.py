@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import importlib.util
-import os
 import threading
 from typing import Any
 
+from dnnctl.backends.cublas import load_library
 from dnnctl.errors import KernelLaunchError
 
 # cublasLt.h: cublasLtMatmulDescAttributes_t
@@ -53,28 +51,10 @@ def epilogue_code(bias: bool, activation: str) -> int | None:
     return None if name is None else EPILOGUE[name]
 
 
-def _candidates() -> list[str]:
-    names = ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
-    spec = importlib.util.find_spec("nvidia")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cu13/lib", "cublas/lib", "cu12/lib"):
-            names += sorted(glob.glob(os.path.join(root, sub, "libcublasLt.so*")), reverse=True)
-    return names
-
-
 @functools.cache
 def _library() -> Any:
-    """The loaded libcublasLt (CuPy's cuBLAS first, which links it), or None."""
-    try:
-        from cupy_backends.cuda.libs import cublas as _linked  # noqa: F401 - loads libcublas
-    except Exception:  # noqa: BLE001 - no CuPy: the wheels / system copy below
-        pass
-    for name in _candidates():
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    return None
+    """The loaded libcublasLt (:func:`dnnctl.backends.cublas.load_library`), or None."""
+    return load_library("libcublasLt")
 
 
 def available() -> bool:

@@ -67,13 +67,17 @@ def current_stream() -> int:
         return 0
 
 
+def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
+    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+
+
 def scratch(shape: int | tuple[int, ...], dtype: Any) -> Any:
     """A per-call device buffer (CuPy array) from the caller's allocator.
 
     For a torch caller the memory comes from torch's caching allocator (so it is ordered on
     torch's stream and, under CUDA-graph capture, lives in the graph's pool); otherwise from
     CuPy's pool (or NumPy, where the CPU emulator stands in for CuPy)."""
-    shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    shp = _shape(shape)
     alloc = STATE.alloc
     if alloc is not None:
         return alloc(shp, np.dtype(dtype))
@@ -88,8 +92,7 @@ def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
     CuPy view made over it), else :func:`scratch`."""
     raw = STATE.raw
     if raw is not None:
-        shp = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        return raw(shp, np.dtype(dtype))
+        return raw(_shape(shape), np.dtype(dtype))
     return scratch(shape, dtype)
 
 
@@ -116,13 +119,13 @@ def _none_ptr(a: Any) -> int:
 
 _PTR: dict[type, Callable[[Any], int]] = {type(None): _none_ptr, np.ndarray: _numpy_ptr,
                                           int: int, bool: int}
-_PTR[bytes] = lambda a: a  # a by-value struct argument (a TMA tensor map)
 
 
 def _same(a: Any) -> Any:
     return a
 
 
+_PTR[bytes] = _same  # a by-value struct argument (a TMA tensor map) packs as it is
 for _scalar in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
                 np.uint64, np.float32, np.float64, float):
     _PTR[_scalar] = _same  # scalars pass as they are (packed by their dtype)
@@ -195,7 +198,7 @@ class _LazyLaunch:
 _LAUNCH: Any = _LazyLaunch()
 _UNSET: Any = object()
 # call_ints passes every argument in a 64-bit slot: right for the x86-64 and AArch64 ABIs
-_INT_ABI = platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
+INT_ABI = platform.machine().lower() in ("x86_64", "amd64", "aarch64", "arm64")
 _NATIVE: Any = _UNSET  # the native launcher (dnnctl.backends.native), None: ctypes
 _STREAMS: dict[int, Any] = {}
 
@@ -243,27 +246,13 @@ def _native_module() -> Any:
     return mod
 
 
-def _resolve_native() -> Any:
-    global _NATIVE
-    _NATIVE = _native_module()
-    return _NATIVE
-
-
 def native() -> Any:
-    """The native launcher module (see :mod:`dnnctl.backends.native`), or None."""
-    return _NATIVE if _NATIVE is not _UNSET else _resolve_native()
-
-
-def int_abi() -> bool:
-    """Integer arguments travel in 64-bit slots here (the native call_ints is usable)."""
-    return _INT_ABI
-
-
-def use_native(on: bool = True) -> bool:
-    """Switch the native launch path on (if it can be had) or off; True if now on."""
+    """The native launcher module (see :mod:`dnnctl.backends.native`), or None; decided on
+    the first launch of the process."""
     global _NATIVE
-    _NATIVE = _native_module() if on else None
-    return _NATIVE is not None
+    if _NATIVE is _UNSET:
+        _NATIVE = _native_module()
+    return _NATIVE
 
 
 def _arg_format(a: Any) -> str:
@@ -344,9 +333,7 @@ class Launch:
         if handle is None:  # the CPU emulator, a test recorder: call as given
             self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
             return
-        nat = _NATIVE
-        if nat is _UNSET:
-            nat = _resolve_native()
+        nat = native()
         kinds = self.kinds
         if nat is not None and (kinds is None or (kinds and len(kinds) != len(args))):
             kinds = self.kinds = _kinds(args)

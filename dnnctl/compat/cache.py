@@ -22,10 +22,6 @@ FORMAT = 1
 MAX_BYTES = 16 << 20
 
 
-def cache_dir() -> Path:
-    return cache_root()
-
-
 def _key(files: tuple[tuple[str, int, int], ...]) -> str:
     from dnnctl import _version
     from dnnctl.compat import schema
@@ -38,7 +34,7 @@ def _key(files: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def _path(files: tuple[tuple[str, int, int], ...]) -> Path:
-    return cache_dir() / f"matrix-{_key(files)}.json"
+    return cache_root() / f"matrix-{_key(files)}.json"
 
 
 def load(files: tuple[tuple[str, int, int], ...]) -> dict[str, list[Row]] | None:

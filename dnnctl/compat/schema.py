@@ -107,7 +107,7 @@ def row_key(table: str, row: dict[str, Any]) -> tuple[str, ...]:
 def _norm_key(value: Any) -> str:
     text = str(value).strip().lower()
     if re.fullmatch(r"\d+(\.\d+)*", text):  # "12.0" and "12" are the same release
-        return ".".join(map(str, Version.parse(text)._key()))
+        return ".".join(map(str, Version.parse(text).key))
     return re.sub(r"\s+", "", text)
 
 

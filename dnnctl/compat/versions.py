@@ -67,9 +67,6 @@ class Version:
         except UsageError:
             return None
 
-    def _key(self) -> tuple[int, ...]:
-        return self.key
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Version) and self.key == other.key
 

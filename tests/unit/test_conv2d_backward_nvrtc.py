@@ -5,10 +5,9 @@ defines build() produces (sm_90a, as the cupy backend compiles; skipped without 
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
-import pytest
+from _nvrtc_helpers import BuildRecorder, nvrtc
 
 from dnnctl.backends import registry as base
 from dnnctl.backends.base import DeviceInfo
@@ -30,45 +29,9 @@ SHAPES = [
 ]
 
 
-class _Recorder:
-    """The cupy backend and the conv2d runtime, recording (source, defines) of every build."""
-
-    xp = np
-
-    def __init__(self):
-        self.builds: set[tuple[str, tuple]] = set()
-
-    def compile_module(self, source, *, defines=None, **_):
-        self.builds.add((source, tuple(sorted((defines or {}).items()))))
-        return self
-
-    def function(self, source, defines, name):
-        self.builds.add((source, tuple(sorted(defines.items()))))
-        return lambda *a, **k: None
-
-    def get_function(self, name):
-        return type("F", (), {"max_dynamic_shared_size_bytes": 0})()
-
-    def fft_plan(self, *args):
-        return args
-
-
-def _nvrtc():
-    sys.path.insert(0, str(kernels_dir().parent))
-    try:
-        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
-    except ImportError:
-        pytest.skip("tools/nvrtc_check.py not available (installed wheel)")
-    try:
-        _libnvrtc()
-    except SystemExit:
-        pytest.skip("libnvrtc not installed")
-    return nvrtc_compile
-
-
 def test_backward_builds_compile_with_nvrtc(monkeypatch):
-    nvrtc_compile = _nvrtc()
-    rec = _Recorder()
+    nvrtc_compile = nvrtc()
+    rec = BuildRecorder()
     monkeypatch.setitem(base._BACKENDS, "cupy", rec)
     names = [v.name for v in variants("conv2d", "cupy") if "forward" not in v.passes]
     built = set()

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from _nvrtc_helpers import BuildRecorder, nvrtc
 
 from dnnctl.backends import registry as base
 from dnnctl.backends.base import DeviceInfo
@@ -123,39 +123,6 @@ def test_gather_fit_mirrors_the_kernel():
         v.build(p, bad, H200)
 
 
-class _Recorder:
-    """The cupy backend and the conv2d runtime, recording (source, defines) of every build."""
-
-    import numpy as xp
-
-    def __init__(self):
-        self.builds: set[tuple[str, tuple]] = set()
-
-    def compile_module(self, source, *, defines=None, **_):
-        self.builds.add((source, tuple(sorted((defines or {}).items()))))
-        return self
-
-    def function(self, source, defines, name):
-        self.builds.add((source, tuple(sorted(defines.items()))))
-        return lambda *a, **k: None
-
-    def get_function(self, name):
-        return type("F", (), {"max_dynamic_shared_size_bytes": 0})()
-
-
-def _nvrtc():
-    sys.path.insert(0, str(kernels_dir().parent))
-    try:
-        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
-    except ImportError:
-        pytest.skip("tools/nvrtc_check.py not available (installed wheel)")
-    try:
-        _libnvrtc()
-    except SystemExit:
-        pytest.skip("libnvrtc not installed")
-    return nvrtc_compile
-
-
 def _opts(defs: tuple) -> list[str]:
     return ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}",
             f"-I{os.environ.get('CUDA_HOME', '/usr/local/cuda')}/include",
@@ -171,11 +138,11 @@ H200_FAILURE = (("DNNCTL_DTYPE", 0), ("EPI_OUT", 1), ("EPI_PAIR", 0), ("GEMM_BK"
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_wgrad_gemm_parameter_set_compiles(dtype, monkeypatch):
-    nvrtc_compile = _nvrtc()
+    nvrtc_compile = nvrtc()
     src = kernels_dir() / "conv2d" / "wgrad_implicit_gemm.cu"
     ok, log = nvrtc_compile(src, _opts(H200_FAILURE), [])
     assert not ok and "column slots must map to threads" in log  # the check has teeth
-    rec = _Recorder()
+    rec = BuildRecorder()
     monkeypatch.setitem(base._BACKENDS, "cupy", rec)
     sets = 0
     with _cuda.use_runtime(rec):
