@@ -16,7 +16,9 @@ _PUBLIC: dict[str, str] = {
     **{n: "dnnctl.ops.activation" for n in (
         "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh")},
     **{n: "dnnctl.ops.softmax" for n in ("softmax", "log_softmax")},
-    **{n: "dnnctl.ops.norm" for n in ("layer_norm", "rms_norm", "batch_norm", "group_norm")},
+    **{n: "dnnctl.ops.rownorm" for n in ("layer_norm", "rms_norm")},
+    "batch_norm": "dnnctl.ops.batch_norm",
+    "group_norm": "dnnctl.ops.group_norm",
     **{n: "dnnctl.ops.pool" for n in (
         "max_pool2d", "avg_pool2d", "global_avg_pool2d")},
     "conv2d": "dnnctl.ops.conv2d",
@@ -27,9 +29,11 @@ _PUBLIC: dict[str, str] = {
     "matmul_backward": "dnnctl.ops.matmul.backward",
     # backward (training) functions
     **{n: "dnnctl.ops.softmax" for n in ("softmax_backward", "log_softmax_backward")},
-    **{n: "dnnctl.ops.norm.grad" for n in (
-        "layer_norm_backward", "rms_norm_backward", "batch_norm_backward",
-        "group_norm_backward", "layer_norm_with_stats", "rms_norm_with_stats")},
+    **{n: "dnnctl.ops.rownorm" for n in (
+        "layer_norm_backward", "rms_norm_backward", "layer_norm_with_stats",
+        "rms_norm_with_stats")},
+    "batch_norm_backward": "dnnctl.ops.batch_norm",
+    "group_norm_backward": "dnnctl.ops.group_norm",
     **{n: "dnnctl.ops.activation" for n in (
         "activation_backward", "relu_backward", "leaky_relu_backward", "gelu_backward",
         "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward")},
@@ -49,7 +53,8 @@ class _CallableModule(types.ModuleType):
 def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
     """Let module ``module_name`` be called as ``fn``.
 
-    ``dnnctl.ops.softmax``, ``.conv2d``, ``.matmul`` and ``.attention`` name both a submodule and a public
+    ``dnnctl.ops.softmax``, ``.batch_norm``, ``.group_norm``, ``.conv2d``, ``.matmul`` and
+    ``.attention`` name both a submodule and a public
     function; importing the submodule binds the module on this package (Python does that for
     every submodule), so the module itself must behave as the function."""
     mod = sys.modules[module_name]

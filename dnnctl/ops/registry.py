@@ -12,7 +12,9 @@ from dnnctl.ops.base import Op, Variant
 OP_MODULES: tuple[str, ...] = (
     "dnnctl.ops.activation",
     "dnnctl.ops.softmax",
-    "dnnctl.ops.norm",
+    "dnnctl.ops.batch_norm",
+    "dnnctl.ops.group_norm",
+    "dnnctl.ops.rownorm",
     "dnnctl.ops.pool",
     "dnnctl.ops.conv2d",
     "dnnctl.ops.matmul",

@@ -60,7 +60,7 @@ def test_backward_functions_match_torch_autograd(dtype: str) -> None:
     def randn(*shape: int, scale: float = 1.0) -> Any:
         return (torch.randn(*shape, device="cuda", generator=gen) * scale).to(dt)
 
-    from dnnctl.ops.norm.backward import row_stats, rownorm_dx_scale
+    from dnnctl.ops.rownorm.backward import row_stats, rownorm_dx_scale
     from dnnctl.ops.softmax.backward import softmax_dx_scale
 
     tol = TOL[dtype]

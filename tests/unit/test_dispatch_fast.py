@@ -253,10 +253,10 @@ def test_flat_io_kernels_are_marked() -> None:
     """Kernel classes that read only pointers say so (the fast path skips reshapes)."""
     from dnnctl.ops._memory_rows import RowKernel
     from dnnctl.ops.activation.cuda_variants import _ActKernel
+    from dnnctl.ops.batch_norm.cuda_exact import _ExactKernel, _StreamKernel
+    from dnnctl.ops.batch_norm.cuda_variants import _BnKernel
+    from dnnctl.ops.group_norm.cuda_variants import _GnKernel
     from dnnctl.ops.matmul.gemm_launch import GemmKernel
-    from dnnctl.ops.norm.batchnorm import _BnKernel
-    from dnnctl.ops.norm.bn_exact import _ExactKernel, _StreamKernel
-    from dnnctl.ops.norm.groupnorm import _GnKernel
     from dnnctl.ops.pool.gap import _GapKernel
     from dnnctl.ops.pool.pool2d import _PoolKernel
     from dnnctl.ops.pool.tiled import _TileKernel

@@ -69,7 +69,7 @@ def _saved(op_name: str, problem: Any, fwd: dict[str, np.ndarray],
     if op_name == "softmax":
         return {"y": op.reference(problem, fwd, attrs)["y"]}
     if op_name in ("layer_norm", "rms_norm"):
-        from dnnctl.ops.norm.backward import row_stats
+        from dnnctl.ops.rownorm.backward import row_stats
 
         mean, rstd = row_stats(x, attrs["eps"], op_name == "rms_norm")
         out = {"x": x, "rstd": rstd}
@@ -80,7 +80,7 @@ def _saved(op_name: str, problem: Any, fwd: dict[str, np.ndarray],
         ref = op.reference(problem, fwd, attrs)
         return {"x": x, "save_mean": ref["save_mean"], "save_invstd": ref["save_invstd"]}
     if op_name == "group_norm":
-        from dnnctl.ops.norm.gn_backward import gn_stats
+        from dnnctl.ops.group_norm.backward import gn_stats
 
         mean, rstd = gn_stats(problem, x, attrs["eps"])
         return {"x": x, "mean": mean, "rstd": rstd}

@@ -448,14 +448,14 @@ def test_norm_backward_dx_keeps_an_offset_channel_accurate(emu: Any, op_name: st
     ins["x"] = (ins["x"] + np.float32(1e3)).astype(np.float32)
     stats = ("save_mean", "save_invstd") if op_name == "batch_norm" else ("mean", "rstd")
     if op_name == "batch_norm":
-        from dnnctl.ops.norm import _spatial as sp
+        from dnnctl.ops import _spatial_norm as sp
 
         xf = ins["x"].astype(np.float64)
         axes = sp.reduce_axes(problem)
         mean = xf.mean(axis=axes)
         var = np.square(xf - mean.reshape(sp.channel_shape(problem))).mean(axis=axes)
     else:
-        from dnnctl.ops.norm.gn_backward import gn_stats
+        from dnnctl.ops.group_norm.backward import gn_stats
 
         mean, rstd = gn_stats(problem, ins["x"], op.attrs["eps"])
         var = 1 / rstd**2 - op.attrs["eps"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops._spatial_norm import tensor_shape
 from dnnctl.ops.base import (
     SUPPORTED,
     Choice,
@@ -33,7 +34,6 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.norm._spatial import tensor_shape
 from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 

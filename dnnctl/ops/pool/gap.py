@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
 from dnnctl.ops.base import (
     DTYPES,
     SUPPORTED,
@@ -29,7 +30,6 @@ from dnnctl.ops.base import (
     dtype_size,
     unsupported,
 )
-from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.pool.gap_backward import GAP_BACKWARD
 from dnnctl.ops.registry import register_op, register_variant

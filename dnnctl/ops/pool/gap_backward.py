@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops._spatial_norm import tensor_shape
 from dnnctl.ops.base import (
     SUPPORTED,
     Choice,
@@ -23,7 +24,6 @@ from dnnctl.ops.base import (
     Variant,
     dtype_size,
 )
-from dnnctl.ops.norm._spatial import tensor_shape
 from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 

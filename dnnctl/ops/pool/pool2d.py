@@ -19,6 +19,7 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, tensor_shape
 from dnnctl.ops.base import (
     DTYPES,
     SUPPORTED,
@@ -33,7 +34,6 @@ from dnnctl.ops.base import (
     dtype_size,
     unsupported,
 )
-from dnnctl.ops.norm._spatial import SPATIAL_FIELDS, tensor_shape
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.pool import backward as bw
 from dnnctl.ops.pool.geometry import avg_divisor, out_hw, out_shape, out_size  # noqa: F401

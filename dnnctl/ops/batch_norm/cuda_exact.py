@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.norm.batchnorm import _BnCuda
+from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
 
 
@@ -75,12 +75,7 @@ class BnInferExact(_BnCuda):
                             min(16, palign), mc.index_scalar(n, itype))
 
 
-
 # ----------------------------------------------------------------------------- training
-
-
-def _pad4(n: int) -> int:
-    return -(-n // 4) * 4  # floats: 16-byte aligned offsets in the workspace
 
 
 class _StreamKernel:
@@ -117,8 +112,8 @@ class BnTrainStream(_BnCuda):
                sms: int) -> tuple[int, int, int]:
         """(splits, float offset of the mean, of the scale) in the workspace."""
         splits = sp.stats_splits(problem, params["block"], vec, params["waves"], sms)
-        start = _pad4(3 * problem["c"] * splits)
-        return splits, start, start + _pad4(problem["c"])
+        start = sp.pad4(3 * problem["c"] * splits)
+        return splits, start, start + sp.pad4(problem["c"])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         _, _, scale = self.layout(problem, params, params["vec"], 132)

@@ -13,7 +13,8 @@ from typing import Any
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.norm.groupnorm import _GnCuda, _GnKernel, gn_vec_ok
+from dnnctl.ops.group_norm.cuda_variants import _GnCuda, _GnKernel
+from dnnctl.ops.group_norm.op import gn_vec_ok
 from dnnctl.ops.registry import register_variant
 
 

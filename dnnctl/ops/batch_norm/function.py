@@ -1,7 +1,5 @@
-"""Normalizations: layer_norm, rms_norm (rows), batch_norm, group_norm (N, C, H, W).
-
-Importing this package registers the ops ``layer_norm``, ``rms_norm``, ``batch_norm`` and
-``group_norm`` and their variants; the public functions below dispatch through the plan.
+"""The public batch_norm call (``dnnctl.ops.batch_norm``): arrays -> problem key -> plan
+-> variant.
 """
 
 from __future__ import annotations
@@ -12,30 +10,8 @@ import numpy as np
 
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops._spatial_norm import affine_pair, dims_of
 from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
-from dnnctl.ops.norm import (  # noqa: F401  (registration)
-    batchnorm,
-    bn_exact,
-    bn_onepass,
-    gn_async,
-    groupnorm,
-    rownorm,
-)
-from dnnctl.ops.norm._spatial import dims_of
-from dnnctl.ops.norm.rownorm import layer_norm, rms_norm
-
-__all__ = ["batch_norm", "group_norm", "layer_norm", "rms_norm"]
-
-
-def _affine(xp: Any, weight: Any, bias: Any, c: int) -> tuple[Any, Any]:
-    """Both or neither: a missing half of an affine pair is the identity (1 or 0)."""
-    if weight is None and bias is None:
-        return None, None
-    if weight is None:
-        weight = xp.ones(c, dtype=np.float32)
-    if bias is None:
-        bias = xp.zeros(c, dtype=np.float32)
-    return weight, bias
 
 
 def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
@@ -57,7 +33,7 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
         rm = consts["running_mean"] = xp.zeros(c, dtype=np.float32)
     if rv is None:
         rv = consts["running_var"] = xp.ones(c, dtype=np.float32)
-    w2, b2 = _affine(xp, w, b, c)
+    w2, b2 = affine_pair(xp, w, b, c)
     if w is None and w2 is not None:
         consts["weight"] = w2
     if b is None and b2 is not None:
@@ -108,44 +84,3 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
     return call(_BN, (x, running_mean, running_var, weight, bias, out),
                 (bool(training), momentum, eps, layout, bool(return_stats)), plan)
 
-
-def _parse_gn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
-    x, w, b, out = arrays
-    groups, eps, layout = scalars
-    dtype = mc.float_dtype(x, "x")
-    mc.contiguous(x, "x")
-    layout = mc.check_layout(layout)
-    shape = tuple(x.shape)
-    n, c, h, wd = dims_of(shape, layout, "group_norm")
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or c % groups:
-        raise ShapeError(f"group_norm: {c} channels are not divisible into {groups!r} groups",
-                         hint="groups must be a positive int dividing the channels")
-    consts: dict[str, Any] = {}
-    w2, b2 = _affine(xp, w, b, c)
-    if w is None and w2 is not None:
-        consts["weight"] = w2
-    if b is None and b2 is not None:
-        consts["bias"] = b2
-    mc.check_vector(w2, c, "float32", "weight")
-    mc.check_vector(b2, c, "float32", "bias")
-    mc.check_out(out, shape, dtype)
-    key = {"n": n, "c": c, "h": h, "w": wd, "groups": groups, "dtype": dtype,
-           "layout": layout, "affine": w2 is not None}
-    attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0)}
-    x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
-    inputs = (("x", 0, None), ("weight", 1, None), ("bias", 2, None))
-    views = {"x": x4, "y": x4}
-    if out is not None:
-        return Parsed("group_norm", key, inputs, (), (("y", 3),), attrs, consts,
-                      3, kernel_shapes=views)
-    return Parsed("group_norm", key, inputs, (("y", shape, x.dtype),), (),
-                  attrs, consts, kernel_shapes=views, like={"y": 0})
-
-
-_GN = CallSpec("group_norm", _parse_gn)
-
-
-def group_norm(x: Any, groups: int, weight: Any = None, bias: Any = None, eps: float = 1e-5,
-               layout: str = "NCHW", plan: Any = None, *, out: Any = None) -> Any:
-    """Group normalization over (C/groups, H, W) per sample; weight / bias fp32 (C,)."""
-    return call(_GN, (x, weight, bias, out), (groups, eps, layout), plan)

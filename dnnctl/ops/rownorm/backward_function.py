@@ -1,8 +1,6 @@
-"""Public backward functions of the normalizations (and the statistics they need).
-
-Each builds the op's ``pass: backward`` key from its arrays and runs it through the plan like
-any call. Statistics the caller does not pass (``mean`` / ``rstd``) are recomputed in fp32
-from ``x`` (one extra read of x).
+"""The public row-norm gradient calls (``layer_norm_backward``, ``rms_norm_backward``) and
+the forward calls that also return the saved statistics. Statistics the caller does not
+pass (``mean`` / ``rstd``) are recomputed in fp32 from ``x`` (one extra read of x).
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ import numpy as np
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.dispatch import Bound, bind, run
-from dnnctl.ops.norm._spatial import dims_of
 
-__all__ = ["batch_norm_backward", "group_norm_backward", "layer_norm_backward",
-           "layer_norm_with_stats", "rms_norm_backward", "rms_norm_with_stats"]
+__all__ = ["layer_norm_backward", "layer_norm_with_stats", "rms_norm_backward",
+           "rms_norm_with_stats"]
 
 
 def _rows(op: str, dy: Any, x: Any) -> tuple[int, int, str]:
@@ -84,7 +81,7 @@ def layer_norm_with_stats(x: Any, weight: Any = None, bias: Any = None, eps: flo
                           plan: Any = None) -> tuple[Any, Any, Any]:
     """:func:`layer_norm` plus the statistics its backward takes: ``(y, mean, rstd)``, the
     statistics fp32 (rows,). They cost one more read of x (the forward kernels keep them)."""
-    from dnnctl.ops.norm.rownorm import layer_norm
+    from dnnctl.ops.rownorm.function import layer_norm
 
     y = layer_norm(x, weight, bias, eps, plan)
     bound = bind(x)
@@ -97,7 +94,7 @@ def layer_norm_with_stats(x: Any, weight: Any = None, bias: Any = None, eps: flo
 def rms_norm_with_stats(x: Any, weight: Any = None, eps: float = 1e-6,
                         plan: Any = None) -> tuple[Any, Any]:
     """:func:`rms_norm` plus the fp32 (rows,) ``rstd`` its backward takes."""
-    from dnnctl.ops.norm.rownorm import rms_norm
+    from dnnctl.ops.rownorm.function import rms_norm
 
     y = rms_norm(x, weight, eps, plan)
     bound = bind(x)
@@ -105,64 +102,3 @@ def rms_norm_with_stats(x: Any, weight: Any = None, eps: float = 1e-6,
     _, rstd = _row_stats(bound.backend.xp, xa, xa.size // xa.shape[-1], xa.shape[-1], eps, True)
     return y, bound.wrap(rstd)
 
-
-def _spatial(op: str, dy: Any, x: Any, layout: str) -> tuple[tuple[int, int, int, int], str]:
-    dtype = mc.float_dtype(x, "x")
-    mc.contiguous(x, "x")
-    mc.check_out(dy, tuple(x.shape), dtype, "dy")
-    return dims_of(tuple(x.shape), mc.check_layout(layout), op), dtype
-
-
-def batch_norm_backward(dy: Any, x: Any, save_mean: Any, save_invstd: Any, weight: Any = None,
-                        layout: str = "NCHW", plan: Any = None) -> tuple[Any, Any, Any]:
-    """Gradients of training-mode :func:`batch_norm` from its saved statistics (the
-    ``return_stats=True`` outputs): ``(dx, dweight, dbias)``, the last two fp32 (C,), both
-    None without a weight."""
-    bound = bind(dy, x, weight, save_mean, save_invstd)
-    ga, xa, wa, ma, sa = bound.arrays
-    layout = mc.check_layout(layout)
-    (n, c, h, w), dtype = _spatial("batch_norm_backward", ga, xa, layout)
-    for v, name in ((wa, "weight"), (ma, "save_mean"), (sa, "save_invstd")):
-        mc.check_vector(v, c, "float32", name)
-    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout, "training": True,
-           "affine": wa is not None, "pass": "backward"}
-    shape4 = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    arrays = [ga.reshape(shape4), xa.reshape(shape4), wa, ma, sa]
-    res = run("batch_norm", key, Bound(bound.backend, bound.device, arrays, bound.wrap),
-              ("dy", "x", "weight", "save_mean", "save_invstd"), {}, plan=plan)
-    dx = bound.wrap(res["dx"].reshape(xa.shape))
-    return dx, *(bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias"))
-
-
-def group_norm_backward(dy: Any, x: Any, groups: int, weight: Any = None, mean: Any = None,
-                        rstd: Any = None, eps: float = 1e-5, layout: str = "NCHW",
-                        plan: Any = None) -> tuple[Any, Any, Any]:
-    """Gradients of :func:`group_norm`: ``(dx, dweight, dbias)`` (fp32 (C,), None without a
-    weight). ``mean`` / ``rstd`` (N, groups) fp32 are recomputed when omitted."""
-    bound = bind(dy, x, weight, mean, rstd)
-    ga, xa, wa, ma, ra = bound.arrays
-    layout = mc.check_layout(layout)
-    (n, c, h, w), dtype = _spatial("group_norm_backward", ga, xa, layout)
-    groups = int(groups)
-    if groups < 1 or c % groups:
-        raise ShapeError(f"group_norm_backward: {c} channels are not divisible into {groups} "
-                         "groups")
-    mc.check_vector(wa, c, "float32", "weight")
-    shape4 = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    if ma is None or ra is None:
-        xp = bound.backend.xp
-        xf = xa.reshape(shape4).astype(np.float32)
-        xg = xf.reshape(n, groups, -1) if layout == "NCHW" else xp.moveaxis(
-            xf.reshape(n, h * w, groups, c // groups), 2, 1).reshape(n, groups, -1)
-        ma = xg.mean(axis=-1)
-        ra = (1.0 / xp.sqrt(((xg - ma[:, :, None]) ** 2).mean(axis=-1) + eps)).astype(
-            np.float32)
-        ma = ma.astype(np.float32)
-    key = {"n": n, "c": c, "h": h, "w": w, "groups": groups, "dtype": dtype, "layout": layout,
-           "affine": wa is not None, "pass": "backward"}
-    arrays = [ga.reshape(shape4), xa.reshape(shape4), wa, ma.reshape(n, groups),
-              ra.reshape(n, groups)]
-    res = run("group_norm", key, Bound(bound.backend, bound.device, arrays, bound.wrap),
-              ("dy", "x", "weight", "mean", "rstd"), {"eps": float(eps)}, plan=plan)
-    dx = bound.wrap(res["dx"].reshape(xa.shape))
-    return dx, *(bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias"))

@@ -1,5 +1,7 @@
-"""(N, C, H, W) geometry shared by batch_norm and group_norm: key fields, shapes, vector
-constraints, and the launch geometry of the batch_norm normalize / statistics kernels."""
+"""(N, C, H, W) geometry shared by batch_norm and group_norm (and the pools): key fields,
+shapes, vector constraints, the launch geometry of the batch_norm normalize / statistics
+kernels, and the call-side pieces both norms use (the affine pair default, the gradient
+calls' argument checks, workspace padding)."""
 
 from __future__ import annotations
 
@@ -161,3 +163,26 @@ class NormBwdKernel:
         go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
         go(dy, x, inputs.get("weight"), inputs[self.stats[0]], inputs[self.stats[1]], dx,
            outputs.get("dweight"), outputs.get("dbias"))
+
+
+def pad4(n: int) -> int:
+    return -(-n // 4) * 4  # floats: 16-byte aligned offsets in the workspace
+
+
+def affine_pair(xp: Any, weight: Any, bias: Any, c: int) -> tuple[Any, Any]:
+    """Both or neither: a missing half of an affine pair is the identity (1 or 0)."""
+    if weight is None and bias is None:
+        return None, None
+    if weight is None:
+        weight = xp.ones(c, dtype=np.float32)
+    if bias is None:
+        bias = xp.zeros(c, dtype=np.float32)
+    return weight, bias
+
+
+def spatial_args(op: str, dy: Any, x: Any, layout: str) -> tuple[tuple[int, int, int, int], str]:
+    """A spatial norm gradient call's (n, c, h, w) and dtype, dy checked against x."""
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    mc.check_out(dy, tuple(x.shape), dtype, "dy")
+    return dims_of(tuple(x.shape), mc.check_layout(layout), op), dtype

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.norm import _spatial as sp
-from dnnctl.ops.norm.batchnorm import _BnCuda
-from dnnctl.ops.norm.bn_exact import _pad4, _StreamKernel
+from dnnctl.ops.batch_norm.cuda_exact import _StreamKernel
+from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
 
 
@@ -64,8 +64,8 @@ class BnTrainLastBlock(_BnCuda):
                sms: int) -> tuple[int, int, int, int]:
         """(splits, tiles, float offset of the scale, of the counters) in the workspace."""
         splits, tiles = self.grid(problem, params, vec, sms)
-        scale = _pad4(2 * problem["c"] * splits)
-        return splits, tiles, scale, scale + _pad4(problem["c"])
+        scale = sp.pad4(2 * problem["c"] * splits)
+        return splits, tiles, scale, scale + sp.pad4(problem["c"])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         best = max((self.layout(problem, params, v, 132) for v in (params["vec"], 1)),

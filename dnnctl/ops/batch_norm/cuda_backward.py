@@ -1,0 +1,107 @@
+"""CUDA batch_norm backward variant ``bwd_reduce_dx``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import _spatial_norm as sp
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size
+from dnnctl.ops.registry import register_variant
+
+
+@register_variant
+class BnBwdReduceDx(Variant):
+    op = "batch_norm"
+    backend = "cupy"
+    passes = ("backward",)
+    name = "bwd_reduce_dx"
+    source = "norm/bn_backward.cu"
+    doc = ("per-(split, channel) partial sums folded by the last block of each channel tile "
+           "(parameter gradients, dx coefficients), then a vector stream for dx: two "
+           "launches, x and dy read twice")
+    params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return sp.vec_ok(problem, params["vec"])
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+    @staticmethod
+    def lanes(problem: Problem, vec: int) -> int:
+        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's)."""
+        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
+
+    def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
+             sms: int) -> tuple[int, int]:
+        """(splits, channel tiles) of the reduction kernel."""
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        block, waves = params["block"], params["waves"]
+        if problem["layout"] == "NCHW":
+            return max(1, min(mc.cdiv(sms * waves, c), mc.cdiv(n * hw // vec, block),
+                              65535)), c
+        tx = self.lanes(problem, vec)
+        tiles = mc.cdiv(c // vec, tx)
+        return max(1, min(mc.cdiv(sms * waves, tiles), mc.cdiv(n * hw, block // tx),
+                          65535)), tiles
+
+    def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
+               sms: int) -> tuple[int, int, int, int]:
+        """(splits, tiles, float offset of the coefficients, of the counters)."""
+        s, tiles = self.grid(problem, params, vec, sms)
+        coef = sp.pad4(2 * problem["c"] * s)
+        return s, tiles, coef, coef + sp.pad4(3 * problem["c"])
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 4 * max(k + t for _, t, _, k in (self.layout(problem, params, v, 132)
+                                                for v in (params["vec"], 1)))
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = params["vec"] if sp.vec_ok(problem, params["vec"]) else 1
+        vecs = tuple(dict.fromkeys((vec, 1)))
+        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
+        numel = sp.numel(problem)
+        itype = mc.index_type(numel)
+        block, nchw = params["block"], problem["layout"] == "NCHW"
+        kind = "planes" if nchw else "rows"
+        names = [f"bn_bwd_reduce_{kind}<{block},{v}>" for v in vecs]
+        names += [f"bn_bwd_dx<{block},{v},{itype}>" for v in vecs]
+        mod = mc.compile_cuda(self.source, {
+            "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
+            "LAYOUT": int(not nchw)}, names, device)
+        sms = mc.sm_count(device)
+
+        def program(v: int) -> Any:
+            s, tiles, coef_off, cnt_off = self.layout(problem, params, v, sms)
+            ws = mc.workspace(device, 4 * (cnt_off + tiles))
+            ws.fill(0)  # the counters start at zero; every call leaves them at zero
+            part, coef = ws[:2 * c * s], ws[coef_off:coef_off + 3 * c]
+            counters = ws[cnt_off:cnt_off + tiles].view(np.int32)
+            if nchw:
+                red = mc.launch(mod, f"bn_bwd_reduce_planes<{block},{v}>", (c, s), block)
+                rdims = red.consts(np.int32(n), np.int32(c), np.int32(hw))
+            else:
+                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>", (s, tiles), block,
+                                8 * block * v)
+                rdims = red.consts(np.int64(n * hw), np.int32(c))
+            nvec = numel // v
+            dx = mc.launch(mod, f"bn_bwd_dx<{block},{v},{itype}>",
+                           max(1, min(mc.cdiv(nvec, block), sms * 2048 // block * 2)), block)
+            ddims = dx.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
+
+            def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
+                   db: Any) -> None:
+                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef))
+                dx((dy, x, mean, coef, dxa, *ddims))
+
+            return go
+
+        return sp.NormBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                                  ("save_mean", "save_invstd"))
+
+
+# ----------------------------------------------------------------------------- numpy
