@@ -84,18 +84,18 @@ for st in "$@"; do
       timeout "${T:-90}" python3 benchmarks/profile_call.py --calls 1500 > "$L/profile.md" 2>&1
       grep "###" "$L/profile.md" ;;
     fixtests)  # the GPU tests of this round's fixes and new kernels
-      timeout "${T:-120}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" --timeout 100 \
-        --tb=short -rfE tests/gpu/test_gemm_hopper.py tests/gpu/test_conv_backward.py \
+      timeout -s INT -k 30 "${T:-250}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 100 --tb=short -rfE tests/gpu/test_gemm_hopper.py tests/gpu/test_conv_backward.py \
         tests/gpu/test_backward_gpu.py tests/gpu/test_doctor_live_gpu.py \
         tests/gpu/test_doctor_server.py tests/gpu/test_torch_backward_gpu.py \
         tests/gpu/test_torch_runtime.py \
         "tests/gpu/test_attention.py::test_public_function_on_cupy_and_torch" \
         > "$L/fixtests.log" 2>&1
       tail -2 "$L/fixtests.log"; grep -E "^(FAILED|ERROR)" "$L/fixtests.log" | cut -c1-150 | head -30
-      timeout "${T2:-90}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" --timeout 80 \
-        --tb=short -rfE tests/gpu/test_gemm.py tests/gpu/test_conv2d.py \
+      timeout -s INT -k 30 "${T2:-90}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 80 --tb=short -rfE tests/gpu/test_gemm.py tests/gpu/test_conv2d.py \
         tests/gpu/test_kernels_memory.py \
-        -k "cublaslt or wgmma_tma or wgrad or default or (norm and bwd)" \
+        -k "cublaslt or wgmma_tma or wgrad or default or norm" \
         > "$L/fixtests2.log" 2>&1
       tail -2 "$L/fixtests2.log"; grep -E "^(FAILED|ERROR)" "$L/fixtests2.log" | cut -c1-150 | head -30 ;;
     linear_act)
@@ -105,9 +105,23 @@ for st in "$@"; do
       timeout "${T:-110}" python3 benchmarks/bench_unseen.py --quick --budget "${B:-90}" \
         --out "$L/unseen.json" > "$L/unseen.md" 2>&1
       tail -40 "$L/unseen.md" ;;
+    diag_train)  # where a patched training step departs from eager, and where its time goes
+      timeout -s INT "${T:-150}" python3 benchmarks/diag_train.py --model "${MODEL:-resnet50}" \
+        --profile --steps "${STEPS:-20}" > "$L/diag_train.md" 2>&1
+      grep -vE "^ +(aten|cuda|void|Memcpy|Memset)" "$L/diag_train.md" | grep -v "^--" | head -70 ;;
+    torch_tests)  # the torch-path GPU tests
+      timeout -s INT -k 30 "${T:-200}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 120 --tb=short -rfE tests/gpu/test_torch_backward_gpu.py \
+        tests/gpu/test_torch_runtime.py tests/gpu/test_backward_gpu.py > "$L/torch_tests.log" 2>&1
+      tail -2 "$L/torch_tests.log"; grep -E "^(FAILED|ERROR)" "$L/torch_tests.log" | cut -c1-150 | head -30 ;;
+    norm_tests)
+      timeout -s INT -k 30 "${T:-150}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 140 --tb=short -rfE tests/gpu/test_kernels_memory.py -k "norm" \
+        > "$L/norm_tests.log" 2>&1
+      tail -2 "$L/norm_tests.log"; grep -E "^(FAILED|ERROR)" "$L/norm_tests.log" | cut -c1-150 | head -30 ;;
     train)
       timeout "${T:-80}" python3 benchmarks/bench_train.py --quick --models "${MODELS:-resnet50,vit}" \
-        --backward "${BWD:-plan}" --out "$L/train.json" > "$L/train.md" 2>&1
+        --backward "${BWD:-plan}" --steps "${STEPS:-20}" --out "$L/train.json" > "$L/train.md" 2>&1
       tail -16 "$L/train.md" ;;
     *) echo "unknown stage $st" ;;
   esac

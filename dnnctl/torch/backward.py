@@ -62,11 +62,39 @@ def _single(op: str, plan: int, x: T, make_keys: Callable[[], og.Keys],
     return None
 
 
+_ATEN = torch.ops.aten
+
+
+def _native_act_grad(fn: str, z: T, grad: T, negative_slope: float,
+                     approximate: str) -> Opt:
+    """torch's own backward kernel of the activation (one kernel, as eager autograd runs
+    it), or None where it has none for these dtypes."""
+    if grad.dtype != z.dtype:
+        return None
+    if fn == "relu":
+        return _ATEN.threshold_backward(grad, z, 0)
+    if fn == "leaky_relu":
+        return _ATEN.leaky_relu_backward(grad, z, negative_slope, False)
+    if fn == "gelu":
+        return _ATEN.gelu_backward(grad, z, approximate=approximate)
+    if fn == "silu":
+        return _ATEN.silu_backward(grad, z)
+    if fn == "sigmoid":
+        return _ATEN.sigmoid_backward(grad, torch.sigmoid(z))
+    if fn == "tanh":
+        return _ATEN.tanh_backward(grad, torch.tanh(z))
+    return None
+
+
 def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
              approximate: str = "none") -> T:
-    """d act(z) / dz * grad, computed in float32 (or z's wider dtype)."""
+    """d act(z) / dz * grad: torch's backward kernel where it has one, else computed in
+    float32 (or z's wider dtype)."""
     if fn == "none":
         return grad
+    native = _native_act_grad(fn, z, grad, negative_slope, approximate)
+    if native is not None:
+        return native
     zf, g = z.float() if z.dtype != torch.float64 else z, grad.to(torch.promote_types(
         grad.dtype, torch.float32))
     if fn == "relu":
@@ -199,6 +227,14 @@ def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
         gx, gw, gb = got
         return (gx if needs[0] else None), (gw if needs[1] else None), (
             gb if needs[2] else None)
+    if not rms and x.dtype == grad.dtype and (weight is None or weight.dtype == x.dtype):
+        # torch's own kernels: the statistics (one pass), then its fused backward
+        shape = [x.shape[-1]]
+        _, mean, rstd = _ATEN.native_layer_norm(x, shape, None, None, eps)
+        gx, gw, gb = _ATEN.native_layer_norm_backward(
+            grad, x, shape, mean, rstd, weight, bias,
+            [needs[0], weight is not None and needs[1], bias is not None and needs[2]])
+        return gx, gw, gb
     xf, g = _f(x), _f(grad)
     w = weight if weight is None else _f(weight)
     d = xf if rms else xf - xf.mean(-1, keepdim=True)
@@ -220,6 +256,9 @@ def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
                   lambda: og.softmax(grad, y, dim, log))
     if got is not None:
         return got
+    if grad.dtype == y.dtype:  # torch's own kernels
+        fn = _ATEN._log_softmax_backward_data if log else _ATEN._softmax_backward_data
+        return fn(grad, y, dim, y.dtype)
     g, yf = _f(grad), _f(y)
     if log:
         gx = g - yf.exp() * g.sum(dim, keepdim=True)
@@ -240,6 +279,20 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), (
                 gb if needs[2] else None)
+    if grad.dtype == x.dtype:
+        # torch's own kernel (as eager autograd runs it); inference passes the running
+        # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
+        mask = [needs[0], weight is not None and needs[1], bias is not None and needs[2]]
+        acc = torch.promote_types(x.dtype, torch.float32)  # the kernels' statistics dtype
+        mean, invstd = mean.to(acc), invstd.to(acc)
+        stats = (None, None, mean, invstd) if training else (
+            mean, invstd.double().pow(-2).to(acc), None, None)
+        w = weight
+        if w is None and (mask[1] or not training):
+            w = torch.ones_like(mean)
+        gx, gw, gb = _ATEN.native_batch_norm_backward(grad, x, w, *stats, training, 0.0,
+                                                      mask)
+        return gx, (gw if weight is not None and needs[1] else None), gb
     shape = (1, -1, 1, 1)
     g, xf = _f(grad), _f(x)
     xhat = (xf - mean.reshape(shape)) * invstd.reshape(shape)
@@ -264,6 +317,13 @@ def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
             return (gx if needs[0] else None), (gw if needs[1] else None), (
                 gb if needs[2] else None)
     n, c = x.shape[:2]
+    if grad.dtype == x.dtype and (weight is None or weight.dtype == x.dtype) and x.dim() >= 2:
+        xc, gc, hw = x.contiguous(), grad.contiguous(), math.prod(x.shape[2:])
+        _, mean, rstd = _ATEN.native_group_norm(xc, None, None, n, c, hw, groups, eps)
+        gx, gw, gb = _ATEN.native_group_norm_backward(
+            gc, xc, mean, rstd, weight, n, c, hw, groups,
+            [needs[0], weight is not None and needs[1], bias is not None and needs[2]])
+        return gx, gw, gb
     xf, g = _f(x).reshape(n, groups, -1), _f(grad)
     d = xf - xf.mean(-1, keepdim=True)
     rstd = torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)

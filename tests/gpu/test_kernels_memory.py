@@ -202,16 +202,25 @@ CASES = _cases()
 
 
 @pytest.fixture(scope="session")
-def cuda() -> Any:
+def cuda(request: pytest.FixtureRequest) -> Any:
+    import os
+
     import cupy
 
     from dnnctl.backends import registry as base
-    from dnnctl.ops.precompile import compile_jobs, record_builds
+    from dnnctl.ops.precompile import compile_jobs, default_workers, record_builds
 
+    # warm the cache for the cases this session runs, with this worker's share of the cores
+    chosen = {tuple(item.callspec.params[k] for k in ("op_name", "index", "variant_name"))
+              for item in request.session.items
+              if item.module is not None and item.module.__name__ == __name__
+              and hasattr(item, "callspec") and "variant_name" in item.callspec.params}
     jobs = record_builds(((get_variant(op_name, "cupy", vname), get_op(op_name).problem(
-        P[op_name][i]), params) for op_name, i, vname, params in CASES), H200)
+        P[op_name][i]), params) for op_name, i, vname, params in CASES
+        if (op_name, i, vname) in chosen), H200)
+    share = max(1, default_workers() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     try:  # a warm-up that cannot run only costs time: each case compiles for itself
-        compile_jobs(jobs)
+        compile_jobs(jobs, workers=share, timeout_s=60)
     except Exception as exc:
         print(f"[kernel cache warm-up skipped: {type(exc).__name__}: {exc}]")
     be = base.get_backend("cupy")
