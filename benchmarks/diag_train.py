@@ -168,6 +168,37 @@ def profile(args: argparse.Namespace) -> None:
                                          max_name_column_width=50))
 
 
+def cprofile(args: argparse.Namespace) -> None:
+    """The host side of patched steps, per Python function (cProfile), and who calls the
+    costliest builtins."""
+    import cProfile
+    import pstats
+
+    import dnnctl.torch as dt
+
+    cfg = bt.configs(args.tiny, args.device)[args.model]
+    tr = bt.Trainer(cfg, cfg.build(), args.device)
+    dt.patch(tr.model, None, backward=bt.backward_mode(args.backward))
+    for _ in range(3):
+        tr.step()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(5):
+        tr.step()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
+    prof.disable()
+    st = pstats.Stats(prof)
+    print(f"\n## host time of 5 patched steps (backward={args.backward}), by own time")
+    st.sort_stats("tottime").print_stats(30)
+    print("## by cumulative time")
+    st.sort_stats("cumtime").print_stats(40)
+    print("## callers of the costliest")
+    st.sort_stats("tottime").print_callers(8)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet50", choices=bt.MODELS)
@@ -195,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         trajectories(args)
     if "profile" in only and args.profile:
         profile(args)
+    if "cprofile" in only:
+        cprofile(args)
     return 0
 
 

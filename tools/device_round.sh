@@ -39,8 +39,8 @@ for st in "$@"; do
       dn plan coverage "$L/plan_rn50.yaml" resnet50 > "$L/coverage_rn50.txt" 2>&1
       dn plan show "$L/plan_rn50.yaml" > "$L/show_rn50.txt" 2>&1 ;;
     gpu_tests)  # every GPU test, several workers on one GPU (-n 16 runs out of memory)
-      timeout "${T:-320}" python3 -m pytest tests/gpu -q -p no:cacheprovider -n "${N:-10}" \
-        --timeout 200 --tb=short -rfE > "$L/gpu_tests.log" 2>&1
+      timeout -s INT -k 30 "${T:-320}" python3 -m pytest tests/gpu -q -p no:cacheprovider \
+        -n "${N:-10}" --timeout 200 --tb=short -rfE > "$L/gpu_tests.log" 2>&1
       tail -3 "$L/gpu_tests.log"; grep -E "^(FAILED|ERROR)" "$L/gpu_tests.log" | head -40 ;;
     launch)  # the run-time path's host cost per call, from torch tensors and CuPy arrays
       timeout "${T:-90}" python3 benchmarks/bench_launch.py > "$L/launch.md" 2>&1
@@ -107,7 +107,8 @@ for st in "$@"; do
       tail -40 "$L/unseen.md" ;;
     diag_train)  # where a patched training step departs from eager, and where its time goes
       timeout -s INT "${T:-150}" python3 benchmarks/diag_train.py --model "${MODEL:-resnet50}" \
-        --profile --steps "${STEPS:-20}" > "$L/diag_train.md" 2>&1
+        --profile --steps "${STEPS:-20}" --only "${ONLY:-compare,steps,profile}" \
+        --backward "${BWD:-torch}" > "$L/diag_train.md" 2>&1
       grep -vE "^ +(aten|cuda|void|Memcpy|Memset)" "$L/diag_train.md" | grep -v "^--" | head -70 ;;
     torch_tests)  # the torch-path GPU tests
       timeout -s INT -k 30 "${T:-200}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \

@@ -59,7 +59,6 @@ def test_conv2d(dtype, fmt, stride, groups, dil):
            lambda x, w, b: F.conv2d(x, w, b, stride, dil, dil, groups), (x, w, b), dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def _distinct_planes(n: int, c: int, h: int, w: int) -> torch.Tensor:
     """Each (h, w) plane a permutation of distinct small integers / 32: exact in fp16 and
     bf16, so no pooling window has a tie (a tie's gradient may go to either input)."""
@@ -68,6 +67,7 @@ def _distinct_planes(n: int, c: int, h: int, w: int) -> torch.Tensor:
     return ((perm - h * w // 2) / 32).reshape(n, c, h, w)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_memory_ops(dtype):
     x4 = _distinct_planes(4, 32, 14, 14).contiguous(memory_format=CL)
     rows = torch.randn(64, 768)
