@@ -55,11 +55,11 @@ for st in "$@"; do
     doctor_time)
       python3 -m compileall -q dnnctl  # as an installed dnnctl has its .pyc files
       TIMEFORMAT=%R
-      for i in 1 2 3 4 5 6 7; do { time python3 -m dnnctl doctor > /dev/null 2>&1; } \
+      for i in $(seq "${R:-7}"); do { time python3 -m dnnctl doctor > /dev/null 2>&1; } \
         2>> "$L/doctor_time.txt"; done
       python3 -m dnnctl doctor --timings > /dev/null 2> "$L/doctor_timings.txt"
       python3 -m dnnctl doctor --deep --timings > "$L/doctor_deep.txt" 2>&1
-      tail -7 "$L/doctor_time.txt" | tr '\n' ' '; echo; tail -30 "$L/doctor_timings.txt"
+      tail -"${R:-7}" "$L/doctor_time.txt" | tr '\n' ' '; echo; tail -30 "$L/doctor_timings.txt"
       tail -14 "$L/doctor_deep.txt" ;;
     overhead)  # host wall time per call from torch tensors vs torch itself
       timeout "${T:-60}" python3 benchmarks/bench_torch_overhead.py --quick --out "$L/overhead.json" \
