@@ -299,7 +299,10 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
 
     def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
         with below():
-            out = op.redispatch(keyset & after, *args)
+            if args[0].__class__ is plain and not modes():
+                out = eager(*args)  # plain eager tensors: the backend kernel, no redispatch
+            else:
+                out = op.redispatch(keyset & after, *args)
         # the dispatcher drops trailing arguments equal to their defaults: put them back
         setup(ctx, (*args, *defaults[len(args):]), out)
         return out
