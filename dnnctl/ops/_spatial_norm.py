@@ -41,6 +41,12 @@ def numel(problem: Problem) -> int:
     return math.prod(tensor_shape(problem))
 
 
+def affine_inputs(rng: np.random.Generator, c: int) -> dict[str, np.ndarray]:
+    """Random float32 per-channel weight (around 1) and bias (around 0) of a test problem."""
+    return {"weight": (rng.standard_normal(c) * 0.5 + 1.0).astype(np.float32),
+            "bias": (rng.standard_normal(c) * 0.2).astype(np.float32)}
+
+
 def vec_ok(problem: Problem, vec: int) -> bool:
     """A vector stays in one channel plane (NCHW) or one pixel's channel run (NHWC)."""
     if not mc.vec_fits(problem["dtype"], vec):

@@ -99,8 +99,20 @@ class _StreamKernel:
                                          np.float32(attrs.get("momentum", 0.1)))
 
 
+class _StreamBuild:
+    """build(): the variant's program at its vector width, and a scalar fallback for
+    pointers that are not aligned to it (the class gives vecs() and program())."""
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        vec = self.vecs(problem, params, device)[0]
+        fast = self.program(problem, params, vec, device)
+        safe = self.program(problem, params, 1, device)
+        palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
+        return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
+
+
 @register_variant
-class BnTrainStream(_BnCuda):
+class BnTrainStream(_StreamBuild, _BnCuda):
     name = "train_stream"
     source = "norm/bn_stream.cu"
     training = True
@@ -123,13 +135,6 @@ class BnTrainStream(_BnCuda):
         if mc.cdiv(sp.numel(problem), 128) >= 2**31:
             return unsupported("more than 2^31 blocks: use train_fused")
         return _BnCuda.supports(self, problem, device)
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = self.vecs(problem, params, device)[0]
-        fast = self.program(problem, params, vec, device)
-        safe = self.program(problem, params, 1, device)
-        palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
-        return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
 
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
                 device: Any) -> Any:

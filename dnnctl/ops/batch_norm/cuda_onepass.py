@@ -15,14 +15,14 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.batch_norm.cuda_exact import _StreamKernel
+from dnnctl.ops.base import Problem, Support, dtype_size, unsupported
+from dnnctl.ops.batch_norm.cuda_exact import _StreamBuild
 from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class BnTrainLastBlock(_BnCuda):
+class BnTrainLastBlock(_StreamBuild, _BnCuda):
     name = "train_lastblock"
     source = "norm/bn_onepass.cu"
     training = True
@@ -71,13 +71,6 @@ class BnTrainLastBlock(_BnCuda):
         best = max((self.layout(problem, params, v, 132) for v in (params["vec"], 1)),
                    key=lambda t: t[3])
         return 4 * (best[3] + best[1])
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = self.vecs(problem, params, device)[0]
-        fast = self.program(problem, params, vec, device)
-        safe = self.program(problem, params, 1, device)
-        palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
-        return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
 
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
                 device: Any) -> Any:

@@ -97,8 +97,7 @@ class BatchNormOp(Op):
                "running_mean": rng.standard_normal(c).astype(np.float32) * 0.3,
                "running_var": rng.uniform(0.5, 2.0, c).astype(np.float32)}
         if problem["affine"]:
-            out["weight"] = (rng.standard_normal(c) * 0.5 + 1.0).astype(np.float32)
-            out["bias"] = (rng.standard_normal(c) * 0.2).astype(np.float32)
+            out.update(sp.affine_inputs(rng, c))
         return out
 
     def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],

@@ -74,8 +74,7 @@ class GroupNormOp(Op):
         x = rng.standard_normal(sp.tensor_shape(problem), dtype=np.float32) * 1.5 + 0.3
         out = {"x": x.astype(np_dtype(problem["dtype"]))}
         if problem["affine"]:
-            out["weight"] = (rng.standard_normal(c) * 0.5 + 1.0).astype(np.float32)
-            out["bias"] = (rng.standard_normal(c) * 0.2).astype(np.float32)
+            out.update(sp.affine_inputs(rng, c))
         return out
 
     def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],
