@@ -160,13 +160,17 @@ def reference(cfg: Config, base: nn.Module, device: str) -> Trainer:
     return tr
 
 
-def first_grads(trainer: Trainer) -> dict[str, torch.Tensor]:
-    """The parameters' gradients of one forward + backward (no optimizer step), float64."""
+def first_grads(trainer: Trainer, losses: list[float] | None = None
+                ) -> dict[str, torch.Tensor]:
+    """The parameters' gradients of one forward + backward (no optimizer step), float64;
+    the loss is appended to ``losses`` when given."""
     trainer.opt.zero_grad(set_to_none=True)
     with trainer.autocast():
         out = trainer.model(trainer.x)
         loss = trainer.cfg.loss(out if out.dtype == torch.float64 else out.float(), trainer.y)
     loss.backward()
+    if losses is not None:
+        losses.append(loss.item())
     grads = {n: p.grad.detach().double().clone() for n, p in trainer.model.named_parameters()
              if p.grad is not None}
     trainer.opt.zero_grad(set_to_none=True)

@@ -61,17 +61,16 @@ def _capture(model: nn.Module) -> tuple[dict[str, torch.Tensor], list[Any]]:
     return outs, hooks
 
 
-def one_step(tr: bt.Trainer) -> tuple[dict[str, torch.Tensor], float]:
-    """Forward (module outputs captured) + backward, no optimizer step."""
+def one_step(tr: bt.Trainer) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
+    """(module outputs, parameter gradients, loss) of one forward + backward."""
     outs, hooks = _capture(tr.model)
-    tr.opt.zero_grad(set_to_none=True)
-    with tr.autocast():
-        out = tr.model(tr.x)
-        loss = tr.cfg.loss(out if out.dtype == torch.float64 else out.float(), tr.y)
-    loss.backward()
-    for h in hooks:
-        h.remove()
-    return outs, loss.item()
+    loss: list[float] = []
+    try:
+        grads = bt.first_grads(tr, loss)
+    finally:
+        for h in hooks:
+            h.remove()
+    return outs, grads, loss[0]
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -84,7 +83,7 @@ def compare(args: argparse.Namespace) -> None:
     report = dt.patch(ways["P"].model, None, backward=bt.backward_mode(args.backward))
     print(f"patched: {len(report.covered)} modules on dnnctl, {len(report.skipped)} skipped")
     res = {w: one_step(t) for w, t in ways.items()}
-    print("loss after one forward: " + "  ".join(f"{w} {r[1]:.6f}" for w, r in res.items()))
+    print("loss after one forward: " + "  ".join(f"{w} {r[2]:.6f}" for w, r in res.items()))
     outs = {w: r[0] for w, r in res.items()}
 
     def departs(p: float, a: float) -> bool:
@@ -111,10 +110,10 @@ def compare(args: argparse.Namespace) -> None:
             continue
         rows.append((name, _rel(r, p), _rel(r, a), f"{tuple(p.shape)} {str(p.dtype)[6:]}"))
     show("forward outputs in call order (max|x - R| / max|R|)", rows)
-    grads = {w: dict(t.model.named_parameters()) for w, t in ways.items()}
+    grads = {w: r[1] for w, r in res.items()}
     show("gradients after one backward (||g - gR|| / ||gR||)",
-         [(n, _norm_rel(p.grad, grads["P"][n].grad), _norm_rel(p.grad, grads["A"][n].grad), "")
-          for n, p in grads["R"].items()])
+         [(n, _norm_rel(g, grads["P"].get(n)), _norm_rel(g, grads["A"].get(n)), "")
+          for n, g in grads["R"].items()])
     bufs = {w: dict(t.model.named_buffers()) for w, t in ways.items()}
     show("running statistics after the forward",
          [(n, _norm_rel(b, bufs["P"][n]), _norm_rel(b, bufs["A"][n]), "")

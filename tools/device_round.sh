@@ -95,7 +95,7 @@ for st in "$@"; do
       timeout -s INT -k 30 "${T2:-90}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
         --timeout 80 --tb=short -rfE tests/gpu/test_gemm.py tests/gpu/test_conv2d.py \
         tests/gpu/test_kernels_memory.py \
-        -k "cublaslt or wgmma_tma or wgrad or default or norm" \
+        -k "cublaslt or wgmma_tma or wgrad or default or (norm and bwd)" \
         > "$L/fixtests2.log" 2>&1
       tail -2 "$L/fixtests2.log"; grep -E "^(FAILED|ERROR)" "$L/fixtests2.log" | cut -c1-150 | head -30 ;;
     linear_act)

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Field, Problem
+from dnnctl.ops.base import Field, Op, Problem, TensorSpec
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
 
 SPATIAL_FIELDS = {
     "n": Field("int", minimum=1, doc="batch"),
@@ -192,3 +193,20 @@ def spatial_args(op: str, dy: Any, x: Any, layout: str) -> tuple[tuple[int, int,
     mc.contiguous(x, "x")
     mc.check_out(dy, tuple(x.shape), dtype, "dy")
     return dims_of(tuple(x.shape), mc.check_layout(layout), op), dtype
+
+
+class SpatialNormBackward(BackwardSpec):
+    """What batch_norm's and group_norm's backward share: dx in the input's dtype, float32
+    dweight / dbias when affine, and the tolerances (dx's own scales with the dtype)."""
+
+    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        specs = {"dx": TensorSpec(tensor_shape(problem), problem["dtype"])}
+        if problem["affine"]:
+            specs["dweight"] = TensorSpec((problem["c"],), "float32")
+            specs["dbias"] = TensorSpec((problem["c"],), "float32")
+        return specs
+
+    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
+        if output != "dx":
+            return 1e-4 if problem["dtype"] == "float32" else GRAD_TOL[problem["dtype"]]
+        return GRAD_TOL[problem["dtype"]] * (5 if problem["dtype"] == "float32" else 1)

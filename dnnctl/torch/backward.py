@@ -3,13 +3,16 @@
 Each takes the forward's saved tensors and arguments plus the output gradient and returns
 the input gradients (None where not needed). ``plan`` is the op's plan handle: per backward
 problem (``pass: dgrad / wgrad / backward``, the matmul products of linear / matmul) it
-picks dnnctl's own backward kernel (:mod:`dnnctl.torch.own_grads`) or the torch formula
-here, as :func:`dnnctl.torch.grad_plan.decide` says (the handle's backward mode and plan).
-A problem dnnctl refuses runs the torch formula and is counted in ``FALLBACKS``.
+picks dnnctl's own backward kernel (:mod:`dnnctl.torch.own_grads`) or torch's path here
+(torch's own backward kernels, as eager autograd runs them; rms_norm, which torch has no
+public backward kernel for, as a float32 formula), as :func:`dnnctl.torch.grad_plan.decide`
+says (the handle's backward mode and plan). A problem dnnctl refuses runs torch's path and
+is counted in ``FALLBACKS``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -65,62 +68,43 @@ def _single(op: str, plan: int, x: T, make_keys: Callable[[], og.Keys],
 _ATEN = torch.ops.aten
 
 
-def _native_act_grad(fn: str, z: T, grad: T, negative_slope: float,
-                     approximate: str) -> Opt:
-    """torch's own backward kernel of the activation (one kernel, as eager autograd runs
-    it), or None where it has none for these dtypes."""
-    if grad.dtype != z.dtype:
-        return None
-    if fn == "relu":
-        return _ATEN.threshold_backward(grad, z, 0)
-    if fn == "leaky_relu":
-        return _ATEN.leaky_relu_backward(grad, z, negative_slope, False)
-    if fn == "gelu":
-        return _ATEN.gelu_backward(grad, z, approximate=approximate)
-    if fn == "silu":
-        return _ATEN.silu_backward(grad, z)
-    if fn == "sigmoid":
-        return _ATEN.sigmoid_backward(grad, torch.sigmoid(z))
-    if fn == "tanh":
-        return _ATEN.tanh_backward(grad, torch.tanh(z))
-    return None
+def _common(*tensors: Opt) -> torch.dtype:
+    """The widest floating dtype of the given tensors (None ones left out)."""
+    return functools.reduce(torch.promote_types, (t.dtype for t in tensors if t is not None))
+
+
+def _to(t: Opt, dtype: torch.dtype) -> Opt:
+    return t if t is None else t.to(dtype)
+
+
+def _mask(needs: Sequence[bool], weight: Opt, bias: Opt) -> list[bool]:
+    """torch's output mask (dx, dweight, dbias) of a normalization backward."""
+    return [needs[0], weight is not None and needs[1], bias is not None and needs[2]]
 
 
 def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
              approximate: str = "none") -> T:
-    """d act(z) / dz * grad: torch's backward kernel where it has one, else computed in
-    float32 (or z's wider dtype)."""
+    """d act(z) / dz * grad by torch's own backward kernel (as eager autograd runs it), in
+    the wider of z's and grad's dtypes, returned in grad's."""
     if fn == "none":
         return grad
-    native = _native_act_grad(fn, z, grad, negative_slope, approximate)
-    if native is not None:
-        return native
-    zf, g = z.float() if z.dtype != torch.float64 else z, grad.to(torch.promote_types(
-        grad.dtype, torch.float32))
+    dt = _common(z, grad)
+    g, zz = grad.to(dt), z.to(dt)
     if fn == "relu":
-        d = (zf > 0).to(zf.dtype)
+        out = _ATEN.threshold_backward(g, zz, 0)
     elif fn == "leaky_relu":
-        d = torch.where(zf > 0, 1.0, negative_slope).to(zf.dtype)
-    elif fn == "gelu" and approximate == "tanh":
-        k = math.sqrt(2.0 / math.pi)
-        u = k * (zf + 0.044715 * zf ** 3)
-        t = torch.tanh(u)
-        d = 0.5 * (1 + t) + 0.5 * zf * (1 - t * t) * k * (1 + 3 * 0.044715 * zf * zf)
+        out = _ATEN.leaky_relu_backward(g, zz, negative_slope, False)
     elif fn == "gelu":
-        cdf = 0.5 * torch.erfc(-zf / math.sqrt(2.0))
-        d = cdf + zf * torch.exp(-0.5 * zf * zf) / math.sqrt(2.0 * math.pi)
+        out = _ATEN.gelu_backward(g, zz, approximate=approximate)
     elif fn == "silu":
-        s = torch.sigmoid(zf)
-        d = s * (1 + zf * (1 - s))
+        out = _ATEN.silu_backward(g, zz)
     elif fn == "sigmoid":
-        s = torch.sigmoid(zf)
-        d = s * (1 - s)
+        out = _ATEN.sigmoid_backward(g, torch.sigmoid(zz))
     elif fn == "tanh":
-        t = torch.tanh(zf)
-        d = 1 - t * t
+        out = _ATEN.tanh_backward(g, torch.tanh(zz))
     else:
         raise ValueError(f"no gradient for activation {fn!r}")
-    return (g * d).to(grad.dtype)
+    return out.to(grad.dtype)
 
 
 def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
@@ -204,14 +188,6 @@ def matmul(grad: T, a: T, b: T, needs: Sequence[bool], plan: int = 0) -> tuple[O
     return ga, gb
 
 
-def _normalized_grad(g: T, xhat: T, rstd: T, w: Opt, dims: tuple[int, ...],
-                     wshape: Sequence[int]) -> T:
-    """dL/dx of y = xhat * w (+ b), xhat = (x - mean) * rstd with statistics over ``dims``."""
-    dxhat = g if w is None else g * w.reshape(wshape)
-    return rstd * (dxhat - dxhat.mean(dims, keepdim=True)
-                   - xhat * (dxhat * xhat).mean(dims, keepdim=True))
-
-
 def _f(t: T) -> T:
     return t if t.dtype == torch.float64 else t.float()
 
@@ -227,28 +203,23 @@ def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
         gx, gw, gb = got
         return (gx if needs[0] else None), (gw if needs[1] else None), (
             gb if needs[2] else None)
-    if not rms and x.dtype == grad.dtype and (weight is None or weight.dtype == x.dtype):
-        # torch's own kernels: the statistics (one pass), then its fused backward
-        shape = [x.shape[-1]]
-        _, mean, rstd = _ATEN.native_layer_norm(x, shape, None, None, eps)
+    if not rms:  # torch's own kernels: the statistics (one pass), then its fused backward
+        dt, shape = _common(x, grad, weight, bias), [x.shape[-1]]
+        xd = x.to(dt)
+        _, mean, rstd = _ATEN.native_layer_norm(xd, shape, None, None, eps)
         gx, gw, gb = _ATEN.native_layer_norm_backward(
-            grad, x, shape, mean, rstd, weight, bias,
-            [needs[0], weight is not None and needs[1], bias is not None and needs[2]])
-        return gx, gw, gb
-    xf, g = _f(x), _f(grad)
+            grad.to(dt), xd, shape, mean, rstd, _to(weight, dt), _to(bias, dt),
+            _mask(needs, weight, bias))
+        return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)
+    xf, g = _f(x), _f(grad)  # rms_norm: y = x * rstd(x), no mean
     w = weight if weight is None else _f(weight)
-    d = xf if rms else xf - xf.mean(-1, keepdim=True)
-    rstd = torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)
-    xhat = d * rstd
-    if rms:  # no mean: y = x * rstd(x)
-        dxhat = g if w is None else g * w
-        gx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-    else:
-        gx = _normalized_grad(g, xhat, rstd, w, (-1,), (-1,))
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    xhat = xf * rstd
+    dxhat = g if w is None else g * w
+    gx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
     lead = tuple(range(x.dim() - 1))
     gw = (g * xhat).sum(lead).to(weight.dtype) if weight is not None and needs[1] else None
-    gb = g.sum(lead).to(bias.dtype) if bias is not None and needs[2] else None
-    return (gx.to(x.dtype) if needs[0] else None), gw, gb
+    return (gx.to(x.dtype) if needs[0] else None), gw, None
 
 
 def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
@@ -256,15 +227,9 @@ def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
                   lambda: og.softmax(grad, y, dim, log))
     if got is not None:
         return got
-    if grad.dtype == y.dtype:  # torch's own kernels
-        fn = _ATEN._log_softmax_backward_data if log else _ATEN._softmax_backward_data
-        return fn(grad, y, dim, y.dtype)
-    g, yf = _f(grad), _f(y)
-    if log:
-        gx = g - yf.exp() * g.sum(dim, keepdim=True)
-    else:
-        gx = yf * (g - (g * yf).sum(dim, keepdim=True))
-    return gx.to(y.dtype)
+    dt = _common(grad, y)  # torch's own kernels
+    fn = _ATEN._log_softmax_backward_data if log else _ATEN._softmax_backward_data
+    return fn(grad.to(dt), y.to(dt), dim, dt).to(y.dtype)
 
 
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
@@ -279,31 +244,18 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), (
                 gb if needs[2] else None)
-    if grad.dtype == x.dtype:
-        # torch's own kernel (as eager autograd runs it); inference passes the running
-        # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
-        mask = [needs[0], weight is not None and needs[1], bias is not None and needs[2]]
-        acc = torch.promote_types(x.dtype, torch.float32)  # the kernels' statistics dtype
-        mean, invstd = mean.to(acc), invstd.to(acc)
-        stats = (None, None, mean, invstd) if training else (
-            mean, invstd.double().pow(-2).to(acc), None, None)
-        w = weight
-        if w is None and (mask[1] or not training):
-            w = torch.ones_like(mean)
-        gx, gw, gb = _ATEN.native_batch_norm_backward(grad, x, w, *stats, training, 0.0,
-                                                      mask)
-        return gx, (gw if weight is not None and needs[1] else None), gb
-    shape = (1, -1, 1, 1)
-    g, xf = _f(grad), _f(x)
-    xhat = (xf - mean.reshape(shape)) * invstd.reshape(shape)
-    w = None if weight is None else _f(weight)
-    if training:
-        gx = _normalized_grad(g, xhat, invstd.reshape(shape), w, (0, 2, 3), shape)
-    else:
-        gx = g * invstd.reshape(shape) * (1 if w is None else w.reshape(shape))
-    gw = (g * xhat).sum((0, 2, 3)).to(weight.dtype) if weight is not None and needs[1] else None
-    gb = g.sum((0, 2, 3)).to(bias.dtype) if bias is not None and needs[2] else None
-    return (gx.to(x.dtype) if needs[0] else None), gw, gb
+    # torch's own kernel (as eager autograd runs it), in the wider of x's and grad's dtypes
+    # with float32 (or wider) parameters and statistics; inference passes the running
+    # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
+    dt = _common(x, grad)
+    acc = torch.promote_types(dt, torch.float32)
+    mean, invstd = mean.to(acc), invstd.to(acc)
+    stats = (None, None, mean, invstd) if training else (
+        mean, invstd.double().pow(-2).to(acc), None, None)
+    w = _to(weight, acc) if weight is not None or training else torch.ones_cast(mean)
+    gx, gw, gb = _ATEN.native_batch_norm_backward(grad.to(dt), x.to(dt), w, *stats, training,
+                                                  0.0, _mask(needs, weight, bias))
+    return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)
 
 
 def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
@@ -316,27 +268,14 @@ def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), (
                 gb if needs[2] else None)
-    n, c = x.shape[:2]
-    if grad.dtype == x.dtype and (weight is None or weight.dtype == x.dtype) and x.dim() >= 2:
-        xc, gc, hw = x.contiguous(), grad.contiguous(), math.prod(x.shape[2:])
-        _, mean, rstd = _ATEN.native_group_norm(xc, None, None, n, c, hw, groups, eps)
-        gx, gw, gb = _ATEN.native_group_norm_backward(
-            gc, xc, mean, rstd, weight, n, c, hw, groups,
-            [needs[0], weight is not None and needs[1], bias is not None and needs[2]])
-        return gx, gw, gb
-    xf, g = _f(x).reshape(n, groups, -1), _f(grad)
-    d = xf - xf.mean(-1, keepdim=True)
-    rstd = torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)
-    xhat = d * rstd
-    wshape = (1, c) + (1,) * (x.dim() - 2)
-    dxhat = g if weight is None else g * _f(weight).reshape(wshape)
-    dxg = dxhat.reshape(n, groups, -1)
-    gx = rstd * (dxg - dxg.mean(-1, keepdim=True) - xhat * (dxg * xhat).mean(-1, keepdim=True))
-    red = (0,) + tuple(range(2, x.dim()))
-    xh = xhat.reshape(x.shape)
-    gw = (g * xh).sum(red).to(weight.dtype) if weight is not None and needs[1] else None
-    gb = g.sum(red).to(bias.dtype) if bias is not None and needs[2] else None
-    return (gx.reshape(x.shape).to(x.dtype) if needs[0] else None), gw, gb
+    n, c = x.shape[:2]  # torch's own kernels, in the widest dtype of the tensors
+    dt = _common(x, grad, weight)
+    xc, hw = x.to(dt).contiguous(), math.prod(x.shape[2:])
+    _, mean, rstd = _ATEN.native_group_norm(xc, None, None, n, c, hw, groups, eps)
+    gx, gw, gb = _ATEN.native_group_norm_backward(
+        grad.to(dt).contiguous(), xc, mean, rstd, _to(weight, dt), n, c, hw, groups,
+        _mask(needs, weight, bias))
+    return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)
 
 
 def max_pool2d(grad: T, x: T, kernel: Sequence[int], stride: Sequence[int],

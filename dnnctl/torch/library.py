@@ -297,12 +297,16 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     modes = torch._C._len_torch_dispatch_stack
     plain = torch.Tensor
 
-    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+    def run(keyset: Any, args: tuple) -> Any:
+        """Below autograd: plain eager tensors with no mode run the eager kernel directly,
+        anything else (fake / functional tensors, modes) the redispatch."""
+        if args[0].__class__ is plain and not modes():
+            return eager(*args)
         with below():
-            if args[0].__class__ is plain and not modes():
-                out = eager(*args)  # plain eager tensors: the backend kernel, no redispatch
-            else:
-                out = op.redispatch(keyset & after, *args)
+            return op.redispatch(keyset & after, *args)
+
+    def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
+        out = run(keyset, args)  # an autograd.Function's forward runs with grad off
         # the dispatcher drops trailing arguments equal to their defaults: put them back
         setup(ctx, (*args, *defaults[len(args):]), out)
         return out
@@ -322,10 +326,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_on() and any_grad(*args):
             return fn.apply(keyset, *args)
-        if args[0].__class__ is plain and not modes():
-            return eager(*args)
-        with below():
-            return op.redispatch(keyset & after, *args)
+        return run(keyset, args)
 
     return kernel
 

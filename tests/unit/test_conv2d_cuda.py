@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import pytest
+from _nvrtc_helpers import BuildRecorder, nvrtc
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.conv2d import _cuda
@@ -185,42 +186,11 @@ def test_default_choice_on_the_gpu_by_shape():
 # ----------------------------------------------------------------------------- NVRTC
 
 
-class RecordingRuntime:
-    """Collects the (source, defines, kernel) every build() asks for."""
-
-    xp = np
-
-    def __init__(self):
-        self.builds = set()
-
-    def function(self, source, defines, name):
-        self.builds.add((source, tuple(sorted(defines.items())), name))
-        return lambda *a, **k: None
-
-    def fft_plan(self, *args):
-        return args
-
-
-def _nvrtc():
-    import sys
-
-    sys.path.insert(0, str(kernels_dir().parent))
-    try:
-        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
-    except ImportError:
-        pytest.skip("tools/nvrtc_check.py not available (installed wheel)")
-    try:
-        _libnvrtc()
-    except SystemExit:
-        pytest.skip("libnvrtc not installed")
-    return nvrtc_compile
-
-
 def test_every_kernel_build_compiles_with_nvrtc():
-    nvrtc_compile = _nvrtc()
+    nvrtc_compile = nvrtc()
     import os
 
-    rec = RecordingRuntime()
+    rec = BuildRecorder()
     picks = [(0, "float16", "NHWC"), (1, "float32", "NCHW"), (3, "bfloat16", "NHWC"),
              (3, "float32", "NCHW"), (4, "bfloat16", "NCHW")]
     with _cuda.use_runtime(rec):
@@ -230,7 +200,7 @@ def test_every_kernel_build_compiles_with_nvrtc():
                 p = problem(idx, dtype, layout)
                 if v.supports(p, H200):
                     v.build(p, default_params(v, p, H200), H200)
-    sources = {(src, defs) for src, defs, _ in rec.builds}
+    sources = rec.builds
     assert {s for s, _ in sources} >= {"conv2d/direct.cu", "conv2d/im2col.cu",
                                        "conv2d/winograd.cu", "conv2d/fft.cu",
                                        "conv2d/depthwise.cu", "conv2d/epilogue.cu"}
@@ -271,7 +241,7 @@ def test_nhwc_implicit_gemm_support_params_and_workspace():
 
 
 def test_transpose_kernel_compiles_with_nvrtc():
-    nvrtc_compile = _nvrtc()
+    nvrtc_compile = nvrtc()
     import os
 
     cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
@@ -306,10 +276,10 @@ def test_depthwise_planes_support_and_defaults():
 
 
 def test_depthwise_planes_builds_compile_with_nvrtc():
-    nvrtc_compile = _nvrtc()
+    nvrtc_compile = nvrtc()
     import os
 
-    rec = RecordingRuntime()
+    rec = BuildRecorder()
     v = get_variant("conv2d", "cupy", "depthwise_planes")
     with _cuda.use_runtime(rec):
         for p in (_dw(32, 576, 14, stride=2), _dw(2, 24, 56, dtype="float16", bias=True),
@@ -318,7 +288,7 @@ def test_depthwise_planes_builds_compile_with_nvrtc():
                 v.build(p, prm, H200)
     cuda_inc = os.environ.get("CUDA_HOME", "/usr/local/cuda") + "/include"
     assert len(rec.builds) >= 4
-    for src, defs, _ in sorted(rec.builds):
+    for src, defs in sorted(rec.builds):
         opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}",
                 f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", *(f"-D{k}={v}" for k, v in defs)]
         ok, log = nvrtc_compile(kernels_dir() / src, opts, [])

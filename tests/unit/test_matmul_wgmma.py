@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _nvrtc_helpers import nvrtc
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.matmul.gemm_launch import MATH_WGMMA, split_plan, tile_ok
@@ -164,13 +165,7 @@ def test_wgmma_kernel_on_cpu_emulator(emu, key, params):
 
 
 def test_representative_builds_compile_with_nvrtc(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))
-    try:
-        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
-
-        _libnvrtc()
-    except (ImportError, SystemExit):
-        pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
+    nvrtc_compile = nvrtc()
     import os
 
     from dnnctl.backends import registry as base

@@ -12,7 +12,7 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64, term_scale
+from dnnctl.ops.passes import f64, term_scale
 
 
 def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
@@ -44,7 +44,7 @@ def bn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray |
         return a * term_scale(dy, sdy.reshape(shape), xh * sdx.reshape(shape))
 
 
-class BatchNormBackward(BackwardSpec):
+class BatchNormBackward(sp.SpatialNormBackward):
     def check(self, op: Op, key: dict[str, Any]) -> None:
         if not key["training"]:
             raise UsageError("batch_norm: the backward pass is of training mode (batch "
@@ -57,13 +57,6 @@ class BatchNormBackward(BackwardSpec):
             specs["weight"] = TensorSpec((c,), "float32")
         specs["save_mean"] = TensorSpec((c,), "float32")
         specs["save_invstd"] = TensorSpec((c,), "float32")
-        return specs
-
-    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
-        specs = {"dx": TensorSpec(sp.tensor_shape(problem), problem["dtype"])}
-        if problem["affine"]:
-            specs["dweight"] = TensorSpec((problem["c"],), "float32")
-            specs["dbias"] = TensorSpec((problem["c"],), "float32")
         return specs
 
     def make_inputs(self, op: Op, problem: Problem,
@@ -93,11 +86,6 @@ class BatchNormBackward(BackwardSpec):
         up = f64(inputs)
         return {"dx": bn_dx_scale(problem, up["dy"], up["x"], up.get("weight"),
                                   up["save_mean"], up["save_invstd"])}
-
-    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        if output != "dx":
-            return 1e-4 if problem["dtype"] == "float32" else GRAD_TOL[problem["dtype"]]
-        return GRAD_TOL[problem["dtype"]] * (5 if problem["dtype"] == "float32" else 1)
 
     def flops(self, op: Op, problem: Problem) -> float:
         return 7.0 * sp.numel(problem)

@@ -12,7 +12,7 @@ import numpy as np
 
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64, term_scale
+from dnnctl.ops.passes import f64, term_scale
 
 
 def _grouped(problem: Problem, a: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -69,7 +69,7 @@ def gn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray |
         return (rstd.reshape(st) * term_scale(gg, s1, xh * s2)).reshape(x.shape)
 
 
-class GroupNormBackward(BackwardSpec):
+class GroupNormBackward(sp.SpatialNormBackward):
     def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         t = TensorSpec(sp.tensor_shape(problem), problem["dtype"])
         stat = TensorSpec((problem["n"], problem["groups"]), "float32")
@@ -77,13 +77,6 @@ class GroupNormBackward(BackwardSpec):
         if problem["affine"]:
             specs["weight"] = TensorSpec((problem["c"],), "float32")
         specs["mean"], specs["rstd"] = stat, stat
-        return specs
-
-    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
-        specs = {"dx": TensorSpec(sp.tensor_shape(problem), problem["dtype"])}
-        if problem["affine"]:
-            specs["dweight"] = TensorSpec((problem["c"],), "float32")
-            specs["dbias"] = TensorSpec((problem["c"],), "float32")
         return specs
 
     def make_inputs(self, op: Op, problem: Problem,
@@ -109,11 +102,6 @@ class GroupNormBackward(BackwardSpec):
         up = f64(inputs)
         return {"dx": gn_dx_scale(problem, up["dy"], up["x"], up.get("weight"), up["mean"],
                                   up["rstd"])}
-
-    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        if output != "dx":
-            return 1e-4 if problem["dtype"] == "float32" else GRAD_TOL[problem["dtype"]]
-        return GRAD_TOL[problem["dtype"]] * (5 if problem["dtype"] == "float32" else 1)
 
     def flops(self, op: Op, problem: Problem) -> float:
         return 8.0 * sp.numel(problem)
