@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Attention on the GPU: our kernels (every candidate of mma / decode verified, then the
+"""Attention on the GPU: our kernels (every candidate of mma / wgmma / decode verified, then the
 best timed) against cuDNN and FlashAttention-2 through torch, in one run.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick]
@@ -233,7 +233,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
                 ref = torch.nn.functional.scaled_dot_product_attention(
                     q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa)
         ours, label, tried, notes = _ours(op, p, dev, inputs, outputs, ref, torch, y,
-                                          ("decode", "mma"))
+                                          ("decode", "wgmma", "mma"))
         plan, plan_label, _, _ = _ours(op, p, dev, inputs, outputs, ref, torch, y,
                                        ("torch_flash", "torch_cudnn", "torch_efficient",
                                         "flash_attn"))

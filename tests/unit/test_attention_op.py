@@ -240,9 +240,17 @@ def test_public_function_errors_name_the_argument():
 # ----------------------------------------------------------------------------- heuristic
 
 
-def test_default_heuristic_is_a_small_cost_rule():
+def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
+    from dnnctl.backends import tma
+
     decode = prob(batch=8, heads_q=32, heads_kv=8, seq_q=1, seq_kv=4096, head_dim=128)
     prefill = prob(batch=4, heads_q=32, seq_q=4096, head_dim=128)
+    monkeypatch.setattr(tma, "available", lambda: True)
+    assert OP.default_choice(decode, "cupy", H200).variant == "decode"
+    assert OP.default_choice(prefill, "cupy", H200).variant == "wgmma"  # Hopper, TMA
+    paged = prob(batch=2, heads_q=8, seq_q=64, seq_kv=1024, head_dim=128, paged=64)
+    assert OP.default_choice(paged, "cupy", H200).variant == "mma"
+    monkeypatch.setattr(tma, "available", lambda: False)  # a driver without tensor maps
     assert OP.default_choice(decode, "cupy", H200).variant == "decode"
     assert OP.default_choice(prefill, "cupy", H200).variant == "mma"
     assert OP.default_choice(prefill, "cupy", A100).variant == "mma"

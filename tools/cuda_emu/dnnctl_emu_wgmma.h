@@ -16,6 +16,8 @@ void emu_wgmma_commit();
 void emu_wgmma_wait(int n);
 void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, int scale_d,
                int trans_a, int trans_b, int bf16);
+void emu_wgmma_rs(float* d, int n, const unsigned* a, unsigned long long db, int scale_d,
+                  int trans_b, int bf16);
 
 inline void fence_proxy_async() { emu_fence_proxy_async(); }
 inline void wgmma_fence() { emu_wgmma_fence(); }
@@ -30,5 +32,13 @@ inline void wgmma_async(float (&d)[N / 2], unsigned long long da, unsigned long 
   static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "emulated N");
   emu_wgmma(d, N, da, db, scale_d, TA, TB, WgIsBf16<T>::value ? 1 : 0);
 }
+
+template <int N, int TB, typename T>
+inline void wgmma_async_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db,
+                           int scale_d) {
+  static_assert(N == 64 || N == 128 || N == 256, "emulated register-A N");
+  emu_wgmma_rs(d, N, a, db, scale_d, TB, WgIsBf16<T>::value ? 1 : 0);
+}
+inline void wg_fence_reg(unsigned&) {}
 
 }  // namespace dnnctl

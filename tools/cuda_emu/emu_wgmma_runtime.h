@@ -141,4 +141,46 @@ void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, in
   f->wg_ops.push_back(std::move(op));
 }
 
+// Register-A form: the warp's 16 x 16 A slice is gathered from the four .b32 registers of
+// every lane (the m16n8k16 A fragment: lane 4 g + t holds rows g and g + 8, columns 2 t, 2 t
+// + 1 and + 8), read at issue as the hardware reads registers; B as in emu_wgmma.
+void emu_wgmma_rs(float* d, int n, const unsigned* a, unsigned long long db, int scale_d,
+                  int trans_b, int bf16) {
+  emu::Fiber* f = emu::cur;
+  if (emu::g_block_dim.x * emu::g_block_dim.y * emu::g_block_dim.z % 128)
+    emu::fail("wgmma: the block is not made of whole warpgroups");
+  if (!f->wg_fenced) emu::fail("wgmma.mma_async without wgmma.fence since the last commit");
+  emu_wg_check_desc(db, "B");
+  const int lane = f->lane;
+  unsigned* mine = (unsigned*)emu::warp_slot(lane);
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  emu::warp_barrier();
+  float av[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k) {
+      const unsigned* la = (const unsigned*)emu::warp_slot((lane / 4) * 4 + (k % 8) / 2);
+      av[h][k] = half_at(la, h + 2 * (k / 8), k % 2, bf16);
+    }
+  emu::warp_barrier();
+  emu::WgOp op;
+  op.d = d;
+  op.accumulate = scale_d != 0;
+  std::vector<float> b((size_t)(n / 4) * 16);
+  for (int i = 0; i < n / 8; ++i)
+    for (int j = 0; j < 2; ++j)
+      for (int k = 0; k < 16; ++k)
+        b[(size_t)(2 * i + j) * 16 + k] =
+            emu_wg_load(emu_wg_offset(db, trans_b != 0, 8 * i + 2 * (lane % 4) + j, k), bf16,
+                        op);
+  op.prod.assign((size_t)n / 2, 0.f);
+  for (int i = 0; i < n / 8; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < 2; ++j) {
+        float sum = 0.f;
+        for (int k = 0; k < 16; ++k) sum = fmaf(av[h][k], b[(size_t)(2 * i + j) * 16 + k], sum);
+        op.prod[(size_t)4 * i + 2 * h + j] = sum;
+      }
+  f->wg_ops.push_back(std::move(op));
+}
+
 }  // namespace dnnctl

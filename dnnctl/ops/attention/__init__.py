@@ -13,6 +13,7 @@ from dnnctl.ops.attention import (  # noqa: F401  (registration)
     cupy_variants,
     numpy_variants,
     vendor,
+    wgmma,
 )
 from dnnctl.ops.attention.function import attention, attention_backward
 from dnnctl.ops.attention.op import Attention

@@ -1,0 +1,185 @@
+"""attention ``wgmma``: our Hopper forward (kernels/attention/fwd_wgmma.cu, sm_90a).
+
+FlashAttention-3 style: one producer warpgroup issues TMA copies of the Q tile and of each
+key / value tile into a ring of shared-memory stages (separate K and V barriers, so the
+scores of a tile start before its values land); ``consumers`` warpgroups of 64 query rows
+each run both products on ``wgmma.mma_async``: S = Q K^T from shared memory, O += P V with
+P straight from the registers of S (register-A form), the softmax of tile t overlapping the
+tensor cores' P V of tile t - 1.
+
+Parameters: consumers (1-3: 64, 128 or 192 query rows per block), bn (key tile: 64 or 128),
+stages (ring depth). Covers GQA, both layouts, varlen, all three masks, sliding windows and
+softcap; head dims up to 256 (multiples of 8; chunks of 64, zero-filled by the copy engine).
+Not a paged cache (``decode`` / ``mma`` take those). A call whose q / k / v are not 16-byte
+aligned (views at odd offsets: the copy engine refuses them) runs the ``mma`` kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.backends import cuda, tma
+from dnnctl.backends.registry import get_backend
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops.attention.cupy_variants import MmaAttention, strides
+from dnnctl.ops.attention.op import CAUSAL, attn_scale, pass_of
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.matmul.wgmma import wgmma_device_ok
+from dnnctl.ops.registry import register_variant
+
+SOURCE = "attention/fwd_wgmma.cu"
+_DT = {"float16": 1, "bfloat16": 2}
+_LOG2E = 1.4426950408889634
+# Registers a consumer thread may spend on S (bn / 2), O (dvp / 2) and P (bn / 4): the
+# block's even share (255 / 168 / 128 for 1 / 2 / 3 consumers; ptxas allocates at it) less
+# ~40 for addresses and the softmax's temporaries. Measured with ptxas -v (sm_90a): 176 ->
+# 212 registers, 128 -> 157, 112 -> 153, 80 -> 110, all without spills; 160 at two
+# consumers spills and serializes the wgmma.
+_REG_BUDGET = {1: 200, 2: 128, 3: 84}
+
+
+def _chunks(d: int) -> int:
+    return -(-d // 64)
+
+
+def dv_padded(dv: int) -> int:
+    """wgmma N of O += P V: the value head dim rounded up to 64, 128 or 256."""
+    return 64 if dv <= 64 else (128 if dv <= 128 else 256)
+
+
+def wg_smem_bytes(p: Problem, params: Mapping[str, Any]) -> int:
+    """Q tile, the K and V rings, 1 + 4 x stages barriers, 1 KB alignment slack."""
+    bm, bn, st = 64 * params["consumers"], params["bn"], params["stages"]
+    kc, vc = _chunks(p["head_dim"]), dv_padded(p["head_dim_v"]) // 64
+    return 128 * (kc * bm + st * bn * (kc + vc)) + 8 * (1 + 4 * st) + 1024
+
+
+def wg_regs_ok(p: Problem, params: Mapping[str, Any]) -> bool:
+    bn = params["bn"]
+    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + bn // 4 <= _REG_BUDGET[params["consumers"]]
+
+
+def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
+    """The 3-d map of q / k / v (see the kernel's header): innermost the head dim."""
+    d = p["head_dim_v"] if name == "v" else p["head_dim"]
+    heads = p["heads_q"] if name == "q" else p["heads_kv"]
+    seq = p["seq_q"] if name == "q" else p["seq_kv"]
+    esz = tma.ELEM_BYTES[p["dtype"]]
+    if p["layout"] == "BHSD" and not p["varlen"]:
+        return tma.MapSpec(p["dtype"], (d, seq, p["batch"] * heads),
+                           (d * esz, seq * d * esz), (64, rows, 1))
+    total = seq if p["varlen"] else p["batch"] * seq
+    return tma.MapSpec(p["dtype"], (d, heads, total), (d * esz, heads * d * esz), (64, 1, rows))
+
+
+def map_specs(p: Problem, params: Mapping[str, Any]) -> dict[str, tma.MapSpec]:
+    bm = 64 * params["consumers"]
+    return {"q": _map(p, "q", bm), "k": _map(p, "k", params["bn"]),
+            "v": _map(p, "v", params["bn"])}
+
+
+def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
+    return {"DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"], "ATT_DV": p["head_dim_v"],
+            "ATT_CONS": params["consumers"], "ATT_BN": params["bn"],
+            "ATT_STAGES": params["stages"], "ATT_MASK": CAUSAL.index(p["causal"]),
+            "ATT_SOFTCAP": int(p["softcap"] > 0), "ATT_VARLEN": int(p["varlen"]),
+            "ATT_LAYOUT": int(p["layout"] != "BHSD" or p["varlen"])}
+
+
+def wg_heuristic(p: Problem) -> dict[str, Any]:
+    """128 query rows (two consumers) with the widest key tile their registers hold (128 keys
+    at value head dim 64, 64 at 128); one consumer of 64 rows at 256 or when the queries are
+    few."""
+    dvp = dv_padded(p["head_dim_v"])
+    cons = 1 if dvp > 128 or (p["seq_q"] <= 64 and not p["varlen"]) else 2
+    params = {"consumers": cons, "bn": 128 if dvp <= 64 else 64, "stages": 2}
+    return params if wg_regs_ok(p, params) else dict(params, bn=64)
+
+
+@register_variant
+class WgmmaAttention(Variant):
+    """Hopper attention forward: TMA producer, wgmma consumers, P from registers."""
+
+    op = "attention"
+    name = "wgmma"
+    backend = "cupy"
+    source = SOURCE
+    params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3)}
+    doc = ("flash attention forward for Hopper (fp16/bf16, sm_90a): TMA loads into K / V "
+           "mbarrier rings, producer + 1-3 wgmma consumer warpgroups, P fed from registers, "
+           "softmax overlapped with P V; GQA / varlen / masks / window / softcap")
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        p = problem
+        ok = wgmma_device_ok(p["dtype"], device)
+        if not ok:
+            return ok
+        if pass_of(p) != "forward":
+            return unsupported("the wgmma kernel is the forward pass (backward: mma_bwd)")
+        if p["paged"]:
+            return unsupported("a paged KV cache is read by the decode / mma kernels")
+        for f in ("head_dim", "head_dim_v"):
+            if p[f] % 8 or p[f] > 256:
+                return unsupported(f"{f}={p[f]}: TMA rows need multiples of 8 elements, "
+                                   "at most 256")
+        if max(p["seq_q"], p["seq_kv"]) * max(p["heads_q"], 1) * p["batch"] >= 2**31:
+            return unsupported("sizes must fit 32-bit coordinates")
+        if not tma.available():
+            return unsupported("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a "
+                               "CUDA 12+ driver)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024
+        if wg_smem_bytes(problem, params) > limit or not wg_regs_ok(problem, params):
+            return False
+        rows = problem["seq_q"]
+        # no block of queries twice the queries (only padding rows)
+        return params["consumers"] == 1 or 64 * params["consumers"] < 2 * -(-rows // 64) * 64
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        params = wg_heuristic(problem)
+        if self.check_params(params) is None and self.valid_params(problem, params, device):
+            return params
+        return next(iter(self.param_space(problem, device)), None)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        p = problem
+        if not self.supports(p, device) or not self.valid_params(p, params, device):
+            raise UnsupportedError(f"attention/{self.name}: {dict(params)} not legal here")
+        maps = {n: tma.MapCache(s) for n, s in map_specs(p, params).items()}
+        smem = wg_smem_bytes(p, params)
+        mod = get_backend("cupy").compile_module(SOURCE, defines=wg_defines(p, params))
+        bm = 64 * params["consumers"]
+        grid = (-(-p["seq_q"] // bm), p["heads_q"], p["batch"])
+        run = cuda.launch(mod, "attn_fwd_wgmma", grid, (128 * (params["consumers"] + 1), 1, 1),
+                          smem)
+        st = strides(p)
+        i32, i64 = np.int32, np.int64
+        ostr = tuple(i64(x) for x in st["out"])
+        lstr = (i64(st["lse"][0]), i64(st["lse"][1]))
+        shape = (i32(p["seq_q"]), i32(p["seq_kv"]), i32(p["heads_q"]),
+                 i32(p["heads_q"] // p["heads_kv"]), i32(p["window"]))
+        softcap = np.float32(p["softcap"])
+        ptr = cuda.ptr
+        fallback: list[Any] = []
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            pq, pk, pv = ptr(inputs["q"]), ptr(inputs["k"]), ptr(inputs["v"])
+            if (pq | pk | pv) & 15:  # the copy engine needs 16-byte aligned bases
+                if not fallback:
+                    mma = MmaAttention()
+                    fallback.append(mma.build(p, mma.default_params(p, device), device))
+                fallback[0](inputs, outputs, attrs)
+                return
+            scale_log2 = np.float32(attn_scale(p, attrs) * _LOG2E)
+            run((maps["q"](pq), maps["k"](pk), maps["v"](pv), outputs["out"], outputs["lse"],
+                 inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k"), *ostr, *lstr,
+                 *shape, scale_log2, softcap))
+
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        return kernel
