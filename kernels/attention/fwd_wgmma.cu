@@ -12,6 +12,9 @@
 //                     the tensor cores run P V; wait it (wait_group 0); release V stage;
 //                     rescale O by the max's correction; P_t = S_t rounded to the I/O dtype
 //       O += P_last V_last; O / rowsum stored, lse = (max + log2 rowsum) ln 2.
+//     ATT_PINGPONG: the consumers take turns to issue their products (named barrier 1 + c:
+//     "consumer c may issue", passed on round-robin after issuing), so one warpgroup's
+//     softmax runs while the other's products occupy the tensor cores.
 //     The accumulator pairs of S are the A fragment of the next product (dnnctl/wgmma.cuh,
 //     register-A form), so P never touches shared memory.
 //
@@ -37,7 +40,8 @@
 // varlen): keys past the end are masked to -inf (P = 0), queries past it are not stored.
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (multiples of 8, <= 256), ATT_CONS 1..3, ATT_BN
-// (64 | 128), ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1.
+// (64 | 128), ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1,
+// ATT_PINGPONG 0|1.
 #include <dnnctl/attention.cuh>
 #include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma.cuh>
@@ -71,6 +75,9 @@ using namespace dnnctl;
 #ifndef ATT_LAYOUT
 #define ATT_LAYOUT 0
 #endif
+#ifndef ATT_PINGPONG
+#define ATT_PINGPONG 0
+#endif
 
 #if DNNCTL_DTYPE == 0
 #error "fwd_wgmma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
@@ -87,6 +94,7 @@ constexpr int K_OFF = Q_BYTES, V_OFF = K_OFF + ST * K_BYTES, BAR_OFF = V_OFF + S
 static_assert(D % 8 == 0 && DV % 8 == 0 && D <= 256 && DV <= 256, "head dims");
 static_assert(BN == 64 || BN == 128, "key tile is one wgmma N (64 or 128)");
 static_assert(CONS >= 1 && CONS <= 3 && ST >= 2, "warpgroups and stages");
+constexpr bool PINGPONG = ATT_PINGPONG != 0 && CONS > 1;
 #if ATT_SOFTCAP
 constexpr float LOG2E = 1.4426950408889634f;
 #endif
@@ -294,11 +302,27 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       p[i] = pack2(from_float<elem_t>(s[2 * i]), from_float<elem_t>(s[2 * i + 1]));
   };
 
+  // Issue turns (ATT_PINGPONG). Every consumer has ntiles + 1 issue points; the last one's
+  // handoff from the last consumer would find no one waiting, so it is not made.
+  auto turn_wait = [&]() {
+    if constexpr (PINGPONG) named_sync(1 + cw, 256);
+  };
+  auto turn_pass = [&](bool last) {
+    if constexpr (PINGPONG) {
+      if (!(last && cw == CONS - 1)) named_arrive(1 + (cw + 1) % CONS, 256);
+    }
+  };
+
   if (ntiles > 0) {
+    if constexpr (PINGPONG) {
+      if (cw == CONS - 1) named_arrive(1, 256);  // consumer 0 issues first
+    }
     mbar_wait(q_full, 0);
     float corr[2];
     mbar_wait(k_full0, 0);
+    turn_wait();
     issue_s(0);
+    turn_pass(false);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
@@ -309,9 +333,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     for (int t = 1; t < ntiles; ++t) {
       const int st = t % ST, pst = (t - 1) % ST;
       mbar_wait(k_full0 + 8 * st, (t / ST) & 1);
-      issue_s(st);
       mbar_wait(v_full0 + 8 * pst, ((t - 1) / ST) & 1);
+      turn_wait();
+      issue_s(st);
       issue_pv(pst);
+      turn_pass(false);
       wgmma_wait<1>();
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
@@ -334,7 +360,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
     const int lst = (ntiles - 1) % ST;
     mbar_wait(v_full0 + 8 * lst, ((ntiles - 1) / ST) & 1);
+    turn_wait();
     issue_pv(lst);
+    turn_pass(true);
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);

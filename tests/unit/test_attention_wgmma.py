@@ -37,8 +37,9 @@ def _k(**kw):
     return OP.problem(dict({"batch": 1, "heads_q": 2, "dtype": "bfloat16"}, **kw))
 
 
-def _p(cons, bn, stages=2):
-    return {"consumers": cons, "bn": bn, "stages": stages}
+def _p(cons, bn, stages=2, pingpong=None):
+    pp = int(cons > 1) if pingpong is None else pingpong
+    return {"consumers": cons, "bn": bn, "stages": stages, "pingpong": pp}
 
 
 def test_rules(monkeypatch):
@@ -145,9 +146,13 @@ def emu(monkeypatch):
 EMU_CASES = [
     # GQA 2:1, odd lengths, 3 key tiles through a 2-stage ring (phases wrap), one consumer
     (dict(heads_kv=1, seq_q=37, seq_kv=150, head_dim=32), _p(1, 64)),
-    # two consumers, BSHD, bottom-right causal, softcap, fp16, rows past the sequence
+    # two consumers taking turns, BSHD, bottom-right causal, softcap, fp16, rows past the
+    # sequence
     (dict(batch=2, seq_q=70, seq_kv=90, head_dim=64, dtype="float16", layout="BSHD",
           causal="bottom_right", softcap=3.0), _p(2, 64)),
+    # three consumers taking turns over 4 key tiles; two consumers without turns
+    (dict(seq_q=150, seq_kv=250, head_dim=64), _p(3, 64, 3)),
+    (dict(seq_q=130, seq_kv=100, head_dim=32, causal="top_left"), _p(2, 128, 2, 0)),
     # varlen + GQA + top-left causal, head dim 96 (a half-empty 64-wide chunk), 3 stages
     (dict(batch=3, heads_q=4, heads_kv=2, seq_q=150, seq_kv=170, head_dim=96, layout="BSHD",
           varlen=True, causal="top_left"), _p(1, 64, 3)),

@@ -22,6 +22,7 @@ void emu_mbar_wait(unsigned bar, unsigned parity);
 void emu_mbar_arrive(unsigned bar, unsigned tx_bytes);
 void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, unsigned bar);
 void emu_named_sync(int id, int threads);
+void emu_named_arrive(int id, int threads);
 
 inline void mbar_init(unsigned bar, unsigned count) { emu_mbar_init(bar, count); }
 inline void mbar_init_fence() {}
@@ -33,6 +34,7 @@ inline void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
 }
 inline void tma_prefetch_map(const TmaMap*) {}
 inline void named_sync(int id, int threads) { emu_named_sync(id, threads); }
+inline void named_arrive(int id, int threads) { emu_named_arrive(id, threads); }
 template <int REGS>
 inline void setmaxnreg_dec() {
   static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg range");

@@ -156,16 +156,21 @@ void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, un
   b.copies.push_back(std::move(copy));
 }
 
-void emu_named_sync(int id, int threads) {
-  if (id < 1 || id > 15) emu::fail("bar.sync: named barrier id outside 1..15");
-  if (threads % 32) emu::fail("bar.sync: thread count not a multiple of 32");
+// bar.sync (wait) and bar.arrive (count, go on) share one barrier per id.
+static emu::Bar& emu_named(int id, int threads, const char* what) {
+  if (id < 1 || id > 15) emu::fail(std::string(what) + ": named barrier id outside 1..15");
+  if (threads % 32) emu::fail(std::string(what) + ": thread count not a multiple of 32");
   auto it = emu::g_named_threads.find(id);
   if (it == emu::g_named_threads.end()) {
     emu::g_named_threads[id] = threads;
   } else if (it->second != threads) {
-    emu::fail("bar.sync: thread count differs between arrivals");
+    emu::fail(std::string(what) + ": thread count differs between arrivals");
   }
-  emu::Bar& b = emu::g_named[id];
+  return emu::g_named[id];
+}
+
+void emu_named_sync(int id, int threads) {
+  emu::Bar& b = emu_named(id, threads, "bar.sync");
   const long gen = b.gen;
   ++emu::g_progress;
   if (++b.count == threads) {
@@ -174,6 +179,16 @@ void emu_named_sync(int id, int threads) {
     ++emu::g_epoch;
   } else {
     while (b.gen == gen) emu::yield();
+  }
+}
+
+void emu_named_arrive(int id, int threads) {
+  emu::Bar& b = emu_named(id, threads, "bar.arrive");
+  ++emu::g_progress;
+  if (++b.count == threads) {
+    b.count = 0;
+    ++b.gen;
+    ++emu::g_epoch;
   }
 }
 

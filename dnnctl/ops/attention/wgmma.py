@@ -8,7 +8,8 @@ P straight from the registers of S (register-A form), the softmax of tile t over
 tensor cores' P V of tile t - 1.
 
 Parameters: consumers (1-3: 64, 128 or 192 query rows per block), bn (key tile: 64 or 128),
-stages (ring depth). Covers GQA, both layouts, varlen, all three masks, sliding windows and
+stages (ring depth), pingpong (the consumers take turns to issue their products, so one's
+softmax overlaps the other's tensor-core work). Covers GQA, both layouts, varlen, all three masks, sliding windows and
 softcap; head dims up to 256 (multiples of 8; chunks of 64, zero-filled by the copy engine).
 Not a paged cache (``decode`` / ``mma`` take those). A call whose q / k / v are not 16-byte
 aligned (views at odd offsets: the copy engine refuses them) runs the ``mma`` kernel.
@@ -86,7 +87,8 @@ def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
             "ATT_CONS": params["consumers"], "ATT_BN": params["bn"],
             "ATT_STAGES": params["stages"], "ATT_MASK": CAUSAL.index(p["causal"]),
             "ATT_SOFTCAP": int(p["softcap"] > 0), "ATT_VARLEN": int(p["varlen"]),
-            "ATT_LAYOUT": int(p["layout"] != "BHSD" or p["varlen"])}
+            "ATT_LAYOUT": int(p["layout"] != "BHSD" or p["varlen"]),
+            "ATT_PINGPONG": int(params.get("pingpong", 0))}
 
 
 def wg_heuristic(p: Problem) -> dict[str, Any]:
@@ -95,7 +97,8 @@ def wg_heuristic(p: Problem) -> dict[str, Any]:
     few."""
     dvp = dv_padded(p["head_dim_v"])
     cons = 1 if dvp > 128 or (p["seq_q"] <= 64 and not p["varlen"]) else 2
-    params = {"consumers": cons, "bn": 128 if dvp <= 64 else 64, "stages": 2}
+    params = {"consumers": cons, "bn": 128 if dvp <= 64 else 64, "stages": 2,
+              "pingpong": int(cons > 1)}
     return params if wg_regs_ok(p, params) else dict(params, bn=64)
 
 
@@ -107,7 +110,7 @@ class WgmmaAttention(Variant):
     name = "wgmma"
     backend = "cupy"
     source = SOURCE
-    params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3)}
+    params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3), "pingpong": (0, 1)}
     doc = ("flash attention forward for Hopper (fp16/bf16, sm_90a): TMA loads into K / V "
            "mbarrier rings, producer + 1-3 wgmma consumer warpgroups, P fed from registers, "
            "softmax overlapped with P V; GQA / varlen / masks / window / softcap")
@@ -137,6 +140,8 @@ class WgmmaAttention(Variant):
         if wg_smem_bytes(problem, params) > limit or not wg_regs_ok(problem, params):
             return False
         rows = problem["seq_q"]
+        if params.get("pingpong") and params["consumers"] == 1:
+            return False  # turns need two consumers
         # no block of queries twice the queries (only padding rows)
         return params["consumers"] == 1 or 64 * params["consumers"] < 2 * -(-rows // 64) * 64
 
