@@ -12,6 +12,9 @@
 //                     the tensor cores run P V; wait it (wait_group 0); release V stage;
 //                     rescale O by the max's correction; P_t = S_t rounded to the I/O dtype
 //       O += P_last V_last; O / rowsum stored, lse = (max + log2 rowsum) ln 2.
+//     ATT_OVERLAP 0: one product at a time (S_t, softmax, P_t V_t, wait), so S and P are never
+//     live together: BN / 4 fewer registers, which lets 128-key tiles fit two consumers at
+//     head dim 128.
 //     ATT_PINGPONG: the consumers take turns to issue their products (named barrier 1 + c:
 //     "consumer c may issue", passed on round-robin after issuing), so one warpgroup's
 //     softmax runs while the other's products occupy the tensor cores.
@@ -41,7 +44,7 @@
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (multiples of 8, <= 256), ATT_CONS 1..3, ATT_BN
 // (64 | 128), ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1,
-// ATT_PINGPONG 0|1.
+// ATT_PINGPONG 0|1, ATT_OVERLAP 0|1.
 #include <dnnctl/attention.cuh>
 #include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma.cuh>
@@ -78,6 +81,9 @@ using namespace dnnctl;
 #ifndef ATT_PINGPONG
 #define ATT_PINGPONG 0
 #endif
+#ifndef ATT_OVERLAP
+#define ATT_OVERLAP 1
+#endif
 
 #if DNNCTL_DTYPE == 0
 #error "fwd_wgmma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
@@ -95,6 +101,7 @@ static_assert(D % 8 == 0 && DV % 8 == 0 && D <= 256 && DV <= 256, "head dims");
 static_assert(BN == 64 || BN == 128, "key tile is one wgmma N (64 or 128)");
 static_assert(CONS >= 1 && CONS <= 3 && ST >= 2, "warpgroups and stages");
 constexpr bool PINGPONG = ATT_PINGPONG != 0 && CONS > 1;
+constexpr bool OVERLAP = ATT_OVERLAP != 0;
 #if ATT_SOFTCAP
 constexpr float LOG2E = 1.4426950408889634f;
 #endif
@@ -302,7 +309,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       p[i] = pack2(from_float<elem_t>(s[2 * i]), from_float<elem_t>(s[2 * i + 1]));
   };
 
-  // Issue turns (ATT_PINGPONG). Every consumer has ntiles + 1 issue points; the last one's
+  // Issue turns (ATT_PINGPONG). Every consumer has ntiles + 1 issue points (2 ntiles without
+  // overlap); the last one's
   // handoff from the last consumer would find no one waiting, so it is not made.
   auto turn_wait = [&]() {
     if constexpr (PINGPONG) named_sync(1 + cw, 256);
@@ -313,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
   };
 
-  if (ntiles > 0) {
+  if (OVERLAP && ntiles > 0) {
     if constexpr (PINGPONG) {
       if (cw == CONS - 1) named_arrive(1, 256);  // consumer 0 issues first
     }
@@ -369,6 +377,46 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
     for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
     release(v_empty0 + 8 * lst, lane);
+  }
+
+  if (!OVERLAP && ntiles > 0) {  // one product at a time: S and P never live together
+    if constexpr (PINGPONG) {
+      if (cw == CONS - 1) named_arrive(1, 256);  // consumer 0 issues first
+    }
+    mbar_wait(q_full, 0);
+    float corr[2];
+#pragma unroll 1
+    for (int t = 0; t < ntiles; ++t) {
+      const int st = t % ST;
+      const unsigned par = (t / ST) & 1;
+      mbar_wait(k_full0 + 8 * st, par);
+      turn_wait();
+      issue_s(st);
+      turn_pass(false);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
+      release(k_empty0 + 8 * st, lane);
+      softmax(t, corr);
+#pragma unroll
+      for (int i = 0; i < DVP / 8; ++i) {
+        o[4 * i] *= corr[0];
+        o[4 * i + 1] *= corr[0];
+        o[4 * i + 2] *= corr[1];
+        o[4 * i + 3] *= corr[1];
+      }
+      to_p();
+      mbar_wait(v_full0 + 8 * st, par);
+      turn_wait();
+      issue_pv(st);
+      turn_pass(t == ntiles - 1);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
+#pragma unroll
+      for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
+      release(v_empty0 + 8 * st, lane);
+    }
   }
 
   // finish: full row sums, normalize, store out and lse

@@ -37,9 +37,9 @@ def _k(**kw):
     return OP.problem(dict({"batch": 1, "heads_q": 2, "dtype": "bfloat16"}, **kw))
 
 
-def _p(cons, bn, stages=2, pingpong=None):
+def _p(cons, bn, stages=2, pingpong=None, overlap=1):
     pp = int(cons > 1) if pingpong is None else pingpong
-    return {"consumers": cons, "bn": bn, "stages": stages, "pingpong": pp}
+    return {"consumers": cons, "bn": bn, "stages": stages, "pingpong": pp, "overlap": overlap}
 
 
 def test_rules(monkeypatch):
@@ -52,6 +52,8 @@ def test_rules(monkeypatch):
     assert not WG.supports(OP.problem(dict(big.key, **{"pass": "backward"})), H200)
     # registers: S + O + P per consumer thread within the block's even share
     assert wg_regs_ok(big, _p(2, 64)) and not wg_regs_ok(big, _p(2, 128))
+    assert not wg_regs_ok(big, _p(2, 128, overlap=0))  # 64 + 64 + temporaries spill
+    assert wg_regs_ok(_k(seq_q=4096, head_dim=64), _p(2, 128, overlap=0))
     d256 = _k(seq_q=4096, head_dim=256)
     assert wg_regs_ok(d256, _p(1, 64)) and not wg_regs_ok(d256, _p(2, 64))
     assert wg_smem_bytes(big, _p(2, 64)) == 128 * (2 * 128 + 2 * 64 * 4) + 8 * 9 + 1024
@@ -153,6 +155,10 @@ EMU_CASES = [
     # three consumers taking turns over 4 key tiles; two consumers without turns
     (dict(seq_q=150, seq_kv=250, head_dim=64), _p(3, 64, 3)),
     (dict(seq_q=130, seq_kv=100, head_dim=32, causal="top_left"), _p(2, 128, 2, 0)),
+    # one product at a time, with and without turns, 3 stages
+    (dict(batch=2, seq_q=140, seq_kv=300, head_dim=64, layout="BSHD", causal="bottom_right"),
+     _p(2, 128, 3, 1, 0)),
+    (dict(seq_q=60, seq_kv=200, head_dim=64, window=50), _p(1, 64, 2, 0, 0)),
     # varlen + GQA + top-left causal, head dim 96 (a half-empty 64-wide chunk), 3 stages
     (dict(batch=3, heads_q=4, heads_kv=2, seq_q=150, seq_kv=170, head_dim=96, layout="BSHD",
           varlen=True, causal="top_left"), _p(1, 64, 3)),

@@ -9,7 +9,9 @@ tensor cores' P V of tile t - 1.
 
 Parameters: consumers (1-3: 64, 128 or 192 query rows per block), bn (key tile: 64 or 128),
 stages (ring depth), pingpong (the consumers take turns to issue their products, so one's
-softmax overlaps the other's tensor-core work). Covers GQA, both layouts, varlen, all three masks, sliding windows and
+softmax overlaps the other's tensor-core work), overlap (1: the next tile's scores are
+issued with this tile's P V, softmax overlapping it; 0: one product at a time, fewer
+registers, so 128-key tiles fit two consumers at head dim 128). Covers GQA, both layouts, varlen, all three masks, sliding windows and
 softcap; head dims up to 256 (multiples of 8; chunks of 64, zero-filled by the copy engine).
 Not a paged cache (``decode`` / ``mma`` take those). A call whose q / k / v are not 16-byte
 aligned (views at odd offsets: the copy engine refuses them) runs the ``mma`` kernel.
@@ -59,8 +61,12 @@ def wg_smem_bytes(p: Problem, params: Mapping[str, Any]) -> int:
 
 
 def wg_regs_ok(p: Problem, params: Mapping[str, Any]) -> bool:
+    """S + O + P (live beside the next S when the products overlap; without overlap the
+    softmax's temporaries over S still cost ~16: 64 + 64 at two consumers spills) within the
+    budget."""
     bn = params["bn"]
-    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + bn // 4 <= _REG_BUDGET[params["consumers"]]
+    p_regs = bn // 4 if params.get("overlap", 1) else 16
+    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + p_regs <= _REG_BUDGET[params["consumers"]]
 
 
 def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
@@ -88,7 +94,8 @@ def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
             "ATT_STAGES": params["stages"], "ATT_MASK": CAUSAL.index(p["causal"]),
             "ATT_SOFTCAP": int(p["softcap"] > 0), "ATT_VARLEN": int(p["varlen"]),
             "ATT_LAYOUT": int(p["layout"] != "BHSD" or p["varlen"]),
-            "ATT_PINGPONG": int(params.get("pingpong", 0))}
+            "ATT_PINGPONG": int(params.get("pingpong", 0)),
+            "ATT_OVERLAP": int(params.get("overlap", 1))}
 
 
 def wg_heuristic(p: Problem) -> dict[str, Any]:
@@ -98,7 +105,7 @@ def wg_heuristic(p: Problem) -> dict[str, Any]:
     dvp = dv_padded(p["head_dim_v"])
     cons = 1 if dvp > 128 or (p["seq_q"] <= 64 and not p["varlen"]) else 2
     params = {"consumers": cons, "bn": 128 if dvp <= 64 else 64, "stages": 2,
-              "pingpong": int(cons > 1)}
+              "pingpong": int(cons > 1), "overlap": 1}
     return params if wg_regs_ok(p, params) else dict(params, bn=64)
 
 
@@ -110,7 +117,8 @@ class WgmmaAttention(Variant):
     name = "wgmma"
     backend = "cupy"
     source = SOURCE
-    params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3), "pingpong": (0, 1)}
+    params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3), "pingpong": (0, 1),
+              "overlap": (0, 1)}
     doc = ("flash attention forward for Hopper (fp16/bf16, sm_90a): TMA loads into K / V "
            "mbarrier rings, producer + 1-3 wgmma consumer warpgroups, P fed from registers, "
            "softmax overlapped with P V; GQA / varlen / masks / window / softcap")
