@@ -46,6 +46,7 @@
 // (64 | 128), ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1,
 // ATT_PINGPONG 0|1, ATT_OVERLAP 0|1.
 #include <dnnctl/attention.cuh>
+#include <dnnctl/mufu.cuh>
 #include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma.cuh>
 
@@ -260,8 +261,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
     for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
   };
-  // Scale, cap and mask S of key tile t in place, fold it into the running max, turn it into
-  // exp2(S - max) and add the row sums; returns the factor the old O and sums shrink by.
+  // Mask S of key tile t in place (and cap it), fold it into the running max (log2 units),
+  // turn it into exp2(scale S - max) and add the row sums; `corr` is the factor the old O and
+  // sums shrink by. Without softcap the raw scores stay unscaled until the exponent (one FMA:
+  // the host guarantees scale > 0, so the raw maximum is the scaled one's).
   auto softmax = [&](int t, float (&corr)[2]) {
     const int j0 = n_begin + t * BN;
     const bool masked =
@@ -275,27 +278,31 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         float x = s[4 * i + e];
 #if ATT_SOFTCAP
         x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
-#else
-        x *= scale_log2;
 #endif
         if (masked && !key_allowed<ATT_MASK>(j, qpos[hh], len_k, window)) x = NEG_INF;
         s[4 * i + e] = x;
         tmax[hh] = fmaxf(tmax[hh], x);
       }
     }
-    float base[2], sum[2] = {0.f, 0.f};
+#if ATT_SOFTCAP
+    constexpr float c = 1.f;  // already in log2 units
+#else
+    const float c = scale_log2;
+#endif
+    float nbase[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const float mnew = fmaxf(mrow[hh], quad_max(tmax[hh]));
-      base[hh] = mnew == NEG_INF ? 0.f : mnew;
-      corr[hh] = exp2f(mrow[hh] - base[hh]);
+      const float mnew = fmaxf(mrow[hh], quad_max(tmax[hh]) * c);
+      const float base = mnew == NEG_INF ? 0.f : mnew;
+      corr[hh] = ex2_approx(mrow[hh] - base);
+      nbase[hh] = -base;
       mrow[hh] = mnew;
     }
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x = exp2f(s[4 * i + e] - base[e >> 1]);
+        const float x = ex2_approx(fmaf(s[4 * i + e], c, nbase[e >> 1]));
         s[4 * i + e] = x;
         sum[e >> 1] += x;
       }

@@ -184,3 +184,25 @@ def test_wgmma_attention_on_cpu_emulator(emu, key, params):
     res = check_variant(OP, p, WG, params, emu, dev, seed=5)
     assert res.ok, res.detail
     assert res.errors["out"] < OP.tolerance(p, "out") / 4
+
+
+@needs_emu
+@pytest.mark.parametrize("scale", [0.3, -0.3])
+def test_explicit_scales_and_the_fallback_for_non_positive_ones(emu, scale):
+    """The kernel keeps the maximum of the unscaled scores, so it takes scale > 0; a negative
+    scale runs the mma kernel (one launch of attn_fwd, which takes pointers, not tensor maps)
+    and is right too."""
+    import numpy as np
+
+    from dnnctl.ops import _memory_common as mc
+    from dnnctl.ops.check import run_and_verify
+
+    p = _k(seq_q=70, seq_kv=90, head_dim=64, causal="bottom_right")
+    dev = replace(emu.device(0), compute_capability="9.0", smem_per_block_optin=227 * 1024)
+    kern = WG.build(p, _p(1, 64), dev)
+    with mc.traced_launches() as log:
+        res = run_and_verify(OP, p, kern, emu, np.random.default_rng(2), {"scale": scale})
+    assert res.ok, res.detail
+    assert len(log) == 1
+    took_maps = isinstance(log[0][3][0], bytes)  # attn_fwd_wgmma's first argument: Q's map
+    assert took_maps == (scale > 0)

@@ -14,7 +14,8 @@ issued with this tile's P V, softmax overlapping it; 0: one product at a time, f
 registers, so 128-key tiles fit two consumers at head dim 128). Covers GQA, both layouts, varlen, all three masks, sliding windows and
 softcap; head dims up to 256 (multiples of 8; chunks of 64, zero-filled by the copy engine).
 Not a paged cache (``decode`` / ``mma`` take those). A call whose q / k / v are not 16-byte
-aligned (views at odd offsets: the copy engine refuses them) runs the ``mma`` kernel.
+aligned (views at odd offsets: the copy engine refuses them), or whose scale is not positive
+(the kernel takes the maximum of the unscaled scores), runs the ``mma`` kernel.
 """
 
 from __future__ import annotations
@@ -183,13 +184,16 @@ class WgmmaAttention(Variant):
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             pq, pk, pv = ptr(inputs["q"]), ptr(inputs["k"]), ptr(inputs["v"])
-            if (pq | pk | pv) & 15:  # the copy engine needs 16-byte aligned bases
+            scale = attn_scale(p, attrs)
+            # the copy engine needs 16-byte aligned bases; the kernel's max runs on unscaled
+            # scores, so it takes scale > 0
+            if (pq | pk | pv) & 15 or not scale > 0:
                 if not fallback:
                     mma = MmaAttention()
                     fallback.append(mma.build(p, mma.default_params(p, device), device))
                 fallback[0](inputs, outputs, attrs)
                 return
-            scale_log2 = np.float32(attn_scale(p, attrs) * _LOG2E)
+            scale_log2 = np.float32(scale * _LOG2E)
             run((maps["q"](pq), maps["k"](pk), maps["v"](pv), outputs["out"], outputs["lse"],
                  inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k"), *ostr, *lstr,
                  *shape, scale_log2, softcap))

@@ -3,6 +3,7 @@
 // Kernels include it as <dnnctl/memory.cuh>; it includes <dnnctl/common.cuh>.
 #pragma once
 #include <dnnctl/common.cuh>
+#include <dnnctl/mufu.cuh>
 
 // Under -DDNNCTL_EMU (tests/unit/test_ops_memory_emu.py runs these kernels on the CPU
 // emulator of tools/cuda_emu) the test harness shims CUDA's intrinsics (__syncthreads,
@@ -224,31 +225,6 @@ __device__ __forceinline__ void welford_add_vec(Welford& w, const float (&f)[VEC
 // Online (max, sum of exp(x - max)) with the special cases that keep NaN/inf semantics equal
 // to the two-pass formula: a -inf element adds nothing, an empty partial (s == 0) rescales to
 // nothing, and NaN (in x or from inf - inf) reaches the sum and propagates.
-
-// MUFU approximations without IEEE fix-ups: ex2.approx.ftz / rcp.approx.ftz (relative error
-// below 2^-21; results under 2^-126 flush to zero). One instruction each, where __expf costs
-// five (denormal scaling) and __frcp_rn ten (round-to-nearest with a slow path): the
-// transcendental activations on 16-bit data are otherwise issue-bound, not memory-bound.
-// The CPU emulator evaluates them exactly.
-__device__ __forceinline__ float ex2_approx(float x) {
-#ifdef DNNCTL_EMU
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
-
-__device__ __forceinline__ float rcp_approx(float x) {
-#ifdef DNNCTL_EMU
-  return 1.f / x;
-#else
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
 
 // exp for the element type's precision: accurate expf for fp32 I/O, one MUFU op for 16-bit.
 __device__ __forceinline__ float fast_exp(float x) {
