@@ -58,7 +58,9 @@ def test_rules(monkeypatch):
     assert wg_regs_ok(d256, _p(1, 64)) and not wg_regs_ok(d256, _p(2, 64))
     assert wg_smem_bytes(big, _p(2, 64)) == 128 * (2 * 128 + 2 * 64 * 4) + 8 * 9 + 1024
     assert wg_heuristic(big) == _p(2, 64) and wg_heuristic(d256) == _p(1, 64)
-    assert wg_heuristic(_k(seq_q=2048, head_dim=64)) == _p(2, 128)
+    assert wg_heuristic(_k(seq_q=2048, head_dim=64)) == _p(3, 64)
+    assert wg_heuristic(_k(seq_q=100, head_dim=64)) == _p(2, 64)  # no block over 128 rows
+    assert wg_heuristic(_k(seq_q=1, seq_kv=4096, head_dim=128)) == _p(1, 64)
     for p in (big, d256, _k(seq_q=197, head_dim=96, layout="BSHD")):
         space = list(WG.param_space(p, H200))
         assert space and WG.default_params(p, H200) in space
