@@ -113,6 +113,8 @@ def _keep(vname: str, params: dict[str, Any]) -> bool:
         return params["splits"] in (4, 8, 16) and params["bn"] in (32, 64)
     if vname == "mma_bwd":
         return params["bm"] >= 64 and params["bn"] >= 64
+    if vname == "wgmma":
+        return params["stages"] == 2 and params["overlap"] == 1
     return True
 
 
