@@ -19,7 +19,7 @@ import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -241,6 +241,23 @@ class Choice:
 class Kernel(Protocol):
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None: ...
+
+
+class LazyKernel:
+    """A kernel built on its first call: the fallback a fast kernel hands the calls it cannot
+    take (e.g. operands the copy engine refuses), which most programs never make."""
+
+    __slots__ = ("make", "kernel")
+
+    def __init__(self, make: Callable[[], Kernel]) -> None:
+        self.make = make
+        self.kernel: Kernel | None = None
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        if self.kernel is None:
+            self.kernel = self.make()
+        self.kernel(inputs, outputs, attrs)
 
 
 @dataclass(frozen=True)

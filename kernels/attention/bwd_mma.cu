@@ -32,15 +32,6 @@ using namespace dnnctl;
 #ifndef ATT_BN
 #define ATT_BN 64
 #endif
-#ifndef ATT_MASK
-#define ATT_MASK 0
-#endif
-#ifndef ATT_SOFTCAP
-#define ATT_SOFTCAP 0
-#endif
-#ifndef ATT_VARLEN
-#define ATT_VARLEN 0
-#endif
 
 #if DNNCTL_DTYPE == 0
 #error "bwd_mma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
@@ -297,14 +288,9 @@ attn_bwd_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   const elem_t* kb = k + (long long)b * k_sb + (long long)kvh * k_sh + (long long)sq.k0 * k_ss;
   const elem_t* vb = v + (long long)b * v_sb + (long long)kvh * v_sh + (long long)sq.k0 * v_ss;
 
-  int n_begin = 0, n_end = sq.len_k;
   const int qhi = min(m0 + BM, sq.len_q) - 1;
-  if (ATT_MASK != 0) n_end = min(n_end, qhi + sq.off + 1);
-  if (window > 0) {
-    n_begin = max(0, m0 + sq.off - window);
-    if (ATT_MASK == 0) n_end = min(n_end, qhi + sq.off + window + 1);
-  }
-  n_begin = n_begin / BN * BN;
+  int n_begin, n_end;
+  key_range<ATT_MASK>(m0, qhi, sq.off, sq.len_k, window, BN, n_begin, n_end);
   const int ntiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
   auto load_kv = [&](int t, int buf) {
     const int j0 = n_begin + t * BN;

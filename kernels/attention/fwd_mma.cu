@@ -35,15 +35,6 @@ using namespace dnnctl;
 #ifndef ATT_BN
 #define ATT_BN 64
 #endif
-#ifndef ATT_MASK
-#define ATT_MASK 0
-#endif
-#ifndef ATT_SOFTCAP
-#define ATT_SOFTCAP 0
-#endif
-#ifndef ATT_VARLEN
-#define ATT_VARLEN 0
-#endif
 #ifndef ATT_PAGED
 #define ATT_PAGED 0
 #endif
@@ -126,13 +117,8 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   // the key range any row of this block may read, cut to this split's slice
   const int qlo = row_of(m0, rows, head_base, group).query;
   const int qhi = row_of(min(m0 + BM, rows) - 1, rows, head_base, group).query;
-  int n_begin = 0, n_end = len_k;
-  if (ATT_MASK != 0) n_end = min(n_end, qhi + off + 1);
-  if (window > 0) {
-    n_begin = max(0, qlo + off - window);
-    if (ATT_MASK == 0) n_end = min(n_end, qhi + off + window + 1);
-  }
-  n_begin = n_begin / BN * BN;
+  int n_begin, n_end;
+  key_range<ATT_MASK>(qlo, qhi, off, len_k, window, BN, n_begin, n_end);
 #if ATT_SPLITS > 1
   n_begin = max(n_begin, split * tiles_per_split * BN);
   n_end = min(n_end, (split + 1) * tiles_per_split * BN);

@@ -67,15 +67,6 @@ using namespace dnnctl;
 #ifndef ATT_STAGES
 #define ATT_STAGES 2
 #endif
-#ifndef ATT_MASK
-#define ATT_MASK 0
-#endif
-#ifndef ATT_SOFTCAP
-#define ATT_SOFTCAP 0
-#endif
-#ifndef ATT_VARLEN
-#define ATT_VARLEN 0
-#endif
 #ifndef ATT_LAYOUT
 #define ATT_LAYOUT 0
 #endif
@@ -157,13 +148,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   if (m0 >= len_q) return;
   const int off = ATT_MASK == 1 ? 0 : len_k - len_q;  // key position of query 0
   const int qhi = min(m0 + BM, len_q) - 1;
-  int n_begin = 0, n_end = len_k;
-  if (ATT_MASK != 0) n_end = min(n_end, qhi + off + 1);
-  if (window > 0) {
-    n_begin = max(0, m0 + off - window);
-    if (ATT_MASK == 0) n_end = min(n_end, qhi + off + window + 1);
-  }
-  n_begin = n_begin / BN * BN;
+  int n_begin, n_end;
+  key_range<ATT_MASK>(m0, qhi, off, len_k, window, BN, n_begin, n_end);
   const int ntiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
 
   if (threadIdx.x == 0) {
@@ -328,20 +314,43 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     }
   };
 
-  if (OVERLAP && ntiles > 0) {
+  // After a wait: this product's accumulators are final and its stage goes back.
+  auto s_done = [&](int st) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
+    release(k_empty0 + 8 * st, lane);
+  };
+  auto pv_done = [&](int st) {
+#pragma unroll
+    for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
+    release(v_empty0 + 8 * st, lane);
+  };
+  auto rescale = [&](const float (&corr)[2]) {
+#pragma unroll
+    for (int i = 0; i < DVP / 8; ++i) {
+      o[4 * i] *= corr[0];
+      o[4 * i + 1] *= corr[0];
+      o[4 * i + 2] *= corr[1];
+      o[4 * i + 3] *= corr[1];
+    }
+  };
+
+  if (ntiles > 0) {
     if constexpr (PINGPONG) {
       if (cw == CONS - 1) named_arrive(1, 256);  // consumer 0 issues first
     }
     mbar_wait(q_full, 0);
-    float corr[2];
+  }
+  float corr[2];
+  if (OVERLAP && ntiles > 0) {
     mbar_wait(k_full0, 0);
     turn_wait();
     issue_s(0);
     turn_pass(false);
     wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
-    release(k_empty0, lane);
+    s_done(0);
     softmax(0, corr);
     to_p();
 #pragma unroll 1
@@ -354,23 +363,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       issue_pv(pst);
       turn_pass(false);
       wgmma_wait<1>();
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
-      release(k_empty0 + 8 * st, lane);
-      softmax(t, corr);
+      s_done(st);
+      softmax(t, corr);  // while the tensor cores run P V
       wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
-#pragma unroll
-      for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
-      release(v_empty0 + 8 * pst, lane);
-#pragma unroll
-      for (int i = 0; i < DVP / 8; ++i) {
-        o[4 * i] *= corr[0];
-        o[4 * i + 1] *= corr[0];
-        o[4 * i + 2] *= corr[1];
-        o[4 * i + 3] *= corr[1];
-      }
+      pv_done(pst);
+      rescale(corr);
       to_p();
     }
     const int lst = (ntiles - 1) % ST;
@@ -379,19 +376,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     issue_pv(lst);
     turn_pass(true);
     wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
-#pragma unroll
-    for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
-    release(v_empty0 + 8 * lst, lane);
+    pv_done(lst);
   }
-
-  if (!OVERLAP && ntiles > 0) {  // one product at a time: S and P never live together
-    if constexpr (PINGPONG) {
-      if (cw == CONS - 1) named_arrive(1, 256);  // consumer 0 issues first
-    }
-    mbar_wait(q_full, 0);
-    float corr[2];
+  if (!OVERLAP) {  // one product at a time: S and P never live together
 #pragma unroll 1
     for (int t = 0; t < ntiles; ++t) {
       const int st = t % ST;
@@ -401,28 +388,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       issue_s(st);
       turn_pass(false);
       wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) wg_fence_acc(s[i]);
-      release(k_empty0 + 8 * st, lane);
+      s_done(st);
       softmax(t, corr);
-#pragma unroll
-      for (int i = 0; i < DVP / 8; ++i) {
-        o[4 * i] *= corr[0];
-        o[4 * i + 1] *= corr[0];
-        o[4 * i + 2] *= corr[1];
-        o[4 * i + 3] *= corr[1];
-      }
+      rescale(corr);
       to_p();
       mbar_wait(v_full0 + 8 * st, par);
       turn_wait();
       issue_pv(st);
       turn_pass(t == ntiles - 1);
       wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < DVP / 2; ++i) wg_fence_acc(o[i]);
-#pragma unroll
-      for (int i = 0; i < BN / 4; ++i) wg_fence_reg(p[i]);
-      release(v_empty0 + 8 * st, lane);
+      pv_done(st);
     }
   }
 

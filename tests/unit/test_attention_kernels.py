@@ -6,12 +6,11 @@ build() and launch code."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from _emu_helpers import CUDA_INC, emu_fixture, needs_emu
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.registry import get_op, get_variant, variants
@@ -21,23 +20,8 @@ OP = get_op("attention")
 H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
                   sm_count=132, smem_per_block_optin=227 * 1024)
 
-_CUDA_INC = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-needs_emu = pytest.mark.skipif(
-    shutil.which("g++") is None or not (_CUDA_INC / "cuda_fp16.h").exists(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
-
-@pytest.fixture
-def emu(monkeypatch):
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    from tools.cuda_emu.emu import EmuBackend
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = emu_fixture()
 
 
 def _k(**kw):
@@ -182,7 +166,7 @@ def test_every_build_family_compiles_with_nvrtc(monkeypatch):
                 continue
             v.build(p, v.default_params(p, H200), H200)
     assert len(builds) >= len(BUILD_KEYS)
-    inc = _CUDA_INC
+    inc = CUDA_INC
     for src, defs in sorted(builds):
         for arch in ("sm_80", "sm_90a"):
             opts = [f"-arch={arch}", "--std=c++17", f"-I{kernels_dir() / 'include'}",

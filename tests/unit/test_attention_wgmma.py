@@ -7,12 +7,11 @@ their ordering rules checked) against the float64 reference with poisoned output
 from __future__ import annotations
 
 import re
-import shutil
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _emu_helpers import CUDA_INC, emu_fixture, needs_emu
 
 from dnnctl.backends import tma
 from dnnctl.backends.base import DeviceInfo
@@ -107,7 +106,7 @@ NVRTC_PROBLEMS = [
 @pytest.mark.parametrize("p", NVRTC_PROBLEMS, ids=lambda p: p.short())
 def test_every_parameter_set_compiles_without_spills(p):
     compile_ = _nvrtc()
-    cuda_inc = Path("/usr/local/cuda/include")
+    cuda_inc = CUDA_INC
     for params in WG.param_space(p, H200):
         defs = wg_defines(p, params)
         ok, log = compile_(ROOT / "kernels" / WG.source,
@@ -124,27 +123,8 @@ def test_every_parameter_set_compiles_without_spills(p):
 
 # ----------------------------------------------------------------------------- emulator
 
-_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
-needs_emu = pytest.mark.skipif(
-    shutil.which("g++") is None or not _CUDA_INC.exists()
-    or not (ROOT / "tools" / "cuda_emu").is_dir(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
-
-@pytest.fixture
-def emu(monkeypatch):
-    """The CPU emulator as the cupy backend, its own tensor maps in place of the driver's."""
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    from tools.cuda_emu.emu import EmuBackend, emu_tensor_map
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    monkeypatch.setattr(tma, "encode", emu_tensor_map)
-    monkeypatch.setattr(tma, "available", lambda: True)
-    yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = emu_fixture(tensor_maps=True)
 
 
 EMU_CASES = [

@@ -7,11 +7,11 @@ fixed order and by atomics)."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from _emu_helpers import needs_emu
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.check import check_variant
@@ -74,13 +74,6 @@ def test_support_answers():
     # 1x1 stride 2: one phase with the tap, three zero-filled
     ph = phases(geometry(dgrad(n=1, c=8, h=7, w=7, k=8, r=1, s=1, stride=2)))
     assert sum(p.problem is None for p in ph) == 3
-
-
-_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
-needs_emu = pytest.mark.skipif(
-    shutil.which("g++") is None or not _CUDA_INC.exists() or
-    not (ROOT / "tools" / "cuda_emu").is_dir(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
 
 @pytest.fixture

@@ -4,12 +4,12 @@ on the CPU emulator through the variant's own build(); NVRTC compiles of its bui
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _emu_helpers import emu_fixture, needs_emu
 from _nvrtc_helpers import nvrtc
 
 from dnnctl.backends.base import DeviceInfo
@@ -83,24 +83,8 @@ def test_defaults_are_valid(case):
 
 # ----------------------------------------------------------------------------- emulator
 
-_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
-needs_emu = pytest.mark.skipif(
-    shutil.which("g++") is None or not _CUDA_INC.exists() or
-    not (ROOT / "tools" / "cuda_emu").is_dir(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
-
-@pytest.fixture
-def emu(monkeypatch):
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    from tools.cuda_emu.emu import EmuBackend
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = emu_fixture()
 
 
 EMU_CASES = [

@@ -6,11 +6,11 @@ the CPU emulator (tools/cuda_emu) through the variants' own build()."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _emu_helpers import emu_fixture, needs_emu
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.base import rel_norm_error
@@ -226,26 +226,9 @@ def test_conv_split_workspace_is_exact():
 # ----------------------------------------------------------------------------- emulator
 
 ROOT = Path(__file__).resolve().parents[2]
-_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
-needs_emu = pytest.mark.skipif(
-    shutil.which("g++") is None or not _CUDA_INC.exists() or
-    not (ROOT / "tools" / "cuda_emu").is_dir(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
 
-@pytest.fixture
-def emu(monkeypatch, tmp_path_factory):
-    import sys
-
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    from tools.cuda_emu.emu import EmuBackend
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = emu_fixture()
 
 
 EMU_CASES = [

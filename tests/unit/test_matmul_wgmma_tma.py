@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _emu_helpers import emu_fixture, needs_emu
 
 from dnnctl.backends import cuda, tma
 from dnnctl.backends.base import DeviceInfo
@@ -194,27 +195,8 @@ def test_space_declares_its_values():
 
 # ----------------------------------------------------------------------------- emulator
 
-_CUDA_INC = Path("/usr/local/cuda/include/cuda_fp16.h")
-needs_emu = pytest.mark.skipif(
-    __import__("shutil").which("g++") is None or not _CUDA_INC.exists()
-    or not (ROOT / "tools" / "cuda_emu").is_dir(),
-    reason="the CPU emulator needs g++ and the CUDA headers (/usr/local/cuda/include)")
 
-
-@pytest.fixture
-def emu(monkeypatch):
-    """The CPU emulator as the cupy backend, its own tensor maps in place of the driver's."""
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    from tools.cuda_emu.emu import EmuBackend, emu_tensor_map
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    monkeypatch.setattr(tma, "encode", emu_tensor_map)
-    monkeypatch.setattr(tma, "available", lambda: True)
-    yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = emu_fixture(tensor_maps=True)
 
 
 EMU_CASES = [

@@ -106,23 +106,21 @@ void emu_wgmma_wait(int n) {
   f->wg_group_ends = rest;
 }
 
-void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, int scale_d,
-               int trans_a, int trans_b, int bf16) {
-  emu::Fiber* f = emu::cur;
+// The checks every wgmma makes at issue.
+static void emu_wg_issue_checks() {
   if (emu::g_block_dim.x * emu::g_block_dim.y * emu::g_block_dim.z % 128)
     emu::fail("wgmma: the block is not made of whole warpgroups");
-  if (!f->wg_fenced) emu::fail("wgmma.mma_async without wgmma.fence since the last commit");
-  emu_wg_check_desc(da, "A");
-  emu_wg_check_desc(db, "B");
-  const int w = (f->linear >> 5) & 3, lane = f->lane;
-  emu::WgOp op;
+  if (!emu::cur->wg_fenced) emu::fail("wgmma.mma_async without wgmma.fence since the last commit");
+}
+
+// Queue this thread's share of D (+)= A B: its two A rows (a[h][k], h = row / 8 of the warp's
+// 16, k < 16) against its n / 4 columns of B read through descriptor db; the products land
+// in d at the wait (emu_wgmma_wait).
+static void emu_wg_queue(float* d, int n, const float (&a)[2][16], unsigned long long db,
+                         int scale_d, int trans_b, int bf16, emu::WgOp& op) {
+  const int lane = emu::cur->lane;
   op.d = d;
   op.accumulate = scale_d != 0;
-  float a[2][16];
-  for (int h = 0; h < 2; ++h)
-    for (int k = 0; k < 16; ++k)
-      a[h][k] = emu_wg_load(emu_wg_offset(da, trans_a != 0, 16 * w + lane / 4 + 8 * h, k),
-                            bf16, op);
   std::vector<float> b((size_t)(n / 4) * 16);  // this thread's n / 4 columns
   for (int i = 0; i < n / 8; ++i)
     for (int j = 0; j < 2; ++j)
@@ -138,7 +136,22 @@ void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, in
         for (int k = 0; k < 16; ++k) sum = fmaf(a[h][k], b[(size_t)(2 * i + j) * 16 + k], sum);
         op.prod[(size_t)4 * i + 2 * h + j] = sum;
       }
-  f->wg_ops.push_back(std::move(op));
+  emu::cur->wg_ops.push_back(std::move(op));
+}
+
+void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, int scale_d,
+               int trans_a, int trans_b, int bf16) {
+  emu_wg_issue_checks();
+  emu_wg_check_desc(da, "A");
+  emu_wg_check_desc(db, "B");
+  const int w = (emu::cur->linear >> 5) & 3, lane = emu::cur->lane;
+  emu::WgOp op;
+  float a[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k)
+      a[h][k] = emu_wg_load(emu_wg_offset(da, trans_a != 0, 16 * w + lane / 4 + 8 * h, k),
+                            bf16, op);
+  emu_wg_queue(d, n, a, db, scale_d, trans_b, bf16, op);
 }
 
 // Register-A form: the warp's 16 x 16 A slice is gathered from the four .b32 registers of
@@ -146,12 +159,9 @@ void emu_wgmma(float* d, int n, unsigned long long da, unsigned long long db, in
 // + 1 and + 8), read at issue as the hardware reads registers; B as in emu_wgmma.
 void emu_wgmma_rs(float* d, int n, const unsigned* a, unsigned long long db, int scale_d,
                   int trans_b, int bf16) {
-  emu::Fiber* f = emu::cur;
-  if (emu::g_block_dim.x * emu::g_block_dim.y * emu::g_block_dim.z % 128)
-    emu::fail("wgmma: the block is not made of whole warpgroups");
-  if (!f->wg_fenced) emu::fail("wgmma.mma_async without wgmma.fence since the last commit");
+  emu_wg_issue_checks();
   emu_wg_check_desc(db, "B");
-  const int lane = f->lane;
+  const int lane = emu::cur->lane;
   unsigned* mine = (unsigned*)emu::warp_slot(lane);
   for (int i = 0; i < 4; ++i) mine[i] = a[i];
   emu::warp_barrier();
@@ -163,24 +173,7 @@ void emu_wgmma_rs(float* d, int n, const unsigned* a, unsigned long long db, int
     }
   emu::warp_barrier();
   emu::WgOp op;
-  op.d = d;
-  op.accumulate = scale_d != 0;
-  std::vector<float> b((size_t)(n / 4) * 16);
-  for (int i = 0; i < n / 8; ++i)
-    for (int j = 0; j < 2; ++j)
-      for (int k = 0; k < 16; ++k)
-        b[(size_t)(2 * i + j) * 16 + k] =
-            emu_wg_load(emu_wg_offset(db, trans_b != 0, 8 * i + 2 * (lane % 4) + j, k), bf16,
-                        op);
-  op.prod.assign((size_t)n / 2, 0.f);
-  for (int i = 0; i < n / 8; ++i)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < 2; ++j) {
-        float sum = 0.f;
-        for (int k = 0; k < 16; ++k) sum = fmaf(av[h][k], b[(size_t)(2 * i + j) * 16 + k], sum);
-        op.prod[(size_t)4 * i + 2 * h + j] = sum;
-      }
-  f->wg_ops.push_back(std::move(op));
+  emu_wg_queue(d, n, av, db, scale_d, trans_b, bf16, op);
 }
 
 }  // namespace dnnctl

@@ -30,8 +30,8 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.attention.cupy_variants import MmaAttention, strides
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, pass_of
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
-from dnnctl.ops.matmul.wgmma import wgmma_device_ok
+from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/fwd_wgmma.cu"
@@ -130,9 +130,6 @@ class WgmmaAttention(Variant):
 
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
-        ok = wgmma_device_ok(p["dtype"], device)
-        if not ok:
-            return ok
         if pass_of(p) != "forward":
             return unsupported("the wgmma kernel is the forward pass (backward: mma_bwd)")
         if p["paged"]:
@@ -141,12 +138,8 @@ class WgmmaAttention(Variant):
             if p[f] % 8 or p[f] > 256:
                 return unsupported(f"{f}={p[f]}: TMA rows need multiples of 8 elements, "
                                    "at most 256")
-        if max(p["seq_q"], p["seq_kv"]) * max(p["heads_q"], 1) * p["batch"] >= 2**31:
-            return unsupported("sizes must fit 32-bit coordinates")
-        if not tma.available():
-            return unsupported("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a "
-                               "CUDA 12+ driver)")
-        return SUPPORTED
+        return tma_device_ok(p["dtype"], device, max(p["seq_q"], p["seq_kv"]) * p["batch"],
+                             p["heads_q"] * p["batch"])
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024
@@ -183,7 +176,8 @@ class WgmmaAttention(Variant):
                  i32(p["heads_q"] // p["heads_kv"]), i32(p["window"]))
         softcap = np.float32(p["softcap"])
         ptr = cuda.ptr
-        fallback: list[Any] = []
+        mma = MmaAttention()
+        fallback = LazyKernel(lambda: mma.build(p, mma.default_params(p, device), device))
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
@@ -192,10 +186,7 @@ class WgmmaAttention(Variant):
             # the copy engine needs 16-byte aligned bases; the kernel's max runs on unscaled
             # scores, so it takes scale > 0
             if (pq | pk | pv) & 15 or not scale > 0:
-                if not fallback:
-                    mma = MmaAttention()
-                    fallback.append(mma.build(p, mma.default_params(p, device), device))
-                fallback[0](inputs, outputs, attrs)
+                fallback(inputs, outputs, attrs)
                 return
             scale_log2 = np.float32(scale * _LOG2E)
             run((maps["q"](pq), maps["k"](pk), maps["v"](pv), outputs["out"], outputs["lse"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.backends import tma
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.cupy_variants import matmul_desc
@@ -50,6 +51,20 @@ def wgmma_device_ok(dtype: str, device: Any) -> Support:
                            f" is compute capability {getattr(device, 'compute_capability', '?')}")
     if dtype not in ("float16", "bfloat16"):
         return unsupported(f"the wgmma kernels take float16 / bfloat16, not {dtype}")
+    return SUPPORTED
+
+
+def tma_device_ok(dtype: str, device: Any, *sizes: int) -> Support:
+    """wgmma_device_ok, a driver that encodes tensor maps, and ``sizes`` (the largest
+    coordinates a kernel computes) within the 32 bits TMA coordinates have."""
+    ok = wgmma_device_ok(dtype, device)
+    if not ok:
+        return ok
+    if max(sizes, default=0) >= 2**31:
+        return unsupported("sizes must fit 32-bit coordinates")
+    if not tma.available():
+        return unsupported("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a "
+                           "CUDA 12+ driver)")
     return SUPPORTED
 
 

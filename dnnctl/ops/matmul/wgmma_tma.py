@@ -25,10 +25,10 @@ import numpy as np
 from dnnctl.backends import cuda, tma
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.gemm_launch import DEFAULT_SMEM_OPTIN, DTYPE_CODES
 from dnnctl.ops.matmul.op import ACT_CODES
-from dnnctl.ops.matmul.wgmma import wgmma_device_ok
+from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
 BK = 64
@@ -109,20 +109,12 @@ class WgmmaTmaMatmul(Variant):
 
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
-        ok = wgmma_device_ok(p["dtype"], device)
-        if not ok:
-            return ok
         lda = p["m"] if p["trans_a"] else p["k"]
         ldb = p["k"] if p["trans_b"] else p["n"]
         if lda % 8 or ldb % 8:
             return unsupported(f"TMA needs 16-byte row strides: the stored a / b rows are "
                                f"{lda} / {ldb} elements (multiples of 8 needed)")
-        if max(p["m"], p["n"], p["k"], p["batch"]) >= 2**31:
-            return unsupported("sizes must fit 32-bit coordinates")
-        if not tma.available():
-            return unsupported("the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a "
-                               "CUDA 12+ driver)")
-        return SUPPORTED
+        return tma_device_ok(p["dtype"], device, p["m"], p["n"], p["k"], p["batch"])
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         if not tma_tile_ok(params, device):
@@ -155,15 +147,13 @@ class WgmmaTmaMatmul(Variant):
         i32, i64 = np.int32, np.int64
         tail = (i32(m), i32(n), i32(k), i64(n), i64(m * n), i64(0), i32(bt))
         ptr = cuda.ptr
-        fallback: list[Any] = []
+        fallback = LazyKernel(lambda: _cp_async_kernel(p, device))
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             pa, pb = ptr(inputs["a"]), ptr(inputs["b"])
             if (pa | pb) & 15:  # the copy engine needs 16-byte aligned bases
-                if not fallback:
-                    fallback.append(_cp_async_kernel(p, device))
-                fallback[0](inputs, outputs, attrs)
+                fallback(inputs, outputs, attrs)
                 return
             run((maps_a(pa), maps_b(pb), outputs["y"], inputs.get("bias"), None, *tail))
 

@@ -2,6 +2,18 @@
 #pragma once
 #include <dnnctl/ptx.cuh>
 
+// The problem defines every attention kernel takes: ATT_MASK 0|1|2 (none, top_left,
+// bottom_right), ATT_SOFTCAP 0|1, ATT_VARLEN 0|1.
+#ifndef ATT_MASK
+#define ATT_MASK 0
+#endif
+#ifndef ATT_SOFTCAP
+#define ATT_SOFTCAP 0
+#endif
+#ifndef ATT_VARLEN
+#define ATT_VARLEN 0
+#endif
+
 namespace dnnctl {
 
 
@@ -46,6 +58,21 @@ __device__ __forceinline__ bool key_allowed(int j, int qpos, int len_k, int wind
     if (MASK == 0 && j > qpos + window) return false;
   }
   return true;
+}
+
+// The keys [begin, end) that queries qlo .. qhi (key positions q + off) may read under mask
+// MASK and window w, begin rounded down to a multiple of the key tile bn.
+template <int MASK>
+__device__ __forceinline__ void key_range(int qlo, int qhi, int off, int len_k, int window,
+                                          int bn, int& begin, int& end) {
+  begin = 0;
+  end = len_k;
+  if (MASK != 0) end = min(end, qhi + off + 1);
+  if (window > 0) {
+    begin = max(0, qlo + off - window);
+    if (MASK == 0) end = min(end, qhi + off + window + 1);
+  }
+  begin = begin / bn * bn;
 }
 
 // Copy a (ROWS x W) tile of global rows (row i at ptr_of(i)) into shared memory with row
