@@ -3,7 +3,9 @@
 each checked against cuDNN SDPA's output on the same tensors, then timed (CUDA events, L2
 flush, median) beside cuDNN: what the tuner sees, one line per candidate.
 
-    PYTHONPATH=. python3 benchmarks/attention_candidates.py [variant ...]
+    PYTHONPATH=. python3 benchmarks/attention_candidates.py [--default] [variant ...]
+
+``--default``: only each variant's default parameters (what an unplanned call runs).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def main() -> int:
 
     op = get_op("attention")
     dev = get_backend("cupy").device(0)
-    names = sys.argv[1:] or ["wgmma"]
+    only_default = "--default" in sys.argv
+    names = [a for a in sys.argv[1:] if not a.startswith("--")] or ["wgmma"]
     for key in SHAPES:
         p = op.problem(key)
         q, k, v, ref, outs, t_ref, flop = _shape(op, p, torch)
@@ -73,9 +76,9 @@ def main() -> int:
             if not ok:
                 print(f"   {name} unsupported: {ok.reason}")
                 continue
-            for params in var.param_space(p, dev):
-                if params.get("stages", 2) != 2:
-                    continue
+            space = ([var.default_params(p, dev)] if only_default
+                     else [c for c in var.param_space(p, dev) if c.get("stages", 2) == 2])
+            for params in space:
                 try:
                     kern = var.build(p, params, dev)
                     outs["out"].fill_(float("nan"))
