@@ -5,6 +5,10 @@ explicit tags (``!!python/...``, ``!foo``, even ``!!str``), aliases (``*ref``, t
 "billion laughs" vector) and duplicate mapping keys are refused with the line they are on.
 Writing is atomic (temp file in the same directory, fsync, rename) under a file lock, with a
 fixed key order and small mappings in flow style so a file diffs line by line.
+
+Text in the form :mod:`dnnctl.files.lineyaml` writes (small mappings as single-line JSON,
+which plans use) is read through that module: the same values and the same errors, a
+hundred times faster.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 import yaml
 
 from dnnctl.errors import InputFileError
-from dnnctl.files import parsecache
+from dnnctl.files import gcpause, lineyaml, parsecache
 from dnnctl.files.locking import path_lock
 
 
@@ -129,7 +133,8 @@ else:  # PyYAML built without libyaml
 
 def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError] = InputFileError
               ) -> Any:
-    """Parse a YAML (or JSON) file strictly; errors name the file and line. Files over a
+    """Parse a YAML (or JSON) file strictly; errors name the file and line. A file in the
+    fast-reading form (:mod:`dnnctl.files.lineyaml`) is read as such; other files over a
     megabyte are parsed once per content (:mod:`dnnctl.files.parsecache`)."""
     p = Path(path)
     try:
@@ -137,17 +142,22 @@ def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError]
         if size > MAX_FILE_BYTES:
             raise error(str(p), f"file is {size} bytes, more than the {MAX_FILE_BYTES} allowed",
                         "is this really a dnnctl file?")
-        text = p.read_bytes()
+        raw = p.read_bytes()
     except OSError as exc:
         raise error(str(p), f"cannot be read: {exc.strerror or exc}",
                     "check the path and permissions") from None
-    if len(text) < parsecache.MIN_BYTES:
-        return parse_yaml(text, str(p), error)
-    key = parsecache.key_of(text)
-    cached = parsecache.get(key)
-    if not parsecache.missing(cached):
-        return cached
-    data = parse_yaml(text, str(p), error)
+    text = _decode(raw, str(p), error)
+    with gcpause.paused():
+        data = lineyaml.parse(text, lambda t, at: _parse_strict(t, str(p), error, at))
+        if data is not lineyaml.NOT_THIS_FORM:
+            return data
+        if len(raw) < parsecache.MIN_BYTES:
+            return _parse_strict(text, str(p), error)
+        key = parsecache.key_of(raw)
+        cached = parsecache.get(key)
+        if not parsecache.missing(cached):
+            return cached
+        data = _parse_strict(text, str(p), error)
     parsecache.put(key, data)
     return data
 
@@ -156,11 +166,26 @@ def parse_yaml(text: str | bytes, name: str,
                error: Callable[..., InputFileError] = InputFileError) -> Any:
     """Parse YAML text strictly (see module doc)."""
     if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise error(name, f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                        "is this really a dnnctl file?") from None
+        text = _decode(text, name, error)
+    with gcpause.paused():
+        data = lineyaml.parse(text, lambda t, at: _parse_strict(t, name, error, at))
+        if data is not lineyaml.NOT_THIS_FORM:
+            return data
+        return _parse_strict(text, name, error)
+
+
+def _decode(raw: bytes, name: str, error: Callable[..., InputFileError]) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(name, f"is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                    "is this really a dnnctl file?") from None
+
+
+def _parse_strict(text: str, name: str, error: Callable[..., InputFileError],
+                  line: int | None = None) -> Any:
+    """The strict YAML loader on ``text`` (no fast form); errors name the line. ``line``:
+    ``text`` is that line (0-based) of the file, read alone."""
     try:
         # libyaml cannot tell an explicit tag that changes nothing (``!!str`` on text) from
         # none, and such files are refused too: any '!' takes the exact, slower loader
@@ -168,10 +193,14 @@ def parse_yaml(text: str | bytes, name: str,
         return yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoader subclasses
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
+        at = None
+        if mark is not None:
+            # libyaml puts the end of a text without a final newline on the line after it
+            at = min(mark.line + 1, text.count("\n") + 1) + (line or 0)
         msg = getattr(exc, "message", None) or getattr(exc, "problem", None) or str(exc)
         raise error(name, f"not valid for dnnctl YAML: {msg}", "fix or regenerate the file",
-                    line=line) from None
+                    line=at, where=None if line is None else "that line read alone"
+                    ) from None
     except RecursionError:
         raise error(name, "nesting is too deep", "is this really a dnnctl file?") from None
 
