@@ -1,4 +1,10 @@
-"""Reading and writing plan files (validated on read, atomic under a lock on write)."""
+"""Reading and writing plan files (validated on read, atomic under a lock on write).
+
+Plans are written in the fast-reading YAML form (:mod:`dnnctl.files.lineyaml`): the outer
+structure in block style, each entry on one line as a JSON object, which any YAML reader
+reads and which dnnctl reads with ``json``. Plans written before (all block and flow YAML)
+and hand-written ones are read by the YAML loader, as before.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dnnctl.errors import PlanError
+from dnnctl.files import gcpause, lineyaml
 from dnnctl.files.yamlio import dump_yaml, file_lock, load_yaml, parse_yaml, write_atomic
 from dnnctl.plan.schema import Plan
 from dnnctl.plan.validate import plan_from_data
@@ -21,7 +28,8 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
     data = load_yaml(path, error=PlanError)
     if data is None:
         raise PlanError(str(path), "the file is empty", "regenerate it with 'dnnctl tune'")
-    return plan_from_data(data, str(path))
+    with gcpause.paused():
+        return plan_from_data(data, str(path))
 
 
 def parse_plan(text: str, name: str = "<text>") -> Plan:
@@ -29,12 +37,17 @@ def parse_plan(text: str, name: str = "<text>") -> Plan:
     data = parse_yaml(text, name, error=PlanError)
     if data is None:
         raise PlanError(name, "the text is empty")
-    return plan_from_data(data, name)
+    with gcpause.paused():
+        return plan_from_data(data, name)
 
 
 def plan_text(plan: Plan) -> str:
-    """The canonical YAML of ``plan`` (stable key and entry order)."""
-    return dump_yaml(plan.to_data(), HEADER)
+    """The canonical YAML of ``plan`` (stable key and entry order), one line per entry."""
+    data = plan.to_data()
+    try:
+        return lineyaml.dump(data, HEADER)
+    except ValueError:  # a value JSON cannot hold (inf): plain YAML, which says '.inf'
+        return dump_yaml(data, HEADER)
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:

@@ -79,8 +79,10 @@ def test_show_and_validate(a):
 
 def test_validate_rejects_a_hostile_plan_with_exit_2(tmp_path, a):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(a.read_text().replace("variant: direct, params: {order: tap}",
-                                         "variant: direct, params: {order: spiral}"))
+    text = a.read_text()
+    assert '"variant": "direct", "params": {"order": "tap"}' in text
+    bad.write_text(text.replace('"variant": "direct", "params": {"order": "tap"}',
+                                '"variant": "direct", "params": {"order": "spiral"}'))
     res, text = cli("validate", bad)
     assert res.exit_code == 2
     assert "bad.yaml" in text and "entry 1" in text and "choice.params.order" in text

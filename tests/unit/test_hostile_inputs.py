@@ -18,7 +18,9 @@ from typer.testing import CliRunner
 import dnnctl
 from dnnctl.cli.app import app
 from dnnctl.errors import DnnctlError
+from dnnctl.files.yamlio import dump_yaml
 from dnnctl.plan import plan_text
+from dnnctl.plan.io import HEADER
 
 runner = CliRunner()
 F32 = np.float32
@@ -27,6 +29,7 @@ X2 = RNG.random((4, 16), dtype=F32)
 X4 = RNG.random((2, 3, 8, 8), dtype=F32)
 W = RNG.random((4, 3, 3, 3), dtype=F32)
 GOOD_PLAN = plan_text(sample_plan())
+OLD_PLAN = dump_yaml(sample_plan().to_data(), HEADER)  # the form before dnnctl.files.lineyaml
 
 
 def _readonly() -> np.ndarray:
@@ -118,26 +121,46 @@ def test_absurd_sizes_are_refused_before_allocating():
 
 # ----------------------------------------------------------------------------- files & CLI
 
+def _sub(text: str, old: str, new: str) -> str:
+    assert old in text, old  # a replacement that silently did nothing would test nothing
+    return text.replace(old, new, 1)
+
+
 HOSTILE_PLANS = {
     "python tag": "!!python/object/apply:os.system ['echo pwned']\n",
     "billion laughs": "a: &a [1, 1, 1]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n",
-    "duplicate key": GOOD_PLAN + "schema: dnnctl-plan/1\n",
+    "duplicate key": GOOD_PLAN + 'schema: "dnnctl-plan/1"\n',
+    "duplicate key in an entry": _sub(GOOD_PLAN, '"tried": 7', '"tried": 7, "tried": 8'),
+    "merge key in an entry": _sub(GOOD_PLAN, '"tried": 7', '"<<": {"tried": 7}'),
     "binary garbage": "\x00\x01\x02\xff",
     "deep nesting": "[" * 5000 + "]" * 5000,
-    "huge number": GOOD_PLAN.replace("tried: 7", "tried: 1e400", 1),
-    "negative time": GOOD_PLAN.replace("median_us: 120.0", "median_us: -1", 1),
-    "unknown variant": GOOD_PLAN.replace("variant: fft", "variant: fft_turbo", 1),
-    "unknown op": GOOD_PLAN.replace("op: conv2d", "op: conv9d", 1),
-    "bad param": GOOD_PLAN.replace("size: fast", "size: 3", 1),
-    "unsupported choice": GOOD_PLAN.replace("choice: {variant: im2col_gemm, params: {chunk: 0}}",
-                                            "choice: {variant: im2col_gemm, params: {chunk: 8}}"),
-    "key as list": GOOD_PLAN.replace("key: {", "key: [", 1).replace("}\n    choice", "]\n"
-                                                                     "    choice", 1),
+    "deep nesting in an entry": _sub(GOOD_PLAN, '"tried": 7', '"tried": ' + "[" * 5000
+                                     + "]" * 5000),
+    "huge number": _sub(GOOD_PLAN, '"tried": 7', '"tried": 1e400'),
+    "huge float": _sub(GOOD_PLAN, '"tried": 7', '"tried": 1.0e+400'),
+    "huge integer time": _sub(GOOD_PLAN, '"median_us": 120.0', '"median_us": ' + "9" * 400),
+    "negative time": _sub(GOOD_PLAN, '"median_us": 120.0', '"median_us": -1'),
+    "NaN time": _sub(GOOD_PLAN, '"median_us": 120.0', '"median_us": NaN'),
+    "unknown variant": _sub(GOOD_PLAN, '"variant": "fft"', '"variant": "fft_turbo"'),
+    "unknown op": _sub(GOOD_PLAN, '"op": "conv2d"', '"op": "conv9d"'),
+    "bad param": _sub(GOOD_PLAN, '"size": "fast"', '"size": 3'),
+    "unsupported choice": _sub(GOOD_PLAN, '"choice": {"variant": "im2col_gemm", "params": '
+                               '{"chunk": 0}}', '"choice": {"variant": "im2col_gemm", '
+                               '"params": {"chunk": 8}}'),
+    "key as list": _sub(_sub(GOOD_PLAN, '"key": {', '"key": [{'), '}, "choice"',
+                        '}], "choice"'),
+    "entry line cut short": _sub(GOOD_PLAN, '"pinned": false}\n', '"pinned": fa\n'),
+    "entry line in pieces": _sub(GOOD_PLAN, '"tried": 7, ', '"tried": 7,\n}, '),
     "empty": "",
     "just a string": "hello\n",
     "tab indented": "schema: dnnctl-plan/1\nsections:\n\t- 1\n",
-    "partial no compared": GOOD_PLAN.replace("pinned: false", "pinned: false\n    partial: true",
-                                             1),
+    "partial no compared": _sub(GOOD_PLAN, '"pinned": false}', '"pinned": false, '
+                                '"partial": true}'),
+    # the all-YAML form plans were written in before
+    "previous form, unknown variant": _sub(OLD_PLAN, "variant: fft", "variant: fft_turbo"),
+    "previous form, duplicate key": _sub(OLD_PLAN, "    tried: 7\n",
+                                         "    tried: 7\n    tried: 8\n"),
+    "previous form, cut short": OLD_PLAN[: len(OLD_PLAN) // 2] + "\n  - op: [unterminated\n",
 }
 
 

@@ -326,7 +326,7 @@ def test_backward_problems_tune_plan_and_dispatch(tmp_path: Any) -> None:
     report = tune(wl, TuneOptions(device="cpu", output=tmp_path / "plan.yaml", policy=fast))
     assert [o.status for o in report.outcomes] == ["planned"] * 3
     text = (tmp_path / "plan.yaml").read_text()
-    assert text.count("pass: backward") == 3 and "indices: true" in text
+    assert text.count('"pass": "backward"') == 3 and '"indices": true' in text
     sec = read_plan(tmp_path / "plan.yaml").sections[0]
     assert sec.find(sm).choice.variant == "bwd_numpy"
     plan = dnnctl.load_plan(str(tmp_path / "plan.yaml"), device="cpu", strict=True)

@@ -4,6 +4,7 @@ rejected with errors naming the file, the entry and the field."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import stat
 
@@ -36,14 +37,16 @@ def test_round_trip_is_exact_and_byte_stable(tmp_path):
 def test_layout_is_diff_friendly(tmp_path):
     text = plan_text(sample_plan())
     assert text.startswith("# dnnctl plan")
-    assert "schema: dnnctl-plan/1\nsections:\n- device: {backend: numpy," in text
+    assert '\nschema: "dnnctl-plan/1"\nsections:\n- device: {"backend": "numpy",' in text
     lines = text.splitlines()
-    # one line per entry field, in the documented order, small mappings in flow style
-    first = lines.index(next(line for line in lines if line.startswith("  - op: conv2d")))
+    # one line per entry (a JSON object: see test_plan_lineyaml), fields in the documented
+    # order, the entries in key order
+    rows = [json.loads(line[4:]) for line in lines if line.startswith("  - {")]
     always = [f for f in ENTRY_FIELDS if f not in OPTIONAL_ENTRY_FIELDS]
-    fields = [line.split(":")[0].strip(" -") for line in lines[first:first + len(always)]]
-    assert fields == always
-    assert any(line.startswith("    key: {activation: none, bias: false, c: 16,") for line in lines)
+    assert len(rows) == 3 and all(list(row) == always for row in rows)
+    assert [(r["key"]["c"], r["key"]["groups"]) for r in rows] == [(4, 1), (16, 1), (16, 16)]
+    assert any(line.startswith('  - {"op": "conv2d", "key": {"activation": "none", '
+                               '"bias": false, "c": 16,') for line in lines)
     assert "!!" not in text and "&id" not in text and "*id" not in text
 
 

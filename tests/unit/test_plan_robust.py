@@ -73,14 +73,19 @@ def test_partial_compared_and_tie_round_trip_and_are_validated():
     e = entry(conv(), "direct", {"order": "tap"}, 80.0)
     e.partial, e.compared, e.tie = True, 3, ("direct(order=tap)", "fft(size=fast)")
     text = plan_text(Plan([numpy_section([e])]))
-    assert "partial: true" in text and "compared: 3" in text
-    assert "tie: [direct(order=tap), fft(size=fast)]" in text
+    assert '"partial": true, "compared": 3' in text
+    assert '"tie": ["direct(order=tap)", "fft(size=fast)"]' in text
     back = parse_plan(text).sections[0].entries[0]
     assert (back.partial, back.compared, back.tie) == (True, 3, e.tie)
     with pytest.raises(PlanError, match="compared"):
-        parse_plan(text.replace("    compared: 3\n", ""))
+        parse_plan(_sub(text, ', "compared": 3', ""))
     with pytest.raises(PlanError, match="'tie'"):
-        parse_plan(text.replace("tie: [direct(order=tap), fft(size=fast)]", "tie: {a: 1}"))
+        parse_plan(_sub(text, '["direct(order=tap)", "fft(size=fast)"]', '{"a": 1}'))
+
+
+def _sub(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new)
 
 
 def test_duplicate_keys_name_the_line():
@@ -92,13 +97,18 @@ def test_duplicate_keys_name_the_line():
 
 
 @pytest.mark.skipif(not getattr(yaml, "__with_libyaml__", False), reason="no libyaml")
-def test_the_libyaml_path_is_used_and_agrees_with_the_exact_loader():
+def test_the_json_and_libyaml_paths_agree_with_the_exact_loader():
     from bench_plan_load import build_plan
 
-    text = plan_text(build_plan(600))  # GPU section, 4 ops, real default choices
-    fast = parse_yaml(text, "big.yaml")
+    from dnnctl.files.yamlio import dump_yaml
+    from dnnctl.plan.io import HEADER
+
+    built = build_plan(600)  # GPU section, 4 ops, real default choices
+    text = plan_text(built)  # read with json (dnnctl.files.lineyaml)
+    old = dump_yaml(built.to_data(), HEADER)  # the all-YAML form: read with libyaml
     exact = yaml.load(text, Loader=_StrictLoader)  # noqa: S506
-    assert fast == exact
+    assert parse_yaml(text, "big.yaml") == exact
+    assert parse_yaml(old, "old.yaml") == yaml.load(old, Loader=_StrictLoader) == exact  # noqa: S506
     plan = parse_plan(text, "big.yaml")
     assert sum(len(s.entries) for s in plan.sections) == 600
     again = plan_text(plan)
@@ -130,20 +140,29 @@ def test_key_defaults_on_the_command_line_and_in_the_api(tmp_path):
 
 def test_a_large_plan_is_parsed_once_and_the_cache_is_validated_like_the_file(
         tmp_path, monkeypatch):
+    """The parse cache serves large files in YAML form (older or hand-written plans); a plan
+    in dnnctl's own form is read with json and needs no cache."""
     from bench_plan_load import build_plan
 
     from dnnctl.files import parsecache
+    from dnnctl.files.yamlio import dump_yaml
+    from dnnctl.plan.io import HEADER
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "big.yaml"
     plan = build_plan(1900)
     path.write_text(plan_text(plan))
     assert path.stat().st_size > parsecache.MIN_BYTES
+    fast = read_plan(path)
+    assert len(fast.sections[0].entries) == 1900
+    assert not parsecache.cache_dir().exists()  # the fast form is not cached
+    yaml_text = dump_yaml(plan.to_data(), HEADER)  # the form before
+    path.write_text(yaml_text)
     first = read_plan(path)
     cached = list(parsecache.cache_dir().glob("*.json"))
     assert len(cached) == 1 and cached[0].stem == parsecache.key_of(path.read_bytes())
     again = read_plan(path)  # served from the cache
-    assert plan_text(again) == plan_text(first)
+    assert plan_text(again) == plan_text(first) == plan_text(fast)
     assert len(again.sections[0].entries) == 1900
     # a tampered cache entry is plain data, validated like the file: refused, never trusted
     data = json.loads(cached[0].read_text())
@@ -152,6 +171,6 @@ def test_a_large_plan_is_parsed_once_and_the_cache_is_validated_like_the_file(
     with pytest.raises(PlanError, match="no_such_variant"):
         read_plan(path)
     # other bytes, other key: an edited file is parsed again
-    path.write_text(plan_text(plan).replace("median_us: 21.4", "median_us: 21.5", 1))
+    path.write_text(yaml_text.replace("median_us: 21.4", "median_us: 21.5", 1))
     assert read_plan(path).sections[0].entries[0].stats is not None
     assert len(list(parsecache.cache_dir().glob("*.json"))) == 2

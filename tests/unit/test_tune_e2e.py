@@ -169,7 +169,7 @@ def test_crashing_hanging_wrong_and_oom_candidates_are_survived(tmp_path):
     assert p["winner"]["variant"] == "atomic"  # the fastest survivor (4x faster than 'fast')
     assert p["default"]["variant"] == "slow" and p["speedup_vs_default"] > 2
     text = (tmp_path / "plan.yaml").read_text()
-    assert "failed: {wrong: 1, crashed: 2, timeout: 1, oom: 1}" in text
+    assert '"failed": {"wrong": 1, "crashed": 2, "timeout": 1, "oom": 1}' in text
     # --deterministic drops the non-deterministic winner; the search order keeps the default
     proc = _cli([*args[:-2], "--deterministic", "--max-evals", "3", "-o", "det.yaml"], tmp_path)
     out, err = proc.communicate(timeout=120)
