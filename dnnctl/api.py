@@ -248,6 +248,21 @@ def plan_show(path: str | os.PathLike[str], op: str | None = None) -> dict[str, 
 
 
 def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    sections = _section_rows(plan)
+    for row, s in zip(sections, plan.sections):
+        row["entries"] = [{
+            "op": e.problem.op, "key": e.problem.as_dict(), "choice": e.choice.label(),
+            "variant": e.choice.variant, "params": e.choice.param_dict,
+            "median_us": e.stats.median_us if e.stats else None,
+            "speedup_vs_default": e.speedup_vs_default(),
+            "speedup_vs_runner_up": e.speedup_vs_runner_up(),
+            "tried": e.tried, "failed": dict(e.failed), "pinned": e.pinned}
+            for e in s.entries]
+    return {"plan": str(path), "schema": "dnnctl-plan/1", "sections": sections}
+
+
+def _section_rows(plan: Any) -> list[dict[str, Any]]:
+    """Each section's device, digest and whether it serves this machine (no entries)."""
     from dnnctl.plan import kernels_digest
     from dnnctl.plan.schema import same_device
     from dnnctl.plan.sections import this_device
@@ -258,24 +273,16 @@ def _plan_info(plan: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
         if dev is not None:
             here[dev.backend] = dev.fingerprint()
     digest = kernels_digest()
-    sections = []
+    rows = []
     for i, s in enumerate(plan.sections):
         fp = here.get(s.backend)
         matches = fp is not None and same_device(s.device, fp)
-        sections.append({
+        rows.append({
             "index": i, "device": dict(s.device), "label": s.label(),
             "kernels_digest": s.kernels_digest, "created": s.created, "tuning": dict(s.tuning),
             "this_machine": matches and s.kernels_digest == digest,
-            "stale_kernels": matches and s.kernels_digest != digest,
-            "entries": [{
-                "op": e.problem.op, "key": e.problem.as_dict(), "choice": e.choice.label(),
-                "variant": e.choice.variant, "params": e.choice.param_dict,
-                "median_us": e.stats.median_us if e.stats else None,
-                "speedup_vs_default": e.speedup_vs_default(),
-                "speedup_vs_runner_up": e.speedup_vs_runner_up(),
-                "tried": e.tried, "failed": dict(e.failed), "pinned": e.pinned}
-                for e in s.entries]})
-    return {"plan": str(path), "schema": "dnnctl-plan/1", "sections": sections}
+            "stale_kernels": matches and s.kernels_digest != digest})
+    return rows
 
 
 def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -289,11 +296,10 @@ def plan_validate(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     plan = read_plan(path)
     check_plan_support(plan)
-    info = _plan_info(plan, path)
     return {"plan": str(path), "valid": True, "sections": [
-        {"index": s["index"], "label": s["label"], "entries": len(s["entries"]),
-         "this_machine": s["this_machine"], "stale_kernels": s["stale_kernels"]}
-        for s in info["sections"]]}
+        {"index": row["index"], "label": row["label"], "entries": len(s.entries),
+         "this_machine": row["this_machine"], "stale_kernels": row["stale_kernels"]}
+        for row, s in zip(_section_rows(plan), plan.sections)]}
 
 
 def plan_diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> dict[str, Any]:

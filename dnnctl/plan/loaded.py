@@ -28,6 +28,7 @@ from typing import Any
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import get_backend, parse_device
 from dnnctl.errors import DnnctlError, StalePlanError
+from dnnctl.files import gcpause
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
 from dnnctl.plan.digest import kernels_digest
@@ -277,15 +278,16 @@ def _table_of(section: Section, device: DeviceInfo, source: str) -> _Table:
     from dnnctl.ops.dispatch import intern
 
     table = _Table(section, "ok")
-    bad = {id(e): (i, reason) for i, e, reason in unsupported(section, device)}
-    for i, e in enumerate(section.entries):
-        if id(e) in bad:
-            warnings.warn(f"plan {source}: ignoring {entry_label(i, e)}: "
-                          f"{bad[id(e)][1]}", UnsupportedEntryWarning, stacklevel=4)
-            continue
-        # the dispatcher hands us its interned problem objects: dict hits by identity
-        table.exact[intern(e.problem)] = _Hit(e.choice)
-        table.by_op.setdefault(e.problem.op, []).append(e)
+    with gcpause.paused():  # a large plan: tens of thousands of checks and table rows
+        bad = {id(e): (i, reason) for i, e, reason in unsupported(section, device)}
+        for i, e in enumerate(section.entries):
+            if id(e) in bad:
+                warnings.warn(f"plan {source}: ignoring {entry_label(i, e)}: "
+                              f"{bad[id(e)][1]}", UnsupportedEntryWarning, stacklevel=4)
+                continue
+            # the dispatcher hands us its interned problem objects: dict hits by identity
+            table.exact[intern(e.problem)] = _Hit(e.choice)
+            table.by_op.setdefault(e.problem.op, []).append(e)
     return table
 
 

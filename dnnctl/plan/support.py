@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dnnctl.errors import PlanError
+from dnnctl.files import gcpause
 from dnnctl.ops import registry
 from dnnctl.plan.schema import Plan, PlanEntry, Section
 
@@ -53,7 +54,10 @@ def check_plan_support(plan: Plan) -> None:
 
     for si, section in enumerate(plan.sections):
         device = section_device(section, 0)
-        for i, e, reason in unsupported(section, device):
+        with gcpause.paused():
+            first = next(unsupported(section, device), None)
+        if first is not None:
+            i, e, reason = first
             raise PlanError(plan.source, f"{e.choice.variant} does not support this key: "
                             f"{reason}", "remove or re-tune the entry ('dnnctl tune' only "
                             "writes supported choices)",

@@ -39,17 +39,24 @@ BACKENDS = ("cupy", "numpy")
 
 
 class _Where:
-    """Where in the file we are, for error messages."""
+    """Where in the file we are, for error messages. ``problem``'s label is added when an
+    error is made (most entries have none, and the label costs more than the check)."""
 
-    def __init__(self, path: str, parts: tuple[str, ...] = ()):
+    def __init__(self, path: str, parts: tuple[str, ...] = (), problem: Problem | None = None):
         self.path = path
         self.parts = parts
+        self.problem = problem
 
     def __truediv__(self, part: str) -> _Where:
         return _Where(self.path, (*self.parts, part))
 
+    def of(self, problem: Problem) -> _Where:
+        return _Where(self.path, self.parts, problem)
+
     def fail(self, field: str, message: str, hint: str | None = None) -> PlanError:
-        loc = " ".join(self.parts)
+        parts = self.parts if self.problem is None else (
+            *self.parts, f"({self.problem.short()})")
+        loc = " ".join(parts)
         where = f"{loc}, field '{field}'" if loc else f"field '{field}'"
         return PlanError(self.path, message, hint or "fix the entry, or regenerate the plan "
                          "with 'dnnctl tune'", where=where)
@@ -114,8 +121,9 @@ def section_from_data(data: Any, where: _Where) -> Section:
     backend = device["backend"]
     entries: list[PlanEntry] = []
     seen: dict[Problem, int] = {}
+    choices: _Choices = {}
     for i, raw in enumerate(entries_raw):
-        entry = entry_from_data(raw, where / f"entry {i}", backend)
+        entry = entry_from_data(raw, where / f"entry {i}", backend, choices)
         if entry.problem in seen:
             raise (where / f"entry {i} ({entry.problem.short()})").fail(
                 "key", f"duplicate of entry {seen[entry.problem]}",
@@ -125,7 +133,12 @@ def section_from_data(data: Any, where: _Where) -> Section:
     return Section(device, digest, created, tun, entries)
 
 
-def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
+def entry_from_data(data: Any, where: _Where, backend: str,
+                    choices: _Choices | None = None) -> PlanEntry:
+    """Validate one entry; ``choices`` memoizes the choices already accepted (a section
+    names a few hundred distinct ones, each checked once)."""
+    if choices is None:
+        choices = {}
     _record(data, "an entry", ENTRY_FIELDS, ("op", "key", "choice"), where)
     op_name = data["op"]
     if not isinstance(op_name, str):
@@ -135,25 +148,26 @@ def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
     except UsageError as exc:
         raise where.fail("op", exc.message, exc.hint) from None
     key = data["key"]
-    if not isinstance(key, Mapping):
+    if not _is_map(key):
         raise where.fail("key", f"expected a mapping, got {_type(key)}")
     try:
         problem = op.problem(dict(key))
     except UsageError as exc:
         raise where.fail("key", exc.message, exc.hint) from None
-    where = _Where(where.path, (*where.parts, f"({problem.short()})"))
-    choice = _choice(data["choice"], where, "choice", problem, backend)
+    where = where.of(problem)
+    choice = _choice(data["choice"], where, "choice", problem, backend, choices)
     stats = None
     if data.get("stats") is not None:
         stats = _timing(data["stats"], where)
-    runner_up = _alternative(data.get("runner_up"), where, "runner_up", problem, backend)
-    default = _alternative(data.get("default"), where, "default", problem, backend)
+    runner_up = _alternative(data.get("runner_up"), where, "runner_up", problem, backend,
+                             choices)
+    default = _alternative(data.get("default"), where, "default", problem, backend, choices)
     failed_raw = data.get("failed") or {}
-    if not isinstance(failed_raw, Mapping):
+    if not _is_map(failed_raw):
         raise where.fail("failed", f"expected a mapping, got {_type(failed_raw)}")
     _no_unknown(failed_raw, FAIL_REASONS, where, prefix="failed.")
-    failed = {r: _int(failed_raw.get(r, 0), where, f"failed.{r}", 0, MAX_COUNT)
-              for r in FAIL_REASONS}
+    failed = {r: _int(failed_raw.get(r, 0), where, name, 0, MAX_COUNT)
+              for r, name in _FAILED_FIELDS}
     max_err = data.get("max_rel_err")
     partial = _bool(data.get("partial", False), where, "partial")
     compared = data.get("compared")
@@ -171,6 +185,9 @@ def entry_from_data(data: Any, where: _Where, backend: str) -> PlanEntry:
         pinned=_bool(data.get("pinned", False), where, "pinned"),
         partial=partial, compared=compared, tie=_tie(data.get("tie"), where),
     )
+
+
+_FAILED_FIELDS = tuple((r, f"failed.{r}") for r in FAIL_REASONS)
 
 
 def _tie(data: Any, where: _Where) -> tuple[str, ...]:
@@ -195,18 +212,45 @@ def check_choice(problem: Problem, backend: str, variant: Any, params: Any) -> C
         raise UsageError(exc.message.split(": ", 1)[-1], exc.hint) from None
 
 
-def _choice(data: Any, where: _Where, field: str, problem: Problem, backend: str) -> Choice:
-    if not isinstance(data, Mapping):
+# accepted choices by (op, variant, parameters with their types): the checks below depend
+# on nothing else (the backend is the section's), so a repeat is a dict lookup
+_Choices = dict[tuple[Any, ...], Choice]
+_MEMO_TYPES = frozenset((int, str, bool))  # values whose equal ones are the same value
+
+
+def _choice(data: Any, where: _Where, field: str, problem: Problem, backend: str,
+            choices: _Choices | None = None) -> Choice:
+    if not _is_map(data):
         raise where.fail(field, f"expected {{variant, params}}, got {_type(data)}")
     _no_unknown(data, ("variant", "params"), where, prefix=f"{field}.")
-    name = data.get("variant")
+    return _named_choice(data.get("variant"), data.get("params") or {}, where, field, problem,
+                         backend, choices)
+
+
+def _named_choice(name: Any, params: Any, where: _Where, field: str, problem: Problem,
+                  backend: str, choices: _Choices | None) -> Choice:
     if not isinstance(name, str):
         raise where.fail(f"{field}.variant", f"expected a variant name, got {_type(name)}")
+    memo = None
+    if choices is not None and type(params) is dict:
+        types = tuple(map(type, params.values()))
+        if _MEMO_TYPES.issuperset(types):
+            memo = (problem.op, name, tuple(params.items()), types)
+            hit = choices.get(memo)
+            if hit is not None:
+                return hit
+    choice = _check_choice(name, params, where, field, problem, backend)
+    if memo is not None:
+        choices[memo] = choice
+    return choice
+
+
+def _check_choice(name: str, params: Any, where: _Where, field: str, problem: Problem,
+                  backend: str) -> Choice:
     try:
         variant = registry.get_variant(problem.op, backend, name)
     except UsageError as exc:
         raise where.fail(f"{field}.variant", exc.message, exc.hint) from None
-    params = data.get("params") or {}
     if not isinstance(params, Mapping):
         raise where.fail(f"{field}.params", f"expected a mapping, got {_type(params)}")
     for k, v in params.items():
@@ -222,34 +266,38 @@ def _choice(data: Any, where: _Where, field: str, problem: Problem, backend: str
     return Choice.of(name, dict(params))
 
 
-def _alternative(data: Any, where: _Where, field: str, problem: Problem, backend: str
-                 ) -> Alternative | None:
+def _alternative(data: Any, where: _Where, field: str, problem: Problem, backend: str,
+                 choices: _Choices | None = None) -> Alternative | None:
     if data is None:
         return None
-    if not isinstance(data, Mapping):
+    if not _is_map(data):
         raise where.fail(field, f"expected {{variant, params, median_us}}, got {_type(data)}")
     _no_unknown(data, ("variant", "params", "median_us"), where, prefix=f"{field}.")
-    choice = _choice({"variant": data.get("variant"), "params": data.get("params") or {}},
-                     where, field, problem, backend)
+    choice = _named_choice(data.get("variant"), data.get("params") or {}, where, field,
+                           problem, backend, choices)
     med = data.get("median_us")
     return Alternative(choice, None if med is None else
                        _num(med, where, f"{field}.median_us", 0.0, MAX_US))
 
 
+_TIMING_FIELDS = ("median_us", "p20_us", "p80_us", "n")
+
+
 def _timing(data: Any, where: _Where) -> Timing:
-    if not isinstance(data, Mapping):
+    if not _is_map(data):
         raise where.fail("stats", f"expected {{median_us, p20_us, p80_us, n}}, got "
                          f"{_type(data)}")
-    _no_unknown(data, ("median_us", "p20_us", "p80_us", "n"), where, prefix="stats.")
-    vals = {}
+    _no_unknown(data, _TIMING_FIELDS, where, prefix="stats.")
+    vals = []
     for f in ("median_us", "p20_us", "p80_us"):
         if f not in data:
             raise where.fail(f"stats.{f}", "is missing")
-        vals[f] = _num(data[f], where, f"stats.{f}", 0.0, MAX_US)
+        vals.append(_num(data[f], where, f"stats.{f}", 0.0, MAX_US))
+    median, p20, p80 = vals
     n = _int(data.get("n", 0), where, "stats.n", 0, MAX_COUNT)
-    if not vals["p20_us"] <= vals["median_us"] <= vals["p80_us"]:
+    if not p20 <= median <= p80:
         raise where.fail("stats", "needs p20_us <= median_us <= p80_us")
-    return Timing(vals["median_us"], vals["p20_us"], vals["p80_us"], n)
+    return Timing(median, p20, p80, n)
 
 
 # ----------------------------------------------------------------------------- scalars
@@ -259,7 +307,7 @@ def _record(data: Any, what: str, allowed: tuple[str, ...], required: tuple[str,
             where: _Where) -> None:
     """``data`` is a mapping of known fields with every required one (errors name the
     first required field when ``data`` is not a mapping at all)."""
-    if not isinstance(data, Mapping):
+    if not _is_map(data):
         raise where.fail(required[0], f"{what} must be a mapping, got {_type(data)}")
     _no_unknown(data, allowed, where)
     for f in required:
@@ -267,8 +315,20 @@ def _record(data: Any, what: str, allowed: tuple[str, ...], required: tuple[str,
             raise where.fail(f, "is missing")
 
 
+def _is_map(v: Any) -> bool:
+    return type(v) is dict or isinstance(v, Mapping)  # the ABC check only when not a dict
+
+
+_KNOWN: dict[tuple[str, ...], frozenset[str]] = {}
+
+
 def _no_unknown(data: Mapping[Any, Any], allowed: tuple[str, ...], where: _Where,
                 prefix: str = "") -> None:
+    known = _KNOWN.get(allowed)
+    if known is None:
+        known = _KNOWN[allowed] = frozenset(allowed)
+    if known.issuperset(data):
+        return
     for k in data:
         if k not in allowed:
             raise where.fail(f"{prefix}{k}", "unknown field",
@@ -276,7 +336,7 @@ def _no_unknown(data: Mapping[Any, Any], allowed: tuple[str, ...], where: _Where
 
 
 def _int(v: Any, where: _Where, field: str, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    if type(v) is not int and (isinstance(v, bool) or not isinstance(v, int)):
         raise where.fail(field, f"expected an integer, got {_type(v)} {_short(v)}")
     if not lo <= v <= hi:
         raise where.fail(field, f"{_short(v)} is out of range [{lo}, {hi}]")
@@ -284,12 +344,16 @@ def _int(v: Any, where: _Where, field: str, lo: int, hi: int) -> int:
 
 
 def _num(v: Any, where: _Where, field: str, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise where.fail(field, f"expected a number, got {_type(v)} {_short(v)}")
-    f = float(v)
-    if not math.isfinite(f) or not lo <= f <= hi:
+    if type(v) is not float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise where.fail(field, f"expected a number, got {_type(v)} {_short(v)}")
+        try:
+            v = float(v)
+        except OverflowError:  # an integer of hundreds of digits
+            raise where.fail(field, f"{_short(v)} is out of range [{lo:g}, {hi:g}]") from None
+    if not lo <= v <= hi or not math.isfinite(v):
         raise where.fail(field, f"{_short(v)} is out of range [{lo:g}, {hi:g}]")
-    return f
+    return v
 
 
 def _bool(v: Any, where: _Where, field: str) -> bool:

@@ -88,6 +88,22 @@ def _sub(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
+def test_a_choice_seen_before_is_still_checked_as_written():
+    # entries 0 and 1 name the same choice; entry 1 spells a parameter as a boolean (False
+    # == 0 in Python): validating a repeated choice once must not let that through
+    plan = Plan([numpy_section([entry(conv(), "im2col_gemm", {"chunk": 0}, 90.0),
+                                entry(conv(n=4), "im2col_gemm", {"chunk": 0}, 95.0)])])
+    text = plan_text(plan)
+    parse_plan(text)
+    lines = text.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("  - {"))
+    lines[last] = _sub(lines[last], '"choice": {"variant": "im2col_gemm", "params": '
+                       '{"chunk": 0}}', '"choice": {"variant": "im2col_gemm", "params": '
+                       '{"chunk": false}}')
+    with pytest.raises(PlanError, match=r"entry 1 .*choice.params.chunk'.*False is not one of"):
+        parse_plan("\n".join(lines))
+
+
 def test_duplicate_keys_name_the_line():
     text = "schema: dnnctl-plan/1\nsections: []\nschema: dnnctl-plan/1\n"
     with pytest.raises(PlanError) as exc:
