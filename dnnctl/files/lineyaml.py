@@ -46,7 +46,7 @@ _YAML_RAW_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]"
 _NOT_PLAIN_TEXT = re.compile(
     "[^\x0a\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 # A JSON number with an exponent but no '.' (1e-05): YAML 1.1 reads it as text
-_BARE_EXPONENT = re.compile(r"(?<![\w.])-?\d+[eE]")
+_BARE_EXPONENT = re.compile(r"([ \[:,-][0-9]+)(?=[eE])")  # on the text after a space
 _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(\.\d*)?(?:[eE]([-+]?)\d+)?')
 # YAML 1.1's float spellings among JSON's (a dot, a signed exponent)
 _YAML_FLOAT = re.compile(r"-?\d+\.\d*(?:[eE][-+]\d+)?\Z")
@@ -67,7 +67,7 @@ def dump(data: Mapping[str, Any], header: str = "") -> str:
     that is not finite, a value that is not plain data)."""
     lines: list[str] = []
     _mapping(data, "", "", lines)
-    body = "\n".join(lines) + "\n"
+    body = "\n".join(lines or ["{}"]) + "\n"
     if _YAML_RAW_UNSAFE.search(body):
         body = _YAML_RAW_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
     return header + body
@@ -75,35 +75,57 @@ def dump(data: Mapping[str, Any], header: str = "") -> str:
 
 def _mapping(data: Mapping[str, Any], first: str, indent: str, lines: list[str]) -> None:
     """A block mapping; ``first`` prefixes its first line (a sequence item's '- ')."""
-    if not data:
-        lines.append(f"{first}{{}}")
-        return
     for i, (k, v) in enumerate(data.items()):
         head = f"{first if i == 0 else indent}{_key(k)}:"
-        if isinstance(v, list) and v and _block(v):
+        if not _block(v):
+            lines.append(f"{head} {flow(v)}")
+        elif isinstance(v, list):
             lines.append(head)
             _sequence(v, indent, lines)
-        elif isinstance(v, Mapping) and v and _block(v):
+        else:
             lines.append(head)
             _mapping(v, indent + "  ", indent + "  ", lines)
-        else:
-            lines.append(f"{head} {flow(v)}")
 
 
 def _sequence(items: list[Any], indent: str, lines: list[str]) -> None:
     for item in items:
-        if isinstance(item, Mapping) and item and _block(item):
+        # a plan section (its entries right there) is seen without writing it as JSON;
+        # for an entry the JSON, which it needs anyway, says whether to look further
+        if isinstance(item, Mapping) and any(
+                isinstance(x, list) and x and isinstance(x[0], Mapping) for x in item.values()):
+            _mapping(item, indent + "- ", indent + "  ", lines)
+            continue
+        text = flow(item)
+        if isinstance(item, Mapping) and _block(item, text):
             _mapping(item, indent + "- ", indent + "  ", lines)
         else:
-            lines.append(f"{indent}- {flow(item)}")
+            lines.append(f"{indent}- {text}")
 
 
-def _block(v: Any) -> bool:
-    """Whether ``v`` holds a list of mappings somewhere (then it is written in block style;
-    anything else is one line of JSON)."""
-    if isinstance(v, list):
-        return any(isinstance(x, Mapping) or (isinstance(x, list) and _block(x)) for x in v)
-    return any(_block(x) for x in v.values() if isinstance(x, (list, Mapping)))
+def _block(v: Any, text: str | None = None) -> bool:
+    """Whether ``v`` (as JSON: ``text``, when known) holds a list of mappings somewhere:
+    then it is written in block style; anything else is one line of JSON."""
+    if not v or not isinstance(v, (list, Mapping)):
+        return False
+    if text is not None and "[{" not in text and ", {" not in text:
+        return False  # how JSON writes a mapping in a list
+    stack = [v]
+    while stack:
+        node = stack.pop()
+        in_list = isinstance(node, list)
+        for x in node if in_list else node.values():
+            if type(x) in _SCALARS:
+                continue
+            if isinstance(x, (dict, Mapping)):
+                if in_list:
+                    return True
+                stack.append(x)
+            elif isinstance(x, list):
+                stack.append(x)
+    return False
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _key(k: Any) -> str:
@@ -115,29 +137,24 @@ def _key(k: Any) -> str:
 
 
 def flow(value: Any) -> str:
-    """One line of JSON that YAML 1.1 reads as the same value."""
+    """One line of JSON that YAML 1.1 reads as the same value. ValueError when JSON does not
+    give ``value`` back exactly (a key that is not text, a tuple, an infinite float)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=_refuse)
     except TypeError as exc:  # e.g. a tuple key
         raise ValueError(str(exc)) from None
-    if "{" in text and _has_odd_key(value):
-        raise ValueError("mapping keys must be text")
-    if _BARE_EXPONENT.search(text):  # 1e-05 -> 1.0e-05 (outside strings only)
-        text = _JSON_TOKEN.sub(_dotted, text)
+    if _BARE_EXPONENT.search(" " + text):
+        # 1e-05 -> 1.0e-05, which YAML 1.1 reads as a float too; quick and blind to
+        # strings, so checked below, and done token by token when a string had such text
+        quick = _BARE_EXPONENT.sub(r"\1.0", " " + text)[1:]
+        text = quick if json.loads(quick) == value else _JSON_TOKEN.sub(_dotted, text)
+    if json.loads(text) != value:  # json.dumps turns 1 / True / None keys into text
+        raise ValueError("not plain data with text keys")
     return text
 
 
 def _refuse(value: Any) -> Any:
     raise ValueError(f"{type(value).__name__} is not plain data")
-
-
-def _has_odd_key(value: Any) -> bool:
-    # json.dumps turns int / bool / None keys into text silently; YAML would not
-    if isinstance(value, Mapping):
-        return any(not isinstance(k, str) or _has_odd_key(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_has_odd_key(v) for v in value if isinstance(v, (Mapping, list, tuple)))
-    return False
 
 
 def _dotted(m: re.Match[str]) -> str:

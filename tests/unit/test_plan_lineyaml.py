@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from _plan_helpers import conv, entry, numpy_section, sample_plan
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -107,9 +107,11 @@ _values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
                        | st.dictionaries(_keys, inner, max_size=4), max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.dictionaries(_keys, _values, min_size=1, max_size=4),
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=4),
        st.lists(st.dictionaries(_keys, _values, max_size=4), min_size=1, max_size=4))
+@example({}, [{"0": [{}, 1e-05]}])  # a float alone on its line
+@example({"x": -2e+20, "on": "1e5"}, [{"0": [[{}]]}, {"no": ["1e-05", 5e-05]}])
 def test_dump_then_any_reader_gives_the_data_back(top, items):
     data = {**top, "items": items}
     text = lineyaml.dump(data)
