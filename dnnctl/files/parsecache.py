@@ -1,12 +1,14 @@
 """A cache of parsed large YAML files, by content, so a big plan is parsed once.
 
 YAML parsing costs about a second per megabyte even with libyaml (PyYAML builds a Python
-node per scalar); a 20,000-entry plan is ~12 MB. A file above ``MIN_BYTES`` that parsed
-strictly is stored as JSON under ``<cache root>/parsed/<sha256>.json`` (the root:
-:func:`dnnctl.paths.cache_root`; only when JSON gives back exactly the same data), and later reads of the same bytes load that JSON
-(~0.2 s) instead. The cache holds plain data only; callers validate it exactly as if it had
-just been parsed, so a tampered cache entry can at worst make the load fail. The newest
-``KEEP`` entries are kept.
+node per scalar); a 20,000-entry plan is ~12 MB. Plans dnnctl writes now are in the form
+:mod:`dnnctl.files.lineyaml` reads with ``json`` and skip this cache; it serves large files
+in plain YAML (plans written before, hand-written ones). A file above ``MIN_BYTES`` that
+parsed strictly is stored as JSON under ``<cache root>/parsed/<sha256>.json`` (the root:
+:func:`dnnctl.paths.cache_root`; only when JSON gives back exactly the same data), and later
+reads of the same bytes load that JSON (~0.2 s) instead. The cache holds plain data only;
+callers validate it exactly as if it had just been parsed, so a tampered cache entry can at
+worst make the load fail. The newest ``KEEP`` entries are kept.
 """
 
 from __future__ import annotations
