@@ -151,7 +151,7 @@ def entry_from_data(data: Any, where: _Where, backend: str,
     if not _is_map(key):
         raise where.fail("key", f"expected a mapping, got {_type(key)}")
     try:
-        problem = op.problem(dict(key))
+        problem = op.problem(key)  # it copies the mapping; never changes it
     except UsageError as exc:
         raise where.fail("key", exc.message, exc.hint) from None
     where = where.of(problem)
