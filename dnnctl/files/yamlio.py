@@ -7,8 +7,8 @@ Writing is atomic (temp file in the same directory, fsync, rename) under a file 
 fixed key order and small mappings in flow style so a file diffs line by line.
 
 Text in the form :mod:`dnnctl.files.lineyaml` writes (small mappings as single-line JSON,
-which plans use) is read through that module: the same values and the same errors, a
-hundred times faster.
+which plans use) is read through that module: the same values and the same errors, much
+faster (a 20,000-entry plan: about 0.4 s instead of 6 s with libyaml).
 """
 
 from __future__ import annotations
