@@ -22,8 +22,8 @@ Building the plan (each entry's choice from the cost model) takes about two minu
 Run from the repository root:  PYTHONPATH=. python benchmarks/bench_plan_load.py [N]
 ``--plan FILE`` times an existing plan instead (e.g. one in the older all-YAML form);
 ``--yaml`` also times the parse of the same plan written all in YAML (the form before
-lineyaml; about a millisecond per entry, so it takes a while). No GPU needed. Prints one
-line per stage (wall and CPU seconds) and the file size.
+lineyaml, read by libyaml: several seconds). No GPU needed. Prints one line per stage (wall
+and CPU seconds) and the file size. Times on a shared machine vary by half: run it twice.
 """
 
 from __future__ import annotations
