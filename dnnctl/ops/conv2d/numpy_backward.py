@@ -67,13 +67,10 @@ def _grouped(a: np.ndarray, b: np.ndarray, g: ConvGeom, a_t: bool) -> np.ndarray
     return np.matmul(ga, gb)  # (G, ., .)
 
 
-@register_variant
-class NumpyDgradIm2col(_NumpyBackward):
-    """dgrad: column matrix by BLAS (dy @ w per group), then col2im tap by tap."""
+class _ChunkedIm2col(_NumpyBackward):
+    """The column-matrix variants: ``chunk`` images at a time (0: all), their column matrix
+    (images x P x Q x R x S x C fp32) the workspace."""
 
-    name = "dgrad_im2col_gemm"
-    passes = ("dgrad",)
-    doc = "dgrad: GEMM dy (N*P*Q, K/g) @ w (K/g, R*S*C/g) per group, then col2im"
     params = {"chunk": (0, 1, 8)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
@@ -86,6 +83,15 @@ class NumpyDgradIm2col(_NumpyBackward):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
         return {"chunk": 0}
+
+
+@register_variant
+class NumpyDgradIm2col(_ChunkedIm2col):
+    """dgrad: column matrix by BLAS (dy @ w per group), then col2im tap by tap."""
+
+    name = "dgrad_im2col_gemm"
+    passes = ("dgrad",)
+    doc = "dgrad: GEMM dy (N*P*Q, K/g) @ w (K/g, R*S*C/g) per group, then col2im"
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -162,24 +168,12 @@ class NumpyDgradDirect(_NumpyBackward):
 
 
 @register_variant
-class NumpyWgradIm2col(_NumpyBackward):
+class NumpyWgradIm2col(_ChunkedIm2col):
     """wgrad: patch matrix, then per group dy^T @ col (BLAS reduces over N*P*Q)."""
 
     name = "wgrad_im2col_gemm"
     passes = ("wgrad",)
     doc = "wgrad: patch matrix (N*P*Q, R*S*C/g), GEMM dy^T @ col per group; db fused"
-    params = {"chunk": (0, 1, 8)}
-
-    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        return params["chunk"] == 0 or params["chunk"] < problem["n"]
-
-    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        g = geometry(problem)
-        imgs = g.n if params["chunk"] == 0 else params["chunk"]
-        return imgs * g.p * g.q * g.r * g.s * g.c * 4
-
-    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
-        return {"chunk": 0}
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
