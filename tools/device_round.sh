@@ -52,6 +52,16 @@ for st in "$@"; do
     backward)
       timeout "${T:-90}" python3 benchmarks/bench_backward.py --quick > "$L/backward.md" 2>&1
       tail -25 "$L/backward.md" ;;
+    attention)  # the attention benchmark (ours vs cuDNN / FA2) and the GPU tests of the op
+      timeout "${T:-250}" python3 benchmarks/bench_attention.py > "$L/attention.md" 2>&1
+      tail -14 "$L/attention.md"
+      timeout -s INT 150 python3 -m pytest tests/gpu/test_attention.py -q -n 8 \
+        -p no:cacheprovider --tb=short -rfE > "$L/attention_tests.log" 2>&1
+      tail -3 "$L/attention_tests.log" ;;
+    attention_defaults)  # each attention variant's default parameters only (fast)
+      timeout "${T:-90}" python3 benchmarks/attention_candidates.py --default wgmma mma \
+        > "$L/attention_defaults.md" 2>&1
+      tail -20 "$L/attention_defaults.md" ;;
     doctor_time)
       python3 -m compileall -q dnnctl  # as an installed dnnctl has its .pyc files
       TIMEFORMAT=%R
