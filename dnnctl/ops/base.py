@@ -86,18 +86,19 @@ class Field:
 
     def normalize(self, op: str, name: str, value: Any) -> Any:
         """Validate and canonicalize one value; raise UsageError naming the field."""
-        where = f"{op} key field '{name}'"
         try:
             out = self._convert(value)
         except (TypeError, ValueError) as exc:
-            raise UsageError(f"{where}: {value!r} is not a valid {self.kind} ({exc})",
-                             hint=self.doc or None) from None
+            raise UsageError(f"{op} key field '{name}': {value!r} is not a valid {self.kind} "
+                             f"({exc})", hint=self.doc or None) from None
         if self.choices is not None and out not in self.choices:
-            raise UsageError(f"{where}: {value!r} is not one of {list(self.choices)}")
+            raise UsageError(f"{op} key field '{name}': {value!r} is not one of "
+                             f"{list(self.choices)}")
         if self.minimum is not None:
-            vals = out if isinstance(out, tuple) else (out,)
-            if any(v < self.minimum for v in vals):
-                raise UsageError(f"{where}: {value!r} must be >= {self.minimum}")
+            low = min(out, default=self.minimum) if type(out) is tuple else out
+            if low < self.minimum:
+                raise UsageError(f"{op} key field '{name}': {value!r} must be >= "
+                                 f"{self.minimum}")
         return out
 
     def _convert(self, value: Any) -> Any:
@@ -136,6 +137,8 @@ class Field:
 
 
 def _as_int(value: Any) -> int:
+    if type(value) is int and -(2**40) <= value <= 2**40:  # the common case, checked below
+        return value
     if isinstance(value, bool):
         raise TypeError("expected an integer, got a boolean")
     if isinstance(value, float):
