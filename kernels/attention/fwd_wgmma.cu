@@ -129,8 +129,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
                    long long o_ss, long long l_sb, long long l_sh, int seq_q, int seq_kv,
                    int heads_q, int group, int window, float scale_log2, float softcap) {
   DNNCTL_DECLARE_SMEM(smem_raw);
-  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
-  const unsigned s0 = smem_u32(smem);
+  const unsigned s0 = smem_u32(wg_align_smem(smem_raw));
   const unsigned q_full = s0 + BAR_OFF;
   const unsigned k_full0 = q_full + 8, k_empty0 = k_full0 + 8 * ST;
   const unsigned v_full0 = k_empty0 + 8 * ST, v_empty0 = v_full0 + 8 * ST;

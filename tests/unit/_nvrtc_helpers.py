@@ -3,7 +3,11 @@ the local NVRTC compiler (tools/nvrtc_check.py), skipping where it is not instal
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,3 +50,18 @@ def nvrtc():
     except SystemExit:
         pytest.skip("libnvrtc not installed")
     return nvrtc_compile
+
+
+def sm90a_clean_build(compile_: Callable, source: str, defines: Mapping[str, int]
+                      ) -> tuple[int, str]:
+    """Compile kernels/<source> with ``defines`` for sm_90a, ptxas verbose; assert it built
+    with no spills and no stack frame. Returns (registers per thread, the log)."""
+    inc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
+    opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}", f"-I{inc}",
+            "-DDNNCTL_HEADERS=0x0", "--ptxas-options=-v",
+            *(f"-D{k}={int(v)}" for k, v in defines.items())]
+    ok, log = compile_(kernels_dir() / source, opts, [])
+    assert ok, f"{dict(defines)}:\n{log}"
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, (
+        f"{dict(defines)}: spills\n{log}")
+    return int(re.search(r"Used (\d+) registers", log).group(1)), log

@@ -6,12 +6,11 @@ their ordering rules checked) against the float64 reference with poisoned output
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from _emu_helpers import CUDA_INC, emu_fixture, needs_emu
+from _emu_helpers import emu_fixture, needs_emu
 
 from dnnctl.backends import tma
 from dnnctl.backends.base import DeviceInfo
@@ -89,12 +88,6 @@ def replace_key(p, **kw):
 
 # ----------------------------------------------------------------------------- NVRTC
 
-def _nvrtc():
-    from _nvrtc_helpers import nvrtc
-
-    return nvrtc()
-
-
 NVRTC_PROBLEMS = [
     _k(batch=4, heads_q=32, seq_q=4096, head_dim=128),
     _k(seq_q=4096, head_dim=256, causal="top_left"),
@@ -105,19 +98,13 @@ NVRTC_PROBLEMS = [
 
 @pytest.mark.parametrize("p", NVRTC_PROBLEMS, ids=lambda p: p.short())
 def test_every_parameter_set_compiles_without_spills(p):
-    compile_ = _nvrtc()
-    cuda_inc = CUDA_INC
+    from _nvrtc_helpers import nvrtc, sm90a_clean_build
+
+    compile_ = nvrtc()
     for params in WG.param_space(p, H200):
         defs = wg_defines(p, params)
-        ok, log = compile_(ROOT / "kernels" / WG.source,
-                           ["-arch=sm_90a", "--std=c++17", f"-I{ROOT / 'kernels' / 'include'}",
-                            f"-I{cuda_inc}", "-DDNNCTL_HEADERS=0x0", "--ptxas-options=-v",
-                            *[f"-D{k}={v}" for k, v in defs.items()]], [])
-        assert ok, f"{defs}\n{log}"
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, (
-            f"{defs}: spills\n{log}")
+        regs, log = sm90a_clean_build(compile_, WG.source, defs)
         assert "serialized" not in log, f"{defs}: wgmma serialized\n{log}"
-        regs = int(re.search(r"Used (\d+) registers", log).group(1))
         assert regs <= 65536 // (128 * (params["consumers"] + 1))
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import re
 import struct
 import sys
 from pathlib import Path
@@ -156,35 +155,19 @@ def _all_spaces() -> list[tuple[dict, dict]]:
     return out
 
 
-def test_every_parameter_set_compiles_with_nvrtc(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT))
-    try:
-        from tools.nvrtc_check import _libnvrtc, nvrtc_compile
+def test_every_parameter_set_compiles_with_nvrtc():
+    from _emu_helpers import CUDA_INC
+    from _nvrtc_helpers import nvrtc, sm90a_clean_build
 
-        _libnvrtc()
-    except (ImportError, SystemExit):
-        pytest.skip("libnvrtc (pip install nvidia-cuda-nvrtc) or tools/nvrtc_check.py missing")
-    import os
-
-    from dnnctl.resources import kernels_dir
-
-    inc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "include"
-    if not (inc / "cuda_fp16.h").exists():
+    compile_ = nvrtc()
+    if not (CUDA_INC / "cuda_fp16.h").exists():
         pytest.skip("CUDA headers missing")
     builds = _all_spaces()
     assert len(builds) >= 30
     for key, params in builds:
-        p = mm(m=256, n=256, k=256, **key)
-        defs = tma_defines(p, params)
-        opts = ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}", f"-I{inc}",
-                "-DDNNCTL_HEADERS=0x0", "--ptxas-options=-v",
-                *(f"-D{k}={int(v)}" for k, v in defs.items())]
-        ok, log = nvrtc_compile(kernels_dir() / "gemm/wgmma_tma.cu", opts, [])
-        assert ok, f"{defs}:\n{log}"
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in log, (
-            f"{defs}: spills\n{log}")
+        defs = tma_defines(mm(m=256, n=256, k=256, **key), params)
+        regs, log = sm90a_clean_build(compile_, "gemm/wgmma_tma.cu", defs)
         assert "C7508" not in log, f"{defs}: setmaxnreg ignored\n{log}"
-        regs = int(re.search(r"Used (\d+) registers", log).group(1))
         assert regs <= 168 or params["consumers"] == 1, (defs, regs)
     sys.modules.pop("tools.nvrtc_check", None)
 

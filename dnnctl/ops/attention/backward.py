@@ -16,6 +16,7 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import codes
 from dnnctl.ops.attention.cupy_variants import strides
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, lse_shape
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
@@ -23,7 +24,6 @@ from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/bwd_mma.cu"
 BWD_HEAD_DIMS = (32, 64, 96, 128)
-_DT = {"float16": 1, "bfloat16": 2}
 
 
 def bwd_smem(p: Problem, bm: int, bn: int) -> tuple[int, int]:
@@ -94,7 +94,7 @@ class BackwardKernel:
         be = get_backend("cupy")
         self.xp = be.xp
         mod = be.compile_module(SOURCE, defines={
-            "DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"], "ATT_DV": p["head_dim_v"],
+            "DNNCTL_DTYPE": codes.DTYPE[p["dtype"]], "ATT_D": p["head_dim"], "ATT_DV": p["head_dim_v"],
             "ATT_BM": bm, "ATT_BN": bn, "ATT_MASK": CAUSAL.index(p["causal"]),
             "ATT_SOFTCAP": int(p["softcap"] > 0), "ATT_VARLEN": int(p["varlen"])})
         self.dot = mod.get_function("attn_bwd_dot")

@@ -17,14 +17,13 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops.attention.op import CAUSAL, attn_scale
+from dnnctl.ops import codes
+from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/fwd_mma.cu"
 HEAD_DIMS = (32, 64, 96, 128, 160, 192, 256)
-_DT = {"float16": 1, "bfloat16": 2}
-_LOG2E = 1.4426950408889634
 
 
 def smem_bytes(p: Problem, bm: int, bn: int) -> int:
@@ -85,7 +84,7 @@ class _FlashBase(Variant):
         return bn <= 32 or bn < 2 * -(-problem["seq_kv"] // 16) * 16
 
     def _defines(self, p: Problem, params: Mapping[str, Any], splits: int) -> dict[str, int]:
-        return {"DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"],
+        return {"DNNCTL_DTYPE": codes.DTYPE[p["dtype"]], "ATT_D": p["head_dim"],
                 "ATT_DV": p["head_dim_v"], "ATT_BM": params["bm"], "ATT_BN": params["bn"],
                 "ATT_WM": params.get("wm", 16), "ATT_MASK": CAUSAL.index(p["causal"]), "ATT_SOFTCAP": int(p["softcap"] > 0),
                 "ATT_VARLEN": int(p["varlen"]), "ATT_PAGED": p["paged"],
@@ -142,7 +141,7 @@ class FlashKernel:
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         p = self.p
-        scale_log2 = np.float32(attn_scale(p, attrs) * _LOG2E)
+        scale_log2 = np.float32(attn_scale(p, attrs) * LOG2E)
         ws_o = ws_lse = None
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]
         if self.splits > 1:

@@ -372,6 +372,9 @@ def attn_scale(problem: Problem, attrs: Mapping[str, Any]) -> float:
     return float(s) if s is not None else 1.0 / math.sqrt(problem["head_dim"])
 
 
+LOG2E = 1.4426950408889634  # the CUDA kernels exponentiate with exp2: they take scale * log2(e)
+
+
 def _cuts(rng: np.random.Generator, total: int, batch: int) -> np.ndarray:
     """cu_seqlens of ``batch`` sequences of >= 1 token summing to ``total``."""
     inner = np.sort(rng.choice(np.arange(1, total), size=batch - 1, replace=False)) \

@@ -28,15 +28,14 @@ import numpy as np
 from dnnctl.backends import cuda, tma
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
+from dnnctl.ops import codes
 from dnnctl.ops.attention.cupy_variants import MmaAttention, strides
-from dnnctl.ops.attention.op import CAUSAL, attn_scale, pass_of
+from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
 from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/fwd_wgmma.cu"
-_DT = {"float16": 1, "bfloat16": 2}
-_LOG2E = 1.4426950408889634
 # Registers a consumer thread may spend on S (bn / 2), O (dvp / 2) and P (bn / 4): the
 # block's even share (255 / 168 / 128 for 1 / 2 / 3 consumers; ptxas allocates at it) less
 # ~40 for addresses and the softmax's temporaries. Measured with ptxas -v (sm_90a): 176 ->
@@ -76,7 +75,7 @@ def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
     heads = p["heads_q"] if name == "q" else p["heads_kv"]
     seq = p["seq_q"] if name == "q" else p["seq_kv"]
     esz = tma.ELEM_BYTES[p["dtype"]]
-    if p["layout"] == "BHSD" and not p["varlen"]:
+    if p["layout"] == "BHSD":  # (varlen is always BSHD: Attention.check)
         return tma.MapSpec(p["dtype"], (d, seq, p["batch"] * heads),
                            (d * esz, seq * d * esz), (64, rows, 1))
     total = seq if p["varlen"] else p["batch"] * seq
@@ -90,11 +89,11 @@ def map_specs(p: Problem, params: Mapping[str, Any]) -> dict[str, tma.MapSpec]:
 
 
 def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
-    return {"DNNCTL_DTYPE": _DT[p["dtype"]], "ATT_D": p["head_dim"], "ATT_DV": p["head_dim_v"],
+    return {"DNNCTL_DTYPE": codes.DTYPE[p["dtype"]], "ATT_D": p["head_dim"], "ATT_DV": p["head_dim_v"],
             "ATT_CONS": params["consumers"], "ATT_BN": params["bn"],
             "ATT_STAGES": params["stages"], "ATT_MASK": CAUSAL.index(p["causal"]),
             "ATT_SOFTCAP": int(p["softcap"] > 0), "ATT_VARLEN": int(p["varlen"]),
-            "ATT_LAYOUT": int(p["layout"] != "BHSD" or p["varlen"]),
+            "ATT_LAYOUT": int(p["layout"] != "BHSD"),
             "ATT_PINGPONG": int(params.get("pingpong", 0)),
             "ATT_OVERLAP": int(params.get("overlap", 1))}
 
@@ -109,9 +108,7 @@ def wg_heuristic(p: Problem) -> dict[str, Any]:
     cons = 3 if dvp <= 64 else (2 if dvp <= 128 else 1)
     while cons > 1 and 64 * cons > -(-rows // 64) * 64 and not p["varlen"]:
         cons -= 1  # no block wider than the queries
-    params = {"consumers": cons, "bn": 64, "stages": 2, "pingpong": int(cons > 1),
-              "overlap": 1}
-    return params if wg_regs_ok(p, params) else dict(params, consumers=1, pingpong=0)
+    return {"consumers": cons, "bn": 64, "stages": 2, "pingpong": int(cons > 1), "overlap": 1}
 
 
 @register_variant
@@ -188,7 +185,7 @@ class WgmmaAttention(Variant):
             if (pq | pk | pv) & 15 or not scale > 0:
                 fallback(inputs, outputs, attrs)
                 return
-            scale_log2 = np.float32(scale * _LOG2E)
+            scale_log2 = np.float32(scale * LOG2E)
             run((maps["q"](pq), maps["k"](pk), maps["v"](pv), outputs["out"], outputs["lse"],
                  inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k"), *ostr, *lstr,
                  *shape, scale_log2, softcap))

@@ -45,6 +45,14 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned saddr, unsigned l
   return enc_a | (enc_l << 16) | (enc_s << 32) | (1ull << 62);
 }
 
+// The block's dynamic shared memory, rounded up to the 1024-byte boundary the swizzle atoms
+// need (descriptor base offset 0); the kernels' shared-memory sizes include the
+// 1 KB slack.
+__device__ __forceinline__ unsigned char* wg_align_smem(unsigned char* raw) {
+  const unsigned a = smem_u32(raw);
+  return raw + ((1024u - (a & 1023u)) & 1023u);
+}
+
 template <typename T>
 struct WgIsBf16 {
   static constexpr bool value = false;

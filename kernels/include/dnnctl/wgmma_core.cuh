@@ -91,13 +91,6 @@ struct WgCfg {
   static constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;   // + alignment slack
 };
 
-// The block's dynamic shared memory, rounded up to the 1024-byte boundary the swizzle atoms
-// need (descriptor base offset 0); SMEM_BYTES includes the slack.
-__device__ __forceinline__ unsigned char* wg_align_smem(unsigned char* raw) {
-  const unsigned a = smem_u32(raw);
-  return raw + ((1024u - (a & 1023u)) & 1023u);
-}
-
 // The warpgroup's accumulators and its wgmma issue / wait / epilogue.
 template <class C>
 struct WgmmaMath {
