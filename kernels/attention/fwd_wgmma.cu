@@ -21,11 +21,12 @@
 //     The accumulator pairs of S are the A fragment of the next product (dnnctl/wgmma.cuh,
 //     register-A form), so P never touches shared memory.
 //
-// Registers: every warpgroup gets the block's even share (65536 / threads: 255, 168 and 128
-// for 1, 2 and 3 consumers). ptxas allocates the consumers' code at that entry count whether
-// or not setmaxnreg moves registers at run time (measured: the same spills with and without
-// it), so no setmaxnreg here; the host side keeps S (BN / 2) + O (DVP / 2) + P (BN / 4)
-// inside each count (dnnctl/ops/attention/wgmma.py).
+// Registers: the block starts at the even share (65536 / threads: 255, 168 and 128 for 1, 2
+// and 3 consumers); with two or three consumers the producer gives its warpgroup's down to
+// 24 (setmaxnreg.dec) and the consumers take them (setmaxnreg.inc: 240 and 160), which
+// ptxas compiles their code for as long as it holds no __trap (the consumers' mbar_wait is a
+// plain spin; see dnnctl/tma.cuh). The host side keeps S (BN / 2) + O (DVP / 2) + P (BN / 4)
+// inside each budget (dnnctl/ops/attention/wgmma.py).
 //
 // Shared memory (1024-byte aligned atoms, 128-byte swizzle written by the copy engine):
 //   Q: KC chunks of BM rows x 64 head-dim elements (K-major A operand of S = Q K^T);
@@ -93,6 +94,9 @@ static_assert(D % 8 == 0 && DV % 8 == 0 && D <= 256 && DV <= 256, "head dims");
 static_assert(BN == 64 || BN == 128, "key tile is one wgmma N (64 or 128)");
 static_assert(CONS >= 1 && CONS <= 3 && ST >= 2, "warpgroups and stages");
 constexpr bool PINGPONG = ATT_PINGPONG != 0 && CONS > 1;
+// per-thread registers after the hand-over (CONS == 1 keeps the entry share, 255):
+// 128 x 24 + CONS x 128 x CONSUMER_REGS <= 65536
+constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONS == 2 ? 240 : 160;
 constexpr bool OVERLAP = ATT_OVERLAP != 0;
 #if ATT_SOFTCAP
 constexpr float LOG2E = 1.4426950408889634f;
@@ -165,6 +169,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   const int wg = (int)threadIdx.x >> 7;
 
   if (wg == 0) {  // ------------------------------------------------------------ producer
+    if constexpr (CONS > 1) setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0 && ntiles > 0) {
       tma_prefetch_map(&tmQ);
       tma_prefetch_map(&tmK);
@@ -176,11 +181,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         const int s = t % ST;
         const unsigned par = ((t / ST) & 1) ^ 1u;
         const int j0 = n_begin + t * BN;
-        mbar_wait(k_empty0 + 8 * s, par);
+        mbar_wait_or_trap(k_empty0 + 8 * s, par);
         mbar_expect_tx(k_full0 + 8 * s, K_BYTES);
         load_rows(s0 + K_OFF + s * K_BYTES, &tmK, KC, BN * 128, j0, kv_head, heads_kv, b, k0,
                   k_full0 + 8 * s);
-        mbar_wait(v_empty0 + 8 * s, par);
+        mbar_wait_or_trap(v_empty0 + 8 * s, par);
         mbar_expect_tx(v_full0 + 8 * s, V_BYTES);
         load_rows(s0 + V_OFF + s * V_BYTES, &tmV, VC, BN * 128, j0, kv_head, heads_kv, b, k0,
                   v_full0 + 8 * s);
@@ -190,6 +195,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   }
 
   // ------------------------------------------------------------------------- consumers
+  if constexpr (CONS > 1) setmaxnreg_inc<CONSUMER_REGS>();
   const int cw = wg - 1;
   const int tid = (int)threadIdx.x & 127, lane = tid & 31, warp = tid >> 5;
   const int row0 = cw * 64 + warp * 16 + (lane >> 2);  // block rows row0, row0 + 8

@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
         tile_of(t, tiles_m, tiles_n, bz, tm, tn);
 #pragma unroll 1
         for (int kt = 0; kt < ktiles; ++kt) {
-          mbar_wait(empty0 + 8 * stage, phase ^ 1u);
+          mbar_wait_or_trap(empty0 + 8 * stage, phase ^ 1u);
           const unsigned full = full0 + 8 * stage;
           mbar_expect_tx(full, STAGE_TX);
           produce(&tmA, &tmB, s0 + stage * Cfg::STAGE_BYTES, full, bz, tm, tn, kt);

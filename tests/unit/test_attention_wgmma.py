@@ -48,17 +48,21 @@ def test_rules(monkeypatch):
     assert not WG.supports(_k(seq_q=1, seq_kv=64, head_dim=64, paged=16), H200)
     assert not WG.supports(_k(seq_q=64, head_dim=100), H200)  # 200-byte rows: not 16-aligned
     assert not WG.supports(OP.problem(dict(big.key, **{"pass": "backward"})), H200)
-    # registers: S + O + P per consumer thread within the block's even share
-    assert wg_regs_ok(big, _p(2, 64)) and not wg_regs_ok(big, _p(2, 128))
-    assert not wg_regs_ok(big, _p(2, 128, overlap=0))  # 64 + 64 + temporaries spill
-    assert wg_regs_ok(_k(seq_q=4096, head_dim=64), _p(2, 128, overlap=0))
+    # registers: S + O + P per consumer thread within its warpgroup's budget (240 / 160
+    # after the producer's hand-over at two / three consumers)
+    assert wg_regs_ok(big, _p(2, 128)) and wg_regs_ok(big, _p(3, 64))
+    assert not wg_regs_ok(big, _p(3, 128))  # 64 + 64 + 32 > 160 - temporaries
     d256 = _k(seq_q=4096, head_dim=256)
-    assert wg_regs_ok(d256, _p(1, 64)) and not wg_regs_ok(d256, _p(2, 64))
+    assert wg_regs_ok(d256, _p(2, 64)) and wg_regs_ok(d256, _p(2, 128, overlap=0))
+    assert not wg_regs_ok(d256, _p(2, 128)) and not wg_regs_ok(d256, _p(3, 64))
     assert wg_smem_bytes(big, _p(2, 64)) == 128 * (2 * 128 + 2 * 64 * 4) + 8 * 9 + 1024
-    assert wg_heuristic(big) == _p(2, 64) and wg_heuristic(d256) == _p(1, 64)
-    assert wg_heuristic(_k(seq_q=2048, head_dim=64)) == _p(3, 64)
-    assert wg_heuristic(_k(seq_q=100, head_dim=64)) == _p(2, 64)  # no block over 128 rows
-    assert wg_heuristic(_k(seq_q=1, seq_kv=4096, head_dim=128)) == _p(1, 64)
+    assert wg_heuristic(big) == _p(2, 128) and wg_heuristic(d256) == _p(2, 64, pingpong=0)
+    assert wg_heuristic(_k(seq_q=2048, head_dim=64)) == _p(2, 128)
+    assert wg_heuristic(_k(seq_q=100, head_dim=64)) == _p(2, 128)
+    assert wg_heuristic(_k(seq_q=1, seq_kv=4096, head_dim=128)) == _p(1, 64, overlap=0)
+    assert wg_heuristic(_k(seq_q=64, head_dim=256)) == _p(1, 64)
+    # with the products overlapped, at most 176 whatever the warpgroup's count
+    assert wg_regs_ok(d256, _p(2, 128, overlap=0)) and not wg_regs_ok(d256, _p(2, 128))
     for p in (big, d256, _k(seq_q=197, head_dim=96, layout="BSHD")):
         space = list(WG.param_space(p, H200))
         assert space and WG.default_params(p, H200) in space
@@ -136,6 +140,8 @@ EMU_CASES = [
           causal="bottom_right", window=7), _p(1, 128)),
     # sliding window without causal over several tiles; skipped tiles at both ends
     (dict(heads_q=1, seq_q=200, head_dim=64, window=20), _p(1, 64)),
+    # the default tile at head dim 64 over a partial last key tile, bottom-right causal
+    (dict(seq_q=130, seq_kv=400, head_dim=64, causal="bottom_right"), _p(2, 128)),
 ]
 
 

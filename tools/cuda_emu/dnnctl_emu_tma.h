@@ -27,6 +27,7 @@ void emu_named_arrive(int id, int threads);
 inline void mbar_init(unsigned bar, unsigned count) { emu_mbar_init(bar, count); }
 inline void mbar_init_fence() {}
 inline void mbar_wait(unsigned bar, unsigned parity) { emu_mbar_wait(bar, parity); }
+inline void mbar_wait_or_trap(unsigned bar, unsigned parity) { emu_mbar_wait(bar, parity); }
 inline void mbar_arrive(unsigned bar) { emu_mbar_arrive(bar, 0); }
 inline void mbar_expect_tx(unsigned bar, unsigned bytes) { emu_mbar_arrive(bar, bytes); }
 inline void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, unsigned bar) {

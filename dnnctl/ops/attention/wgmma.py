@@ -7,11 +7,12 @@ each run both products on ``wgmma.mma_async``: S = Q K^T from shared memory, O +
 P straight from the registers of S (register-A form), the softmax of tile t overlapping the
 tensor cores' P V of tile t - 1.
 
-Parameters: consumers (1-3: 64, 128 or 192 query rows per block), bn (key tile: 64 or 128),
-stages (ring depth), pingpong (the consumers take turns to issue their products, so one's
-softmax overlaps the other's tensor-core work), overlap (1: the next tile's scores are
-issued with this tile's P V, softmax overlapping it; 0: one product at a time, fewer
-registers, so 128-key tiles fit two consumers at head dim 128). Covers GQA, both layouts, varlen, all three masks, sliding windows and
+Parameters: consumers (1-3: 64, 128 or 192 query rows per block), bn (key tile: 64 or
+128), stages (ring depth), pingpong (the consumers take turns to issue their products,
+so one's softmax overlaps the other's tensor-core work), overlap (1: the next tile's scores
+are issued with this tile's P V, softmax overlapping it; 0: one product at a time, fewer
+registers). With two or three consumers the producer hands its registers to them
+(setmaxnreg). Covers GQA, both layouts, varlen, all three masks, sliding windows and
 softcap; head dims up to 256 (multiples of 8; chunks of 64, zero-filled by the copy engine).
 Not a paged cache (``decode`` / ``mma`` take those). A call whose q / k / v are not 16-byte
 aligned (views at odd offsets: the copy engine refuses them), or whose scale is not positive
@@ -36,12 +37,16 @@ from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/fwd_wgmma.cu"
-# Registers a consumer thread may spend on S (bn / 2), O (dvp / 2) and P (bn / 4): the
-# block's even share (255 / 168 / 128 for 1 / 2 / 3 consumers; ptxas allocates at it) less
-# ~40 for addresses and the softmax's temporaries. Measured with ptxas -v (sm_90a): 176 ->
-# 212 registers, 128 -> 157, 112 -> 153, 80 -> 110, all without spills; 160 at two
-# consumers spills and serializes the wgmma.
-_REG_BUDGET = {1: 200, 2: 128, 3: 84}
+# Registers a consumer thread may spend on S (bn / 2), O (dvp / 2) and P (bn / 4): its
+# warpgroup's count (255 for one consumer; 240 and 160 after the producer hands its
+# registers over with two and three) less ~30-50 for addresses and the softmax's
+# temporaries; with the products overlapped (the next S live beside P and O) at most 176
+# whatever the count. Measured with ptxas -v (sm_90a), no spills: 208 without overlap at
+# two consumers (238 registers), 176 with it at one and two, 112 at three (145); spills:
+# 224 with overlap at one and two consumers, 128 at three. (176-key tiles, tried: 196 with
+# overlap spills; without, they ran 8-12% behind 128-key tiles with it.)
+_REG_BUDGET = {1: 200, 2: 208, 3: 112}
+_OVERLAP_BUDGET = 176
 
 
 def _chunks(d: int) -> int:
@@ -62,11 +67,13 @@ def wg_smem_bytes(p: Problem, params: Mapping[str, Any]) -> int:
 
 def wg_regs_ok(p: Problem, params: Mapping[str, Any]) -> bool:
     """S + O + P (live beside the next S when the products overlap; without overlap the
-    softmax's temporaries over S still cost ~16: 64 + 64 at two consumers spills) within the
-    budget."""
+    softmax's temporaries over S still cost ~16) within the budget."""
     bn = params["bn"]
-    p_regs = bn // 4 if params.get("overlap", 1) else 16
-    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + p_regs <= _REG_BUDGET[params["consumers"]]
+    overlap = params.get("overlap", 1)
+    budget = _REG_BUDGET[params["consumers"]]
+    if overlap:
+        budget = min(budget, _OVERLAP_BUDGET)
+    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + (bn // 4 if overlap else 16) <= budget
 
 
 def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
@@ -99,16 +106,18 @@ def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
 
 
 def wg_heuristic(p: Problem) -> dict[str, Any]:
-    """The consumers' turns and the overlapped products on, and the biggest block whose
-    registers fit (measured on the H200, bf16/fp16 B4 S2048-4096): 192 query rows (three
-    consumers) of 64-key tiles at value head dim 64, 128 rows of 64-key tiles at 128, one
-    consumer at 256 (its O alone is 128 registers); one consumer when the queries are few."""
+    """The consumers' turns and the overlapped products on, and the biggest tile whose
+    registers fit (measured on the H200, bf16/fp16 B2-4 S1000-4096, FlashAttention-3's
+    choice too): 128 query rows (two consumers) of 128-key tiles up to value head dim 128,
+    of 64-key tiles at 256 (without turns: there they cost 4%); one consumer of 64-key
+    tiles when the queries fit 64 rows (products overlapped only at 256: 13-25% slower
+    below)."""
     dvp = dv_padded(p["head_dim_v"])
-    rows = p["seq_q"]
-    cons = 3 if dvp <= 64 else (2 if dvp <= 128 else 1)
-    while cons > 1 and 64 * cons > -(-rows // 64) * 64 and not p["varlen"]:
-        cons -= 1  # no block wider than the queries
-    return {"consumers": cons, "bn": 64, "stages": 2, "pingpong": int(cons > 1), "overlap": 1}
+    if p["seq_q"] <= 64 and not p["varlen"]:  # no block wider than the queries
+        return {"consumers": 1, "bn": 64, "stages": 2, "pingpong": 0,
+                "overlap": int(dvp > 128)}
+    return {"consumers": 2, "bn": 128 if dvp <= 128 else 64, "stages": 2,
+            "pingpong": int(dvp <= 128), "overlap": 1}
 
 
 @register_variant

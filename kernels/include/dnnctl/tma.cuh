@@ -52,10 +52,19 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
   return done != 0;
 }
 
-// Wait for the phase of parity `parity`. A wait that never ends (a protocol bug) traps after
-// 2^26 unsuccessful tries (seconds: each try suspends the thread for a while), so a broken
-// pipeline fails its launch instead of hanging the process.
+// Wait for the phase of parity `parity`: the consumers' wait, a plain spin. A __trap in a
+// warpgroup that raised its budget with setmaxnreg makes ptxas allocate that code at the
+// block's entry share (measured, sm_90a: attention with two consumers of 128-key tiles spills
+// 312 bytes and serializes its wgmma with it, uses 210 of 240 registers cleanly without).
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// The producer's wait: one that never ends (a protocol bug: the consumers never release a
+// stage) traps after 2^26 unsuccessful tries (seconds: each try suspends the thread for a
+// while), so a broken pipeline fails its launch instead of hanging the process.
+__device__ __forceinline__ void mbar_wait_or_trap(unsigned bar, unsigned parity) {
   unsigned tries = 0;
   while (!mbar_try_wait(bar, parity)) {
     if (++tries == (1u << 26)) __trap();
