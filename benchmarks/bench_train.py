@@ -19,8 +19,14 @@ on a fixed batch the loss path of a deep net is chaotic (float32 and autocast ea
 within a few steps), so it is shown, not judged.
 
     PYTHONPATH=. python3 benchmarks/bench_train.py [--quick] [--models resnet50,vit]
-        [--backward plan,dnnctl] [--plan PLAN.yaml] [--record-workload DIR] [--out F.json]
+        [--backward plan,dnnctl] [--plan PLAN.yaml] [--record-workload DIR] [--graph]
+        [--out F.json]
     PYTHONPATH=. python3 benchmarks/bench_train.py --device cpu --tiny   # smoke test
+
+``--graph`` also times every way with its whole step captured as one CUDA graph and
+replayed (``graph_ms``; torch's whole-network capture recipe, see ``capture``): the host's
+per-op cost leaves the step, so ``graph_speedup`` (both captured) compares GPU work, and
+``graph_vs_eager`` is the captured patched step against eager as it usually runs.
 
 The first patched run of a model compiles its dnnctl kernels (NVRTC, cached on disk for
 later runs), which the loss steps absorb before timing starts. Without ``--plan`` (and no
@@ -139,8 +145,9 @@ class Trainer:
         self.cfg, self.device = cfg, device
         self.opt = cfg.optimizer(self.model.parameters())
 
-    def autocast(self) -> Any:
-        return torch.autocast(self.device, dtype=self.cfg.amp, enabled=self.cfg.amp is not None)
+    def autocast(self, cache: bool = True) -> Any:
+        return torch.autocast(self.device, dtype=self.cfg.amp, enabled=self.cfg.amp is not None,
+                              cache_enabled=cache)
 
     def step(self) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
@@ -149,6 +156,48 @@ class Trainer:
         loss.backward()
         self.opt.step()
         return loss.detach()
+
+
+def capture(trainer: Trainer, warmup: int = 3) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """The whole step (forward, backward, optimizer step) as one CUDA graph, torch's
+    whole-network recipe: a fresh optimizer made capturable (Adam's step count on the
+    device), warm-up steps on a side stream, gradients set to None before capture (the
+    graph's backward then writes them), autocast's weight cache off inside the graph.
+    Returns the graph and its loss tensor (refreshed by every replay)."""
+    trainer.opt = trainer.cfg.optimizer(trainer.model.parameters())
+    for group in trainer.opt.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            trainer.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    trainer.opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        with trainer.autocast(cache=False):
+            loss = trainer.cfg.loss(trainer.model(trainer.x).float(), trainer.y)
+        loss.backward()
+        trainer.opt.step()
+    return graph, loss
+
+
+def graph_ms(trainer: Trainer, warmup: int, iters: int) -> float:
+    """Median ms per step of the captured step's replays (CUDA events)."""
+    graph, _ = capture(trainer)
+    for _ in range(warmup):
+        graph.replay()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
 
 
 def reference(cfg: Config, base: nn.Module, device: str) -> Trainer:
@@ -207,7 +256,8 @@ def step_ms(trainer: Trainer, warmup: int, iters: int) -> float:
 
 
 def _way(cfg: Config, base: nn.Module, device: str, way: str, plan: Any, steps: int,
-         warmup: int, iters: int, ref: dict[str, torch.Tensor] | None) -> dict[str, Any]:
+         warmup: int, iters: int, ref: dict[str, torch.Tensor] | None,
+         graph: bool = False) -> dict[str, Any]:
     import dnnctl.torch as dt
     from dnnctl.torch import grad_plan
 
@@ -246,6 +296,8 @@ def _way(cfg: Config, base: nn.Module, device: str, way: str, plan: Any, steps: 
                             for (op, why), n in dt.FALLBACKS.items()
                             if n > fallbacks.get((op, why), 0)}
     row["ms"] = step_ms(trainer, warmup, iters)
+    if graph:
+        row["graph_ms"] = graph_ms(trainer, warmup, iters)
     return row
 
 
@@ -263,7 +315,7 @@ def backward_mode(spec: str) -> str | dict[str, str]:
 
 
 def run_model(cfg: Config, device: str, ways: list[str], plan: Any, steps: int, warmup: int,
-              iters: int, factor: float) -> list[dict[str, Any]]:
+              iters: int, factor: float, graph: bool = False) -> list[dict[str, Any]]:
     """Rows of one model: eager first, then each patched way, each from the same start, and
     float32 eager's loss (no timing) last."""
     base = cfg.build()
@@ -271,7 +323,8 @@ def run_model(cfg: Config, device: str, ways: list[str], plan: Any, steps: int, 
     rows = []
     for way in ["eager", *ways, "eager-fp32"]:
         try:
-            rows.append(_way(cfg, base, device, way, plan, steps, warmup, iters, ref))
+            rows.append(_way(cfg, base, device, way, plan, steps, warmup, iters, ref,
+                             graph and way != "eager-fp32"))
         except Exception as exc:  # one failing way must not hide the others
             rows.append({"model": cfg.name, "way": way,
                          "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
@@ -281,6 +334,9 @@ def run_model(cfg: Config, device: str, ways: list[str], plan: Any, steps: int, 
             r["check"] = "FAIL"
             continue
         r["speedup"] = eager["ms"] / r["ms"]
+        if "graph_ms" in r:  # both captured; and the captured step against eager as it runs
+            r["graph_speedup"] = eager["graph_ms"] / r["graph_ms"]
+            r["graph_vs_eager"] = eager["ms"] / r["graph_ms"]
         r["loss_rel_diff"] = abs(r["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-12)
         r["grad_vs_eager"] = r["grad_err"] / max(eager["grad_err"], 1e-300)
         ok = all(r[k] <= max(factor * eager[k], GRAD_FLOOR)
@@ -304,8 +360,8 @@ def record_workload(cfg: Config, device: str, plan: Any, out_dir: str) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = ("model", "way", "ms", "speedup", "grad_err", "grad_err_late", "check", "loss",
-            "bwd_dnnctl", "bwd_torch", "error")
+    keep = ("model", "way", "ms", "speedup", "graph_ms", "graph_speedup", "graph_vs_eager",
+            "grad_err", "grad_err_late", "check", "loss", "bwd_dnnctl", "bwd_torch", "error")
     return [{k: r[k] for k in keep if k in r} for r in rows]
 
 
@@ -327,6 +383,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="fewer timed steps (~2 min)")
     p.add_argument("--grad-factor", type=float, default=GRAD_FACTOR,
                    help="PASS: gradient error vs float64 at most this x eager's")
+    p.add_argument("--graph", action="store_true",
+                   help="also time each way with its whole step captured as a CUDA graph")
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--tiny", action="store_true", help="tiny models (CPU smoke test)")
     p.add_argument("--out", help="write the rows as JSON here")
@@ -367,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for name in names:
         rows += run_model(cfgs[name], args.device, ways, plan, args.steps, warmup, iters,
-                          args.grad_factor)
+                          args.grad_factor, args.graph and args.device == "cuda")
     extra = {"device": args.device, "steps": args.steps, "timed_steps": iters,
              "plan": args.plan, "grad_factor": args.grad_factor,
              "cudnn_benchmark": torch.backends.cudnn.benchmark}

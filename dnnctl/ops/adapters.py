@@ -140,7 +140,15 @@ class TorchCudaAdapter(Adapter):
         return torch_to_cupy(self.empty(shape, dtype), self._cupy)
 
     def from_backend(self, a: Any) -> Any:
-        return self._torch.from_dlpack(a)
+        # CuPy's __dlpack__ makes torch's stream wait on an event of CuPy's current stream
+        # when the two differ. The result was computed on torch's stream (enter), so on a
+        # side stream or under graph capture it is exported with that stream current: no
+        # event, and no dependency on uncaptured work (which invalidates a capture).
+        stream = self._stream()
+        if not stream:
+            return self._torch.from_dlpack(a)
+        with cuda.external_stream(stream):
+            return self._torch.from_dlpack(a)
 
     def enter(self) -> Any:
         prev = self._getdev()

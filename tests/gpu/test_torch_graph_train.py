@@ -1,0 +1,93 @@
+"""A patched model's whole training step (autocast forward, backward on dnnctl's kernels,
+optimizer step) captured as one CUDA graph with torch's whole-network recipe: its replays
+give the losses and weights of the same steps run one by one.
+
+    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_torch_graph_train.py
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA build of torch and a GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+dt = pytest.importorskip("dnnctl.torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+import torch.nn.functional as F  # noqa: E402
+from _torch_models import SmallResNet, ViTBlock  # noqa: E402
+from torch import nn  # noqa: E402
+
+from dnnctl.torch import grad_plan  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+WARMUP, STEPS = 3, 4
+
+
+def _setup(case):
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if case == "resnet":
+        model = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
+        x = torch.randn(8, 3, 32, 32, generator=g).cuda().contiguous(
+            memory_format=torch.channels_last)
+        y = torch.randint(0, 10, (8,), generator=g).cuda()
+        return model, x, y, F.cross_entropy, torch.float16, \
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
+    model = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
+    x = torch.randn(4, 50, 32, generator=g).cuda()
+    y = torch.randn(4, 50, 32, generator=g).cuda()
+    return model, x, y, F.mse_loss, torch.bfloat16, \
+        lambda p: torch.optim.AdamW(p, lr=1e-3, capturable=True)
+
+
+def _step(model, opt, x, y, loss_fn, amp, cache=True):
+    with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
+        loss = loss_fn(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.parametrize("case", ["resnet", "vit"])
+def test_captured_patched_step_replays_the_eager_steps(case):
+    model, x, y, loss_fn, amp, make_opt = _setup(case)
+    graphed = copy.deepcopy(model)
+    report = dt.patch(model, backward="dnnctl")
+    dt.patch(graphed, backward="dnnctl")
+    assert report.covered
+    # one by one: WARMUP + STEPS steps
+    opt = make_opt(model.parameters())
+    losses = []
+    for _ in range(WARMUP + STEPS):
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(_step(model, opt, x, y, loss_fn, amp)))
+    # captured: the same warm-up steps on a side stream, then STEPS replays
+    gopt = make_opt(graphed.parameters())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP):
+            gopt.zero_grad(set_to_none=True)
+            _step(graphed, gopt, x, y, loss_fn, amp)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    gopt.zero_grad(set_to_none=True)
+    grad_plan.BACKWARD_PATHS.clear()
+    with torch.cuda.graph(graph):
+        static_loss = _step(graphed, gopt, x, y, loss_fn, amp, cache=False)
+    paths = grad_plan.paths_summary()
+    assert sum(v["dnnctl"] for v in paths.values()) > 0, paths  # dnnctl's kernels captured
+    replayed = []
+    for _ in range(STEPS):
+        graph.replay()
+        replayed.append(float(static_loss))
+    torch.testing.assert_close(replayed, losses[WARMUP:], rtol=2e-3, atol=1e-4)
+    for (n, p), q in zip(model.named_parameters(), graphed.parameters()):
+        torch.testing.assert_close(q, p, rtol=2e-2, atol=2e-3, msg=n)
