@@ -420,13 +420,17 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     outputs = dict(out or {})
     adapter = bound.adapter if bound.adapter is not None and bound.adapter.kind not in (
         "numpy", "torch-cpu") else None
+    # torch's tensors get outputs from torch's caching allocator (a graph capture's pool
+    # included: CuPy's pool would cudaMalloc, which a capture refuses)
+    scratch = getattr(adapter, "scratch", None)
     token = adapter.enter() if adapter is not None else None
     try:  # outputs are allocated on the call's stream (a torch side stream included)
         for oname, spec in op.output_specs(problem).items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)
             if given is None:
-                outputs[oname] = backend.xp.empty(shape, dtype=dtype)
+                outputs[oname] = (scratch(shape, dtype) if scratch is not None
+                                  else backend.xp.empty(shape, dtype=dtype))
             elif tuple(given.shape) != shape or given.dtype != dtype:
                 raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
                                  f"{given.dtype}, expected {shape} {dtype}")
