@@ -71,19 +71,22 @@ def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
 
 
-def scratch(shape: int | tuple[int, ...], dtype: Any) -> Any:
+def scratch(shape: int | tuple[int, ...], dtype: Any, xp: Any = None) -> Any:
     """A per-call device buffer (CuPy array) from the caller's allocator.
 
     For a torch caller the memory comes from torch's caching allocator (so it is ordered on
     torch's stream and, under CUDA-graph capture, lives in the graph's pool); otherwise from
-    CuPy's pool (or NumPy, where the CPU emulator stands in for CuPy)."""
+    ``xp`` (the arrays' module), else CuPy's pool (or NumPy, where the CPU emulator stands
+    in for CuPy)."""
     shp = _shape(shape)
     alloc = STATE.alloc
     if alloc is not None:
         return alloc(shp, np.dtype(dtype))
-    from dnnctl.backends.registry import get_backend
+    if xp is None:
+        from dnnctl.backends.registry import get_backend
 
-    return get_backend("cupy").xp.empty(shp, dtype=dtype)
+        xp = get_backend("cupy").xp
+    return xp.empty(shp, dtype=dtype)
 
 
 def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:

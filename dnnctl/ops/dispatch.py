@@ -403,6 +403,23 @@ def bind(*arrays: Any) -> Bound:
     return Bound(adapter.backend, adapter.device, back, wrap, foreign, adapter)
 
 
+@contextlib.contextmanager
+def on_caller_stream(bound: Bound) -> Iterator[None]:
+    """The caller's device, stream and allocator current for the block (backends.cuda.STATE
+    and CuPy's current stream): kernels launched there, and calls made there on the bound
+    backend arrays (a foreign call's recursion), run on a torch caller's stream and take
+    their buffers from torch's allocator (a side stream and a graph capture included).
+    Nothing on the CPU."""
+    adapter = bound.adapter if bound.adapter is not None and bound.adapter.kind not in (
+        "numpy", "torch-cpu") else None
+    token = adapter.enter() if adapter is not None else None
+    try:
+        yield
+    finally:
+        if adapter is not None:
+            adapter.leave(token)
+
+
 def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
         attrs: Mapping[str, Any], *, plan: PlanLike | None = None,
         out: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -418,24 +435,18 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})
-    adapter = bound.adapter if bound.adapter is not None and bound.adapter.kind not in (
-        "numpy", "torch-cpu") else None
-    # torch's tensors get outputs from torch's caching allocator (a graph capture's pool
-    # included: CuPy's pool would cudaMalloc, which a capture refuses)
-    scratch = getattr(adapter, "scratch", None)
-    token = adapter.enter() if adapter is not None else None
-    try:  # outputs are allocated on the call's stream (a torch side stream included)
+    with on_caller_stream(bound):  # outputs on the call's stream (a torch side stream too)
+        # a torch caller's outputs come from torch's caching allocator (a graph capture's
+        # pool included: CuPy's pool would cudaMalloc, which a capture refuses)
+        alloc = cuda.STATE.alloc
         for oname, spec in op.output_specs(problem).items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)
             if given is None:
-                outputs[oname] = (scratch(shape, dtype) if scratch is not None
+                outputs[oname] = (alloc(shape, dtype) if alloc is not None
                                   else backend.xp.empty(shape, dtype=dtype))
             elif tuple(given.shape) != shape or given.dtype != dtype:
                 raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
                                  f"{given.dtype}, expected {shape} {dtype}")
         kern(inputs, outputs, attrs)
-    finally:
-        if adapter is not None:
-            adapter.leave(token)
     return outputs

@@ -57,9 +57,9 @@ def _step(model, opt, x, y, loss_fn, amp, cache=True):
 
 
 OWN_BACKWARD = pytest.param("dnnctl", marks=pytest.mark.xfail(
-    reason="not verified on the GPU: matmul_backward's bias / activation pre-pass and its "
-           "nested matmuls run on CuPy's current stream, outside torch's capture stream "
-           "(the output and DLPack fixes for capture landed without a GPU run)",
+    reason="dnnctl's own backward kernels under capture: the fixes (outputs from torch's "
+           "allocator in dispatch.run, the conv / matmul backward recursions on the caller's "
+           "stream) have not run on a GPU yet",
     strict=False))
 
 

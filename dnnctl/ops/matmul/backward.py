@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import dtype_name
-from dnnctl.ops.dispatch import PlanLike, bind
+from dnnctl.ops.dispatch import PlanLike, bind, on_caller_stream
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS
 
@@ -64,6 +65,8 @@ def _prepass_numpy(dy: np.ndarray, pre: Any, act: str, bias_grad: bool
 
 def _prepass_cuda(dy: Any, pre: Any, act: str, bias_grad: bool, xp: Any
                   ) -> tuple[Any, Any]:
+    """dy times act'(pre) (dy itself without an activation) and the bias gradient, on the
+    current call's stream, buffers from its allocator (backends.cuda.scratch; else xp)."""
     from dnnctl.ops.conv2d import _cuda
 
     rt = _cuda.runtime()
@@ -73,15 +76,15 @@ def _prepass_cuda(dy: Any, pre: Any, act: str, bias_grad: bool, xp: Any
                "GRAD_ACT": ACT_CODES[act]}
     part = rt.function("conv2d/bias_grad.cu", defines, "grad_colsum_partial")
     chunks = -(-m // ROWS_PER_CHUNK)
-    dyp = dy if act == "none" else xp.empty_like(dy)
-    partial = xp.empty((chunks, n), dtype=np.float32)
+    dyp = dy if act == "none" else cuda.scratch(tuple(dy.shape), dy.dtype, xp)
+    partial = cuda.scratch((chunks, n), np.float32, xp)
     part((-(-n // 32), chunks, 1), (32, 8, 1),
          (dy, dy if pre is None else pre, dyp, partial, np.int64(m), *_cuda.i32(n, m),
           np.int64(0), np.int64(1), np.int64(n), np.int64(ROWS_PER_CHUNK)))
     dbias = None
     if bias_grad:
         fin = rt.function("conv2d/bias_grad.cu", defines, "grad_colsum_finish")
-        dbias = xp.empty((n,), dtype=dy.dtype)
+        dbias = cuda.scratch((n,), dy.dtype, xp)
         fin(_cuda.grid1d(n, 256), (256, 1, 1), (partial, dbias, *_cuda.i32(n, chunks)))
     return dyp, dbias
 
@@ -105,8 +108,9 @@ def matmul_backward(dy: Any, a: Any, b: Any, pre: Any = None, activation: str | 
                          hint="keep the forward's pre-activation output and pass it as pre")
     bound = bind(dy, a, b, pre)
     if bound.foreign:
-        da_, db_, dbias_ = matmul_backward(*bound.arrays, activation=activation,
-                                           bias_grad=bias_grad, tf32=tf32, plan=plan)
+        with on_caller_stream(bound):  # the pre-pass and both products on the caller's stream
+            da_, db_, dbias_ = matmul_backward(*bound.arrays, activation=activation,
+                                               bias_grad=bias_grad, tf32=tf32, plan=plan)
         return (bound.wrap(da_), bound.wrap(db_),
                 None if dbias_ is None else bound.wrap(dbias_))
     xp = bound.backend.xp
