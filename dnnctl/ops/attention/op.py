@@ -340,17 +340,23 @@ class Attention(Op):
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         """numpy: blocked. CUDA, a small cost rule: the split-KV decode kernel for short
-        queries over long caches (or a paged cache), else our Hopper kernel on sm_90 where it
-        supports the shape, else the mma.sync kernel, else a vendor backend."""
+        queries over long caches (or a paged cache); on sm_90 cuDNN through torch where it
+        takes the problem (measured on the H200: 1.11-1.5x our Hopper kernel on every
+        prefill shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync
+        kernel, else a vendor backend. Backward: mma_bwd, which is deterministic (torch's
+        FlashAttention-2 backward, 1.5x faster on the H200, accumulates dq with atomics; a
+        tuned plan may pick it)."""
         table = {v.name: v for v in variants(self.name, backend)}
         p = problem
+        hopper = backend != "numpy" and getattr(device, "cc_tuple", (0, 0))[0] == 9
         if backend == "numpy":
             order = ["blocked", "whole"] if pass_of(p) == "forward" else ["whole"]
         elif pass_of(p) == "backward":
             order = ["mma_bwd"]
         else:
             decode = p["seq_q"] <= 16 and (p["seq_kv"] >= 256 or p["paged"])
-            order = (["decode"] if decode else []) + ["wgmma", "mma"]
+            first = ["decode"] if decode else (["torch_cudnn"] if hopper else [])
+            order = first + ["wgmma", "mma"]
         vendors = [n for n, v in table.items() if getattr(v, "vendor", False)]
         for name in order + [n for n in table if n not in order and n not in vendors] + vendors:
             variant = table.get(name)
