@@ -323,8 +323,7 @@ def run_model(cfg: Config, device: str, ways: list[str], plan: Any, steps: int, 
     rows = []
     for way in ["eager", *ways, "eager-fp32"]:
         try:
-            rows.append(_way(cfg, base, device, way, plan, steps, warmup, iters, ref,
-                             graph and way != "eager-fp32"))
+            rows.append(_way(cfg, base, device, way, plan, steps, warmup, iters, ref, graph))
         except Exception as exc:  # one failing way must not hide the others
             rows.append({"model": cfg.name, "way": way,
                          "error": f"{type(exc).__name__}: {str(exc)[:200]}"})

@@ -384,6 +384,16 @@ class Bound:
     foreign: bool = False  # converted from another array kind (wrap hands results back)
     adapter: Adapter | None = None  # sets the call's device, stream and scratch allocator
 
+    def recurse(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*self.arrays, *args, **kwargs)`` -- a foreign call made again on the backend
+        arrays -- on the caller's stream and allocator (:func:`_on_caller_stream`), its
+        result (each item of a tuple, None kept) handed back in the caller's kind."""
+        with _on_caller_stream(self):
+            out = fn(*self.arrays, *args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(None if o is None else self.wrap(o) for o in out)
+        return self.wrap(out)
+
 
 def bind(*arrays: Any) -> Bound:
     """Convert call arguments (None allowed) to one backend; all must live on one device."""
@@ -404,14 +414,13 @@ def bind(*arrays: Any) -> Bound:
 
 
 @contextlib.contextmanager
-def on_caller_stream(bound: Bound) -> Iterator[None]:
+def _on_caller_stream(bound: Bound) -> Iterator[None]:
     """The caller's device, stream and allocator current for the block (backends.cuda.STATE
     and CuPy's current stream): kernels launched there, and calls made there on the bound
-    backend arrays (a foreign call's recursion), run on a torch caller's stream and take
-    their buffers from torch's allocator (a side stream and a graph capture included).
-    Nothing on the CPU."""
-    adapter = bound.adapter if bound.adapter is not None and bound.adapter.kind not in (
-        "numpy", "torch-cpu") else None
+    backend arrays, run on a torch caller's stream and take their buffers from torch's
+    allocator (a side stream and a graph capture included). Nothing on the CPU (the numpy
+    adapters' enter / leave do nothing)."""
+    adapter = bound.adapter
     token = adapter.enter() if adapter is not None else None
     try:
         yield
@@ -435,16 +444,12 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})
-    with on_caller_stream(bound):  # outputs on the call's stream (a torch side stream too)
-        # a torch caller's outputs come from torch's caching allocator (a graph capture's
-        # pool included: CuPy's pool would cudaMalloc, which a capture refuses)
-        alloc = cuda.STATE.alloc
+    with _on_caller_stream(bound):  # outputs on the call's stream (a torch side stream too)
         for oname, spec in op.output_specs(problem).items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)
-            if given is None:
-                outputs[oname] = (alloc(shape, dtype) if alloc is not None
-                                  else backend.xp.empty(shape, dtype=dtype))
+            if given is None:  # a torch caller's from torch's allocator (capture's pool too)
+                outputs[oname] = cuda.scratch(shape, dtype, backend.xp)
             elif tuple(given.shape) != shape or given.dtype != dtype:
                 raise ShapeError(f"{op_name}: out '{oname}' has shape {tuple(given.shape)} "
                                  f"{given.dtype}, expected {shape} {dtype}")

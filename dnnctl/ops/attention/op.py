@@ -348,13 +348,13 @@ class Attention(Op):
         tuned plan may pick it)."""
         table = {v.name: v for v in variants(self.name, backend)}
         p = problem
-        hopper = backend != "numpy" and getattr(device, "cc_tuple", (0, 0))[0] == 9
         if backend == "numpy":
             order = ["blocked", "whole"] if pass_of(p) == "forward" else ["whole"]
         elif pass_of(p) == "backward":
             order = ["mma_bwd"]
         else:
             decode = p["seq_q"] <= 16 and (p["seq_kv"] >= 256 or p["paged"])
+            hopper = getattr(device, "cc_tuple", (0, 0))[0] == 9
             first = ["decode"] if decode else (["torch_cudnn"] if hopper else [])
             order = first + ["wgmma", "mma"]
         vendors = [n for n, v in table.items() if getattr(v, "vendor", False)]

@@ -10,7 +10,7 @@ from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import dtype_name
 from dnnctl.ops.conv2d.function import _padding, _pair
 from dnnctl.ops.conv2d.op import LAYOUTS, output_size
-from dnnctl.ops.dispatch import Bound, PlanLike, bind, on_caller_stream, run
+from dnnctl.ops.dispatch import Bound, PlanLike, bind, run
 
 
 def _shape(a: Any) -> tuple[int, ...]:
@@ -83,11 +83,8 @@ def conv2d_backward_data(dy: Any, w: Any, x_shape: Sequence[int], stride: Any = 
     """
     bound = bind(dy, w)
     if bound.foreign:
-        da, wa = bound.arrays
-        with on_caller_stream(bound):
-            dx = conv2d_backward_data(da, wa, x_shape, stride, padding, dilation, groups,
-                                      layout, tf32, plan)
-        return bound.wrap(dx)
+        return bound.recurse(conv2d_backward_data, x_shape, stride, padding, dilation, groups,
+                             layout, tf32, plan)
     dya, wa = _prepared(bound)
     if len(wa.shape) != 4:
         raise ShapeError(f"conv2d dgrad: w has shape {_shape(wa)}, expected 4 dims")
@@ -108,11 +105,8 @@ def conv2d_backward_weight(x: Any, dy: Any, w_shape: Sequence[int], stride: Any 
     """
     bound = bind(x, dy)
     if bound.foreign:
-        xa, da = bound.arrays
-        with on_caller_stream(bound):
-            dw, db = conv2d_backward_weight(xa, da, w_shape, stride, padding, dilation, groups,
-                                            layout, bias_grad, tf32, plan)
-        return bound.wrap(dw), None if db is None else bound.wrap(db)
+        return bound.recurse(conv2d_backward_weight, w_shape, stride, padding, dilation,
+                             groups, layout, bias_grad, tf32, plan)
     xa, dya = _prepared(bound)
     if len(xa.shape) != 4:
         raise ShapeError(f"conv2d wgrad: x has shape {_shape(xa)}, expected 4 dims")

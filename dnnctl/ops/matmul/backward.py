@@ -22,7 +22,7 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import dtype_name
-from dnnctl.ops.dispatch import PlanLike, bind, on_caller_stream
+from dnnctl.ops.dispatch import PlanLike, bind
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS
 
@@ -76,7 +76,7 @@ def _prepass_cuda(dy: Any, pre: Any, act: str, bias_grad: bool, xp: Any
                "GRAD_ACT": ACT_CODES[act]}
     part = rt.function("conv2d/bias_grad.cu", defines, "grad_colsum_partial")
     chunks = -(-m // ROWS_PER_CHUNK)
-    dyp = dy if act == "none" else cuda.scratch(tuple(dy.shape), dy.dtype, xp)
+    dyp = dy if act == "none" else cuda.scratch(dy.shape, dy.dtype, xp)
     partial = cuda.scratch((chunks, n), np.float32, xp)
     part((-(-n // 32), chunks, 1), (32, 8, 1),
          (dy, dy if pre is None else pre, dyp, partial, np.int64(m), *_cuda.i32(n, m),
@@ -107,12 +107,9 @@ def matmul_backward(dy: Any, a: Any, b: Any, pre: Any = None, activation: str | 
         raise UsageError(f"matmul_backward: activation={act!r} needs pre (a @ b + bias)",
                          hint="keep the forward's pre-activation output and pass it as pre")
     bound = bind(dy, a, b, pre)
-    if bound.foreign:
-        with on_caller_stream(bound):  # the pre-pass and both products on the caller's stream
-            da_, db_, dbias_ = matmul_backward(*bound.arrays, activation=activation,
-                                               bias_grad=bias_grad, tf32=tf32, plan=plan)
-        return (bound.wrap(da_), bound.wrap(db_),
-                None if dbias_ is None else bound.wrap(dbias_))
+    if bound.foreign:  # the pre-pass and both products on the caller's stream
+        return bound.recurse(matmul_backward, activation=activation, bias_grad=bias_grad,
+                             tf32=tf32, plan=plan)
     xp = bound.backend.xp
     dya, aa, ba, pa = bound.arrays
     if len(aa.shape) not in (2, 3) or len(ba.shape) not in (2, 3):
