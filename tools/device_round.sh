@@ -132,7 +132,8 @@ for st in "$@"; do
       tail -2 "$L/norm_tests.log"; grep -E "^(FAILED|ERROR)" "$L/norm_tests.log" | cut -c1-150 | head -30 ;;
     train)
       timeout "${T:-80}" python3 benchmarks/bench_train.py --quick --models "${MODELS:-resnet50,vit}" \
-        --backward "${BWD:-plan}" --steps "${STEPS:-20}" --out "$L/train.json" > "$L/train.md" 2>&1
+        --backward "${BWD:-plan}" --steps "${STEPS:-20}" ${XARGS:-} --out "$L/train.json" \
+        > "$L/train.md" 2>&1
       tail -16 "$L/train.md" ;;
     *) echo "unknown stage $st" ;;
   esac
