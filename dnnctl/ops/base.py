@@ -19,13 +19,13 @@ import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from dnnctl.errors import UsageError
+from dnnctl.errors import UnsupportedError, UsageError
 
 # ----------------------------------------------------------------------------- dtypes
 
@@ -409,11 +409,31 @@ class Variant(ABC):
 
     def param_space(self, problem: Problem, device: Any) -> Iterator[dict[str, Any]]:
         """Every valid parameter combination, in a fixed order."""
+        return self.declared_space(lambda cand: self.valid_params(problem, cand, device))
+
+    def declared_space(self, keep: Callable[[dict[str, Any]], bool]
+                       ) -> Iterator[dict[str, Any]]:
+        """Every combination of the declared ``params`` that ``keep`` accepts, in a fixed
+        order (the product in declaration order)."""
         names = list(self.params)
         for values in itertools.product(*(self.params[n] for n in names)):
             cand = dict(zip(names, values))
-            if self.valid_params(problem, cand, device):
+            if keep(cand):
                 yield cand
+
+    def first_valid(self, problem: Problem, device: Any,
+                    candidates: Iterable[Mapping[str, Any]],
+                    workspace_limit: int | None = None) -> dict[str, Any] | None:
+        """The first of ``candidates`` (a heuristic's picks, best first) that is in the
+        declared space, passes :meth:`valid_params` and, with ``workspace_limit``, needs at
+        most that many workspace bytes; else the first of the whole parameter space (None
+        when it is empty). The usual tail of a variant's ``default_params``."""
+        for cand in candidates:
+            if (self.check_params(cand) is None and self.valid_params(problem, cand, device)
+                    and (workspace_limit is None
+                         or self.workspace_bytes(problem, cand) <= workspace_limit)):
+                return dict(cand)
+        return next(iter(self.param_space(problem, device)), None)
 
     def check_params(self, params: Mapping[str, Any]) -> str | None:
         """Reason the parameter dict is not in this variant's declared space, else None."""
@@ -427,6 +447,26 @@ class Variant(ABC):
                 return (f"parameter {pname}={params[pname]!r} is not one of {list(values)} "
                         f"for {self.op}/{self.name}")
         return None
+
+
+def first_choice(table: Mapping[str, Variant], order: Iterable[str], problem: Problem,
+                 backend: str, device: Any) -> Choice:
+    """The first variant named in ``order`` (names not in ``table`` are skipped) that
+    supports ``problem`` and has parameters for it: its own ``default_params()``, else the
+    first of its space. The fallback walk of an op's ``default_choice``; UnsupportedError
+    when no variant qualifies."""
+    for name in order:
+        variant = table.get(name)
+        if variant is None or not variant.supports(problem, device):
+            continue
+        own = getattr(variant, "default_params", None)
+        params = own(problem, device) if own is not None else next(
+            iter(variant.param_space(problem, device)), None)
+        if params is not None:
+            return Choice.of(name, params)
+    raise UnsupportedError(
+        f"no registered {problem.op} variant on backend {backend!r} supports {problem.short()}",
+        hint=f"run 'dnnctl kernels list --op {problem.op}' to see the registered variants")
 
 
 def _pass_checked(fn: Any) -> Any:

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import UnsupportedError, UsageError
-from dnnctl.ops.base import Choice, Field, Op, Problem, TensorSpec, np_dtype, pass_of
+from dnnctl.errors import UsageError
+from dnnctl.ops.base import Choice, Field, Op, Problem, TensorSpec, first_choice, np_dtype, pass_of
 from dnnctl.ops.registry import register_op, variants
 
 CAUSAL: tuple[str, ...] = ("none", "top_left", "bottom_right")
@@ -358,18 +358,8 @@ class Attention(Op):
             first = ["decode"] if decode else (["torch_cudnn"] if hopper else [])
             order = first + ["wgmma", "mma"]
         vendors = [n for n, v in table.items() if getattr(v, "vendor", False)]
-        for name in order + [n for n in table if n not in order and n not in vendors] + vendors:
-            variant = table.get(name)
-            if variant is None or not variant.supports(p, device):
-                continue
-            own = getattr(variant, "default_params", None)
-            params = own(p, device) if own is not None else next(
-                iter(variant.param_space(p, device)), None)
-            if params is not None:
-                return Choice.of(name, params)
-        raise UnsupportedError(
-            f"no registered attention variant on backend {backend!r} supports {p.short()}",
-            hint="run 'dnnctl kernels list --op attention' to see the registered variants")
+        rest = [n for n in table if n not in order and n not in vendors]
+        return first_choice(table, order + rest + vendors, p, backend, device)
 
 
 def attn_scale(problem: Problem, attrs: Mapping[str, Any]) -> float:

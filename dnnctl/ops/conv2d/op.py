@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import UnsupportedError, UsageError
+from dnnctl.errors import UsageError
 from dnnctl.ops.base import (
     DTYPES,
     Choice,
@@ -26,6 +26,7 @@ from dnnctl.ops.base import (
     Problem,
     TensorSpec,
     Variant,
+    first_choice,
     np_dtype,
 )
 from dnnctl.ops.conv2d import backward
@@ -199,21 +200,9 @@ class Conv2d(Op):
             if best is not None:
                 return Choice.of(best.variant, best.params)
         table = {v.name: v for v in variants(self.name, backend)}
-        for name in preference(problem, backend):
-            variant = table.get(name)
-            if variant is None or not variant.supports(problem, device):
-                continue
-            params = default_params(variant, problem, device)
-            if params is not None:
-                return Choice.of(name, params)
-        for name, variant in table.items():  # anything that runs beats an error
-            if variant.supports(problem, device):
-                params = default_params(variant, problem, device)
-                if params is not None:
-                    return Choice.of(name, params)
-        raise UnsupportedError(
-            f"no registered conv2d variant on backend {backend!r} supports {problem.short()}",
-            hint="run 'dnnctl kernels list --op conv2d' to see the registered variants")
+        # then anything that runs: it beats an error
+        return first_choice(table, [*preference(problem, backend), *table], problem, backend,
+                            device)
 
 
 

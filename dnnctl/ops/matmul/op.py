@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import UnsupportedError, UsageError
+from dnnctl.errors import UsageError
 from dnnctl.ops import codes
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, first_choice, np_dtype
 from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
 
@@ -164,18 +164,8 @@ class Matmul(Op):
                 return Choice.of(best.variant, best.params)
         table = {v.name: v for v in variants(self.name, backend)}
         order = ["numpy", "blocked"] if backend == "numpy" else FALLBACK
-        for name in order + [n for n in table if n not in order]:
-            variant = table.get(name)
-            if variant is None or not variant.supports(problem, device):
-                continue
-            own = getattr(variant, "default_params", None)
-            params = own(problem, device) if own is not None else next(
-                iter(variant.param_space(problem, device)), None)
-            if params is not None:
-                return Choice.of(name, params)
-        raise UnsupportedError(
-            f"no registered matmul variant on backend {backend!r} supports {problem.short()}",
-            hint="run 'dnnctl kernels list --op matmul' to see the registered variants")
+        return first_choice(table, order + [n for n in table if n not in order], problem,
+                            backend, device)
 
 
 FALLBACK = ["cublas", "wgmma", "mma", "simt"]  # tie order: the vendor library first
