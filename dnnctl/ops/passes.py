@@ -5,13 +5,14 @@ problem as ``{..., pass: backward}``); :func:`with_backward` puts a :class:`Back
 front of the op's per-problem methods: a backward problem goes to the spec, a forward one to
 the op's own code. Key fields that equal their "absent" value (``pass: forward``) are left out
 of the normalized key, so forward keys, plan entries and digests stay as they were.
+The CPU variants of either pass derive from :class:`NumpyVariant` (say what a call computes).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,7 +38,8 @@ SPLIT = ("input_specs", "output_specs", "make_inputs", "reference", "error_scale
 
 
 class BackwardSpec:
-    """The backward half of an op: tensors, float64 reference, tolerances, counts, default.
+    """The backward half of an op: tensors, gradients (the float64 reference and the numpy
+    variant both run :meth:`grads`), tolerances, counts, default.
 
     Methods receive the op (``op``) as their first argument after ``self``; ``min_bytes``
     and ``default_attrs`` fall back to the op's generic behaviour.
@@ -58,9 +60,16 @@ class BackwardSpec:
                     rng: np.random.Generator) -> dict[str, np.ndarray]:
         return Op.make_inputs(op, problem, rng)
 
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        """Every output, computed in the precision of ``inputs``: float64 for
+        :meth:`reference`, float32 for the numpy variant (:class:`NumpyBackward`)."""
+        raise NotImplementedError
+
     def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+        res = self.grads(problem, f64(inputs), attrs)
+        return {k: res[k] for k in self.output_specs(op, problem)}
 
     def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                     attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -68,7 +77,7 @@ class BackwardSpec:
         return {}
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        return Op.tolerance(op, problem, output)
+        return GRAD_TOL[problem["dtype"]]
 
     def flops(self, op: Op, problem: Problem) -> float:
         return 0.0
@@ -77,6 +86,12 @@ class BackwardSpec:
         return Op.min_bytes(op, problem)
 
     def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
+        if backend == "numpy":
+            return Choice.of(NumpyBackward.name)
+        return self.cuda_choice(op, problem, device)
+
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
+        """The default of the cupy backend (the numpy backend's is ``bwd_numpy``)."""
         raise NotImplementedError
 
     def default_attrs(self, op: Op, problem: Problem) -> dict[str, Any]:
@@ -135,8 +150,17 @@ def is_backward(problem: Problem) -> bool:
 
 def f64(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every input upcast to float64 (integer index arrays kept as they are)."""
+    return _floats_as(inputs, np.float64)
+
+
+def f32(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every input as float32, the numpy variants' arithmetic (integer arrays kept)."""
+    return _floats_as(inputs, np.float32)
+
+
+def _floats_as(inputs: Mapping[str, np.ndarray], dtype: type) -> dict[str, np.ndarray]:
     return {k: v if np.issubdtype(np.asarray(v).dtype, np.integer)
-            else np.asarray(v, np.float64) for k, v in inputs.items()}
+            else np.asarray(v).astype(dtype, copy=False) for k, v in inputs.items()}
 
 
 GRAD_TOL = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 2.4e-2}
@@ -152,13 +176,13 @@ def term_scale(*terms: np.ndarray) -> np.ndarray:
     return out
 
 
-class NumpyBackward(Variant):
-    """The numpy variant of a backward problem: :meth:`compute` returns every output (fp32
-    or float64 arrays); the kernel writes each, rounding once to the output's dtype."""
+class NumpyVariant(Variant):
+    """A CPU variant (numpy backend) that takes every problem of its passes; a subclass says
+    what one call computes: :meth:`compute` returns every output (fp32 or float64 arrays,
+    each written rounding once to the output's dtype), or :meth:`run` writes the outputs
+    itself (the blocked variants, a chunk at a time)."""
 
     backend = "numpy"
-    passes = ("backward",)
-    name = "bwd_numpy"
 
     def supports(self, problem: Problem, device: Any) -> Support:
         return SUPPORTED
@@ -167,16 +191,33 @@ class NumpyBackward(Variant):
                 attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
         raise NotImplementedError
 
+    def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+        res = self.compute(problem, inputs, attrs)
+        for k, dst in outputs.items():
+            np.copyto(dst, res[k], casting="unsafe")
+
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        compute = self.compute
+        run = self.run
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
-            res = compute(problem, inputs, attrs)
-            for k, dst in outputs.items():
-                np.copyto(dst, np.broadcast_to(res[k], dst.shape), casting="unsafe")
+            run(problem, params, inputs, outputs, attrs)
 
         return kernel
+
+
+class NumpyBackward(NumpyVariant):
+    """The numpy variant of a backward problem: its op's :meth:`BackwardSpec.grads` (a
+    subclass names the op and the ``spec``) on float32 inputs."""
+
+    passes = ("backward",)
+    name = "bwd_numpy"
+    spec: ClassVar[BackwardSpec]
+
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return self.spec.grads(problem, f32(inputs), attrs)
 
 
 def f32_or_none(a: Any) -> Any:

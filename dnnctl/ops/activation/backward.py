@@ -20,7 +20,7 @@ from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.activation.reference import act_backward_numpy
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
 
 geometry = mc.channel_geometry  # (elements, inner, channels), as the forward's
 
@@ -53,10 +53,9 @@ class ActivationBackward(BackwardSpec):
             out["bias"] = (rng.standard_normal(geometry(problem)[2]) * 0.5).astype(dt)
         return out
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        return act_backward_numpy(problem, up["dy"], up["x"], up.get("bias"),
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return act_backward_numpy(problem, inputs["dy"], inputs["x"], inputs.get("bias"),
                                   float(attrs.get("negative_slope", 0.01)))
 
     def tolerance(self, op: Op, problem: Problem, output: str) -> float:
@@ -65,9 +64,7 @@ class ActivationBackward(BackwardSpec):
     def flops(self, op: Op, problem: Problem) -> float:
         return 12.0 * math.prod(problem["shape"])
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         name = "bwd_channel" if problem["bias"] == "channel" else "bwd_stream"
         vec = max(v for v in mc.VECS if vec_ok(problem, v))
         return Choice.of(name, {"block": 256, "vec": vec, "waves": 4})

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
+from dnnctl.ops.activation.backward import ACTIVATION_BACKWARD
 from dnnctl.ops.activation.op import geometry
-from dnnctl.ops.activation.reference import act_backward_numpy, act_numpy, broadcast_bias
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant
-from dnnctl.ops.passes import NumpyBackward, f32_or_none
+from dnnctl.ops.activation.reference import act_numpy, broadcast_bias
+from dnnctl.ops.base import Problem
+from dnnctl.ops.passes import NumpyBackward, NumpyVariant
 from dnnctl.ops.registry import register_variant
 
 
@@ -20,49 +21,32 @@ from dnnctl.ops.registry import register_variant
 class ActBwdNumpy(NumpyBackward):
     op = "activation"
     doc = "fp32 numpy (float64 bias sums)"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return act_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
-                                  f32_or_none(inputs.get("bias")),
-                                  float(attrs.get("negative_slope", 0.01)))
+    spec = ACTIVATION_BACKWARD
 
 
 @register_variant
-class ActNumpyWhole(Variant):
+class ActNumpyWhole(NumpyVariant):
     op = "activation"
-    backend = "numpy"
     name = "numpy_whole"
     doc = "whole-tensor fp32 ufuncs"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        fn = problem["fn"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            x = mc.f32(inputs["x"])
-            if "bias" in inputs:
-                x = x + broadcast_bias(problem, mc.f32(inputs["bias"]))
-            mc.put(outputs["y"], act_numpy(fn, x, float(attrs.get("negative_slope", 0.01))))
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        x = mc.f32(inputs["x"])
+        if "bias" in inputs:
+            x = x + broadcast_bias(problem, mc.f32(inputs["bias"]))
+        return {"y": act_numpy(problem["fn"], x, float(attrs.get("negative_slope", 0.01)))}
 
 
 @register_variant
-class ActNumpyBlocked(Variant):
+class ActNumpyBlocked(NumpyVariant):
     op = "activation"
-    backend = "numpy"
     name = "numpy_blocked"
     doc = "fp32 ufuncs over cache-sized chunks of rows"
     params = {"chunk": (8192, 65536, 524288)}
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
         fn, chunk = problem["fn"], params["chunk"]
         n, inner, channels = geometry(problem)
         # rows of uniform bias: NCHW (N*C, inner) with bias per row; else (rows, C) per column
@@ -70,22 +54,17 @@ class ActNumpyBlocked(Variant):
         cols = inner if per_row else (channels if problem["bias"] != "none" else min(n, chunk))
         rows = n // cols
         step = max(1, chunk // cols)
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            slope = float(attrs.get("negative_slope", 0.01))
-            x = inputs["x"].reshape(-1)
-            y = outputs["y"].reshape(-1)
-            b = inputs.get("bias")
-            bf = None if b is None else mc.f32(b)
-            for r0 in range(0, rows, step):
-                r1 = min(rows, r0 + step)
-                seg = mc.f32(x[r0 * cols:r1 * cols]).reshape(r1 - r0, cols)
-                if bf is not None:
-                    seg = seg + (bf[np.arange(r0, r1) % channels, None] if per_row else bf)
-                mc.put(y[r0 * cols:r1 * cols], act_numpy(fn, seg, slope).reshape(-1))
-            tail = rows * cols
-            if tail < n:  # no bias here (with a bias cols divides n)
-                mc.put(y[tail:], act_numpy(fn, mc.f32(x[tail:]), slope))
-
-        return kernel
+        slope = float(attrs.get("negative_slope", 0.01))
+        x = inputs["x"].reshape(-1)
+        y = outputs["y"].reshape(-1)
+        b = inputs.get("bias")
+        bf = None if b is None else mc.f32(b)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            seg = mc.f32(x[r0 * cols:r1 * cols]).reshape(r1 - r0, cols)
+            if bf is not None:
+                seg = seg + (bf[np.arange(r0, r1) % channels, None] if per_row else bf)
+            mc.put(y[r0 * cols:r1 * cols], act_numpy(fn, seg, slope).reshape(-1))
+        tail = rows * cols
+        if tail < n:  # no bias here (with a bias cols divides n)
+            mc.put(y[tail:], act_numpy(fn, mc.f32(x[tail:]), slope))

@@ -74,12 +74,10 @@ class BatchNormBackward(sp.SpatialNormBackward):
         out["save_invstd"] = (1.0 / np.sqrt(var + op.attrs["eps"])).astype(np.float32)
         return out
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        res = bn_backward_numpy(problem, up["dy"], up["x"], up.get("weight"), up["save_mean"],
-                                up["save_invstd"])
-        return {k: res[k] for k in self.output_specs(op, problem)}
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return bn_backward_numpy(problem, inputs["dy"], inputs["x"], inputs.get("weight"),
+                                 inputs["save_mean"], inputs["save_invstd"])
 
     def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                     attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -90,9 +88,7 @@ class BatchNormBackward(sp.SpatialNormBackward):
     def flops(self, op: Op, problem: Problem) -> float:
         return 7.0 * sp.numel(problem)
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         return Choice.of("bwd_reduce_dx", {"block": 256, "vec": sp.best_vec(problem),
                                            "waves": 4})
 

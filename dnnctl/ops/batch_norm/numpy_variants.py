@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
-from dnnctl.ops.batch_norm.backward import bn_backward_numpy
+from dnnctl.ops.base import SUPPORTED, Problem, Support, unsupported
+from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD
 from dnnctl.ops.batch_norm.op import bn_numpy
-from dnnctl.ops.passes import NumpyBackward, f32_or_none
+from dnnctl.ops.passes import NumpyBackward, NumpyVariant
 from dnnctl.ops.registry import register_variant
 
 
@@ -21,17 +21,11 @@ from dnnctl.ops.registry import register_variant
 class BnBwdNumpy(NumpyBackward):
     op = "batch_norm"
     doc = "fp32 numpy, float64 channel sums"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return bn_backward_numpy(problem, mc.f32(inputs["dy"]), mc.f32(inputs["x"]),
-                                 f32_or_none(inputs.get("weight")), inputs["save_mean"],
-                                 inputs["save_invstd"])
+    spec = BATCH_NORM_BACKWARD
 
 
-class _BnNumpy(Variant):
+class _BnNumpy(NumpyVariant):
     op = "batch_norm"
-    backend = "numpy"
     one_pass = False
 
     def supports(self, problem: Problem, device: Any) -> Support:
@@ -39,18 +33,10 @@ class _BnNumpy(Variant):
             return unsupported("one-pass statistics only matter in training")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        one_pass = self.one_pass
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            res = bn_numpy(problem, mc.f32(inputs["x"]), inputs,
-                           float(attrs.get("eps", 1e-5)), float(attrs.get("momentum", 0.1)),
-                           one_pass)
-            for k, v in res.items():
-                mc.put(outputs[k], v)
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return bn_numpy(problem, mc.f32(inputs["x"]), inputs, float(attrs.get("eps", 1e-5)),
+                        float(attrs.get("momentum", 0.1)), self.one_pass)
 
 
 @register_variant

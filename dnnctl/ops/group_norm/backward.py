@@ -90,12 +90,10 @@ class GroupNormBackward(sp.SpatialNormBackward):
         out["mean"], out["rstd"] = mean.astype(np.float32), rstd.astype(np.float32)
         return out
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        res = gn_backward_numpy(problem, up["dy"], up["x"], up.get("weight"), up["mean"],
-                                up["rstd"])
-        return {k: res[k] for k in self.output_specs(op, problem)}
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return gn_backward_numpy(problem, inputs["dy"], inputs["x"], inputs.get("weight"),
+                                 inputs["mean"], inputs["rstd"])
 
     def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                     attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -106,9 +104,7 @@ class GroupNormBackward(sp.SpatialNormBackward):
     def flops(self, op: Op, problem: Problem) -> float:
         return 8.0 * sp.numel(problem)
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         return Choice.of("bwd_sums_dx", {"block": 256, "vec": sp.best_vec(problem)})
 
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant
+from dnnctl.ops.base import Problem
 from dnnctl.ops.matmul.op import logical_operands
+from dnnctl.ops.passes import NumpyVariant
 from dnnctl.ops.registry import register_variant
 
 # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7) evaluated in float32: < 5e-7 in all.
@@ -49,42 +50,29 @@ def _operands32(problem: Problem, inputs: Mapping[str, Any]) -> tuple[np.ndarray
 
 
 @register_variant
-class NumpyMatmul(Variant):
+class NumpyMatmul(NumpyVariant):
     """One np.matmul (BLAS sgemm) over the whole batch."""
 
     op = "matmul"
     name = "numpy"
-    backend = "numpy"
     doc = "np.matmul in float32 (BLAS), then bias + activation"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        act = problem["activation"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            a, b = _operands32(problem, inputs)
-            y = epilogue32(np.matmul(a, b), inputs.get("bias"), act)
-            out = outputs["y"]
-            out[...] = y.reshape(out.shape).astype(out.dtype, copy=False)
-
-        return kernel
+    def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+        a, b = _operands32(problem, inputs)
+        y = epilogue32(np.matmul(a, b), inputs.get("bias"), problem["activation"])
+        out = outputs["y"]
+        out[...] = y.reshape(out.shape).astype(out.dtype, copy=False)
 
 
 @register_variant
-class BlockedMatmul(Variant):
+class BlockedMatmul(NumpyVariant):
     """Row panels of ``block`` rows, each multiplied and finished while it is in cache."""
 
     op = "matmul"
     name = "blocked"
-    backend = "numpy"
     params = {"block": (32, 64, 128, 256, 512)}
     doc = "row-panel blocked np.matmul with the epilogue fused per panel"
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         # a panel as tall as the matrix is the plain variant; keep one such candidate only
@@ -93,18 +81,13 @@ class BlockedMatmul(Variant):
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
         return {"block": 128}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        act, block = problem["activation"], int(params["block"])
-        m = problem["m"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            a, b = _operands32(problem, inputs)
-            bias = inputs.get("bias")
-            out = outputs["y"].reshape((problem["batch"], m, problem["n"]))
-            for i in range(a.shape[0]):
-                for r0 in range(0, m, block):
-                    y = np.matmul(a[i, r0:r0 + block], b[i])
-                    out[i, r0:r0 + block] = epilogue32(y, bias, act).astype(out.dtype)
-
-        return kernel
+    def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
+        act, block, m = problem["activation"], int(params["block"]), problem["m"]
+        a, b = _operands32(problem, inputs)
+        bias = inputs.get("bias")
+        out = outputs["y"].reshape((problem["batch"], m, problem["n"]))
+        for i in range(a.shape[0]):
+            for r0 in range(0, m, block):
+                y = np.matmul(a[i, r0:r0 + block], b[i])
+                out[i, r0:r0 + block] = epilogue32(y, bias, act).astype(out.dtype)

@@ -34,7 +34,7 @@ from dnnctl.ops.base import (
     np_dtype,
     unsupported,
 )
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
+from dnnctl.ops.passes import BackwardSpec, NumpyBackward, NumpyVariant
 from dnnctl.ops.registry import register_variant
 
 
@@ -134,20 +134,14 @@ class Pool2dBackward(BackwardSpec):
             out["indices"] = pool_argmax_numpy(problem, x.astype(np.float64))[1]
         return out
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return {"dx": pool_backward_numpy(problem, np.asarray(inputs["dy"], np.float64),
-                                          inputs.get("indices"))}
-
-    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        return GRAD_TOL[problem["dtype"]]
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return {"dx": pool_backward_numpy(problem, inputs["dy"], inputs.get("indices"))}
 
     def flops(self, op: Op, problem: Problem) -> float:
         return float(math.prod(tensor_shape(problem)) * math.prod(problem["kernel"]))
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         return Choice.of("bwd_gather", {"block": 256})
 
 
@@ -255,9 +249,8 @@ class PoolBwdGather(_PoolBwdCuda):
 
 
 @register_variant
-class PoolNumpyArgmax(Variant):
+class PoolNumpyArgmax(NumpyVariant):
     op = "pool2d"
-    backend = "numpy"
     name = "numpy_argmax"
     doc = "max pooling with indices: fp32 numpy, a masked update per kernel tap"
 
@@ -266,21 +259,14 @@ class PoolNumpyArgmax(Variant):
             return unsupported("writes indices: for max pooling with indices: true")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            y, ind = pool_argmax_numpy(problem, mc.f32(inputs["x"]))
-            mc.put(outputs["y"], y)
-            mc.put(outputs["indices"], ind)
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        y, ind = pool_argmax_numpy(problem, mc.f32(inputs["x"]))
+        return {"y": y, "indices": ind}
 
 
 @register_variant
 class PoolBwdNumpy(NumpyBackward):
     op = "pool2d"
     doc = "fp32 numpy: scatter by indices (max) or per kernel tap (avg)"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return {"dx": pool_backward_numpy(problem, mc.f32(inputs["dy"]), inputs.get("indices"))}
+    spec = POOL2D_BACKWARD

@@ -30,7 +30,7 @@ from dnnctl.ops.base import (
     dtype_size,
     unsupported,
 )
-from dnnctl.ops.passes import PASS_FIELD, with_backward
+from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
 from dnnctl.ops.pool.gap_backward import GAP_BACKWARD
 from dnnctl.ops.registry import register_op, register_variant
 
@@ -282,44 +282,26 @@ class GapSplit(_GapCuda):
 
 
 @register_variant
-class GapNumpyMean(Variant):
+class GapNumpyMean(NumpyVariant):
     op = "global_avg_pool2d"
-    backend = "numpy"
     name = "numpy_mean"
     doc = "numpy mean with a float32 accumulator"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        axes = _axes(problem)
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            mc.put(outputs["y"], inputs["x"].mean(axis=axes, keepdims=True, dtype=np.float32))
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return {"y": inputs["x"].mean(axis=_axes(problem), keepdims=True, dtype=np.float32)}
 
 
 @register_variant
-class GapNumpyPairwise(Variant):
+class GapNumpyPairwise(NumpyVariant):
     op = "global_avg_pool2d"
-    backend = "numpy"
     name = "numpy_pairwise"
     doc = "flatten the pixels to one contiguous axis and reduce it (pairwise sum, float32)"
 
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        nchw = problem["layout"] == "NCHW"
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            x = mc.f32(inputs["x"])
-            rows = x.reshape(n * c, hw) if nchw else np.ascontiguousarray(
-                x.reshape(n, hw, c).transpose(0, 2, 1)).reshape(n * c, hw)
-            mc.put(outputs["y"], (rows.sum(axis=1) / hw).reshape(gap_shape(problem)))
-
-        return kernel
+        x = mc.f32(inputs["x"])
+        rows = x.reshape(n * c, hw) if problem["layout"] == "NCHW" else np.ascontiguousarray(
+            x.reshape(n, hw, c).transpose(0, 2, 1)).reshape(n * c, hw)
+        return {"y": (rows.sum(axis=1) / hw).reshape(gap_shape(problem))}

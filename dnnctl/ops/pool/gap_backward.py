@@ -24,7 +24,7 @@ from dnnctl.ops.base import (
     Variant,
     dtype_size,
 )
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, NumpyBackward
+from dnnctl.ops.passes import BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 
 
@@ -40,18 +40,12 @@ class GapBackward(BackwardSpec):
     def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         return {"dx": TensorSpec(tensor_shape(problem), problem["dtype"])}
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        dy = np.asarray(inputs["dy"], np.float64)
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
         hw = problem["h"] * problem["w"]
-        return {"dx": np.broadcast_to(dy / hw, tensor_shape(problem)).copy()}
+        return {"dx": np.broadcast_to(inputs["dy"] / hw, tensor_shape(problem))}
 
-    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        return GRAD_TOL[problem["dtype"]]
-
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         vec = max(v for v in mc.VECS if _gap_vec_ok(problem, v))
         return Choice.of("bwd_broadcast", {"block": 256, "vec": vec})
 
@@ -119,7 +113,4 @@ class GapBwdBroadcast(Variant):
 class GapBwdNumpy(NumpyBackward):
     op = "global_avg_pool2d"
     doc = "numpy broadcast"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return {"dx": mc.f32(inputs["dy"]) / np.float32(problem["h"] * problem["w"])}
+    spec = GAP_BACKWARD

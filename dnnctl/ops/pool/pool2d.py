@@ -34,7 +34,7 @@ from dnnctl.ops.base import (
     dtype_size,
     unsupported,
 )
-from dnnctl.ops.passes import PASS_FIELD, with_backward
+from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
 from dnnctl.ops.pool import backward as bw
 from dnnctl.ops.pool.geometry import avg_divisor, out_hw, out_shape, out_size  # noqa: F401
 from dnnctl.ops.registry import register_op, register_variant
@@ -296,9 +296,8 @@ class PoolNchwRowTile(_PoolCuda):
 # ----------------------------------------------------------------------------- numpy
 
 
-class _PoolNumpy(Variant):
+class _PoolNumpy(NumpyVariant):
     op = "pool2d"
-    backend = "numpy"
     windows = False
 
     def supports(self, problem: Problem, device: Any) -> Support:
@@ -306,15 +305,10 @@ class _PoolNumpy(Variant):
             return unsupported("writes no indices: use numpy_argmax")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        windows = self.windows
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            with np.errstate(invalid="ignore"):
-                mc.put(outputs["y"], pool_numpy(problem, mc.f32(inputs["x"]), windows))
-
-        return kernel
+    def compute(self, problem: Problem, inputs: Mapping[str, Any],
+                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        with np.errstate(invalid="ignore"):
+            return {"y": pool_numpy(problem, mc.f32(inputs["x"]), self.windows)}
 
 
 @register_variant

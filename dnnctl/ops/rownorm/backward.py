@@ -92,12 +92,10 @@ class RowNormBackward(BackwardSpec):
         out["rstd"] = rstd.astype(np.float32)
         return out
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        res = rownorm_backward_numpy(up["dy"], up["x"], up.get("weight"), up.get("mean"),
-                                     up["rstd"], self.rms)
-        return {k: res[k] for k in self.output_specs(op, problem)}
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return rownorm_backward_numpy(inputs["dy"], inputs["x"], inputs.get("weight"),
+                                      inputs.get("mean"), inputs["rstd"], self.rms)
 
     def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                     attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -111,9 +109,7 @@ class RowNormBackward(BackwardSpec):
     def flops(self, op: Op, problem: Problem) -> float:
         return 10.0 * problem["rows"] * problem["cols"]
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         cols, dtype = problem["cols"], problem["dtype"]
         vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)
         tpr = mr.next_pow2(mc.cdiv(cols, MAX_ELEMS))  # the fewest threads holding a row

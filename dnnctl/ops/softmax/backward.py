@@ -17,7 +17,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _memory_rows as mr
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64, term_scale
+from dnnctl.ops.passes import BackwardSpec, f64, term_scale
 
 
 def softmax_backward_numpy(y: np.ndarray, dy: np.ndarray, log: bool) -> np.ndarray:
@@ -56,25 +56,19 @@ class SoftmaxBackward(BackwardSpec):
             y = z - s if problem["log"] else np.exp(z - s)
         return {"y": y.astype(dt), "dy": rng.standard_normal(shape).astype(dt)}
 
-    def reference(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                  attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        return {"dx": softmax_backward_numpy(up["y"], up["dy"], problem["log"])}
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return {"dx": softmax_backward_numpy(inputs["y"], inputs["dy"], problem["log"])}
 
     def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
                     attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         up = f64(inputs)
         return {"dx": softmax_dx_scale(up["y"], up["dy"], problem["log"])}
 
-    def tolerance(self, op: Op, problem: Problem, output: str) -> float:
-        return GRAD_TOL[problem["dtype"]]
-
     def flops(self, op: Op, problem: Problem) -> float:
         return 4.0 * problem["rows"] * problem["cols"]
 
-    def default_choice(self, op: Op, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("bwd_numpy")
+    def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         cols, dtype = problem["cols"], problem["dtype"]
         vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)
         from dnnctl.ops.registry import get_variant
