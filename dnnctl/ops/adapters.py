@@ -76,22 +76,34 @@ class CupyAdapter(Adapter):
         self._current = cupy.cuda.get_current_stream
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        # a call made on CuPy arrays inside a torch caller's (a composite op's recursion, see
+        # dispatch.on_caller_stream) takes its outputs from torch's allocator too: CuPy's
+        # pool may not grow under a graph capture, and what it hands out is not the graph's
+        alloc = cuda.STATE.alloc
+        if alloc is not None:
+            return alloc(tuple(shape), np.dtype(dtype))
         return self._cupy.empty(shape, dtype=dtype)
 
     def empty_like(self, a: Any) -> Any:
+        alloc = cuda.STATE.alloc
+        if alloc is not None:
+            return alloc(tuple(a.shape), a.dtype)
         return self._cupy.empty_like(a)
 
     def enter(self) -> Any:
         prev = self._getdev()
         if prev != self.index:
             cuda.set_device(self.index)
-        cuda.STATE.stream = self._current().ptr
-        return prev
+        state = cuda.STATE
+        saved = state.stream
+        state.stream = self._current().ptr
+        return prev, saved
 
     def leave(self, token: Any) -> None:
-        cuda.STATE.stream = None
-        if token != self.index:
-            cuda.set_device(token)
+        prev, saved = token
+        cuda.STATE.stream = saved  # a nested call restores its caller's stream
+        if prev != self.index:
+            cuda.set_device(prev)
 
 
 class TorchCudaAdapter(Adapter):
@@ -156,19 +168,20 @@ class TorchCudaAdapter(Adapter):
             cuda.set_device(self.index)
         stream = self._stream()
         state = cuda.STATE
+        saved = state.stream, state.alloc, state.raw
         state.stream, state.alloc, state.raw = stream, self.scratch, self.empty
         ext = None
         if stream:  # a side stream or a graph capture: CuPy's own calls go there too
             ext = cuda.external_stream(stream)
             ext.__enter__()
-        return prev, ext
+        return prev, ext, saved
 
     def leave(self, token: Any) -> None:
-        prev, ext = token
+        prev, ext, saved = token
         if ext is not None:
             ext.__exit__(None, None, None)
         state = cuda.STATE
-        state.stream, state.alloc, state.raw = None, None, None
+        state.stream, state.alloc, state.raw = saved  # a nested call restores its caller's
         if prev != self.index:
             cuda.set_device(prev)
 

@@ -106,6 +106,34 @@ def test_outputs_come_from_torchs_allocator() -> None:
     assert float((y.float() - ref).abs().max()) < 2e-3
 
 
+def test_nested_cupy_call_inside_a_torch_call_uses_torchs_allocator() -> None:
+    """A composite op's recursion (calls on CuPy views of the caller's tensors, made inside
+    the torch caller's context) takes its outputs from torch's allocator, not CuPy's pool
+    (which may not grow under a graph capture), and leaves the caller's context as it was."""
+    import cupy
+
+    from dnnctl.backends import cuda
+    from dnnctl.ops.dispatch import bind
+
+    x = torch.randn(512, 1024, device=DEV, dtype=F16)
+    bound = bind(x)
+    pool = cupy.get_default_memory_pool()
+
+    def inner(xc: Any) -> Any:
+        alloc = cuda.STATE.alloc
+        before_pool, before_torch = pool.used_bytes(), torch.cuda.memory_allocated()
+        y = ops.softmax(xc)
+        assert isinstance(y, cupy.ndarray)
+        assert pool.used_bytes() == before_pool, "output came from CuPy's pool"
+        assert torch.cuda.memory_allocated() - before_torch >= y.nbytes
+        assert cuda.STATE.alloc is alloc, "the nested call did not restore the caller's state"
+        return y
+
+    y = bound.recurse(inner)
+    assert isinstance(y, torch.Tensor) and cuda.STATE.alloc is None
+    assert float((y.float() - torch.softmax(x.float(), -1)).abs().max()) < 2e-3
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="one GPU")
 def test_second_device_runs_there_and_restores_the_current_one() -> None:
     x = torch.randn(64, 128, device="cuda:1", dtype=F16)

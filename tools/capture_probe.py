@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Which of dnnctl's backward kernels break a CUDA-graph capture of a patched training step.
+
+    PYTHONPATH=. python3 tools/capture_probe.py [--case resnet,vit]
+
+For each op whose backward the patched model's step runs (``conv2d``, ``batch_norm``, ...), one
+subprocess per op: only that op's backward on dnnctl, the rest on torch's formulas; then every
+op's at once. Each prints PASS or the error with its
+traceback (the first failing call names the culprit). Needs a GPU, torch and CuPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _one(case: str, label: str) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT / "tests" / "unit"))
+    from _torch_models import SmallResNet, ViTBlock
+
+    import dnnctl.torch as dt
+    from dnnctl.torch import grad_plan
+
+    torch.manual_seed(0)
+    if case == "resnet":
+        model = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
+        x = torch.randn(8, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
+        y = torch.randint(0, 10, (8,), device="cuda")
+        loss_fn, amp = F.cross_entropy, torch.float16
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    else:
+        model = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
+        x = torch.randn(4, 50, 32, device="cuda")
+        y = torch.randn(4, 50, 32, device="cuda")
+        loss_fn, amp = F.mse_loss, torch.bfloat16
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
+    mode = "dnnctl" if label == "all" else {label: "dnnctl", "*": "torch"}
+    if label == "list":
+        mode = "dnnctl"
+    dt.patch(model, backward=mode)
+
+    def step(cache=True):
+        with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
+            loss = loss_fn(model(x).float(), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    grad_plan.BACKWARD_PATHS.clear()
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    if label == "list":
+        return {"labels": sorted({k.split("/")[0] for k in grad_plan.paths_summary()})}
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    grad_plan.BACKWARD_PATHS.clear()
+    try:
+        with torch.cuda.graph(graph):
+            step(cache=False)
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - the probe reports whatever broke
+        return {"ok": False, "error": traceback.format_exc()[-3000:],
+                "paths": grad_plan.paths_summary()}
+    return {"ok": True, "paths": grad_plan.paths_summary()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--case", default="resnet,vit")
+    p.add_argument("--one", nargs=2, metavar=("CASE", "LABEL"), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one:
+        print(json.dumps(_one(*a.one)))
+        return 0
+    bad = 0
+    for case in a.case.split(","):
+        run = [sys.executable, __file__, "--one", case]
+        out = subprocess.run(run + ["list"], capture_output=True, text=True, timeout=300)
+        labels = json.loads(out.stdout.strip().splitlines()[-1])["labels"]
+        for label in labels + ["all"]:
+            res = subprocess.run(run + [label], capture_output=True, text=True, timeout=300)
+            try:
+                r = json.loads(res.stdout.strip().splitlines()[-1])
+            except (IndexError, json.JSONDecodeError):
+                r = {"ok": False, "error": res.stderr[-3000:]}
+            bad += not r["ok"]
+            print(f"## {case} {label}: {'PASS' if r['ok'] else 'FAIL'}  {r.get('paths', '')}")
+            if not r["ok"]:
+                print(r["error"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
