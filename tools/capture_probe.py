@@ -5,7 +5,8 @@
 
 For each op whose backward the patched model's step runs (``conv2d``, ``batch_norm``, ...), one
 subprocess per op: only that op's backward on dnnctl, the rest on torch's formulas; then every
-op's at once. Each prints PASS or the error with its
+op's at once; last, the same eager steps twice (``repeat``), how far run-to-run
+noise alone puts the losses apart. Each prints PASS or the error with its
 traceback (the first failing call names the culprit). Needs a GPU, torch and CuPy.
 """
 
@@ -32,23 +33,30 @@ def _one(case: str, label: str) -> dict:
     import dnnctl.torch as dt
     from dnnctl.torch import grad_plan
 
-    torch.manual_seed(0)
+    g = torch.Generator(device="cuda").manual_seed(1)
     if case == "resnet":
-        model = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
-        x = torch.randn(8, 3, 32, 32, device="cuda").contiguous(memory_format=torch.channels_last)
-        y = torch.randint(0, 10, (8,), device="cuda")
+        x = torch.randn(8, 3, 32, 32, device="cuda", generator=g).contiguous(
+            memory_format=torch.channels_last)
+        y = torch.randint(0, 10, (8,), device="cuda", generator=g)
         loss_fn, amp = F.cross_entropy, torch.float16
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     else:
-        model = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
-        x = torch.randn(4, 50, 32, device="cuda")
-        y = torch.randn(4, 50, 32, device="cuda")
+        x = torch.randn(4, 50, 32, device="cuda", generator=g)
+        y = torch.randn(4, 50, 32, device="cuda", generator=g)
         loss_fn, amp = F.mse_loss, torch.bfloat16
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=True)
-    mode = "dnnctl" if label == "all" else {label: "dnnctl", "*": "torch"}
-    if label == "list":
-        mode = "dnnctl"
-    dt.patch(model, backward=mode)
+    mode = "dnnctl" if label in ("all", "list", "repeat") else {label: "dnnctl", "*": "torch"}
+
+    def build():
+        torch.manual_seed(0)
+        if case == "resnet":
+            m = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
+            o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+        else:
+            m = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
+            o = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True)
+        dt.patch(m, backward=mode)
+        return m, o
+
+    model, opt = build()
 
     def step(cache=True):
         with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
@@ -56,6 +64,18 @@ def _one(case: str, label: str) -> dict:
         loss.backward()
         opt.step()
         return loss
+
+    if label == "repeat":  # the same eager steps twice: how far apart run-to-run noise puts them
+        runs = []
+        for _ in range(2):
+            model, opt = build()
+            losses = []
+            for _ in range(7):
+                opt.zero_grad(set_to_none=True)
+                losses.append(float(step().detach()))
+            runs.append(losses)
+        rel = max(abs(a - b) / abs(b) for a, b in zip(*runs))
+        return {"ok": True, "paths": {"losses": runs, "max_rel_diff": rel}}
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -94,7 +114,7 @@ def main() -> int:
         run = [sys.executable, __file__, "--one", case]
         out = subprocess.run(run + ["list"], capture_output=True, text=True, timeout=300)
         labels = json.loads(out.stdout.strip().splitlines()[-1])["labels"]
-        for label in labels + ["all"]:
+        for label in labels + ["all", "repeat"]:
             res = subprocess.run(run + [label], capture_output=True, text=True, timeout=300)
             try:
                 r = json.loads(res.stdout.strip().splitlines()[-1])
