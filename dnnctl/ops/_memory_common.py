@@ -3,7 +3,8 @@
 CUDA side: dtype codes for ``-DDNNCTL_DTYPE``, module compilation through the cupy backend
 (memoized there), launch objects that hold their function handle and launch configuration
 (computed once at build time, so a call is one argument tuple and one launch), and pointer
-alignment checks for the 16-byte vector paths.
+alignment checks for the 16-byte vector paths with the built kernels that take the vector
+program or its scalar fallback by them (:class:`VecKernel`).
 
 Call side: validation of the arrays handed to ``dnnctl.ops.*`` lives in
 :mod:`dnnctl.ops._call_checks` (re-exported here for the ops' ``mc.*`` calls).
@@ -14,13 +15,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from dnnctl.backends.cuda import Launch, launch, ptr
+from dnnctl.errors import ShapeError
 from dnnctl.ops import codes
 from dnnctl.ops._call_checks import (  # noqa: F401 - the ops use them as mc.*
     as_float,
@@ -32,12 +34,14 @@ from dnnctl.ops._call_checks import (  # noqa: F401 - the ops use them as mc.*
     float_dtype,
     writeable,
 )
-from dnnctl.ops.base import dtype_size
+from dnnctl.ops.base import SUPPORTED, Op, Problem, Support, Variant, dtype_size
 
 __all__ = ["Launch", "launch", "ptr"]  # the launch objects live in the CUDA seam
 
 DTYPE_CODE: dict[str, int] = codes.DTYPE
 VECS: tuple[int, ...] = (1, 2, 4, 8)  # elements per vector access; bytes <= 16 (see vec_fits)
+# the forward tolerance of the memory-bound ops (fp32 arithmetic, one rounding to the dtype)
+FORWARD_TOL: dict[str, float] = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -144,6 +148,53 @@ def aligned(nbytes: int, *arrays: Any) -> bool:
     return True
 
 
+class MemoryOp(Op):
+    """An op of this family: fp32 arithmetic rounded once to the output's dtype, so the one
+    forward tolerance :data:`FORWARD_TOL`."""
+
+    def tolerance(self, problem: Problem, output: str) -> float:
+        return FORWARD_TOL[problem["dtype"]]
+
+
+class CudaVariant(Variant):
+    """A CUDA variant (cupy backend) that takes every problem of its passes unless its own
+    ``supports`` says otherwise."""
+
+    backend = "cupy"
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        return SUPPORTED
+
+
+class VecKernel:
+    """A built kernel of two programs: ``fast``, at the planned vector width, when the arrays
+    a call checks are aligned to ``align`` bytes, else ``safe`` (one element per access).
+    Subclasses' ``__call__`` pick the arrays and pass them on."""
+
+    __slots__ = ("fast", "safe", "align")
+    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+
+    def __init__(self, fast: Any, safe: Any, align: int) -> None:
+        self.fast, self.safe, self.align = fast, safe, align
+
+
+class PairKernel(VecKernel):
+    """One input array to one output array (``x`` -> ``y``, or ``dy`` -> ``dx``): a program
+    takes the two."""
+
+    __slots__ = ("src", "dst")
+
+    def __init__(self, fast: Any, safe: Any, align: int, src: str = "x",
+                 dst: str = "y") -> None:
+        super().__init__(fast, safe, align)
+        self.src, self.dst = src, dst
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        a, b = inputs[self.src], outputs[self.dst]
+        (self.fast if aligned(self.align, a, b) else self.safe)(a, b)
+
+
 def workspace(device: Any, nbytes: int) -> Any:
     """A float32 scratch buffer of at least ``nbytes`` on ``device`` for the cupy backend."""
     from dnnctl.backends.registry import get_backend
@@ -227,6 +278,15 @@ def _erfc_chunk(x: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- call side
+
+
+def nonempty_shape(a: Any, op: str, name: str = "x") -> tuple[int, ...]:
+    """The shape of a call's array ``name``: at least one dimension, no zero-size axis."""
+    shape = tuple(a.shape)
+    if not shape or 0 in shape:
+        raise ShapeError(f"{op}: {name} has shape {shape}, expected at least one dimension and "
+                         "no zero-size axis")
+    return shape
 
 
 def data_ptr(a: Any) -> int:

@@ -1,13 +1,15 @@
 """Row-kernel variants shared by softmax, layer_norm and rms_norm (rows x cols, reduce a row).
 
-The four row strategies are mixins over :class:`RowVariant`; an op's variant class names its
-.cu file, the kernel template, the defines and how its arrays are passed:
+The row strategies are mixins over :class:`RowVariant`; an op's base class gives its defines,
+how its arrays are passed and its scalars, and :func:`register_strategies` registers a variant
+per strategy (its .cu file and kernel template):
 
 * ``warp_row``  — TPR threads (part of a warp) per row, row in registers (cols <= 2048)
 * ``block_row`` — a block per row, row in registers (cols <= 16384)
 * ``block_smem`` — a block per row staged in shared memory (cols * itemsize <= opt-in smem)
 * ``async_smem`` — block_smem with the row staged by cp.async (all copies in flight at once)
 * ``online``    — a block per row, single-pass statistics, second read (any length)
+* ``split_row`` — few long rows: chunks of a row on separate blocks, partials, then apply
 
 Every kernel has the signature ``k(arrays..., int rows, int cols, scalars...)``. A built
 kernel holds two launch programs: the VEC one, and a VEC = 1 one run when a pointer is not
@@ -22,9 +24,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import SUPPORTED, Choice, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import DTYPES, SUPPORTED, Choice, Field, Kernel, Problem, Support, unsupported
 
 Program = Callable[[tuple, Mapping[str, Any]], None]
+
+# the key fields of a row op (softmax, layer_norm, rms_norm): a (rows, cols) view, cols reduced
+ROW_FIELDS = {
+    "rows": Field("int", minimum=1, doc="product of all but the last axis"),
+    "cols": Field("int", minimum=1, doc="length of the last (reduced) axis"),
+    "dtype": Field("str", choices=DTYPES),
+}
 
 
 def next_pow2(n: int) -> int:
@@ -34,15 +43,15 @@ def next_pow2(n: int) -> int:
 SPLIT_CHUNKS: tuple[int, ...] = (2048, 4096, 16384, 65536)  # split_row: elements per block
 
 
-class RowKernel:
+class RowKernel(mc.VecKernel):
     """Runs ``fast`` when every array is aligned to ``align`` bytes, else ``safe``."""
 
-    __slots__ = ("fast", "safe", "align", "arrays")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    __slots__ = ("arrays",)
 
     def __init__(self, fast: Program, safe: Program, align: int,
                  arrays: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple]) -> None:
-        self.fast, self.safe, self.align, self.arrays = fast, safe, align, arrays
+        super().__init__(fast, safe, align)
+        self.arrays = arrays
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -50,10 +59,9 @@ class RowKernel:
         (self.fast if mc.aligned(self.align, *arrs) else self.safe)(arrs, attrs)
 
 
-class RowVariant(Variant):
+class RowVariant(mc.CudaVariant):
     """A CUDA row kernel: subclasses set ``kernel``, ``source`` and the three hooks below."""
 
-    backend = "cupy"
     kernel: ClassVar[str] = ""
     params: ClassVar[dict[str, tuple[Any, ...]]] = {"block": (128, 256, 512, 1024),
                                                     "vec": mc.VECS}
@@ -227,13 +235,76 @@ class SplitRowMixin(RowVariant):
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return self.partial_bytes * problem["rows"] * self.splits(problem, params)
 
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        """``<kernel>_stats`` writes each chunk's partials, ``<kernel>_apply`` combines them
+        and writes the chunk: ``apply(x, partials, <the other arrays>, dims, scalars)``."""
+        rows, cols = problem["rows"], problem["cols"]
+        block, chunk = params["block"], params["chunk"]
+        vec = params["vec"] if self.vec_valid(problem, params["vec"]) else 1
+        splits = mc.cdiv(cols, chunk)
+        names = [f"{self.kernel}_{k}<{block},{v}>" for k in ("stats", "apply")
+                 for v in dict.fromkeys((vec, 1))]
+        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        part = mc.workspace(device, self.workspace_bytes(problem, params))
+        scalars = self.scalars
 
-def default_row_choice(problem: Problem, device: Any, op: str, online: str = "online") -> Choice:
-    """Warp per short row, block per medium row, split / smem / online for long rows.
+        def program(v: int) -> Program:
+            stats = mc.launch(mod, f"{self.kernel}_stats<{block},{v}>", (splits, rows), block)
+            apply = mc.launch(mod, f"{self.kernel}_apply<{block},{v}>", (splits, rows), block)
+            dims = stats.consts(np.int32(rows), np.int32(cols), np.int32(chunk))
+
+            def go(arrs: tuple, attrs: Mapping[str, Any]) -> None:
+                stats((arrs[0], part, *dims))
+                apply((arrs[0], part, *arrs[1:], *dims, *scalars(attrs, apply)))
+
+            return go
+
+        return RowKernel(program(vec), program(1), vec * mc.dtype_size(problem["dtype"]),
+                         self.arrays)
+
+
+# a row strategy: (variant name, mixin, suffix of its kernel template, doc)
+Strategy = tuple[str, type[RowVariant], str, str]
+
+# the strategies every row op has (the op adds its any-length and split_row ones)
+COMMON: tuple[Strategy, ...] = (
+    ("warp_row", WarpRowMixin, "warp",
+     "tpr threads per row (shuffles only), the row in registers; cols <= 2048"),
+    ("block_row", BlockRowMixin, "block",
+     "a block per row, the row in registers; cols <= 16384"),
+    ("block_smem", BlockSmemMixin, "smem",
+     "a block per row staged in shared memory; cols * itemsize <= opt-in shared memory"),
+    ("async_smem", AsyncSmemMixin, "async",
+     "a block per row staged in shared memory by cp.async (all copies in flight at once)"),
+)
+
+
+def register_strategies(op: str, base: type[RowVariant], folder: str,
+                        own: tuple[Strategy, ...], **attrs: Any) -> None:
+    """Register a variant of ``op`` per strategy of :data:`COMMON`, then of ``own``: the
+    mixin over ``base`` (the op's defines / arrays / scalars), its kernel template
+    ``<folder>_<suffix>`` in kernels/<folder>/<name>.cu; ``attrs``: more class attributes."""
+    from dnnctl.ops.registry import register_variant
+
+    title = "".join(p.title() for p in op.split("_"))
+    for name, mixin, suffix, doc in (*COMMON, *own):
+        register_variant(type(f"{title}{name.title().replace('_', '')}", (mixin, base), {
+            "op": op, "name": name, "source": f"{folder}/{name}.cu",
+            "kernel": f"{folder}_{suffix}", "doc": doc, "__module__": base.__module__,
+            **attrs}))
+
+
+def default_row_choice(problem: Problem, backend: str, device: Any, op: str,
+                       online: str = "online") -> Choice:
+    """numpy: cache-sized blocks of rows. cupy: warp per short row, block per medium row,
+    split / smem / online for long rows.
 
     ``online`` names the op's single-pass any-length variant (softmax: online, norms: welford).
     """
     from dnnctl.ops.registry import get_variant
+
+    if backend == "numpy":
+        return Choice.of("numpy_rows", {"chunk_rows": 256})
 
     rows, cols, dtype = problem["rows"], problem["cols"], problem["dtype"]
     vec = max(v for v in mc.VECS if mc.vec_fits(dtype, v) and cols % v == 0)

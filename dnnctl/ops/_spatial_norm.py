@@ -6,14 +6,14 @@ calls' argument checks, workspace padding)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Field, Op, Problem, TensorSpec
-from dnnctl.ops.passes import GRAD_TOL, BackwardSpec
+from dnnctl.ops.base import Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
 
 SPATIAL_FIELDS = {
     "n": Field("int", minimum=1, doc="batch"),
@@ -153,16 +153,16 @@ def dims_of(shape: tuple[int, ...], layout: str, op: str) -> tuple[int, int, int
     return n, c, h, w
 
 
-class NormBwdKernel:
+class NormBwdKernel(mc.VecKernel):
     """A spatial norm's backward kernel (batch_norm, group_norm): the vector program when
     dy, x and dx are aligned, else the scalar one; ``stats`` name the forward's saved
     statistics among the inputs."""
 
-    __slots__ = ("fast", "safe", "align", "stats")
-    flat_io = True
+    __slots__ = ("stats",)
 
     def __init__(self, fast: Any, safe: Any, align: int, stats: tuple[str, str]) -> None:
-        self.fast, self.safe, self.align, self.stats = fast, safe, align, stats
+        super().__init__(fast, safe, align)
+        self.stats = stats
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -196,8 +196,56 @@ def spatial_args(op: str, dy: Any, x: Any, layout: str) -> tuple[tuple[int, int,
 
 
 class SpatialNormBackward(BackwardSpec):
-    """What batch_norm's and group_norm's backward share: dx in the input's dtype, float32
-    dweight / dbias when affine, and the tolerances (dx's own scales with the dtype)."""
+    """What batch_norm's and group_norm's backward share: inputs dy, x, the float32 weight
+    when affine and the forward's two saved statistics (``stats``, of ``stat_shape``); dx in
+    the input's dtype, float32 dweight / dbias when affine; the tolerances (dx's own scales
+    with the dtype). A subclass gives the numpy arithmetic: ``numpy`` (the gradients),
+    ``dx_scale`` (see :meth:`Op.error_scale`), both f(problem, dy, x, weight, *stats), and
+    ``saved_stats`` (the forward's statistics of a test input, float64)."""
+
+    stats: tuple[str, str]
+    x_offset = 0.0  # the mean of a test input
+    numpy: Callable[..., dict[str, np.ndarray]]
+    dx_scale: Callable[..., np.ndarray]
+
+    def stat_shape(self, problem: Problem) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def saved_stats(self, problem: Problem, x: np.ndarray,
+                    eps: float) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        t = TensorSpec(tensor_shape(problem), problem["dtype"])
+        specs = {"dy": t, "x": t}
+        if problem["affine"]:
+            specs["weight"] = TensorSpec((problem["c"],), "float32")
+        stat = TensorSpec(self.stat_shape(problem), "float32")
+        return {**specs, self.stats[0]: stat, self.stats[1]: stat}
+
+    def make_inputs(self, op: Op, problem: Problem,
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+        shape, dt = tensor_shape(problem), np_dtype(problem["dtype"])
+        x = (rng.standard_normal(shape) * 1.5 + self.x_offset).astype(dt)
+        stats = self.saved_stats(problem, x, op.attrs["eps"])
+        out = {"dy": rng.standard_normal(shape).astype(dt), "x": x}
+        if problem["affine"]:
+            out["weight"] = (rng.standard_normal(problem["c"]) * 0.5 + 1.0).astype(np.float32)
+        for name, stat in zip(self.stats, stats):
+            out[name] = stat.astype(np.float32)
+        return out
+
+    def _args(self, inputs: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
+        return (inputs["dy"], inputs["x"], inputs.get("weight"), inputs[self.stats[0]],
+                inputs[self.stats[1]])
+
+    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
+              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
+        return self.numpy(problem, *self._args(inputs))
+
+    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
+                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return {"dx": self.dx_scale(problem, *self._args(f64(inputs)))}
 
     def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         specs = {"dx": TensorSpec(tensor_shape(problem), problem["dtype"])}

@@ -13,16 +13,12 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.activation.backward import geometry, vec_ok
 from dnnctl.ops.activation.op import ACT_CODE
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
 from dnnctl.ops.registry import register_variant
 
 
-class _ActBwdKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
+class _ActBwdKernel(mc.VecKernel):
+    __slots__ = ()
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -32,9 +28,8 @@ class _ActBwdKernel:
            float(attrs.get("negative_slope", 0.01)))
 
 
-class _ActBwdCuda(Variant):
+class _ActBwdCuda(mc.CudaVariant):
     op = "activation"
-    backend = "cupy"
     passes = ("backward",)
     source = "activation/backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}

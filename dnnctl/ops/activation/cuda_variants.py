@@ -15,21 +15,19 @@ from dnnctl.ops.base import (
     Kernel,
     Problem,
     Support,
-    Variant,
     dtype_size,
     unsupported,
 )
 from dnnctl.ops.registry import register_variant
 
 
-class _ActKernel:
+class _ActKernel(mc.VecKernel):
     """Launches the vector kernel when every pointer is aligned, else the VEC=1 kernel."""
 
-    __slots__ = ("fast", "safe", "align", "sizes")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    __slots__ = ("sizes",)
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, sizes: tuple) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
+        super().__init__(fast, safe, align)
         self.sizes = fast.consts(*sizes)
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -39,18 +37,14 @@ class _ActKernel:
         go((x, b, y, *self.sizes, go.f32(attrs.get("negative_slope", 0.01))))
 
 
-class _ActCuda(Variant):
+class _ActCuda(mc.CudaVariant):
     op = "activation"
-    backend = "cupy"
     kernel: str = ""
     params = {"block": (128, 256, 512), "vec": mc.VECS, "unroll": (1, 2, 4)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return mc.vec_fits(problem["dtype"], params["vec"]) and bias_vec_ok(problem,
                                                                              params["vec"])
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def grid(self, nvec: int, tile: int, params: Mapping[str, Any], device: Any) -> int:
         return max(1, mc.cdiv(nvec, tile))

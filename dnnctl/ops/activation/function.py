@@ -15,10 +15,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     fn, inplace, layout, slope = scalars
     dtype = mc.float_dtype(x, "x")
     mc.contiguous(x, "x")
-    shape = tuple(x.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"{fn}: x has shape {shape}, expected at least one dimension and "
-                         "no zero-size axis")
+    shape = mc.nonempty_shape(x, fn)
     layout = mc.check_layout(layout)
     if bias is not None:
         if layout == "NCHW" and len(shape) < 2:

@@ -25,7 +25,7 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import codes
 from dnnctl.ops.activation.backward import ACTIVATION_BACKWARD
 from dnnctl.ops.activation.reference import FNS, act_numpy, broadcast_bias
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import DTYPES, Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 
@@ -45,7 +45,7 @@ def bias_vec_ok(problem: Problem, vec: int) -> bool:
 
 @register_op
 @with_backward(ACTIVATION_BACKWARD)
-class ActivationOp(Op):
+class ActivationOp(mc.MemoryOp):
     name = "activation"
     doc = "y = act(x [+ bias per channel]); relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, tanh"
     fields = {
@@ -99,9 +99,6 @@ class ActivationOp(Op):
         if "bias" in inputs:
             x = x + broadcast_bias(problem, np.asarray(inputs["bias"], dtype=np.float64))
         return {"y": act_numpy(problem["fn"], x, slope)}
-
-    def tolerance(self, problem: Problem, output: str) -> float:
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
 
     def flops(self, problem: Problem) -> float:
         per = {"relu": 1, "leaky_relu": 2, "gelu": 20, "gelu_tanh": 15, "silu": 8,

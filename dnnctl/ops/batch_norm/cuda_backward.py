@@ -9,14 +9,13 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size
+from dnnctl.ops.base import Kernel, Problem, dtype_size
 from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class BnBwdReduceDx(Variant):
+class BnBwdReduceDx(mc.CudaVariant):
     op = "batch_norm"
-    backend = "cupy"
     passes = ("backward",)
     name = "bwd_reduce_dx"
     source = "norm/bn_backward.cu"
@@ -27,9 +26,6 @@ class BnBwdReduceDx(Variant):
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"])
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     @staticmethod
     def lanes(problem: Problem, vec: int) -> int:

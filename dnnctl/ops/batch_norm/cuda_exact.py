@@ -20,16 +20,16 @@ from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
 
 
-class _ExactKernel:
+class _ExactKernel(mc.VecKernel):
     """The VEC program when x / y are VEC-aligned (and, NHWC, the fp32 parameter vectors are
     aligned for their vector loads); else the VEC = 1 program."""
 
-    __slots__ = ("fast", "safe", "align", "palign", "n")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    __slots__ = ("palign", "n")
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, palign: int,
                  n: Any) -> None:
-        self.fast, self.safe, self.align, self.palign = fast, safe, align, palign
+        super().__init__(fast, safe, align)
+        self.palign = palign
         self.n = fast.consts(n)[0]  # converted once for the launch
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -78,15 +78,15 @@ class BnInferExact(_BnCuda):
 # ----------------------------------------------------------------------------- training
 
 
-class _StreamKernel:
+class _StreamKernel(mc.VecKernel):
     """Statistics, finalize, normalize; the VEC programs when x / y are VEC-aligned and the
     normalize's parameter vectors (save_mean, bias) allow its vector loads."""
 
-    __slots__ = ("fast", "safe", "align", "palign")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    __slots__ = ("palign",)
 
     def __init__(self, fast: Any, safe: Any, align: int, palign: int) -> None:
-        self.fast, self.safe, self.align, self.palign = fast, safe, align, palign
+        super().__init__(fast, safe, align)
+        self.palign = palign
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:

@@ -11,18 +11,18 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
 from dnnctl.ops.registry import register_variant
 
 
-class _BnKernel:
+class _BnKernel(mc.VecKernel):
     """Runs ``fast`` when x and y are aligned to the vector width, else ``safe``."""
 
-    __slots__ = ("fast", "safe", "align", "training")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    __slots__ = ("training",)
 
     def __init__(self, fast: Callable, safe: Callable, align: int, training: bool) -> None:
-        self.fast, self.safe, self.align, self.training = fast, safe, align, training
+        super().__init__(fast, safe, align)
+        self.training = training
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -36,9 +36,8 @@ class _BnKernel:
         go(arrs, np.float32(attrs.get("eps", 1e-5)), np.float32(attrs.get("momentum", 0.1)))
 
 
-class _BnCuda(Variant):
+class _BnCuda(mc.CudaVariant):
     op = "batch_norm"
-    backend = "cupy"
     training = False
 
     def defines(self, problem: Problem, params: int) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class BatchNormOp(Op):
     def tolerance(self, problem: Problem, output: str) -> float:
         if output != "y":
             return 1e-4  # fp32 statistics accumulated in fp32 over N*H*W values
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
+        return mc.FORWARD_TOL[problem["dtype"]]
 
     def flops(self, problem: Problem) -> float:
         return (5.0 if problem["training"] else 2.0) * sp.numel(problem)

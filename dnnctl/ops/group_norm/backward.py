@@ -5,14 +5,13 @@ reference, statistics and default choice).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.passes import f64, term_scale
+from dnnctl.ops.base import Choice, Op, Problem
+from dnnctl.ops.passes import term_scale
 
 
 def _grouped(problem: Problem, a: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
@@ -70,36 +69,14 @@ def gn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray |
 
 
 class GroupNormBackward(sp.SpatialNormBackward):
-    def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
-        t = TensorSpec(sp.tensor_shape(problem), problem["dtype"])
-        stat = TensorSpec((problem["n"], problem["groups"]), "float32")
-        specs = {"dy": t, "x": t}
-        if problem["affine"]:
-            specs["weight"] = TensorSpec((problem["c"],), "float32")
-        specs["mean"], specs["rstd"] = stat, stat
-        return specs
+    stats = ("mean", "rstd")
+    x_offset = 0.3
+    numpy = staticmethod(gn_backward_numpy)
+    dx_scale = staticmethod(gn_dx_scale)
+    saved_stats = staticmethod(gn_stats)
 
-    def make_inputs(self, op: Op, problem: Problem,
-                    rng: np.random.Generator) -> dict[str, np.ndarray]:
-        shape, dt = sp.tensor_shape(problem), np_dtype(problem["dtype"])
-        x = (rng.standard_normal(shape) * 1.5 + 0.3).astype(dt)
-        mean, rstd = gn_stats(problem, x, op.attrs["eps"])
-        out = {"dy": rng.standard_normal(shape).astype(dt), "x": x}
-        if problem["affine"]:
-            out["weight"] = (rng.standard_normal(problem["c"]) * 0.5 + 1.0).astype(np.float32)
-        out["mean"], out["rstd"] = mean.astype(np.float32), rstd.astype(np.float32)
-        return out
-
-    def grads(self, problem: Problem, inputs: Mapping[str, np.ndarray],
-              attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return gn_backward_numpy(problem, inputs["dy"], inputs["x"], inputs.get("weight"),
-                                 inputs["mean"], inputs["rstd"])
-
-    def error_scale(self, op: Op, problem: Problem, inputs: Mapping[str, np.ndarray],
-                    attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        up = f64(inputs)
-        return {"dx": gn_dx_scale(problem, up["dy"], up["x"], up.get("weight"), up["mean"],
-                                  up["rstd"])}
+    def stat_shape(self, problem: Problem) -> tuple[int, ...]:
+        return (problem["n"], problem["groups"])
 
     def flops(self, op: Op, problem: Problem) -> float:
         return 8.0 * sp.numel(problem)

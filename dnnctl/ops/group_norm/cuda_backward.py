@@ -9,23 +9,19 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size
+from dnnctl.ops.base import Kernel, Problem, dtype_size
 from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class GnBwdSumsDx(Variant):
+class GnBwdSumsDx(mc.CudaVariant):
     op = "group_norm"
-    backend = "cupy"
     passes = ("backward",)
     name = "bwd_sums_dx"
     source = "norm/gn_backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS}
     doc = ("per-(sample, channel) sums, per-group dx coefficients and per-channel parameter "
            "gradients (fixed order), then a vector stream for dx")
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"])

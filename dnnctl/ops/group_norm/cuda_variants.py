@@ -10,17 +10,13 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, dtype_size, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
 from dnnctl.ops.group_norm.op import gn_vec_ok
 from dnnctl.ops.registry import register_variant
 
 
-class _GnKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
+class _GnKernel(mc.VecKernel):
+    __slots__ = ()
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -29,9 +25,8 @@ class _GnKernel:
         go(x, y, inputs.get("weight"), inputs.get("bias"), np.float32(attrs.get("eps", 1e-5)))
 
 
-class _GnCuda(Variant):
+class _GnCuda(mc.CudaVariant):
     op = "group_norm"
-    backend = "cupy"
 
     def defines(self, problem: Problem) -> dict[str, Any]:
         return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
@@ -61,9 +56,6 @@ class GnBlockGroup(_GnCuda):
     source = "norm/gn_block.cu"
     doc = "a block per (n, group): Welford pass, then normalize (stage=1: from shared memory)"
     params = {"block": (128, 256, 512, 1024), "vec": mc.VECS, "stage": (0, 1)}
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def staged_bytes(self, problem: Problem) -> int:
         return -(-self.group_size(problem) * dtype_size(problem["dtype"]) // 16) * 16

@@ -12,7 +12,7 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, dtype_size, np_dtype
+from dnnctl.ops.base import DTYPES, Choice, Field, Problem, TensorSpec, dtype_size, np_dtype
 from dnnctl.ops.group_norm.backward import GROUP_NORM_BACKWARD
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import get_variant, register_op
@@ -41,7 +41,7 @@ def gn_numpy(problem: Problem, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
 
 @register_op
 @with_backward(GROUP_NORM_BACKWARD)
-class GroupNormOp(Op):
+class GroupNormOp(mc.MemoryOp):
     name = "group_norm"
     doc = "group normalization: statistics over (C/G, H, W) per sample and group"
     fields = {**sp.SPATIAL_FIELDS, "groups": Field("int", minimum=1),
@@ -82,9 +82,6 @@ class GroupNormOp(Op):
         up = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
         eps = float(attrs.get("eps", self.attrs["eps"]))
         return {"y": gn_numpy(problem, up["x"], up.get("weight"), up.get("bias"), eps)}
-
-    def tolerance(self, problem: Problem, output: str) -> float:
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
 
     def flops(self, problem: Problem) -> float:
         return 8.0 * sp.numel(problem)

@@ -30,7 +30,6 @@ from dnnctl.ops.base import (
     Problem,
     Support,
     TensorSpec,
-    Variant,
     np_dtype,
     unsupported,
 )
@@ -177,25 +176,17 @@ class _PoolIndexKernel:
         self.run((a, b, c, self.total))
 
 
-class _PoolBwdCuda(Variant):
+class _PoolBwdCuda(mc.CudaVariant):
     op = "pool2d"
-    backend = "cupy"
     source = "pool/backward.cu"
     params = {"block": (128, 256, 512)}
     kernel = ""
     arrays: tuple[str, ...] = ()
 
     def defines(self, problem: Problem) -> dict[str, Any]:
-        from dnnctl.ops.pool.geometry import out_hw
+        from dnnctl.ops.pool.geometry import kernel_defines
 
-        kr, ks, sh, sw, ph, pw, dh, dw = _geom(problem)
-        oh, ow = out_hw(problem)
-        return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "H": problem["h"],
-                "W": problem["w"], "C": problem["c"], "OH": oh, "OW": ow, "KR": kr, "KS": ks,
-                "SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw,
-                "MODE": int(problem["mode"] == "avg"),
-                "CIP": int(problem["count_include_pad"]),
-                "LAYOUT": int(problem["layout"] == "NHWC")}
+        return kernel_defines(problem)
 
     def threads(self, problem: Problem) -> int:
         raise NotImplementedError
@@ -237,9 +228,6 @@ class PoolBwdGather(_PoolBwdCuda):
     kernel = "pool_bwd_gather"
     arrays = ("dy", "indices", "dx")
     doc = "a thread per input element gathers from every window holding it (no atomics)"
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def threads(self, problem: Problem) -> int:
         return math.prod(tensor_shape(problem))

@@ -22,22 +22,15 @@ from dnnctl.ops.base import (
     Choice,
     Field,
     Kernel,
-    Op,
     Problem,
     Support,
     TensorSpec,
-    Variant,
     dtype_size,
     unsupported,
 )
 from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
-from dnnctl.ops.pool.gap_backward import GAP_BACKWARD
+from dnnctl.ops.pool.gap_backward import GAP_BACKWARD, gap_shape
 from dnnctl.ops.registry import register_op, register_variant
-
-
-def gap_shape(problem: Problem) -> tuple[int, int, int, int]:
-    n, c = problem["n"], problem["c"]
-    return (n, c, 1, 1) if problem["layout"] == "NCHW" else (n, 1, 1, c)
 
 
 def _axes(problem: Problem) -> tuple[int, int]:
@@ -46,7 +39,7 @@ def _axes(problem: Problem) -> tuple[int, int]:
 
 @register_op
 @with_backward(GAP_BACKWARD)
-class GlobalAvgPool2dOp(Op):
+class GlobalAvgPool2dOp(mc.MemoryOp):
     name = "global_avg_pool2d"
     doc = "mean over H x W per sample and channel"
     fields = {**SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
@@ -65,9 +58,6 @@ class GlobalAvgPool2dOp(Op):
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         x = np.asarray(inputs["x"], np.float64)
         return {"y": x.mean(axis=_axes(problem), keepdims=True)}
-
-    def tolerance(self, problem: Problem, output: str) -> float:
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
 
     def flops(self, problem: Problem) -> float:
         return float(numel(problem))
@@ -95,25 +85,11 @@ class GlobalAvgPool2dOp(Op):
 # ----------------------------------------------------------------------------- CUDA
 
 
-class _GapKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        x, y = inputs["x"], outputs["y"]
-        (self.fast if mc.aligned(self.align, x, y) else self.safe)(x, y)
+_GapKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 
 
-class _GapCuda(Variant):
+class _GapCuda(mc.CudaVariant):
     op = "global_avg_pool2d"
-    backend = "cupy"
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         vec = params["vec"] if self.valid_params(problem, params, device) else 1
@@ -142,24 +118,26 @@ class GapReduce(_GapCuda):
             return group == 4 or (group // 2) * vec < problem["h"] * problem["w"]
         return group == 4 or group <= problem["c"] // vec
 
+    def instances(self, params: Mapping[str, Any], vec: int) -> tuple[str, str]:
+        """The NCHW (planes) and NHWC (rows) template instances at vector width ``vec``."""
+        block, group = params["block"], params["group"]
+        return f"gap_planes<{block},{group},{vec}>", f"gap_rows<{block},{vec}>"
+
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
                 defines: dict[str, Any], device: Any) -> Any:
         block, group = params["block"], params["group"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
         fast = params["vec"] if self.valid_params(problem, params, device) else 1
-        vecs = tuple(dict.fromkeys((fast, 1)))
-        if problem["layout"] == "NCHW":
-            names = [f"gap_planes<{block},{group},{v}>" for v in vecs]
-            mod = mc.compile_cuda(self.source, defines, names, device)
-            run = mc.launch(mod, f"gap_planes<{block},{group},{vec}>",
-                            mc.cdiv(n * c, block // group), block)
+        kind = 0 if problem["layout"] == "NCHW" else 1
+        names = [self.instances(params, v)[kind] for v in dict.fromkeys((fast, 1))]
+        mod = mc.compile_cuda(self.source, defines, names, device)
+        name = self.instances(params, vec)[kind]
+        if kind == 0:
+            run = mc.launch(mod, name, mc.cdiv(n * c, block // group), block)
             dims: tuple = run.consts(np.int64(n * c), np.int32(hw))
         else:
-            names = [f"gap_rows<{block},{v}>" for v in vecs]
-            mod = mc.compile_cuda(self.source, defines, names, device)
             lanes = min(group, c // vec)
-            run = mc.launch(mod, f"gap_rows<{block},{vec}>", (n, mc.cdiv(c // vec, lanes)),
-                            block, 4 * block * vec)
+            run = mc.launch(mod, name, (n, mc.cdiv(c // vec, lanes)), block, 4 * block * vec)
             dims = run.consts(np.int32(hw), np.int32(c), np.int32(lanes))
 
         def go(x: Any, y: Any) -> None:
@@ -187,30 +165,9 @@ class GapUnrolled(GapReduce):
             per = params["block"] // min(params["group"], problem["c"] // params["vec"])
         return params["unroll"] == 2 or (params["unroll"] // 2) * per < n_vec
 
-    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                defines: dict[str, Any], device: Any) -> Any:
+    def instances(self, params: Mapping[str, Any], vec: int) -> tuple[str, str]:
         block, group, u = params["block"], params["group"], params["unroll"]
-        n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        fast = params["vec"] if self.valid_params(problem, params, device) else 1
-        vecs = tuple(dict.fromkeys((fast, 1)))
-        if problem["layout"] == "NCHW":
-            names = [f"gap_planes_u<{block},{group},{v},{u}>" for v in vecs]
-            mod = mc.compile_cuda(self.source, defines, names, device)
-            run = mc.launch(mod, f"gap_planes_u<{block},{group},{vec},{u}>",
-                            mc.cdiv(n * c, block // group), block)
-            dims: tuple = run.consts(np.int64(n * c), np.int32(hw))
-        else:
-            names = [f"gap_rows_u<{block},{v},{u}>" for v in vecs]
-            mod = mc.compile_cuda(self.source, defines, names, device)
-            lanes = min(group, c // vec)
-            run = mc.launch(mod, f"gap_rows_u<{block},{vec},{u}>",
-                            (n, mc.cdiv(c // vec, lanes)), block, 4 * block * vec)
-            dims = run.consts(np.int32(hw), np.int32(c), np.int32(lanes))
-
-        def go(x: Any, y: Any) -> None:
-            run((x, y, *dims))
-
-        return go
+        return f"gap_planes_u<{block},{group},{vec},{u}>", f"gap_rows_u<{block},{vec},{u}>"
 
 
 @register_variant

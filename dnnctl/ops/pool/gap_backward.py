@@ -13,29 +13,20 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops._spatial_norm import tensor_shape
-from dnnctl.ops.base import (
-    SUPPORTED,
-    Choice,
-    Kernel,
-    Op,
-    Problem,
-    Support,
-    TensorSpec,
-    Variant,
-    dtype_size,
-)
+from dnnctl.ops.base import Choice, Kernel, Op, Problem, TensorSpec, dtype_size
 from dnnctl.ops.passes import BackwardSpec, NumpyBackward
 from dnnctl.ops.registry import register_variant
 
 
-def gap_dy_shape(problem: Problem) -> tuple[int, int, int, int]:
+def gap_shape(problem: Problem) -> tuple[int, int, int, int]:
+    """The forward's output (and so the backward's dy): (N, C, 1, 1) or (N, 1, 1, C)."""
     n, c = problem["n"], problem["c"]
     return (n, c, 1, 1) if problem["layout"] == "NCHW" else (n, 1, 1, c)
 
 
 class GapBackward(BackwardSpec):
     def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
-        return {"dy": TensorSpec(gap_dy_shape(problem), problem["dtype"])}
+        return {"dy": TensorSpec(gap_shape(problem), problem["dtype"])}
 
     def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         return {"dx": TensorSpec(tensor_shape(problem), problem["dtype"])}
@@ -58,31 +49,14 @@ def _gap_vec_ok(problem: Problem, vec: int) -> bool:
     return mc.vec_fits(problem["dtype"], vec) and inner % vec == 0
 
 
-class _GapBwdKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True
-
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        dy, dx = inputs["dy"], outputs["dx"]
-        (self.fast if mc.aligned(self.align, dy, dx) else self.safe)(dy, dx)
-
-
 @register_variant
-class GapBwdBroadcast(Variant):
+class GapBwdBroadcast(mc.CudaVariant):
     op = "global_avg_pool2d"
-    backend = "cupy"
     passes = ("backward",)
     name = "bwd_broadcast"
     source = "pool/gap_backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS}
     doc = "a grid-stride vector stream writing dy / (H W) over every position"
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return _gap_vec_ok(problem, params["vec"])
@@ -106,7 +80,8 @@ class GapBwdBroadcast(Variant):
                               np.int32(hw), np.float32(1.0 / hw))
             return lambda dy, dx: run((dy, dx, *dims))
 
-        return _GapBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+        return mc.PairKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                             "dy", "dx")
 
 
 @register_variant

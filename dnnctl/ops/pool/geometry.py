@@ -1,10 +1,13 @@
 """Pooling geometry shared by the forward and backward variants: output sizes (PyTorch's
-rules, ceil mode included) and average-pooling divisors."""
+rules, ceil mode included), average-pooling divisors and the kernels' compiled-in geometry."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
+from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Problem
 
 
@@ -23,6 +26,18 @@ def out_hw(problem: Problem) -> tuple[int, int]:
     ceil = problem["ceil_mode"]
     return (out_size(problem["h"], kr, sh, ph, dh, ceil),
             out_size(problem["w"], ks, sw, pw, dw, ceil))
+
+
+def kernel_defines(problem: Problem) -> dict[str, Any]:
+    """The -D geometry the pooling kernels (forward and backward) compile in."""
+    (kr, ks), (sh, sw) = problem["kernel"], problem["stride"]
+    (ph, pw), (dh, dw) = problem["pad"], problem["dilation"]
+    oh, ow = out_hw(problem)
+    return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "H": problem["h"],
+            "W": problem["w"], "C": problem["c"], "OH": oh, "OW": ow, "KR": kr, "KS": ks,
+            "SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw,
+            "MODE": int(problem["mode"] == "avg"), "CIP": int(problem["count_include_pad"]),
+            "LAYOUT": int(problem["layout"] == "NHWC")}
 
 
 def out_shape(problem: Problem) -> tuple[int, int, int, int]:

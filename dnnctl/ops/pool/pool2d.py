@@ -30,13 +30,18 @@ from dnnctl.ops.base import (
     Problem,
     Support,
     TensorSpec,
-    Variant,
     dtype_size,
     unsupported,
 )
 from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
 from dnnctl.ops.pool import backward as bw
-from dnnctl.ops.pool.geometry import avg_divisor, out_hw, out_shape, out_size  # noqa: F401
+from dnnctl.ops.pool.geometry import (  # noqa: F401
+    avg_divisor,
+    kernel_defines,
+    out_hw,
+    out_shape,
+    out_size,
+)
 from dnnctl.ops.registry import register_op, register_variant
 
 
@@ -145,7 +150,7 @@ class Pool2dOp(Op):
     def tolerance(self, problem: Problem, output: str) -> float:
         if problem["mode"] == "max":
             return 0.0  # the maximum is one of the inputs: exact
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
+        return mc.FORWARD_TOL[problem["dtype"]]
 
     def flops(self, problem: Problem) -> float:
         return float(math.prod(out_shape(problem)) * math.prod(problem["kernel"]))
@@ -182,12 +187,11 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 # ----------------------------------------------------------------------------- CUDA
 
 
-class _PoolKernel:
-    __slots__ = ("fast", "safe", "align", "total")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+class _PoolKernel(mc.VecKernel):
+    __slots__ = ("total",)
 
     def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, total: Any) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
+        super().__init__(fast, safe, align)
         self.total = fast.consts(*total)
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -197,9 +201,8 @@ class _PoolKernel:
         go((x, y, self.total[go is self.safe]))
 
 
-class _PoolCuda(Variant):
+class _PoolCuda(mc.CudaVariant):
     op = "pool2d"
-    backend = "cupy"
     layout = ""  # "" = both
     kernel = ""
 
@@ -211,15 +214,7 @@ class _PoolCuda(Variant):
         return SUPPORTED
 
     def defines(self, problem: Problem) -> dict[str, Any]:
-        (kr, ks), (sh, sw) = problem["kernel"], problem["stride"]
-        (ph, pw), (dh, dw) = problem["pad"], problem["dilation"]
-        oh, ow = out_hw(problem)
-        return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "H": problem["h"],
-                "W": problem["w"], "C": problem["c"], "OH": oh, "OW": ow, "KR": kr, "KS": ks,
-                "SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw,
-                "MODE": int(problem["mode"] == "avg"),
-                "CIP": int(problem["count_include_pad"]),
-                "LAYOUT": int(problem["layout"] == "NHWC")}
+        return kernel_defines(problem)
 
     def threads(self, problem: Problem, params: Mapping[str, Any], vec: int) -> int:
         return math.prod(out_shape(problem))

@@ -16,18 +16,7 @@ from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, uns
 from dnnctl.ops.pool.pool2d import _PoolCuda, _vec_ok, out_hw
 from dnnctl.ops.registry import register_variant
 
-
-class _TileKernel:
-    __slots__ = ("fast", "safe", "align")
-    flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
-
-    def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int) -> None:
-        self.fast, self.safe, self.align = fast, safe, align
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        x, y = inputs["x"], outputs["y"]
-        (self.fast if mc.aligned(self.align, x, y) else self.safe)((x, y))
+_TileKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 
 
 @register_variant
@@ -88,7 +77,10 @@ class PoolNhwcTile(_PoolCuda):
         vecs = tuple(dict.fromkeys((vec, 1)))
         mod = mc.compile_cuda(self.source, self.defines(problem), [name(v) for v in vecs],
                               device)
-        runs = [mc.launch(mod, name(v), self.tiles(problem, params, v), block,
-                          self.patch_bytes(problem, params, v)) for v in (vec, 1)]
-        return _TileKernel(runs[0], runs[1], vec * dtype_size(problem["dtype"]))
+        def program(v: int) -> Any:
+            run = mc.launch(mod, name(v), self.tiles(problem, params, v), block,
+                            self.patch_bytes(problem, params, v))
+            return lambda x, y: run((x, y))
+
+        return _TileKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
 

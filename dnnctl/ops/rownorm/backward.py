@@ -56,6 +56,13 @@ def rownorm_dx_scale(dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
         return rstd[:, None] * term_scale(*terms)
 
 
+def param_specs(problem: Problem, prefix: str = "") -> dict[str, TensorSpec]:
+    """The per-column ``weight`` / ``bias`` the key has (``prefix`` "d": their gradients)."""
+    spec = TensorSpec((problem["cols"],), problem["dtype"])
+    return {prefix + name: spec for name, on in (("weight", problem["weight"]),
+                                                 ("bias", problem.get("bias", False))) if on}
+
+
 class RowNormBackward(BackwardSpec):
     def __init__(self, rms: bool) -> None:
         self.rms = rms
@@ -72,12 +79,7 @@ class RowNormBackward(BackwardSpec):
 
     def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         rows, cols, dt = problem["rows"], problem["cols"], problem["dtype"]
-        specs = {"dx": TensorSpec((rows, cols), dt)}
-        if problem["weight"]:
-            specs["dweight"] = TensorSpec((cols,), dt)
-        if problem.get("bias", False):
-            specs["dbias"] = TensorSpec((cols,), dt)
-        return specs
+        return {"dx": TensorSpec((rows, cols), dt), **param_specs(problem, "d")}
 
     def make_inputs(self, op: Op, problem: Problem,
                     rng: np.random.Generator) -> dict[str, np.ndarray]:

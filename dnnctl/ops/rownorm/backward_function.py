@@ -19,10 +19,7 @@ __all__ = ["layer_norm_backward", "layer_norm_with_stats", "rms_norm_backward",
 
 def _rows(op: str, dy: Any, x: Any) -> tuple[int, int, str]:
     dtype = mc.float_dtype(x, "x")
-    shape = tuple(x.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"{op}: x has shape {shape}, expected at least one dimension and no "
-                         "zero-size axis")
+    shape = mc.nonempty_shape(x, op)
     mc.contiguous(x, "x")
     mc.check_out(dy, shape, dtype, "dy")
     return x.size // shape[-1], shape[-1], dtype

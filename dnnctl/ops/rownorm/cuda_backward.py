@@ -9,13 +9,12 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _memory_rows as mr
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 from dnnctl.ops.rownorm.backward import MAX_ELEMS
 
 
-class _RowNormBwdCuda(Variant):
-    backend = "cupy"
+class _RowNormBwdCuda(mc.CudaVariant):
     passes = ("backward",)
     source = "norm/row_backward.cu"
     rms = False

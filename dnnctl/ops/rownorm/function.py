@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.dispatch import CallSpec, Parsed, call
 
@@ -16,10 +15,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     op, eps = scalars
     dtype = mc.float_dtype(x, "x")
     mc.contiguous(x, "x")
-    shape = tuple(x.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"{op}: x has shape {shape}, expected at least one dimension and no "
-                         "zero-size axis")
+    shape = mc.nonempty_shape(x, op)
     cols = shape[-1]
     mc.check_vector(w, cols, dtype, "weight")
     mc.check_vector(b, cols, dtype, "bias")

@@ -12,10 +12,10 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _memory_rows as mr
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
-from dnnctl.ops.rownorm.backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD
+from dnnctl.ops.rownorm.backward import LAYER_NORM_BACKWARD, RMS_NORM_BACKWARD, param_specs
 
 
 def rownorm_numpy(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, eps: float,
@@ -35,18 +35,13 @@ def rownorm_numpy(x: np.ndarray, w: np.ndarray | None, b: np.ndarray | None, eps
     return y
 
 
-class _RowNormOp(Op):
+class _RowNormOp(mc.MemoryOp):
     rms = False
 
     @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
-        rows, cols, dt = problem["rows"], problem["cols"], problem["dtype"]
-        specs = {"x": TensorSpec((rows, cols), dt)}
-        if problem["weight"]:
-            specs["weight"] = TensorSpec((cols,), dt)
-        if problem.get("bias", False):
-            specs["bias"] = TensorSpec((cols,), dt)
-        return specs
+        x = TensorSpec((problem["rows"], problem["cols"]), problem["dtype"])
+        return {"x": x, **param_specs(problem)}
 
     @mc.memo_per_problem
     def output_specs(self, problem: Problem) -> dict[str, TensorSpec]:
@@ -66,17 +61,12 @@ class _RowNormOp(Op):
         eps = float(attrs.get("eps", self.attrs["eps"]))
         return {"y": rownorm_numpy(up["x"], up.get("weight"), up.get("bias"), eps, self.rms)}
 
-    def tolerance(self, problem: Problem, output: str) -> float:
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
-
     def flops(self, problem: Problem) -> float:
         return 7.0 * problem["rows"] * problem["cols"]
 
     @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("numpy_rows", {"chunk_rows": 256})
-        return mr.default_row_choice(problem, device, self.name, online="welford")
+        return mr.default_row_choice(problem, backend, device, self.name, online="welford")
 
 
 @register_op
@@ -84,14 +74,8 @@ class _RowNormOp(Op):
 class LayerNormOp(_RowNormOp):
     name = "layer_norm"
     doc = "(x - mean) / sqrt(var + eps) * weight + bias over the last axis"
-    fields = {
-        "rows": Field("int", minimum=1, doc="product of all but the last axis"),
-        "cols": Field("int", minimum=1, doc="normalized (last) axis length"),
-        "dtype": Field("str", choices=DTYPES),
-        "weight": Field("bool", True),
-        "bias": Field("bool", True),
-        "pass": PASS_FIELD,
-    }
+    fields = {**mr.ROW_FIELDS, "weight": Field("bool", True), "bias": Field("bool", True),
+              "pass": PASS_FIELD}
     attrs = {"eps": 1e-5}
 
 
@@ -101,13 +85,7 @@ class RmsNormOp(_RowNormOp):
     name = "rms_norm"
     doc = "x / sqrt(mean(x^2) + eps) * weight over the last axis"
     rms = True
-    fields = {
-        "rows": Field("int", minimum=1, doc="product of all but the last axis"),
-        "cols": Field("int", minimum=1, doc="normalized (last) axis length"),
-        "dtype": Field("str", choices=DTYPES),
-        "weight": Field("bool", True),
-        "pass": PASS_FIELD,
-    }
+    fields = {**mr.ROW_FIELDS, "weight": Field("bool", True), "pass": PASS_FIELD}
     attrs = {"eps": 1e-6}
 
 

@@ -17,10 +17,7 @@ def softmax_backward(y: Any, dy: Any, axis: int = -1, log: bool = False,
     bound = bind(y, dy)
     ya, ga = bound.arrays
     dtype = mc.float_dtype(ya, "y")
-    shape = tuple(ya.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"softmax_backward: y has shape {shape}, expected at least one "
-                         "dimension and no zero-size axis")
+    shape = mc.nonempty_shape(ya, "softmax_backward", "y")
     mc.check_out(ga, shape, dtype, "dy")
     rank = len(shape)
     if not -rank <= axis < rank:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.dispatch import CallSpec, Parsed, call
 
@@ -14,10 +13,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     x, out = arrays
     axis, log = scalars
     dtype = mc.float_dtype(x, "x")
-    shape = tuple(x.shape)
-    if not shape or 0 in shape:
-        raise ShapeError(f"softmax: x has shape {shape}, expected at least one dimension and "
-                         "no zero-size axis")
+    shape = mc.nonempty_shape(x, "softmax")
     rank = len(shape)
     axis = mc.axis_index(axis, rank, "softmax: axis")
     mc.check_out(out, shape, dtype)

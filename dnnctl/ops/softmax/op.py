@@ -19,7 +19,7 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _memory_rows as mr
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 from dnnctl.ops.softmax.backward import SOFTMAX_BACKWARD
@@ -37,16 +37,11 @@ def softmax_numpy(x: np.ndarray, log: bool) -> np.ndarray:
 
 @register_op
 @with_backward(SOFTMAX_BACKWARD)
-class SoftmaxOp(Op):
+class SoftmaxOp(mc.MemoryOp):
     name = "softmax"
     doc = "softmax / log_softmax over the last axis of a (rows, cols) tensor"
-    fields = {
-        "rows": Field("int", minimum=1, doc="product of all but the last axis"),
-        "cols": Field("int", minimum=1, doc="length of the softmax axis"),
-        "dtype": Field("str", choices=DTYPES),
-        "log": Field("bool", False, doc="log_softmax"),
-        "pass": PASS_FIELD,
-    }
+    fields = {**mr.ROW_FIELDS, "log": Field("bool", False, doc="log_softmax"),
+              "pass": PASS_FIELD}
 
     @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:
@@ -65,14 +60,9 @@ class SoftmaxOp(Op):
                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         return {"y": softmax_numpy(np.asarray(inputs["x"], np.float64), problem["log"])}
 
-    def tolerance(self, problem: Problem, output: str) -> float:
-        return {"float32": 1e-5, "float16": 2e-3, "bfloat16": 8e-3}[problem["dtype"]]
-
     def flops(self, problem: Problem) -> float:
         return 5.0 * problem["rows"] * problem["cols"]
 
     @mc.memo_per_problem
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        if backend == "numpy":
-            return Choice.of("numpy_rows", {"chunk_rows": 256})
-        return mr.default_row_choice(problem, device, "softmax")
+        return mr.default_row_choice(problem, backend, device, "softmax")
