@@ -10,6 +10,7 @@
 //   writes dyp = dy * act'(pre) (the matmul backward's fused pre-pass).
 // grad_colsum_finish: db[k] = sum over chunks of partial[chunk][k] (in chunk order).
 // Defines: DNNCTL_DTYPE, GRAD_ACT (0 none, 1 relu, 3 gelu, 5 silu).
+#include <dnnctl/colsum.cuh>
 #include <dnnctl/conv.cuh>
 
 using namespace dnnctl;
@@ -53,14 +54,8 @@ grad_colsum_partial(const elem_t* __restrict__ dy, const elem_t* __restrict__ pr
       acc += v;
     }
   }
-  red[threadIdx.y][threadIdx.x] = acc;
-  DNNCTL_SYNC();
-  if (threadIdx.y == 0 && k < K) {
-    float s = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s += red[j][threadIdx.x];
-    partial[(long long)blockIdx.y * K + k] = s;
-  }
+  const float s = block_colsum_32x8(red, acc);
+  if (threadIdx.y == 0 && k < K) partial[(long long)blockIdx.y * K + k] = s;
 }
 
 extern "C" __global__ void __launch_bounds__(256)

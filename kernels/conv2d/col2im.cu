@@ -9,6 +9,7 @@
 // Covers images n0 .. n0 + nc - 1 (a chunk of the batch); grid-stride over dx elements.
 // Defines: DNNCTL_DTYPE, NHWC (0/1).
 #include <dnnctl/conv.cuh>
+#include <dnnctl/conv_shape.cuh>
 
 using namespace dnnctl;
 
@@ -25,46 +26,24 @@ col2im(const elem_t* __restrict__ col, elem_t* __restrict__ dx, int n0, int nc, 
   const long long total = (long long)nc * C * H * W;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-#if NHWC
-    const int c = (int)(e % C);
-    long long t = e / C;
-    const int w = (int)(t % W);
-    t /= W;
-    const int h = (int)(t % H);
-    const int nl = (int)(t / H);
-#else
-    const int w = (int)(e % W);
-    long long t = e / W;
-    const int h = (int)(t % H);
-    t /= H;
-    const int c = (int)(t % C);
-    const int nl = (int)(t / C);
-#endif
-    const int g = c / Cg, cl = c - g * Cg;
+    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, H, W);  // o.n: image of the chunk
+    const int g = o.c / Cg, cl = o.c - g * Cg;
     float acc = 0.f;
     for (int r = 0; r < R; ++r) {
-      const int hh = h + pt - r * dh;
-      if (hh < 0 || hh % sh) continue;
-      const int p = hh / sh;
-      if (p >= P) continue;
+      const int p = tap_output(o.h, pt, r, dh, sh, P);
+      if (p < 0) continue;
       for (int s = 0; s < S; ++s) {
-        const int ww = w + pl - s * dw;
-        if (ww < 0 || ww % sw) continue;
-        const int q = ww / sw;
-        if (q >= Q) continue;
+        const int q = tap_output(o.w, pl, s, dw, sw, Q);
+        if (q < 0) continue;
 #if NHWC
-        const long long m = ((long long)nl * P + p) * Q + q;
+        const long long m = ((long long)o.n * P + p) * Q + q;
         acc += to_float(col[(((long long)g * nc * P * Q + m) * RS + r * S + s) * Cg + cl]);
 #else
-        acc += to_float(col[((((long long)nl * groups + g) * Cg + cl) * RS + r * S + s) *
+        acc += to_float(col[((((long long)o.n * groups + g) * Cg + cl) * RS + r * S + s) *
                                 (long long)(P * Q) + p * Q + q]);
 #endif
       }
     }
-#if NHWC
-    dx[(((long long)(n0 + nl) * H + h) * W + w) * C + c] = from_float<elem_t>(acc);
-#else
-    dx[(((long long)(n0 + nl) * C + c) * H + h) * W + w] = from_float<elem_t>(acc);
-#endif
+    dx[tensor_index<NHWC != 0>(n0 + o.n, o.c, o.h, o.w, C, H, W)] = from_float<elem_t>(acc);
   }
 }

@@ -12,6 +12,7 @@
 //   the phase's Ha x Wb), or 0 when the phase has no taps (buf unused).
 // Defines: DNNCTL_DTYPE, NHWC (0/1). Grid-stride loops.
 #include <dnnctl/conv.cuh>
+#include <dnnctl/conv_shape.cuh>
 
 using namespace dnnctl;
 
@@ -26,29 +27,14 @@ phase_weights(const elem_t* __restrict__ w, elem_t* __restrict__ wp, int K, int 
   const long long total = (long long)C * Kg * Ra * Sb;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-#if NHWC
-    const int kk = (int)(e % Kg);
-    long long t = e / Kg;
-    const int l = (int)(t % Sb);
-    t /= Sb;
-    const int j = (int)(t % Ra);
-    const int c = (int)(t / Ra);  // output channel of the phase conv = input channel of w
-#else
-    const int l = (int)(e % Sb);
-    long long t = e / Sb;
-    const int j = (int)(t % Ra);
-    t /= Ra;
-    const int kk = (int)(t % Kg);
-    const int c = (int)(t / Kg);
-#endif
+    // wp is (C, Kg, Ra, Sb) in the layout: its "image" is the phase conv's output channel c,
+    // an input channel of w
+    const TensorCoords o = tensor_coords<NHWC != 0>(e, Kg, Ra, Sb);
+    const int c = o.n, kk = o.c, j = o.h, l = o.w;
     const int g = c / Cg, cl = c - g * Cg;
     const int k = g * Kg + kk;
     const int r = r0 + (Ra - 1 - j) * T, s = s0 + (Sb - 1 - l) * U;
-#if NHWC
-    wp[e] = w[(((long long)k * R + r) * S + s) * Cg + cl];
-#else
-    wp[e] = w[(((long long)k * Cg + cl) * R + r) * S + s];
-#endif
+    wp[e] = w[tensor_index<NHWC != 0>(k, cl, r, s, Cg, R, S)];
   }
 }
 
@@ -58,25 +44,10 @@ phase_scatter(const elem_t* __restrict__ buf, elem_t* __restrict__ dx, int N, in
   const long long total = (long long)N * C * Ha * Wb;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-#if NHWC
-    const int c = (int)(e % C);
-    long long t = e / C;
-    const int j = (int)(t % Wb);
-    t /= Wb;
-    const int i = (int)(t % Ha);
-    const int n = (int)(t / Ha);
-    const long long src = (((long long)n * Pb + i) * Qb + j) * C + c;
-    const long long dst = (((long long)n * H + a + i * sh) * W + b + j * sw) * C + c;
-#else
-    const int j = (int)(e % Wb);
-    long long t = e / Wb;
-    const int i = (int)(t % Ha);
-    t /= Ha;
-    const int c = (int)(t % C);
-    const int n = (int)(t / C);
-    const long long src = (((long long)n * C + c) * Pb + i) * Qb + j;
-    const long long dst = (((long long)n * C + c) * H + a + i * sh) * W + b + j * sw;
-#endif
+    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, Ha, Wb);
+    const long long src = tensor_index<NHWC != 0>(o.n, o.c, o.h, o.w, C, Pb, Qb);
+    const long long dst =
+        tensor_index<NHWC != 0>(o.n, o.c, a + o.h * sh, b + o.w * sw, C, H, W);
     dx[dst] = taps ? buf[src] : from_float<elem_t>(0.f);
   }
 }

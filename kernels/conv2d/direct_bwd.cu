@@ -11,7 +11,9 @@
 //   fastest, so an NHWC depthwise warp reads 32 consecutive channels.
 // wgrad_direct_finish: dw = sum over splits of partial (in split order), in dw's layout.
 // Defines: DNNCTL_DTYPE, NHWC (0/1), DEPTHWISE (0/1).
+#include <dnnctl/colsum.cuh>
 #include <dnnctl/conv.cuh>
+#include <dnnctl/conv_shape.cuh>
 
 using namespace dnnctl;
 
@@ -22,80 +24,45 @@ using namespace dnnctl;
 #define DEPTHWISE 0
 #endif
 
-struct BwdShape {
-  int n, c, h, w, k, r, s, p, q, sh, sw, pt, pl, dh, dw, groups;
-};
-
-__device__ __forceinline__ long long x_index(const BwdShape& g, int n, int c, int h, int w) {
-#if NHWC
-  return (((long long)n * g.h + h) * g.w + w) * g.c + c;
-#else
-  return (((long long)n * g.c + c) * g.h + h) * g.w + w;
-#endif
+// The tensors' flat indices: x (N, C, H, W), dy (N, K, P, Q), w (K, C/g, R, S) in the layout.
+__device__ __forceinline__ long long x_index(const ConvShape& g, int n, int c, int h, int w) {
+  return tensor_index<NHWC != 0>(n, c, h, w, g.c, g.h, g.w);
 }
-
-__device__ __forceinline__ long long y_index(const BwdShape& g, int n, int k, int p, int q) {
-#if NHWC
-  return (((long long)n * g.p + p) * g.q + q) * g.k + k;
-#else
-  return (((long long)n * g.k + k) * g.p + p) * g.q + q;
-#endif
+__device__ __forceinline__ long long y_index(const ConvShape& g, int n, int k, int p, int q) {
+  return tensor_index<NHWC != 0>(n, k, p, q, g.k, g.p, g.q);
 }
-
-__device__ __forceinline__ long long w_index(const BwdShape& g, int k, int c, int r, int s) {
-  const int cg = g.c / g.groups;
-#if NHWC
-  return (((long long)k * g.r + r) * g.s + s) * cg + c;
-#else
-  return (((long long)k * cg + c) * g.r + r) * g.s + s;
-#endif
+__device__ __forceinline__ long long w_index(const ConvShape& g, int k, int c, int r, int s) {
+  return tensor_index<NHWC != 0>(k, c, r, s, g.cg, g.r, g.s);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 dgrad_direct(const elem_t* __restrict__ dy, const elem_t* __restrict__ wt,
              elem_t* __restrict__ dx, int N, int C, int H, int W, int K, int R, int S, int P,
              int Q, int sh, int sw, int pt, int pl, int dh, int dw, int groups) {
-  const BwdShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw, groups};
-  const int cg = C / groups, kg = K / groups;
+  const ConvShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw,
+                       C / groups, K / groups};
+  const int kg = g.kg;
   const long long total = (long long)N * C * H * W;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-#if NHWC
-    const int c = (int)(e % C);
-    long long t = e / C;
-    const int w = (int)(t % W);
-    t /= W;
-    const int h = (int)(t % H);
-    const int n = (int)(t / H);
-#else
-    const int w = (int)(e % W);
-    long long t = e / W;
-    const int h = (int)(t % H);
-    t /= H;
-    const int c = (int)(t % C);
-    const int n = (int)(t / C);
-#endif
-    const int grp = c / cg, cl = c - grp * cg;
+    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, H, W);
+    const int grp = o.c / g.cg, cl = o.c - grp * g.cg;
     float acc = 0.f;
     for (int r = 0; r < R; ++r) {
-      const int hh = h + pt - r * dh;
-      if (hh < 0 || hh % sh) continue;
-      const int p = hh / sh;
-      if (p >= P) continue;
+      const int p = tap_output(o.h, pt, r, dh, sh, P);
+      if (p < 0) continue;
       for (int s = 0; s < S; ++s) {
-        const int ww = w + pl - s * dw;
-        if (ww < 0 || ww % sw) continue;
-        const int q = ww / sw;
-        if (q >= Q) continue;
+        const int q = tap_output(o.w, pl, s, dw, sw, Q);
+        if (q < 0) continue;
 #if DEPTHWISE
         for (int j = 0; j < kg; ++j) {
-          const int k = c * kg + j;
-          acc += to_float(dy[y_index(g, n, k, p, q)]) * to_float(wt[w_index(g, k, 0, r, s)]);
+          const int k = o.c * kg + j;
+          acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, 0, r, s)]);
         }
 #else
         for (int j = 0; j < kg; ++j) {
           const int k = grp * kg + j;
-          acc += to_float(dy[y_index(g, n, k, p, q)]) * to_float(wt[w_index(g, k, cl, r, s)]);
+          acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, cl, r, s)]);
         }
 #endif
       }
@@ -105,29 +72,20 @@ dgrad_direct(const elem_t* __restrict__ dy, const elem_t* __restrict__ wt,
 }
 
 // weight element e -> (k, c, r, s)
-__device__ __forceinline__ void w_coords(const BwdShape& g, long long e, int& k, int& c,
+__device__ __forceinline__ void w_coords(const ConvShape& g, long long e, int& k, int& c,
                                          int& r, int& s) {
-  const int cg = g.c / g.groups;
 #if DEPTHWISE
   k = (int)(e % g.k);
   const int rs = (int)(e / g.k);
   r = rs / g.s;
   s = rs - r * g.s;
   c = 0;
-#elif NHWC
-  c = (int)(e % cg);
-  long long t = e / cg;
-  s = (int)(t % g.s);
-  t /= g.s;
-  r = (int)(t % g.r);
-  k = (int)(t / g.r);
 #else
-  s = (int)(e % g.s);
-  long long t = e / g.s;
-  r = (int)(t % g.r);
-  t /= g.r;
-  c = (int)(t % cg);
-  k = (int)(t / cg);
+  const TensorCoords t = tensor_coords<NHWC != 0>(e, g.cg, g.r, g.s);
+  k = t.n;
+  c = t.c;
+  r = t.h;
+  s = t.w;
 #endif
 }
 
@@ -137,8 +95,9 @@ wgrad_direct_partial(const elem_t* __restrict__ x, const elem_t* __restrict__ dy
                      int S, int P, int Q, int sh, int sw, int pt, int pl, int dh, int dw,
                      int groups, long long rows_per_split) {
   __shared__ float red[8][33];
-  const BwdShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw, groups};
-  const int cg = C / groups, kg = K / groups;
+  const ConvShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw,
+                       C / groups, K / groups};
+  const int cg = g.cg, kg = g.kg;
   const long long welems = (long long)K * cg * R * S;
   const long long e = (long long)blockIdx.x * 32 + threadIdx.x;
   const long long M = (long long)N * P * Q;
@@ -158,22 +117,17 @@ wgrad_direct_partial(const elem_t* __restrict__ x, const elem_t* __restrict__ dy
         acc += to_float(x[x_index(g, n, cin, h, w)]) * to_float(dy[y_index(g, n, k, p, q)]);
     }
   }
-  red[threadIdx.y][threadIdx.x] = acc;
-  DNNCTL_SYNC();
-  if (threadIdx.y == 0 && e < welems) {
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sum += red[j][threadIdx.x];
-    partial[(long long)blockIdx.y * welems + e] = sum;
-  }
+  const float sum = block_colsum_32x8(red, acc);
+  if (threadIdx.y == 0 && e < welems) partial[(long long)blockIdx.y * welems + e] = sum;
 }
 
 extern "C" __global__ void __launch_bounds__(256)
 wgrad_direct_finish(const float* __restrict__ partial, elem_t* __restrict__ dwt, int N, int C,
                     int H, int W, int K, int R, int S, int P, int Q, int sh, int sw, int pt,
                     int pl, int dh, int dw, int groups, int splits) {
-  const BwdShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw, groups};
-  const long long welems = (long long)K * (C / groups) * R * S;
+  const ConvShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dw,
+                       C / groups, K / groups};
+  const long long welems = (long long)K * g.cg * R * S;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < welems; e += step) {
     float sum = 0.f;

@@ -9,6 +9,7 @@
 //             y's layout so the stores are coalesced.
 // Defines: DNNCTL_DTYPE, NHWC (0/1: layout of x, w and y).
 #include <dnnctl/conv.cuh>
+#include <dnnctl/conv_shape.cuh>
 
 using namespace dnnctl;
 
@@ -22,21 +23,12 @@ fft_filter(const elem_t* __restrict__ w, float* __restrict__ wr, int K, int Cg, 
   const long long total = (long long)K * Cg * Hf * Wf;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int v = (int)(e % Wf);
-    long long t = e / Wf;
-    const int u = (int)(t % Hf);
-    t /= Hf;
-    const int c = (int)(t % Cg);
-    const long long k = t / Cg;
+    int v, u, c, k;
+    unravel4(e, Wf, Hf, Cg, v, u, c, k);
     const int r = u / dh, s = v / dw;
     float val = 0.f;
-    if (u == r * dh && v == s * dw && r < R && s < S) {
-#if NHWC
-      val = to_float(w[((k * R + r) * S + s) * Cg + c]);
-#else
-      val = to_float(w[((k * Cg + c) * R + r) * S + s]);
-#endif
-    }
+    if (u == r * dh && v == s * dw && r < R && s < S)
+      val = to_float(w[tensor_index<NHWC != 0>(k, c, r, s, Cg, R, S)]);
     wr[e] = val;
   }
 }
@@ -47,21 +39,12 @@ fft_pad(const elem_t* __restrict__ x, float* __restrict__ xr, int n0, int nc, in
   const long long total = (long long)nc * C * Hf * Wf;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int v = (int)(e % Wf);
-    long long t = e / Wf;
-    const int u = (int)(t % Hf);
-    t /= Hf;
-    const int c = (int)(t % C);
-    const long long n = n0 + t / C;
+    int v, u, c, nl;
+    unravel4(e, Wf, Hf, C, v, u, c, nl);
     const int ih = u - pt, iw = v - pl;
     float val = 0.f;
-    if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) {
-#if NHWC
-      val = to_float(x[((n * H + ih) * W + iw) * C + c]);
-#else
-      val = to_float(x[((n * C + c) * H + ih) * W + iw]);
-#endif
-    }
+    if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+      val = to_float(x[tensor_index<NHWC != 0>(n0 + nl, c, ih, iw, C, H, W)]);
     xr[e] = val;
   }
 }
@@ -74,23 +57,10 @@ fft_crop(const float* __restrict__ yr, elem_t* __restrict__ y, const elem_t* __r
   const long long y_off = (long long)n0 * K * P * Q;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-#if NHWC
-    const int k = (int)(e % K);
-    long long t = e / K;
-    const int q = (int)(t % Q);
-    t /= Q;
-    const int p = (int)(t % P);
-    const long long nl = t / P;
-#else
-    const int q = (int)(e % Q);
-    long long t = e / Q;
-    const int p = (int)(t % P);
-    t /= P;
-    const int k = (int)(t % K);
-    const long long nl = t / K;
-#endif
-    const float v = scale * yr[((nl * K + k) * Hf + (long long)p * sh) * Wf + (long long)q * sw];
+    const TensorCoords o = tensor_coords<NHWC != 0>(e, K, P, Q);  // o.n: image of the chunk
+    const float v = scale * yr[(((long long)o.n * K + o.c) * Hf + (long long)o.h * sh) * Wf +
+                               (long long)o.w * sw];
     const long long yi = y_off + e;
-    y[yi] = from_float<elem_t>(conv::epilogue(v, k, yi, bias, residual, act, flags));
+    y[yi] = from_float<elem_t>(conv::epilogue(v, o.c, yi, bias, residual, act, flags));
   }
 }

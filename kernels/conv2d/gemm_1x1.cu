@@ -12,43 +12,12 @@
 // Defines: DNNCTL_DTYPE, GEMM_MATH, GEMM_BM/BN/BK/WM/WN/STAGES, CONV_NHWC, GEMM_VEC_A,
 // GEMM_VEC_B, EPI_ACT, EPI_BIAS, EPI_RES, EPI_OUT, EPI_PAIR.
 #include <dnnctl/gemm_core.cuh>
+#include <dnnctl/gemm_macros.cuh>
 
 using namespace dnnctl;
 
 #ifndef CONV_NHWC
 #define CONV_NHWC 1
-#endif
-#ifndef GEMM_MATH
-#define GEMM_MATH 0
-#endif
-#ifndef GEMM_BM
-#define GEMM_BM 128
-#define GEMM_BN 128
-#define GEMM_BK 32
-#define GEMM_WM 2
-#define GEMM_WN 2
-#define GEMM_STAGES 3
-#endif
-#ifndef GEMM_VEC_A
-#define GEMM_VEC_A 1
-#endif
-#ifndef GEMM_VEC_B
-#define GEMM_VEC_B 1
-#endif
-#ifndef EPI_ACT
-#define EPI_ACT 0
-#endif
-#ifndef EPI_BIAS
-#define EPI_BIAS 0
-#endif
-#ifndef EPI_RES
-#define EPI_RES 0
-#endif
-#ifndef EPI_OUT
-#define EPI_OUT 0
-#endif
-#ifndef EPI_PAIR
-#define EPI_PAIR 0
 #endif
 
 // NHWC: A K-contiguous (gathered pixels), B K-contiguous (weights).
@@ -151,14 +120,13 @@ struct ColGatherLoader {
 
 #endif
 
-typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, EPI_OUT, 0, EPI_PAIR != 0> Epi;
+typedef MacroEpilogue<> Epi;
 
 extern "C" __global__ void __launch_bounds__(Cfg::NT)
     conv_gemm_1x1(const elem_t* x, const elem_t* w, elem_t* y, const elem_t* bias,
                   const elem_t* res, float* ws, int N, int C, int H, int W, int K, int P, int Q,
                   int sh, int sw, int groups, int splits, int kchunk) {
   DNNCTL_DECLARE_SMEM(smem);
-  const int bz = (int)blockIdx.z / splits, kz = (int)blockIdx.z % splits;
 #if CONV_NHWC
   const int cg = C / groups, kg = K / groups;
   const int M = N * P * Q, NG = kg, KG = cg;
@@ -167,50 +135,23 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
   const int M = K, NG = P * Q, KG = C;
   const int batch = N;
 #endif
-  int tm, tn;
-  tile_coords((int)blockIdx.x, (M + GEMM_BM - 1) / GEMM_BM, (NG + GEMM_BN - 1) / GEMM_BN, tm,
-              tn);
-  const int k_begin = kz * kchunk;
-  const int k_end = min(KG, k_begin + kchunk);
-  const int ktiles = k_end > k_begin ? (k_end - k_begin + GEMM_BK - 1) / GEMM_BK : 0;
-
+  const SplitKTile t = split_k_tile<GEMM_BM, GEMM_BN, GEMM_BK>(M, NG, KG, splits, kchunk);
+  const long long ws_off = slab_offset<EPI_OUT>(t, batch, M, NG);
   Epi e;
-  e.c = y;
-  e.bias = bias;
-  e.res = res;
-  e.ws = ws;
-  e.m = M;
-  e.n = NG;
-  e.ws_off = (long long)(EPI_OUT == OUT_PARTIAL ? kz * batch + bz : bz) * M * NG;
-  e.pq = 1;
-  e.img_stride = 0;
 #if CONV_NHWC
   RowGatherLoader la;
-  la.init(x, N, C, H, W, P, Q, sh, sw, (long long)bz * cg, tm * GEMM_BM, k_begin, k_end);
+  la.init(x, N, C, H, W, P, Q, sh, sw, (long long)t.bz * cg, t.m0, t.k_begin, t.k_end);
   MatLoader<Cfg, GEMM_BN, GEMM_BK, GEMM_VEC_B, true> lb;
-  lb.base = w + (long long)bz * kg * cg;
-  lb.ld = cg;
-  lb.mn0 = tn * GEMM_BN;
-  lb.mn_lim = kg;
-  lb.k_begin = k_begin;
-  lb.k_end = k_end;
-  e.ldc = K;
-  e.c_off = (long long)bz * kg;
-  e.bias_off = (long long)bz * kg;
+  lb.init(w + (long long)t.bz * kg * cg, cg, t.n0, kg, t.k_begin, t.k_end);
+  init_epilogue(e, y, bias, res, ws, M, NG, K, (long long)t.bz * kg, (long long)t.bz * kg,
+                ws_off);
 #else
   MatLoader<Cfg, GEMM_BM, GEMM_BK, GEMM_VEC_A, true> la;
-  la.base = w;
-  la.ld = C;
-  la.mn0 = tm * GEMM_BM;
-  la.mn_lim = K;
-  la.k_begin = k_begin;
-  la.k_end = k_end;
-  const long long pq = (long long)P * Q;
+  la.init(w, C, t.m0, K, t.k_begin, t.k_end);
   ColGatherLoader lb;
-  lb.init(x + (long long)bz * C * H * W, x, H, W, P, Q, sh, sw, tn * GEMM_BN, k_begin, k_end);
-  e.ldc = pq;
-  e.c_off = (long long)bz * K * pq;
-  e.bias_off = 0;
+  lb.init(x + (long long)t.bz * C * H * W, x, H, W, P, Q, sh, sw, t.n0, t.k_begin, t.k_end);
+  const long long pq = (long long)P * Q;
+  init_epilogue(e, y, bias, res, ws, M, NG, pq, (long long)t.bz * K * pq, 0, ws_off);
 #endif
-  gemm_block<Cfg>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
+  gemm_block<Cfg>(la, lb, e, smem, t.ktiles, t.m0, t.n0);
 }

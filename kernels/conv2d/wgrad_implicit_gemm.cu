@@ -14,41 +14,15 @@
 // into one zeroed slab: faster, order not fixed), then gemm/epilogue.cu's finish stores dw.
 // Defines: DNNCTL_DTYPE, GEMM_MATH, GEMM_BM/BN/BK/WM/WN/STAGES, GEMM_VEC_A, GEMM_VEC_B,
 // EPI_OUT, EPI_PAIR.
+#include <dnnctl/conv_shape.cuh>
 #include <dnnctl/gemm_core.cuh>
+#include <dnnctl/gemm_macros.cuh>
 
 using namespace dnnctl;
-
-#ifndef GEMM_MATH
-#define GEMM_MATH 0
-#endif
-#ifndef GEMM_BM
-#define GEMM_BM 64
-#define GEMM_BN 128
-#define GEMM_BK 32
-#define GEMM_WM 2
-#define GEMM_WN 2
-#define GEMM_STAGES 3
-#endif
-#ifndef GEMM_VEC_A
-#define GEMM_VEC_A 1
-#endif
-#ifndef GEMM_VEC_B
-#define GEMM_VEC_B 1
-#endif
-#ifndef EPI_OUT
-#define EPI_OUT 0
-#endif
-#ifndef EPI_PAIR
-#define EPI_PAIR 0
-#endif
 
 typedef GemmCfg<elem_t, GEMM_MATH, GEMM_BM, GEMM_BN, GEMM_BK, GEMM_WM, GEMM_WN, GEMM_STAGES,
                 false, false>
     Cfg;
-
-struct WgradShape {
-  int n, c, h, w, k, r, s, p, q, sh, sw, pt, pl, dh, dw, cg;
-};
 
 template <int VEC>
 struct PixelGather {
@@ -62,11 +36,11 @@ struct PixelGather {
   static_assert(GEMM_BN % VEC == 0 && Cfg::NT % CPR == 0, "column slots must map to threads");
   const T* x;  // input base (a valid address for predicated-off copies)
   const T* xg;  // + this group's first channel + this thread's channel
-  WgradShape g;
-  int k_begin, k_end, col, row0, dy_, dx_, next_kt;
+  ConvShape g;
+  int k_begin, k_end, col, row0, dy_, dx_, next_kt;  // dy_, dx_: this column's tap offset
   bool col_ok;
 
-  __device__ __forceinline__ void init(const T* x_, const WgradShape& g_, int group, int n0,
+  __device__ __forceinline__ void init(const T* x_, const ConvShape& g_, int group, int n0,
                                        int kb, int ke) {
     x = x_;
     g = g_;
@@ -79,8 +53,8 @@ struct PixelGather {
     const int rs = col_ok ? crs / g.cg : 0;
     const int c = col_ok ? crs - rs * g.cg : 0;
     const int r = rs / g.s;
-    dy_ = r * g.dh - g.pt;
-    dx_ = (rs - r * g.s) * g.dw - g.pl;
+    dy_ = r * g.dh;
+    dx_ = (rs - r * g.s) * g.dw;
     xg = x + (long long)group * g.cg + c;
     next_kt = 0;
   }
@@ -89,7 +63,6 @@ struct PixelGather {
     DNNCTL_EMU_CHECK(kt == next_kt, "PixelGather: k-tiles must be loaded in order");
     ++next_kt;
     const int m0 = k_begin + kt * GEMM_BK;
-    const int pq = g.p * g.q;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int row = row0 + it * RSTEP;
@@ -98,11 +71,10 @@ struct PixelGather {
       bool ok = col_ok && m < k_end;
       const T* src = x;
       if (ok) {
-        const int nn = m / pq, rem = m - nn * pq;
-        const int pp = rem / g.q, qq = rem - pp * g.q;
-        const int hh = pp * g.sh + dy_, ww = qq * g.sw + dx_;
+        const PixelWindow pw = pixel_window(g, m);
+        const int hh = pw.h0 + dy_, ww = pw.w0 + dx_;
         ok = (unsigned)hh < (unsigned)g.h && (unsigned)ww < (unsigned)g.w;
-        if (ok) src = xg + (((long long)nn * g.h + hh) * g.w + ww) * g.c;
+        if (ok) src = xg + (((long long)pw.n * g.h + hh) * g.w + ww) * g.c;
       }
       copy_piece<T, VEC>(dst + Tile::offset(row, col), src, ok);
     }
@@ -119,42 +91,16 @@ extern "C" __global__ void __launch_bounds__(Cfg::NT)
                              int sw, int pt, int pl, int dh, int dwid, int groups, int splits,
                              int kchunk) {
   DNNCTL_DECLARE_SMEM(smem);
-  WgradShape g;
-  g.n = N; g.c = C; g.h = H; g.w = W; g.k = K; g.r = R; g.s = S; g.p = P; g.q = Q;
-  g.sh = sh; g.sw = sw; g.pt = pt; g.pl = pl; g.dh = dh; g.dw = dwid;
-  g.cg = C / groups;
-  const int kg = K / groups;
+  const ConvShape g = {N, C, H, W, K, R, S, P, Q, sh, sw, pt, pl, dh, dwid,
+                       C / groups, K / groups};
   const int NG = g.cg * R * S, MPIX = N * P * Q;
-  const int group = (int)blockIdx.z / splits, kz = (int)blockIdx.z % splits;
-  int tm, tn;
-  tile_coords((int)blockIdx.x, (kg + GEMM_BM - 1) / GEMM_BM, (NG + GEMM_BN - 1) / GEMM_BN,
-              tm, tn);
-  const int k_begin = kz * kchunk;
-  const int k_end = min(MPIX, k_begin + kchunk);
-  const int ktiles = k_end > k_begin ? (k_end - k_begin + GEMM_BK - 1) / GEMM_BK : 0;
-
+  const SplitKTile t = split_k_tile<GEMM_BM, GEMM_BN, GEMM_BK>(g.kg, NG, MPIX, splits, kchunk);
   LoaderA la;
-  la.base = dy + (long long)group * kg;
-  la.ld = K;
-  la.mn0 = tm * GEMM_BM;
-  la.mn_lim = kg;
-  la.k_begin = k_begin;
-  la.k_end = k_end;
+  la.init(dy + (long long)t.bz * g.kg, K, t.m0, g.kg, t.k_begin, t.k_end);
   LoaderB lb;
-  lb.init(x, g, group, tn * GEMM_BN, k_begin, k_end);
-
-  Epi e;
-  e.c = dw;
-  e.bias = dw;
-  e.res = dw;
-  e.ws = ws;
-  e.m = kg;
-  e.n = NG;
-  e.ldc = NG;
-  e.c_off = (long long)group * kg * NG;
-  e.bias_off = 0;
-  e.ws_off = (long long)(EPI_OUT == OUT_PARTIAL ? kz * groups + group : group) * kg * NG;
-  e.pq = 1;
-  e.img_stride = 0;
-  gemm_block<Cfg>(la, lb, e, smem, ktiles, tm * GEMM_BM, tn * GEMM_BN);
+  lb.init(x, g, t.bz, t.n0, t.k_begin, t.k_end);
+  Epi e;  // dw has no bias or residual: their pointers are never read
+  init_epilogue(e, dw, dw, dw, ws, g.kg, NG, NG, (long long)t.bz * g.kg * NG, 0,
+                slab_offset<EPI_OUT>(t, groups, g.kg, NG));
+  gemm_block<Cfg>(la, lb, e, smem, t.ktiles, t.m0, t.n0);
 }

@@ -11,6 +11,7 @@
 // of images n0 .. n0 + nc - 1.
 // Defines: DNNCTL_DTYPE, NHWC (0/1), TILE (2/4), UV_FP32 (0/1), TF32_RN (0/1).
 #include <dnnctl/conv.cuh>
+#include <dnnctl/conv_shape.cuh>
 
 using namespace dnnctl;
 
@@ -32,6 +33,31 @@ typedef elem_t uv_t;
 #endif
 
 // ---- transform matrices
+// out = L in L^T for L (ROWS x N) and in (N x N), in fp32: every transform has this form.
+template <int ROWS, int N>
+__device__ __forceinline__ void sandwich(const float (&L)[ROWS][N], const float (&in)[N][N],
+                                         float (&out)[ROWS][ROWS]) {
+  float t[ROWS][N];
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < N; ++k) acc += L[i][k] * in[k][j];
+      t[i][j] = acc;
+    }
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i)
+#pragma unroll
+    for (int j = 0; j < ROWS; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < N; ++k) acc += t[i][k] * L[j][k];
+      out[i][j] = acc;
+    }
+}
+
 __device__ __forceinline__ void filter_tf(const float (&g)[3][3], float (&u)[ALPHA][ALPHA]) {
 #if TILE == 2
   const float G[4][3] = {{1.f, 0.f, 0.f}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0.f, 0.f, 1.f}};
@@ -43,15 +69,7 @@ __device__ __forceinline__ void filter_tf(const float (&g)[3][3], float (&u)[ALP
                          {1.f / 24, -1.f / 12, 1.f / 6},
                          {0.f, 0.f, 1.f}};
 #endif
-  float t[ALPHA][3];
-#pragma unroll
-  for (int i = 0; i < ALPHA; ++i)
-#pragma unroll
-    for (int j = 0; j < 3; ++j) t[i][j] = G[i][0] * g[0][j] + G[i][1] * g[1][j] + G[i][2] * g[2][j];
-#pragma unroll
-  for (int i = 0; i < ALPHA; ++i)
-#pragma unroll
-    for (int j = 0; j < ALPHA; ++j) u[i][j] = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];
+  sandwich(G, g, u);
 }
 
 __device__ __forceinline__ void input_tf(const float (&d)[ALPHA][ALPHA], float (&v)[ALPHA][ALPHA]) {
@@ -63,25 +81,7 @@ __device__ __forceinline__ void input_tf(const float (&d)[ALPHA][ALPHA], float (
                           {0.f, 4.f, -4.f, -1.f, 1.f, 0.f}, {0.f, -2.f, -1.f, 2.f, 1.f, 0.f},
                           {0.f, 2.f, -1.f, -2.f, 1.f, 0.f}, {0.f, 4.f, 0.f, -5.f, 0.f, 1.f}};
 #endif
-  float t[ALPHA][ALPHA];
-#pragma unroll
-  for (int i = 0; i < ALPHA; ++i)
-#pragma unroll
-    for (int j = 0; j < ALPHA; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int k = 0; k < ALPHA; ++k) acc += BT[i][k] * d[k][j];
-      t[i][j] = acc;
-    }
-#pragma unroll
-  for (int i = 0; i < ALPHA; ++i)
-#pragma unroll
-    for (int j = 0; j < ALPHA; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int k = 0; k < ALPHA; ++k) acc += t[i][k] * BT[j][k];
-      v[i][j] = acc;
-    }
+  sandwich(BT, d, v);
 }
 
 __device__ __forceinline__ void output_tf(const float (&m)[ALPHA][ALPHA], float (&o)[TILE][TILE]) {
@@ -93,25 +93,7 @@ __device__ __forceinline__ void output_tf(const float (&m)[ALPHA][ALPHA], float 
                           {0.f, 1.f, 1.f, 4.f, 4.f, 0.f},
                           {0.f, 1.f, -1.f, 8.f, -8.f, 1.f}};
 #endif
-  float t[TILE][ALPHA];
-#pragma unroll
-  for (int i = 0; i < TILE; ++i)
-#pragma unroll
-    for (int j = 0; j < ALPHA; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int k = 0; k < ALPHA; ++k) acc += AT[i][k] * m[k][j];
-      t[i][j] = acc;
-    }
-#pragma unroll
-  for (int i = 0; i < TILE; ++i)
-#pragma unroll
-    for (int j = 0; j < TILE; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int k = 0; k < ALPHA; ++k) acc += t[i][k] * AT[j][k];
-      o[i][j] = acc;
-    }
+  sandwich(AT, m, o);
 }
 
 // TF32_RN: the GEMM will run on TF32 tensor cores; store U and V already rounded to TF32
@@ -184,13 +166,8 @@ wino_input(const elem_t* __restrict__ x, uv_t* __restrict__ V, int n0, int nc, i
       for (int j = 0; j < ALPHA; ++j) {
         const int ih = ih0 + i, iw = iw0 + j;
         float v = 0.f;
-        if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) {
-#if NHWC
-          v = to_float(x[(((long long)(n0 + nl) * H + ih) * W + iw) * C + c]);
-#else
-          v = to_float(x[(((long long)(n0 + nl) * C + c) * H + ih) * W + iw]);
-#endif
-        }
+        if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
+          v = to_float(x[tensor_index<NHWC != 0>(n0 + nl, c, ih, iw, C, H, W)]);
         d[i][j] = v;
       }
     float v[ALPHA][ALPHA];
@@ -239,11 +216,7 @@ wino_output(const float* __restrict__ M, elem_t* __restrict__ y, const elem_t* _
       for (int j = 0; j < TILE; ++j) {
         const int q = tx * TILE + j;
         if (q >= Q) break;
-#if NHWC
-        const long long yi = (((long long)n * P + p) * Q + q) * K + k;
-#else
-        const long long yi = (((long long)n * K + k) * P + p) * Q + q;
-#endif
+        const long long yi = tensor_index<NHWC != 0>(n, k, p, q, K, P, Q);
         y[yi] = from_float<elem_t>(conv::epilogue(o[i][j], k, yi, bias, residual, act, flags));
       }
     }

@@ -5,40 +5,23 @@
 // is deterministic). The epilogue (bias, activation, residual, output layout) is the one the
 // main kernels fuse; see dnnctl/epilogue.cuh. Defines: DNNCTL_DTYPE, EPI_ACT, EPI_BIAS,
 // EPI_RES, EPI_LAYOUT (0 row-major, 1 NCHW conv output).
-#include <dnnctl/epilogue.cuh>
+#include <dnnctl/gemm_grid.cuh>
+#include <dnnctl/gemm_macros.cuh>
 
 using namespace dnnctl;
 
-#ifndef EPI_ACT
-#define EPI_ACT 0
-#endif
-#ifndef EPI_BIAS
-#define EPI_BIAS 0
-#endif
-#ifndef EPI_RES
-#define EPI_RES 0
-#endif
 #ifndef EPI_LAYOUT
 #define EPI_LAYOUT 0
 #endif
 
-typedef Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, OUT_STORE, EPI_LAYOUT, false> Epi;
+typedef MacroEpilogue<OUT_STORE, EPI_LAYOUT> Epi;
 
 extern "C" __global__ void __launch_bounds__(256)
     splitk_finish(const float* ws, elem_t* C, const elem_t* bias, const elem_t* res, int M,
                   int N, int batch, int splits, long long ldc, long long sC, long long s_bias,
                   long long pq, long long img_stride) {
-  Epi e;
-  e.c = C;
-  e.bias = bias;
-  e.res = res;
-  e.ws = nullptr;
-  e.m = M;
-  e.n = N;
-  e.ldc = ldc;
-  e.ws_off = 0;
-  e.pq = pq;
-  e.img_stride = img_stride;
+  Epi e;  // this batch's c_off and bias_off are set per element below
+  init_epilogue(e, C, bias, res, (float*)nullptr, M, N, ldc, 0, 0, 0, pq, img_stride);
   const long long mn = (long long)M * N;
   const long long total = mn * batch;
   const long long slab = total;  // elements per split

@@ -33,29 +33,12 @@
 // box {64, 64}; B likewise with N.
 #include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma_core.cuh>
+#include <dnnctl/gemm_macros.cuh>  // after wgmma_core.cuh: the wgmma tile defaults
 
 using namespace dnnctl;
 
-#ifndef GEMM_BM
-#define GEMM_BM 128
-#define GEMM_BN 256
+#ifndef GEMM_CONS
 #define GEMM_CONS 2
-#define GEMM_STAGES 4
-#endif
-#ifndef GEMM_A_KMAJOR
-#define GEMM_A_KMAJOR 1
-#endif
-#ifndef GEMM_B_KMAJOR
-#define GEMM_B_KMAJOR 0
-#endif
-#ifndef EPI_ACT
-#define EPI_ACT 0
-#endif
-#ifndef EPI_BIAS
-#define EPI_BIAS 0
-#endif
-#ifndef EPI_RES
-#define EPI_RES 0
 #endif
 
 #if DNNCTL_DTYPE == 0
@@ -85,25 +68,26 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& bz
   tile_coords(t - bz * per, tiles_m, tiles_n, tm, tn);
 }
 
+// One operand's boxes of k-tile k0 / 64 into dst: one K-major box {64 k, ROWS}, or ROWS / 64
+// MN-major boxes {64 mn, 64 k}, 8 KB apart; mn0 is the tile's first row (m or n).
+template <bool KMAJOR, int ROWS>
+__device__ __forceinline__ void produce_operand(unsigned dst, const TmaMap* map, int mn0, int k0,
+                                                int bz, unsigned bar) {
+  if (KMAJOR) {
+    tma_load_3d(dst, map, k0, mn0, bz, bar);
+  } else {
+#pragma unroll
+    for (int j = 0; j < ROWS / 64; ++j) tma_load_3d(dst + j * 8192, map, mn0 + 64 * j, k0, bz, bar);
+  }
+}
+
 // The A and B boxes of k-tile kt of tile (bz, tm, tn) into one stage.
 __device__ __forceinline__ void produce(const TmaMap* ta, const TmaMap* tb, unsigned st,
                                         unsigned bar, int bz, int tm, int tn, int kt) {
   const int k0 = kt * WG_BK;
-  if (GEMM_A_KMAJOR) {
-    tma_load_3d(st, ta, k0, tm * GEMM_BM, bz, bar);
-  } else {
-#pragma unroll
-    for (int j = 0; j < GEMM_BM / 64; ++j)
-      tma_load_3d(st + j * 8192, ta, tm * GEMM_BM + 64 * j, k0, bz, bar);
-  }
-  const unsigned sb = st + Cfg::TileA::BYTES;
-  if (GEMM_B_KMAJOR) {
-    tma_load_3d(sb, tb, k0, tn * GEMM_BN, bz, bar);
-  } else {
-#pragma unroll
-    for (int j = 0; j < GEMM_BN / 64; ++j)
-      tma_load_3d(sb + j * 8192, tb, tn * GEMM_BN + 64 * j, k0, bz, bar);
-  }
+  produce_operand<GEMM_A_KMAJOR != 0, GEMM_BM>(st, ta, tm * GEMM_BM, k0, bz, bar);
+  produce_operand<GEMM_B_KMAJOR != 0, GEMM_BN>(st + Cfg::TileA::BYTES, tb, tn * GEMM_BN, k0, bz,
+                                               bar);
 }
 
 // y = act(v + bias) + residual for 8 consecutive columns of one row, stored.

@@ -16,6 +16,7 @@
 // cp.async stores, ldmatrix and the scalar fragment loads are free of bank conflicts.
 #pragma once
 #include <dnnctl/epilogue.cuh>
+#include <dnnctl/gemm_grid.cuh>
 #include <dnnctl/ptx.cuh>
 
 namespace dnnctl {
@@ -116,6 +117,16 @@ struct MatLoader {
   int mn_lim;  // M or N
   int k_begin, k_end;
 
+  __device__ __forceinline__ void init(const T* base_, long long ld_, int mn0_, int mn_lim_,
+                                       int k_begin_, int k_end_) {
+    base = base_;
+    ld = ld_;
+    mn0 = mn0_;
+    mn_lim = mn_lim_;
+    k_begin = k_begin_;
+    k_end = k_end_;
+  }
+
   __device__ __forceinline__ bool piece(int kt, int it, int& tr, int& tc, const T*& src) const {
     const int k0 = k_begin + kt * (KMAJOR ? COLS : ROWS);
     const int p = (int)threadIdx.x + it * C::NT;
@@ -168,6 +179,15 @@ struct MatLoader {
     }
   }
 };
+
+// The matmul operands through Cfg C's tiles: A (M x K) and B (K x N), strided matrices stored
+// K-contiguous where C::A_KMAJOR / C::B_KMAJOR, VEC elements per load.
+template <class C, int VEC>
+using MatLoaderA = MatLoader<C, C::A_KMAJOR ? C::BM : C::BK, C::A_KMAJOR ? C::BK : C::BM, VEC,
+                             C::A_KMAJOR, typename C::TileA>;
+template <class C, int VEC>
+using MatLoaderB = MatLoader<C, C::B_KMAJOR ? C::BN : C::BK, C::B_KMAJOR ? C::BK : C::BN, VEC,
+                             C::B_KMAJOR, typename C::TileB>;
 
 // ----------------------------------------------------------------------------- math
 
@@ -523,17 +543,6 @@ __device__ __forceinline__ void splitk_fused_finish(const E& e, const float* ws,
     for (int u = 0; u < U; ++u)
       if (in[u]) e.store2(row[u], col[u], v0[u], v1[u]);
   }
-}
-
-// Block -> (tile_m, tile_n), grouped by 8 tile rows so that blocks running together share
-// A rows and B columns in L2.
-__device__ __forceinline__ void tile_coords(int pid, int tiles_m, int tiles_n, int& tm,
-                                            int& tn) {
-  const int group = 8 * tiles_n;
-  const int first_m = (pid / group) * 8;
-  const int rows = min(tiles_m - first_m, 8);
-  tm = first_m + (pid % group) % rows;
-  tn = (pid % group) / rows;
 }
 
 }  // namespace dnnctl

@@ -22,6 +22,9 @@
 #include <dnnctl/gemm_core.cuh>
 #include <dnnctl/wgmma.cuh>
 
+// For dnnctl/gemm_macros.cuh: the wgmma kernels' tile defaults.
+#define DNNCTL_WGMMA_CORE 1
+
 namespace dnnctl {
 
 constexpr int WG_BK = 64;  // k per tile: one 128-byte swizzle row of 16-bit elements
