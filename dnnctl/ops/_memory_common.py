@@ -158,24 +158,58 @@ class MemoryOp(Op):
 
 class CudaVariant(Variant):
     """A CUDA variant (cupy backend) that takes every problem of its passes unless its own
-    ``supports`` says otherwise."""
+    ``supports`` says otherwise. Its default :meth:`build` is two launch programs (see
+    :class:`VecKernel`): a subclass gives :meth:`program`, and :meth:`wrap` where the built
+    kernel is not a :class:`PairKernel` (x -> y)."""
 
     backend = "cupy"
 
     def supports(self, problem: Problem, device: Any) -> Support:
         return SUPPORTED
 
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Any:
+        vec = self.planned_vec(problem, params, device)
+        return self.wrap(problem, vec, self.program(problem, params, vec, device),
+                         self.program(problem, params, 1, device))
+
+    def planned_vec(self, problem: Problem, params: Mapping[str, Any], device: Any) -> int:
+        """The vector width of the fast program: ``vec`` where the parameters are valid."""
+        return params.get("vec", 1) if self.valid_params(problem, params, device) else 1
+
+    def defines(self, problem: Problem) -> dict[str, Any]:
+        """The -D values kernels/<source> is compiled with."""
+        raise NotImplementedError
+
+    def compile(self, problem: Problem, params: Mapping[str, Any], device: Any,
+                *instances: Callable[[int], str]) -> Any:
+        """The module of kernels/<source> holding each template instance (a function of the
+        vector width) at the planned width and at 1: both programs' kernels."""
+        widths = dict.fromkeys((self.planned_vec(problem, params, device), 1))
+        return compile_cuda(self.source, self.defines(problem),
+                            [f(v) for f in instances for v in widths], device)
+
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
+        """The launches of one call at vector width ``vec``, as a callable."""
+        raise NotImplementedError
+
+    def wrap(self, problem: Problem, vec: int, fast: Any, safe: Any) -> Any:
+        """The built kernel of the ``vec``-wide and the scalar program."""
+        return PairKernel(fast, safe, vec * dtype_size(problem["dtype"]))
+
 
 class VecKernel:
     """A built kernel of two programs: ``fast``, at the planned vector width, when the arrays
     a call checks are aligned to ``align`` bytes, else ``safe`` (one element per access).
-    Subclasses' ``__call__`` pick the arrays and pass them on."""
+    Subclasses' ``__call__`` pick the arrays and pass them on, with ``consts`` where the
+    programs are launches taking trailing constants (converted once, here)."""
 
-    __slots__ = ("fast", "safe", "align")
+    __slots__ = ("fast", "safe", "align", "consts")
     flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
 
-    def __init__(self, fast: Any, safe: Any, align: int) -> None:
+    def __init__(self, fast: Any, safe: Any, align: int, consts: tuple = ()) -> None:
         self.fast, self.safe, self.align = fast, safe, align
+        self.consts = fast.consts(*consts) if consts else ()
 
 
 class PairKernel(VecKernel):

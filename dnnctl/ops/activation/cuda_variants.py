@@ -24,17 +24,13 @@ from dnnctl.ops.registry import register_variant
 class _ActKernel(mc.VecKernel):
     """Launches the vector kernel when every pointer is aligned, else the VEC=1 kernel."""
 
-    __slots__ = ("sizes",)
-
-    def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, sizes: tuple) -> None:
-        super().__init__(fast, safe, align)
-        self.sizes = fast.consts(*sizes)
+    __slots__ = ()
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         x, y, b = inputs["x"], outputs["y"], inputs.get("bias")
         go = self.fast if mc.aligned(self.align, x, y, b) else self.safe
-        go((x, b, y, *self.sizes, go.f32(attrs.get("negative_slope", 0.01))))
+        go((x, b, y, *self.consts, go.f32(attrs.get("negative_slope", 0.01))))
 
 
 class _ActCuda(mc.CudaVariant):

@@ -16,7 +16,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
+from dnnctl.ops.batch_norm.cuda_variants import _BnCuda, _BnKernel
 from dnnctl.ops.registry import register_variant
 
 
@@ -78,35 +78,42 @@ class BnInferExact(_BnCuda):
 # ----------------------------------------------------------------------------- training
 
 
-class _StreamKernel(mc.VecKernel):
+class _StreamKernel(_BnKernel):
     """Statistics, finalize, normalize; the VEC programs when x / y are VEC-aligned and the
     normalize's parameter vectors (save_mean, bias) allow its vector loads."""
 
     __slots__ = ("palign",)
 
     def __init__(self, fast: Any, safe: Any, align: int, palign: int) -> None:
-        super().__init__(fast, safe, align)
+        super().__init__(fast, safe, align, True)
         self.palign = palign
 
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        x, y = inputs["x"], outputs["y"]
-        arrs = (x, y, inputs["running_mean"], inputs["running_var"], inputs.get("weight"),
-                inputs.get("bias"), outputs["new_running_mean"], outputs["new_running_var"],
-                outputs["save_mean"], outputs["save_invstd"])
-        ok = mc.aligned(self.align, x, y) and mc.aligned(self.palign, arrs[8], arrs[5])
-        (self.fast if ok else self.safe)(arrs, np.float32(attrs.get("eps", 1e-5)),
-                                         np.float32(attrs.get("momentum", 0.1)))
+    def vector_ok(self, arrs: tuple) -> bool:
+        return _BnKernel.vector_ok(self, arrs) and mc.aligned(self.palign, arrs[8], arrs[5])
+
+
+NORM_BLOCK = 256  # the training variants' exact-grid normalize
+
+
+def exact_name(problem: Problem, vec: int) -> str:
+    """The training variants' normalize: bn_exact walking x backwards (what their statistics
+    read last is still in L2), two vectors per thread."""
+    return f"bn_exact<{NORM_BLOCK},{vec},2,1,{mc.index_type(sp.numel(problem))}>"
+
+
+def exact_launch(mod: Any, problem: Problem, vec: int) -> tuple[mc.Launch, tuple]:
+    """The launch of :func:`exact_name` and its size argument."""
+    total = sp.numel(problem)
+    norm = mc.launch(mod, exact_name(problem, vec), max(1, mc.cdiv(total // vec, NORM_BLOCK * 2)),
+                     NORM_BLOCK)
+    return norm, norm.consts(mc.index_scalar(total, mc.index_type(total)))
 
 
 class _StreamBuild:
-    """build(): the variant's program at its vector width, and a scalar fallback for
-    pointers that are not aligned to it (the class gives vecs() and program())."""
+    """The training variants' programs end with the exact-grid normalize, whose parameter
+    vectors need their own alignment (:class:`_StreamKernel`)."""
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = self.vecs(problem, params, device)[0]
-        fast = self.program(problem, params, vec, device)
-        safe = self.program(problem, params, 1, device)
+    def wrap(self, problem: Problem, vec: int, fast: Any, safe: Any) -> Kernel:
         palign = min(16, 4 * vec) if problem["layout"] == "NHWC" else 4
         return _StreamKernel(fast, safe, vec * dtype_size(problem["dtype"]), palign)
 
@@ -140,16 +147,12 @@ class BnTrainStream(_StreamBuild, _BnCuda):
                 device: Any) -> Any:
         block, u = params["block"], params["unroll"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        total = sp.numel(problem)
-        itype = mc.index_type(total)
         vecs = self.vecs(problem, params, device)
         nhwc = problem["layout"] == "NHWC"
         kind = "rows" if nhwc else "planes"
-        norm_block = 256
 
         def names(v: int) -> list[str]:
-            return [f"bn_stats_{kind}_u<{block},{v},{u}>",
-                    f"bn_exact<{norm_block},{v},2,1,{itype}>"]
+            return [f"bn_stats_{kind}_u<{block},{v},{u}>", exact_name(problem, v)]
 
         defines = {**self.defines(problem, 1), "CH": c, "HW": hw}
         mod = mc.compile_cuda(self.source, defines, [m for v in vecs for m in names(v)],
@@ -168,9 +171,7 @@ class BnTrainStream(_StreamBuild, _BnCuda):
             stats = mc.launch(mod, names(vec)[0], (c, splits), block)
             stat_args = stats.consts(np.int32(n), np.int32(parts), np.int32(mc.cdiv(nv, parts)))
         fin = mc.launch(fin_mod, "bn_finalize<0>", mc.cdiv(c, 128), 128)
-        norm = mc.launch(mod, names(vec)[1], max(1, mc.cdiv(total // vec, norm_block * 2)),
-                         norm_block)
-        size = norm.consts(mc.index_scalar(total, itype))
+        norm, size = exact_launch(mod, problem, vec)
         ws = mc.workspace(device, 4 * (s_off + c))
         part, ws_mean, ws_scale = ws[:3 * c * splits], ws[m_off:m_off + c], ws[s_off:s_off + c]
         dims = fin.consts(np.int32(splits), np.int32(c))

@@ -16,7 +16,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Problem, Support, dtype_size, unsupported
-from dnnctl.ops.batch_norm.cuda_exact import _StreamBuild
+from dnnctl.ops.batch_norm.cuda_exact import _StreamBuild, exact_launch, exact_name
 from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
 
@@ -76,14 +76,11 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
                 device: Any) -> Any:
         block, u = params["block"], params["unroll"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        total = sp.numel(problem)
-        itype = mc.index_type(total)
         nhwc = problem["layout"] == "NHWC"
-        norm_block = 256
 
         def names(v: int) -> list[str]:
             return [f"bnt_stats_{'rows' if nhwc else 'planes'}<{block},{v},{u}>",
-                    f"bn_exact<{norm_block},{v},2,1,{itype}>"]
+                    exact_name(problem, v)]
 
         vecs = self.vecs(problem, params, device)
         mod = mc.compile_cuda(self.source, {**self.defines(problem, 1), "CH": c, "HW": hw},
@@ -99,9 +96,7 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         else:
             stats = mc.launch(mod, names(vec)[0], (c, splits), block)
             size = stats.consts(np.int32(n))
-        norm = mc.launch(mod, names(vec)[1], max(1, mc.cdiv(total // vec, norm_block * 2)),
-                         norm_block)
-        nsize = norm.consts(mc.index_scalar(total, itype))
+        norm, nsize = exact_launch(mod, problem, vec)
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
             x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs

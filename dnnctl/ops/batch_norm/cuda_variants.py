@@ -24,15 +24,18 @@ class _BnKernel(mc.VecKernel):
         super().__init__(fast, safe, align)
         self.training = training
 
+    def vector_ok(self, arrs: tuple) -> bool:
+        """The arrays allow the vector program (x and y aligned to its width)."""
+        return mc.aligned(self.align, arrs[0], arrs[1])
+
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
-        x, y = inputs["x"], outputs["y"]
-        arrs = (x, y, inputs["running_mean"], inputs["running_var"], inputs.get("weight"),
-                inputs.get("bias"))
+        arrs = (inputs["x"], outputs["y"], inputs["running_mean"], inputs["running_var"],
+                inputs.get("weight"), inputs.get("bias"))
         if self.training:
             arrs += (outputs["new_running_mean"], outputs["new_running_var"],
                      outputs["save_mean"], outputs["save_invstd"])
-        go = self.fast if mc.aligned(self.align, x, y) else self.safe
+        go = self.fast if self.vector_ok(arrs) else self.safe
         go(arrs, np.float32(attrs.get("eps", 1e-5)), np.float32(attrs.get("momentum", 0.1)))
 
 
@@ -40,7 +43,7 @@ class _BnCuda(mc.CudaVariant):
     op = "batch_norm"
     training = False
 
-    def defines(self, problem: Problem, params: int) -> dict[str, Any]:
+    def defines(self, problem: Problem, params: int = 0) -> dict[str, Any]:
         return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
                 "AFFINE": int(problem["affine"]), "PARAMS": params,
                 "LAYOUT": int(problem["layout"] == "NHWC")}
@@ -59,15 +62,8 @@ class _BnCuda(mc.CudaVariant):
         vec = params["vec"] if self.valid_params(problem, params, device) else 1
         return tuple(dict.fromkeys((vec, 1)))
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = self.vecs(problem, params, device)[0]
-        fast = self.program(problem, params, vec, device)
-        safe = self.program(problem, params, 1, device)
+    def wrap(self, problem: Problem, vec: int, fast: Any, safe: Any) -> Kernel:
         return _BnKernel(fast, safe, vec * dtype_size(problem["dtype"]), self.training)
-
-    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                device: Any) -> Callable:
-        raise NotImplementedError
 
 
 @register_variant

@@ -11,7 +11,7 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import DTYPES, Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
@@ -56,7 +56,7 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
 
 @register_op
 @with_backward(BATCH_NORM_BACKWARD)
-class BatchNormOp(Op):
+class BatchNormOp(mc.MemoryOp):
     name = "batch_norm"
     doc = "batch normalization forward (inference or training), NCHW or NHWC"
     fields = {**sp.SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
@@ -109,7 +109,7 @@ class BatchNormOp(Op):
     def tolerance(self, problem: Problem, output: str) -> float:
         if output != "y":
             return 1e-4  # fp32 statistics accumulated in fp32 over N*H*W values
-        return mc.FORWARD_TOL[problem["dtype"]]
+        return super().tolerance(problem, output)
 
     def flops(self, problem: Problem) -> float:
         return (5.0 if problem["training"] else 2.0) * sp.numel(problem)

@@ -39,15 +39,8 @@ class _GnCuda(mc.CudaVariant):
     def group_size(self, problem: Problem) -> int:
         return problem["c"] // problem["groups"] * problem["h"] * problem["w"]
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = params["vec"] if self.valid_params(problem, params, device) else 1
-        return _GnKernel(self.program(problem, params, vec, device),
-                         self.program(problem, params, 1, device),
-                         vec * dtype_size(problem["dtype"]))
-
-    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                device: Any) -> Any:
-        raise NotImplementedError
+    def wrap(self, problem: Problem, vec: int, fast: Any, safe: Any) -> Kernel:
+        return _GnKernel(fast, safe, vec * dtype_size(problem["dtype"]))
 
 
 @register_variant
@@ -72,9 +65,7 @@ class GnBlockGroup(_GnCuda):
         block, stage = params["block"], params["stage"]
         if stage and self.staged_bytes(problem) + 1024 > mc.smem_limit(device):
             stage = 0
-        fast = params["vec"] if self.valid_params(problem, params, device) else 1
-        names = [f"gn_block<{block},{v},{stage}>" for v in dict.fromkeys((fast, 1))]
-        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        mod = self.compile(problem, params, device, lambda v: f"gn_block<{block},{v},{stage}>")
         run = mc.launch(mod, f"gn_block<{block},{vec},{stage}>",
                         problem["n"] * problem["groups"], block,
                         self.staged_bytes(problem) if stage else 0)
@@ -119,10 +110,8 @@ class GnSplitGroup(_GnCuda):
         block = params["block"]
         slices = self.slices(problem, params, mc.sm_count(device))
         groups = problem["n"] * problem["groups"]
-        fast = params["vec"] if self.valid_params(problem, params, device) else 1
-        names = [f"gn_split_{k}<{block},{v}>" for k in ("stats", "apply")
-                 for v in dict.fromkeys((fast, 1))]
-        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
+        mod = self.compile(problem, params, device, lambda v: f"gn_split_stats<{block},{v}>",
+                           lambda v: f"gn_split_apply<{block},{v}>")
         stats = mc.launch(mod, f"gn_split_stats<{block},{vec}>", (slices, groups), block)
         apply = mc.launch(mod, f"gn_split_apply<{block},{vec}>", (slices, groups), block)
         part = mc.workspace(device, 12 * groups * slices)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
-from dnnctl.ops.group_norm.cuda_variants import _GnCuda, _GnKernel
+from dnnctl.ops.base import SUPPORTED, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.group_norm.cuda_variants import _GnCuda
 from dnnctl.ops.group_norm.op import gn_vec_ok
 from dnnctl.ops.registry import register_variant
 
@@ -48,20 +48,15 @@ class GnAsyncGroup(_GnCuda):
         return {**_GnCuda.defines(self, problem), "CH": c, "HW": problem["h"] * problem["w"],
                 "CPG": c // g, "GROUPS": g}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
         block, gpb = params["block"], params["gpb"]
-        vec = params["vec"] if self.valid_params(problem, params, device) else 1
-        names = [f"gn_async<{block},{v},{gpb}>" for v in dict.fromkeys((vec, 1))]
-        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
-        grid = problem["n"] * problem["groups"] // gpb
-        smem = self.staged_bytes(problem, gpb)
+        mod = self.compile(problem, params, device, lambda v: f"gn_async<{block},{v},{gpb}>")
+        run = mc.launch(mod, f"gn_async<{block},{vec},{gpb}>",
+                        problem["n"] * problem["groups"] // gpb, block,
+                        self.staged_bytes(problem, gpb))
 
-        def program(v: int) -> Any:
-            run = mc.launch(mod, f"gn_async<{block},{v},{gpb}>", grid, block, smem)
+        def go(x: Any, y: Any, w: Any, b: Any, eps: Any) -> None:
+            run((x, y, w, b, run.f32(eps)))
 
-            def go(x: Any, y: Any, w: Any, b: Any, eps: Any) -> None:
-                run((x, y, w, b, run.f32(eps)))
-
-            return go
-
-        return _GnKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+        return go

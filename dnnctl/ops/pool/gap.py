@@ -21,11 +21,9 @@ from dnnctl.ops.base import (
     SUPPORTED,
     Choice,
     Field,
-    Kernel,
     Problem,
     Support,
     TensorSpec,
-    dtype_size,
     unsupported,
 )
 from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
@@ -91,16 +89,8 @@ _GapKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 class _GapCuda(mc.CudaVariant):
     op = "global_avg_pool2d"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = params["vec"] if self.valid_params(problem, params, device) else 1
-        defines = {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]]}
-        return _GapKernel(self.program(problem, params, vec, defines, device),
-                          self.program(problem, params, 1, defines, device),
-                          vec * dtype_size(problem["dtype"]))
-
-    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                defines: dict[str, Any], device: Any) -> Any:
-        raise NotImplementedError
+    def defines(self, problem: Problem) -> dict[str, Any]:
+        return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]]}
 
 
 @register_variant
@@ -124,13 +114,11 @@ class GapReduce(_GapCuda):
         return f"gap_planes<{block},{group},{vec}>", f"gap_rows<{block},{vec}>"
 
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                defines: dict[str, Any], device: Any) -> Any:
+                device: Any) -> Any:
         block, group = params["block"], params["group"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
-        fast = params["vec"] if self.valid_params(problem, params, device) else 1
         kind = 0 if problem["layout"] == "NCHW" else 1
-        names = [self.instances(params, v)[kind] for v in dict.fromkeys((fast, 1))]
-        mod = mc.compile_cuda(self.source, defines, names, device)
+        mod = self.compile(problem, params, device, lambda v: self.instances(params, v)[kind])
         name = self.instances(params, vec)[kind]
         if kind == 0:
             run = mc.launch(mod, name, mc.cdiv(n * c, block // group), block)
@@ -207,15 +195,14 @@ class GapSplit(_GapCuda):
         return 4 * problem["n"] * problem["c"] * splits
 
     def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
-                defines: dict[str, Any], device: Any) -> Any:
+                device: Any) -> Any:
         block = params["block"]
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
         splits, chunk, lanes = self.geometry(problem, params, vec, mc.sm_count(device))
         part = mc.workspace(device, 4 * n * c * splits)
         kind = "planes" if problem["layout"] == "NCHW" else "rows"
-        fast = params["vec"] if self.valid_params(problem, params, device) else 1
-        names = [f"gap_split_{kind}<{block},{v}>" for v in dict.fromkeys((fast, 1))]
-        mod = mc.compile_cuda(self.source, defines, [*names, f"gap_split_{kind}_fin"], device)
+        mod = self.compile(problem, params, device, lambda v: f"gap_split_{kind}<{block},{v}>",
+                           lambda v: f"gap_split_{kind}_fin")
         fin = mc.launch(mod, f"gap_split_{kind}_fin", mc.cdiv(n * c, 128), 128)
         if kind == "planes":
             run = mc.launch(mod, f"gap_split_planes<{block},{vec}>", (n * c, splits), block)

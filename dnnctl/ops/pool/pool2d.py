@@ -26,7 +26,6 @@ from dnnctl.ops.base import (
     Choice,
     Field,
     Kernel,
-    Op,
     Problem,
     Support,
     TensorSpec,
@@ -92,7 +91,7 @@ def pool_numpy(problem: Problem, x: np.ndarray, windows: bool = False) -> np.nda
 
 @register_op
 @with_backward(bw.POOL2D_BACKWARD, absent={"indices": False})
-class Pool2dOp(Op):
+class Pool2dOp(mc.MemoryOp):
     name = "pool2d"
     doc = "max / average 2-D pooling (PyTorch semantics), NCHW or NHWC"
     fields = {
@@ -150,7 +149,7 @@ class Pool2dOp(Op):
     def tolerance(self, problem: Problem, output: str) -> float:
         if problem["mode"] == "max":
             return 0.0  # the maximum is one of the inputs: exact
-        return mc.FORWARD_TOL[problem["dtype"]]
+        return super().tolerance(problem, output)
 
     def flops(self, problem: Problem) -> float:
         return float(math.prod(out_shape(problem)) * math.prod(problem["kernel"]))
@@ -188,17 +187,15 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 
 
 class _PoolKernel(mc.VecKernel):
-    __slots__ = ("total",)
+    """consts: the thread count of the vector and of the scalar launch."""
 
-    def __init__(self, fast: mc.Launch, safe: mc.Launch, align: int, total: Any) -> None:
-        super().__init__(fast, safe, align)
-        self.total = fast.consts(*total)
+    __slots__ = ()
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         x, y = inputs["x"], outputs["y"]
         go = self.fast if mc.aligned(self.align, x, y) else self.safe
-        go((x, y, self.total[go is self.safe]))
+        go((x, y, self.consts[go is self.safe]))
 
 
 class _PoolCuda(mc.CudaVariant):
