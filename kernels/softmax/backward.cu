@@ -6,7 +6,7 @@
 // only). softmax_bwd_block: a block per row, both rows in registers (block reduction).
 // Host: cols % VEC == 0 and VEC-aligned pointers (else VEC = 1).
 // Defines: DNNCTL_DTYPE, LOG.
-#include <dnnctl/memory.cuh>
+#include <dnnctl/rows.cuh>
 
 #ifndef LOG
 #define LOG 0
@@ -20,37 +20,39 @@ __device__ __forceinline__ float sm_bwd_out(float y, float g, float s) {
   return LOG ? g - fast_exp(y) * s : y * (g - s);
 }
 
+// Row `row` of y and dy in registers (for_row_vecs: NV vectors per thread, STRIDE threads a
+// row), the dot product reduced by `red`. A thread past the last row (live false) reads and
+// writes nothing but takes part in the reduction.
+template <int NV, int STRIDE, int VEC, typename R>
+__device__ __forceinline__ void softmax_bwd_regs(const elem_t* __restrict__ y,
+                                                 const elem_t* __restrict__ dy,
+                                                 elem_t* __restrict__ dx, i64 row, int cols,
+                                                 int lane, bool live, const R& red) {
+  float yv[NV][VEC], gv[NV][VEC];
+  float s = 0.f;
+  for_row_vecs<NV, STRIDE, VEC>(lane, cols, live, [&](int j, int c) {
+    load_vec<LD_NC, VEC>(y + row * cols + c, yv[j]);
+    load_vec<LD_NC, VEC>(dy + row * cols + c, gv[j]);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) s += sm_bwd_term(yv[j][i], gv[j][i]);
+  });
+  s = red.sum(s);
+  if (!live) return;  // only after every reduction
+  for_row_vecs<NV, STRIDE, VEC>(lane, cols, true, [&](int j, int c) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) yv[j][i] = sm_bwd_out(yv[j][i], gv[j][i], s);
+    store_vec<ST_PLAIN, VEC>(dx + row * cols + c, yv[j]);
+  });
+}
+
 template <int BLOCK, int TPR, int VEC, int NV>
 __global__ void __launch_bounds__(BLOCK)
 softmax_bwd_warp(const elem_t* __restrict__ y, const elem_t* __restrict__ dy,
                  elem_t* __restrict__ dx, int rows, int cols) {
   constexpr int RPB = BLOCK / TPR;
-  const int lane = threadIdx.x % TPR;
   const i64 row = (i64)blockIdx.x * RPB + threadIdx.x / TPR;
-  const bool live = row < rows;
-  float yv[NV][VEC], gv[NV][VEC];
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = (j * TPR + lane) * VEC;
-    if (live && c < cols) {
-      load_vec<LD_NC, VEC>(y + row * cols + c, yv[j]);
-      load_vec<LD_NC, VEC>(dy + row * cols + c, gv[j]);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) s += sm_bwd_term(yv[j][i], gv[j][i]);
-    }
-  }
-  s = group_sum<TPR>(s);
-  if (!live) return;  // only after every shuffle
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = (j * TPR + lane) * VEC;
-    if (c < cols) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) yv[j][i] = sm_bwd_out(yv[j][i], gv[j][i], s);
-      store_vec<ST_PLAIN, VEC>(dx + row * cols + c, yv[j]);
-    }
-  }
+  softmax_bwd_regs<NV, TPR, VEC>(y, dy, dx, row, cols, threadIdx.x % TPR, row < rows,
+                                 GroupReduce<TPR>{});
 }
 
 template <int BLOCK, int VEC, int NV>
@@ -59,28 +61,8 @@ softmax_bwd_block(const elem_t* __restrict__ y, const elem_t* __restrict__ dy,
                   elem_t* __restrict__ dx, int rows, int cols) {
   __shared__ float red[32];
   const i64 row = blockIdx.x;
-  float yv[NV][VEC], gv[NV][VEC];
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = (j * BLOCK + (int)threadIdx.x) * VEC;
-    if (c < cols) {
-      load_vec<LD_NC, VEC>(y + row * cols + c, yv[j]);
-      load_vec<LD_NC, VEC>(dy + row * cols + c, gv[j]);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) s += sm_bwd_term(yv[j][i], gv[j][i]);
-    }
-  }
-  s = block_sum<BLOCK / 32>(s, red);
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = (j * BLOCK + (int)threadIdx.x) * VEC;
-    if (c < cols) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) yv[j][i] = sm_bwd_out(yv[j][i], gv[j][i], s);
-      store_vec<ST_PLAIN, VEC>(dx + row * cols + c, yv[j]);
-    }
-  }
+  softmax_bwd_regs<NV, BLOCK, VEC>(y, dy, dx, row, cols, threadIdx.x, true,
+                                   BlockReduce<BLOCK / 32>{red});
 }
 
 // Any length: a block per row, two reads (dot product, then the output).

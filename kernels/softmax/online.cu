@@ -1,7 +1,7 @@
 // Softmax, a row per block, single-pass online (max, sum) statistics, then a second read of
 // the row to write the output (rows of any length; the re-read of a recent row mostly hits
 // L2). Host: cols % VEC == 0 with VEC-aligned pointers (else it launches VEC = 1).
-#include <dnnctl/softmax.cuh>
+#include <dnnctl/softmax_row.cuh>
 
 using namespace dnnctl;
 
@@ -13,19 +13,10 @@ softmax_online(const elem_t* __restrict__ x, elem_t* __restrict__ y, int rows, i
   const elem_t* xr = x + row * cols;
   const int nv = cols / VEC;
   MaxSum a = maxsum_init();
-  for (int k = threadIdx.x; k < nv; k += BLOCK) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + k * VEC, f);
-    maxsum_add_vec<VEC>(a, f);
-  }
+  row_pass<BLOCK, VEC, LD_NC>(xr, nv, [&](int, auto& f) { maxsum_add_vec<VEC>(a, f); });
   const MaxSum t = block_maxsum<BLOCK / 32>(a, red);
   const float r = softmax_scale(t.s);
   elem_t* yr = y + row * cols;
-  for (int k = threadIdx.x; k < nv; k += BLOCK) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + k * VEC, f);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) f[i] = softmax_out(f[i], t.m, r);
-    store_vec<ST_PLAIN, VEC>(yr + k * VEC, f);
-  }
+  row_pass<BLOCK, VEC, LD_NC>(xr, nv,
+                              [&](int k, auto& f) { softmax_store(yr + k * VEC, f, t.m, r); });
 }

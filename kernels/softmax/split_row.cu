@@ -4,7 +4,7 @@
 // a fixed order (so every block of a row gets bit-identical statistics) and writes its chunk,
 // which was read moments ago and is mostly still in L2. Host: chunk % VEC == 0,
 // cols % VEC == 0 with VEC-aligned pointers (else VEC = 1), rows <= 65535.
-#include <dnnctl/softmax.cuh>
+#include <dnnctl/softmax_row.cuh>
 
 using namespace dnnctl;
 
@@ -14,15 +14,9 @@ softmax_split_stats(const elem_t* __restrict__ x, float2* __restrict__ part, int
                     int chunk) {
   __shared__ float red[32];
   const i64 row = blockIdx.y;
-  const int begin = blockIdx.x * chunk;
-  const int end = min(cols, begin + chunk);
-  const elem_t* xr = x + row * cols;
   MaxSum a = maxsum_init();
-  for (int c = begin + (int)threadIdx.x * VEC; c < end; c += BLOCK * VEC) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + c, f);
-    maxsum_add_vec<VEC>(a, f);
-  }
+  chunk_pass<BLOCK, VEC>(x + row * cols, cols, chunk,
+                         [&](int, auto& f) { maxsum_add_vec<VEC>(a, f); });
   const MaxSum t = block_maxsum<BLOCK / 32>(a, red);
   if (threadIdx.x == 0) part[row * gridDim.x + blockIdx.x] = make_float2(t.m, t.s);
 }
@@ -38,15 +32,7 @@ softmax_split_apply(const elem_t* __restrict__ x, const float2* __restrict__ par
     t = maxsum_combine(t, MaxSum{p.x, p.y});
   }
   const float r = softmax_scale(t.s);
-  const int begin = blockIdx.x * chunk;
-  const int end = min(cols, begin + chunk);
-  const elem_t* xr = x + row * cols;
   elem_t* yr = y + row * cols;
-  for (int c = begin + (int)threadIdx.x * VEC; c < end; c += BLOCK * VEC) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + c, f);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) f[i] = softmax_out(f[i], t.m, r);
-    store_vec<ST_PLAIN, VEC>(yr + c, f);
-  }
+  chunk_pass<BLOCK, VEC>(x + row * cols, cols, chunk,
+                         [&](int c, auto& f) { softmax_store(yr + c, f, t.m, r); });
 }

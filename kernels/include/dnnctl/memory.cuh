@@ -106,6 +106,25 @@ __device__ __forceinline__ void load_f32(const float* p, float (&f)[N]) {
   load_vec<LD_NC, N, float>(p, f);
 }
 
+// U independent vector loads in flight per thread (a loop that adds each vector as it comes
+// has one): the vectors k = k0 + u * step (u < U, k < end) at src + k * pitch are all loaded
+// before use(k, v) runs on each, in order of u (k * pitch in the wider of I and P).
+template <int U, int VEC, int L, typename I, typename P, typename T, typename F>
+__device__ __forceinline__ void load_unrolled(const T* src, P pitch, I k0, I step, I end,
+                                              F&& use) {
+  float v[U][VEC];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const I k = k0 + (I)u * step;
+    if (k < end) load_vec<L, VEC>(src + k * pitch, v[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const I k = k0 + (I)u * step;
+    if (k < end) use(k, v[u]);
+  }
+}
+
 // ---------------------------------------------------------------------------- reductions
 // Groups of WIDTH consecutive lanes (WIDTH a power of two <= 32). Every lane of the warp must
 // execute these (full mask): kernels keep out-of-range threads alive and let them add identity.
@@ -172,6 +191,22 @@ __device__ __forceinline__ Welford welford_combine(const Welford& a, const Welfo
   const float d = b.mean - a.mean;
   const float fb = b.n / n;
   return Welford{n, a.mean + d * fb, a.m2 + b.m2 + d * d * a.n * fb};
+}
+
+// A partial in global memory: three floats (n, mean, M2) at p.
+__device__ __forceinline__ void welford_store(float* p, const Welford& w) {
+  p[0] = w.n;
+  p[1] = w.mean;
+  p[2] = w.m2;
+}
+
+// The `count` partials at p, p + 3, ... folded in order (deterministic: every reader of the
+// same partials gets the same bits).
+__device__ __forceinline__ Welford welford_fold(const float* p, int count) {
+  Welford t = welford_init();
+  for (int i = 0; i < count; ++i)
+    t = welford_combine(t, Welford{p[3 * i], p[3 * i + 1], p[3 * i + 2]});
+  return t;
 }
 
 template <int WIDTH>
