@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Field, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import DTYPES, Field, Op, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import GRAD_TOL, BackwardSpec, f64
 
 SPATIAL_FIELDS = {
@@ -20,6 +20,11 @@ SPATIAL_FIELDS = {
     "c": Field("int", minimum=1, doc="channels"),
     "h": Field("int", minimum=1, doc="height"),
     "w": Field("int", minimum=1, doc="width"),
+}
+# the element type and the memory order of such a tensor
+TENSOR_FIELDS = {
+    "dtype": Field("str", choices=DTYPES),
+    "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
 }
 
 

@@ -219,6 +219,13 @@ class NumpyBackward(NumpyVariant):
                 attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
         return self.spec.grads(problem, f32(inputs), attrs)
 
+    @classmethod
+    def of(cls, op: str, spec: BackwardSpec, doc: str) -> type[NumpyBackward]:
+        """The ``bwd_numpy`` variant class of ``op`` (``spec`` answers its backward)."""
+        title = "".join(p.title() for p in op.split("_"))
+        return type(f"{title}BwdNumpy", (cls,), {"op": op, "spec": spec, "doc": doc,
+                                                 "__module__": type(spec).__module__})
+
 
 def f32_or_none(a: Any) -> Any:
     """A float32 view / copy of an optional input."""

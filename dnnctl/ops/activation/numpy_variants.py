@@ -11,44 +11,24 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.activation.backward import ACTIVATION_BACKWARD
 from dnnctl.ops.activation.op import geometry
-from dnnctl.ops.activation.reference import act_numpy, broadcast_bias
+from dnnctl.ops.activation.reference import act_numpy
 from dnnctl.ops.base import Problem
 from dnnctl.ops.passes import NumpyBackward, NumpyVariant
 from dnnctl.ops.registry import register_variant
 
+register_variant(NumpyBackward.of("activation", ACTIVATION_BACKWARD,
+                                  "fp32 numpy (float64 bias sums)"))
 
-@register_variant
-class ActBwdNumpy(NumpyBackward):
+
+class _ActNumpy(NumpyVariant):
+    """fp32 ufuncs over chunks of about ``chunk`` elements (the whole tensor without it)."""
+
     op = "activation"
-    doc = "fp32 numpy (float64 bias sums)"
-    spec = ACTIVATION_BACKWARD
-
-
-@register_variant
-class ActNumpyWhole(NumpyVariant):
-    op = "activation"
-    name = "numpy_whole"
-    doc = "whole-tensor fp32 ufuncs"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        x = mc.f32(inputs["x"])
-        if "bias" in inputs:
-            x = x + broadcast_bias(problem, mc.f32(inputs["bias"]))
-        return {"y": act_numpy(problem["fn"], x, float(attrs.get("negative_slope", 0.01)))}
-
-
-@register_variant
-class ActNumpyBlocked(NumpyVariant):
-    op = "activation"
-    name = "numpy_blocked"
-    doc = "fp32 ufuncs over cache-sized chunks of rows"
-    params = {"chunk": (8192, 65536, 524288)}
 
     def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
             outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
-        fn, chunk = problem["fn"], params["chunk"]
         n, inner, channels = geometry(problem)
+        fn, chunk = problem["fn"], params.get("chunk", n)
         # rows of uniform bias: NCHW (N*C, inner) with bias per row; else (rows, C) per column
         per_row = problem["bias"] != "none" and problem["layout"] == "NCHW"
         cols = inner if per_row else (channels if problem["bias"] != "none" else min(n, chunk))
@@ -68,3 +48,16 @@ class ActNumpyBlocked(NumpyVariant):
         tail = rows * cols
         if tail < n:  # no bias here (with a bias cols divides n)
             mc.put(y[tail:], act_numpy(fn, mc.f32(x[tail:]), slope))
+
+
+@register_variant
+class ActNumpyWhole(_ActNumpy):
+    name = "numpy_whole"
+    doc = "whole-tensor fp32 ufuncs"
+
+
+@register_variant
+class ActNumpyBlocked(_ActNumpy):
+    name = "numpy_blocked"
+    doc = "fp32 ufuncs over cache-sized chunks of rows"
+    params = {"chunk": (8192, 65536, 524288)}

@@ -16,12 +16,8 @@ from dnnctl.ops.batch_norm.op import bn_numpy
 from dnnctl.ops.passes import NumpyBackward, NumpyVariant
 from dnnctl.ops.registry import register_variant
 
-
-@register_variant
-class BnBwdNumpy(NumpyBackward):
-    op = "batch_norm"
-    doc = "fp32 numpy, float64 channel sums"
-    spec = BATCH_NORM_BACKWARD
+register_variant(NumpyBackward.of("batch_norm", BATCH_NORM_BACKWARD,
+                                  "fp32 numpy, float64 channel sums"))
 
 
 class _BnNumpy(NumpyVariant):

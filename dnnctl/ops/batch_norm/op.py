@@ -11,7 +11,7 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import DTYPES, Choice, Field, Problem, TensorSpec, np_dtype
+from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
@@ -59,10 +59,8 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
 class BatchNormOp(mc.MemoryOp):
     name = "batch_norm"
     doc = "batch normalization forward (inference or training), NCHW or NHWC"
-    fields = {**sp.SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
-              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
-              "training": Field("bool", False), "affine": Field("bool", True),
-              "pass": PASS_FIELD}
+    fields = {**sp.SPATIAL_FIELDS, **sp.TENSOR_FIELDS, "training": Field("bool", False),
+              "affine": Field("bool", True), "pass": PASS_FIELD}
     attrs = {"eps": 1e-5, "momentum": 0.1}
 
     def check(self, key: dict[str, Any]) -> None:

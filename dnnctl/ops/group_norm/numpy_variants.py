@@ -14,12 +14,8 @@ from dnnctl.ops.group_norm.op import gn_numpy
 from dnnctl.ops.passes import NumpyBackward, NumpyVariant, f32_or_none
 from dnnctl.ops.registry import register_variant
 
-
-@register_variant
-class GnBwdNumpy(NumpyBackward):
-    op = "group_norm"
-    doc = "fp32 numpy (float64 parameter sums)"
-    spec = GROUP_NORM_BACKWARD
+register_variant(NumpyBackward.of("group_norm", GROUP_NORM_BACKWARD,
+                                  "fp32 numpy (float64 parameter sums)"))
 
 
 class _GnNumpy(NumpyVariant):

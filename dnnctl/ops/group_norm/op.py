@@ -12,7 +12,7 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import DTYPES, Choice, Field, Problem, TensorSpec, dtype_size, np_dtype
+from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, dtype_size, np_dtype
 from dnnctl.ops.group_norm.backward import GROUP_NORM_BACKWARD
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import get_variant, register_op
@@ -44,9 +44,7 @@ def gn_numpy(problem: Problem, x: np.ndarray, w: np.ndarray | None, b: np.ndarra
 class GroupNormOp(mc.MemoryOp):
     name = "group_norm"
     doc = "group normalization: statistics over (C/G, H, W) per sample and group"
-    fields = {**sp.SPATIAL_FIELDS, "groups": Field("int", minimum=1),
-              "dtype": Field("str", choices=DTYPES),
-              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
+    fields = {**sp.SPATIAL_FIELDS, "groups": Field("int", minimum=1), **sp.TENSOR_FIELDS,
               "affine": Field("bool", True), "pass": PASS_FIELD}
     attrs = {"eps": 1e-5}
 

@@ -253,8 +253,5 @@ class PoolNumpyArgmax(NumpyVariant):
         return {"y": y, "indices": ind}
 
 
-@register_variant
-class PoolBwdNumpy(NumpyBackward):
-    op = "pool2d"
-    doc = "fp32 numpy: scatter by indices (max) or per kernel tap (avg)"
-    spec = POOL2D_BACKWARD
+register_variant(NumpyBackward.of("pool2d", POOL2D_BACKWARD,
+                                  "fp32 numpy: scatter by indices (max) or per kernel tap (avg)"))

@@ -15,17 +15,8 @@ from typing import Any
 import numpy as np
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, numel, tensor_shape, vec_ok
-from dnnctl.ops.base import (
-    DTYPES,
-    SUPPORTED,
-    Choice,
-    Field,
-    Problem,
-    Support,
-    TensorSpec,
-    unsupported,
-)
+from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, TENSOR_FIELDS, numel, tensor_shape, vec_ok
+from dnnctl.ops.base import SUPPORTED, Choice, Problem, Support, TensorSpec, unsupported
 from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
 from dnnctl.ops.pool.gap_backward import GAP_BACKWARD, gap_shape
 from dnnctl.ops.registry import register_op, register_variant
@@ -40,9 +31,7 @@ def _axes(problem: Problem) -> tuple[int, int]:
 class GlobalAvgPool2dOp(mc.MemoryOp):
     name = "global_avg_pool2d"
     doc = "mean over H x W per sample and channel"
-    fields = {**SPATIAL_FIELDS, "dtype": Field("str", choices=DTYPES),
-              "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
-              "pass": PASS_FIELD}
+    fields = {**SPATIAL_FIELDS, **TENSOR_FIELDS, "pass": PASS_FIELD}
 
     @mc.memo_per_problem
     def input_specs(self, problem: Problem) -> dict[str, TensorSpec]:

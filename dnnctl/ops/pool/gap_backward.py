@@ -84,8 +84,5 @@ class GapBwdBroadcast(mc.CudaVariant):
                              "dy", "dx")
 
 
-@register_variant
-class GapBwdNumpy(NumpyBackward):
-    op = "global_avg_pool2d"
-    doc = "numpy broadcast"
-    spec = GAP_BACKWARD
+register_variant(NumpyBackward.of("global_avg_pool2d", GAP_BACKWARD,
+                                  "numpy broadcast"))

@@ -19,17 +19,14 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, tensor_shape
+from dnnctl.ops._spatial_norm import SPATIAL_FIELDS, TENSOR_FIELDS, tensor_shape
 from dnnctl.ops.base import (
-    DTYPES,
     SUPPORTED,
     Choice,
     Field,
-    Kernel,
     Problem,
     Support,
     TensorSpec,
-    dtype_size,
     unsupported,
 )
 from dnnctl.ops.passes import PASS_FIELD, NumpyVariant, with_backward
@@ -103,8 +100,7 @@ class Pool2dOp(mc.MemoryOp):
         "dilation": Field("ints", (1, 1), length=2, minimum=1),
         "ceil_mode": Field("bool", False),
         "count_include_pad": Field("bool", True, doc="avg only"),
-        "dtype": Field("str", choices=DTYPES),
-        "layout": Field("str", "NCHW", choices=("NCHW", "NHWC")),
+        **TENSOR_FIELDS,
         "indices": Field("bool", False, doc="max: also write the argmax (int32, in the plane)"),
         "pass": PASS_FIELD,
     }
@@ -186,16 +182,7 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 # ----------------------------------------------------------------------------- CUDA
 
 
-class _PoolKernel(mc.VecKernel):
-    """consts: the thread count of the vector and of the scalar launch."""
-
-    __slots__ = ()
-
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None:
-        x, y = inputs["x"], outputs["y"]
-        go = self.fast if mc.aligned(self.align, x, y) else self.safe
-        go((x, y, self.consts[go is self.safe]))
+_PoolKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 
 
 class _PoolCuda(mc.CudaVariant):
@@ -219,19 +206,16 @@ class _PoolCuda(mc.CudaVariant):
     def instance(self, params: Mapping[str, Any], vec: int, itype: str) -> str:
         return f"{self.kernel}<{params['block']},{itype}>"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = params.get("vec", 1) if self.valid_params(problem, params, device) else 1
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
         itype = mc.index_type(max(math.prod(tensor_shape(problem)),
                                   math.prod(out_shape(problem))))
-        names = [self.instance(params, v, itype) for v in (vec, 1)]
-        mod = mc.compile_cuda(self.source, self.defines(problem), names, device)
-        runs, totals = [], []
-        for v in (vec, 1):
-            total = self.threads(problem, params, v)
-            runs.append(mc.launch(mod, self.instance(params, v, itype),
-                                  max(1, mc.cdiv(total, params["block"])), params["block"]))
-            totals.append(mc.index_scalar(total, itype))
-        return _PoolKernel(runs[0], runs[1], vec * dtype_size(problem["dtype"]), tuple(totals))
+        mod = self.compile(problem, params, device, lambda v: self.instance(params, v, itype))
+        total = self.threads(problem, params, vec)
+        run = mc.launch(mod, self.instance(params, vec, itype),
+                        max(1, mc.cdiv(total, params["block"])), params["block"])
+        size = run.consts(mc.index_scalar(total, itype))
+        return lambda x, y: run((x, y, *size))
 
 
 @register_variant

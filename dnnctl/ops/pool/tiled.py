@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.base import SUPPORTED, Problem, Support, dtype_size, unsupported
 from dnnctl.ops.pool.pool2d import _PoolCuda, _vec_ok, out_hw
 from dnnctl.ops.registry import register_variant
 
@@ -67,20 +67,15 @@ class PoolNhwcTile(_PoolCuda):
             return unsupported("the smallest input patch does not fit in shared memory")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        vec = params["vec"] if self.valid_params(problem, params, device) else 1
+    def program(self, problem: Problem, params: Mapping[str, Any], vec: int,
+                device: Any) -> Any:
         block, th, tw = params["block"], params["th"], params["tw"]
 
         def name(v: int) -> str:
             return f"pool_tile<{block},{v},{th},{tw},{self.ct(problem, v)}>"
 
-        vecs = tuple(dict.fromkeys((vec, 1)))
-        mod = mc.compile_cuda(self.source, self.defines(problem), [name(v) for v in vecs],
-                              device)
-        def program(v: int) -> Any:
-            run = mc.launch(mod, name(v), self.tiles(problem, params, v), block,
-                            self.patch_bytes(problem, params, v))
-            return lambda x, y: run((x, y))
-
-        return _TileKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]))
+        mod = self.compile(problem, params, device, name)
+        run = mc.launch(mod, name(vec), self.tiles(problem, params, vec), block,
+                        self.patch_bytes(problem, params, vec))
+        return lambda x, y: run((x, y))
 

@@ -30,8 +30,7 @@ class _NormNumpy(NumpyVariant):
 
 for _op, _spec in (("layer_norm", LAYER_NORM_BACKWARD), ("rms_norm", RMS_NORM_BACKWARD)):
     _title = "".join(p.title() for p in _op.split("_"))
-    register_variant(type(f"{_title}BwdNumpy", (NumpyBackward,), {
-        "op": _op, "doc": "fp32 numpy", "spec": _spec, "__module__": __name__}))
+    register_variant(NumpyBackward.of(_op, _spec, "fp32 numpy"))
     register_variant(type(f"{_title}NumpyWhole", (_NormNumpy,), {
         "op": _op, "name": "numpy_whole", "doc": "whole-tensor fp32 numpy",
         "rms": _op == "rms_norm", "__module__": __name__}))

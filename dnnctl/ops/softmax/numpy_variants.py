@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Problem
 from dnnctl.ops.passes import NumpyBackward, NumpyVariant
@@ -29,26 +27,26 @@ class SoftmaxBwdNumpy(NumpyBackward):
                                                          mc.f32(dy[r:r + 256]), problem["log"]))
 
 
-@register_variant
-class SoftmaxNumpyWhole(NumpyVariant):
+class _SoftmaxNumpy(NumpyVariant):
+    """Blocks of ``chunk_rows`` rows (all rows at once without the parameter)."""
+
     op = "softmax"
-    name = "numpy_whole"
-    doc = "whole-tensor fp32 numpy"
-
-    def compute(self, problem: Problem, inputs: Mapping[str, Any],
-                attrs: Mapping[str, Any]) -> Mapping[str, np.ndarray]:
-        return {"y": softmax_numpy(mc.f32(inputs["x"]), problem["log"])}
-
-
-@register_variant
-class SoftmaxNumpyRows(NumpyVariant):
-    op = "softmax"
-    name = "numpy_rows"
-    doc = "fp32 numpy over cache-sized blocks of rows"
-    params = {"chunk_rows": (16, 256, 4096)}
 
     def run(self, problem: Problem, params: Mapping[str, Any], inputs: Mapping[str, Any],
             outputs: Mapping[str, Any], attrs: Mapping[str, Any]) -> None:
-        x, y, step = inputs["x"], outputs["y"], params["chunk_rows"]
+        x, y, step = inputs["x"], outputs["y"], params.get("chunk_rows", problem["rows"])
         for r in range(0, problem["rows"], step):
             mc.put(y[r:r + step], softmax_numpy(mc.f32(x[r:r + step]), problem["log"]))
+
+
+@register_variant
+class SoftmaxNumpyWhole(_SoftmaxNumpy):
+    name = "numpy_whole"
+    doc = "whole-tensor fp32 numpy"
+
+
+@register_variant
+class SoftmaxNumpyRows(_SoftmaxNumpy):
+    name = "numpy_rows"
+    doc = "fp32 numpy over cache-sized blocks of rows"
+    params = {"chunk_rows": (16, 256, 4096)}
