@@ -17,9 +17,9 @@ from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
-from dnnctl.ops.attention.cupy_variants import strides
+from dnnctl.ops.attention.cupy_variants import CupyAttention, mma_unsupported, strides
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, lse_shape
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/bwd_mma.cu"
@@ -35,12 +35,10 @@ def bwd_smem(p: Problem, bm: int, bn: int) -> tuple[int, int]:
 
 
 @register_variant
-class MmaBackward(Variant):
+class MmaBackward(CupyAttention):
     """FA2-style backward on mma.sync with a deterministic two-kernel dQ / dK dV split."""
 
-    op = "attention"
     name = "mma_bwd"
-    backend = "cupy"
     source = SOURCE
     passes = ("backward",)
     params = {"bm": (32, 64, 128), "bn": (32, 64, 128)}
@@ -48,15 +46,9 @@ class MmaBackward(Variant):
            "GQA group without atomics, dQ per query tile; deterministic, workspace = D_i")
 
     def supports(self, problem: Problem, device: Any) -> Support:
-        p = problem
-        if device.cc_tuple < (8, 0):
-            return unsupported(f"needs compute capability >= 8.0 (cp.async, bf16 mma); "
-                               f"{device.name} is {device.compute_capability}")
-        for f in ("head_dim", "head_dim_v"):
-            if p[f] not in BWD_HEAD_DIMS:
-                return unsupported(f"{f}={p[f]}: the backward kernel keeps dK and dV in "
-                                   f"registers; built for {list(BWD_HEAD_DIMS)}")
-        return SUPPORTED
+        no = mma_unsupported(problem, device, BWD_HEAD_DIMS,
+                             "the backward kernel keeps dK and dV in registers; built for")
+        return SUPPORTED if no is None else no
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         p, bm, bn = problem, params["bm"], params["bn"]
@@ -72,9 +64,7 @@ class MmaBackward(Variant):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         params = {"bm": 64, "bn": 64}
-        if self.valid_params(problem, params, device):
-            return params
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [params])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return 4 * int(np.prod(lse_shape(problem)))

@@ -53,21 +53,33 @@ def _kv_tiles(p: Problem, bn: int) -> int:
     return -(-p["seq_kv"] // bn)
 
 
-class _FlashBase(Variant):
+class CupyAttention(Variant):
+    """Base of the attention variants on the cupy backend (ours and the vendors')."""
+
     op = "attention"
     backend = "cupy"
+
+
+def mma_unsupported(p: Problem, device: Any, head_dims: tuple[int, ...],
+                    built: str = "the kernel is built for") -> Support | None:
+    """Why an mma.sync attention kernel (cp.async, bf16 mma: sm_80) compiled for
+    ``head_dims`` cannot run ``p`` on ``device``, else None."""
+    if device.cc_tuple < (8, 0):
+        return unsupported(f"needs compute capability >= 8.0 (cp.async, bf16 mma); "
+                           f"{device.name} is {device.compute_capability}")
+    for f in ("head_dim", "head_dim_v"):
+        if p[f] not in head_dims:
+            return unsupported(f"{f}={p[f]}: {built} {list(head_dims)}")
+    return None
+
+
+class _FlashBase(CupyAttention):
     source = SOURCE
     pack = False
 
     def supports(self, problem: Problem, device: Any) -> Support:
-        p = problem
-        if device.cc_tuple < (8, 0):
-            return unsupported(f"needs compute capability >= 8.0 (cp.async, bf16 mma); "
-                               f"{device.name} is {device.compute_capability}")
-        for f in ("head_dim", "head_dim_v"):
-            if p[f] not in HEAD_DIMS:
-                return unsupported(f"{f}={p[f]}: the kernel is built for {list(HEAD_DIMS)}")
-        return SUPPORTED
+        no = mma_unsupported(problem, device, HEAD_DIMS)
+        return SUPPORTED if no is None else no
 
     def _regs_ok(self, p: Problem, bn: int, wm: int) -> bool:
         # fp32 accumulators per thread: O (dv / 2) + S (bn / 2) per m16 tile of the warp;
@@ -177,9 +189,7 @@ class MmaAttention(_FlashBase):
         wm = 32 if dv <= 128 and bm == 128 else 16
         bn = 64 if dv <= 64 or (wm == 16 and dv <= 128) else 32
         params = {"bm": bm, "bn": bn, "wm": wm}
-        if self.valid_params(p, params, device):
-            return params
-        return next(iter(self.param_space(p, device)), None)
+        return self.first_valid(p, device, [params])
 
 
 @register_variant
@@ -227,7 +237,5 @@ class DecodeAttention(_FlashBase):
                and 2 * splits * 2 <= _kv_tiles(p, bn)):
             splits *= 2
         params = {"bm": bm, "bn": bn, "splits": splits}
-        if self.check_params(params) is None and self.valid_params(p, params, device):
-            return params
-        return next(iter(self.param_space(p, device)), None)
+        return self.first_valid(p, device, [params])
 

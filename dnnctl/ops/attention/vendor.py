@@ -16,8 +16,9 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.ops.attention.cupy_variants import CupyAttention
 from dnnctl.ops.attention.op import attn_scale
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
 
@@ -77,9 +78,7 @@ def _bhsd(p: Problem, x: Any) -> Any:
     return x if p["layout"] == "BHSD" else x.transpose(1, 2)
 
 
-class _TorchBase(Variant):
-    op = "attention"
-    backend = "cupy"
+class _TorchBase(CupyAttention):
     vendor = True
     deterministic = True
 
@@ -98,6 +97,33 @@ class _TorchBase(Variant):
 
     def more(self, p: Problem) -> Support:
         return SUPPORTED
+
+    # the library's view of q / k / v / out: (B, S, H, D), or _bhsd's (B, H, S, D)
+    layout = staticmethod(_bshd)
+
+    def operands(self, p: Problem, inputs: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        """q, k, v as the library takes them."""
+        q, k, v = (self.layout(p, tensor(inputs[n])) for n in ("q", "k", "v"))
+        return q, k, v
+
+    def runner(self, p: Problem) -> Any:
+        """``run(q, k, v, inputs, scale) -> (out, lse)``: the library's forward call."""
+        raise NotImplementedError
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        p = problem
+        run = self.runner(p)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            q, k, v = self.operands(p, inputs)
+            with current_stream():
+                out, lse = run(q, k, v, inputs, attn_scale(p, attrs))
+                self.layout(p, tensor(outputs["out"])).copy_(out)
+                dst = tensor(outputs["lse"])
+                dst.copy_(lse.reshape(dst.shape))
+
+        return kernel
 
 
 @register_variant
@@ -124,32 +150,29 @@ class TorchFlash(_TorchBase):
                 return unsupported("flash-attn pages are multiples of 256 tokens")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def operands(self, p: Problem, inputs: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        if not p["paged"]:
+            return super().operands(p, inputs)
+        return _bshd(p, tensor(inputs["q"])), tensor(inputs["k"]), tensor(inputs["v"])
+
+    def runner(self, p: Problem) -> Any:
         import torch
 
-        p = problem
         fwd = torch.ops.aten._flash_attention_forward.default
         causal = p["causal"] != "none"
         w = p["window"]
         left, right = (w, 0 if causal else w) if w else (None, None)
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            q, k, v = (_bshd(p, tensor(inputs[n])) if not p["paged"] or n == "q"
-                       else tensor(inputs[n]) for n in ("q", "k", "v"))
+        def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
             cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
             ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
-            table = tensor(inputs["block_table"]) if p["paged"] else None
-            used = tensor(inputs["seqused_k"]) if p["paged"] else None
-            paged = {"seqused_k": used, "block_table": table} if p["paged"] else {}
-            with current_stream():
-                res = fwd(q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False,
-                          scale=attn_scale(p, attrs), window_size_left=left,
-                          window_size_right=right, **paged)
-                _bshd(p, tensor(outputs["out"])).copy_(res[0])
-                tensor(outputs["lse"]).copy_(res[1].reshape(tensor(outputs["lse"]).shape))
+            paged = {"seqused_k": tensor(inputs["seqused_k"]),
+                     "block_table": tensor(inputs["block_table"])} if p["paged"] else {}
+            res = fwd(q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False,
+                      scale=scale, window_size_left=left, window_size_right=right, **paged)
+            return res[0], res[1]
 
-        return kernel
+        return run
 
 
 class _TorchDense(_TorchBase):
@@ -172,23 +195,18 @@ class TorchEfficient(_TorchDense):
     name = "torch_efficient"
     doc = "torch memory-efficient SDPA backend (aten::_efficient_attention_forward)"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def runner(self, p: Problem) -> Any:
         import torch
 
-        p = problem
         fwd = torch.ops.aten._efficient_attention_forward.default
         mask_type = 1 if p["causal"] == "top_left" else 0
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            q, k, v = (_bshd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
-            with current_stream():
-                res = fwd(q, k, v, None, None, None, p["seq_q"], p["seq_kv"], 0.0, mask_type,
-                          True, scale=attn_scale(p, attrs))
-                _bshd(p, tensor(outputs["out"])).copy_(res[0])
-                tensor(outputs["lse"]).copy_(res[1][..., :p["seq_q"]])  # rows padded to 32
+        def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
+            res = fwd(q, k, v, None, None, None, p["seq_q"], p["seq_kv"], 0.0, mask_type, True,
+                      scale=scale)
+            return res[0], res[1][..., :p["seq_q"]]  # lse rows padded to 32
 
-        return kernel
+        return run
 
 
 @register_variant
@@ -198,23 +216,19 @@ class TorchCudnn(_TorchDense):
     name = "torch_cudnn"
     doc = "torch cuDNN SDPA backend (aten::_scaled_dot_product_cudnn_attention)"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    layout = staticmethod(_bhsd)
+
+    def runner(self, p: Problem) -> Any:
         import torch
 
-        p = problem
         fwd = torch.ops.aten._scaled_dot_product_cudnn_attention.default
         causal = p["causal"] == "top_left"
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            q, k, v = (_bhsd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
-            with current_stream():
-                res = fwd(q, k, v, None, True, 0.0, causal, False, scale=attn_scale(p, attrs))
-                _bhsd(p, tensor(outputs["out"])).copy_(res[0])
-                lse = tensor(outputs["lse"])
-                lse.copy_(res[1].reshape(lse.shape))
+        def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
+            res = fwd(q, k, v, None, True, 0.0, causal, False, scale=scale)
+            return res[0], res[1]
 
-        return kernel
+        return run
 
 
 @register_variant
@@ -239,31 +253,25 @@ class FlashAttnPackage(_TorchBase):
             return unsupported("flash-attn's causal mask is bottom-right aligned")
         return SUPPORTED
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+    def runner(self, p: Problem) -> Any:
         import flash_attn
 
-        p = problem
         causal = p["causal"] != "none"
         w = p["window"]
         window = (w, 0 if causal else w) if w else (-1, -1)
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            q, k, v = (_bshd(p, tensor(inputs[n])) for n in ("q", "k", "v"))
-            kw = dict(softmax_scale=attn_scale(p, attrs), causal=causal, window_size=window,
+        def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
+            kw = dict(softmax_scale=scale, causal=causal, window_size=window,
                       softcap=p["softcap"], return_attn_probs=True)
-            with current_stream():
-                if p["varlen"]:
-                    cq, ck = tensor(inputs["cu_seqlens_q"]), tensor(inputs["cu_seqlens_k"])
-                    res = flash_attn.flash_attn_varlen_func(
-                        q, k, v, cq, ck, p["seq_q"], p["seq_kv"], **kw)
-                else:
-                    res = flash_attn.flash_attn_func(q, k, v, **kw)
-                _bshd(p, tensor(outputs["out"])).copy_(res[0])
-                lse = tensor(outputs["lse"])
-                lse.copy_(res[1].reshape(lse.shape))
+            if p["varlen"]:
+                cq, ck = tensor(inputs["cu_seqlens_q"]), tensor(inputs["cu_seqlens_k"])
+                res = flash_attn.flash_attn_varlen_func(q, k, v, cq, ck, p["seq_q"],
+                                                        p["seq_kv"], **kw)
+            else:
+                res = flash_attn.flash_attn_func(q, k, v, **kw)
+            return res[0], res[1]
 
-        return kernel
+        return run
 
 
 @register_variant

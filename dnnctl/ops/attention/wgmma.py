@@ -30,9 +30,9 @@ from dnnctl.backends import cuda, tma
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
-from dnnctl.ops.attention.cupy_variants import MmaAttention, strides
+from dnnctl.ops.attention.cupy_variants import CupyAttention, MmaAttention, strides
 from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
-from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, unsupported
 from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
@@ -121,12 +121,10 @@ def wg_heuristic(p: Problem) -> dict[str, Any]:
 
 
 @register_variant
-class WgmmaAttention(Variant):
+class WgmmaAttention(CupyAttention):
     """Hopper attention forward: TMA producer, wgmma consumers, P from registers."""
 
-    op = "attention"
     name = "wgmma"
-    backend = "cupy"
     source = SOURCE
     params = {"consumers": (1, 2, 3), "bn": (64, 128), "stages": (2, 3), "pingpong": (0, 1),
               "overlap": (0, 1)}
@@ -159,9 +157,7 @@ class WgmmaAttention(Variant):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         params = wg_heuristic(problem)
-        if self.check_params(params) is None and self.valid_params(problem, params, device):
-            return params
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [params])
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         p = problem

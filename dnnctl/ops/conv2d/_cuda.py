@@ -150,13 +150,18 @@ def grid1d(total: int, block: int, cap: int = 1 << 20) -> tuple[int, int, int]:
     return (max(1, min((total + block - 1) // block, cap)), 1, 1)
 
 
+def epilogue_codes(g: Any) -> tuple[np.int32, np.int32]:
+    """(act, flags) kernel arguments of ``g``'s epilogue."""
+    flags = (EPI_BIAS if g.bias else 0) | (EPI_RESIDUAL if g.residual else 0)
+    return np.int32(ACT_CODE[g.activation]), np.int32(flags)
+
+
 def epilogue_args(g: Any, y: Any, inputs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
     """(bias, residual, act, flags) kernel arguments; absent tensors are passed as ``y``
     (a valid pointer the kernel never reads)."""
-    flags = (EPI_BIAS if g.bias else 0) | (EPI_RESIDUAL if g.residual else 0)
     bias = inputs["bias"] if g.bias else y
     res = inputs["residual"] if g.residual else y
-    return bias, res, np.int32(ACT_CODE[g.activation]), np.int32(flags)
+    return (bias, res, *epilogue_codes(g))
 
 
 def i32(*vals: int) -> tuple[np.int32, ...]:

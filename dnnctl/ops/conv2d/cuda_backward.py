@@ -28,9 +28,10 @@ from dnnctl.ops.conv2d.cuda_base import (
     CudaConv,
     Workspace,
     batch_chunk,
+    image_chunks,
     io_dtype,
 )
-from dnnctl.ops.conv2d.im2col_gemm import DEFAULT_WS_LIMIT, is_identity
+from dnnctl.ops.conv2d.im2col_gemm import DEFAULT_WS_LIMIT, col_geo, im2col, is_identity
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -58,14 +59,28 @@ class BiasGrad:
         self.args = (np.int64(self.m), *_cuda.i32(g.k, pq), *(np.int64(v) for v in strides),
                      np.int64(ROWS_PER_CHUNK))
 
-    def workspace(self) -> tuple[str, int, Any]:
-        return ("db_partial", self.chunks * self.k, np.float32)
-
     def __call__(self, dy: Any, db: Any, partial: Any) -> None:
         self.part((-(-self.k // 32), self.chunks, 1), (32, 8, 1),
                   (dy, dy, dy, partial, *self.args))
         self.fin(_cuda.grid1d(self.k, 256), (256, 1, 1),
                  (partial, db, *_cuda.i32(self.k, self.chunks)))
+
+
+def wgrad_workspace(g: ConvGeom, *pieces: tuple[str, int, Any]) -> Workspace:
+    """A wgrad variant's ``pieces``, then BiasGrad's partial sums when the key asks for db."""
+    out = list(pieces)
+    if g.bias:
+        out.append(("db_partial", -(-g.npq // ROWS_PER_CHUNK) * g.k, np.float32))
+    return Workspace(out)
+
+
+def bias_grad(rt: Any, g: ConvGeom) -> Any:
+    """``db(inputs, outputs, buf)``: db = dy summed over N*P*Q (BiasGrad, its partials in
+    ``buf``, a :func:`wgrad_workspace`) when the key asks for it, else nothing."""
+    if not g.bias:
+        return lambda inputs, outputs, buf: None
+    grad = BiasGrad(rt, g)
+    return lambda inputs, outputs, buf: grad(inputs["dy"], outputs["db"], buf["db_partial"])
 
 
 class _CudaBackward(CudaConv):
@@ -120,14 +135,13 @@ class CudaDgradIm2col(_ColumnGemm):
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         rt = _cuda.runtime()
-        nc = batch_chunk(g, params["chunk"])
+        chunks = image_chunks(g, params["chunk"])
         ident = is_identity(g)
         ws = self.workspace(g, params["chunk"])
         fn = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc)}, "col2im")
         pq, hw, crs = g.p * g.q, g.h * g.w, g.cg * g.r * g.s
-        geo = _cuda.i32(g.c, g.h, g.w, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
-                        g.groups)
+        geo = col_geo(g)
 
         def gemm(dy: Any, w: Any, out: Any, n0: int, cnt: int) -> None:
             if g.nhwc:  # per group: out[rows, crs] = dy_g[rows, Kg] @ w_g[Kg, crs]
@@ -150,8 +164,7 @@ class CudaDgradIm2col(_ColumnGemm):
                    attrs: Mapping[str, Any]) -> None:
             dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
             col = None if ident else ws.allocate(rt.xp)["col"]
-            for n0 in range(0, g.n, nc):
-                cnt = min(nc, g.n - n0)
+            for n0, cnt in chunks:
                 if ident:
                     gemm(dy, w, dx, n0, cnt)
                     continue
@@ -172,11 +185,8 @@ class CudaWgradIm2col(_ColumnGemm):
     doc = "wgrad: im2col + cuBLAS dy^T @ col (reduction over N*P*Q), fp32 accumulate; db"
 
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
-        pieces: list[tuple[str, int, Any]] = [("col", self.columns(g, chunk), io_dtype(g)),
-                                              ("acc", g.k * g.crs, np.float32)]
-        if g.bias:
-            pieces.append(("db_partial", -(-g.npq // ROWS_PER_CHUNK) * g.k, np.float32))
-        return Workspace(pieces)
+        return wgrad_workspace(g, ("col", self.columns(g, chunk), io_dtype(g)),
+                               ("acc", g.k * g.crs, np.float32))
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return self.workspace(geometry(problem), params["chunk"]).nbytes
@@ -184,19 +194,17 @@ class CudaWgradIm2col(_ColumnGemm):
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         rt = _cuda.runtime()
-        nc = batch_chunk(g, params["chunk"])
+        chunks = image_chunks(g, params["chunk"])
         ident = is_identity(g)
         ws = self.workspace(g, params["chunk"])
         code = _cuda.DTYPE_CODE[g.dtype]
-        im2col = None if ident else rt.function(self.source, {
+        patches = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": code, "NHWC": int(g.nhwc), "VEC": 1},
             "im2col_nhwc" if g.nhwc else "im2col_nchw")
         finish = rt.function("conv2d/direct_bwd.cu", {"DNNCTL_DTYPE": code, "NHWC": int(
             g.nhwc), "DEPTHWISE": 0}, "wgrad_direct_finish")
-        bias = BiasGrad(rt, g) if g.bias else None
+        db = bias_grad(rt, g)
         pq, crs = g.p * g.q, g.cg * g.r * g.s
-        geo = _cuda.i32(g.c, g.h, g.w, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
-                        g.groups)
 
         def gemm(x: Any, dy: Any, col: Any, acc: Any, n0: int, cnt: int, beta: float) -> None:
             if g.nhwc:  # per group: acc_g[Kg, crs] += dy_g^T[Kg, rows] @ col_g[rows, crs]
@@ -219,21 +227,13 @@ class CudaWgradIm2col(_ColumnGemm):
                    attrs: Mapping[str, Any]) -> None:
             x, dy = inputs["x"], inputs["dy"]
             buf = ws.allocate(rt.xp)
-            for n0 in range(0, g.n, nc):
-                cnt = min(nc, g.n - n0)
+            for n0, cnt in chunks:
                 if not ident:
-                    if g.nhwc:
-                        im2col(_cuda.grid1d(g.groups * cnt * pq * g.cg, 256, 65535)[:1] + (
-                            g.r * g.s, 1), (256, 1, 1),
-                            (x, buf["col"], *_cuda.i32(n0, cnt), *geo))
-                    else:
-                        im2col((min(-(-pq // 256), 65535), crs, cnt * g.groups), (256, 1, 1),
-                               (x, buf["col"], *_cuda.i32(n0, cnt), *geo))
+                    im2col(patches, g, x, buf["col"], n0, cnt)
                 gemm(x, dy, buf.get("col"), buf["acc"], n0, cnt, 0.0 if n0 == 0 else 1.0)
             finish(_cuda.grid1d(g.k * crs, 256, 65535 * 8), (256, 1, 1),
                    (buf["acc"], outputs["dw"], *geo_args(g), np.int32(1)))
-            if bias is not None:
-                bias(dy, outputs["db"], buf["db_partial"])
+            db(inputs, outputs, buf)
 
         return kernel
 
@@ -292,10 +292,7 @@ class _DirectWgrad(_Direct):
         return {"splits": 1}
 
     def workspace(self, g: ConvGeom, splits: int) -> Workspace:
-        pieces: list[tuple[str, int, Any]] = [("partial", splits * g.k * g.crs, np.float32)]
-        if g.bias:
-            pieces.append(("db_partial", -(-g.npq // ROWS_PER_CHUNK) * g.k, np.float32))
-        return Workspace(pieces)
+        return wgrad_workspace(g, ("partial", splits * g.k * g.crs, np.float32))
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return self.workspace(geometry(problem), params["splits"]).nbytes
@@ -309,7 +306,7 @@ class _DirectWgrad(_Direct):
         rows = -(-g.npq // splits)
         welems = g.k * g.crs
         ws = self.workspace(g, splits)
-        bias = BiasGrad(rt, g) if g.bias else None
+        db = bias_grad(rt, g)
         geo = geo_args(g)
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
@@ -319,8 +316,7 @@ class _DirectWgrad(_Direct):
                  (inputs["x"], inputs["dy"], buf["partial"], *geo, np.int64(rows)))
             fin(_cuda.grid1d(welems, 256, 65535 * 8), (256, 1, 1),
                 (buf["partial"], outputs["dw"], *geo, np.int32(splits)))
-            if bias is not None:
-                bias(inputs["dy"], outputs["db"], buf["db_partial"])
+            db(inputs, outputs, buf)
 
         return kernel
 

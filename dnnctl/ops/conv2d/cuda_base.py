@@ -26,6 +26,12 @@ def batch_chunk(g: ConvGeom, chunk: int) -> int:
     return g.n if chunk == 0 else min(chunk, g.n)
 
 
+def image_chunks(g: ConvGeom, chunk: int) -> list[tuple[int, int]]:
+    """(first image, images) of each pass of a chunked variant over the batch."""
+    nc = batch_chunk(g, chunk)
+    return [(n0, min(nc, g.n - n0)) for n0 in range(0, g.n, nc)]
+
+
 def align(nbytes: int) -> int:
     return (nbytes + ALIGN - 1) // ALIGN * ALIGN
 

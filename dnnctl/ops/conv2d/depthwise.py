@@ -85,9 +85,7 @@ class CudaDepthwise(CudaConv):
             want = {"vec": 1, "cb": 0, "th": 8, "tw": 16, "tq": 1, "threads": 128}
         else:
             want = {"vec": 1, "cb": 0, "th": 8, "tw": 8, "tq": 1, "threads": 64}
-        if self.valid_params(problem, want, device):
-            return want
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [want])
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -102,8 +100,7 @@ class CudaDepthwise(CudaConv):
         fn = rt.function(self.source, defines, "dw_nchw")
         tiles = -(-g.p // params["th"]) * -(-g.q // params["tw"])
         run = mc.Launch(fn, (tiles, g.k, g.n), (params["threads"], 1, 1))
-        tail = run.consts(*dims, *_cuda.epilogue_args(g, None, {"bias": None,
-                                                                "residual": None})[2:])
+        tail = run.consts(*dims, *_cuda.epilogue_codes(g))
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
@@ -126,8 +123,7 @@ class CudaDepthwise(CudaConv):
 
         fn, grid = make(vec, cb)
         fast = mc.Launch(fn, grid, (threads, 1, 1))  # scalar arguments converted once, here
-        tail = fast.consts(*dims, *_cuda.epilogue_args(g, None, {"bias": None,
-                                                                 "residual": None})[2:])
+        tail = fast.consts(*dims, *_cuda.epilogue_codes(g))
         scalar: list[mc.Launch] = []
         align = vec * _esize(g)
 

@@ -78,10 +78,7 @@ class CudaDepthwisePlanes(CudaConv):
                and 2 * pb * g.p * g.q <= 2048 and -(-planes // (2 * pb)) >= 2 * sms):
             pb *= 2
         threads = 256 if pb * g.p * g.q >= 512 else 128
-        want = {"pb": pb, "threads": threads, "vec": vec}
-        if self.valid_params(problem, want, device):
-            return want
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [{"pb": pb, "threads": threads, "vec": vec}])
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)

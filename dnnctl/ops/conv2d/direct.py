@@ -56,9 +56,7 @@ class CudaDirect(CudaConv):
         g = geometry(problem)
         bn = 64 if g.kg >= 64 else 32 if g.kg >= 32 else 16
         want = {"bm": 64 if g.npq >= 64 else 32, "bn": bn, "tm": 4, "tn": 4 if bn == 64 else 2}
-        if self.valid_params(problem, want, device):
-            return want
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [want])
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -73,7 +71,7 @@ class CudaDirect(CudaConv):
         run = mc.Launch(fn, grid, block)  # scalar arguments converted once, here
         dims = run.consts(*_cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.r, g.s, g.sh, g.sw,
                                      g.pt, g.pl, g.dh, g.dw, g.groups),
-                          *_cuda.epilogue_args(g, None, {"bias": None, "residual": None})[2:])
+                          *_cuda.epilogue_codes(g))
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:

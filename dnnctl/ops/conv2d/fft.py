@@ -23,7 +23,14 @@ import numpy as np
 
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace, batch_chunk, next_pow2
+from dnnctl.ops.conv2d.cuda_base import (
+    SUPPORTED,
+    CudaConv,
+    Workspace,
+    batch_chunk,
+    image_chunks,
+    next_pow2,
+)
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -85,12 +92,8 @@ class CudaFft(CudaConv):
         return self.workspace(geometry(problem), params).nbytes
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
-        for chunk in (0, 16, 4, 1):
-            p = {"size": "smooth", "chunk": chunk}
-            if (self.valid_params(problem, p, device)
-                    and self.workspace_bytes(problem, p) <= DEFAULT_WS_LIMIT):
-                return p
-        return next(iter(self.param_space(problem, device)), None)
+        picks = ({"size": "smooth", "chunk": chunk} for chunk in (0, 16, 4, 1))
+        return self.first_valid(problem, device, picks, DEFAULT_WS_LIMIT)
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -103,6 +106,7 @@ class CudaFft(CudaConv):
         wh = wf // 2 + 1
         freqs, plane = hf * wh, hf * wf
         nc = batch_chunk(g, params["chunk"])
+        chunks = image_chunks(g, params["chunk"])
         ws = self.workspace(g, params)
         scale = np.float32(1.0 / plane)
         block = (256, 1, 1)
@@ -135,8 +139,7 @@ class CudaFft(CudaConv):
                      (inputs["w"], real, *_cuda.i32(g.k, g.cg, g.r, g.s, g.dh, g.dw, hf, wf)))
             rt.fft_exec(plan("f", g.k * g.cg), real, wc, _cuda.CUFFT_FORWARD)
             bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-            for n0 in range(0, g.n, nc):
-                cnt = min(nc, g.n - n0)
+            for n0, cnt in chunks:
                 f_pad(_cuda.grid1d(cnt * g.c * plane, 256), block,
                       (x, real, *_cuda.i32(n0, cnt, g.c, g.h, g.w, g.pt, g.pl, hf, wf)))
                 rt.fft_exec(plan("f", cnt * g.c), real, xc, _cuda.CUFFT_FORWARD)

@@ -20,12 +20,11 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
-from dnnctl.ops.conv2d.tiled import TiledConv
+from dnnctl.ops.conv2d.tiled import TiledConv, epilogue_defines, run_fused, split_k, tile_defines
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
     BIAS_NONE,
     BIAS_ROW,
-    DTYPE_CODES,
     ELEM_BYTES,
     MAX_GRID_Z,
     OUT_PARTIAL,
@@ -33,12 +32,10 @@ from dnnctl.ops.matmul.gemm_launch import (
     GemmDesc,
     TileConfig,
     aligned,
-    array_dtype,
     finish_kernel,
     finish_launch,
     load_kernel,
     make_gemm,
-    ptr,
     split_plan,
     vec_for,
 )
@@ -110,10 +107,8 @@ class Gemm1x1(TiledConv):
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
         m, n, k, batch = gemm_dims(g)
-        params = self.heuristic(self._math(g), m, n, k, batch, device, False)
-        if self.check_params(params) is None and self.valid_params(problem, params, device):
-            return params
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(
+            problem, device, [self.heuristic(self._math(g), m, n, k, batch, device, False)])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
@@ -140,9 +135,7 @@ class Gemm1x1(TiledConv):
 def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
     """The strided kernel (kernels/conv2d/gemm_1x1.cu) and its split-K finish."""
     m, n, k, batch = gemm_dims(g)
-    kchunk, splits = split_plan(k, cfg.bk, splitk)
-    if splits <= 1:
-        kchunk, splits = k, 1
+    kchunk, splits = split_k(k, cfg.bk, splitk)
     eb = ELEM_BYTES[g.dtype]
     vec_a = vec_for(g.cg if g.nhwc else g.c, eb)
     vec_b = vec_for(g.cg, eb) if g.nhwc else 1
@@ -153,22 +146,14 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
     ldc, sc, s_bias = (g.k, g.kg, g.kg) if g.nhwc else (pq, g.k * pq, 0)
     pair = n % 2 == 0 if out_mode == OUT_PARTIAL else ldc % 2 == 0 and (batch == 1 or
                                                                         sc % 2 == 0)
-    defines = {
-        "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
-        "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
-        "GEMM_STAGES": cfg.stages, "CONV_NHWC": int(g.nhwc), "GEMM_VEC_A": vec_a,
-        "GEMM_VEC_B": vec_b, "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
-        "EPI_ACT": act if out_mode == OUT_STORE else 0,
-        "EPI_BIAS": bias_mode if out_mode == OUT_STORE else BIAS_NONE,
-        "EPI_RES": int(g.residual and out_mode == OUT_STORE),
-    }
+    defines = {**tile_defines(cfg, vec_a, vec_b), "CONV_NHWC": int(g.nhwc),
+               **epilogue_defines(g, out_mode, pair, act, bias_mode)}
     smem = cfg.smem_bytes(g.dtype)
     main = load_kernel("conv2d/gemm_1x1.cu", "conv_gemm_1x1", defines, smem)
     fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
     grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, batch * splits)
-    block = (cfg.threads, 1, 1)
     # launches with geometry and scalar arguments fixed here: a call passes pointers
-    main_run = mc.Launch(main, grid, block, smem)
+    main_run = mc.Launch(main, grid, (cfg.threads, 1, 1), smem)
     dims = main_run.consts(*(np.int32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.sh,
                                                    g.sw, g.groups, splits, kchunk)))
     fin_go = None if fin is None else finish_launch(
@@ -179,18 +164,9 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
 
     def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                attrs: Mapping[str, Any]) -> None:
-        x = aligned(inputs["x"], va_bytes)
-        w = aligned(inputs["w"], vb_bytes)
-        y = outputs["y"]
-        y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
-        res = aligned(inputs.get("residual"), 2 * eb)
-        bias = inputs.get("bias")
         ws = cuda.workspace((ws_elems,), np.float32) if fin is not None else None
-        main_run((x, w, y_out, bias, res, ws, *dims))
-        if fin_go is not None:
-            fin_go(ws, y_out, bias, res)
-        if y_out is not y:
-            cuda.copy(y, y_out)
+        run_fused(main_run, fin_go, eb, aligned(inputs["x"], va_bytes),
+                  aligned(inputs["w"], vb_bytes), inputs, outputs["y"], ws, dims)
 
     kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
     return kernel

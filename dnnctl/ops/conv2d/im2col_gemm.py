@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import (
@@ -24,6 +26,7 @@ from dnnctl.ops.conv2d.cuda_base import (
     Workspace,
     batch_chunk,
     epilogue_fn,
+    image_chunks,
     io_dtype,
     run_epilogue,
 )
@@ -36,6 +39,24 @@ DEFAULT_WS_LIMIT = 1 << 30  # default_params keeps the patch matrix under 1 GiB
 def is_identity(g: ConvGeom) -> bool:
     """1x1, stride 1, no padding: the patch matrix would be x itself."""
     return (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+
+
+def col_geo(g: ConvGeom) -> tuple[np.int32, ...]:
+    """The geometry arguments of the im2col.cu / col2im.cu kernels."""
+    return _cuda.i32(g.c, g.h, g.w, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
+                     g.groups)
+
+
+def im2col(fn: Any, g: ConvGeom, x: Any, col: Any, n0: int, cnt: int, vec: int = 1) -> None:
+    """Launch im2col.cu's ``fn`` (built for ``vec`` channels per access in NHWC): the patch
+    matrix of images n0:n0+cnt of x into col."""
+    args = (x, col, *_cuda.i32(n0, cnt), *col_geo(g))
+    pq = g.p * g.q
+    if g.nhwc:
+        blocks = _cuda.grid1d(g.groups * cnt * pq * (g.cg // vec), 256, 65535)[0]
+        fn((blocks, g.r * g.s, 1), (256, 1, 1), args)
+    else:
+        fn((min(-(-pq // 256), 65535), g.cg * g.r * g.s, cnt * g.groups), (256, 1, 1), args)
 
 
 @register_variant
@@ -77,18 +98,14 @@ class CudaIm2colGemm(CudaConv):
         return 0 if is_identity(g) else self.workspace(g, params["chunk"]).nbytes
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
-        for chunk in (0, 64, 16, 4, 1):
-            for vec in (8, 4, 2, 1):
-                p = {"chunk": chunk, "vec": vec}
-                if (self.valid_params(problem, p, device)
-                        and self.workspace_bytes(problem, p) <= DEFAULT_WS_LIMIT):
-                    return p
-        return next(iter(self.param_space(problem, device)), None)
+        picks = ({"chunk": chunk, "vec": vec} for chunk in (0, 64, 16, 4, 1)
+                 for vec in (8, 4, 2, 1))
+        return self.first_valid(problem, device, picks, DEFAULT_WS_LIMIT)
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         rt = _cuda.runtime()
-        nc = batch_chunk(g, params["chunk"])
+        chunks = image_chunks(g, params["chunk"])
         ws = self.workspace(g, params["chunk"])
         identity = is_identity(g)
         vec = params["vec"]
@@ -105,21 +122,12 @@ class CudaIm2colGemm(CudaConv):
         if not identity:
             im2col_fn(vec)
         epi = epilogue_fn(rt, g) if _cuda.needs_epilogue(g) else None
-        geo = _cuda.i32(g.c, g.h, g.w, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
-                        g.groups)
         pq, crs = g.p * g.q, g.cg * g.r * g.s
 
         def patches(x: Any, col: Any, n0: int, cnt: int) -> None:
-            args = (x, col, *_cuda.i32(n0, cnt), *geo)
-            if g.nhwc:
-                # a DLPack view of x need not be vector-aligned: then scalar accesses
-                v = vec if rt.ptr(x) % (vec * x.itemsize) == 0 else 1
-                items = g.groups * cnt * pq * (g.cg // v)
-                blocks = _cuda.grid1d(items, 256, 65535)[0]
-                im2col_fn(v)((blocks, g.r * g.s, 1), (256, 1, 1), args)
-            else:
-                im2col_fn(1)((min(-(-pq // 256), 65535), crs, cnt * g.groups), (256, 1, 1),
-                             args)
+            # a DLPack view of x need not be vector-aligned: then scalar accesses
+            v = vec if g.nhwc and rt.ptr(x) % (vec * x.itemsize) == 0 else 1
+            im2col(im2col_fn(v), g, x, col, n0, cnt, v)
 
         def gemm_nhwc(x: Any, w: Any, y: Any, col: Any, n0: int, cnt: int) -> None:
             rows = cnt * pq
@@ -148,8 +156,7 @@ class CudaIm2colGemm(CudaConv):
                    attrs: Mapping[str, Any]) -> None:
             x, w, y = inputs["x"], inputs["w"], outputs["y"]
             col = None if identity else ws.allocate(rt.xp)["col"]
-            for n0 in range(0, g.n, nc):
-                cnt = min(nc, g.n - n0)
+            for n0, cnt in chunks:
                 if not identity:
                     patches(x, col, n0, cnt)
                 gemm(x, w, y, col, n0, cnt)

@@ -23,7 +23,8 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
+from dnnctl.ops.base import Kernel, Problem, Support, np_dtype
+from dnnctl.ops.conv2d import tiled
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace
 from dnnctl.ops.conv2d.implicit_gemm_wgmma import padded_channels
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -31,18 +32,9 @@ from dnnctl.ops.conv2d.tiled import TiledConv
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
     BIAS_NONE,
-    DTYPE_CODES,
     ELEM_BYTES,
-    MAX_GRID_Z,
-    OUT_PARTIAL,
-    OUT_STORE,
     aligned,
-    array_dtype,
-    finish_kernel,
-    finish_launch,
     load_kernel,
-    ptr,
-    split_plan,
     vec_for,
 )
 from dnnctl.ops.matmul.op import ACT_CODES
@@ -58,11 +50,6 @@ def _cgp(g: ConvGeom) -> int:
 
 def _kgemm(g: ConvGeom) -> int:
     return _cgp(g) * g.r * g.s
-
-
-def _splits(g: ConvGeom, bk: int, splitk: int) -> tuple[int, int]:
-    kchunk, splits = split_plan(_kgemm(g), bk, splitk)
-    return (kchunk, splits) if splits > 1 else (_kgemm(g), 1)
 
 
 def _pad_workspace(g: ConvGeom, splits: int) -> Workspace:
@@ -84,15 +71,10 @@ class ImplicitGemm(TiledConv):
     doc = ("implicit GEMM (patches gathered on the fly), mma.sync tensor cores / tf32 / fp32 "
            "FFMA, cp.async pipeline, fused bias+act+residual, split-K")
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        no = self.device_unsupported(device)
-        if no is not None:
-            return no
-        if g.groups > 1 and g.depthwise:
-            return unsupported("depthwise: one channel per group makes each GEMM "
-                               f"{g.crs} deep, mostly tile padding; use the depthwise variant")
-        if g.groups > MAX_GRID_Z:
-            return unsupported(f"{g.groups} groups exceed the grid limit {MAX_GRID_Z}")
-        return SUPPORTED
+        no = self.device_unsupported(device) or tiled.groups_unsupported(
+            g, f"one channel per group makes each GEMM {g.crs} deep, mostly tile padding; "
+            "use the depthwise variant")
+        return SUPPORTED if no is None else no
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
@@ -111,13 +93,11 @@ class ImplicitGemm(TiledConv):
                                 False)
         if not g.nhwc:
             params["bm"] = min(params["bm"], 128)
-        if self.check_params(params) is None and self.valid_params(problem, params, device):
-            return params
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, [params])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
-        _, splits = _splits(g, params["bk"], params["splitk"])
+        _, splits = tiled.split_k(_kgemm(g), params["bk"], params["splitk"])
         if _cgp(g) != g.cg:
             return _pad_workspace(g, splits).nbytes
         return 0 if splits == 1 else 4 * splits * g.groups * g.npq * g.kg
@@ -125,79 +105,41 @@ class ImplicitGemm(TiledConv):
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         cfg = self.tile(g, params, device)
-        kchunk, splits = _splits(g, cfg.bk, params["splitk"])
+        kchunk, splits = tiled.split_k(_kgemm(g), cfg.bk, params["splitk"])
         eb = ELEM_BYTES[g.dtype]
         cgp = _cgp(g)
         vec_a = vec_for(cgp, eb) if g.nhwc else 1
         vec_b = vec_for(_kgemm(g), eb)
         act = ACT_CODES[g.activation]
         bias_mode = BIAS_COL if g.bias else BIAS_NONE
-        out_mode = OUT_PARTIAL if splits > 1 else OUT_STORE
-        pair = g.kg % 2 == 0 if out_mode == OUT_PARTIAL else g.nhwc and g.k % 2 == 0 and (
-            g.groups == 1 or g.kg % 2 == 0)
-        defines = {
-            "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
-            "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
-            "GEMM_STAGES": cfg.stages, "CONV_NHWC": int(g.nhwc), "GEMM_VEC_A": vec_a,
-            "GEMM_VEC_B": vec_b, "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
-            "EPI_ACT": act if out_mode == OUT_STORE else 0,
-            "EPI_BIAS": bias_mode if out_mode == OUT_STORE else BIAS_NONE,
-            "EPI_RES": int(g.residual and out_mode == OUT_STORE),
-        }
+        out_mode, pair = tiled.store_mode(g, splits)
+        defines = {**tiled.tile_defines(cfg, vec_a, vec_b), "CONV_NHWC": int(g.nhwc),
+                   **tiled.epilogue_defines(g, out_mode, pair, act, bias_mode)}
         smem = cfg.smem_bytes(g.dtype)
         main = load_kernel(self.source, "conv_implicit_gemm", defines, smem)
-        fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0 if g.nhwc else 1) \
-            if splits > 1 else None
         tiles = -(-g.npq // cfg.bm) * -(-g.kg // cfg.bn)
-        grid = (tiles, 1, g.groups * splits)
-        block = (cfg.threads, 1, 1)
-        i32 = np.int32
         # launches with geometry and scalar arguments fixed here: a call passes pointers
-        main_run = mc.Launch(main, grid, block, smem)
-        dims = main_run.consts(*(i32(v) for v in (g.n, g.groups * cgp, g.h, g.w, g.k, g.r,
-                                                  g.s, g.p, g.q, g.sh, g.sw, g.pt, g.pl, g.dh,
-                                                  g.dw, g.groups, splits, kchunk)))
-        ws_elems = splits * g.groups * g.npq * g.kg if fin is not None else 0
-        pq = g.p * g.q
-        fin_go = None if fin is None else finish_launch(
-            fin, m=g.npq, n=g.kg, batch=g.groups, splits=splits, ldc=g.k,
-            sc=g.kg if g.nhwc else g.kg * pq, s_bias=g.kg, pq=pq, img_stride=g.k * pq,
-            sm_count=device.sm_count or 132)
+        main_run = mc.Launch(main, (tiles, 1, g.groups * splits), (cfg.threads, 1, 1), smem)
+        dims = main_run.consts(*tiled.gather_dims(g, g.groups * cgp, splits, kchunk))
+        ws_elems = splits * g.groups * g.npq * g.kg if splits > 1 else 0
+        fin_go = tiled.forward_finish(g, splits, act, bias_mode, device.sm_count or 132)
         xp = get_backend("cupy").xp
         pad = None
         if cgp != g.cg:  # odd 16-bit channels: zero-pad input and weight first
-            pad = load_kernel("conv2d/implicit_gemm_pad.cu", "pad_channels",
-                              {"DNNCTL_DTYPE": DTYPE_CODES[g.dtype]}, 0)
+            pad = tiled.channel_pad(g, cgp, device.sm_count or 132)
             work = _pad_workspace(g, splits)
-            sms = device.sm_count or 132
-            x_rows, w_rows = g.n * g.h * g.w, g.k * g.r * g.s
-            pad_x = ((max(1, min(-(-x_rows * g.groups // 256), sms * 16)), 1, 1), (256, 1, 1),
-                     (np.int64(x_rows), i32(g.groups), i32(g.cg), i32(cgp)))
-            pad_w = ((max(1, min(-(-w_rows // 256), sms * 16)), 1, 1), (256, 1, 1),
-                     (np.int64(w_rows), i32(1), i32(g.cg), i32(cgp)))
-            pad_x_run = mc.Launch(pad, pad_x[0], pad_x[1])
-            pad_w_run = mc.Launch(pad, pad_w[0], pad_w[1])
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             if pad is not None:
                 buf = work.allocate(xp)
-                x, w, ws = buf["x"], buf["w"], buf.get("ws")
-                pad_x_run((inputs["x"], x, *pad_x[2]))
-                pad_w_run((inputs["w"], w, *pad_w[2]))
+                x, w = pad(inputs, buf)
+                ws = buf.get("ws")
             else:
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
-                ws = cuda.workspace((ws_elems,), np.float32) if fin is not None else None
-            y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
-            res = aligned(inputs.get("residual"), 2 * eb)
-            bias = inputs.get("bias")
-            main_run((x, w, y_out, bias, res, ws, *dims))
-            if fin_go is not None:
-                fin_go(ws, y_out, bias, res)
-            if y_out is not y:
-                cuda.copy(y, y_out)
+                ws = cuda.workspace((ws_elems,), np.float32) if ws_elems else None
+            tiled.run_fused(main_run, fin_go, eb, x, w, inputs, outputs["y"], ws, dims)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel

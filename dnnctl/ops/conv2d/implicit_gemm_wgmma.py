@@ -18,28 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.backends import cuda
 from dnnctl.backends.cuda import Launch
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
+from dnnctl.ops.conv2d import tiled
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_COL,
     BIAS_NONE,
-    DTYPE_CODES,
     ELEM_BYTES,
-    MAX_GRID_Z,
-    OUT_PARTIAL,
-    OUT_STORE,
     aligned,
-    array_dtype,
-    finish_kernel,
-    finish_launch,
     load_kernel,
-    ptr,
-    split_plan,
     tile_ok,
     vec_for,
 )
@@ -68,8 +59,7 @@ def _kgemm(g: ConvGeom) -> int:
 
 
 def _splits(g: ConvGeom, splitk: int) -> tuple[int, int]:
-    kchunk, splits = split_plan(_kgemm(g), WG_BK, splitk)
-    return (kchunk, splits) if splits > 1 else (_kgemm(g), 1)
+    return tiled.split_k(_kgemm(g), WG_BK, splitk)
 
 
 def _workspace(g: ConvGeom, splitk: int) -> Workspace:
@@ -104,11 +94,8 @@ class ImplicitGemmWgmma(CudaConv):
         if not g.nhwc:
             return unsupported("NHWC only (NCHW patches are pixel-contiguous: use implicit_gemm "
                                "or nhwc_implicit_gemm)")
-        if g.groups > 1 and g.depthwise:
-            return unsupported("depthwise: one channel per group; use the depthwise variant")
-        if g.groups > MAX_GRID_Z:
-            return unsupported(f"{g.groups} groups exceed the grid limit {MAX_GRID_Z}")
-        return SUPPORTED
+        no = tiled.groups_unsupported(g, "one channel per group; use the depthwise variant")
+        return SUPPORTED if no is None else no
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
@@ -119,10 +106,8 @@ class ImplicitGemmWgmma(CudaConv):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
-        params = wg_heuristic(g.npq, g.kg, _kgemm(g), g.groups, device)
-        if self.check_params(params) is None and self.valid_params(problem, params, device):
-            return params
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device,
+                                [wg_heuristic(g.npq, g.kg, _kgemm(g), g.groups, device)])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         ws = _workspace(geometry(problem), params["splitk"])
@@ -137,69 +122,33 @@ class ImplicitGemmWgmma(CudaConv):
         kchunk, splits = _splits(g, params["splitk"])
         eb = ELEM_BYTES[g.dtype]
         cgp = padded_channels(g.cg)
-        kgemm = _kgemm(g)
-        vec_a, vec_b = vec_for(cgp, eb), vec_for(kgemm, eb)
+        vec_a, vec_b = vec_for(cgp, eb), vec_for(_kgemm(g), eb)
         act = ACT_CODES[g.activation]
         bias_mode = BIAS_COL if g.bias else BIAS_NONE
-        out_mode = OUT_PARTIAL if splits > 1 else OUT_STORE
-        pair = g.kg % 2 == 0 if out_mode == OUT_PARTIAL else g.k % 2 == 0 and (
-            g.groups == 1 or g.kg % 2 == 0)
-        defines = {
-            "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_BM": cfg.bm, "GEMM_BN": cfg.bn,
-            "GEMM_WM": cfg.wm, "GEMM_STAGES": cfg.stages, "GEMM_VEC_A": vec_a,
-            "GEMM_VEC_B": vec_b, "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
-            "EPI_ACT": act if out_mode == OUT_STORE else 0,
-            "EPI_BIAS": bias_mode if out_mode == OUT_STORE else BIAS_NONE,
-            "EPI_RES": int(g.residual and out_mode == OUT_STORE),
-        }
+        out_mode, pair = tiled.store_mode(g, splits)
+        defines = {"GEMM_BM": cfg.bm, "GEMM_BN": cfg.bn, "GEMM_WM": cfg.wm,
+                   "GEMM_STAGES": cfg.stages, "GEMM_VEC_A": vec_a, "GEMM_VEC_B": vec_b,
+                   **tiled.epilogue_defines(g, out_mode, pair, act, bias_mode)}
         smem = cfg.smem_bytes(g.dtype)
         main = load_kernel(self.source, "conv_implicit_gemm_wgmma", defines, smem)
-        padding = cgp != g.cg
-        pad = load_kernel("conv2d/implicit_gemm_pad.cu", "pad_channels",
-                          {"DNNCTL_DTYPE": DTYPE_CODES[g.dtype]}, 0) if padding else None
-        fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
         tiles = -(-g.npq // cfg.bm) * -(-g.kg // cfg.bn)
-        grid = (tiles, 1, g.groups * splits)
-        block = (cfg.threads, 1, 1)
-        i32, i64 = np.int32, np.int64
-        dims = tuple(i32(v) for v in (g.n, g.groups * cgp, g.h, g.w, g.k, g.r, g.s, g.p, g.q,
-                                      g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.groups, splits,
-                                      kchunk))
+        dims = tiled.gather_dims(g, g.groups * cgp, splits, kchunk)
         work = _workspace(g, params["splitk"])
         sms = device.sm_count or 132
-        x_rows, w_rows = g.n * g.h * g.w, g.k * g.r * g.s
-        pad_x = ((max(1, min(-(-x_rows * g.groups // 256), sms * 16)), 1, 1), (256, 1, 1),
-                 (i64(x_rows), i32(g.groups), i32(g.cg), i32(cgp)))
-        pad_w = ((max(1, min(-(-w_rows // 256), sms * 16)), 1, 1), (256, 1, 1),
-                 (i64(w_rows), i32(1), i32(g.cg), i32(cgp)))
         xp = get_backend("cupy").xp
-        main_run = Launch(main, grid, block, smem)
-        fin_go = None if fin is None else finish_launch(
-            fin, m=g.npq, n=g.kg, batch=g.groups, splits=splits, ldc=g.k, sc=g.kg,
-            s_bias=g.kg, pq=g.p * g.q, img_stride=g.k * g.p * g.q, sm_count=sms)
-        pad_x_run = None if pad is None else Launch(pad, pad_x[0], pad_x[1])
-        pad_w_run = None if pad is None else Launch(pad, pad_w[0], pad_w[1])
+        main_run = Launch(main, (tiles, 1, g.groups * splits), (cfg.threads, 1, 1), smem)
+        fin_go = tiled.forward_finish(g, splits, act, bias_mode, sms)
+        pad = tiled.channel_pad(g, cgp, sms) if cgp != g.cg else None
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             buf = work.allocate(xp) if work.pieces else {}
             if pad is not None:
-                x, w = buf["x"], buf["w"]
-                pad_x_run((inputs["x"], x, *pad_x[2]))
-                pad_w_run((inputs["w"], w, *pad_w[2]))
+                x, w = pad(inputs, buf)
             else:
                 x = aligned(inputs["x"], vec_a * eb)
                 w = aligned(inputs["w"], vec_b * eb)
-            y = outputs["y"]
-            y_out = y if ptr(y) % (2 * eb) == 0 else cuda.workspace(tuple(y.shape), array_dtype(y))
-            res = aligned(inputs.get("residual"), 2 * eb)
-            bias = inputs.get("bias")
-            ws = buf.get("ws")
-            main_run((x, w, y_out, bias, res, ws, *dims))
-            if fin_go is not None:
-                fin_go(ws, y_out, bias, res)
-            if y_out is not y:
-                cuda.copy(y, y_out)
+            tiled.run_fused(main_run, fin_go, eb, x, w, inputs, outputs["y"], buf.get("ws"), dims)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel

@@ -17,8 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant
-from dnnctl.ops.conv2d.numpy_variants import padded_nhwc, tap, weights_rsck
+from dnnctl.ops.base import Kernel, Problem
+from dnnctl.ops.conv2d.numpy_variants import (
+    ChunkedIm2col,
+    TapOrder,
+    padded_nhwc,
+    patches,
+    tap,
+    weights_rsck,
+)
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -27,6 +34,11 @@ def dy_nhwc(dy: np.ndarray, g: ConvGeom) -> np.ndarray:
     """dy as float32 NHWC (N, P, Q, K)."""
     d = dy.astype(np.float32)
     return d if g.nhwc else d.transpose(0, 2, 3, 1)
+
+
+def zero_dx(g: ConvGeom) -> np.ndarray:
+    """A float32 NHWC gradient of the padded input, zeroed (for the taps to add into)."""
+    return np.zeros((g.n, g.h + g.pt + g.pb, g.w + g.pl + g.pr, g.c), np.float32)
 
 
 def store_dx(dxp: np.ndarray, g: ConvGeom, out: np.ndarray) -> None:
@@ -50,14 +62,6 @@ def tap_view(xp: np.ndarray, g: ConvGeom, r: int, s: int) -> np.ndarray:
     return tap(xp, g, r, s)
 
 
-class _NumpyBackward(Variant):
-    op = "conv2d"
-    backend = "numpy"
-
-    def supports(self, problem: Problem, device: Any) -> Support:
-        return SUPPORTED
-
-
 def _grouped(a: np.ndarray, b: np.ndarray, g: ConvGeom, a_t: bool) -> np.ndarray:
     """Per group (a_g^T if a_t else a_g) @ b_g; a (M, G*A), b (M or A, G*B) column blocks."""
     ga = a.reshape(a.shape[0], g.groups, -1).transpose(1, 0, 2)
@@ -67,71 +71,41 @@ def _grouped(a: np.ndarray, b: np.ndarray, g: ConvGeom, a_t: bool) -> np.ndarray
     return np.matmul(ga, gb)  # (G, ., .)
 
 
-class _ChunkedIm2col(_NumpyBackward):
-    """The column-matrix variants: ``chunk`` images at a time (0: all), their column matrix
-    (images x P x Q x R x S x C fp32) the workspace."""
-
-    params = {"chunk": (0, 1, 8)}
-
-    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        return params["chunk"] == 0 or params["chunk"] < problem["n"]
-
-    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        g = geometry(problem)
-        imgs = g.n if params["chunk"] == 0 else params["chunk"]
-        return imgs * g.p * g.q * g.r * g.s * g.c * 4
-
-    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
-        return {"chunk": 0}
-
-
 @register_variant
-class NumpyDgradIm2col(_ChunkedIm2col):
+class NumpyDgradIm2col(ChunkedIm2col):
     """dgrad: column matrix by BLAS (dy @ w per group), then col2im tap by tap."""
 
     name = "dgrad_im2col_gemm"
     passes = ("dgrad",)
     doc = "dgrad: GEMM dy (N*P*Q, K/g) @ w (K/g, R*S*C/g) per group, then col2im"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        step = g.n if params["chunk"] == 0 else params["chunk"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            dyn = dy_nhwc(inputs["dy"], g)
-            wt = weights_rsck(inputs["w"], g)  # (R, S, Cg, K)
-            # per group (Kg, R*S*Cg): rows of w, columns in (r, s, c) order
-            wm = wt.reshape(g.r * g.s, g.cg, g.groups, g.kg).transpose(2, 3, 0, 1)
-            wm = wm.reshape(g.groups, g.kg, g.r * g.s * g.cg)
-            dxp = np.zeros((g.n, g.h + g.pt + g.pb, g.w + g.pl + g.pr, g.c), np.float32)
-            for n0 in range(0, g.n, step):
-                n1 = min(n0 + step, g.n)
-                rows = dyn[n0:n1].reshape(-1, g.groups, g.kg).transpose(1, 0, 2)
-                col = np.matmul(rows, wm)  # (G, rows, RS*Cg)
-                col = col.reshape(g.groups, n1 - n0, g.p, g.q, g.r * g.s, g.cg)
-                part = dxp[n0:n1]
-                for r in range(g.r):
-                    for s in range(g.s):
-                        view = tap_view(part, g, r, s).reshape(n1 - n0, g.p, g.q, g.groups,
-                                                               g.cg)
-                        view += col[:, :, :, :, r * g.s + s, :].transpose(1, 2, 3, 0, 4)
-            store_dx(dxp, g, outputs["dx"])
-
-        return kernel
+    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        dyn = dy_nhwc(inputs["dy"], g)
+        wt = weights_rsck(inputs["w"], g)  # (R, S, Cg, K)
+        # per group (Kg, R*S*Cg): rows of w, columns in (r, s, c) order
+        wm = wt.reshape(g.r * g.s, g.cg, g.groups, g.kg).transpose(2, 3, 0, 1)
+        wm = wm.reshape(g.groups, g.kg, g.r * g.s * g.cg)
+        dxp = zero_dx(g)
+        for n0, n1 in chunks:
+            rows = dyn[n0:n1].reshape(-1, g.groups, g.kg).transpose(1, 0, 2)
+            col = np.matmul(rows, wm)  # (G, rows, RS*Cg)
+            col = col.reshape(g.groups, n1 - n0, g.p, g.q, g.r * g.s, g.cg)
+            part = dxp[n0:n1]
+            for r in range(g.r):
+                for s in range(g.s):
+                    view = tap_view(part, g, r, s).reshape(n1 - n0, g.p, g.q, g.groups, g.cg)
+                    view += col[:, :, :, :, r * g.s + s, :].transpose(1, 2, 3, 0, 4)
+        store_dx(dxp, g, outputs["dx"])
 
 
 @register_variant
-class NumpyDgradDirect(_NumpyBackward):
+class NumpyDgradDirect(TapOrder):
     """dgrad tap by tap: dx_pad[tap view] += dy @ w[r, s]^T, no column matrix."""
 
     name = "dgrad_direct"
     passes = ("dgrad",)
     doc = "dgrad: per filter tap, dy times the tap's weights added into strided dx views"
-    params = {"order": ("tap", "image")}
-
-    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
-        return {"order": "tap"}
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -156,7 +130,7 @@ class NumpyDgradDirect(_NumpyBackward):
                    attrs: Mapping[str, Any]) -> None:
             dyn = dy_nhwc(inputs["dy"], g)
             wt = weights_rsck(inputs["w"], g)
-            dxp = np.zeros((g.n, g.h + g.pt + g.pb, g.w + g.pl + g.pr, g.c), np.float32)
+            dxp = zero_dx(g)
             if per_image:
                 for i in range(g.n):
                     accumulate(dxp[i:i + 1], dyn[i:i + 1], wt)
@@ -168,48 +142,36 @@ class NumpyDgradDirect(_NumpyBackward):
 
 
 @register_variant
-class NumpyWgradIm2col(_ChunkedIm2col):
+class NumpyWgradIm2col(ChunkedIm2col):
     """wgrad: patch matrix, then per group dy^T @ col (BLAS reduces over N*P*Q)."""
 
     name = "wgrad_im2col_gemm"
     passes = ("wgrad",)
     doc = "wgrad: patch matrix (N*P*Q, R*S*C/g), GEMM dy^T @ col per group; db fused"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        step = g.n if params["chunk"] == 0 else params["chunk"]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            xp = padded_nhwc(inputs["x"], g)
-            dyn = dy_nhwc(inputs["dy"], g)
-            acc = np.zeros((g.groups, g.kg, g.r * g.s * g.cg), np.float32)
-            for n0 in range(0, g.n, step):
-                n1 = min(n0 + step, g.n)
-                cols = np.stack([tap(xp, g, r, s, n0, n1) for r in range(g.r)
-                                 for s in range(g.s)], axis=3)  # (n, P, Q, RS, C)
-                cols = cols.reshape(-1, g.r * g.s, g.groups, g.cg).transpose(0, 2, 1, 3)
-                cols = cols.reshape(cols.shape[0], -1)  # (rows, G*RS*Cg)
-                acc += _grouped(dyn[n0:n1].reshape(-1, g.k), cols, g, a_t=True)
-            # (G, Kg, R, S, Cg) -> (R, S, Cg, K)
-            dw = acc.reshape(g.groups, g.kg, g.r, g.s, g.cg).transpose(2, 3, 4, 0, 1)
-            store_dw(dw.reshape(g.r, g.s, g.cg, g.k), g, outputs["dw"])
-            store_db(dyn, outputs)
-
-        return kernel
+    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        xp = padded_nhwc(inputs["x"], g)
+        dyn = dy_nhwc(inputs["dy"], g)
+        acc = np.zeros((g.groups, g.kg, g.r * g.s * g.cg), np.float32)
+        for n0, n1 in chunks:
+            cols = patches(xp, g, n0, n1).transpose(0, 2, 1, 3)
+            cols = cols.reshape(cols.shape[0], -1)  # (rows, G*RS*Cg)
+            acc += _grouped(dyn[n0:n1].reshape(-1, g.k), cols, g, a_t=True)
+        # (G, Kg, R, S, Cg) -> (R, S, Cg, K)
+        dw = acc.reshape(g.groups, g.kg, g.r, g.s, g.cg).transpose(2, 3, 4, 0, 1)
+        store_dw(dw.reshape(g.r, g.s, g.cg, g.k), g, outputs["dw"])
+        store_db(dyn, outputs)
 
 
 @register_variant
-class NumpyWgradDirect(_NumpyBackward):
+class NumpyWgradDirect(TapOrder):
     """wgrad tap by tap: dw[r, s] = (strided input view)^T @ dy, no patch matrix."""
 
     name = "wgrad_direct"
     passes = ("wgrad",)
     doc = "wgrad: per filter tap, the strided input view times dy summed over N*P*Q; db fused"
     params = {"order": ("tap",)}
-
-    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
-        return {"order": "tap"}
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)

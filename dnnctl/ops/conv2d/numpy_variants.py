@@ -14,8 +14,9 @@ All compute in float32 (fp16/bf16 inputs are upcast) and apply the fused epilogu
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -80,7 +81,17 @@ def tap(xp: np.ndarray, g: ConvGeom, r: int, s: int, n0: int = 0, n1: int | None
     return xp[n0:n1, h0:h0 + (g.p - 1) * g.sh + 1:g.sh, w0:w0 + (g.q - 1) * g.sw + 1:g.sw, :]
 
 
-class _NumpyConv(Variant):
+def patches(xp: np.ndarray, g: ConvGeom, n0: int, n1: int) -> np.ndarray:
+    """The patch matrix of images n0:n1 of the padded NHWC input: one row per output pixel,
+    as (rows, R*S, groups, C/g)."""
+    cols = np.stack([tap(xp, g, r, s, n0, n1) for r in range(g.r) for s in range(g.s)],
+                    axis=3)  # (n, P, Q, RS, C)
+    return cols.reshape(-1, g.r * g.s, g.groups, g.cg)
+
+
+class NumpyConv(Variant):
+    """Base of the numpy conv2d variants, forward and backward: they take every problem."""
+
     op = "conv2d"
     backend = "numpy"
 
@@ -88,16 +99,12 @@ class _NumpyConv(Variant):
         return SUPPORTED
 
 
-# ----------------------------------------------------------------------------- im2col
+class ChunkedIm2col(NumpyConv):
+    """The patch / column matrix variants: ``chunk`` images at a time (0: the whole batch),
+    their matrix (images x P x Q x R x S x C, fp32) the workspace. A subclass computes a
+    call in :meth:`run`, given the image ranges of the chunks."""
 
-
-@register_variant
-class NumpyIm2colGemm(_NumpyConv):
-    """im2col patch matrix + one BLAS GEMM per group, ``chunk`` images at a time."""
-
-    name = "im2col_gemm"
-    doc = "patch matrix (N*P*Q, R*S*C/g) times weights (R*S*C/g, K/g) with BLAS"
-    params = {"chunk": (0, 1, 8)}  # images per GEMM (0: the whole batch)
+    params = {"chunk": (0, 1, 8)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         chunk = params["chunk"]
@@ -114,42 +121,65 @@ class NumpyIm2colGemm(_NumpyConv):
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
         step = g.n if params["chunk"] == 0 else params["chunk"]
+        chunks = [(n0, min(n0 + step, g.n)) for n0 in range(0, g.n, step)]
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
-            xp = padded_nhwc(inputs["x"], g)
-            wm = weights_rsck(inputs["w"], g).reshape(g.r * g.s, g.cg, g.groups, g.kg)
-            wm = wm.transpose(2, 0, 1, 3).reshape(g.groups, g.r * g.s * g.cg, g.kg)
-            y = np.empty((g.n, g.p, g.q, g.k), np.float32)
-            for n0 in range(0, g.n, step):
-                n1 = min(n0 + step, g.n)
-                cols = np.stack([tap(xp, g, r, s, n0, n1) for r in range(g.r)
-                                 for s in range(g.s)], axis=3)  # (n, P, Q, RS, C)
-                cols = cols.reshape(-1, g.r * g.s, g.groups, g.cg)
-                if g.groups == 1:
-                    prod = cols.reshape(cols.shape[0], -1) @ wm[0]
-                else:
-                    cols = cols.transpose(2, 0, 1, 3).reshape(g.groups, cols.shape[0], -1)
-                    prod = np.matmul(cols, wm).transpose(1, 0, 2)
-                y[n0:n1] = prod.reshape(n1 - n0, g.p, g.q, g.k)
-            outputs["y"][...] = epilogue32(y, g, inputs, nhwc=True)
+            self.run(g, chunks, inputs, outputs)
 
         return kernel
+
+    @abstractmethod
+    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        """One call: inputs to outputs, image range (n0, n1) by image range."""
+
+
+class TapOrder(NumpyConv):
+    """The tap-by-tap variants: ``order`` of the loop nest (taps outermost by default)."""
+
+    params: ClassVar[dict[str, tuple[Any, ...]]] = {"order": ("tap", "image")}
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
+        return {"order": "tap"}
+
+
+# ----------------------------------------------------------------------------- im2col
+
+
+@register_variant
+class NumpyIm2colGemm(ChunkedIm2col):
+    """im2col patch matrix + one BLAS GEMM per group, ``chunk`` images at a time."""
+
+    name = "im2col_gemm"
+    doc = "patch matrix (N*P*Q, R*S*C/g) times weights (R*S*C/g, K/g) with BLAS"
+
+    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        xp = padded_nhwc(inputs["x"], g)
+        wm = weights_rsck(inputs["w"], g).reshape(g.r * g.s, g.cg, g.groups, g.kg)
+        wm = wm.transpose(2, 0, 1, 3).reshape(g.groups, g.r * g.s * g.cg, g.kg)
+        y = np.empty((g.n, g.p, g.q, g.k), np.float32)
+        for n0, n1 in chunks:
+            cols = patches(xp, g, n0, n1)
+            if g.groups == 1:
+                prod = cols.reshape(cols.shape[0], -1) @ wm[0]
+            else:
+                cols = cols.transpose(2, 0, 1, 3).reshape(g.groups, cols.shape[0], -1)
+                prod = np.matmul(cols, wm).transpose(1, 0, 2)
+            y[n0:n1] = prod.reshape(n1 - n0, g.p, g.q, g.k)
+        outputs["y"][...] = epilogue32(y, g, inputs, nhwc=True)
 
 
 # ----------------------------------------------------------------------------- direct
 
 
 @register_variant
-class NumpyDirect(_NumpyConv):
+class NumpyDirect(TapOrder):
     """Tap-by-tap multiply-accumulate: R*S small GEMMs (or broadcasts when C/g == 1)."""
 
     name = "direct"
     doc = "loop over R*S filter taps; strided input view times the tap's weights"
-    params = {"order": ("tap", "image")}  # loop nest: taps outermost, or images outermost
-
-    def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
-        return {"order": "tap"}
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -207,7 +237,7 @@ def fast_len(n: int) -> int:
 
 
 @register_variant
-class NumpyFft(_NumpyConv):
+class NumpyFft(NumpyConv):
     """FFT convolution: rfft2, complex multiply-accumulate over channels, irfft2, crop."""
 
     name = "fft"

@@ -13,7 +13,6 @@ Parameters as the forward implicit_gemm, with splits up to 256.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -25,15 +24,20 @@ from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_backward import ROWS_PER_CHUNK, BiasGrad
+from dnnctl.ops.conv2d.cuda_backward import bias_grad, wgrad_workspace
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
-from dnnctl.ops.conv2d.tiled import TiledConv
+from dnnctl.ops.conv2d.tiled import (
+    TiledConv,
+    gather_dims,
+    groups_unsupported,
+    split_k,
+    tile_defines,
+)
 from dnnctl.ops.matmul.gemm_launch import (
     BIAS_NONE,
     DTYPE_CODES,
     ELEM_BYTES,
-    MAX_GRID_Z,
     OUT_ATOMIC,
     OUT_PARTIAL,
     OUT_STORE,
@@ -42,7 +46,6 @@ from dnnctl.ops.matmul.gemm_launch import (
     finish_kernel,
     finish_launch,
     load_kernel,
-    split_plan,
     vec_for,
 )
 from dnnctl.ops.registry import register_variant
@@ -83,10 +86,9 @@ class _WgradGemm(TiledConv):
             return no
         if not g.nhwc:
             return unsupported("NHWC only (the pixel gather copies channel vectors)")
-        if g.groups > 1 and g.depthwise:
-            return unsupported("depthwise: one channel per group; use wgrad_depthwise")
-        if g.groups > MAX_GRID_Z:
-            return unsupported(f"{g.groups} groups exceed the grid limit {MAX_GRID_Z}")
+        no = groups_unsupported(g, "one channel per group; use wgrad_depthwise")
+        if no is not None:
+            return no
         if self.atomic and not any(True for _ in self._space(g, device)):
             m, n, k = gemm_dims(g)
             why = (f"N*P*Q = {k} pixels is too short to split in two (>= 2 k-tiles each)"
@@ -96,8 +98,7 @@ class _WgradGemm(TiledConv):
         return SUPPORTED
 
     def _splits(self, g: ConvGeom, bk: int, splitk: int) -> tuple[int, int]:
-        kchunk, splits = split_plan(g.npq, bk, splitk)
-        return (kchunk, splits) if splits > 1 else (g.npq, 1)
+        return split_k(g.npq, bk, splitk)
 
     def slab_elems(self, g: ConvGeom, splits: int) -> int:
         m, n, _ = gemm_dims(g)
@@ -122,11 +123,7 @@ class _WgradGemm(TiledConv):
         return self._space(geometry(problem), device)
 
     def _space(self, g: ConvGeom, device: Any) -> Iterator[dict[str, Any]]:
-        names = list(self.params)
-        for values in itertools.product(*(self.params[p] for p in names)):
-            cand = dict(zip(names, values))
-            if self._valid(g, cand, device):
-                yield cand
+        return self.declared_space(lambda cand: self._valid(g, cand, device))
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
@@ -141,18 +138,12 @@ class _WgradGemm(TiledConv):
         # a split count the pixels do not divide into evenly (split_plan gives fewer
         # effective splits) is not in the space: step down to the largest one that is
         splits = [s for s in self.params["splitk"] if s <= params["splitk"]][::-1]
-        for stages in dict.fromkeys((params["stages"], 3)):
-            for splitk in splits:
-                cand = dict(params, stages=stages, splitk=splitk)
-                if self.check_params(cand) is None and self.valid_params(problem, cand, device):
-                    return cand
-        return next(iter(self.param_space(problem, device)), None)
+        return self.first_valid(problem, device, (
+            dict(params, stages=stages, splitk=splitk)
+            for stages in dict.fromkeys((params["stages"], 3)) for splitk in splits))
 
     def workspace(self, g: ConvGeom, splits: int) -> Workspace:
-        pieces: list[tuple[str, int, Any]] = [("slab", self.slab_elems(g, splits), np.float32)]
-        if g.bias:
-            pieces.append(("db_partial", -(-g.npq // ROWS_PER_CHUNK) * g.k, np.float32))
-        return Workspace(pieces)
+        return wgrad_workspace(g, ("slab", self.slab_elems(g, splits), np.float32))
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
@@ -172,20 +163,13 @@ class _WgradGemm(TiledConv):
                 f"needs {cfg.bn // vec_b} threads per pixel row, more than the block's "
                 f"{cfg.threads}; use more warps or a narrower bn")
         out = OUT_STORE if splits == 1 else (OUT_ATOMIC if self.atomic else OUT_PARTIAL)
-        defines = {
-            "DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "GEMM_MATH": cfg.math, "GEMM_BM": cfg.bm,
-            "GEMM_BN": cfg.bn, "GEMM_BK": cfg.bk, "GEMM_WM": cfg.wm, "GEMM_WN": cfg.wn,
-            "GEMM_STAGES": cfg.stages, "GEMM_VEC_A": vec_a, "GEMM_VEC_B": vec_b,
-            "EPI_OUT": out, "EPI_PAIR": int(n % 2 == 0),
-        }
+        defines = {"DNNCTL_DTYPE": DTYPE_CODES[g.dtype], **tile_defines(cfg, vec_a, vec_b),
+                   "EPI_OUT": out, "EPI_PAIR": int(n % 2 == 0)}
         smem = cfg.smem_bytes(g.dtype)
         main = mc.Launch(load_kernel(self.source, "conv_wgrad_implicit_gemm", defines, smem),
                          (-(-m // cfg.bm) * -(-n // cfg.bn), 1, g.groups * splits),
                          (cfg.threads, 1, 1), smem)
-        i32 = np.int32
-        dims = main.consts(*(i32(v) for v in (g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.p, g.q,
-                                              g.sh, g.sw, g.pt, g.pl, g.dh, g.dw, g.groups,
-                                              splits, kchunk)))
+        dims = main.consts(*gather_dims(g, g.c, splits, kchunk))
         fin = None if out == OUT_STORE else finish_launch(
             finish_kernel(g.dtype, 0, BIAS_NONE, False, 0), m=m, n=n, batch=g.groups,
             splits=1 if self.atomic else splits, ldc=n, sc=m * n, s_bias=0,
@@ -193,7 +177,7 @@ class _WgradGemm(TiledConv):
         ws = self.workspace(g, splits)
         xp = get_backend("cupy").xp
         rt = _cuda.runtime()
-        bias = BiasGrad(rt, g) if g.bias else None
+        db = bias_grad(rt, g)
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
@@ -213,8 +197,7 @@ class _WgradGemm(TiledConv):
                 fin(slab, dw_out, dw_out, dw_out)
             if dw_out is not dw:
                 cuda.copy(dw, dw_out)
-            if bias is not None:
-                bias(inputs["dy"], outputs["db"], buf["db_partial"])
+            db(inputs, outputs, buf)
 
         return kernel
 

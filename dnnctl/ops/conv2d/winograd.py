@@ -24,6 +24,7 @@ from dnnctl.ops.conv2d.cuda_base import (
     CudaConv,
     Workspace,
     batch_chunk,
+    image_chunks,
     io_dtype,
 )
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -79,12 +80,8 @@ class CudaWinograd(CudaConv):
         # tf32 GEMMs, which outrun fp32 CUDA cores by far more than 1.8x
         strict_fp32 = g.dtype == "float32" and not g.tf32
         tile = 4 if strict_fp32 and g.p >= 8 and g.q >= 8 else 2
-        for chunk in (0, 64, 16, 4, 1):
-            p = {"tile": tile, "chunk": chunk}
-            if (self.valid_params(problem, p, device)
-                    and self.workspace_bytes(problem, p) <= DEFAULT_WS_LIMIT):
-                return p
-        return next(iter(self.param_space(problem, device)), None)
+        picks = ({"tile": tile, "chunk": chunk} for chunk in (0, 64, 16, 4, 1))
+        return self.first_valid(problem, device, picks, DEFAULT_WS_LIMIT)
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
@@ -100,7 +97,7 @@ class CudaWinograd(CudaConv):
         f_output = rt.function(self.source, defines, "wino_output")
         ws = self.workspace(g, params)
         th, tw = self.tiles(g, tile)
-        nc = batch_chunk(g, params["chunk"])
+        chunks = image_chunks(g, params["chunk"])
         block = (256, 1, 1)
 
         def gemm(U: Any, V: Any, M: Any, t: int) -> None:
@@ -121,8 +118,7 @@ class CudaWinograd(CudaConv):
             f_filter(_cuda.grid1d(g.k * g.c, 256), block,
                      (inputs["w"], U, *_cuda.i32(g.k, g.c)))
             bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-            for n0 in range(0, g.n, nc):
-                cnt = min(nc, g.n - n0)
+            for n0, cnt in chunks:
                 t = cnt * th * tw
                 f_input(_cuda.grid1d(t * g.c, 256), block,
                         (x, V, *_cuda.i32(n0, cnt, g.c, g.h, g.w, g.pt, g.pl, th, tw)))

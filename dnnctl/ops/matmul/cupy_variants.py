@@ -172,9 +172,7 @@ class _TiledMatmul(TiledGemmParams, Variant):
             params["reduce"] = "fused"
         if "pipe" in self.params:
             params["pipe"] = "simple"
-        if self.check_params(params) is None and self.valid_params(p, params, device):
-            return params
-        return next(iter(self.param_space(p, device)), None)
+        return self.first_valid(p, device, [params])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         desc = matmul_desc(problem)

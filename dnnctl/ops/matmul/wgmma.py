@@ -199,9 +199,7 @@ class WgmmaMatmul(Variant):
         p = problem
         params = wg_heuristic(p["m"], p["n"], p["k"], p["batch"], device, allow_swap=True)
         params["reduce"] = "fused"
-        if self.check_params(params) is None and self.valid_params(p, params, device):
-            return params
-        return next(iter(self.param_space(p, device)), None)
+        return self.first_valid(p, device, [params])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         desc = matmul_desc(problem)

@@ -127,9 +127,7 @@ class WgmmaTmaMatmul(Variant):
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         p = problem
         params = tma_heuristic(p["m"], p["n"], p["k"], p["batch"], device)
-        if self.check_params(params) is None and self.valid_params(p, params, device):
-            return params
-        return next(iter(self.param_space(p, device)), None)
+        return self.first_valid(p, device, [params])
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         p = problem
