@@ -3,8 +3,10 @@
 CUDA side: dtype codes for ``-DDNNCTL_DTYPE``, module compilation through the cupy backend
 (memoized there), launch objects that hold their function handle and launch configuration
 (computed once at build time, so a call is one argument tuple and one launch), and pointer
-alignment checks for the 16-byte vector paths with the built kernels that take the vector
-program or its scalar fallback by them (:class:`VecKernel`).
+alignment checks for the 16-byte vector paths; the bases the ops' CUDA variants share:
+:class:`CudaVariant` (a build of two launch programs, the vector one and its scalar fallback)
+and :class:`VecKernel` (the built kernel picking between them by alignment). :class:`MemoryOp`
+gives the family's one forward tolerance.
 
 Call side: validation of the arrays handed to ``dnnctl.ops.*`` lives in
 :mod:`dnnctl.ops._call_checks` (re-exported here for the ops' ``mc.*`` calls).
@@ -196,6 +198,19 @@ class CudaVariant(Variant):
     def wrap(self, problem: Problem, vec: int, fast: Any, safe: Any) -> Any:
         """The built kernel of the ``vec``-wide and the scalar program."""
         return PairKernel(fast, safe, vec * dtype_size(problem["dtype"]))
+
+
+class CudaBackward(CudaVariant):
+    """A CUDA variant of the backward pass."""
+
+    passes = ("backward",)
+
+
+def stream_launch(mod: Any, name: str, nvec: int, block: int, device: Any) -> Launch:
+    """A grid-stride stream over ``nvec`` vectors: two waves of full occupancy (2048 threads
+    per SM), fewer blocks for a short stream."""
+    return launch(mod, name, max(1, min(cdiv(nvec, block), sm_count(device) * (2048 // block)
+                                         * 2)), block)
 
 
 class VecKernel:

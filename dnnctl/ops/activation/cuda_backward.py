@@ -28,9 +28,8 @@ class _ActBwdKernel(mc.VecKernel):
            float(attrs.get("negative_slope", 0.01)))
 
 
-class _ActBwdCuda(mc.CudaVariant):
+class _ActBwdCuda(mc.CudaBackward):
     op = "activation"
-    passes = ("backward",)
     source = "activation/backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}
     bias = "none"
@@ -71,9 +70,7 @@ class ActBwdStream(_ActBwdCuda):
         n = math.prod(problem["shape"])
         itype, block = mc.index_type(n), params["block"]
         nvec = n // vec
-        run = mc.launch(mod, self.names(problem, params, vec)[0],
-                        max(1, min(mc.cdiv(nvec, block),
-                                   mc.sm_count(device) * (2048 // block) * 2)), block)
+        run = mc.stream_launch(mod, self.names(problem, params, vec)[0], nvec, block, device)
         dims = run.consts(mc.index_scalar(nvec, itype))
 
         def go(dy: Any, x: Any, b: Any, dx: Any, db: Any, slope: float) -> None:

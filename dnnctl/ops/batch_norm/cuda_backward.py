@@ -14,9 +14,8 @@ from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class BnBwdReduceDx(mc.CudaVariant):
+class BnBwdReduceDx(mc.CudaBackward):
     op = "batch_norm"
-    passes = ("backward",)
     name = "bwd_reduce_dx"
     source = "norm/bn_backward.cu"
     doc = ("per-(split, channel) partial sums folded by the last block of each channel tile "
@@ -85,8 +84,7 @@ class BnBwdReduceDx(mc.CudaVariant):
                                 8 * block * v)
                 rdims = red.consts(np.int64(n * hw), np.int32(c))
             nvec = numel // v
-            dx = mc.launch(mod, f"bn_bwd_dx<{block},{v},{itype}>",
-                           max(1, min(mc.cdiv(nvec, block), sms * 2048 // block * 2)), block)
+            dx = mc.stream_launch(mod, f"bn_bwd_dx<{block},{v},{itype}>", nvec, block, device)
             ddims = dx.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
 
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,

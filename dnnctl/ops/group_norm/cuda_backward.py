@@ -14,9 +14,8 @@ from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class GnBwdSumsDx(mc.CudaVariant):
+class GnBwdSumsDx(mc.CudaBackward):
     op = "group_norm"
-    passes = ("backward",)
     name = "bwd_sums_dx"
     source = "norm/gn_backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS}
@@ -51,12 +50,10 @@ class GnBwdSumsDx(mc.CudaVariant):
         pa = mc.launch(mod, "gn_bwd_params", mc.cdiv(c, 128), 128)
         pdims = pa.consts(np.int32(n), np.int32(c))
         affine = problem["affine"]
-        sms = mc.sm_count(device)
 
         def program(v: int) -> Any:
             nvec = numel // v
-            dxk = mc.launch(mod, f"gn_bwd_dx<{block},{v},{itype}>",
-                            max(1, min(mc.cdiv(nvec, block), sms * (2048 // block) * 2)), block)
+            dxk = mc.stream_launch(mod, f"gn_bwd_dx<{block},{v},{itype}>", nvec, block, device)
             ddims = dxk.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
 
             def go(dy: Any, x: Any, w: Any, mean: Any, rstd: Any, dx: Any, dw: Any,

@@ -50,9 +50,8 @@ def _gap_vec_ok(problem: Problem, vec: int) -> bool:
 
 
 @register_variant
-class GapBwdBroadcast(mc.CudaVariant):
+class GapBwdBroadcast(mc.CudaBackward):
     op = "global_avg_pool2d"
-    passes = ("backward",)
     name = "bwd_broadcast"
     source = "pool/gap_backward.cu"
     params = {"block": (128, 256, 512), "vec": mc.VECS}
@@ -73,9 +72,7 @@ class GapBwdBroadcast(mc.CudaVariant):
 
         def program(v: int) -> Any:
             nvec = numel // v
-            run = mc.launch(mod, f"gap_bwd<{block},{v},{itype}>",
-                            max(1, min(mc.cdiv(nvec, block),
-                                       mc.sm_count(device) * (2048 // block) * 2)), block)
+            run = mc.stream_launch(mod, f"gap_bwd<{block},{v},{itype}>", nvec, block, device)
             dims = run.consts(mc.index_scalar(nvec, itype), np.int32(problem["c"]),
                               np.int32(hw), np.float32(1.0 / hw))
             return lambda dy, dx: run((dy, dx, *dims))

@@ -14,8 +14,7 @@ from dnnctl.ops.registry import register_variant
 from dnnctl.ops.rownorm.backward import MAX_ELEMS
 
 
-class _RowNormBwdCuda(mc.CudaVariant):
-    passes = ("backward",)
+class _RowNormBwdCuda(mc.CudaBackward):
     source = "norm/row_backward.cu"
     rms = False
     part = 0
