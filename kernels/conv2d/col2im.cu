@@ -8,42 +8,32 @@
 // h + pt - r*dh = p*sh (and the same for w): a tap contributes only on its stride phase.
 // Covers images n0 .. n0 + nc - 1 (a chunk of the batch); grid-stride over dx elements.
 // Defines: DNNCTL_DTYPE, NHWC (0/1).
-#include <dnnctl/conv.cuh>
-#include <dnnctl/conv_shape.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
-
-#ifndef NHWC
-#define NHWC 0
-#endif
 
 extern "C" __global__ void __launch_bounds__(256)
 col2im(const elem_t* __restrict__ col, elem_t* __restrict__ dx, int n0, int nc, int C, int H,
        int W, int P, int Q, int R, int S, int sh, int sw, int pt, int pl, int dh, int dw,
        int groups) {
-  const int Cg = C / groups;
+  const ConvShape g = {nc, C, H, W, 0, R, S, P, Q, sh, sw, pt, pl, dh, dw, C / groups, 0};
+  const int Cg = g.cg;
   const int RS = R * S;
   const long long total = (long long)nc * C * H * W;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, H, W);  // o.n: image of the chunk
-    const int g = o.c / Cg, cl = o.c - g * Cg;
+    const TensorCoords o = tensor_coords<kChannelsLast>(e, C, H, W);  // o.n: image of the chunk
+    const int grp = o.c / Cg, cl = o.c - grp * Cg;
     float acc = 0.f;
-    for (int r = 0; r < R; ++r) {
-      const int p = tap_output(o.h, pt, r, dh, sh, P);
-      if (p < 0) continue;
-      for (int s = 0; s < S; ++s) {
-        const int q = tap_output(o.w, pl, s, dw, sw, Q);
-        if (q < 0) continue;
+    for_each_tap(g, o.h, o.w, [&](int r, int s, int p, int q) {
 #if NHWC
-        const long long m = ((long long)o.n * P + p) * Q + q;
-        acc += to_float(col[(((long long)g * nc * P * Q + m) * RS + r * S + s) * Cg + cl]);
+      const long long m = ((long long)o.n * P + p) * Q + q;
+      acc += to_float(col[(((long long)grp * nc * P * Q + m) * RS + r * S + s) * Cg + cl]);
 #else
-        acc += to_float(col[((((long long)o.n * groups + g) * Cg + cl) * RS + r * S + s) *
-                                (long long)(P * Q) + p * Q + q]);
+      acc += to_float(col[((((long long)o.n * groups + grp) * Cg + cl) * RS + r * S + s) *
+                              (long long)(P * Q) + p * Q + q]);
 #endif
-      }
-    }
-    dx[tensor_index<NHWC != 0>(n0 + o.n, o.c, o.h, o.w, C, H, W)] = from_float<elem_t>(acc);
+    });
+    dx[tensor_index<kChannelsLast>(n0 + o.n, o.c, o.h, o.w, C, H, W)] = from_float<elem_t>(acc);
   }
 }

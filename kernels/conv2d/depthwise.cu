@@ -14,27 +14,10 @@
 //   stride and dilation, unrolled); NHWC=1: VEC, CB (channels per block), TQ, THREADS,
 //   MULT1 (1 when K == C); NHWC=0: TH, TW, TQ.
 #include <dnnctl/conv.cuh>
+#include <dnnctl/depthwise_filter.cuh>
 
 using namespace dnnctl;
 
-#ifndef KR
-#define KR 3
-#endif
-#ifndef KS
-#define KS 3
-#endif
-#ifndef STR_H
-#define STR_H 1
-#endif
-#ifndef STR_W
-#define STR_W 1
-#endif
-#ifndef DIL_H
-#define DIL_H 1
-#endif
-#ifndef DIL_W
-#define DIL_W 1
-#endif
 #ifndef TQ
 #define TQ 2
 #endif

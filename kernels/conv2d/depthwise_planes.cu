@@ -14,27 +14,10 @@
 // per block), THREADS, VEC (elements per load; H * W % VEC == 0 and x VEC-aligned).
 // Grid: x = ceil(N * C / PB). Dynamic shared memory: none (PB * H * W * 4 bytes static).
 #include <dnnctl/conv.cuh>
+#include <dnnctl/depthwise_filter.cuh>
 
 using namespace dnnctl;
 
-#ifndef KR
-#define KR 3
-#endif
-#ifndef KS
-#define KS 3
-#endif
-#ifndef STR_H
-#define STR_H 1
-#endif
-#ifndef STR_W
-#define STR_W 1
-#endif
-#ifndef DIL_H
-#define DIL_H 1
-#endif
-#ifndef DIL_W
-#define DIL_W 1
-#endif
 #ifndef H
 #define H 14
 #endif

@@ -11,14 +11,9 @@
 // phase_scatter: dx[n][c][a + i*sh][b + j*sw] = buf[n][c][i][j] (buf is Pb x Qb, at least
 //   the phase's Ha x Wb), or 0 when the phase has no taps (buf unused).
 // Defines: DNNCTL_DTYPE, NHWC (0/1). Grid-stride loops.
-#include <dnnctl/conv.cuh>
-#include <dnnctl/conv_shape.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
-
-#ifndef NHWC
-#define NHWC 0
-#endif
 
 extern "C" __global__ void __launch_bounds__(256)
 phase_weights(const elem_t* __restrict__ w, elem_t* __restrict__ wp, int K, int C, int R,
@@ -29,12 +24,12 @@ phase_weights(const elem_t* __restrict__ w, elem_t* __restrict__ wp, int K, int 
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
     // wp is (C, Kg, Ra, Sb) in the layout: its "image" is the phase conv's output channel c,
     // an input channel of w
-    const TensorCoords o = tensor_coords<NHWC != 0>(e, Kg, Ra, Sb);
+    const TensorCoords o = tensor_coords<kChannelsLast>(e, Kg, Ra, Sb);
     const int c = o.n, kk = o.c, j = o.h, l = o.w;
     const int g = c / Cg, cl = c - g * Cg;
     const int k = g * Kg + kk;
     const int r = r0 + (Ra - 1 - j) * T, s = s0 + (Sb - 1 - l) * U;
-    wp[e] = w[tensor_index<NHWC != 0>(k, cl, r, s, Cg, R, S)];
+    wp[e] = w[tensor_index<kChannelsLast>(k, cl, r, s, Cg, R, S)];
   }
 }
 
@@ -44,10 +39,10 @@ phase_scatter(const elem_t* __restrict__ buf, elem_t* __restrict__ dx, int N, in
   const long long total = (long long)N * C * Ha * Wb;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, Ha, Wb);
-    const long long src = tensor_index<NHWC != 0>(o.n, o.c, o.h, o.w, C, Pb, Qb);
+    const TensorCoords o = tensor_coords<kChannelsLast>(e, C, Ha, Wb);
+    const long long src = tensor_index<kChannelsLast>(o.n, o.c, o.h, o.w, C, Pb, Qb);
     const long long dst =
-        tensor_index<NHWC != 0>(o.n, o.c, a + o.h * sh, b + o.w * sw, C, H, W);
+        tensor_index<kChannelsLast>(o.n, o.c, a + o.h * sh, b + o.w * sw, C, H, W);
     dx[dst] = taps ? buf[src] : from_float<elem_t>(0.f);
   }
 }

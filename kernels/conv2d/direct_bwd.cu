@@ -12,27 +12,23 @@
 // wgrad_direct_finish: dw = sum over splits of partial (in split order), in dw's layout.
 // Defines: DNNCTL_DTYPE, NHWC (0/1), DEPTHWISE (0/1).
 #include <dnnctl/colsum.cuh>
-#include <dnnctl/conv.cuh>
-#include <dnnctl/conv_shape.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
 
-#ifndef NHWC
-#define NHWC 0
-#endif
 #ifndef DEPTHWISE
 #define DEPTHWISE 0
 #endif
 
 // The tensors' flat indices: x (N, C, H, W), dy (N, K, P, Q), w (K, C/g, R, S) in the layout.
 __device__ __forceinline__ long long x_index(const ConvShape& g, int n, int c, int h, int w) {
-  return tensor_index<NHWC != 0>(n, c, h, w, g.c, g.h, g.w);
+  return tensor_index<kChannelsLast>(n, c, h, w, g.c, g.h, g.w);
 }
 __device__ __forceinline__ long long y_index(const ConvShape& g, int n, int k, int p, int q) {
-  return tensor_index<NHWC != 0>(n, k, p, q, g.k, g.p, g.q);
+  return tensor_index<kChannelsLast>(n, k, p, q, g.k, g.p, g.q);
 }
 __device__ __forceinline__ long long w_index(const ConvShape& g, int k, int c, int r, int s) {
-  return tensor_index<NHWC != 0>(k, c, r, s, g.cg, g.r, g.s);
+  return tensor_index<kChannelsLast>(k, c, r, s, g.cg, g.r, g.s);
 }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -45,28 +41,22 @@ dgrad_direct(const elem_t* __restrict__ dy, const elem_t* __restrict__ wt,
   const long long total = (long long)N * C * H * W;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const TensorCoords o = tensor_coords<NHWC != 0>(e, C, H, W);
+    const TensorCoords o = tensor_coords<kChannelsLast>(e, C, H, W);
     const int grp = o.c / g.cg, cl = o.c - grp * g.cg;
     float acc = 0.f;
-    for (int r = 0; r < R; ++r) {
-      const int p = tap_output(o.h, pt, r, dh, sh, P);
-      if (p < 0) continue;
-      for (int s = 0; s < S; ++s) {
-        const int q = tap_output(o.w, pl, s, dw, sw, Q);
-        if (q < 0) continue;
+    for_each_tap(g, o.h, o.w, [&](int r, int s, int p, int q) {
 #if DEPTHWISE
-        for (int j = 0; j < kg; ++j) {
-          const int k = o.c * kg + j;
-          acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, 0, r, s)]);
-        }
-#else
-        for (int j = 0; j < kg; ++j) {
-          const int k = grp * kg + j;
-          acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, cl, r, s)]);
-        }
-#endif
+      for (int j = 0; j < kg; ++j) {
+        const int k = o.c * kg + j;
+        acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, 0, r, s)]);
       }
-    }
+#else
+      for (int j = 0; j < kg; ++j) {
+        const int k = grp * kg + j;
+        acc += to_float(dy[y_index(g, o.n, k, p, q)]) * to_float(wt[w_index(g, k, cl, r, s)]);
+      }
+#endif
+    });
     dx[e] = from_float<elem_t>(acc);
   }
 }
@@ -81,7 +71,7 @@ __device__ __forceinline__ void w_coords(const ConvShape& g, long long e, int& k
   s = rs - r * g.s;
   c = 0;
 #else
-  const TensorCoords t = tensor_coords<NHWC != 0>(e, g.cg, g.r, g.s);
+  const TensorCoords t = tensor_coords<kChannelsLast>(e, g.cg, g.r, g.s);
   k = t.n;
   c = t.c;
   r = t.h;

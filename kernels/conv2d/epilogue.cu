@@ -1,13 +1,9 @@
 // conv2d stand-alone epilogue, in place: y = residual + act(y + bias[k]).
 // Used after a cuBLAS GEMM wrote the raw convolution into y (im2col_gemm).
 // Defines: DNNCTL_DTYPE, NHWC (0/1). Grid-stride over all N*K*P*Q elements.
-#include <dnnctl/conv.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
-
-#ifndef NHWC
-#define NHWC 0
-#endif
 
 extern "C" __global__ void __launch_bounds__(256)
 conv_epilogue_inplace(elem_t* __restrict__ y, const elem_t* __restrict__ bias,

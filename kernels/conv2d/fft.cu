@@ -8,14 +8,9 @@
 // fft_crop:   y[n0 + nl][k][p][q] = epilogue(scale * yr[nl][k][p*sh][q*sw]), threads follow
 //             y's layout so the stores are coalesced.
 // Defines: DNNCTL_DTYPE, NHWC (0/1: layout of x, w and y).
-#include <dnnctl/conv.cuh>
-#include <dnnctl/conv_shape.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
-
-#ifndef NHWC
-#define NHWC 0
-#endif
 
 extern "C" __global__ void __launch_bounds__(256)
 fft_filter(const elem_t* __restrict__ w, float* __restrict__ wr, int K, int Cg, int R, int S,
@@ -28,7 +23,7 @@ fft_filter(const elem_t* __restrict__ w, float* __restrict__ wr, int K, int Cg, 
     const int r = u / dh, s = v / dw;
     float val = 0.f;
     if (u == r * dh && v == s * dw && r < R && s < S)
-      val = to_float(w[tensor_index<NHWC != 0>(k, c, r, s, Cg, R, S)]);
+      val = to_float(w[tensor_index<kChannelsLast>(k, c, r, s, Cg, R, S)]);
     wr[e] = val;
   }
 }
@@ -44,7 +39,7 @@ fft_pad(const elem_t* __restrict__ x, float* __restrict__ xr, int n0, int nc, in
     const int ih = u - pt, iw = v - pl;
     float val = 0.f;
     if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-      val = to_float(x[tensor_index<NHWC != 0>(n0 + nl, c, ih, iw, C, H, W)]);
+      val = to_float(x[tensor_index<kChannelsLast>(n0 + nl, c, ih, iw, C, H, W)]);
     xr[e] = val;
   }
 }
@@ -57,7 +52,7 @@ fft_crop(const float* __restrict__ yr, elem_t* __restrict__ y, const elem_t* __r
   const long long y_off = (long long)n0 * K * P * Q;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
-    const TensorCoords o = tensor_coords<NHWC != 0>(e, K, P, Q);  // o.n: image of the chunk
+    const TensorCoords o = tensor_coords<kChannelsLast>(e, K, P, Q);  // o.n: image of the chunk
     const float v = scale * yr[(((long long)o.n * K + o.c) * Hf + (long long)o.h * sh) * Wf +
                                (long long)o.w * sw];
     const long long yi = y_off + e;

@@ -7,13 +7,10 @@
 //   grid.z = (image, group).
 // Zero outside the padded image. Both cover images n0 .. n0 + nc - 1 (a chunk of the batch).
 // Defines: DNNCTL_DTYPE, NHWC (0/1), VEC (NHWC: channels per access; C/g % VEC == 0).
-#include <dnnctl/conv.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
 
-#ifndef NHWC
-#define NHWC 0
-#endif
 #ifndef VEC
 #define VEC 1
 #endif

@@ -10,14 +10,10 @@
 // with a = alpha*alpha transform positions and T = nc * tiles_h * tiles_w tiles of the chunk
 // of images n0 .. n0 + nc - 1.
 // Defines: DNNCTL_DTYPE, NHWC (0/1), TILE (2/4), UV_FP32 (0/1), TF32_RN (0/1).
-#include <dnnctl/conv.cuh>
-#include <dnnctl/conv_shape.cuh>
+#include <dnnctl/conv_layout.cuh>
 
 using namespace dnnctl;
 
-#ifndef NHWC
-#define NHWC 0
-#endif
 #ifndef TILE
 #define TILE 2
 #endif
@@ -110,6 +106,28 @@ __device__ __forceinline__ uv_t to_uv(float v) {
   return from_float<uv_t>(v);
 }
 
+// Element e of a transform's grid of T tiles (of the chunk) x CH channels -> its channel ch and
+// tile t: channels fastest in NHWC, tiles fastest in NCHW (threads stay coalesced).
+__device__ __forceinline__ void grid_split(long long e, long long T, int CH, int& ch,
+                                           long long& t) {
+#if NHWC
+  t = e / CH;
+  ch = (int)(e - t * CH);
+#else
+  ch = (int)(e / T);
+  t = e - (long long)ch * T;
+#endif
+}
+
+// Tile t of the chunk -> its image nl in the chunk and its tile row / column (ty, tx).
+__device__ __forceinline__ void tile_place(long long t, int tiles, int tiles_w, int& nl, int& ty,
+                                           int& tx) {
+  nl = (int)(t / tiles);
+  const int tr = (int)(t - (long long)nl * tiles);
+  ty = tr / tiles_w;
+  tx = tr - ty * tiles_w;
+}
+
 // ---- U[a][k][c] = G g G^T, one thread per (k, c)
 extern "C" __global__ void __launch_bounds__(256)
 wino_filter(const elem_t* __restrict__ w, uv_t* __restrict__ U, int K, int C) {
@@ -146,17 +164,10 @@ wino_input(const elem_t* __restrict__ x, uv_t* __restrict__ V, int n0, int nc, i
   const long long TC = T * C;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < TC; e += step) {
-#if NHWC
-    const long long t = e / C;  // V[a][t][c]: channels fastest
-    const int c = (int)(e - t * C);
-#else
-    const int c = (int)(e / T);  // V[a][c][t]: tiles fastest
-    const long long t = e - (long long)c * T;
-#endif
-    const int nl = (int)(t / tiles);
-    const int tr = (int)(t - (long long)nl * tiles);
-    const int ty = tr / tiles_w;
-    const int tx = tr - ty * tiles_w;
+    int c, nl, ty, tx;
+    long long t;
+    grid_split(e, T, C, c, t);  // V[a][t][c] / V[a][c][t]
+    tile_place(t, tiles, tiles_w, nl, ty, tx);
     const int ih0 = ty * TILE - pt;
     const int iw0 = tx * TILE - pl;
     float d[ALPHA][ALPHA];
@@ -167,7 +178,7 @@ wino_input(const elem_t* __restrict__ x, uv_t* __restrict__ V, int n0, int nc, i
         const int ih = ih0 + i, iw = iw0 + j;
         float v = 0.f;
         if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-          v = to_float(x[tensor_index<NHWC != 0>(n0 + nl, c, ih, iw, C, H, W)]);
+          v = to_float(x[tensor_index<kChannelsLast>(n0 + nl, c, ih, iw, C, H, W)]);
         d[i][j] = v;
       }
     float v[ALPHA][ALPHA];
@@ -189,13 +200,9 @@ wino_output(const float* __restrict__ M, elem_t* __restrict__ y, const elem_t* _
   const long long TK = T * K;
   const long long step = (long long)gridDim.x * blockDim.x;
   for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < TK; e += step) {
-#if NHWC
-    const long long t = e / K;  // M[a][t][k]
-    const int k = (int)(e - t * K);
-#else
-    const int k = (int)(e / T);  // M[a][k][t]
-    const long long t = e - (long long)k * T;
-#endif
+    int k, nl, ty, tx;
+    long long t;
+    grid_split(e, T, K, k, t);  // M[a][t][k] / M[a][k][t]
     float m[ALPHA][ALPHA];
 #pragma unroll
     for (int i = 0; i < ALPHA; ++i)
@@ -203,11 +210,7 @@ wino_output(const float* __restrict__ M, elem_t* __restrict__ y, const elem_t* _
       for (int j = 0; j < ALPHA; ++j) m[i][j] = M[(i * ALPHA + j) * TK + e];
     float o[TILE][TILE];
     output_tf(m, o);
-    const int nl = (int)(t / tiles);
-    const int tr = (int)(t - (long long)nl * tiles);
-    const int ty = tr / tiles_w;
-    const int tx = tr - ty * tiles_w;
-    const int n = n0 + nl;
+    tile_place(t, tiles, tiles_w, nl, ty, tx);
 #pragma unroll
     for (int i = 0; i < TILE; ++i) {
       const int p = ty * TILE + i;
@@ -216,7 +219,7 @@ wino_output(const float* __restrict__ M, elem_t* __restrict__ y, const elem_t* _
       for (int j = 0; j < TILE; ++j) {
         const int q = tx * TILE + j;
         if (q >= Q) break;
-        const long long yi = tensor_index<NHWC != 0>(n, k, p, q, K, P, Q);
+        const long long yi = tensor_index<kChannelsLast>(n0 + nl, k, p, q, K, P, Q);
         y[yi] = from_float<elem_t>(conv::epilogue(o[i][j], k, yi, bias, residual, act, flags));
       }
     }

@@ -68,6 +68,20 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& bz
   tile_coords(t - bz * per, tiles_m, tiles_n, tm, tn);
 }
 
+// A position in the ring of stages: the stage and the mbarrier phase of this round of the
+// ring (it flips each time the ring wraps).
+struct Ring {
+  int stage = 0;
+  unsigned phase = 0;
+
+  __device__ __forceinline__ void next() {
+    if (++stage == GEMM_STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 // One operand's boxes of k-tile k0 / 64 into dst: one K-major box {64 k, ROWS}, or ROWS / 64
 // MN-major boxes {64 mn, 64 k}, 8 KB apart; mn0 is the tile's first row (m or n).
 template <bool KMAJOR, int ROWS>
@@ -159,22 +173,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     if (threadIdx.x == 0) {
       tma_prefetch_map(&tmA);
       tma_prefetch_map(&tmB);
-      int stage = 0;
-      unsigned phase = 0;
+      Ring ring;
 #pragma unroll 1
       for (int t = (int)blockIdx.x; t < tiles; t += (int)gridDim.x) {
         int bz, tm, tn;
         tile_of(t, tiles_m, tiles_n, bz, tm, tn);
 #pragma unroll 1
         for (int kt = 0; kt < ktiles; ++kt) {
-          mbar_wait_or_trap(empty0 + 8 * stage, phase ^ 1u);
-          const unsigned full = full0 + 8 * stage;
+          mbar_wait_or_trap(empty0 + 8 * ring.stage, ring.phase ^ 1u);
+          const unsigned full = full0 + 8 * ring.stage;
           mbar_expect_tx(full, STAGE_TX);
-          produce(&tmA, &tmB, s0 + stage * Cfg::STAGE_BYTES, full, bz, tm, tn, kt);
-          if (++stage == GEMM_STAGES) {
-            stage = 0;
-            phase ^= 1u;
-          }
+          produce(&tmA, &tmB, s0 + ring.stage * Cfg::STAGE_BYTES, full, bz, tm, tn, kt);
+          ring.next();
         }
       }
     }
@@ -190,8 +200,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   float* staging = reinterpret_cast<float*>(smem + GEMM_STAGES * Cfg::STAGE_BYTES +
                                             cw * STAGING_BYTES);
   WgmmaMath<Cfg> math;
-  int stage = 0;
-  unsigned phase = 0;
+  Ring ring;
 #pragma unroll 1
   for (int t = (int)blockIdx.x; t < tiles; t += (int)gridDim.x) {
     int bz, tm, tn;
@@ -200,19 +209,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     int prev = -1;
 #pragma unroll 1
     for (int kt = 0; kt < ktiles; ++kt) {
-      mbar_wait(full0 + 8 * stage, phase);
-      const unsigned st = s0 + stage * Cfg::STAGE_BYTES;
+      mbar_wait(full0 + 8 * ring.stage, ring.phase);
+      const unsigned st = s0 + ring.stage * Cfg::STAGE_BYTES;
       math.issue(st, st + Cfg::TileA::BYTES, cw);
       math.template wait<1>();
       if (prev >= 0) {
         warp_sync();
         if (lane == 0) mbar_arrive(empty0 + 8 * prev);
       }
-      prev = stage;
-      if (++stage == GEMM_STAGES) {
-        stage = 0;
-        phase ^= 1u;
-      }
+      prev = ring.stage;
+      ring.next();
     }
     math.template wait<0>();
     if (prev >= 0) {

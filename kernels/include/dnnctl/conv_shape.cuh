@@ -72,6 +72,22 @@ __device__ __forceinline__ int tap_output(int i, int pad, int r, int dil, int st
   return p < P ? p : -1;
 }
 
+// Calls f(r, s, p, q) for every filter tap (r, s) that reads input pixel (h, w), with the
+// output pixel (p, q) it reads it for: the gather form of dgrad (no atomics), stride phases
+// only, taps in (r, s) order.
+template <class F>
+__device__ __forceinline__ void for_each_tap(const ConvShape& g, int h, int w, F&& f) {
+  for (int r = 0; r < g.r; ++r) {
+    const int p = tap_output(h, g.pt, r, g.dh, g.sh, g.p);
+    if (p < 0) continue;
+    for (int s = 0; s < g.s; ++s) {
+      const int q = tap_output(w, g.pl, s, g.dw, g.sw, g.q);
+      if (q < 0) continue;
+      f(r, s, p, q);
+    }
+  }
+}
+
 // Steps a reduction position of three digits (lo fastest, lo < lo_n, mid < mid_n, hi
 // unbounded) forward by step, carrying into mid and hi: the implicit GEMMs' gathers walk
 // (c, s, r) in NHWC order or (s, r, c) in NCHW order this way instead of dividing.

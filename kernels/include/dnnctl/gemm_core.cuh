@@ -191,60 +191,51 @@ using MatLoaderB = MatLoader<C, C::B_KMAJOR ? C::BN : C::BK, C::B_KMAJOR ? C::BK
 
 // ----------------------------------------------------------------------------- math
 
+// Zeroes an accumulator array of any rank.
+__device__ __forceinline__ void fill_zero(float& a) { a = 0.f; }
+template <class T, int N>
+__device__ __forceinline__ void fill_zero(T (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) fill_zero(a[i]);
+}
+
+// The tensor-core policies, MATH_MMA16 (fp16 / bf16, mma.sync m16n8k16, fragments by
+// ldmatrix, .trans for operands whose contiguous index is M or N) and MATH_TF32 (fp32 data,
+// m16n8k8 on tf32-rounded values, fragments read element by element). Accumulators: per warp
+// (WTM/16) x (WTN/8) tiles of 16 x 8; element (mt, nt, v) is row g (+8 for v >= 2), column
+// 2t + (v & 1), with g = lane / 4, t = lane % 4.
+//
+// A k-tile is split into KSTEP-deep steps: load(frag, stage, kk) reads one step's fragments
+// from shared memory, mma(frag) issues its tensor-core ops, so the pipelined mainloop can
+// load step kk + 1 (or the next k-tile's first step) while step kk computes.
 template <class C, int MATH>
-struct GemmMath;
-
-// Accumulators of the mma policies: per warp (WTM/16) x (WTN/8) tiles of 16 x 8; element
-// (mt, nt, v) is row g (+8 for v >= 2), column 2t + (v & 1), with g = lane / 4, t = lane % 4.
-template <class C>
-struct MmaAccum {
+struct GemmMath {
+  static_assert(MATH == MATH_MMA16 || MATH == MATH_TF32, "the mma policies");
   static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
+  static constexpr int KSTEP = MATH == MATH_MMA16 ? 16 : 8;
   static_assert(C::WTM % 16 == 0 && C::WTN % 16 == 0, "mma warp tiles are multiples of 16");
-  float acc[MT][NT8][4];
-
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT8; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
-  }
-
-  template <class E>
-  __device__ __forceinline__ void epilogue(const E& e, int row0, int col0, int lane) const {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT8; ++nt) {
-        const int r = row0 + mt * 16 + g, c = col0 + nt * 8 + 2 * t;
-        e.store2(r, c, acc[mt][nt][0], acc[mt][nt][1]);
-        e.store2(r + 8, c, acc[mt][nt][2], acc[mt][nt][3]);
-      }
-  }
-};
-
-// The mma policies split a k-tile into KSTEP-deep steps: load(frag, stage, kk) reads one
-// step's fragments from shared memory, mma(frag) issues its tensor-core ops, so the pipelined
-// mainloop can load step kk + 1 (or the next k-tile's first step) while step kk computes.
-
-// fp16 / bf16 tensor cores: mma.sync m16n8k16, fragments by ldmatrix (.trans for operands
-// whose contiguous index is M or N).
-template <class C>
-struct GemmMath<C, MATH_MMA16> : MmaAccum<C> {
-  static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
-  static constexpr int KSTEP = 16;
-  static_assert(C::BK % 16 == 0, "mma16 needs BK % 16 == 0");
+  static_assert(C::BK % KSTEP == 0, "BK is a whole number of mma k steps");
   typedef typename C::T T;
   struct Frag {
     unsigned a[MT][4];
     unsigned b[NT8][2];
   };
+  float acc[MT][NT8][4];
+
+  __device__ __forceinline__ void zero() { fill_zero(acc); }
 
   __device__ __forceinline__ static void load(Frag& f, const unsigned char* sA,
                                               const unsigned char* sB, int kk, int wm0,
                                               int wn0, int lane) {
+    if constexpr (MATH == MATH_MMA16)
+      load_mma16(f, sA, sB, kk, wm0, wn0, lane);
+    else
+      load_tf32(f, sA, sB, kk, wm0, wn0, lane);
+  }
+
+  __device__ __forceinline__ static void load_mma16(Frag& f, const unsigned char* sA,
+                                                    const unsigned char* sB, int kk, int wm0,
+                                                    int wn0, int lane) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       if (C::A_KMAJOR) {
@@ -276,28 +267,9 @@ struct GemmMath<C, MATH_MMA16> : MmaAccum<C> {
     }
   }
 
-  __device__ __forceinline__ void mma(const Frag& f) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT8; ++nt) mma_16816<T>(this->acc[mt][nt], f.a[mt], f.b[nt]);
-  }
-};
-
-// fp32 data on TF32 tensor cores: m16n8k8, fragments read element by element.
-template <class C>
-struct GemmMath<C, MATH_TF32> : MmaAccum<C> {
-  static constexpr int MT = C::WTM / 16, NT8 = C::WTN / 8;
-  static constexpr int KSTEP = 8;
-  static_assert(C::BK % 8 == 0, "tf32 needs BK % 8 == 0");
-  struct Frag {
-    unsigned a[MT][4];
-    unsigned b[NT8][2];
-  };
-
-  __device__ __forceinline__ static void load(Frag& f, const unsigned char* sA,
-                                              const unsigned char* sB, int kk, int wm0,
-                                              int wn0, int lane) {
+  __device__ __forceinline__ static void load_tf32(Frag& f, const unsigned char* sA,
+                                                   const unsigned char* sB, int kk, int wm0,
+                                                   int wn0, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -319,7 +291,25 @@ struct GemmMath<C, MATH_TF32> : MmaAccum<C> {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT8; ++nt) mma_1688_tf32(this->acc[mt][nt], f.a[mt], f.b[nt]);
+      for (int nt = 0; nt < NT8; ++nt) {
+        if constexpr (MATH == MATH_MMA16)
+          mma_16816<T>(acc[mt][nt], f.a[mt], f.b[nt]);
+        else
+          mma_1688_tf32(acc[mt][nt], f.a[mt], f.b[nt]);
+      }
+  }
+
+  template <class E>
+  __device__ __forceinline__ void epilogue(const E& e, int row0, int col0, int lane) const {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT8; ++nt) {
+        const int r = row0 + mt * 16 + g, c = col0 + nt * 8 + 2 * t;
+        e.store2(r, c, acc[mt][nt][0], acc[mt][nt][1]);
+        e.store2(r + 8, c, acc[mt][nt][2], acc[mt][nt][3]);
+      }
   }
 };
 
@@ -331,12 +321,7 @@ struct GemmMath<C, MATH_SIMT> {
   static_assert(C::WTM % 4 == 0 && C::WTN % 8 == 0, "simt warp tiles are 4i x 8j");
   float acc[TM][TN];
 
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-      for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
-  }
+  __device__ __forceinline__ void zero() { fill_zero(acc); }
 
   __device__ __forceinline__ void compute(const unsigned char* sA, const unsigned char* sB,
                                           int wm0, int wn0, int lane) {

@@ -47,20 +47,30 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. TRANS is "" or
+// ".trans" (each matrix transposed on the way to the registers).
+#define DNNCTL_LDMATRIX_X4(TRANS)                                                          \
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4" TRANS ".shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                           \
+               : "r"(smem_u32(p)))
+
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
+  DNNCTL_LDMATRIX_X4("");
 }
 
 __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
+  DNNCTL_LDMATRIX_X4(".trans");
 }
 
-// d += a * b, m16n8k16, row-major A / col-major B fragments, fp32 accumulate.
+// d += a * b on one m16n8 tile, row-major A / col-major B fragments, fp32 accumulate (d, a,
+// b the callers' arrays); SHAPE_TYPES names the k depth and the input types.
+#define DNNCTL_MMA_M16N8(SHAPE_TYPES)                                                      \
+  asm volatile("mma.sync.aligned.m16n8" SHAPE_TYPES                                        \
+               " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                  \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+// d += a * b, m16n8k16, fp16 or bf16 inputs.
 template <typename T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
                                           const unsigned (&b)[2]);
@@ -68,31 +78,19 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
 template <>
 __device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const unsigned (&a)[4],
                                                   const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  DNNCTL_MMA_M16N8("k16.row.col.f32.f16.f16.f32");
 }
 
 template <>
 __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const unsigned (&a)[4],
                                                          const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  DNNCTL_MMA_M16N8("k16.row.col.f32.bf16.bf16.f32");
 }
 
 // d += a * b, m16n8k8 TF32 (a, b hold tf32 bit patterns from to_tf32).
 __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const unsigned (&a)[4],
                                               const unsigned (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  DNNCTL_MMA_M16N8("k8.row.col.f32.tf32.tf32.f32");
 }
 
 // fp32 -> tf32, round to nearest (ties away), as cuBLAS / cuDNN do.

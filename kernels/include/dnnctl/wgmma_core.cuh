@@ -102,12 +102,7 @@ struct WgmmaMath {
   typedef typename C::TileB TB;
   float acc[MT][NR];
 
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NR; ++j) acc[i][j] = 0.f;
-  }
+  __device__ __forceinline__ void zero() { fill_zero(acc); }
 
   __device__ __forceinline__ void fence_acc() {
 #pragma unroll
