@@ -16,6 +16,7 @@ extern "C" __global__ void __launch_bounds__(256)
 col2im(const elem_t* __restrict__ col, elem_t* __restrict__ dx, int n0, int nc, int C, int H,
        int W, int P, int Q, int R, int S, int sh, int sw, int pt, int pl, int dh, int dw,
        int groups) {
+  // the chunk's geometry (output channels do not enter: the GEMM has summed over them)
   const ConvShape g = {nc, C, H, W, 0, R, S, P, Q, sh, sw, pt, pl, dh, dw, C / groups, 0};
   const int Cg = g.cg;
   const int RS = R * S;

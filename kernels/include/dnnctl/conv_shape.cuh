@@ -1,6 +1,7 @@
 // dnnctl convolution geometry shared by the conv2d kernels: the problem's shape, the input
-// window of an output pixel, flat indices of NCHW / NHWC tensors, and the stride phase of a
-// filter tap (which output a dgrad input element meets). Include as <dnnctl/conv_shape.cuh>.
+// window of an output pixel, flat indices of NCHW / NHWC tensors, the filter taps that read an
+// input pixel (dgrad's gather form), and the carried (c, r, s) position of the implicit-GEMM
+// gathers. Include as <dnnctl/conv_shape.cuh>.
 #pragma once
 #include <dnnctl/common.cuh>
 
