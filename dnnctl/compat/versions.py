@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import total_ordering
+from typing import TypeVar
 
 from dnnctl.errors import UsageError
 
@@ -24,9 +25,30 @@ _PARSED: dict[str, Version] = {}  # parse() results by text (Versions are immuta
 _PARSED_MAX = 8192
 
 
+_P = TypeVar("_P", bound="_Parsed")
+
+
+class _Parsed:
+    """A value read from text by the class's ``parse``, which raises UsageError on garbage."""
+
+    @classmethod
+    def parse(cls: type[_P], text: object) -> _P:
+        raise NotImplementedError
+
+    @classmethod
+    def maybe(cls: type[_P], text: object) -> _P | None:
+        """Like parse, but None for None/garbage (probes report garbage sometimes)."""
+        if text is None:
+            return None
+        try:
+            return cls.parse(text)
+        except UsageError:
+            return None
+
+
 @total_ordering
 @dataclass(frozen=True)
-class Version:
+class Version(_Parsed):
     """A dotted numeric version; trailing zeros do not matter (12.8 == 12.8.0)."""
 
     parts: tuple[int, ...]
@@ -56,16 +78,6 @@ class Version:
         if memo and len(_PARSED) < _PARSED_MAX:
             _PARSED[text] = v  # type: ignore[index]
         return v
-
-    @classmethod
-    def maybe(cls, text: object) -> Version | None:
-        """Like parse, but None for None/garbage (probes report garbage sometimes)."""
-        if text is None:
-            return None
-        try:
-            return cls.parse(text)
-        except UsageError:
-            return None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Version) and self.key == other.key
@@ -209,7 +221,7 @@ def tag_from_cuda(cuda: Version | str) -> str:
 
 @total_ordering
 @dataclass(frozen=True)
-class CC:
+class CC(_Parsed):
     """A compute capability, ``major.minor`` (``CC.parse("sm_90")`` == 9.0)."""
 
     major: int
@@ -224,15 +236,6 @@ class CC:
             raise UsageError(f"not a compute capability: {text!r}",
                              hint='write it as "9.0", "sm_90" or "90"')
         return cls(int(m.group(1)), int(m.group(2)))
-
-    @classmethod
-    def maybe(cls, text: object) -> CC | None:
-        if text is None:
-            return None
-        try:
-            return cls.parse(text)
-        except UsageError:
-            return None
 
     def __lt__(self, other: CC) -> bool:
         return (self.major, self.minor) < (other.major, other.minor)

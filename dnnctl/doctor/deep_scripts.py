@@ -10,7 +10,7 @@ from __future__ import annotations
 MARK = "DNNCTL_JSON "
 
 _PRELUDE = r"""
-import json, os, sys
+import importlib, json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # a probe, not a job
 out = {}
@@ -18,14 +18,16 @@ def err(key, e):
     out.setdefault("errors", {})[key] = "%s: %s" % (type(e).__name__, e)
 def done():
     print("DNNCTL_JSON " + json.dumps(out, default=str), flush=True)
+def need(name):
+    try:
+        return importlib.import_module(name)
+    except Exception as e:
+        err("import", e); done(); sys.exit(0)
 """
 
 SCRIPTS = {
     "torch": _PRELUDE + r"""
-try:
-    import torch
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
+torch = need("torch")
 out["version"] = str(torch.__version__)
 out["cuda"] = torch.version.cuda
 try:
@@ -101,11 +103,8 @@ if out.get("cuda_available"):
 done()
 """,
     "cupy": _PRELUDE + r"""
-try:
-    import cupy
-    from cupy.cuda import runtime
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
+cupy = need("cupy")
+runtime = cupy.cuda.runtime
 out["version"] = cupy.__version__
 for key, fn in (("runtime", runtime.runtimeGetVersion),
                 ("local_runtime", cupy.cuda.get_local_runtime_version),
@@ -123,10 +122,7 @@ except Exception as e:
 done()
 """,
     "tensorflow": _PRELUDE + r"""
-try:
-    import tensorflow as tf
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
+tf = need("tensorflow")
 out["version"] = tf.__version__
 try:
     info = dict(tf.sysconfig.get_build_info())
@@ -142,10 +138,8 @@ except Exception as e:
 done()
 """,
     "jax": _PRELUDE + r"""
-try:
-    import jax, jaxlib
-except Exception as e:
-    err("import", e); done(); sys.exit(0)
+jax = need("jax")
+jaxlib = need("jaxlib")
 out["version"] = jax.__version__
 out["jaxlib"] = getattr(jaxlib, "__version__", None)
 try:

@@ -9,11 +9,9 @@ accessor returns ``None`` or an error string instead of raising.
 
 from __future__ import annotations
 
-import contextlib
 import glob as _glob
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import time
@@ -91,24 +89,15 @@ def run_command(argv: Sequence[str], timeout: float) -> CmdResult | None:
             if error:
                 break
         if error:
-            _kill(proc)
+            spawn.kill_group(proc)
         try:
             code = proc.wait(timeout=max(0.05, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            spawn.kill_group(proc)
             code = proc.wait()
             error = error or f"timed out after {timeout:g} s"
     out, err = (bufs[fd].decode(errors="replace") for fd in fds)
     return CmdResult(None if error and "timed out" in error else code, out, err, error)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the child and anything it started (it leads its own session)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
-        with contextlib.suppress(OSError):
-            proc.kill()
 
 
 @dataclass

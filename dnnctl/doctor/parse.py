@@ -27,24 +27,25 @@ def version_tuple(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
 
 
-def cuda_int_version(value: Any) -> str | None:
-    """CUDA's integer encoding (cuDriverGetVersion, cudaRuntimeGetVersion): 12080 -> "12.8"."""
+def _positive_int(value: Any) -> int | None:
+    """``value`` as a positive int, else None (0 and negatives are the libraries' "none")."""
     try:
         v = int(value)
     except (TypeError, ValueError):
         return None
-    if v <= 0:
-        return None
-    return f"{v // 1000}.{(v % 1000) // 10}"
+    return v if v > 0 else None
+
+
+def cuda_int_version(value: Any) -> str | None:
+    """CUDA's integer encoding (cuDriverGetVersion, cudaRuntimeGetVersion): 12080 -> "12.8"."""
+    v = _positive_int(value)
+    return None if v is None else f"{v // 1000}.{(v % 1000) // 10}"
 
 
 def cudnn_int_version(value: Any) -> str | None:
     """cudnnGetVersion(): 91900 -> "9.19.0" (cuDNN 9+), 8907 -> "8.9.7" (cuDNN 7/8)."""
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        return None
-    if v <= 0:
+    v = _positive_int(value)
+    if v is None:
         return None
     if v >= 10000:  # cuDNN 9 changed the encoding to major*10000 + minor*100 + patch
         return f"{v // 10000}.{(v % 10000) // 100}.{v % 100}"

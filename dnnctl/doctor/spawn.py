@@ -59,13 +59,18 @@ def discard() -> None:
         kill(proc)
 
 
-def kill(proc: subprocess.Popen) -> None:
-    """Kill the child and anything it started (it leads its own session), and reap it."""
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own session)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         with contextlib.suppress(OSError):
             proc.kill()
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """:func:`kill_group`, then reap the child and close its pipes."""
+    kill_group(proc)
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         proc.wait(timeout=1.0)
     for stream in (proc.stdout, proc.stderr):

@@ -23,15 +23,14 @@ import numpy as np
 
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import (
-    SUPPORTED,
-    CudaConv,
-    Workspace,
-    batch_chunk,
-    image_chunks,
-    io_dtype,
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace, image_chunks, io_dtype
+from dnnctl.ops.conv2d.im2col_gemm import (
+    DEFAULT_WS_LIMIT,
+    col_elems,
+    col_geo,
+    im2col,
+    is_identity,
 )
-from dnnctl.ops.conv2d.im2col_gemm import DEFAULT_WS_LIMIT, col_geo, im2col, is_identity
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -104,8 +103,6 @@ class _ColumnGemm(_CudaBackward):
         g = geometry(problem)
         return not (params["chunk"] and params["chunk"] >= g.n)
 
-    def columns(self, g: ConvGeom, chunk: int) -> int:
-        return 0 if is_identity(g) else batch_chunk(g, chunk) * g.p * g.q * g.c * g.r * g.s
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         for chunk in (0, 64, 16, 4, 1):
@@ -114,6 +111,19 @@ class _ColumnGemm(_CudaBackward):
                     and self.workspace_bytes(problem, p) <= DEFAULT_WS_LIMIT):
                 return p
         return {"chunk": 1}
+
+    def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
+        raise NotImplementedError
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        return self.chunked(g, _cuda.runtime(), image_chunks(g, params["chunk"]),
+                            self.workspace(g, params["chunk"]))
+
+    def chunked(self, g: ConvGeom, rt: Any, chunks: list[tuple[int, int]],
+                ws: Workspace) -> Kernel:
+        """The kernel: ``chunks`` of images at a time through the ``ws`` columns."""
+        raise NotImplementedError
 
 
 @register_variant
@@ -126,18 +136,15 @@ class CudaDgradIm2col(_ColumnGemm):
     doc = "dgrad: cuBLAS strided-batched GEMM dy @ w into a column matrix, then col2im"
 
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
-        return Workspace([("col", self.columns(g, chunk), io_dtype(g))])
+        return Workspace([("col", col_elems(g, chunk), io_dtype(g))])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
         return 0 if is_identity(g) else self.workspace(g, params["chunk"]).nbytes
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        rt = _cuda.runtime()
-        chunks = image_chunks(g, params["chunk"])
+    def chunked(self, g: ConvGeom, rt: Any, chunks: list[tuple[int, int]],
+                ws: Workspace) -> Kernel:
         ident = is_identity(g)
-        ws = self.workspace(g, params["chunk"])
         fn = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc)}, "col2im")
         pq, hw, crs = g.p * g.q, g.h * g.w, g.cg * g.r * g.s
@@ -185,18 +192,15 @@ class CudaWgradIm2col(_ColumnGemm):
     doc = "wgrad: im2col + cuBLAS dy^T @ col (reduction over N*P*Q), fp32 accumulate; db"
 
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
-        return wgrad_workspace(g, ("col", self.columns(g, chunk), io_dtype(g)),
+        return wgrad_workspace(g, ("col", col_elems(g, chunk), io_dtype(g)),
                                ("acc", g.k * g.crs, np.float32))
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return self.workspace(geometry(problem), params["chunk"]).nbytes
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        rt = _cuda.runtime()
-        chunks = image_chunks(g, params["chunk"])
+    def chunked(self, g: ConvGeom, rt: Any, chunks: list[tuple[int, int]],
+                ws: Workspace) -> Kernel:
         ident = is_identity(g)
-        ws = self.workspace(g, params["chunk"])
         code = _cuda.DTYPE_CODE[g.dtype]
         patches = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": code, "NHWC": int(g.nhwc), "VEC": 1},

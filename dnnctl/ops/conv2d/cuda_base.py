@@ -1,5 +1,6 @@
 """Common ground of the CUDA (cupy backend) conv2d variants: support checks, workspace
-carving, the stand-alone epilogue kernel, and parameter helpers."""
+carving, batch chunks, the stand-alone epilogue kernel, the kernel of a launch with the
+epilogue fused, and parameter helpers."""
 
 from __future__ import annotations
 
@@ -89,6 +90,19 @@ def run_epilogue(fn: Any, g: ConvGeom, y: Any, inputs: Mapping[str, Any]) -> Non
     total = g.n * g.k * g.p * g.q
     fn(_cuda.grid1d(total, 256, 65535 * 8), (256, 1, 1),
        (y, bias, res, np.int64(total), *_cuda.i32(g.k, g.p * g.q), act, flags))
+
+
+def epilogue_kernel(run: Any, g: ConvGeom, tail: tuple[Any, ...]) -> Any:
+    """The kernel of a launch ``run(x, w, y, bias, residual, *tail)`` with the epilogue
+    fused (absent bias / residual passed as y, see _cuda.epilogue_args)."""
+
+    def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+               attrs: Mapping[str, Any]) -> None:
+        y = outputs["y"]
+        bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+        run((inputs["x"], inputs["w"], y, bias, res, *tail))
+
+    return kernel
 
 
 def io_dtype(g: ConvGeom) -> np.dtype:

@@ -13,7 +13,7 @@ from typing import Any
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, next_pow2
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, epilogue_kernel, next_pow2
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -100,15 +100,7 @@ class CudaDepthwise(CudaConv):
         fn = rt.function(self.source, defines, "dw_nchw")
         tiles = -(-g.p // params["th"]) * -(-g.q // params["tw"])
         run = mc.Launch(fn, (tiles, g.k, g.n), (params["threads"], 1, 1))
-        tail = run.consts(*dims, *_cuda.epilogue_codes(g))
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            y = outputs["y"]
-            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
-            run((inputs["x"], inputs["w"], y, bias, res, *tail))
-
-        return kernel
+        return epilogue_kernel(run, g, run.consts(*dims, *_cuda.epilogue_codes(g)))
 
     def _build_nhwc(self, rt: Any, g: ConvGeom, params: Mapping[str, Any],
                     base: dict[str, Any], dims: tuple[Any, ...]) -> Kernel:

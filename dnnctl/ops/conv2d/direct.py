@@ -12,7 +12,7 @@ from typing import Any
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, next_pow2
+from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, epilogue_kernel, next_pow2
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
@@ -72,11 +72,4 @@ class CudaDirect(CudaConv):
         dims = run.consts(*_cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.r, g.s, g.sh, g.sw,
                                      g.pt, g.pl, g.dh, g.dw, g.groups),
                           *_cuda.epilogue_codes(g))
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            y = outputs["y"]
-            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
-            run((inputs["x"], inputs["w"], y, bias, res, *dims))
-
-        return kernel
+        return epilogue_kernel(run, g, dims)

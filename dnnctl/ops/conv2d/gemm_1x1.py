@@ -18,7 +18,6 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import TiledConv, epilogue_defines, run_fused, split_k, tile_defines
 from dnnctl.ops.matmul.gemm_launch import (
@@ -74,10 +73,7 @@ class Gemm1x1(TiledConv):
     source = "conv2d/gemm_1x1.cu"
     doc = ("1x1 convolution as a GEMM on the tiled tensor-core kernel (stride 1: plain GEMM; "
            "strided: pixel index math), fused bias+act+residual, split-K")
-    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        no = self.device_unsupported(device)
-        if no is not None:
-            return no
+    def geom_unsupported(self, g: ConvGeom, device: Any) -> Support | None:
         if (g.r, g.s) != (1, 1):
             return unsupported(f"only 1x1 filters (this one is {g.r}x{g.s})")
         if (g.pt, g.pb, g.pl, g.pr) != (0, 0, 0, 0):
@@ -92,7 +88,7 @@ class Gemm1x1(TiledConv):
         if gemm_dims(g)[3] > MAX_GRID_Z:
             return unsupported(f"more than {MAX_GRID_Z} {'groups' if g.nhwc else 'images'} "
                                "(grid limit)")
-        return SUPPORTED
+        return None
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)

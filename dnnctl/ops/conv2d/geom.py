@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from dnnctl.errors import UsageError
-from dnnctl.ops.base import (
-    Problem,
-)
+from dnnctl.ops.base import Problem
+from dnnctl.ops.matmul.op import activation_ref
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 # NCHW on tensor cores: above this many FLOPs the layout transposes of nhwc_implicit_gemm
@@ -144,23 +142,10 @@ def geometry(problem: Problem) -> ConvGeom:
 # ----------------------------------------------------------------------------- reference
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
 def apply_activation(y: np.ndarray, activation: str) -> np.ndarray:
-    """relu / gelu (erf form) / silu in the array's precision (float64 in the reference)."""
-    if activation == "none":
-        return y
-    if activation == "relu":
-        return np.where(y > 0, y, np.where(np.isnan(y), y, 0.0)).astype(y.dtype)
-    if activation == "gelu":
-        return (0.5 * y * (1.0 + _erf(y / math.sqrt(2.0)))).astype(y.dtype)
-    if activation == "silu":
-        with np.errstate(over="ignore"):
-            return (y / (1.0 + np.exp(-y))).astype(y.dtype)
-    raise UsageError(f"unknown conv2d activation {activation!r}",
-                     hint=f"use one of {', '.join(ACTIVATIONS)}")
+    """relu / gelu (erf form) / silu in the array's precision (float64 in the reference):
+    matmul's reference activation, the same epilogue."""
+    return y if activation == "none" else activation_ref(y, activation).astype(y.dtype)
 
 
 def conv_nchw(x: np.ndarray, w: np.ndarray, g: ConvGeom) -> np.ndarray:

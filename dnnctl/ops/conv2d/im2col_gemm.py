@@ -41,6 +41,11 @@ def is_identity(g: ConvGeom) -> bool:
     return (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
 
 
+def col_elems(g: ConvGeom, chunk: int) -> int:
+    """Elements of the patch (column) matrix of ``chunk`` images; 0 when x is its own."""
+    return 0 if is_identity(g) else batch_chunk(g, chunk) * g.p * g.q * g.c * g.r * g.s
+
+
 def col_geo(g: ConvGeom) -> tuple[np.int32, ...]:
     """The geometry arguments of the im2col.cu / col2im.cu kernels."""
     return _cuda.i32(g.c, g.h, g.w, g.p, g.q, g.r, g.s, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw,
@@ -90,8 +95,7 @@ class CudaIm2colGemm(CudaConv):
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
         if is_identity(g):
             return Workspace([])
-        rows = batch_chunk(g, chunk) * g.p * g.q
-        return Workspace([("col", rows * g.c * g.r * g.s, io_dtype(g))])
+        return Workspace([("col", col_elems(g, chunk), io_dtype(g))])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)

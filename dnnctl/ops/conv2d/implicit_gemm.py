@@ -23,9 +23,8 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Kernel, Problem, Support, np_dtype
+from dnnctl.ops.base import Kernel, Problem, Support
 from dnnctl.ops.conv2d import tiled
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace
 from dnnctl.ops.conv2d.implicit_gemm_wgmma import padded_channels
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import TiledConv
@@ -52,16 +51,6 @@ def _kgemm(g: ConvGeom) -> int:
     return _cgp(g) * g.r * g.s
 
 
-def _pad_workspace(g: ConvGeom, splits: int) -> Workspace:
-    """Padded input and weight, then the split-K slabs (when the channels are padded)."""
-    cgp, dt = _cgp(g), np_dtype(g.dtype)
-    pieces: list[tuple[str, int, Any]] = [("x", g.n * g.h * g.w * g.groups * cgp, dt),
-                                          ("w", g.k * g.r * g.s * cgp, dt)]
-    if splits > 1:
-        pieces.append(("ws", splits * g.groups * g.npq * g.kg, np.float32))
-    return Workspace(pieces)
-
-
 @register_variant
 class ImplicitGemm(TiledConv):
     """Implicit-GEMM convolution on tensor cores with a fused epilogue."""
@@ -70,11 +59,10 @@ class ImplicitGemm(TiledConv):
     source = "conv2d/implicit_gemm.cu"
     doc = ("implicit GEMM (patches gathered on the fly), mma.sync tensor cores / tf32 / fp32 "
            "FFMA, cp.async pipeline, fused bias+act+residual, split-K")
-    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        no = self.device_unsupported(device) or tiled.groups_unsupported(
+    def geom_unsupported(self, g: ConvGeom, device: Any) -> Support | None:
+        return tiled.groups_unsupported(
             g, f"one channel per group makes each GEMM {g.crs} deep, mostly tile padding; "
             "use the depthwise variant")
-        return SUPPORTED if no is None else no
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
@@ -99,7 +87,7 @@ class ImplicitGemm(TiledConv):
         g = geometry(problem)
         _, splits = tiled.split_k(_kgemm(g), params["bk"], params["splitk"])
         if _cgp(g) != g.cg:
-            return _pad_workspace(g, splits).nbytes
+            return tiled.padded_workspace(g, _cgp(g), splits).nbytes
         return 0 if splits == 1 else 4 * splits * g.groups * g.npq * g.kg
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
@@ -127,7 +115,7 @@ class ImplicitGemm(TiledConv):
         pad = None
         if cgp != g.cg:  # odd 16-bit channels: zero-pad input and weight first
             pad = tiled.channel_pad(g, cgp, device.sm_count or 132)
-            work = _pad_workspace(g, splits)
+            work = tiled.padded_workspace(g, _cgp(g), splits)
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:

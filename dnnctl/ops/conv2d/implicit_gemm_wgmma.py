@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from dnnctl.backends.cuda import Launch
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops.base import Kernel, Problem, Support, np_dtype, unsupported
+from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import tiled
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
@@ -64,16 +62,7 @@ def _splits(g: ConvGeom, splitk: int) -> tuple[int, int]:
 
 def _workspace(g: ConvGeom, splitk: int) -> Workspace:
     """Padded input and weight (when the channels need padding), then split-K slabs."""
-    cgp = padded_channels(g.cg)
-    dt = np_dtype(g.dtype)
-    pieces: list[tuple[str, int, Any]] = []
-    if cgp != g.cg:
-        pieces += [("x", g.n * g.h * g.w * g.groups * cgp, dt),
-                   ("w", g.k * g.r * g.s * cgp, dt)]
-    _, splits = _splits(g, splitk)
-    if splits > 1:
-        pieces.append(("ws", splits * g.groups * g.npq * g.kg, np.float32))
-    return Workspace(pieces)
+    return tiled.padded_workspace(g, padded_channels(g.cg), _splits(g, splitk)[1])
 
 
 @register_variant

@@ -12,21 +12,22 @@ N*P*Q in float32 (pairwise, numpy's sum).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from dnnctl.ops.base import Kernel, Problem
 from dnnctl.ops.conv2d.numpy_variants import (
     ChunkedIm2col,
+    Ranges,
     TapOrder,
     padded_nhwc,
     patches,
     tap,
     weights_rsck,
 )
-from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.conv2d.op import ConvGeom
 from dnnctl.ops.registry import register_variant
 
 
@@ -62,6 +63,16 @@ def tap_view(xp: np.ndarray, g: ConvGeom, r: int, s: int) -> np.ndarray:
     return tap(xp, g, r, s)
 
 
+def add_taps(dxp: np.ndarray, g: ConvGeom, term: Callable[[int, int], np.ndarray]) -> None:
+    """col2im: add ``term(r, s)``, the tap's share as (n, P, Q, C) or (n, P, Q, G, C/g), into
+    each filter tap's strided view of the padded gradient ``dxp``."""
+    for r in range(g.r):
+        for s in range(g.s):
+            share = term(r, s)
+            view = tap_view(dxp, g, r, s).reshape(share.shape)  # splits C: a view, no copy
+            view += share
+
+
 def _grouped(a: np.ndarray, b: np.ndarray, g: ConvGeom, a_t: bool) -> np.ndarray:
     """Per group (a_g^T if a_t else a_g) @ b_g; a (M, G*A), b (M or A, G*B) column blocks."""
     ga = a.reshape(a.shape[0], g.groups, -1).transpose(1, 0, 2)
@@ -79,7 +90,7 @@ class NumpyDgradIm2col(ChunkedIm2col):
     passes = ("dgrad",)
     doc = "dgrad: GEMM dy (N*P*Q, K/g) @ w (K/g, R*S*C/g) per group, then col2im"
 
-    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
             outputs: Mapping[str, Any]) -> None:
         dyn = dy_nhwc(inputs["dy"], g)
         wt = weights_rsck(inputs["w"], g)  # (R, S, Cg, K)
@@ -87,15 +98,12 @@ class NumpyDgradIm2col(ChunkedIm2col):
         wm = wt.reshape(g.r * g.s, g.cg, g.groups, g.kg).transpose(2, 3, 0, 1)
         wm = wm.reshape(g.groups, g.kg, g.r * g.s * g.cg)
         dxp = zero_dx(g)
-        for n0, n1 in chunks:
+        for n0, n1 in ranges:
             rows = dyn[n0:n1].reshape(-1, g.groups, g.kg).transpose(1, 0, 2)
             col = np.matmul(rows, wm)  # (G, rows, RS*Cg)
             col = col.reshape(g.groups, n1 - n0, g.p, g.q, g.r * g.s, g.cg)
-            part = dxp[n0:n1]
-            for r in range(g.r):
-                for s in range(g.s):
-                    view = tap_view(part, g, r, s).reshape(n1 - n0, g.p, g.q, g.groups, g.cg)
-                    view += col[:, :, :, :, r * g.s + s, :].transpose(1, 2, 3, 0, 4)
+            add_taps(dxp[n0:n1], g, lambda r, s, col=col: col[:, :, :, :, r * g.s + s, :]
+                     .transpose(1, 2, 3, 0, 4))  # (n, P, Q, G, Cg)
         store_dx(dxp, g, outputs["dx"])
 
 
@@ -107,38 +115,25 @@ class NumpyDgradDirect(TapOrder):
     passes = ("dgrad",)
     doc = "dgrad: per filter tap, dy times the tap's weights added into strided dx views"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        per_image = params["order"] == "image"
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        dyn = dy_nhwc(inputs["dy"], g)
+        wt = weights_rsck(inputs["w"], g)
+        dxp = zero_dx(g)
 
-        def accumulate(dxp: np.ndarray, dyn: np.ndarray, wt: np.ndarray) -> None:
-            for r in range(g.r):
-                for s in range(g.s):
-                    view = tap_view(dxp, g, r, s)  # (n, P, Q, C)
-                    wrs = wt[r, s]  # (Cg, K)
-                    if g.groups == 1:
-                        view += dyn @ wrs.T
-                    elif g.cg == 1 and g.kg == 1:
-                        view += dyn * wrs[0]
-                    else:
-                        d = dyn.reshape(*dyn.shape[:3], g.groups, g.kg)
-                        wg = wrs.reshape(g.cg, g.groups, g.kg)
-                        view += np.einsum("npqgk,cgk->npqgc", d, wg,
-                                          optimize=True).reshape(view.shape)
+        def term(dy_part: np.ndarray, r: int, s: int) -> np.ndarray:
+            wrs = wt[r, s]  # (Cg, K)
+            if g.groups == 1:
+                return dy_part @ wrs.T
+            if g.cg == 1 and g.kg == 1:
+                return dy_part * wrs[0]
+            d = dy_part.reshape(*dy_part.shape[:3], g.groups, g.kg)
+            return np.einsum("npqgk,cgk->npqgc", d, wrs.reshape(g.cg, g.groups, g.kg),
+                             optimize=True)
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            dyn = dy_nhwc(inputs["dy"], g)
-            wt = weights_rsck(inputs["w"], g)
-            dxp = zero_dx(g)
-            if per_image:
-                for i in range(g.n):
-                    accumulate(dxp[i:i + 1], dyn[i:i + 1], wt)
-            else:
-                accumulate(dxp, dyn, wt)
-            store_dx(dxp, g, outputs["dx"])
-
-        return kernel
+        for n0, n1 in ranges:
+            add_taps(dxp[n0:n1], g, functools.partial(term, dyn[n0:n1]))
+        store_dx(dxp, g, outputs["dx"])
 
 
 @register_variant
@@ -149,12 +144,12 @@ class NumpyWgradIm2col(ChunkedIm2col):
     passes = ("wgrad",)
     doc = "wgrad: patch matrix (N*P*Q, R*S*C/g), GEMM dy^T @ col per group; db fused"
 
-    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
             outputs: Mapping[str, Any]) -> None:
         xp = padded_nhwc(inputs["x"], g)
         dyn = dy_nhwc(inputs["dy"], g)
         acc = np.zeros((g.groups, g.kg, g.r * g.s * g.cg), np.float32)
-        for n0, n1 in chunks:
+        for n0, n1 in ranges:
             cols = patches(xp, g, n0, n1).transpose(0, 2, 1, 3)
             cols = cols.reshape(cols.shape[0], -1)  # (rows, G*RS*Cg)
             acc += _grouped(dyn[n0:n1].reshape(-1, g.k), cols, g, a_t=True)
@@ -173,26 +168,21 @@ class NumpyWgradDirect(TapOrder):
     doc = "wgrad: per filter tap, the strided input view times dy summed over N*P*Q; db fused"
     params = {"order": ("tap",)}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            xp = padded_nhwc(inputs["x"], g)
-            dyn = dy_nhwc(inputs["dy"], g)
-            d2 = dyn.reshape(-1, g.k)
-            dw = np.empty((g.r, g.s, g.cg, g.k), np.float32)
-            for r in range(g.r):
-                for s in range(g.s):
-                    v2 = tap(xp, g, r, s).reshape(-1, g.c)
-                    if g.groups == 1:
-                        dw[r, s] = v2.T @ d2
-                    elif g.cg == 1 and g.kg == 1:
-                        dw[r, s, 0] = np.einsum("mc,mc->c", v2, d2)
-                    else:
-                        prod = _grouped(v2, d2, g, a_t=True)  # (G, Cg, Kg)
-                        dw[r, s] = prod.transpose(1, 0, 2).reshape(g.cg, g.k)
-            store_dw(dw, g, outputs["dw"])
-            store_db(dyn, outputs)
-
-        return kernel
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        xp = padded_nhwc(inputs["x"], g)
+        dyn = dy_nhwc(inputs["dy"], g)
+        d2 = dyn.reshape(-1, g.k)
+        dw = np.empty((g.r, g.s, g.cg, g.k), np.float32)
+        for r in range(g.r):
+            for s in range(g.s):
+                v2 = tap(xp, g, r, s).reshape(-1, g.c)
+                if g.groups == 1:
+                    dw[r, s] = v2.T @ d2
+                elif g.cg == 1 and g.kg == 1:
+                    dw[r, s, 0] = np.einsum("mc,mc->c", v2, d2)
+                else:
+                    prod = _grouped(v2, d2, g, a_t=True)  # (G, Cg, Kg)
+                    dw[r, s] = prod.transpose(1, 0, 2).reshape(g.cg, g.k)
+        store_dw(dw, g, outputs["dw"])
+        store_db(dyn, outputs)

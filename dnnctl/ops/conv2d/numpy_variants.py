@@ -99,10 +99,35 @@ class NumpyConv(Variant):
         return SUPPORTED
 
 
-class ChunkedIm2col(NumpyConv):
+Ranges = list[tuple[int, int]]  # (first image, end) of each step of a call
+
+
+class ByImages(NumpyConv):
+    """Variants whose call steps through ranges of images (:meth:`ranges`, fixed when the
+    kernel is built), computing in :meth:`run`."""
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        ranges = self.ranges(g, params)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            self.run(g, ranges, inputs, outputs)
+
+        return kernel
+
+    @abstractmethod
+    def ranges(self, g: ConvGeom, params: Mapping[str, Any]) -> Ranges: ...
+
+    @abstractmethod
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        """One call: inputs to outputs, image range (n0, n1) by image range."""
+
+
+class ChunkedIm2col(ByImages):
     """The patch / column matrix variants: ``chunk`` images at a time (0: the whole batch),
-    their matrix (images x P x Q x R x S x C, fp32) the workspace. A subclass computes a
-    call in :meth:`run`, given the image ranges of the chunks."""
+    their matrix (images x P x Q x R x S x C, fp32) the workspace."""
 
     params = {"chunk": (0, 1, 8)}
 
@@ -118,103 +143,99 @@ class ChunkedIm2col(NumpyConv):
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
         return {"chunk": 0}
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
+    def ranges(self, g: ConvGeom, params: Mapping[str, Any]) -> Ranges:
         step = g.n if params["chunk"] == 0 else params["chunk"]
-        chunks = [(n0, min(n0 + step, g.n)) for n0 in range(0, g.n, step)]
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            self.run(g, chunks, inputs, outputs)
-
-        return kernel
-
-    @abstractmethod
-    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
-            outputs: Mapping[str, Any]) -> None:
-        """One call: inputs to outputs, image range (n0, n1) by image range."""
+        return [(n0, min(n0 + step, g.n)) for n0 in range(0, g.n, step)]
 
 
-class TapOrder(NumpyConv):
-    """The tap-by-tap variants: ``order`` of the loop nest (taps outermost by default)."""
+class TapOrder(ByImages):
+    """The tap-by-tap variants: ``order`` of the loop nest, taps outermost (the whole batch
+    at once, the default) or images outermost (one at a time)."""
 
     params: ClassVar[dict[str, tuple[Any, ...]]] = {"order": ("tap", "image")}
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any]:
         return {"order": "tap"}
 
+    def ranges(self, g: ConvGeom, params: Mapping[str, Any]) -> Ranges:
+        return [(i, i + 1) for i in range(g.n)] if params["order"] == "image" else [(0, g.n)]
+
 
 # ----------------------------------------------------------------------------- im2col
 
 
+class _Forward(ByImages):
+    """A forward variant's call: padded NHWC input and (R, S, C/g, K) weights in float32,
+    the outputs of each image range added up by :meth:`add` into a float32 NHWC result, then
+    the epilogue."""
+
+    def run(self, g: ConvGeom, ranges: Ranges, inputs: Mapping[str, Any],
+            outputs: Mapping[str, Any]) -> None:
+        xp = padded_nhwc(inputs["x"], g)
+        wt = self.weights(g, weights_rsck(inputs["w"], g))
+        y = np.zeros((g.n, g.p, g.q, g.k), np.float32)
+        for n0, n1 in ranges:
+            self.add(g, xp, wt, y[n0:n1], n0, n1)
+        outputs["y"][...] = epilogue32(y, g, inputs, nhwc=True)
+
+    def weights(self, g: ConvGeom, wt: np.ndarray) -> np.ndarray:
+        """The weights as :meth:`add` takes them (once per call)."""
+        return wt
+
+    @abstractmethod
+    def add(self, g: ConvGeom, xp: np.ndarray, wt: np.ndarray, y: np.ndarray, n0: int,
+            n1: int) -> None:
+        """y (images n0:n1 of the result) += the convolution of those images."""
+
+
 @register_variant
-class NumpyIm2colGemm(ChunkedIm2col):
+class NumpyIm2colGemm(_Forward, ChunkedIm2col):
     """im2col patch matrix + one BLAS GEMM per group, ``chunk`` images at a time."""
 
     name = "im2col_gemm"
     doc = "patch matrix (N*P*Q, R*S*C/g) times weights (R*S*C/g, K/g) with BLAS"
 
-    def run(self, g: ConvGeom, chunks: list[tuple[int, int]], inputs: Mapping[str, Any],
-            outputs: Mapping[str, Any]) -> None:
-        xp = padded_nhwc(inputs["x"], g)
-        wm = weights_rsck(inputs["w"], g).reshape(g.r * g.s, g.cg, g.groups, g.kg)
-        wm = wm.transpose(2, 0, 1, 3).reshape(g.groups, g.r * g.s * g.cg, g.kg)
-        y = np.empty((g.n, g.p, g.q, g.k), np.float32)
-        for n0, n1 in chunks:
-            cols = patches(xp, g, n0, n1)
-            if g.groups == 1:
-                prod = cols.reshape(cols.shape[0], -1) @ wm[0]
-            else:
-                cols = cols.transpose(2, 0, 1, 3).reshape(g.groups, cols.shape[0], -1)
-                prod = np.matmul(cols, wm).transpose(1, 0, 2)
-            y[n0:n1] = prod.reshape(n1 - n0, g.p, g.q, g.k)
-        outputs["y"][...] = epilogue32(y, g, inputs, nhwc=True)
+    def weights(self, g: ConvGeom, wt: np.ndarray) -> np.ndarray:
+        wm = wt.reshape(g.r * g.s, g.cg, g.groups, g.kg)
+        return wm.transpose(2, 0, 1, 3).reshape(g.groups, g.r * g.s * g.cg, g.kg)
+
+    def add(self, g: ConvGeom, xp: np.ndarray, wt: np.ndarray, y: np.ndarray, n0: int,
+            n1: int) -> None:
+        cols = patches(xp, g, n0, n1)
+        if g.groups == 1:
+            prod = cols.reshape(cols.shape[0], -1) @ wt[0]
+        else:
+            cols = cols.transpose(2, 0, 1, 3).reshape(g.groups, cols.shape[0], -1)
+            prod = np.matmul(cols, wt).transpose(1, 0, 2)
+        y += prod.reshape(y.shape)
 
 
 # ----------------------------------------------------------------------------- direct
 
 
 @register_variant
-class NumpyDirect(TapOrder):
+class NumpyDirect(_Forward, TapOrder):
     """Tap-by-tap multiply-accumulate: R*S small GEMMs (or broadcasts when C/g == 1)."""
 
     name = "direct"
     doc = "loop over R*S filter taps; strided input view times the tap's weights"
 
-    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
-        g = geometry(problem)
-        per_image = params["order"] == "image"
-
-        def accumulate(y: np.ndarray, xp: np.ndarray, wt: np.ndarray, n0: int,
-                       n1: int | None) -> None:
-            for r in range(g.r):
-                for s in range(g.s):
-                    view = tap(xp, g, r, s, n0, n1)
-                    wrs = wt[r, s]  # (C/g, K)
-                    if g.cg == 1:  # depthwise-like: out channel k reads channel k // (K/C)
-                        src = view if g.kg == 1 else np.repeat(view, g.kg, axis=3)
-                        y += src * wrs[0]
-                    elif g.groups == 1:
-                        y += view @ wrs
-                    else:
-                        v = view.reshape(*view.shape[:3], g.groups, g.cg)
-                        wg = wrs.reshape(g.cg, g.groups, g.kg).transpose(1, 0, 2)
-                        y += np.einsum("npqgc,gck->npqgk", v, wg,
-                                       optimize=True).reshape(y.shape)
-
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            xp = padded_nhwc(inputs["x"], g)
-            wt = weights_rsck(inputs["w"], g)
-            y = np.zeros((g.n, g.p, g.q, g.k), np.float32)
-            if per_image:
-                for n0 in range(g.n):
-                    accumulate(y[n0:n0 + 1], xp, wt, n0, n0 + 1)
-            else:
-                accumulate(y, xp, wt, 0, None)
-            outputs["y"][...] = epilogue32(y, g, inputs, nhwc=True)
-
-        return kernel
+    def add(self, g: ConvGeom, xp: np.ndarray, wt: np.ndarray, y: np.ndarray, n0: int,
+            n1: int) -> None:
+        for r in range(g.r):
+            for s in range(g.s):
+                view = tap(xp, g, r, s, n0, n1)
+                wrs = wt[r, s]  # (C/g, K)
+                if g.cg == 1:  # depthwise-like: out channel k reads channel k // (K/C)
+                    src = view if g.kg == 1 else np.repeat(view, g.kg, axis=3)
+                    y += src * wrs[0]
+                elif g.groups == 1:
+                    y += view @ wrs
+                else:
+                    v = view.reshape(*view.shape[:3], g.groups, g.cg)
+                    wg = wrs.reshape(g.cg, g.groups, g.kg).transpose(1, 0, 2)
+                    y += np.einsum("npqgc,gck->npqgk", v, wg,
+                                   optimize=True).reshape(y.shape)
 
 
 # ----------------------------------------------------------------------------- fft

@@ -17,8 +17,8 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
-from dnnctl.ops.base import Support, unsupported
-from dnnctl.ops.conv2d.cuda_base import CudaConv
+from dnnctl.ops.base import SUPPORTED, Support, np_dtype, unsupported
+from dnnctl.ops.conv2d.cuda_base import CudaConv, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom
 from dnnctl.ops.matmul.cupy_variants import TiledGemmParams
 from dnnctl.ops.matmul.gemm_launch import (
@@ -52,12 +52,15 @@ class TiledConv(TiledGemmParams, CudaConv):
     def _math(g: ConvGeom) -> int:
         return math_for(g.dtype, g.tf32)
 
-    @staticmethod
-    def device_unsupported(device: Any) -> Support | None:
-        """Why the device cannot run the kernel (cp.async and mma need sm_80), else None."""
-        if device.cc_tuple < (8, 0):
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        if device.cc_tuple < (8, 0):  # cp.async and mma
             return unsupported(f"needs compute capability >= 8.0 (cp.async, mma); "
                                f"{device.name} is {device.compute_capability}")
+        no = self.geom_unsupported(g, device)
+        return SUPPORTED if no is None else no
+
+    def geom_unsupported(self, g: ConvGeom, device: Any) -> Support | None:
+        """Why the kernel does not take ``g`` on a device it can run on, else None."""
         return None
 
     def tile(self, g: ConvGeom, params: Any, device: Any) -> TileConfig:
@@ -116,6 +119,18 @@ def gather_dims(g: ConvGeom, c: int, splits: int, kchunk: int) -> tuple[np.int32
     the kernel sees them, padded or not), then the split-K plan."""
     return tuple(np.int32(v) for v in (g.n, c, g.h, g.w, g.k, g.r, g.s, g.p, g.q, g.sh, g.sw,
                                        g.pt, g.pl, g.dh, g.dw, g.groups, splits, kchunk))
+
+
+def padded_workspace(g: ConvGeom, cgp: int, splits: int) -> Workspace:
+    """Input and weight with ``cgp`` channels per group when that pads them (``x``, ``w``),
+    then the split-K slabs (``ws``)."""
+    dt = np_dtype(g.dtype)
+    pieces: list[tuple[str, int, Any]] = []
+    if cgp != g.cg:
+        pieces += [("x", g.n * g.h * g.w * g.groups * cgp, dt), ("w", g.k * g.r * g.s * cgp, dt)]
+    if splits > 1:
+        pieces.append(("ws", splits * g.groups * g.npq * g.kg, np.float32))
+    return Workspace(pieces)
 
 
 def channel_pad(g: ConvGeom, cgp: int, sm_count: int

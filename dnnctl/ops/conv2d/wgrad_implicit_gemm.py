@@ -25,7 +25,7 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_backward import bias_grad, wgrad_workspace
-from dnnctl.ops.conv2d.cuda_base import SUPPORTED, Workspace
+from dnnctl.ops.conv2d.cuda_base import Workspace
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import (
     TiledConv,
@@ -80,10 +80,7 @@ class _WgradGemm(TiledConv):
     params: ClassVar[dict[str, tuple[Any, ...]]] = dict(
         TiledConv.params, splitk=(1, 2, 4, 8, 16, 32, 64, 128, 256))
 
-    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
-        no = self.device_unsupported(device)
-        if no is not None:
-            return no
+    def geom_unsupported(self, g: ConvGeom, device: Any) -> Support | None:
         if not g.nhwc:
             return unsupported("NHWC only (the pixel gather copies channel vectors)")
         no = groups_unsupported(g, "one channel per group; use wgrad_depthwise")
@@ -95,7 +92,7 @@ class _WgradGemm(TiledConv):
                    if -(-k // min(self.params["bk"])) < 4 else
                    f"the {m} x {n} output's tiles already fill the GPU, so no split pays")
             return unsupported(f"split-K by atomics only: {why}; use wgrad_implicit_gemm")
-        return SUPPORTED
+        return None
 
     def _splits(self, g: ConvGeom, bk: int, splitk: int) -> tuple[int, int]:
         return split_k(g.npq, bk, splitk)

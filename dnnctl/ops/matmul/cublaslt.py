@@ -21,17 +21,16 @@ from typing import Any
 from dnnctl.backends import cublaslt, cuda
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
+from dnnctl.ops.matmul.cupy_variants import CupyMatmul
 from dnnctl.ops.registry import register_variant
 
 
 @register_variant
-class CublasLtMatmul(Variant):
+class CublasLtMatmul(CupyMatmul):
     """cublasLtMatmul with the BIAS / RELU(_BIAS) / GELU(_BIAS) epilogue."""
 
-    op = "matmul"
     name = "cublaslt"
-    backend = "cupy"
     vendor = True
     doc = ("cuBLASLt matmul with a fused bias / relu / gelu epilogue (fp16/bf16, fp32 "
            "compute; gelu is cuBLASLt's tanh form)")

@@ -130,9 +130,14 @@ class TiledGemmParams:
                 "splitk": splitk}
 
 
-class _TiledMatmul(TiledGemmParams, Variant):
+class CupyMatmul(Variant):
+    """Base of the matmul variants on the cupy backend (ours and the vendors')."""
+
     op = "matmul"
     backend = "cupy"
+
+
+class _TiledMatmul(TiledGemmParams, CupyMatmul):
     source = "gemm/gemm.cu"
 
     def _math(self, p: Problem) -> int:
@@ -240,12 +245,10 @@ _GEMM_DEFAULT = -1
 
 
 @register_variant
-class CublasMatmul(Variant):
+class CublasMatmul(CupyMatmul):
     """cuBLAS (through CuPy's bindings) with our epilogue kernel."""
 
-    op = "matmul"
     name = "cublas"
-    backend = "cupy"
     source = "gemm/epilogue.cu"
     doc = "cublasGemmStridedBatchedEx (fp32 compute; TF32 if allowed) + our fused epilogue"
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from dnnctl.backends import tma
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
-from dnnctl.ops.matmul.cupy_variants import matmul_desc
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
+from dnnctl.ops.matmul.cupy_variants import CupyMatmul, matmul_desc
 from dnnctl.ops.matmul.gemm_launch import (
     MATH_WGMMA,
     MAX_GRID_Z,
@@ -165,12 +165,10 @@ def wg_heuristic(m: int, n: int, k: int, batch: int, device: Any,
 
 
 @register_variant
-class WgmmaMatmul(Variant):
+class WgmmaMatmul(CupyMatmul):
     """Hopper wgmma GEMM with the fused epilogue and deterministic split-K."""
 
-    op = "matmul"
     name = "wgmma"
-    backend = "cupy"
     source = "gemm/wgmma.cu"
     params = {**WG_SPACE, "reduce": ("fused", "separate"), "swap": (0, 1)}
     doc = ("Hopper wgmma.mma_async GEMM (fp16/bf16, sm_90a): swizzled smem descriptors, "

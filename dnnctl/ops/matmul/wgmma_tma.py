@@ -25,7 +25,8 @@ import numpy as np
 from dnnctl.backends import cuda, tma
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
-from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, Variant, unsupported
+from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, unsupported
+from dnnctl.ops.matmul.cupy_variants import CupyMatmul
 from dnnctl.ops.matmul.gemm_launch import DEFAULT_SMEM_OPTIN, DTYPE_CODES
 from dnnctl.ops.matmul.op import ACT_CODES
 from dnnctl.ops.matmul.wgmma import tma_device_ok
@@ -95,13 +96,11 @@ def tma_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
 
 
 @register_variant
-class WgmmaTmaMatmul(Variant):
+class WgmmaTmaMatmul(CupyMatmul):
     """Hopper GEMM: TMA producer warpgroup, wgmma consumers, persistent grid, staged
     epilogue."""
 
-    op = "matmul"
     name = "wgmma_tma"
-    backend = "cupy"
     source = "gemm/wgmma_tma.cu"
     params = TMA_SPACE
     doc = ("Hopper GEMM (fp16/bf16, sm_90a): TMA loads into an mbarrier ring, producer + "
