@@ -6,7 +6,7 @@
 // (channel, split) to part[c * S + s]; act_bwd_finish folds the S partials in a fixed order.
 // Defines: DNNCTL_DTYPE, ACT_FN_CODE (dnnctl::Act). Host: VEC divides the inner extent (NCHW)
 // or C (NHWC) and the pointers are VEC-aligned (else VEC = 1).
-#include <dnnctl/memory.cuh>
+#include <dnnctl/chanreduce.cuh>
 
 #ifndef ACT_FN_CODE
 #define ACT_FN_CODE 1
@@ -47,14 +47,11 @@ template <int BLOCK, int VEC, typename I>
 __global__ void __launch_bounds__(BLOCK)
 act_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                elem_t* __restrict__ dx, I nvec, float slope) {
-  for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
-    float g[VEC], v[VEC];
-    load_vec<LD_NC, VEC>(dy + k * VEC, g);
-    load_vec<LD_NC, VEC>(x + k * VEC, v);
+  stream_pairs<BLOCK, VEC>(dy, x, nvec, [&](I k, float (&g)[VEC], const float (&v)[VEC]) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) g[i] *= act_grad(v[i], slope);
     store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
-  }
+  });
 }
 
 template <int BLOCK, int VEC>
@@ -65,22 +62,17 @@ act_bwd_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   __shared__ float red[32];
   const int c = blockIdx.x;
   const float b = to_float(bias[c]);
-  const int nv = inner / VEC;
-  const i64 total = outer * nv;
   float s = 0.f;
-  for (i64 k = (i64)blockIdx.y * BLOCK + threadIdx.x; k < total; k += (i64)gridDim.y * BLOCK) {
-    const i64 o = k / nv;
-    const i64 off = ((o * C + c) * nv + (k - o * nv)) * VEC;
+  for_channel_vecs<BLOCK, VEC>(outer, C, c, inner / VEC, [&](i64 off) {
     float g[VEC], v[VEC];
-    load_vec<LD_NC, VEC>(dy + off, g);
-    load_vec<LD_NC, VEC>(x + off, v);
+    load_pair(dy, x, off, g, v);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       g[i] *= act_grad(v[i] + b, slope);
       s += g[i];
     }
     store_vec<ST_PLAIN, VEC>(dx + off, g);
-  }
+  });
   s = block_sum<BLOCK / 32>(s, red);
   if (threadIdx.x == 0) part[(i64)c * gridDim.y + blockIdx.y] = s;
 }
@@ -91,41 +83,28 @@ act_bwd_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
              const elem_t* __restrict__ bias, elem_t* __restrict__ dx,
              float* __restrict__ part, i64 M, int C, float slope) {
   DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC]
-  const int cvn = C / VEC;
-  const int tx_n = min(cvn, BLOCK);
-  const int rb = BLOCK / tx_n;
-  const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
-  const int cv = blockIdx.y * tx_n + tx;
-  const bool live = ty < rb && cv < cvn;
+  const ChannelTile t = channel_tile<BLOCK>(C / VEC, BLOCK);
   float b[VEC], s[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
-    b[i] = live ? to_float(bias[cv * VEC + i]) : 0.f;
+    b[i] = t.live ? to_float(bias[t.cv * VEC + i]) : 0.f;
     s[i] = 0.f;
   }
-  if (live) {
-    for (i64 r = (i64)blockIdx.x * rb + ty; r < M; r += (i64)gridDim.x * rb) {
-      float g[VEC], v[VEC];
-      load_vec<LD_NC, VEC>(dy + r * C + cv * VEC, g);
-      load_vec<LD_NC, VEC>(x + r * C + cv * VEC, v);
+  for_tile_rows(t, M, [&](i64 r) {
+    const i64 off = r * C + t.cv * VEC;
+    float g[VEC], v[VEC];
+    load_pair(dy, x, off, g, v);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        g[i] *= act_grad(v[i] + b[i], slope);
-        s[i] += g[i];
-      }
-      store_vec<ST_PLAIN, VEC>(dx + r * C + cv * VEC, g);
+    for (int i = 0; i < VEC; ++i) {
+      g[i] *= act_grad(v[i] + b[i], slope);
+      s[i] += g[i];
     }
-  }
+    store_vec<ST_PLAIN, VEC>(dx + off, g);
+  });
+  fold_row_lanes<BLOCK, VEC>(sw, t, s, 0.f, add_float, [&](const float (&total)[VEC]) {
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) sw[threadIdx.x * VEC + i] = s[i];
-  sync_block();
-  if (ty != 0 || !live) return;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    float a = 0.f;
-    for (int r = 0; r < rb; ++r) a += sw[(r * tx_n + tx) * VEC + i];
-    part[(i64)(cv * VEC + i) * gridDim.x + blockIdx.x] = a;
-  }
+    for (int i = 0; i < VEC; ++i) part[(i64)(t.cv * VEC + i) * gridDim.x + blockIdx.x] = total[i];
+  });
 }
 
 __global__ void __launch_bounds__(128)

@@ -5,9 +5,7 @@
 using namespace dnnctl;
 
 template <int BLOCK, int VEC, int UNROLL, typename I>
-__global__ void __launch_bounds__(BLOCK)
-act_exact(const elem_t* DNNCTL_RESTRICT x, const elem_t* DNNCTL_RESTRICT bias,
-          elem_t* DNNCTL_RESTRICT y, I n, I inner, I C, float slope) {
+__global__ void __launch_bounds__(BLOCK) act_exact(ACT_PARAMS) {
   const I nvec = n / VEC;
   const I base = (I)blockIdx.x * (I)(BLOCK * UNROLL) + threadIdx.x;
   act_tile<BLOCK, VEC, UNROLL, I>(x, bias, y, base, nvec, inner, C, slope);

@@ -5,9 +5,7 @@
 using namespace dnnctl;
 
 template <int BLOCK, int VEC, int UNROLL, typename I>
-__global__ void __launch_bounds__(BLOCK)
-act_stride(const elem_t* DNNCTL_RESTRICT x, const elem_t* DNNCTL_RESTRICT bias,
-           elem_t* DNNCTL_RESTRICT y, I n, I inner, I C, float slope) {
+__global__ void __launch_bounds__(BLOCK) act_stride(ACT_PARAMS) {
   const I nvec = n / VEC;
   const I tile = (I)(BLOCK * UNROLL);
   const I step = (I)gridDim.x * tile;

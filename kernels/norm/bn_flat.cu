@@ -22,29 +22,18 @@ bn_flat(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* mean,
   const I nvec = n / VEC;
   const I tile = (I)(BLOCK * UNROLL);
   for (I k0 = (I)blockIdx.x * tile + threadIdx.x; k0 < nvec; k0 += (I)gridDim.x * tile) {
-    float v[UNROLL][VEC];
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const I k = k0 + (I)(u * BLOCK);
-      if (k < nvec) load_vec<LD_NC, VEC>(x + k * VEC, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const I k = k0 + (I)(u * BLOCK);
-      if (k < nvec) {
-        const I e = k * VEC;
+    load_unrolled<UNROLL, VEC, LD_NC>(x, (I)VEC, k0, (I)BLOCK, nvec, [&](I k, auto& v) {
+      const I e = k * VEC;
 #if LAYOUT == 0
-        const int c = (int)((e / hw) % C);
+      const int c = (int)((e / hw) % C);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - sp[c]) * sp[C + c] + sp[2 * C + c];
+      for (int i = 0; i < VEC; ++i) v[i] = (v[i] - sp[c]) * sp[C + c] + sp[2 * C + c];
 #else
-        const int c = (int)(e % C);
+      const int c = (int)(e % C);
 #pragma unroll
-        for (int i = 0; i < VEC; ++i)
-          v[u][i] = (v[u][i] - sp[c + i]) * sp[C + c + i] + sp[2 * C + c + i];
+      for (int i = 0; i < VEC; ++i) v[i] = (v[i] - sp[c + i]) * sp[C + c + i] + sp[2 * C + c + i];
 #endif
-        store_vec<ST_PLAIN, VEC>(y + e, v[u]);
-      }
-    }
+      store_vec<ST_PLAIN, VEC>(y + e, v);
+    });
   }
 }

@@ -14,15 +14,22 @@
 // Workspace: part (S * C * 2 floats), scale (C floats), counters (one int per tile, zero).
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS=1, LAYOUT, CH, HW.
 #include <dnnctl/bn_exact.cuh>
-#include <dnnctl/lastblock.cuh>
+#include <dnnctl/chanreduce.cuh>
+
+// What both statistics kernels write, in the order the host passes it after the shape: the
+// running statistics (read, then written: the arrays may alias), save_mean, save_invstd, and
+// scale = weight * invstd; eps and momentum.
+#define BNT_OUT_PARAMS                                                                      \
+  const float* running_mean, const float* running_var, float* new_running_mean,            \
+      float* new_running_var, float* __restrict__ save_mean, float* __restrict__ save_invstd, \
+      const float* __restrict__ w, float* __restrict__ scale, float eps, float momentum
+#define BNT_OUT_ARGS                                                                     \
+  running_mean, running_var, new_running_mean, new_running_var, save_mean, save_invstd, w, \
+      scale, eps, momentum
 
 // The statistics of channel c from the sums of (x - k) over `count` values.
 __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, float count,
-                                           const float* running_mean, const float* running_var,
-                                           float* new_running_mean, float* new_running_var,
-                                           float* save_mean, float* save_invstd,
-                                           const float* w, float* scale, float eps,
-                                           float momentum) {
+                                           BNT_OUT_PARAMS) {
   const float d = s1 / count;
   const float mean = k + d;
   const float var = fmaxf(s2 / count - d * d, 0.f);
@@ -44,72 +51,36 @@ __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, f
 template <int BLOCK, int VEC, int U>
 __global__ void __launch_bounds__(BLOCK)
 bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* counter, i64 M,
-               const float* running_mean, const float* running_var, float* new_running_mean,
-               float* new_running_var, float* __restrict__ save_mean,
-               float* __restrict__ save_invstd, const float* __restrict__ w,
-               float* __restrict__ scale, float eps, float momentum) {
-  DNNCTL_DYN_SMEM(float, sw);  // [2][BLOCK][VEC]
+               BNT_OUT_PARAMS) {
+  DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC] pairs
   __shared__ int flag;
-  constexpr int CVN = CH / VEC;
   constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
                                                             : 1;
-  constexpr int TX = CVN < TXW ? CVN : TXW;
-  constexpr int RB = BLOCK / TX;
-  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  const int cv = blockIdx.y * TX + tx;
-  const bool live = ty < RB && cv < CVN;
-  float k[VEC], s1[VEC], s2[VEC];
+  constexpr int TX = CH / VEC < TXW ? CH / VEC : TXW;
+  const ChannelTile t = channel_tile<BLOCK>(CH / VEC, TXW);
+  float k[VEC];
+  float2 s[VEC];
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) s1[i] = s2[i] = 0.f;
-  if (live) load_vec<LD_NC, VEC>(x + cv * VEC, k);
-  const i64 stride = (i64)gridDim.x * RB;
-  if (live) {
-    for (i64 r0 = (i64)blockIdx.x * RB + ty; r0 < M; r0 += stride * U) {
-      float f[U][VEC];
+  for (int i = 0; i < VEC; ++i) s[i] = make_float2(0.f, 0.f);
+  if (t.live) load_vec<LD_NC, VEC>(x + t.cv * VEC, k);
+  const i64 stride = (i64)gridDim.x * t.rb;
+  if (t.live) {
+    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
+      load_unrolled<U, VEC, LD_NC>(x + t.cv * VEC, (i64)CH, r0, stride, M, [&](i64, auto& f) {
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (r0 + u * stride < M)
-          load_vec<LD_NC, VEC>(x + (r0 + u * stride) * CH + cv * VEC, f[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (r0 + u * stride < M) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float t = f[u][i] - k[i];
-            s1[i] += t;
-            s2[i] += t * t;
-          }
+        for (int i = 0; i < VEC; ++i) {
+          const float d = f[i] - k[i];
+          s[i].x += d;
+          s[i].y += d * d;
         }
-      }
+      });
     }
   }
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    sw[(0 * BLOCK + threadIdx.x) * VEC + i] = s1[i];
-    sw[(1 * BLOCK + threadIdx.x) * VEC + i] = s2[i];
-  }
-  sync_block();
-  if (ty == 0 && live) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      float a = 0.f, b = 0.f;
-      for (int r = 0; r < RB; ++r) {
-        a += sw[(0 * BLOCK + r * TX + tx) * VEC + i];
-        b += sw[(1 * BLOCK + r * TX + tx) * VEC + i];
-      }
-      float* o = part + ((i64)blockIdx.x * CH + cv * VEC + i) * 2;
-      o[0] = a;
-      o[1] = b;
-    }
-  }
-  if (!last_block_of_tile(counter, blockIdx.y, gridDim.x, &flag)) return;
   constexpr int CT = TX * VEC;
   const int c0 = blockIdx.y * CT;
-  fold_tile<BLOCK, CT>(part, gridDim.x, CH, c0, sw);  // (sw: 2 * BLOCK * VEC floats)
+  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, CH, c0, &flag)) return;
   for (int j = threadIdx.x; j < CT && c0 + j < CH; j += BLOCK)
-    bnt_finish(c0 + j, to_float(x[c0 + j]), sw[j], sw[CT + j], (float)M, running_mean,
-               running_var, new_running_mean, new_running_var, save_mean, save_invstd, w,
-               scale, eps, momentum);
+    bnt_finish(c0 + j, to_float(x[c0 + j]), sw[j], sw[CT + j], (float)M, BNT_OUT_ARGS);
 }
 
 // NCHW: grid (C, S); a block walks vectors k = s * BLOCK + t (U at once, gridDim.y * BLOCK
@@ -117,10 +88,7 @@ bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* coun
 template <int BLOCK, int VEC, int U>
 __global__ void __launch_bounds__(BLOCK)
 bnt_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, int* counter, int N,
-                 const float* running_mean, const float* running_var, float* new_running_mean,
-                 float* new_running_var, float* __restrict__ save_mean,
-                 float* __restrict__ save_invstd, const float* __restrict__ w,
-                 float* __restrict__ scale, float eps, float momentum) {
+                 BNT_OUT_PARAMS) {
   __shared__ float red[32];
   __shared__ int flag;
   constexpr int NV = HW / VEC;
@@ -128,7 +96,7 @@ bnt_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, int* co
   const float k = to_float(x[(i64)c * HW]);
   const i64 total = (i64)N * NV;
   const i64 stride = (i64)gridDim.y * BLOCK;
-  float s1 = 0.f, s2 = 0.f;
+  float2 s = make_float2(0.f, 0.f);
   for (i64 k0 = (i64)blockIdx.y * BLOCK + threadIdx.x; k0 < total; k0 += stride * U) {
     float f[U][VEC];
 #pragma unroll
@@ -144,29 +112,15 @@ bnt_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, int* co
       if (k0 + u * stride < total) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          const float t = f[u][i] - k;
-          s1 += t;
-          s2 += t * t;
+          const float d = f[u][i] - k;
+          s.x += d;
+          s.y += d * d;
         }
       }
     }
   }
-  s1 = block_sum<BLOCK / 32>(s1, red);
-  s2 = block_sum<BLOCK / 32>(s2, red);
+  if (!fold_plane_pairs<BLOCK>(s, part, counter, CH, c, red, &flag)) return;
   if (threadIdx.x == 0) {
-    part[((i64)blockIdx.y * CH + c) * 2] = s1;
-    part[((i64)blockIdx.y * CH + c) * 2 + 1] = s2;
-  }
-  if (!last_block_of_tile(counter, c, gridDim.y, &flag)) return;
-  float a = 0.f, b = 0.f;
-  for (int s = threadIdx.x; s < (int)gridDim.y; s += BLOCK) {
-    a += __ldcg(part + ((i64)s * CH + c) * 2);
-    b += __ldcg(part + ((i64)s * CH + c) * 2 + 1);
-  }
-  a = block_sum<BLOCK / 32>(a, red);
-  b = block_sum<BLOCK / 32>(b, red);
-  if (threadIdx.x == 0) {
-    bnt_finish(c, k, a, b, (float)total * VEC, running_mean, running_var, new_running_mean,
-               new_running_var, save_mean, save_invstd, w, scale, eps, momentum);
+    bnt_finish(c, k, s.x, s.y, (float)total * VEC, BNT_OUT_ARGS);
   }
 }

@@ -7,6 +7,7 @@
 // (channel, split) in `part` (C x S x 3 floats).
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS=1, LAYOUT, CH, HW.
 #include <dnnctl/bn_exact.cuh>
+#include <dnnctl/chanreduce.cuh>
 
 // Shifted sums of n values: s1 = sum(v - k), s2 = sum((v - k)^2) with k the first value (no
 // cancellation when |mean| >> std) -> (n, mean, M2) for Chan's combine.
@@ -31,100 +32,54 @@ bn_stats_planes_u(const elem_t* __restrict__ x, float* __restrict__ part, int N,
     const int begin = p * chunk, end = min(NV, begin + chunk);
     const elem_t* xp = x + ((i64)n * CH + c) * HW;
     for (int k0 = begin + (int)threadIdx.x; k0 < end; k0 += BLOCK * U) {
-      float f[U][VEC];
+      load_unrolled<U, VEC, LD_NC>(xp, VEC, k0, BLOCK, end, [&](int, auto& f) {
+        if (cnt == 0.f) k = f[0];  // the shift: the first value this thread reads
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int kk = k0 + u * BLOCK;
-        if (kk < end) load_vec<LD_NC, VEC>(xp + (i64)kk * VEC, f[u]);
-      }
-      if (cnt == 0.f) k = f[0][0];  // (u = 0 is always in range)
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (k0 + u * BLOCK < end) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float t = f[u][i] - k;
-            s1 += t;
-            s2 += t * t;
-          }
-          cnt += (float)VEC;
+        for (int i = 0; i < VEC; ++i) {
+          const float d = f[i] - k;
+          s1 += d;
+          s2 += d * d;
         }
-      }
+        cnt += (float)VEC;
+      });
     }
   }
   const Welford t = block_welford<BLOCK / 32>(shift_welford(cnt, k, s1, s2), red);
-  if (threadIdx.x == 0) {
-    float* o = part + ((i64)c * gridDim.y + blockIdx.y) * 3;
-    o[0] = t.n;
-    o[1] = t.mean;
-    o[2] = t.m2;
-  }
+  if (threadIdx.x == 0) welford_store(part + ((i64)c * gridDim.y + blockIdx.y) * 3, t);
 }
 
 // NHWC: x as M rows of CH channels; grid (S, channel tiles). A block is TX = min(CH/VEC,
 // BLOCK) channel-vector lanes by RB = BLOCK / TX rows; each trip issues U grid-stride rows
 // at once. The RB partials of a channel fold through shared memory (BLOCK * VEC * 3 floats,
-// dynamic). Host: CH % VEC == 0, VEC-aligned x.
+// dynamic; <dnnctl/chanreduce.cuh>). Host: CH % VEC == 0, VEC-aligned x.
 template <int BLOCK, int VEC, int U>
 __global__ void __launch_bounds__(BLOCK)
 bn_stats_rows_u(const elem_t* __restrict__ x, float* __restrict__ part, i64 M) {
-  DNNCTL_DYN_SMEM(float, sw);  // [3][BLOCK][VEC]
-  constexpr int CVN = CH / VEC;
-  constexpr int TX = CVN < BLOCK ? CVN : BLOCK;
-  constexpr int RB = BLOCK / TX;
-  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  const int cv = blockIdx.y * TX + tx;
-  const bool live = ty < RB && cv < CVN;
+  DNNCTL_DYN_SMEM(Welford, sw);  // [BLOCK][VEC]
+  const ChannelTile t = channel_tile<BLOCK>(CH / VEC, BLOCK);
   float cnt = 0.f, k[VEC], s1[VEC], s2[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) k[i] = s1[i] = s2[i] = 0.f;
-  if (live) {
-    const i64 step = (i64)gridDim.x * RB;
-    for (i64 r0 = (i64)blockIdx.x * RB + ty; r0 < M; r0 += step * U) {
-      float f[U][VEC];
+  if (t.live) {
+    const i64 step = (i64)gridDim.x * t.rb;
+    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += step * U) {
+      load_unrolled<U, VEC, LD_NC>(x + t.cv * VEC, (i64)CH, r0, step, M, [&](i64, auto& f) {
+        if (cnt == 0.f) {  // the shift: the first row this thread reads
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const i64 r = r0 + u * step;
-        if (r < M) load_vec<LD_NC, VEC>(x + r * CH + cv * VEC, f[u]);
-      }
-      if (cnt == 0.f) {  // (u = 0 is always in range)
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) k[i] = f[0][i];
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (r0 + u * step < M) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float t = f[u][i] - k[i];
-            s1[i] += t;
-            s2[i] += t * t;
-          }
-          cnt += 1.f;
+          for (int i = 0; i < VEC; ++i) k[i] = f[i];
         }
-      }
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          const float d = f[i] - k[i];
+          s1[i] += d;
+          s2[i] += d * d;
+        }
+        cnt += 1.f;
+      });
     }
   }
+  Welford mine[VEC];
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    const Welford t = shift_welford(cnt, k[i], s1[i], s2[i]);
-    sw[(0 * BLOCK + threadIdx.x) * VEC + i] = t.n;
-    sw[(1 * BLOCK + threadIdx.x) * VEC + i] = t.mean;
-    sw[(2 * BLOCK + threadIdx.x) * VEC + i] = t.m2;
-  }
-  sync_block();
-  if (ty != 0 || !live) return;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    Welford t = welford_init();
-    for (int r = 0; r < RB; ++r) {
-      const int j = r * TX + tx;
-      t = welford_combine(t, Welford{sw[(0 * BLOCK + j) * VEC + i], sw[(1 * BLOCK + j) * VEC + i],
-                                     sw[(2 * BLOCK + j) * VEC + i]});
-    }
-    float* o = part + ((i64)(cv * VEC + i) * gridDim.x + blockIdx.x) * 3;
-    o[0] = t.n;
-    o[1] = t.mean;
-    o[2] = t.m2;
-  }
+  for (int i = 0; i < VEC; ++i) mine[i] = shift_welford(cnt, k[i], s1[i], s2[i]);
+  fold_row_welford<BLOCK, VEC>(sw, t, mine, part);
 }

@@ -13,6 +13,7 @@
 //   alias the new ones: each element is read, then written, by one thread) and scale.
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS=1.
 #include <dnnctl/batchnorm.cuh>
+#include <dnnctl/chanreduce.cuh>
 
 struct Acc {
   float k, s1, s2, n;
@@ -68,65 +69,36 @@ bn_stats_planes(const elem_t* __restrict__ x, float* __restrict__ part, const fl
     }
   }
   const Welford t = block_welford<BLOCK / 32>(acc_welford<MODE>(a, mref), red);
-  if (threadIdx.x == 0) {
-    float* o = part + ((i64)c * gridDim.y + blockIdx.y) * 3;
-    o[0] = t.n;
-    o[1] = t.mean;
-    o[2] = t.m2;
-  }
+  if (threadIdx.x == 0) welford_store(part + ((i64)c * gridDim.y + blockIdx.y) * 3, t);
 }
 
 // NHWC: x as M rows of C channels; grid (S, channel tiles). A block is TX = min(C/VEC, BLOCK)
-// channel-vector lanes by RB = BLOCK / TX rows; the RB partials of a channel are folded through
-// shared memory (BLOCK * VEC * 3 floats, dynamic). Host: C % VEC == 0, VEC-aligned x.
+// channel-vector lanes by RB = BLOCK / TX rows (<dnnctl/chanreduce.cuh>); the RB partials of a
+// channel are folded through shared memory (BLOCK * VEC * 3 floats, dynamic). Host:
+// C % VEC == 0, VEC-aligned x.
 template <int BLOCK, int VEC, int MODE>
 __global__ void __launch_bounds__(BLOCK)
 bn_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, const float* mean_in,
               i64 M, int C) {
-  DNNCTL_DYN_SMEM(float, sw);  // [3][BLOCK][VEC]
-  const int cvn = C / VEC;
-  const int tx_n = min(cvn, BLOCK);
-  const int rb = BLOCK / tx_n;
-  const int tx = threadIdx.x % tx_n, ty = threadIdx.x / tx_n;
-  const int cv = blockIdx.y * tx_n + tx;
-  const bool live = ty < rb && cv < cvn;
+  DNNCTL_DYN_SMEM(Welford, sw);  // [BLOCK][VEC]
+  const ChannelTile t = channel_tile<BLOCK>(C / VEC, BLOCK);
   float mref[VEC];
   Acc a[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
-    mref[i] = (MODE == 2 && live) ? mean_in[cv * VEC + i] : 0.f;
+    mref[i] = (MODE == 2 && t.live) ? mean_in[t.cv * VEC + i] : 0.f;
     a[i] = Acc{0.f, 0.f, 0.f, 0.f};
   }
-  if (live) {
-    for (i64 r = (i64)blockIdx.x * rb + ty; r < M; r += (i64)gridDim.x * rb) {
-      float f[VEC];
-      load_vec<LD_NC, VEC>(x + r * C + cv * VEC, f);
+  for_tile_rows(t, M, [&](i64 r) {
+    float f[VEC];
+    load_vec<LD_NC, VEC>(x + r * C + t.cv * VEC, f);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) acc_add<MODE>(a[i], f[i], mref[i]);
-    }
-  }
+    for (int i = 0; i < VEC; ++i) acc_add<MODE>(a[i], f[i], mref[i]);
+  });
+  Welford mine[VEC];
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    const Welford t = acc_welford<MODE>(a[i], mref[i]);
-    sw[(0 * BLOCK + threadIdx.x) * VEC + i] = t.n;
-    sw[(1 * BLOCK + threadIdx.x) * VEC + i] = t.mean;
-    sw[(2 * BLOCK + threadIdx.x) * VEC + i] = t.m2;
-  }
-  sync_block();
-  if (ty != 0 || !live) return;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) {
-    Welford t = welford_init();
-    for (int r = 0; r < rb; ++r) {
-      const int j = r * tx_n + tx;
-      t = welford_combine(t, Welford{sw[(0 * BLOCK + j) * VEC + i], sw[(1 * BLOCK + j) * VEC + i],
-                                     sw[(2 * BLOCK + j) * VEC + i]});
-    }
-    float* o = part + ((i64)(cv * VEC + i) * gridDim.x + blockIdx.x) * 3;
-    o[0] = t.n;
-    o[1] = t.mean;
-    o[2] = t.m2;
-  }
+  for (int i = 0; i < VEC; ++i) mine[i] = acc_welford<MODE>(a[i], mref[i]);
+  fold_row_welford<BLOCK, VEC>(sw, t, mine, part);
 }
 
 template <int STAGE>
@@ -138,11 +110,7 @@ bn_finalize(const float* __restrict__ part, int S, int C, const float* running_m
             float* __restrict__ ws_scale, float eps, float momentum) {
   const int c = blockIdx.x * 128 + threadIdx.x;
   if (c >= C) return;
-  Welford t = welford_init();
-  for (int s = 0; s < S; ++s) {
-    const float* p = part + ((i64)c * S + s) * 3;
-    t = welford_combine(t, Welford{p[0], p[1], p[2]});
-  }
+  const Welford t = welford_fold(part + (i64)c * S * 3, S);
   if (STAGE == 1) {
     ws_mean[c] = t.mean;
     return;

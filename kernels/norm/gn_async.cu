@@ -50,31 +50,29 @@ gn_async(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __re
   // 2. per group: mean, then the centered sum of squares (exact two-pass, from smem)
 #pragma unroll 1
   for (int g = 0; g < GPB; ++g) {
-    float s = 0.f;
-    for (int t = threadIdx.x; t < GV; t += BLOCK) {
+    auto group_pass = [&](auto&& fn) {  // fn(f) on this thread's vectors of group g
+      for (int t = threadIdx.x; t < GV; t += BLOCK) {
 #if LAYOUT == 0
-      const int k = g * GV + t;
+        const int k = g * GV + t;
 #else
-      const int k = (t / VG) * RV + g * VG + t % VG;
+        const int k = (t / VG) * RV + g * VG + t % VG;
 #endif
-      float f[VEC];
-      load_vec<LD_PLAIN, VEC>(buf + k * VEC, f);
+        float f[VEC];
+        load_vec<LD_PLAIN, VEC>(buf + k * VEC, f);
+        fn(f);
+      }
+    };
+    float s = 0.f;
+    group_pass([&](const float (&f)[VEC]) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) s += f[i];
-    }
+    });
     const float mean = block_sum<BLOCK / 32>(s, red) * INV_COUNT;
     float q = 0.f;
-    for (int t = threadIdx.x; t < GV; t += BLOCK) {
-#if LAYOUT == 0
-      const int k = g * GV + t;
-#else
-      const int k = (t / VG) * RV + g * VG + t % VG;
-#endif
-      float f[VEC];
-      load_vec<LD_PLAIN, VEC>(buf + k * VEC, f);
+    group_pass([&](const float (&f)[VEC]) {
 #pragma unroll
       for (int i = 0; i < VEC; ++i) q += (f[i] - mean) * (f[i] - mean);
-    }
+    });
     q = block_sum<BLOCK / 32>(q, red);
     if (threadIdx.x == 0) {
       stat[2 * g] = mean;

@@ -11,14 +11,8 @@
 // gn_bwd_params: a thread per channel folds the samples into dweight / dbias (fixed order);
 // gn_bwd_dx: a vector stream over dy and x (x and dy are read twice in all).
 // Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC), GROUPS.
-#include <dnnctl/memory.cuh>
-
-#ifndef AFFINE
-#define AFFINE 1
-#endif
-#ifndef LAYOUT
-#define LAYOUT 0
-#endif
+#include <dnnctl/chanreduce.cuh>
+#include <dnnctl/groupnorm.cuh>  // (its defaults of AFFINE and LAYOUT)
 
 using namespace dnnctl;
 
@@ -48,31 +42,24 @@ template <int BLOCK>
 __global__ void __launch_bounds__(BLOCK)
 gn_bwd_pixels(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
               const float* __restrict__ mean, float* __restrict__ part, int C, int hw) {
-  constexpr int RL = BLOCK / 32;
-  __shared__ float sa[RL][33], sb[RL][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int c = blockIdx.x * 32 + tx, n = blockIdx.y;
-  float a = 0.f, b = 0.f;
-  if (c < C) {
+  __shared__ float2 sw[BLOCK];
+  const ChannelTile t = channel_lanes<BLOCK>(C, 32, blockIdx.x);  // a channel per lane
+  const int c = t.cv, n = blockIdx.y;
+  float2 s[1] = {make_float2(0.f, 0.f)};
+  if (t.live) {
     const float m = mean[n * GROUPS + c / (C / GROUPS)];
     const i64 base = (i64)n * hw * C + c;
-    for (int p = ty; p < hw; p += RL) {
+    for (int p = t.ty; p < hw; p += t.rb) {
       const float g = to_float(__ldg(dy + base + (i64)p * C));
-      a += g;
-      b += g * (to_float(__ldg(x + base + (i64)p * C)) - m);
+      s[0].x += g;
+      s[0].y += g * (to_float(__ldg(x + base + (i64)p * C)) - m);
     }
   }
-  sa[ty][tx] = a;
-  sb[ty][tx] = b;
-  sync_block();
-  if (ty == 0 && c < C) {
-    for (int k = 1; k < RL; ++k) {
-      a += sa[k][tx];
-      b += sb[k][tx];
-    }
-    part[((i64)n * C + c) * 2] = a;
-    part[((i64)n * C + c) * 2 + 1] = b;
-  }
+  fold_row_lanes<BLOCK, 1>(sw, t, s, make_float2(0.f, 0.f), add_pair,
+                           [&](const float2 (&total)[1]) {
+                             part[((i64)n * C + c) * 2] = total[0].x;
+                             part[((i64)n * C + c) * 2 + 1] = total[0].y;
+                           });
 }
 
 __global__ void __launch_bounds__(128)
@@ -115,10 +102,7 @@ gn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ rstd, const float* __restrict__ coef,
           elem_t* __restrict__ dx, I nvec, int C, int hw) {
   const int cpg = C / GROUPS;
-  for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
-    float g[VEC], v[VEC];
-    load_vec<LD_NC, VEC>(dy + k * VEC, g);
-    load_vec<LD_NC, VEC>(x + k * VEC, v);
+  stream_pairs<BLOCK, VEC>(dy, x, nvec, [&](I k, float (&g)[VEC], const float (&v)[VEC]) {
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
       const I e = k * VEC + i;
@@ -130,5 +114,5 @@ gn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
              __ldg(coef + 2 * t + 1);
     }
     store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
-  }
+  });
 }

@@ -14,19 +14,31 @@
 //   and the g of dx are one value: a row of length 1 (xhat = 0, mean(g) = g) gives dx = 0
 //   exactly, as the formula does (an FMA-fused g - mean(g) left the product's rounding error).
 // Defines: DNNCTL_DTYPE, RMS, HAS_W, HAS_B. Host: cols % VEC == 0, VEC-aligned pointers.
-#include <dnnctl/memory.cuh>
-
-#ifndef RMS
-#define RMS 0
-#endif
-#ifndef HAS_W
-#define HAS_W 1
-#endif
-#ifndef HAS_B
-#define HAS_B 1
-#endif
+#include <dnnctl/chanreduce.cuh>
+#include <dnnctl/rownorm.cuh>
 
 using namespace dnnctl;
+
+// The parameters of both row kernels (norm_bwd_rows, norm_bwd_stream), in the order the host
+// passes them: dy, x, weight, the saved mean and rstd, dx, the dweight / dbias partials, the
+// shape.
+#define NORM_BWD_PARAMS                                                                      \
+  const elem_t* __restrict__ dy, const elem_t* __restrict__ x, const elem_t* __restrict__ w, \
+      const float* __restrict__ mean, const float* __restrict__ rstd, elem_t* __restrict__ dx, \
+      float* __restrict__ part, int rows, int cols
+
+// x and g = dy * w (rounded once) of the vector at columns c .. c + VEC - 1 of a row.
+template <int VEC>
+__device__ __forceinline__ void load_x_g(const elem_t* xr, const elem_t* gr,
+                                         const elem_t* __restrict__ w, int c, float (&xv)[VEC],
+                                         float (&g)[VEC]) {
+  float wv[VEC];
+  load_vec<LD_NC, VEC>(xr + c, xv);
+  load_vec<LD_NC, VEC>(gr + c, g);
+  if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) g[i] = HAS_W ? __fmul_rn(g[i], wv[i]) : g[i];
+}
 
 template <int BLOCK, int TPR>
 __device__ __forceinline__ float row_sum(float v, float* red) {
@@ -35,11 +47,7 @@ __device__ __forceinline__ float row_sum(float v, float* red) {
 }
 
 template <int BLOCK, int TPR, int VEC, int NV, int PART>
-__global__ void __launch_bounds__(BLOCK)
-norm_bwd_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
-              const elem_t* __restrict__ w, const float* __restrict__ mean,
-              const float* __restrict__ rstd, elem_t* __restrict__ dx,
-              float* __restrict__ part, int rows, int cols) {
+__global__ void __launch_bounds__(BLOCK) norm_bwd_rows(NORM_BWD_PARAMS) {
   __shared__ float red[32];
   constexpr int RPB = BLOCK / TPR;
   const int lane = threadIdx.x % TPR;
@@ -60,57 +68,44 @@ norm_bwd_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     const float m = (!RMS && live) ? mean[row] : 0.f;
     const float rs = live ? rstd[row] : 0.f;
     float s1 = 0.f, s2 = 0.f;
+    for_row_vecs<NV, TPR, VEC>(lane, cols, live, [&](int j, int c) {
+      load_vec<LD_NC, VEC>(x + row * cols + c, xv[j]);
+      load_vec<LD_NC, VEC>(dy + row * cols + c, gv[j]);
+      float wv[VEC];
+      if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
 #pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int c = (j * TPR + lane) * VEC;
-      if (live && c < cols) {
-        load_vec<LD_NC, VEC>(x + row * cols + c, xv[j]);
-        load_vec<LD_NC, VEC>(dy + row * cols + c, gv[j]);
-        float wv[VEC];
-        if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          const float xh = (xv[j][i] - m) * rs;
-          if (PART) {
-            dwa[PART ? j : 0][i] += gv[j][i] * xh;
-            dba[PART ? j : 0][i] += gv[j][i];
-          }
-          const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
-          s1 += g;
-          s2 += g * xh;
+      for (int i = 0; i < VEC; ++i) {
+        const float xh = (xv[j][i] - m) * rs;
+        if (PART) {
+          dwa[PART ? j : 0][i] += gv[j][i] * xh;
+          dba[PART ? j : 0][i] += gv[j][i];
         }
+        const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
+        s1 += g;
+        s2 += g * xh;
       }
-    }
+    });
     s1 = row_sum<BLOCK, TPR>(s1, red) * inv_n;
     s2 = row_sum<BLOCK, TPR>(s2, red) * inv_n;
-    if (live) {
+    if (!live) continue;  // (after the reductions: a block-wide one has barriers)
+    for_row_vecs<NV, TPR, VEC>(lane, cols, true, [&](int j, int c) {
+      float wv[VEC];
+      if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
 #pragma unroll
-      for (int j = 0; j < NV; ++j) {
-        const int c = (j * TPR + lane) * VEC;
-        if (c < cols) {
-          float wv[VEC];
-          if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            const float xh = (xv[j][i] - m) * rs;
-            const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
-            xv[j][i] = rs * (g - (RMS ? 0.f : s1) - xh * s2);
-          }
-          store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv[j]);
-        }
+      for (int i = 0; i < VEC; ++i) {
+        const float xh = (xv[j][i] - m) * rs;
+        const float g = HAS_W ? __fmul_rn(gv[j][i], wv[i]) : gv[j][i];
+        xv[j][i] = rs * (g - (RMS ? 0.f : s1) - xh * s2);
       }
-    }
+      store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv[j]);
+    });
   }
   if (PART) {
     float* pw = part + ((i64)(blockIdx.x * RPB + grp) * 2) * cols;
-#pragma unroll
-    for (int j = 0; j < (PART ? NV : 1); ++j) {
-      const int c = (j * TPR + lane) * VEC;
-      if (c < cols) {
-        store_vec<ST_PLAIN, VEC>(pw + c, dwa[j]);
-        store_vec<ST_PLAIN, VEC>(pw + cols + c, dba[j]);
-      }
-    }
+    for_row_vecs<(PART ? NV : 1), TPR, VEC>(lane, cols, true, [&](int j, int c) {
+      store_vec<ST_PLAIN, VEC>(pw + c, dwa[j]);
+      store_vec<ST_PLAIN, VEC>(pw + cols + c, dba[j]);
+    });
   }
 }
 
@@ -120,32 +115,25 @@ __global__ void __launch_bounds__(BLOCK)
 norm_bwd_cols(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
               const float* __restrict__ mean, const float* __restrict__ rstd,
               float* __restrict__ part, int rows, int cols, int per) {
-  constexpr int RL = BLOCK / 32;
-  __shared__ float sw[RL][33], sb[RL][33];
-  const int tx = threadIdx.x % 32, ty = threadIdx.x / 32;
-  const int c = blockIdx.x * 32 + tx;
+  __shared__ float2 sw[BLOCK];
+  const ChannelTile t = channel_lanes<BLOCK>(cols, 32, blockIdx.x);  // a column per lane
+  const int c = t.cv;
   const int begin = blockIdx.y * per, end = min(rows, begin + per);
-  float aw = 0.f, ab = 0.f;
-  if (c < cols) {
-    for (int r = begin + ty; r < end; r += RL) {
+  float2 s[1] = {make_float2(0.f, 0.f)};
+  if (t.live) {
+    for (int r = begin + t.ty; r < end; r += t.rb) {
       const float g = to_float(__ldg(dy + (i64)r * cols + c));
       const float xv = to_float(__ldg(x + (i64)r * cols + c));
       const float xh = (xv - (RMS ? 0.f : mean[r])) * rstd[r];
-      aw += g * xh;
-      ab += g;
+      s[0].x += g * xh;
+      s[0].y += g;
     }
   }
-  sw[ty][tx] = aw;
-  sb[ty][tx] = ab;
-  sync_block();
-  if (ty == 0 && c < cols) {
-    for (int k = 1; k < RL; ++k) {
-      aw += sw[k][tx];
-      ab += sb[k][tx];
-    }
-    part[((i64)blockIdx.y * 2) * cols + c] = aw;
-    part[((i64)blockIdx.y * 2 + 1) * cols + c] = ab;
-  }
+  fold_row_lanes<BLOCK, 1>(sw, t, s, make_float2(0.f, 0.f), add_pair,
+                           [&](const float2 (&total)[1]) {
+                             part[((i64)blockIdx.y * 2) * cols + c] = total[0].x;
+                             part[((i64)blockIdx.y * 2 + 1) * cols + c] = total[0].y;
+                           });
 }
 
 // a thread per column: sum of P partial rows (part[(p * 2 + k) * cols + c]).
@@ -166,11 +154,7 @@ norm_bwd_finish(const float* __restrict__ part, int P, int cols, elem_t* __restr
 // Any length: a block per row, two reads of the row (the two sums, then dx); dweight / dbias
 // come from norm_bwd_cols.
 template <int BLOCK, int VEC>
-__global__ void __launch_bounds__(BLOCK)
-norm_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
-                const elem_t* __restrict__ w, const float* __restrict__ mean,
-                const float* __restrict__ rstd, elem_t* __restrict__ dx,
-                float* __restrict__ part, int rows, int cols) {
+__global__ void __launch_bounds__(BLOCK) norm_bwd_stream(NORM_BWD_PARAMS) {
   __shared__ float red[32];
   const i64 row = blockIdx.x;
   const float m = RMS ? 0.f : mean[row];
@@ -179,30 +163,22 @@ norm_bwd_stream(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   const elem_t* gr = dy + row * cols;
   float s1 = 0.f, s2 = 0.f;
   for (int c = (int)threadIdx.x * VEC; c < cols; c += BLOCK * VEC) {
-    float xv[VEC], gv[VEC], wv[VEC];
-    load_vec<LD_NC, VEC>(xr + c, xv);
-    load_vec<LD_NC, VEC>(gr + c, gv);
-    if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
+    float xv[VEC], g[VEC];
+    load_x_g(xr, gr, w, c, xv, g);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float g = HAS_W ? __fmul_rn(gv[i], wv[i]) : gv[i];
-      s1 += g;
-      s2 += g * (xv[i] - m) * rs;
+      s1 += g[i];
+      s2 += g[i] * (xv[i] - m) * rs;
     }
   }
   const float inv_n = 1.f / (float)cols;
   s1 = block_sum<BLOCK / 32>(s1, red) * inv_n;
   s2 = block_sum<BLOCK / 32>(s2, red) * inv_n;
   for (int c = (int)threadIdx.x * VEC; c < cols; c += BLOCK * VEC) {
-    float xv[VEC], gv[VEC], wv[VEC];
-    load_vec<LD_NC, VEC>(xr + c, xv);
-    load_vec<LD_NC, VEC>(gr + c, gv);
-    if (HAS_W) load_vec<LD_NC, VEC>(w + c, wv);
+    float xv[VEC], g[VEC];
+    load_x_g(xr, gr, w, c, xv, g);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const float g = HAS_W ? __fmul_rn(gv[i], wv[i]) : gv[i];
-      xv[i] = rs * (g - (RMS ? 0.f : s1) - (xv[i] - m) * rs * s2);
-    }
+    for (int i = 0; i < VEC; ++i) xv[i] = rs * (g[i] - (RMS ? 0.f : s1) - (xv[i] - m) * rs * s2);
     store_vec<ST_PLAIN, VEC>(dx + row * cols + c, xv);
   }
 }

@@ -15,30 +15,19 @@ norm_split_stats(const elem_t* __restrict__ x, float* __restrict__ part, int row
                  int chunk) {
   __shared__ float red[96];
   const i64 row = blockIdx.y;
-  const int begin = blockIdx.x * chunk;
-  const int end = min(cols, begin + chunk);
-  const elem_t* xr = x + row * cols;
   Welford a = welford_init();
   float ss = 0.f;
-  for (int c = begin + (int)threadIdx.x * VEC; c < end; c += BLOCK * VEC) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + c, f);
+  chunk_pass<BLOCK, VEC>(x + row * cols, cols, chunk, [&](int, auto& f) {
     if (RMS) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) ss += f[i] * f[i];
+      norm_sum_add(ss, f);
       a.n += (float)VEC;
     } else {
       welford_add_vec<VEC>(a, f);
     }
-  }
+  });
   if (RMS) a.m2 = ss;  // mean stays 0: Chan's combine then adds the sums of squares
   a = block_welford<BLOCK / 32>(a, red);
-  if (threadIdx.x == 0) {
-    float* o = part + (row * gridDim.x + blockIdx.x) * 3;
-    o[0] = a.n;
-    o[1] = a.mean;
-    o[2] = a.m2;
-  }
+  if (threadIdx.x == 0) welford_store(part + (row * gridDim.x + blockIdx.x) * 3, a);
 }
 
 template <int BLOCK, int VEC>
@@ -47,21 +36,10 @@ norm_split_apply(const elem_t* __restrict__ x, const float* __restrict__ part,
                  const elem_t* __restrict__ w, const elem_t* __restrict__ b,
                  elem_t* __restrict__ y, int rows, int cols, int chunk, float eps) {
   const i64 row = blockIdx.y;
-  Welford t = welford_init();
-  for (int i = 0; i < (int)gridDim.x; ++i) {
-    const float* p = part + (row * gridDim.x + i) * 3;
-    t = welford_combine(t, Welford{p[0], p[1], p[2]});
-  }
+  const Welford t = welford_fold(part + row * gridDim.x * 3, gridDim.x);
   const float mean = RMS ? 0.f : t.mean;
   const float rstd = rsqrtf(t.m2 / (float)cols + eps);
-  const int begin = blockIdx.x * chunk;
-  const int end = min(cols, begin + chunk);
-  const elem_t* xr = x + row * cols;
   elem_t* yr = y + row * cols;
-  for (int c = begin + (int)threadIdx.x * VEC; c < end; c += BLOCK * VEC) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + c, f);
-    norm_apply<VEC>(f, mean, rstd, w, b, c);
-    store_vec<ST_PLAIN, VEC>(yr + c, f);
-  }
+  chunk_pass<BLOCK, VEC>(x + row * cols, cols, chunk,
+                         [&](int c, auto& f) { norm_store(yr, c, f, mean, rstd, w, b); });
 }

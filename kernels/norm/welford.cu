@@ -6,10 +6,7 @@
 using namespace dnnctl;
 
 template <int BLOCK, int VEC>
-__global__ void __launch_bounds__(BLOCK)
-norm_welford(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
-             const elem_t* __restrict__ b, elem_t* __restrict__ y, int rows, int cols,
-             float eps) {
+__global__ void __launch_bounds__(BLOCK) norm_welford(NORM_ROW_PARAMS) {
   __shared__ float red[96];
   const i64 row = blockIdx.x;
   const elem_t* xr = x + row * cols;
@@ -17,30 +14,18 @@ norm_welford(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
   float mean = 0.f, var;
   if (RMS) {
     float s = 0.f;
-    for (int k = threadIdx.x; k < nv; k += BLOCK) {
-      float f[VEC];
-      load_vec<LD_NC, VEC>(xr + k * VEC, f);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) s += f[i] * f[i];
-    }
+    row_pass<BLOCK, VEC, LD_NC>(xr, nv, [&](int, auto& f) { norm_sum_add(s, f); });
     var = block_sum<BLOCK / 32>(s, red) / (float)cols;
   } else {
     Welford a = welford_init();
-    for (int k = threadIdx.x; k < nv; k += BLOCK) {
-      float f[VEC];
-      load_vec<LD_NC, VEC>(xr + k * VEC, f);
-      welford_add_vec<VEC>(a, f);
-    }
+    row_pass<BLOCK, VEC, LD_NC>(xr, nv, [&](int, auto& f) { welford_add_vec<VEC>(a, f); });
     a = block_welford<BLOCK / 32>(a, red);
     mean = a.mean;
     var = a.m2 / (float)cols;
   }
   const float rstd = rsqrtf(var + eps);
   elem_t* yr = y + row * cols;
-  for (int k = threadIdx.x; k < nv; k += BLOCK) {
-    float f[VEC];
-    load_vec<LD_NC, VEC>(xr + k * VEC, f);
-    norm_apply<VEC>(f, mean, rstd, w, b, k * VEC);
-    store_vec<ST_PLAIN, VEC>(yr + k * VEC, f);
-  }
+  row_pass<BLOCK, VEC, LD_NC>(xr, nv, [&](int k, auto& f) {
+    norm_store(yr, k * VEC, f, mean, rstd, w, b);
+  });
 }

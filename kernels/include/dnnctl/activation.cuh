@@ -23,6 +23,14 @@
 #define DNNCTL_XLOAD dnnctl::LD_NC
 #endif
 
+// The parameters of both forward entries (kernels/activation/{exact_grid,grid_stride}.cu,
+// templates over the index type I), in the order the host passes them: x, the channel bias
+// (with BIAS), y, the element count, the channel's inner extent and the channel count, the
+// leaky_relu slope.
+#define ACT_PARAMS                                                      \
+  const elem_t* DNNCTL_RESTRICT x, const elem_t* DNNCTL_RESTRICT bias, \
+      elem_t* DNNCTL_RESTRICT y, I n, I inner, I C, float slope
+
 namespace dnnctl {
 
 // GELU's Phi(x) = 0.5 erfc(-x / sqrt 2) from erfc(|z|) by Numerical Recipes' erfcc (a
@@ -89,20 +97,10 @@ __device__ __forceinline__ void act_tile(const elem_t* DNNCTL_RESTRICT x,
                                          const elem_t* DNNCTL_RESTRICT bias,
                                          elem_t* DNNCTL_RESTRICT y, I base, I nvec, I inner,
                                          I C, float slope) {
-  float v[UNROLL][VEC];
-#pragma unroll
-  for (int u = 0; u < UNROLL; ++u) {
-    const I k = base + (I)(u * BLOCK);
-    if (k < nvec) load_vec<DNNCTL_XLOAD, VEC>(x + k * VEC, v[u]);
-  }
-#pragma unroll
-  for (int u = 0; u < UNROLL; ++u) {
-    const I k = base + (I)(u * BLOCK);
-    if (k < nvec) {
-      act_apply<VEC>(v[u], bias, k * VEC, inner, C, slope);
-      store_vec<ST_PLAIN, VEC>(y + k * VEC, v[u]);
-    }
-  }
+  load_unrolled<UNROLL, VEC, DNNCTL_XLOAD>(x, (I)VEC, base, (I)BLOCK, nvec, [&](I k, auto& v) {
+    act_apply<VEC>(v, bias, k * VEC, inner, C, slope);
+    store_vec<ST_PLAIN, VEC>(y + k * VEC, v);
+  });
 }
 
 // The n % VEC elements after the last whole vector, one per thread of the first block.

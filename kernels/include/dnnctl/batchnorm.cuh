@@ -50,21 +50,11 @@ bn_planes(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* mea
   const elem_t* xp = x + plane * hw;
   elem_t* yp = y + plane * hw;
   for (int k0 = begin + (int)threadIdx.x; k0 < end; k0 += BLOCK * UNROLL) {
-    float v[UNROLL][VEC];
+    load_unrolled<UNROLL, VEC, LD_NC>(xp, (i64)VEC, k0, BLOCK, end, [&](int k, auto& v) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int k = k0 + u * BLOCK;
-      if (k < end) load_vec<LD_NC, VEC>(xp + (i64)k * VEC, v[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int k = k0 + u * BLOCK;
-      if (k < end) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - m) * scale + beta;
-        store_vec<ST_PLAIN, VEC>(yp + (i64)k * VEC, v[u]);
-      }
-    }
+      for (int i = 0; i < VEC; ++i) v[i] = (v[i] - m) * scale + beta;
+      store_vec<ST_PLAIN, VEC>(yp + (i64)k * VEC, v);
+    });
   }
 }
 
@@ -88,21 +78,11 @@ bn_rows(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* mean,
     for (int i = 0; i < VEC; ++i)
       bn_params(mean, var_or_scale, w, b, eps, cv * VEC + i, m[i], scale[i], beta[i]);
     for (i64 r0 = (i64)blockIdx.x * tile + ty; r0 < M; r0 += (i64)gridDim.x * tile) {
-      float v[UNROLL][VEC];
+      load_unrolled<UNROLL, VEC, LD_NC>(x + cv * VEC, C, r0, (i64)rb, M, [&](i64 r, auto& v) {
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const i64 r = r0 + (i64)u * rb;
-        if (r < M) load_vec<LD_NC, VEC>(x + r * C + cv * VEC, v[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        const i64 r = r0 + (i64)u * rb;
-        if (r < M) {
-#pragma unroll
-          for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - m[i]) * scale[i] + beta[i];
-          store_vec<ST_PLAIN, VEC>(y + r * C + cv * VEC, v[u]);
-        }
-      }
+        for (int i = 0; i < VEC; ++i) v[i] = (v[i] - m[i]) * scale[i] + beta[i];
+        store_vec<ST_PLAIN, VEC>(y + r * C + cv * VEC, v);
+      });
     }
   }
 }

@@ -1,5 +1,6 @@
-// dnnctl helpers for memory-bound kernels: vector loads/stores of elem_t as fp32, warp and
-// block reductions, Welford and online-softmax combines. NVRTC-compatible (no host headers).
+// dnnctl helpers for memory-bound kernels: vector loads/stores of elem_t as fp32 (several in
+// flight per thread, pairs of inputs), warp and block reductions, Welford (and its partials in
+// global memory) and online-softmax combines. NVRTC-compatible (no host headers).
 // Kernels include it as <dnnctl/memory.cuh>; it includes <dnnctl/common.cuh>.
 #pragma once
 #include <dnnctl/common.cuh>
@@ -125,6 +126,26 @@ __device__ __forceinline__ void load_unrolled(const T* src, P pitch, I k0, I ste
   }
 }
 
+// The vectors at element offset `off` of two inputs of one shape (an elementwise backward:
+// dy and x), in fp32.
+template <int VEC, typename I>
+__device__ __forceinline__ void load_pair(const elem_t* pa, const elem_t* pb, I off,
+                                          float (&a)[VEC], float (&b)[VEC]) {
+  load_vec<LD_NC, VEC>(pa + off, a);
+  load_vec<LD_NC, VEC>(pb + off, b);
+}
+
+// A grid-stride stream over the nvec vectors of two inputs of one shape: fn(k, a, b) with
+// vector k of pa and of pb (load_pair).
+template <int BLOCK, int VEC, typename I, typename F>
+__device__ __forceinline__ void stream_pairs(const elem_t* pa, const elem_t* pb, I nvec, F&& fn) {
+  for (I k = (I)blockIdx.x * BLOCK + threadIdx.x; k < nvec; k += (I)gridDim.x * BLOCK) {
+    float a[VEC], b[VEC];
+    load_pair(pa, pb, k * VEC, a, b);
+    fn(k, a, b);
+  }
+}
+
 // ---------------------------------------------------------------------------- reductions
 // Groups of WIDTH consecutive lanes (WIDTH a power of two <= 32). Every lane of the warp must
 // execute these (full mask): kernels keep out-of-range threads alive and let them add identity.
@@ -143,28 +164,32 @@ __device__ __forceinline__ float group_max(float v) {
   return v;
 }
 
-// Block-wide sum / max over NWARPS full warps; every thread gets the result. ``red`` is a
-// shared array of >= 32 floats; the leading barrier makes back-to-back calls safe.
-template <int NWARPS>
-__device__ __forceinline__ float block_sum(float v, float* red) {
-  v = group_sum<32>(v);
+// Block-wide reduction over NWARPS full warps: each warp reduces its values (warp_reduce),
+// lane 0 publishes the warp's result in shared `slots`, then every warp reduces the NWARPS
+// slots (`identity` on the lanes past them), so every thread gets the result. The leading
+// barrier makes back-to-back calls on the same slots safe.
+template <int NWARPS, typename T, typename WarpReduce>
+__device__ __forceinline__ T block_reduce(T v, T* slots, T identity, WarpReduce&& warp_reduce) {
+  v = warp_reduce(v);
   if (NWARPS == 1) return v;
   sync_block();
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  if ((threadIdx.x & 31) == 0) slots[threadIdx.x >> 5] = v;
   sync_block();
   const int lane = threadIdx.x & 31;
-  return group_sum<32>(lane < NWARPS ? red[lane] : 0.f);
+  T w = identity;  // (lanes past NWARPS; a select of two structs would go through local memory)
+  if (lane < NWARPS) w = slots[lane];
+  return warp_reduce(w);
+}
+
+// Block-wide sum / max; ``red`` is a shared array of >= 32 floats.
+template <int NWARPS>
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  return block_reduce<NWARPS>(v, red, 0.f, [](float a) { return group_sum<32>(a); });
 }
 
 template <int NWARPS>
 __device__ __forceinline__ float block_max(float v, float* red) {
-  v = group_max<32>(v);
-  if (NWARPS == 1) return v;
-  sync_block();
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  sync_block();
-  const int lane = threadIdx.x & 31;
-  return group_max<32>(lane < NWARPS ? red[lane] : -DNNCTL_INF);
+  return block_reduce<NWARPS>(v, red, -DNNCTL_INF, [](float a) { return group_max<32>(a); });
 }
 
 // ---------------------------------------------------------------------------- Welford
@@ -222,21 +247,11 @@ __device__ __forceinline__ Welford group_welford(Welford w) {
   return w;
 }
 
-// Block-wide Welford; ``red`` holds >= 96 floats.
+// Block-wide Welford; ``red`` holds >= 96 floats (32 Welfords).
 template <int NWARPS>
 __device__ __forceinline__ Welford block_welford(Welford w, float* red) {
-  w = group_welford<32>(w);
-  if (NWARPS == 1) return w;
-  sync_block();
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  if (lane == 0) {
-    red[wid] = w.n;
-    red[32 + wid] = w.mean;
-    red[64 + wid] = w.m2;
-  }
-  sync_block();
-  Welford t = lane < NWARPS ? Welford{red[lane], red[32 + lane], red[64 + lane]} : welford_init();
-  return group_welford<32>(t);
+  return block_reduce<NWARPS>(w, reinterpret_cast<Welford*>(red), welford_init(),
+                              [](const Welford& a) { return group_welford<32>(a); });
 }
 
 // Per-vector Welford step: the vector's own mean and M2, then one Chan combine.
