@@ -5,7 +5,7 @@
 //   NHWC gap_split_rows:   grid (N * tiles, S); block = `lanes` channel vectors x rows;
 //                          partial[(n * S + s) * C + c].
 // Host: NCHW hw % VEC == 0, NHWC C % VEC == 0, VEC-aligned x (else VEC = 1).
-#include <dnnctl/memory.cuh>
+#include <dnnctl/gap.cuh>
 
 using namespace dnnctl;
 
@@ -21,8 +21,7 @@ gap_split_planes(const elem_t* __restrict__ x, float* __restrict__ part, int hw,
   for (int k = begin + (int)threadIdx.x; k < end; k += BLOCK) {
     float f[VEC];
     load_vec<LD_NC, VEC>(xp + (i64)k * VEC, f);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) s += f[i];
+    vec_sum_into(s, f);
   }
   s = block_sum<BLOCK / 32>(s, red);
   if (threadIdx.x == 0) part[p * gridDim.y + blockIdx.y] = s;
@@ -46,34 +45,24 @@ gap_split_rows(const elem_t* __restrict__ x, float* __restrict__ part, int hw, i
   const int cvn = C / VEC;
   const int tiles = (cvn + lanes - 1) / lanes;
   const i64 n = blockIdx.x / tiles;
-  const int tile = blockIdx.x % tiles;
-  const int rb = BLOCK / lanes;
-  const int tx = threadIdx.x % lanes, ty = threadIdx.x / lanes;
-  const int cv = tile * lanes + tx;
+  const ChannelTile t = channel_lanes<BLOCK>(cvn, lanes, blockIdx.x % tiles);
   const int begin = blockIdx.y * pchunk, end = min(hw, begin + pchunk);
   float a[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) a[i] = 0.f;
-  if (ty < rb && cv < cvn) {
-    const elem_t* xp = x + n * hw * C + cv * VEC;
-    for (int p = begin + ty; p < end; p += rb) {
+  if (t.live) {
+    const elem_t* xp = x + n * hw * C + t.cv * VEC;
+    for (int p = begin + t.ty; p < end; p += t.rb) {
       float f[VEC];
       load_vec<LD_NC, VEC>(xp + (i64)p * C, f);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) a[i] += f[i];
+      vec_add_into(a, f);
     }
   }
+  fold_row_lanes<BLOCK, VEC>(sacc, t, a, 0.f, add_float, [&](const float (&total)[VEC]) {
+    float* o = part + (n * gridDim.y + blockIdx.y) * C + t.cv * VEC;
 #pragma unroll
-  for (int i = 0; i < VEC; ++i) sacc[threadIdx.x * VEC + i] = a[i];
-  sync_block();
-  if (ty != 0 || cv >= cvn) return;
-  for (int r = 1; r < rb; ++r) {
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) a[i] += sacc[(r * lanes + tx) * VEC + i];
-  }
-  float* o = part + (n * gridDim.y + blockIdx.y) * C + cv * VEC;
-#pragma unroll
-  for (int i = 0; i < VEC; ++i) o[i] = a[i];
+    for (int i = 0; i < VEC; ++i) o[i] = total[i];
+  });
 }
 
 __global__ void __launch_bounds__(128)

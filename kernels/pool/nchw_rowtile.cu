@@ -2,7 +2,7 @@
 // each kernel row it loads the input span those outputs cover once into registers
 // (SPAN = (OWT-1)*SW + (KS-1)*DW + 1 values; padding as the pooling identity), so overlapping
 // windows (stride < kernel) reuse loads instead of re-reading.
-#include <dnnctl/pool.cuh>
+#include <dnnctl/pool_window.cuh>
 
 using namespace dnnctl;
 
@@ -13,10 +13,9 @@ pool_rowtile(const elem_t* __restrict__ x, elem_t* __restrict__ y, I total) {
   constexpr int SPAN = (OWT - 1) * SW + (KS - 1) * DW + 1;
   const I idx = (I)blockIdx.x * BLOCK + threadIdx.x;  // (n*c, oh, ow block)
   if (idx >= total) return;
-  const int ow0 = (int)(idx % OWB) * OWT;
-  const I t = idx / OWB;
-  const int oh = (int)(t % OH);
-  const I plane = t / OH;
+  int oh, owb, none;
+  const I plane = unflatten<OH, OWB, 1>(idx, oh, owb, none);
+  const int ow0 = owb * OWT;
   const elem_t* xp = x + plane * ((I)H * W);
   const int iw0 = ow0 * SW - PW;
   float a[OWT];

@@ -7,7 +7,7 @@
 // and neighbouring tiles (adjacent blocks) share their halo rows through L2.
 // Grid: N * ceil(OH/TH) * ceil(OW/TW) * ceil(CV/CT) blocks; dynamic smem IH*IW*CT vectors.
 // Host: C % VEC == 0 and VEC-aligned x / y. Geometry defines as in <dnnctl/pool.cuh>.
-#include <dnnctl/pool.cuh>
+#include <dnnctl/pool_window.cuh>
 #include <dnnctl/stage.cuh>
 
 using namespace dnnctl;
@@ -69,11 +69,7 @@ pool_tile(const elem_t* __restrict__ x, elem_t* __restrict__ y) {
         for (int k = 0; k < VEC; ++k) pool_add(a[k], f[k]);
       }
     }
-    if (MODE == 1) {
-      const float inv = pool_inv_div(oh, ow);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) a[k] *= inv;
-    }
+    pool_finish<VEC>(a, oh, ow);
     store_vec<ST_PLAIN, VEC>(y + ((n * OH + oh) * OW + ow) * (i64)C + (cv0 + ct) * VEC, a);
   }
 }
