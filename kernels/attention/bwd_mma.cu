@@ -16,31 +16,11 @@
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (<= 128), ATT_BM, ATT_BN (multiples of 16),
 // ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1.
-#include <dnnctl/attention.cuh>
+#include <dnnctl/attention_mma.cuh>
 
 using namespace dnnctl;
 
-#ifndef ATT_D
-#define ATT_D 64
-#endif
-#ifndef ATT_DV
-#define ATT_DV ATT_D
-#endif
-#ifndef ATT_BM
-#define ATT_BM 64
-#endif
-#ifndef ATT_BN
-#define ATT_BN 64
-#endif
-
-#if DNNCTL_DTYPE == 0
-#error "bwd_mma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
-#endif
-
-constexpr int D = ATT_D, DV = ATT_DV, BM = ATT_BM, BN = ATT_BN;
-constexpr int QS = D + 8, KS = D + 8, VS = DV + 8;
 static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
-constexpr float LOG2E = 1.4426950408889634f;
 
 struct Seq {
   int q0, len_q, k0, len_k, off;
@@ -134,10 +114,8 @@ attn_bwd_dkdv(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   i_begin = i_begin / BM * BM;
 
   float dka[D / 8][4], dva[DV / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) dka[i][0] = dka[i][1] = dka[i][2] = dka[i][3] = 0.f;
-#pragma unroll
-  for (int i = 0; i < DV / 8; ++i) dva[i][0] = dva[i][1] = dva[i][2] = dva[i][3] = 0.f;
+  zero_frags(dka);
+  zero_frags(dva);
   const int key[2] = {n0 + warp * 16 + lane / 4, n0 + warp * 16 + lane / 4 + 8};
 
   for (int hh = 0; hh < group; ++hh) {
@@ -159,37 +137,10 @@ attn_bwd_dkdv(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
       block_sync();
 
       float st[BM / 8][4], dpt[BM / 8][4];
-#pragma unroll
-      for (int i = 0; i < BM / 8; ++i)
-        st[i][0] = st[i][1] = st[i][2] = st[i][3] = dpt[i][0] = dpt[i][1] = dpt[i][2] = dpt[i][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {  // S^T = K Q^T
-        unsigned a[4];
-        ldmatrix_x4(a, Ks + (warp * 16 + (lane & 15)) * KS + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int nn = 0; nn < BM / 16; ++nn) {
-          unsigned r[4];
-          ldmatrix_x4(r, Qs + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * QS + kk * 16 +
-                             ((lane >> 3) & 1) * 8);
-          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-          mma_16816<elem_t>(st[2 * nn], a, b0);
-          mma_16816<elem_t>(st[2 * nn + 1], a, b1);
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < DV / 16; ++kk) {  // dP^T = V dO^T
-        unsigned a[4];
-        ldmatrix_x4(a, Vs + (warp * 16 + (lane & 15)) * VS + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int nn = 0; nn < BM / 16; ++nn) {
-          unsigned r[4];
-          ldmatrix_x4(r, dOs + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * VS + kk * 16 +
-                             ((lane >> 3) & 1) * 8);
-          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-          mma_16816<elem_t>(dpt[2 * nn], a, b0);
-          mma_16816<elem_t>(dpt[2 * nn + 1], a, b1);
-        }
-      }
+      zero_frags(st);
+      zero_frags(dpt);
+      mma_abt<D, BM, KS, QS>(st, Ks, warp * 16, Qs, lane);      // S^T = K Q^T
+      mma_abt<DV, BM, VS, VS>(dpt, Vs, warp * 16, dOs, lane);   // dP^T = V dO^T
       // P^T and dS^T (rows: keys, columns: queries)
 #pragma unroll
       for (int nt = 0; nt < BM / 8; ++nt) {
@@ -208,32 +159,10 @@ attn_bwd_dkdv(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk) {
         unsigned pa[4], sa[4];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int nt = 2 * kk + half;
-          pa[2 * half] = pack2(from_float<elem_t>(st[nt][0]), from_float<elem_t>(st[nt][1]));
-          pa[2 * half + 1] = pack2(from_float<elem_t>(st[nt][2]), from_float<elem_t>(st[nt][3]));
-          sa[2 * half] = pack2(from_float<elem_t>(dpt[nt][0]), from_float<elem_t>(dpt[nt][1]));
-          sa[2 * half + 1] = pack2(from_float<elem_t>(dpt[nt][2]), from_float<elem_t>(dpt[nt][3]));
-        }
-#pragma unroll
-        for (int dd = 0; dd < DV / 16; ++dd) {
-          unsigned r[4];
-          ldmatrix_x4_trans(r, dOs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VS +
-                                   dd * 16 + (lane >> 4) * 8);
-          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-          mma_16816<elem_t>(dva[2 * dd], pa, b0);
-          mma_16816<elem_t>(dva[2 * dd + 1], pa, b1);
-        }
-#pragma unroll
-        for (int dd = 0; dd < D / 16; ++dd) {
-          unsigned r[4];
-          ldmatrix_x4_trans(r, Qs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * QS +
-                                   dd * 16 + (lane >> 4) * 8);
-          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-          mma_16816<elem_t>(dka[2 * dd], sa, b0);
-          mma_16816<elem_t>(dka[2 * dd + 1], sa, b1);
-        }
+        pack_afrag(pa, st, kk);
+        pack_afrag(sa, dpt, kk);
+        mma_pb<DV, VS>(dva, pa, dOs, kk, lane);
+        mma_pb<D, QS>(dka, sa, Qs, kk, lane);
       }
     }
   }
@@ -244,19 +173,8 @@ attn_bwd_dkdv(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     if (key[hf] >= sq.len_k) continue;
     elem_t* dkr = dk + (long long)b * k_sb + (long long)kvh * k_sh + (long long)(sq.k0 + key[hf]) * k_ss;
     elem_t* dvr = dv + (long long)b * v_sb + (long long)kvh * v_sh + (long long)(sq.k0 + key[hf]) * v_ss;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      const int c = i * 8 + (lane % 4) * 2;
-      stg<unsigned>(reinterpret_cast<unsigned*>(dkr + c),
-                    pack2(from_float<elem_t>(dka[i][2 * hf] * scale),
-                          from_float<elem_t>(dka[i][2 * hf + 1] * scale)));
-    }
-#pragma unroll
-    for (int i = 0; i < DV / 8; ++i) {
-      const int c = i * 8 + (lane % 4) * 2;
-      stg<unsigned>(reinterpret_cast<unsigned*>(dvr + c),
-                    pack2(from_float<elem_t>(dva[i][2 * hf]), from_float<elem_t>(dva[i][2 * hf + 1])));
-    }
+    store_frag_row<D>(dkr, dka, hf, scale, lane);
+    store_frag_row<DV>(dvr, dva, hf, 1.f, lane);
   }
 }
 
@@ -313,52 +231,17 @@ attn_bwd_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     dval[hf] = ok ? ldg(dvec + li) : 0.f;
   }
   float dqa[D / 8][4];
-#pragma unroll
-  for (int i = 0; i < D / 8; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+  zero_frags(dqa);
 
   for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) {
-      load_kv(t + 1, (t + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    block_sync();
+    kv_tile_ready(t, ntiles, load_kv);
     const elem_t* Kt = Ks + (t & 1) * BN * KS;
     const elem_t* Vt = Vs + (t & 1) * BN * VS;
     float s[BN / 8][4], dp[BN / 8][4];
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i)
-      s[i][0] = s[i][1] = s[i][2] = s[i][3] = dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {  // S = Q K^T
-      unsigned a[4];
-      ldmatrix_x4(a, Qs + (warp * 16 + (lane & 15)) * QS + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int nn = 0; nn < BN / 16; ++nn) {
-        unsigned r[4];
-        ldmatrix_x4(r, Kt + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * KS + kk * 16 +
-                           ((lane >> 3) & 1) * 8);
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<elem_t>(s[2 * nn], a, b0);
-        mma_16816<elem_t>(s[2 * nn + 1], a, b1);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {  // dP = dO V^T
-      unsigned a[4];
-      ldmatrix_x4(a, dOs + (warp * 16 + (lane & 15)) * VS + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int nn = 0; nn < BN / 16; ++nn) {
-        unsigned r[4];
-        ldmatrix_x4(r, Vt + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * VS + kk * 16 +
-                           ((lane >> 3) & 1) * 8);
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<elem_t>(dp[2 * nn], a, b0);
-        mma_16816<elem_t>(dp[2 * nn + 1], a, b1);
-      }
-    }
+    zero_frags(s);
+    zero_frags(dp);
+    mma_abt<D, BN, QS, KS>(s, Qs, warp * 16, Kt, lane);     // S = Q K^T
+    mma_abt<DV, BN, VS, VS>(dp, dOs, warp * 16, Vt, lane);  // dP = dO V^T
     const int j0 = n_begin + t * BN;
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt) {
@@ -376,21 +259,8 @@ attn_bwd_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {  // dQ += dS K
       unsigned sa[4];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int nt = 2 * kk + half;
-        sa[2 * half] = pack2(from_float<elem_t>(s[nt][0]), from_float<elem_t>(s[nt][1]));
-        sa[2 * half + 1] = pack2(from_float<elem_t>(s[nt][2]), from_float<elem_t>(s[nt][3]));
-      }
-#pragma unroll
-      for (int dd = 0; dd < D / 16; ++dd) {
-        unsigned r[4];
-        ldmatrix_x4_trans(r, Kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * KS +
-                                 dd * 16 + (lane >> 4) * 8);
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-        mma_16816<elem_t>(dqa[2 * dd], sa, b0);
-        mma_16816<elem_t>(dqa[2 * dd + 1], sa, b1);
-      }
+      pack_afrag(sa, s, kk);
+      mma_pb<D, KS>(dqa, sa, Kt, kk, lane);
     }
     block_sync();
   }
@@ -400,12 +270,6 @@ attn_bwd_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   for (int hf = 0; hf < 2; ++hf) {
     if (row[hf] >= sq.len_q) continue;
     elem_t* dqr = dq + (long long)b * q_sb + (long long)h * q_sh + (long long)(sq.q0 + row[hf]) * q_ss;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      const int c = i * 8 + (lane % 4) * 2;
-      stg<unsigned>(reinterpret_cast<unsigned*>(dqr + c),
-                    pack2(from_float<elem_t>(dqa[i][2 * hf] * scale),
-                          from_float<elem_t>(dqa[i][2 * hf + 1] * scale)));
-    }
+    store_frag_row<D>(dqr, dqa, hf, scale, lane);
   }
 }

@@ -19,22 +19,10 @@
 // ATT_WM (rows per warp: 16 or 32; each K / V fragment then feeds ATT_WM / 16 m-tiles),
 // ATT_BN (key tile, multiple of 16), ATT_MASK 0|1|2 (none, top_left, bottom_right),
 // ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_PAGED (page size, 0 = contiguous), ATT_PACK, ATT_SPLITS.
-#include <dnnctl/attention.cuh>
+#include <dnnctl/attention_mma.cuh>
 
 using namespace dnnctl;
 
-#ifndef ATT_D
-#define ATT_D 64
-#endif
-#ifndef ATT_DV
-#define ATT_DV ATT_D
-#endif
-#ifndef ATT_BM
-#define ATT_BM 64
-#endif
-#ifndef ATT_BN
-#define ATT_BN 64
-#endif
 #ifndef ATT_PAGED
 #define ATT_PAGED 0
 #endif
@@ -44,22 +32,13 @@ using namespace dnnctl;
 #ifndef ATT_SPLITS
 #define ATT_SPLITS 1
 #endif
-
-#if DNNCTL_DTYPE == 0
-#error "fwd_mma.cu is the fp16 / bf16 kernel (DNNCTL_DTYPE 1 or 2)"
-#endif
-
-constexpr int D = ATT_D, DV = ATT_DV, BM = ATT_BM, BN = ATT_BN;
 #ifndef ATT_WM
 #define ATT_WM 16
 #endif
 constexpr int WM = ATT_WM, MT = WM / 16;  // rows per warp, m16 tiles per warp
 constexpr int WARPS = BM / WM, THREADS = WARPS * 32;
-constexpr int QS = D + 8, KS = D + 8, VS = DV + 8;  // smem row strides (elements): +16 bytes
-                                                    // keeps ldmatrix rows on distinct banks
 static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % WM == 0 && WM % 16 == 0,
               "tile shapes");
-constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 struct RowMap {  // where a block row lives
@@ -161,8 +140,7 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   int qpos[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int i = 0; i < DV / 8; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+    zero_frags(o[mt]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const RowMap rm = row_of(m0 + warp * WM + mt * 16 + lane / 4 + 8 * h, rows, head_base, group);
@@ -174,41 +152,14 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   const int qpos_min = qlo + off;  // the block's first query: a tile at or below it is unmasked
 
   for (int t = 0; t < ntiles; ++t) {
-    if (t + 1 < ntiles) {
-      load_kv(t + 1, (t + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    block_sync();
+    kv_tile_ready(t, ntiles, load_kv);
     const elem_t* Kt = Ks + (t & 1) * BN * KS;
     const elem_t* Vt = Vs + (t & 1) * BN * VS;
 
     float s[MT][BN / 8][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < BN / 8; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      unsigned a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(a[mt], Qs + (warp * WM + mt * 16 + (lane & 15)) * QS + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int nn = 0; nn < BN / 16; ++nn) {
-        unsigned r[4];
-        ldmatrix_x4(r, Kt + (nn * 16 + (lane & 7) + ((lane >> 4) << 3)) * KS + kk * 16 +
-                           ((lane >> 3) & 1) * 8);
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<elem_t>(s[mt][2 * nn], a[mt], b0);
-          mma_16816<elem_t>(s[mt][2 * nn + 1], a[mt], b1);
-        }
-      }
-    }
+    for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
+    mma_abt<MT, D, BN, QS, KS>(s, Qs, warp * WM, Kt, lane);  // S = Q K^T
 
     // scale (log2 domain), cap, mask (only on tiles a mask or the end cuts); row maxima
     const int j0 = n_begin + t * BN;
@@ -267,18 +218,7 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
           pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
         }
       }
-#pragma unroll
-      for (int dd = 0; dd < DV / 16; ++dd) {
-        unsigned r[4];
-        ldmatrix_x4_trans(r, Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * VS +
-                                 dd * 16 + (lane >> 4) * 8);
-        const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<elem_t>(o[mt][2 * dd], pa[mt], b0);
-          mma_16816<elem_t>(o[mt][2 * dd + 1], pa[mt], b1);
-        }
-      }
+      mma_pb<MT, DV, VS>(o, pa, Vt, kk, lane);
     }
     block_sync();  // the next iteration's load overwrites this buffer
   }
@@ -311,13 +251,7 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 #else
       elem_t* orow = out + (long long)b * o_sb + (long long)rm.head * o_sh +
                      (long long)(q0 + rm.query) * o_ss;
-#pragma unroll
-      for (int i = 0; i < DV / 8; ++i) {
-        const int c = i * 8 + (lane % 4) * 2;
-        stg<unsigned>(reinterpret_cast<unsigned*>(orow + c),
-                      pack2(from_float<elem_t>(o[mt][i][2 * h] * inv),
-                            from_float<elem_t>(o[mt][i][2 * h + 1] * inv)));
-      }
+      store_frag_row<DV>(orow, o[mt], h, inv, lane);
       if (lane % 4 == 0)
         stg<float>(lse + (long long)b * l_sb + (long long)rm.head * l_sh + q0 + rm.query, row_lse);
 #endif
