@@ -30,7 +30,7 @@ CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 
 DTYPE_CODE = codes.DTYPE  # -DDNNCTL_DTYPE
 ACT_CODE = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu")}
-EPI_BIAS, EPI_RESIDUAL = 1, 2  # dnnctl::conv::EpiFlags
+EPI_FLAG_BIAS, EPI_FLAG_RESIDUAL = codes.EPI_FLAG["bias"], codes.EPI_FLAG["residual"]
 
 
 def cuda_type(dtype: Any) -> int:
@@ -152,7 +152,7 @@ def grid1d(total: int, block: int, cap: int = 1 << 20) -> tuple[int, int, int]:
 
 def epilogue_codes(g: Any) -> tuple[np.int32, np.int32]:
     """(act, flags) kernel arguments of ``g``'s epilogue."""
-    flags = (EPI_BIAS if g.bias else 0) | (EPI_RESIDUAL if g.residual else 0)
+    flags = (EPI_FLAG_BIAS if g.bias else 0) | (EPI_FLAG_RESIDUAL if g.residual else 0)
     return np.int32(ACT_CODE[g.activation]), np.int32(flags)
 
 

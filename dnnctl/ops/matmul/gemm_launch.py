@@ -27,8 +27,9 @@ from dnnctl.ops import codes
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
 MATH_WGMMA = 3  # Hopper wgmma kernel (kernels/gemm/wgmma.cu): wm = 4 warps per warpgroup
-BIAS_NONE, BIAS_COL, BIAS_ROW = 0, 1, 2
-OUT_STORE, OUT_PARTIAL, OUT_ATOMIC, OUT_FUSED = 0, 1, 2, 3
+BIAS_NONE, BIAS_COL, BIAS_ROW = (codes.BIAS_MODE[m] for m in ("none", "col", "row"))
+OUT_STORE, OUT_PARTIAL, OUT_ATOMIC, OUT_FUSED = (codes.OUT_MODE[m] for m in ("store", "partial",
+                                                                       "atomic", "fused"))
 DTYPE_CODES = codes.DTYPE
 ELEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 DEFAULT_SMEM_OPTIN = 227 * 1024  # H100 / H200 per-block opt-in limit

@@ -14,21 +14,23 @@
 namespace dnnctl {
 namespace conv {
 
-// Epilogue flags passed at run time (one compiled kernel serves every epilogue).
-enum EpiFlags { EPI_BIAS = 1, EPI_RESIDUAL = 2 };
+// Epilogue flags passed at run time (one compiled kernel serves every epilogue): the same
+// terms as the compile-time EPI_BIAS / EPI_RES macros of the GEMM kernels (gemm_macros.cuh),
+// named apart so no name means both a macro and a run-time bit.
+enum EpiFlag { EPI_FLAG_BIAS = 1, EPI_FLAG_RESIDUAL = 2 };
 
 // y = residual + act(acc + bias[k]); act is an ACT_* code (none, relu, gelu, silu).
 // yi indexes the residual, which has y's shape and layout.
 __device__ __forceinline__ float epilogue(float v, int k, long long yi, const elem_t* bias,
                                           const elem_t* residual, int act, int flags) {
-  if (flags & EPI_BIAS) v += to_float(bias[k]);
+  if (flags & EPI_FLAG_BIAS) v += to_float(bias[k]);
   switch (act) {
     case ACT_RELU: v = activate<ACT_RELU>(v); break;
     case ACT_GELU: v = activate<ACT_GELU>(v); break;
     case ACT_SILU: v = activate<ACT_SILU>(v); break;
     default: break;
   }
-  if (flags & EPI_RESIDUAL) v += to_float(residual[yi]);
+  if (flags & EPI_FLAG_RESIDUAL) v += to_float(residual[yi]);
   return v;
 }
 
