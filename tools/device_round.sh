@@ -135,6 +135,19 @@ for st in "$@"; do
         --backward "${BWD:-plan}" --steps "${STEPS:-20}" ${XARGS:-} --out "$L/train.json" \
         > "$L/train.md" 2>&1
       tail -16 "$L/train.md" ;;
+    regress)  # quick benchmarks on this tree and on an older one, same call: no regression?
+      # prepare here: rm -rf .snap && mkdir .snap && git archive REV | tar -x -C .snap
+      # (.snap in .git/info/exclude), then run with carry [".snap"]
+      for t in new old; do
+        d=.; [ "$t" = old ] && d=.snap
+        [ -d "$d" ] || { echo "no $d"; continue; }
+        (cd "$d" && OUT="$L/regress_$t" PYTHONPATH=$PWD timeout "${T:-120}" python3 \
+          benchmarks/run.py --quick --only "${ONLY:-memory,conv,gemm}" > "$L/regress_$t.log" 2>&1)
+        grep -E "geomean|wrong" "$L/regress_$t.log" | head -12
+      done ;;
+    capture)  # which op's backward breaks a captured training step; run-to-run loss noise
+      timeout "${T:-240}" python3 tools/capture_probe.py > "$L/capture.txt" 2>&1
+      grep "^## " "$L/capture.txt" ;;
     *) echo "unknown stage $st" ;;
   esac
   echo "== $st: $(( $(date +%s) - t0 )) s"
