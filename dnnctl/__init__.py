@@ -7,6 +7,8 @@ Run-time API::
     y = dnnctl.ops.conv2d(x, w, padding=1, activation="relu", plan=plan)
     with dnnctl.use_plan(plan):
         p = dnnctl.ops.softmax(logits)
+    with dnnctl.use_deterministic():  # no run-to-run variation (torch callers: also
+        ...                           # torch.use_deterministic_algorithms(True))
 
 Importing dnnctl needs neither a GPU nor CuPy.
 """
@@ -19,7 +21,7 @@ from dnnctl import ops
 from dnnctl._version import __version__
 from dnnctl.errors import DnnctlError
 
-__all__ = ["DnnctlError", "__version__", "load_plan", "ops", "use_plan"]
+__all__ = ["DnnctlError", "__version__", "load_plan", "ops", "use_deterministic", "use_plan"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +31,10 @@ def __getattr__(name: str) -> Any:
         from dnnctl.ops.dispatch import use_plan
 
         return use_plan
+    if name == "use_deterministic":
+        from dnnctl.ops.registry import use_deterministic
+
+        return use_deterministic
     raise AttributeError(f"module 'dnnctl' has no attribute {name!r}")
 
 

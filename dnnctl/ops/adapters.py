@@ -27,6 +27,9 @@ class Adapter:
 
     kind = "numpy"
     backend_name = "numpy"
+    # the caller's framework's "deterministic algorithms only" switch (a no-argument callable),
+    # or None: torch.are_deterministic_algorithms_enabled for torch tensors
+    det_probe: Callable[[], bool] | None = None
 
     def __init__(self, device_index: int = 0) -> None:
         self.index = device_index
@@ -118,6 +121,7 @@ class TorchCudaAdapter(Adapter):
         import torch
 
         self._torch, self._cupy = torch, cupy
+        self.det_probe = torch.are_deterministic_algorithms_enabled
         self._getdev = cupy.cuda.runtime.getDevice
         self._tdev = torch.device("cuda", device_index)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -196,6 +200,7 @@ class TorchCpuAdapter(Adapter):
         import torch
 
         self._torch = torch
+        self.det_probe = torch.are_deterministic_algorithms_enabled
 
     def to_backend(self, a: Any) -> Any:
         return torch_to_numpy(a, self._torch)

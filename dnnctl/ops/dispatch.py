@@ -38,7 +38,7 @@ from dnnctl.errors import ShapeError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
-from dnnctl.ops.registry import get_op, get_variant
+from dnnctl.ops.registry import _DETERMINISTIC, get_op, get_variant, use_deterministic
 
 
 class PlanLike(Protocol):
@@ -87,14 +87,35 @@ def problem_of(op: Op, key: Mapping[str, Any]) -> Problem:
 
 
 def resolve(op: Op, problem: Problem, backend: Backend, device: DeviceInfo,
-            plan: PlanLike | None = None) -> Choice:
-    """The choice a call runs: the plan's, else the op's default heuristic."""
+            plan: PlanLike | None = None, deterministic: bool = False) -> Choice:
+    """The choice a call runs: the plan's, else the op's default heuristic. With
+    ``deterministic`` (or inside :func:`dnnctl.use_deterministic`) a plan entry naming a
+    non-deterministic variant is passed over and the default chooses among deterministic
+    variants only."""
+    det = deterministic or _DETERMINISTIC.get()
     plan = plan if plan is not None else _ACTIVE_PLAN.get()
     if plan is not None:
         choice = plan.lookup(problem, backend.name, device)
-        if choice is not None:
+        if choice is not None and (not det or is_deterministic(op.name, backend.name, choice)):
             return choice
-    return op.default_choice(problem, backend.name, device)
+    if not det:
+        return op.default_choice(problem, backend.name, device)
+    with use_deterministic(True):
+        return op.default_choice(problem, backend.name, device)
+
+
+def is_deterministic(op: str, backend: str, choice: Choice) -> bool:
+    """Whether ``choice``'s variant gives the same result on every run."""
+    return get_variant(op, backend, choice.variant).deterministic
+
+
+def _wants_determinism(adapter: Adapter | None) -> bool:
+    """dnnctl.use_deterministic, or the caller's framework asks for it (torch's
+    ``use_deterministic_algorithms``)."""
+    if _DETERMINISTIC.get():
+        return True
+    probe = None if adapter is None else adapter.det_probe
+    return probe is not None and bool(probe())
 
 
 def kernel_for(problem: Problem, backend: Backend, device: DeviceInfo, choice: Choice) -> Kernel:
@@ -172,7 +193,7 @@ class Site:
     __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
-                 "given_at", "flat_inputs")
+                 "given_at", "flat_inputs", "free_default", "det_default")
 
     def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
         self.adapter = adapter
@@ -190,7 +211,12 @@ class Site:
         self.views = dict(parsed.kernel_shapes)
         self.prepare, self.finish = parsed.prepare, parsed.finish
         self.kernels: dict[Choice, tuple[Kernel, bool]] = {}
+        # the default heuristic's kernel: ``default`` when its variant is deterministic (the
+        # fast path of __call__ takes it whatever is asked), else ``free_default`` (runs
+        # unless determinism is asked) and ``det_default`` (the deterministic variants' pick)
         self.default: tuple[Kernel, bool] | None = None
+        self.free_default: tuple[Kernel, bool] | None = None
+        self.det_default: tuple[Kernel, bool] | None = None
         self.last: tuple[Any, tuple[Kernel, bool] | None] = (None, None)
         self.given_at = dict(parsed.given)
         cpu = adapter.kind in ("numpy", "torch-cpu")
@@ -219,15 +245,32 @@ class Site:
                 last = self.last
                 if last[0] is choice:
                     return last[1]  # type: ignore[return-value]
-                built = self.kernels.get(choice)
-                if built is None:
-                    built = self.kernels[choice] = self._built(choice)
-                self.last = (choice, built)
-                return built
+                free = is_deterministic(self.op.name, self.bname, choice)
+                if free or not _wants_determinism(self.adapter):
+                    built = self.kernels.get(choice)
+                    if built is None:
+                        built = self.kernels[choice] = self._built(choice)
+                    if free:  # a non-deterministic entry is looked at again on every call
+                        self.last = (choice, built)
+                    return built
         built = self.default
+        if built is not None:
+            return built
+        if _wants_determinism(self.adapter):
+            built = self.det_default
+            if built is None:
+                with use_deterministic(True):
+                    choice = self.op.default_choice(self.problem, self.bname, self.device)
+                built = self.det_default = self._built(choice)
+            return built
+        built = self.free_default
         if built is None:
             choice = self.op.default_choice(self.problem, self.bname, self.device)
-            built = self.default = self._built(choice)
+            built = self._built(choice)
+            if is_deterministic(self.op.name, self.bname, choice):
+                self.default = built
+            else:
+                self.free_default = built
         return built
 
     # -- the call
@@ -440,7 +483,7 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     backend, device = bound.backend, bound.device
     checks.check_fits(op_name, [(n, tuple(s.shape), np_dtype(s.dtype)) for n, s in
                                 op.output_specs(problem).items()], backend, device)
-    choice = resolve(op, problem, backend, device, plan)
+    choice = resolve(op, problem, backend, device, plan, _wants_determinism(bound.adapter))
     kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})

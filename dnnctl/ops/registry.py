@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 from dnnctl.errors import UsageError
 from dnnctl.ops.base import Op, Variant
@@ -24,6 +27,27 @@ OP_MODULES: tuple[str, ...] = (
 _OPS: dict[str, Op] = {}
 _VARIANTS: dict[tuple[str, str], dict[str, Variant]] = {}  # (op, backend) -> name -> variant
 _loaded = False
+# set by dnnctl.use_deterministic (and, for torch callers, by the dispatcher when
+# torch.use_deterministic_algorithms is on): variants() then lists deterministic ones only
+_DETERMINISTIC: ContextVar[bool] = ContextVar("dnnctl_deterministic", default=False)
+
+
+def deterministic_only() -> bool:
+    """Whether the calls in flight may run only deterministic variants."""
+    return _DETERMINISTIC.get()
+
+
+@contextlib.contextmanager
+def use_deterministic(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, ``dnnctl.ops`` calls run only variants whose results do not vary
+    from run to run (no split-K partial sums meeting in float atomics): a plan entry naming
+    another is passed over for the default heuristic, which chooses among deterministic
+    variants only. torch callers get the same from ``torch.use_deterministic_algorithms``."""
+    token = _DETERMINISTIC.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _DETERMINISTIC.reset(token)
 
 
 def register_op(cls: type[Op]) -> type[Op]:
@@ -88,12 +112,15 @@ def get_op(name: str) -> Op:
 
 
 def variants(op: str, backend: str | None = None) -> list[Variant]:
-    """Variants of ``op`` (for one backend, or all), in registration order."""
+    """Variants of ``op`` (for one backend, or all), in registration order; deterministic
+    ones only inside :func:`use_deterministic`."""
     load_all()
     out: list[Variant] = []
     for (o, b), table in _VARIANTS.items():
         if o == op and (backend is None or b == backend):
             out.extend(table.values())
+    if _DETERMINISTIC.get():
+        out = [v for v in out if v.deterministic]
     return out
 
 
