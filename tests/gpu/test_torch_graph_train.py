@@ -60,7 +60,7 @@ OWN_BACKWARD = pytest.param("dnnctl", marks=pytest.mark.xfail(
     reason="dnnctl's own backward kernels under capture: ResNet's capture broke where a "
            "nested CuPy call took its output from CuPy's pool (fixed in adapters, not yet "
            "run on a GPU); ViT's replays came within 0.3% of the eager losses (0.2% allowed), "
-           "likely fp32-atomic split-K noise, not yet measured",
+           "likely the same bug (CuPy-pool outputs freed after capture), not yet re-run",
     strict=False))
 
 
