@@ -141,3 +141,25 @@ def test_second_device_runs_there_and_restores_the_current_one() -> None:
     y = ops.softmax(x)
     assert y.device == x.device and torch.cuda.current_device() == 0
     assert float((y.float() - torch.softmax(x.float(), -1)).abs().max()) < 2e-3
+
+
+def test_deterministic_algorithms_pass_over_an_atomic_split_k_plan_entry() -> None:
+    """torch.use_deterministic_algorithms(True): a plan entry naming the fp32-atomic split-K
+    GEMM is passed over; repeated calls are bitwise equal and match torch."""
+    from dnnctl.ops.base import Choice
+
+    class AtomicPlan:
+        def lookup(self, problem: Any, backend: str, device: Any) -> Any:
+            return Choice.of("mma_atomic", {"splitk": 16}) if problem.op == "matmul" else None
+
+    a = torch.randn(64, 16384, device=DEV, dtype=F16)
+    b = torch.randn(16384, 64, device=DEV, dtype=F16)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        ys = [ops.matmul(a, b, plan=AtomicPlan()) for _ in range(4)]
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert all(torch.equal(ys[0], y) for y in ys[1:])
+    ref = a.double() @ b.double()
+    assert float((ys[0].double() - ref).abs().max()) < 0.05 * float(ref.abs().max())
