@@ -205,8 +205,6 @@ class Conv2d(Op):
                             device)
 
 
-
-
 def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
     """The cost model's estimates for a forward problem (dnnctl.ops.costmodel.Estimate),
     cheapest first: what default_choice picks from, and what explains the pick."""
@@ -214,7 +212,6 @@ def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
 
     names = tuple(v.name for v in variants("conv2d", backend))
     return cost.rank_memo(problem, backend, device, names)
-
 
 
 def default_params(variant: Variant, problem: Problem, device: Any) -> dict[str, Any] | None:
