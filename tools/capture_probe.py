@@ -24,51 +24,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _one(case: str, label: str) -> dict:
     import torch
-    import torch.nn.functional as F
-    from torch import nn
 
     sys.path.insert(0, str(ROOT / "tests" / "unit"))
-    from _torch_models import SmallResNet, ViTBlock
+    from _torch_models import train_step, training_case
 
     import dnnctl.torch as dt
     from dnnctl.torch import grad_plan
 
-    g = torch.Generator(device="cuda").manual_seed(1)
-    if case == "resnet":
-        x = torch.randn(8, 3, 32, 32, device="cuda", generator=g).contiguous(
-            memory_format=torch.channels_last)
-        y = torch.randint(0, 10, (8,), device="cuda", generator=g)
-        loss_fn, amp = F.cross_entropy, torch.float16
-    else:
-        x = torch.randn(4, 50, 32, device="cuda", generator=g)
-        y = torch.randn(4, 50, 32, device="cuda", generator=g)
-        loss_fn, amp = F.mse_loss, torch.bfloat16
     mode = "dnnctl" if label in ("all", "list", "repeat") else {label: "dnnctl", "*": "torch"}
 
     def build():
-        torch.manual_seed(0)
-        if case == "resnet":
-            m = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
-            o = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-        else:
-            m = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
-            o = torch.optim.AdamW(m.parameters(), lr=1e-3, capturable=True)
+        m, x, y, loss_fn, amp, make_opt = training_case(case)  # seeded: the same each time
         dt.patch(m, backward=mode)
-        return m, o
+        return m, make_opt(m.parameters()), x, y, loss_fn, amp
 
-    model, opt = build()
+    model, opt, x, y, loss_fn, amp = build()
 
     def step(cache=True):
-        with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
-            loss = loss_fn(model(x).float(), y)
-        loss.backward()
-        opt.step()
-        return loss
+        return train_step(model, opt, x, y, loss_fn, amp, cache)
 
     if label == "repeat":  # the same eager steps twice: how far apart run-to-run noise puts them
         runs = []
         for _ in range(2):
-            model, opt = build()
+            model, opt = build()[:2]
             losses = []
             for _ in range(7):
                 opt.zero_grad(set_to_none=True)

@@ -38,7 +38,7 @@ from dnnctl.errors import ShapeError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
-from dnnctl.ops.registry import _DETERMINISTIC, get_op, get_variant, use_deterministic
+from dnnctl.ops.registry import deterministic_only, get_op, get_variant, use_deterministic
 
 
 class PlanLike(Protocol):
@@ -92,16 +92,22 @@ def resolve(op: Op, problem: Problem, backend: Backend, device: DeviceInfo,
     ``deterministic`` (or inside :func:`dnnctl.use_deterministic`) a plan entry naming a
     non-deterministic variant is passed over and the default chooses among deterministic
     variants only."""
-    det = deterministic or _DETERMINISTIC.get()
+    det = deterministic or deterministic_only()
     plan = plan if plan is not None else _ACTIVE_PLAN.get()
     if plan is not None:
         choice = plan.lookup(problem, backend.name, device)
         if choice is not None and (not det or is_deterministic(op.name, backend.name, choice)):
             return choice
-    if not det:
-        return op.default_choice(problem, backend.name, device)
+    return default_choice(op, problem, backend.name, device, det)
+
+
+def default_choice(op: Op, problem: Problem, backend: str, device: DeviceInfo,
+                   deterministic: bool) -> Choice:
+    """The op's default heuristic; among deterministic variants only if asked."""
+    if not deterministic:
+        return op.default_choice(problem, backend, device)
     with use_deterministic(True):
-        return op.default_choice(problem, backend.name, device)
+        return op.default_choice(problem, backend, device)
 
 
 def is_deterministic(op: str, backend: str, choice: Choice) -> bool:
@@ -112,7 +118,7 @@ def is_deterministic(op: str, backend: str, choice: Choice) -> bool:
 def _wants_determinism(adapter: Adapter | None) -> bool:
     """dnnctl.use_deterministic, or the caller's framework asks for it (torch's
     ``use_deterministic_algorithms``)."""
-    if _DETERMINISTIC.get():
+    if deterministic_only():
         return True
     probe = None if adapter is None else adapter.det_probe
     return probe is not None and bool(probe())
@@ -256,18 +262,14 @@ class Site:
         built = self.default
         if built is not None:
             return built
-        if _wants_determinism(self.adapter):
-            built = self.det_default
-            if built is None:
-                with use_deterministic(True):
-                    choice = self.op.default_choice(self.problem, self.bname, self.device)
-                built = self.det_default = self._built(choice)
-            return built
-        built = self.free_default
+        det = _wants_determinism(self.adapter)
+        built = self.det_default if det else self.free_default
         if built is None:
-            choice = self.op.default_choice(self.problem, self.bname, self.device)
+            choice = default_choice(self.op, self.problem, self.bname, self.device, det)
             built = self._built(choice)
-            if is_deterministic(self.op.name, self.bname, choice):
+            if det:
+                self.det_default = built
+            elif is_deterministic(self.op.name, self.bname, choice):
                 self.default = built
             else:
                 self.free_default = built

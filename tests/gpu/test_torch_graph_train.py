@@ -21,39 +21,12 @@ pytest.importorskip("cupy")
 dt = pytest.importorskip("dnnctl.torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-import torch.nn.functional as F  # noqa: E402
-from _torch_models import SmallResNet, ViTBlock  # noqa: E402
-from torch import nn  # noqa: E402
+from _torch_models import train_step, training_case  # noqa: E402
 
 from dnnctl.torch import grad_plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 WARMUP, STEPS = 3, 4
-
-
-def _setup(case):
-    torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    if case == "resnet":
-        model = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
-        x = torch.randn(8, 3, 32, 32, generator=g).cuda().contiguous(
-            memory_format=torch.channels_last)
-        y = torch.randint(0, 10, (8,), generator=g).cuda()
-        return model, x, y, F.cross_entropy, torch.float16, \
-            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
-    model = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
-    x = torch.randn(4, 50, 32, generator=g).cuda()
-    y = torch.randn(4, 50, 32, generator=g).cuda()
-    return model, x, y, F.mse_loss, torch.bfloat16, \
-        lambda p: torch.optim.AdamW(p, lr=1e-3, capturable=True)
-
-
-def _step(model, opt, x, y, loss_fn, amp, cache=True):
-    with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
-        loss = loss_fn(model(x).float(), y)
-    loss.backward()
-    opt.step()
-    return loss
 
 
 OWN_BACKWARD = pytest.param("dnnctl", marks=pytest.mark.xfail(
@@ -67,7 +40,7 @@ OWN_BACKWARD = pytest.param("dnnctl", marks=pytest.mark.xfail(
 @pytest.mark.parametrize("backward", ["torch", OWN_BACKWARD])
 @pytest.mark.parametrize("case", ["resnet", "vit"])
 def test_captured_patched_step_replays_the_eager_steps(case, backward):
-    model, x, y, loss_fn, amp, make_opt = _setup(case)
+    model, x, y, loss_fn, amp, make_opt = training_case(case)
     graphed = copy.deepcopy(model)
     report = dt.patch(model, backward=backward)
     dt.patch(graphed, backward=backward)
@@ -77,7 +50,7 @@ def test_captured_patched_step_replays_the_eager_steps(case, backward):
     losses = []
     for _ in range(WARMUP + STEPS):
         opt.zero_grad(set_to_none=True)
-        losses.append(float(_step(model, opt, x, y, loss_fn, amp).detach()))
+        losses.append(float(train_step(model, opt, x, y, loss_fn, amp).detach()))
     # captured: the same warm-up steps on a side stream, then STEPS replays
     gopt = make_opt(graphed.parameters())
     side = torch.cuda.Stream()
@@ -85,13 +58,13 @@ def test_captured_patched_step_replays_the_eager_steps(case, backward):
     with torch.cuda.stream(side):
         for _ in range(WARMUP):
             gopt.zero_grad(set_to_none=True)
-            _step(graphed, gopt, x, y, loss_fn, amp)
+            train_step(graphed, gopt, x, y, loss_fn, amp)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     gopt.zero_grad(set_to_none=True)
     grad_plan.BACKWARD_PATHS.clear()
     with torch.cuda.graph(graph):
-        static_loss = _step(graphed, gopt, x, y, loss_fn, amp, cache=False)
+        static_loss = train_step(graphed, gopt, x, y, loss_fn, amp, cache=False)
     paths = grad_plan.paths_summary()
     own = sum(v["dnnctl"] for v in paths.values())
     assert own > 0 if backward == "dnnctl" else own == 0, paths  # whose kernels were captured

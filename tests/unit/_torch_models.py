@@ -1,4 +1,6 @@
-"""Small models for the dnnctl.torch tests: a ResNet bottleneck, a ViT block, a LLaMA block."""
+"""Small models for the dnnctl.torch tests: a ResNet bottleneck, a ViT block, a LLaMA block;
+the two training cases (:func:`training_case`, :func:`train_step`) the captured-step GPU test
+and tools/capture_probe.py run."""
 
 from __future__ import annotations
 
@@ -114,3 +116,32 @@ class LlamaBlock(nn.Module):
         x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
         h = self.norm2(x)
         return x + self.down(self.act(self.gate(h)) * self.up(h))
+
+
+def training_case(case: str) -> tuple:
+    """(model, x, y, loss_fn, autocast dtype, make_optimizer) on CUDA, seeded: ``resnet``
+    (channels_last, fp16, SGD with momentum) or ``vit`` (two blocks, bf16, capturable AdamW)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    if case == "resnet":
+        model = SmallResNet().cuda().to(memory_format=torch.channels_last).train()
+        x = torch.randn(8, 3, 32, 32, generator=g).cuda().contiguous(
+            memory_format=torch.channels_last)
+        y = torch.randint(0, 10, (8,), generator=g).cuda()
+        return model, x, y, F.cross_entropy, torch.float16, \
+            lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)
+    model = nn.Sequential(ViTBlock(), ViTBlock()).cuda().train()
+    x = torch.randn(4, 50, 32, generator=g).cuda()
+    y = torch.randn(4, 50, 32, generator=g).cuda()
+    return model, x, y, F.mse_loss, torch.bfloat16, \
+        lambda p: torch.optim.AdamW(p, lr=1e-3, capturable=True)
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               loss_fn, amp: torch.dtype, cache: bool = True) -> torch.Tensor:
+    """One autocast forward, backward and optimizer step; the loss."""
+    with torch.autocast("cuda", dtype=amp, cache_enabled=cache):
+        loss = loss_fn(model(x).float(), y)
+    loss.backward()
+    opt.step()
+    return loss

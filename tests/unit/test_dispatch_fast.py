@@ -251,18 +251,16 @@ def test_traced_launches_record_and_restore() -> None:
 
 def test_flat_io_kernels_are_marked() -> None:
     """Kernel classes that read only pointers say so (the fast path skips reshapes)."""
+    from dnnctl.ops._memory_common import PairKernel  # gap, pool2d, nhwc_tile
     from dnnctl.ops._memory_rows import RowKernel
     from dnnctl.ops.activation.cuda_variants import _ActKernel
     from dnnctl.ops.batch_norm.cuda_exact import _ExactKernel, _StreamKernel
     from dnnctl.ops.batch_norm.cuda_variants import _BnKernel
     from dnnctl.ops.group_norm.cuda_variants import _GnKernel
     from dnnctl.ops.matmul.gemm_launch import GemmKernel
-    from dnnctl.ops.pool.gap import _GapKernel
-    from dnnctl.ops.pool.pool2d import _PoolKernel
-    from dnnctl.ops.pool.tiled import _TileKernel
 
-    for cls in (RowKernel, _ActKernel, GemmKernel, _BnKernel, _GnKernel, _GapKernel,
-                _PoolKernel, _ExactKernel, _StreamKernel, _TileKernel):
+    for cls in (RowKernel, _ActKernel, GemmKernel, _BnKernel, _GnKernel, PairKernel,
+                _ExactKernel, _StreamKernel):
         assert cls.flat_io is True, cls.__name__
 
 

@@ -72,7 +72,6 @@ class GlobalAvgPool2dOp(mc.MemoryOp):
 # ----------------------------------------------------------------------------- CUDA
 
 
-_GapKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 
 
 class _GapCuda(mc.CudaVariant):

@@ -182,7 +182,6 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 # ----------------------------------------------------------------------------- CUDA
 
 
-_PoolKernel = mc.PairKernel  # x -> y: a program takes (x, y)
 
 
 class _PoolCuda(mc.CudaVariant):

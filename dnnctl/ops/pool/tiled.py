@@ -16,8 +16,6 @@ from dnnctl.ops.base import SUPPORTED, Problem, Support, dtype_size, unsupported
 from dnnctl.ops.pool.pool2d import _PoolCuda, _vec_ok, out_hw
 from dnnctl.ops.registry import register_variant
 
-_TileKernel = mc.PairKernel  # x -> y: a program takes (x, y)
-
 
 @register_variant
 class PoolNhwcTile(_PoolCuda):
