@@ -167,8 +167,17 @@ def parse_yaml(text: str | bytes, name: str,
     """Parse YAML text strictly (see module doc)."""
     if isinstance(text, bytes):
         text = _decode(text, name, error)
+    bang: list[bool] = []  # whether the file has a '!' (asked only if a line falls back)
+
+    def one_line(t: str, at: int) -> Any:
+        # a line read alone takes the loader the whole file would (libyaml and the exact
+        # loader differ on some malformed flow text, e.g. a '?' inside a mapping)
+        if not bang:
+            bang.append("!" in text)
+        return _parse_strict(t, name, error, at, exact=bang[0])
+
     with gcpause.paused():
-        data = lineyaml.parse(text, lambda t, at: _parse_strict(t, name, error, at))
+        data = lineyaml.parse(text, one_line)
         if data is not lineyaml.NOT_THIS_FORM:
             return data
         return _parse_strict(text, name, error)
@@ -183,13 +192,14 @@ def _decode(raw: bytes, name: str, error: Callable[..., InputFileError]) -> str:
 
 
 def _parse_strict(text: str, name: str, error: Callable[..., InputFileError],
-                  line: int | None = None) -> Any:
+                  line: int | None = None, exact: bool = False) -> Any:
     """The strict YAML loader on ``text`` (no fast form); errors name the line. ``line``:
-    ``text`` is that line (0-based) of the file, read alone."""
+    ``text`` is that line (0-based) of the file, read alone; ``exact``: the exact loader
+    whatever ``text`` holds (the file it comes from has a '!')."""
     try:
         # libyaml cannot tell an explicit tag that changes nothing (``!!str`` on text) from
         # none, and such files are refused too: any '!' takes the exact, slower loader
-        loader = _StrictLoader if "!" in text else _LOADER
+        loader = _StrictLoader if exact or "!" in text else _LOADER
         return yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoader subclasses
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -361,3 +361,17 @@ def test_an_edited_file_reads_as_the_yaml_loader_reads_it(data):
     assert fast[0] == exact[0]
     if fast[0] == "value":
         assert fast == exact
+
+
+def test_a_line_read_alone_takes_the_loader_the_whole_file_would():
+    """libyaml takes ``0? 16`` in a flow mapping, the exact loader (which a file with a '!'
+    gets) refuses it: a line that falls back is read with the file's loader."""
+    text = plan_text(sample_plan())
+    lines = text.split("\n")
+    entries = [n for n, line in enumerate(lines) if line.startswith("  - ")]
+    lines[entries[0]] = lines[entries[0]].replace('"op"', '"!op"', 1)
+    lines[entries[1]] = lines[entries[1]].replace('"c": ', '"c":0? ', 1)
+    edited = "\n".join(lines)
+    exact = _outcome(lambda: yamlio._parse_strict(edited, "t.yaml", InputFileError))
+    assert exact[0] == "error"
+    assert _outcome(lambda: parse_yaml(edited, "t.yaml")) == exact
