@@ -252,8 +252,11 @@ def workspace(device: Any, nbytes: int) -> Any:
     size = max(1, cdiv(nbytes, 4))
     if xp is np:  # the CPU emulator stands in for CuPy
         return np.empty(size, dtype=np.float32)
+    # the kernel keeps it for good: from CuPy's pool whatever allocator the call in flight
+    # has made current (a torch caller's, see adapters.enter_all)
     with xp.cuda.Device(getattr(device, "index", 0)):
-        return xp.empty(size, dtype=np.float32)
+        mem = xp.get_default_memory_pool().malloc(4 * size)
+        return xp.ndarray((size,), dtype=np.float32, memptr=mem)
 
 
 # ----------------------------------------------------------------------------- numpy

@@ -65,6 +65,15 @@ class Adapter:
     def leave(self, token: Any) -> None:
         """Undo :meth:`enter`."""
 
+    def enter_all(self) -> Any:
+        """:meth:`enter`, and the backend library's own allocations (the copies, casts and
+        reductions an op makes on backend arrays) from the caller's allocator too, for work
+        beyond kernel launches into given buffers; undone by :meth:`leave_all`."""
+        return self.enter()
+
+    def leave_all(self, token: Any) -> None:
+        self.leave(token)
+
 
 class CupyAdapter(Adapter):
     kind = "cupy"
@@ -188,6 +197,25 @@ class TorchCudaAdapter(Adapter):
         state.stream, state.alloc, state.raw = saved  # a nested call restores its caller's
         if prev != self.index:
             cuda.set_device(prev)
+
+
+    def enter_all(self) -> Any:
+        # CuPy's copies / reductions take torch's memory on torch's stream: ordered with the
+        # caller's work, in the graph's pool under a capture (CuPy's pool may not grow during
+        # one, and a block it gets back after the call is not the graph's to reuse)
+        using = self._cupy.cuda.using_allocator(self._cupy_malloc)
+        using.__enter__()
+        return self.enter(), using
+
+    def leave_all(self, token: Any) -> None:
+        inner, using = token
+        using.__exit__(None, None, None)
+        self.leave(inner)
+
+    def _cupy_malloc(self, nbytes: int) -> Any:
+        t = self._torch.empty(max(int(nbytes), 1), dtype=self._torch.uint8, device=self._tdev)
+        cp = self._cupy.cuda
+        return cp.MemoryPointer(cp.UnownedMemory(t.data_ptr(), t.numel(), t, self.index), 0)
 
 
 class TorchCpuAdapter(Adapter):

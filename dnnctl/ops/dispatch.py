@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -226,8 +226,11 @@ class Site:
         self.last: tuple[Any, tuple[Kernel, bool] | None] = (None, None)
         self.given_at = dict(parsed.given)
         cpu = adapter.kind in ("numpy", "torch-cpu")
-        self.enter = None if cpu else adapter.enter
-        self.leave = adapter.leave
+        # a copy / re-layout of our own (prepare, finish) allocates in the backend library:
+        # from the caller's allocator too
+        full = parsed.prepare is not None or parsed.finish is not None
+        self.enter = None if cpu else (adapter.enter_all if full else adapter.enter)
+        self.leave = adapter.leave_all if full else adapter.leave
         self.empty, self.empty_like = adapter.empty, adapter.empty_like
         self.pointer = adapter.pointer_ok()
         self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
@@ -277,39 +280,42 @@ class Site:
 
     # -- the call
     def __call__(self, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any:
-        if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
-            kern, flat = self.default
-        else:
-            kern, flat = self.kernel(plan)
-        outs = {}
-        for name, shape, dtype, like in self.outputs:
-            outs[name] = self.empty(shape, dtype) if like < 0 else self.empty_like(arrays[like])
-        if flat and self.prepare is None:
-            ins = {}
-            for name, i in self.flat_inputs:
-                a = arrays[i]
-                if a is not None:
-                    ins[name] = a
-            kouts = outs
-            if self.given:
-                kouts = dict(outs)
-                for name, i in self.given:
-                    kouts[name] = arrays[i] if i.__class__ is int else self.consts[i]
-        else:
-            ins, kouts = self._backend_args(arrays, outs)
-        if self.consts:
-            ins.update(self.consts)
+        # everything from the kernel's build to the result runs on the caller's device,
+        # stream and allocator: a build's workspace set-up, ``prepare``'s copies and
+        # ``finish``'s re-layouts too (on CuPy's own stream they escape a torch side stream's
+        # order and a CUDA-graph capture); no enter on the CPU
         enter = self.enter
-        if enter is None:
+        token = None if enter is None else enter()
+        try:
+            if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
+                kern, flat = self.default
+            else:
+                kern, flat = self.kernel(plan)
+            outs = {}
+            for name, shape, dtype, like in self.outputs:
+                outs[name] = (self.empty(shape, dtype) if like < 0
+                              else self.empty_like(arrays[like]))
+            if flat and self.prepare is None:
+                ins = {}
+                for name, i in self.flat_inputs:
+                    a = arrays[i]
+                    if a is not None:
+                        ins[name] = a
+                kouts = outs
+                if self.given:
+                    kouts = dict(outs)
+                    for name, i in self.given:
+                        kouts[name] = arrays[i] if i.__class__ is int else self.consts[i]
+            else:
+                ins, kouts = self._backend_args(arrays, outs)
+            if self.consts:
+                ins.update(self.consts)
             kern(ins, kouts, self.attrs)
-        else:
-            token = enter()
-            try:
-                kern(ins, kouts, self.attrs)
-            finally:
+            if self.finish is not None:
+                return self.adapter.from_backend(self.finish(kouts, self._backend(arrays)))
+        finally:
+            if token is not None:
                 self.leave(token)
-        if self.finish is not None:
-            return self.adapter.from_backend(self.finish(kouts, self._backend(arrays)))
         res = self.result
         if res.__class__ is str:
             return outs[res] if res in outs else arrays[self.given_at[res]]
@@ -397,7 +403,11 @@ def _new_site(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...])
               for i, a in enumerate(back) if a is not None and not a.flags.c_contiguous]
     if copies:  # a broadcast view of 10^12 elements must not be copied
         checks.check_fits(spec.name, copies, adapter.backend, adapter.device)
-    parsed = spec.parse(back, scalars, adapter.backend.xp)
+    token = adapter.enter_all()  # parse's copies on the caller's stream and allocator
+    try:
+        parsed = spec.parse(back, scalars, adapter.backend.xp)
+    finally:
+        adapter.leave_all(token)
     site = Site(adapter, parsed)
     checks.check_fits(parsed.op, [(n, s, d) for n, s, d, _ in site.outputs], adapter.backend,
                       adapter.device)  # absurd sizes are refused before any allocation
@@ -428,6 +438,16 @@ class Bound:
     wrap: Callable[[Any], Any]  # backend array -> the caller's array kind
     foreign: bool = False  # converted from another array kind (wrap hands results back)
     adapter: Adapter | None = None  # sets the call's device, stream and scratch allocator
+
+    def with_arrays(self, arrays: Sequence[Any]) -> Bound:
+        """The same call (backend, device, caller's kind and adapter) over other arrays
+        (views or copies of these): what an op function hands :func:`run`."""
+        return replace(self, arrays=list(arrays))
+
+    def on_caller_stream(self) -> contextlib.AbstractContextManager[None]:
+        """Work an op function does on the backend arrays itself (copies, statistics) on
+        the caller's device, stream and allocator, as :func:`run` does its kernels."""
+        return _on_caller_stream(self)
 
     def recurse(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*self.arrays, *args, **kwargs)`` -- a foreign call made again on the backend
@@ -466,12 +486,12 @@ def _on_caller_stream(bound: Bound) -> Iterator[None]:
     allocator (a side stream and a graph capture included). Nothing on the CPU (the numpy
     adapters' enter / leave do nothing)."""
     adapter = bound.adapter
-    token = adapter.enter() if adapter is not None else None
+    token = adapter.enter_all() if adapter is not None else None
     try:
         yield
     finally:
         if adapter is not None:
-            adapter.leave(token)
+            adapter.leave_all(token)
 
 
 def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ...],
@@ -486,10 +506,10 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     checks.check_fits(op_name, [(n, tuple(s.shape), np_dtype(s.dtype)) for n, s in
                                 op.output_specs(problem).items()], backend, device)
     choice = resolve(op, problem, backend, device, plan, _wants_determinism(bound.adapter))
-    kern = kernel_for(problem, backend, device, choice)
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})
-    with _on_caller_stream(bound):  # outputs on the call's stream (a torch side stream too)
+    with _on_caller_stream(bound):  # build, outputs and launch on the call's stream
+        kern = kernel_for(problem, backend, device, choice)
         for oname, spec in op.output_specs(problem).items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)

@@ -29,15 +29,7 @@ pytestmark = pytest.mark.gpu
 WARMUP, STEPS = 3, 4
 
 
-OWN_BACKWARD = pytest.param("dnnctl", marks=pytest.mark.xfail(
-    reason="dnnctl's own backward kernels under capture: ResNet's capture broke where a "
-           "nested CuPy call took its output from CuPy's pool (fixed in adapters, not yet "
-           "run on a GPU); ViT's replays came within 0.3% of the eager losses (0.2% allowed), "
-           "likely the same bug (CuPy-pool outputs freed after capture), not yet re-run",
-    strict=False))
-
-
-@pytest.mark.parametrize("backward", ["torch", OWN_BACKWARD])
+@pytest.mark.parametrize("backward", ["torch", "dnnctl"])
 @pytest.mark.parametrize("case", ["resnet", "vit"])
 def test_captured_patched_step_replays_the_eager_steps(case, backward):
     model, x, y, loss_fn, amp, make_opt = training_case(case)

@@ -6,7 +6,7 @@ from typing import Any
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops._spatial_norm import spatial_args
-from dnnctl.ops.dispatch import Bound, bind, run
+from dnnctl.ops.dispatch import bind, run
 
 __all__ = ["batch_norm_backward"]
 
@@ -26,7 +26,7 @@ def batch_norm_backward(dy: Any, x: Any, save_mean: Any, save_invstd: Any, weigh
            "affine": wa is not None, "pass": "backward"}
     shape4 = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
     arrays = [ga.reshape(shape4), xa.reshape(shape4), wa, ma, sa]
-    res = run("batch_norm", key, Bound(bound.backend, bound.device, arrays, bound.wrap),
+    res = run("batch_norm", key, bound.with_arrays(arrays),
               ("dy", "x", "weight", "save_mean", "save_invstd"), {}, plan=plan)
     dx = bound.wrap(res["dx"].reshape(xa.shape))
     return dx, *(bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias"))

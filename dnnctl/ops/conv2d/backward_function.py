@@ -62,7 +62,8 @@ def _check_dy(which: str, dy: Any, key: dict[str, Any]) -> None:
 
 def _prepared(bound: Bound) -> list[Any]:
     xp = bound.backend.xp
-    arrays = [xp.ascontiguousarray(a) for a in bound.arrays]
+    with bound.on_caller_stream():  # copies of strided inputs, ordered with the caller's work
+        arrays = [xp.ascontiguousarray(a) for a in bound.arrays]
     bound.arrays = arrays
     dtypes = {dtype_name(a.dtype) for a in arrays}
     if len(dtypes) > 1:

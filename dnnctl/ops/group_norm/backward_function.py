@@ -9,7 +9,7 @@ import numpy as np
 from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops._spatial_norm import spatial_args
-from dnnctl.ops.dispatch import Bound, bind, run
+from dnnctl.ops.dispatch import bind, run
 
 __all__ = ["group_norm_backward"]
 
@@ -29,20 +29,21 @@ def group_norm_backward(dy: Any, x: Any, groups: int, weight: Any = None, mean: 
                          "groups")
     mc.check_vector(wa, c, "float32", "weight")
     shape4 = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    if ma is None or ra is None:
+    if ma is None or ra is None:  # on the caller's stream and allocator
         xp = bound.backend.xp
-        xf = xa.reshape(shape4).astype(np.float32)
-        xg = xf.reshape(n, groups, -1) if layout == "NCHW" else xp.moveaxis(
-            xf.reshape(n, h * w, groups, c // groups), 2, 1).reshape(n, groups, -1)
-        ma = xg.mean(axis=-1)
-        ra = (1.0 / xp.sqrt(((xg - ma[:, :, None]) ** 2).mean(axis=-1) + eps)).astype(
-            np.float32)
-        ma = ma.astype(np.float32)
+        with bound.on_caller_stream():
+            xf = xa.reshape(shape4).astype(np.float32)
+            xg = xf.reshape(n, groups, -1) if layout == "NCHW" else xp.moveaxis(
+                xf.reshape(n, h * w, groups, c // groups), 2, 1).reshape(n, groups, -1)
+            ma = xg.mean(axis=-1)
+            ra = (1.0 / xp.sqrt(((xg - ma[:, :, None]) ** 2).mean(axis=-1) + eps)).astype(
+                np.float32)
+            ma = ma.astype(np.float32)
     key = {"n": n, "c": c, "h": h, "w": w, "groups": groups, "dtype": dtype, "layout": layout,
            "affine": wa is not None, "pass": "backward"}
     arrays = [ga.reshape(shape4), xa.reshape(shape4), wa, ma.reshape(n, groups),
               ra.reshape(n, groups)]
-    res = run("group_norm", key, Bound(bound.backend, bound.device, arrays, bound.wrap),
+    res = run("group_norm", key, bound.with_arrays(arrays),
               ("dy", "x", "weight", "mean", "rstd"), {"eps": float(eps)}, plan=plan)
     dx = bound.wrap(res["dx"].reshape(xa.shape))
     return dx, *(bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias"))

@@ -25,13 +25,16 @@ def _rows(op: str, dy: Any, x: Any) -> tuple[int, int, str]:
     return x.size // shape[-1], shape[-1], dtype
 
 
-def _row_stats(xp: Any, x: Any, rows: int, cols: int, eps: float, rms: bool) -> tuple:
-    xf = x.reshape(rows, cols).astype(np.float32)
-    if rms:
-        return None, (1.0 / xp.sqrt((xf * xf).mean(axis=-1) + eps)).astype(np.float32)
-    mean = xf.mean(axis=-1)
-    var = ((xf - mean[:, None]) ** 2).mean(axis=-1)
-    return mean.astype(np.float32), (1.0 / xp.sqrt(var + eps)).astype(np.float32)
+def _row_stats(bound: Bound, x: Any, rows: int, cols: int, eps: float, rms: bool) -> tuple:
+    """(mean or None, rstd) fp32 per row, computed on the caller's stream and allocator."""
+    xp = bound.backend.xp
+    with bound.on_caller_stream():
+        xf = x.reshape(rows, cols).astype(np.float32)
+        if rms:
+            return None, (1.0 / xp.sqrt((xf * xf).mean(axis=-1) + eps)).astype(np.float32)
+        mean = xf.mean(axis=-1)
+        var = ((xf - mean[:, None]) ** 2).mean(axis=-1)
+        return mean.astype(np.float32), (1.0 / xp.sqrt(var + eps)).astype(np.float32)
 
 
 def _row_backward(op: str, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, eps: float,
@@ -42,7 +45,7 @@ def _row_backward(op: str, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, e
     rows, cols, dtype = _rows(op, ga, xa)
     mc.check_vector(wa, cols, dtype, "weight")
     if ra is None or (not rms and ma is None):
-        ma, ra = _row_stats(bound.backend.xp, xa, rows, cols, eps, rms)
+        ma, ra = _row_stats(bound, xa, rows, cols, eps, rms)
     for v, name in ((ma, "mean"), (ra, "rstd")):
         if v is not None and v.size != rows:
             raise ShapeError(f"{op}_backward: {name} has {v.size} values, expected {rows}")
@@ -52,7 +55,7 @@ def _row_backward(op: str, dy: Any, x: Any, weight: Any, mean: Any, rstd: Any, e
         key["bias"] = bool(bias)
     arrays = [ga.reshape(rows, cols), xa.reshape(rows, cols), wa,
               None if rms else ma.reshape(rows), ra.reshape(rows)]
-    res = run(op, key, Bound(bound.backend, bound.device, arrays, bound.wrap),
+    res = run(op, key, bound.with_arrays(arrays),
               ("dy", "x", "weight", "mean", "rstd"), {"eps": float(eps)}, plan=plan)
     dx = bound.wrap(res["dx"].reshape(xa.shape))
     grads = [bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias")]
@@ -83,8 +86,7 @@ def layer_norm_with_stats(x: Any, weight: Any = None, bias: Any = None, eps: flo
     y = layer_norm(x, weight, bias, eps, plan)
     bound = bind(x)
     xa = bound.arrays[0]
-    mean, rstd = _row_stats(bound.backend.xp, xa, xa.size // xa.shape[-1], xa.shape[-1], eps,
-                            False)
+    mean, rstd = _row_stats(bound, xa, xa.size // xa.shape[-1], xa.shape[-1], eps, False)
     return y, bound.wrap(mean), bound.wrap(rstd)
 
 
@@ -96,6 +98,6 @@ def rms_norm_with_stats(x: Any, weight: Any = None, eps: float = 1e-6,
     y = rms_norm(x, weight, eps, plan)
     bound = bind(x)
     xa = bound.arrays[0]
-    _, rstd = _row_stats(bound.backend.xp, xa, xa.size // xa.shape[-1], xa.shape[-1], eps, True)
+    _, rstd = _row_stats(bound, xa, xa.size // xa.shape[-1], xa.shape[-1], eps, True)
     return y, bound.wrap(rstd)
 

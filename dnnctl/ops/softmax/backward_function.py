@@ -24,19 +24,21 @@ def softmax_backward(y: Any, dy: Any, axis: int = -1, log: bool = False,
         raise ShapeError(f"softmax_backward: axis {axis} is out of range for rank {rank}")
     axis %= rank
     xp = bound.backend.xp
-    if axis != rank - 1:  # kernels reduce contiguous rows: move the axis last (copies)
-        ya = xp.ascontiguousarray(xp.moveaxis(ya, axis, -1))
-        ga = xp.ascontiguousarray(xp.moveaxis(ga, axis, -1))
+    moved = axis != rank - 1
+    if moved:  # kernels reduce contiguous rows: move the axis last (copies, on the
+        with bound.on_caller_stream():  # caller's stream and allocator)
+            ya = xp.ascontiguousarray(xp.moveaxis(ya, axis, -1))
+            ga = xp.ascontiguousarray(xp.moveaxis(ga, axis, -1))
     mc.contiguous(ya, "y")
     mc.contiguous(ga, "dy")
     cols = ya.shape[-1]
     key = {"rows": ya.size // cols, "cols": cols, "dtype": dtype, "log": bool(log),
            "pass": "backward"}
-    flat = bound.__class__(bound.backend, bound.device,
-                           [ya.reshape(-1, cols), ga.reshape(-1, cols)], bound.wrap)
+    flat = bound.with_arrays([ya.reshape(-1, cols), ga.reshape(-1, cols)])
     dx = run("softmax", key, flat, ("y", "dy"), {}, plan=plan)["dx"].reshape(ya.shape)
-    if axis != rank - 1:
-        dx = xp.ascontiguousarray(xp.moveaxis(dx, -1, axis))
+    if moved:
+        with bound.on_caller_stream():
+            dx = xp.ascontiguousarray(xp.moveaxis(dx, -1, axis))
     return bound.wrap(dx)
 
 
