@@ -5,9 +5,12 @@
 
 For each op whose backward the patched model's step runs (``conv2d``, ``batch_norm``, ...), one
 subprocess per op: only that op's backward on dnnctl, the rest on torch's formulas; then every
-op's at once; last, the same eager steps twice (``repeat``), how far run-to-run
-noise alone puts the losses apart. Each prints PASS or the error with its
-traceback (the first failing call names the culprit). Needs a GPU, torch and CuPy.
+op's at once. Each runs the eager steps, then captures the step and replays it: PASS when the
+replays' losses stay within 0.2% of the eager steps', else FAIL with both, and (either way)
+the parameters whose gradients after the first replay are furthest from the eager step's, or
+the error with its traceback (the first failing call names the culprit). Last, the same eager
+steps twice (``repeat``): how far run-to-run noise alone puts the losses apart. Needs a GPU,
+torch and CuPy.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WARMUP, STEPS = 3, 4
 
 
 def _one(case: str, label: str) -> dict:
@@ -48,18 +52,27 @@ def _one(case: str, label: str) -> dict:
         for _ in range(2):
             model, opt = build()[:2]
             losses = []
-            for _ in range(7):
+            for _ in range(WARMUP + STEPS):
                 opt.zero_grad(set_to_none=True)
                 losses.append(float(step().detach()))
             runs.append(losses)
         rel = max(abs(a - b) / abs(b) for a, b in zip(*runs))
         return {"ok": True, "paths": {"losses": runs, "max_rel_diff": rel}}
 
+    # the eager steps, and each parameter's gradient at the step the first replay repeats
+    losses, grads = [], {}
+    for i in range(0 if label == "list" else WARMUP + STEPS):
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(step().detach()))
+        if i == WARMUP:
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
+                     if p.grad is not None}
+    model, opt = build()[:2]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     grad_plan.BACKWARD_PATHS.clear()
     with torch.cuda.stream(side):
-        for _ in range(3):
+        for _ in range(WARMUP):
             opt.zero_grad(set_to_none=True)
             step()
     torch.cuda.current_stream().wait_stream(side)
@@ -70,13 +83,25 @@ def _one(case: str, label: str) -> dict:
     grad_plan.BACKWARD_PATHS.clear()
     try:
         with torch.cuda.graph(graph):
-            step(cache=False)
-        graph.replay()
+            static_loss = step(cache=False)
+        replayed, off = [], []
+        for i in range(STEPS):
+            graph.replay()
+            replayed.append(float(static_loss.detach()))
+            if i == 0:  # the first replay's gradients against the eager step's
+                for n, p in model.named_parameters():
+                    if n in grads and p.grad is not None:
+                        e = grads[n].float()
+                        off.append((float((p.grad.float() - e).norm() / e.norm().clamp_min(1e-30)), n))
         torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - the probe reports whatever broke
         return {"ok": False, "error": traceback.format_exc()[-3000:],
                 "paths": grad_plan.paths_summary()}
-    return {"ok": True, "paths": grad_plan.paths_summary()}
+    rel = max(abs(a - b) / abs(b) for a, b in zip(replayed, losses[WARMUP:]))
+    return {"ok": rel <= 2e-3, "paths": {"max_rel_loss_diff": rel, "replayed": replayed,
+                                         "eager": losses[WARMUP:],
+                                         "worst_grads": sorted(off, reverse=True)[:4]},
+            "error": "" if rel <= 2e-3 else "replayed losses depart from the eager steps'"}
 
 
 def main() -> int:
