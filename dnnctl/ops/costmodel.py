@@ -85,6 +85,21 @@ WARPS_TO_HIDE = 8
 # Every block pays about (stages - 1) k-tiles filling its pipeline before the first mma,
 # plus this many for storing the tile after the last.
 EPILOGUE_KTILES = 1
+# Loads in flight hide memory latency: a pipeline of ``stages`` keeps (stages - 1) k-tiles
+# in flight, and a kernel whose own warps issue the gathers (cp.async, no producer warps)
+# runs at min(1, (stages - 1) / STAGES_IN_FLIGHT) of its class's rate. implicit_gemm_wgmma,
+# same tile, unseen-shape log 2026-12-04 (logs/2026-12-04-pm-unseen-candidates.json): 3
+# stages run at 0.73-0.83 of 4 stages on 5 problems (256x128 and 128x256 tiles, split-K 1
+# and 4), 5 stages within 3 % of 4; 2.5 puts 3 stages at 0.8. Other families: 1 (stages >= 2
+# hide it; no pair in the logs says otherwise).
+STAGES_IN_FLIGHT = {"wgmma_gather": 2.5}
+# Our im2col kernel (the patch matrix of im2col_gemm) moves x + the patch matrix at this
+# fraction of HBM bandwidth, not at the full rate of a copy: the unseen-shape log's im2col
+# rows (same file, 10 non-depthwise problems; the cuBLAS GEMM's modelled time taken off, so
+# its error is in there too) imply 0.27-6 TB/s, geomean 1.2. 0.5 ranks im2col against the
+# implicit GEMMs right on 9 of those 14 problems (5 at 1.0) and on the 198-shape conv log
+# (benchmarks/check_heuristic.py: 82 picks within 10 % of the best at 0.2-0.5, 79 at 1.0).
+IM2COL_BW_FRACTION = 0.5
 # Our kernels store the output straight from the accumulator fragments (no shared-memory
 # staging): 4-8 byte scattered stores. The conv log's gemm_1x1 "s1 proj 64->256 @56" (output
 # 4x the input, K = 64) writes y at 0.42e12 elements/s in fp16 NHWC (b32: 51 MB in 66 us) and
@@ -168,6 +183,7 @@ class Tile:
     splits: int = 1
     family: str = "mma"  # key of INTENSITY_KNEE
     stages: int = 3
+    loads: str = ""  # key of STAGES_IN_FLIGHT: how the kernel's loads are issued
 
     def blocks_per_sm(self, dev: DeviceFacts) -> int:
         """Resident blocks per SM by shared memory, threads and registers (accumulators
@@ -210,6 +226,7 @@ def tiled_gemm_us(work: GemmWork, tile: Tile, tflops: float, dev: DeviceFacts
     eff = min(1.0, intensity / INTENSITY_KNEE.get(tile.family, 64.0)) ** 0.5
     warps = min(fit, per_sm) * tile.threads // 32
     eff *= min(1.0, warps / WARPS_TO_HIDE) ** 0.5
+    eff *= min(1.0, (tile.stages - 1) / STAGES_IN_FLIGHT.get(tile.loads, 1.0))
     sm_rate = tflops * 1e12 / H200_SMS  # FLOP/s of one SM (per-SM rates as on the H200)
     kwork = kchunk + (tile.stages - 1 + EPILOGUE_KTILES) * tile.bk
     compute = per_sm * 2.0 * tile.bm * tile.bn * kwork / (sm_rate * eff) * 1e6

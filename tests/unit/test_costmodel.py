@@ -101,6 +101,44 @@ def test_nchw_transposes_and_epilogue_passes_are_counted():
     assert plain.launches == 1 and fused.launches == 2 and fused.extra_us > 0
 
 
+def test_gather_fed_wgmma_needs_stages_in_flight():
+    """implicit_gemm_wgmma's own warps issue its gathers: 3 stages run at 2 / 2.5 of the rate
+    of 4 (its compute term 1.25x), 4 and 5 hide the latency alike (5 pays one more k-tile of
+    fill); other kernels' stages only pay their pipeline fill."""
+    from dnnctl.ops.conv2d import cost
+
+    p = CONV.problem(dict(n=8, c=64, h=160, w=160, k=128, r=3, s=3, stride=2, pad=1,
+                          dtype="float16", layout="NHWC"))
+    dev = cm.device_facts(H200)
+    wg = get_variant("conv2d", "cupy", "implicit_gemm_wgmma")
+
+    def compute(variant, stages, bk=64):
+        params = dict(bm=128, bn=128, bk=bk, warps=8, stages=stages, splitk=1)
+        return cost.implicit_gemm(variant, p, params, dev, wgmma=variant is wg).compute_us
+
+    s3, s4, s5 = compute(wg, 3), compute(wg, 4), compute(wg, 5)
+    # K = 64 x 9 = 9 k-tiles, plus (stages - 1) of fill and 1 of epilogue per block
+    assert s3 / s4 == pytest.approx(1.25 * (9 + 3) / (9 + 4))
+    assert s5 / s4 == pytest.approx((9 + 5) / (9 + 4))  # latency hidden: the fill only
+    mma = get_variant("conv2d", "cupy", "implicit_gemm")
+    assert compute(mma, 3, 32) < compute(mma, 4, 32)  # only the fill differs
+
+
+def test_im2col_patch_pass_runs_below_copy_bandwidth():
+    from dnnctl.ops.conv2d import cost
+
+    p = CONV.problem(dict(n=4, c=2048, h=33, w=33, k=256, r=3, s=3, pad=6, dilation=6,
+                          dtype="float32", layout="NCHW", tf32=True))
+    dev = cm.device_facts(H200)
+    est = cost.im2col_gemm(get_variant("conv2d", "cupy", "im2col_gemm"), p, {"chunk": 0,
+                                                                             "vec": 1}, dev)
+    x, col = 4 * 2048 * 33 * 33 * 4, 4 * 33 * 33 * 2048 * 9 * 4
+    assert est.extra_us == pytest.approx(cm.pass_us(x + col, dev, cm.IM2COL_BW_FRACTION))
+    assert 0 < cm.IM2COL_BW_FRACTION < 1
+    # measured: im2col 1328 us there, the NHWC implicit GEMM 457-547 us: ranked below it
+    assert CONV.default_choice(p, "cupy", H200).variant == "nhwc_implicit_gemm"
+
+
 def test_ranked_estimates_explain_the_pick():
     p = CONV.problem(dict(n=32, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, dtype="float16",
                           layout="NHWC", bias=True))

@@ -55,7 +55,7 @@ def _tile(params: Mapping[str, Any], g: ConvGeom, k: int, wgmma: bool) -> cm.Til
     splits = cm.ceil_div(ktiles, per)
     family = "wgmma" if wgmma else ("simt" if g.dtype == "float32" and not g.tf32 else "mma")
     return cm.Tile(params["bm"], params["bn"], bk, params["warps"] * 32, smem, splits, family,
-                   params["stages"])
+                   params["stages"], "wgmma_gather" if wgmma else "")
 
 
 def _gemm_estimate(name: str, params: Mapping[str, Any], g: ConvGeom, dev: cm.DeviceFacts,
@@ -149,7 +149,7 @@ def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
     col = 0.0 if identity else float(g.npq * g.crs * g.groups * eb)
     extra, launches = 0.0, 1
     if col:
-        extra += cm.pass_us(x + col, dev)
+        extra += cm.pass_us(x + col, dev, cm.IM2COL_BW_FRACTION)
         launches += 1
     chunk = params.get("chunk", 0) or g.n
     passes = cm.ceil_div(g.n, chunk)
