@@ -179,6 +179,8 @@ def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
     tol = 1e-2 if case.key_dict["dtype"] == "float32" else 2e-2
     timed: list[tuple[float, str, Callable[[], None]]] = []
     notes: list[str] = []
+    estimates = _estimates(problem, device)
+    measured: list[dict[str, Any]] = []  # every timed candidate, with the model's estimate
     for i, (name, params) in enumerate(candidates(problem, device, top_k)):
         label = f"{name}{'' if not params else ' ' + _short(params)}"
         try:
@@ -198,6 +200,8 @@ def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
 
         us = common.time_us(run, warmup_ms=2, budget_ms=10)["median_us"]
         timed.append((us if i else -1.0, label, run))  # -1: keeps the default first
+        measured.append({"candidate": label, "us": round(us, 2), "default": i == 0,
+                         "est_us": estimates.get((name, _key(params)))})
     row: dict[str, Any] = {"config": case.config, "shape": case.name, "source": case.source}
     if not timed or timed[0][0] != -1.0:
         row["error"] = "default choice failed: " + "; ".join(notes)[:200]
@@ -220,7 +224,23 @@ def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
                default=default[1], tuned=best[1] if t["tuned"] < t["default"] else default[1])
     if notes:
         row["notes"] = "; ".join(notes)[:200]
+    row["candidates"] = measured  # for checking the cost model (check_heuristic.py)
     return row
+
+
+def _key(params: dict[str, Any]) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def _estimates(problem: Any, device: Any) -> dict[tuple[str, tuple], float]:
+    """The cost model's estimate (us) of each candidate it scores, by (variant, params)."""
+    from dnnctl.ops.explain import ranked_estimates
+
+    try:
+        est = ranked_estimates(problem, "cupy", device)
+    except Exception:  # noqa: BLE001 - an op without a cost model: no estimates
+        return {}
+    return {(e.variant, _key(dict(e.params))): round(e.us, 2) for e in est}
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -256,7 +276,7 @@ def run(ctx: Any, quick: bool, only: str = "conv,gemm", top_k: int = TOP_K,
         except Exception as exc:  # keep the section going; record the miss
             rows.append({"config": case.config, "shape": case.name,
                          "error": f"{type(exc).__name__}: {exc}"[:160]})
-        print(f"  {rows[-1]}", flush=True)
+        print(f"  {({k: v for k, v in rows[-1].items() if k != 'candidates'})}", flush=True)
         cp.get_default_memory_pool().free_all_blocks()
         torch.cuda.empty_cache()
     if skipped:

@@ -80,9 +80,9 @@ def measure_ceilings() -> Ctx:
 def markdown(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no rows)\n"
-    cols = list(rows[0])
-    for r in rows[1:]:
-        cols += [c for c in r if c not in cols]
+    cols: list[str] = []
+    for r in rows:  # list / dict values (per-candidate detail) stay in the JSON only
+        cols += [c for c, v in r.items() if c not in cols and not isinstance(v, (list, dict))]
     out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for r in rows:
         out.append("| " + " | ".join(_fmt(r.get(c, "")) for c in cols) + " |")
