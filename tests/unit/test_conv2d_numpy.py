@@ -125,8 +125,9 @@ def test_cpu_timing_picks_different_winners_by_shape():
                 continue  # the backward variants
             kern = variant.build(problem, variant.default_params(problem, DEV), DEV)
             ts = BE.time(lambda k=kern: k(prep.inputs, prep.outputs, {}), warmup_ms=2,
-                         budget_ms=40, flush_l2=False)
-            best[variant.name] = float(np.median(ts))
+                         budget_ms=80, flush_l2=False)
+            # the fastest run: a CI machine's other test worker only ever slows a run down
+            best[variant.name] = float(np.min(ts))
         return min(best, key=best.get)
 
     depthwise = winner({"c": 32, "k": 32, "h": 56, "w": 56, "r": 3, "s": 3, "pad": 1,
