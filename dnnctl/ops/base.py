@@ -43,17 +43,35 @@ def np_dtype(name: str) -> np.dtype:
     raise UsageError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+_ALIASES = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
+            "fp32": "float32", "double": "float64"}
+
+
 def dtype_name(dtype: Any) -> str:
-    """dnnctl dtype name of a NumPy / CuPy / torch dtype (or of a name)."""
+    """dnnctl dtype name of a NumPy / CuPy / torch dtype (or of a name); memoized per dtype
+    (every call's argument checks ask)."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):  # new, or an unhashable description
+        pass
+    name = _dtype_name(dtype)
+    try:
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    except TypeError:
+        pass
+    return name
+
+
+def _dtype_name(dtype: Any) -> str:
     if not isinstance(dtype, str) and not str(dtype).startswith("torch."):
         try:
             dtype = np.dtype(dtype).name
         except TypeError:
             pass
     text = str(dtype).replace("torch.", "")
-    aliases = {"half": "float16", "float": "float32", "bf16": "bfloat16", "fp16": "float16",
-               "fp32": "float32", "double": "float64"}
-    return aliases.get(text, text)
+    return _ALIASES.get(text, text)
 
 
 def dtype_size(name: str) -> int:

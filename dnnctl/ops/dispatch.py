@@ -38,7 +38,13 @@ from dnnctl.errors import ShapeError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
-from dnnctl.ops.registry import deterministic_only, get_op, get_variant, use_deterministic
+from dnnctl.ops.registry import (
+    deterministic_only,
+    generation,
+    get_op,
+    get_variant,
+    use_deterministic,
+)
 
 
 class PlanLike(Protocol):
@@ -101,13 +107,41 @@ def resolve(op: Op, problem: Problem, backend: Backend, device: DeviceInfo,
     return default_choice(op, problem, backend.name, device, det)
 
 
+_DEFAULTS: dict[tuple, Choice] = {}
+
+
 def default_choice(op: Op, problem: Problem, backend: str, device: DeviceInfo,
                    deterministic: bool) -> Choice:
-    """The op's default heuristic; among deterministic variants only if asked."""
+    """The op's default heuristic; among deterministic variants only if asked. Memoized
+    per (problem, backend, device, determinism, registered variants): a call on the
+    validating path (``run``) asks on every call, and a heuristic may rank dozens of
+    candidates."""
+    key = (problem, backend, device, deterministic, generation())
+    try:
+        hit = _DEFAULTS.get(key)
+    except TypeError:  # an unhashable device description: no memo
+        key, hit = None, None
+    if hit is not None:
+        return hit
     if not deterministic:
-        return op.default_choice(problem, backend, device)
-    with use_deterministic(True):
-        return op.default_choice(problem, backend, device)
+        choice = op.default_choice(problem, backend, device)
+    else:
+        with use_deterministic(True):
+            choice = op.default_choice(problem, backend, device)
+    if key is not None:
+        _DEFAULTS[key] = choice
+    return choice
+
+
+_SPECS: dict[Problem, Mapping[str, Any]] = {}
+
+
+def output_specs(op: Op, problem: Problem) -> Mapping[str, Any]:
+    """``op.output_specs(problem)``, made once per problem (problems are immutable)."""
+    specs = _SPECS.get(problem)
+    if specs is None:
+        specs = _SPECS[problem] = op.output_specs(problem)
+    return specs
 
 
 def is_deterministic(op: str, backend: str, choice: Choice) -> bool:
@@ -503,14 +537,15 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     op = get_op(op_name)
     problem = problem_of(op, key)
     backend, device = bound.backend, bound.device
+    specs = output_specs(op, problem)
     checks.check_fits(op_name, [(n, tuple(s.shape), np_dtype(s.dtype)) for n, s in
-                                op.output_specs(problem).items()], backend, device)
+                                specs.items()], backend, device)
     choice = resolve(op, problem, backend, device, plan, _wants_determinism(bound.adapter))
     inputs = {n: a for n, a in zip(names, bound.arrays) if a is not None}
     outputs = dict(out or {})
     with _on_caller_stream(bound):  # build, outputs and launch on the call's stream
         kern = kernel_for(problem, backend, device, choice)
-        for oname, spec in op.output_specs(problem).items():
+        for oname, spec in specs.items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)
             if given is None:  # a torch caller's from torch's allocator (capture's pool too)

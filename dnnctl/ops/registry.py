@@ -26,6 +26,7 @@ OP_MODULES: tuple[str, ...] = (
 
 _OPS: dict[str, Op] = {}
 _VARIANTS: dict[tuple[str, str], dict[str, Variant]] = {}  # (op, backend) -> name -> variant
+_GENERATION = [0]  # bumped on every registration: memos of registry-derived answers key by it
 _loaded = False
 # set by dnnctl.use_deterministic (and, for torch callers, by the dispatcher when
 # torch.use_deterministic_algorithms is on): variants() then lists deterministic ones only
@@ -55,6 +56,7 @@ def register_op(cls: type[Op]) -> type[Op]:
     if cls.name in _OPS and type(_OPS[cls.name]) is not cls:
         raise RuntimeError(f"op {cls.name!r} registered twice")
     _OPS[cls.name] = cls()
+    _GENERATION[0] += 1
     return cls
 
 
@@ -64,7 +66,13 @@ def register_variant(cls: type[Variant]) -> type[Variant]:
     if cls.name in table and type(table[cls.name]) is not cls:
         raise RuntimeError(f"variant {cls.op}/{cls.backend}/{cls.name} registered twice")
     table[cls.name] = cls()
+    _GENERATION[0] += 1
     return cls
+
+
+def generation() -> int:
+    """A number that changes whenever an op or variant is registered (a plugin loaded)."""
+    return _GENERATION[0]
 
 
 PLUGINS_ENV = "DNNCTL_PLUGINS"

@@ -330,3 +330,32 @@ def test_mixed_kinds_and_masked_arrays_are_refused() -> None:
         ops.softmax(masked)
     with pytest.raises(ShapeError, match="expected an array"):
         ops.softmax([[1.0, 2.0]])
+
+
+def test_default_choice_is_made_once_per_problem_until_the_registry_changes(monkeypatch):
+    """The validating path (the backward functions) asks for the default on every call: the
+    heuristic runs once per (problem, backend, device, determinism), and again after a
+    plugin registers a variant (which may change the pick)."""
+    op = registry.get_op("softmax")
+    problem = dispatch.problem_of(op, {"rows": 7, "cols": 33, "dtype": "float32",
+                                       "log": False, "pass": "backward"})
+    be = dnnctl.backends.registry.get_backend("numpy")
+    dev = be.device(0)
+    asked = []
+    real = type(op).default_choice
+
+    def spy(self, *args):
+        asked.append(args[0])
+        return real(self, *args)
+
+    monkeypatch.setattr(type(op), "default_choice", spy)
+    first = dispatch.default_choice(op, problem, "numpy", dev, False)
+    again = dispatch.default_choice(op, problem, "numpy", dev, False)
+    assert again is first and len(asked) == 1
+    dispatch.default_choice(op, problem, "numpy", dev, True)  # determinism: its own entry
+    assert len(asked) == 2
+    monkeypatch.setattr(registry, "_GENERATION", [registry.generation() + 1])  # a plugin
+    assert dispatch.default_choice(op, problem, "numpy", dev, False) == first
+    assert len(asked) == 3
+    y = rand(7, 33)
+    ops.softmax_backward(ops.softmax(y), rand(7, 33))  # the public call uses the same memo
