@@ -16,7 +16,9 @@ than 10% (pairwise order agreement), and the model's estimate vs the measured ti
 logged candidate (calibration: the median and spread of estimate / measured).
 
 This is an IN-SAMPLE check: the model's throughput constants were read from these same logs.
-The out-of-sample check is benchmarks/bench_unseen.py on the GPU.
+The out-of-sample check is benchmarks/bench_unseen.py on the GPU. A bench_unseen JSON that
+kept every timed candidate (logs/2026-12-04-pm-unseen-candidates.json, 8 per problem) is
+checked too: today's pick against the fastest of them, where the pick was one of them.
 
     PYTHONPATH=. python3 benchmarks/check_heuristic.py [--log PATH] [--json OUT] [--rows]
 """
@@ -42,6 +44,7 @@ import conv_candidates  # noqa: E402
 
 LOG = Path(__file__).resolve().parent / "logs" / "2026-12-02-round2-conv.md"
 GEMM_LOG = Path(__file__).resolve().parent / "logs" / "2026-12-02-round2-gemm.md"
+UNSEEN_LOG = Path(__file__).resolve().parent / "logs" / "2026-12-04-pm-unseen-candidates.json"
 WITHIN = 1.10
 TC = re.compile(r"(\d+)x(\d+)x(\d+) w(\d+) s(\d+)")
 
@@ -238,6 +241,37 @@ def summary(res: dict[str, Any]) -> str:
         f"p90 {res['calibration_p90']:.2f}"])
 
 
+def check_unseen(path: Path = UNSEEN_LOG) -> dict[str, Any]:
+    """Today's default pick on each problem of a bench_unseen JSON that recorded every timed
+    candidate (``--top-k 8``): the pick's time when it was one of them, against the fastest.
+    The model's stage and im2col terms were read from the 2026-12-04 file: in-sample there,
+    out-of-sample on any later run."""
+    import bench_unseen
+    import unseen_cases
+
+    from dnnctl.ops.registry import get_op
+
+    dev = h200()
+    cases = {(c.config, c.name): c for c in unseen_cases.cases(False, "conv,gemm")}
+    rows, within, timed = [], 0, 0
+    for r in json.loads(path.read_text())["rows"]:
+        case, cands = cases.get((r.get("config"), r.get("shape"))), r.get("candidates")
+        if case is None or not cands:
+            continue
+        op = get_op(case.op)
+        choice = op.default_choice(op.problem(case.key_dict), "cupy", dev)
+        params = dict(choice.param_dict)
+        label = choice.variant + ("" if not params else " " + bench_unseen._short(params))
+        times = {c["candidate"]: c["us"] for c in cands}
+        best, us = min(times.values()), times.get(label)
+        if us is not None:
+            timed += 1
+            within += best / us >= 1 / 1.1
+        rows.append({"config": r["config"], "shape": r["shape"], "pick": label, "pick_us": us,
+                     "best_us": best})
+    return {"problems": len(rows), "timed": timed, "within": within, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log", type=Path, default=LOG)
@@ -260,6 +294,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GEMM log: the picked variant within 10% of the fastest logged on "
               f"{gemm['within']}/{gemm['shapes']} shapes (judged by variant)")
         res["gemm"] = gemm
+    if UNSEEN_LOG.exists():
+        unseen = check_unseen()
+        if args.rows:
+            for r in unseen["rows"]:
+                us = "not timed" if r["pick_us"] is None else f"{r['pick_us']:.1f}us"
+                print(f"unseen {r['config']:13} {r['shape'][:34]:34} pick {r['pick']} {us} "
+                      f"best {r['best_us']:.1f}us")
+        print(f"unseen log (every candidate timed): pick within 10% of the fastest on "
+              f"{unseen['within']}/{unseen['timed']} problems whose pick was timed "
+              f"({unseen['problems']} problems)")
+        res["unseen"] = unseen
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
     return 0
