@@ -96,9 +96,10 @@ STAGES_IN_FLIGHT = {"wgmma_gather": 2.5}
 # Our im2col kernel (the patch matrix of im2col_gemm) moves x + the patch matrix at this
 # fraction of HBM bandwidth, not at the full rate of a copy: the unseen-shape log's im2col
 # rows (same file, 10 non-depthwise problems; the cuBLAS GEMM's modelled time taken off, so
-# its error is in there too) imply 0.27-6 TB/s, geomean 1.2. 0.5 ranks im2col against the
-# implicit GEMMs right on 9 of those 14 problems (5 at 1.0) and on the 198-shape conv log
-# (benchmarks/check_heuristic.py: 82 picks within 10 % of the best at 0.2-0.5, 79 at 1.0).
+# its error is in there too) imply 0.27-6 TB/s, geomean 1.2. With the stage term above, 0.5
+# puts the default within 10 % of the fastest on 9 of those 14 problems (8 at 1.0; 6 with
+# neither term), and on the 198-shape conv log 82 picks within 10 % of the best at 0.2-0.5,
+# 79 at 1.0 (benchmarks/check_heuristic.py).
 IM2COL_BW_FRACTION = 0.5
 # Our kernels store the output straight from the accumulator fragments (no shared-memory
 # staging): 4-8 byte scattered stores. The conv log's gemm_1x1 "s1 proj 64->256 @56" (output
