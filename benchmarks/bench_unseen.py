@@ -182,7 +182,7 @@ def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
     estimates = _estimates(problem, device)
     measured: list[dict[str, Any]] = []  # every timed candidate, with the model's estimate
     for i, (name, params) in enumerate(candidates(problem, device, top_k)):
-        label = f"{name}{'' if not params else ' ' + _short(params)}"
+        label = candidate_label(name, params)
         try:
             kern = get_variant(case.op, "cupy", name).build(problem, params, device)
             y.fill(float("nan"))
@@ -241,6 +241,11 @@ def _estimates(problem: Any, device: Any) -> dict[tuple[str, tuple], float]:
     except Exception:  # noqa: BLE001 - an op without a cost model: no estimates
         return {}
     return {(e.variant, _key(dict(e.params))): round(e.us, 2) for e in est}
+
+
+def candidate_label(variant: str, params: dict[str, Any]) -> str:
+    """How a candidate is named in the rows and the JSON (``implicit_gemm 128x64x32 w4 ...``)."""
+    return variant if not params else f"{variant} {_short(params)}"
 
 
 def _short(params: dict[str, Any]) -> str:

@@ -260,8 +260,7 @@ def check_unseen(path: Path = UNSEEN_LOG) -> dict[str, Any]:
             continue
         op = get_op(case.op)
         choice = op.default_choice(op.problem(case.key_dict), "cupy", dev)
-        params = dict(choice.param_dict)
-        label = choice.variant + ("" if not params else " " + bench_unseen._short(params))
+        label = bench_unseen.candidate_label(choice.variant, dict(choice.param_dict))
         times = {c["candidate"]: c["us"] for c in cands}
         best, us = min(times.values()), times.get(label)
         if us is not None:

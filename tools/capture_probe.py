@@ -47,27 +47,26 @@ def _one(case: str, label: str) -> dict:
     def step(cache=True):
         return train_step(model, opt, x, y, loss_fn, amp, cache)
 
+    def eager() -> tuple[list[float], dict]:
+        """The eager steps' losses, and each parameter's gradient at the step the first
+        replay repeats; a fresh (seeded) model and optimizer afterwards."""
+        nonlocal model, opt
+        losses, grads = [], {}
+        for i in range(WARMUP + STEPS):
+            opt.zero_grad(set_to_none=True)
+            losses.append(float(step().detach()))
+            if i == WARMUP:
+                grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
+                         if p.grad is not None}
+        model, opt = build()[:2]
+        return losses, grads
+
     if label == "repeat":  # the same eager steps twice: how far apart run-to-run noise puts them
-        runs = []
-        for _ in range(2):
-            model, opt = build()[:2]
-            losses = []
-            for _ in range(WARMUP + STEPS):
-                opt.zero_grad(set_to_none=True)
-                losses.append(float(step().detach()))
-            runs.append(losses)
+        runs = [eager()[0], eager()[0]]
         rel = max(abs(a - b) / abs(b) for a, b in zip(*runs))
         return {"ok": True, "paths": {"losses": runs, "max_rel_diff": rel}}
 
-    # the eager steps, and each parameter's gradient at the step the first replay repeats
-    losses, grads = [], {}
-    for i in range(0 if label == "list" else WARMUP + STEPS):
-        opt.zero_grad(set_to_none=True)
-        losses.append(float(step().detach()))
-        if i == WARMUP:
-            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()
-                     if p.grad is not None}
-    model, opt = build()[:2]
+    losses, grads = ([], {}) if label == "list" else eager()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     grad_plan.BACKWARD_PATHS.clear()

@@ -198,7 +198,6 @@ class TorchCudaAdapter(Adapter):
         if prev != self.index:
             cuda.set_device(prev)
 
-
     def enter_all(self) -> Any:
         # CuPy's copies / reductions take torch's memory on torch's stream: ordered with the
         # caller's work, in the graph's pool under a capture (CuPy's pool may not grow during

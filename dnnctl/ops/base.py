@@ -53,14 +53,13 @@ def dtype_name(dtype: Any) -> str:
     (every call's argument checks ask)."""
     try:
         return _DTYPE_NAMES[dtype]
-    except (KeyError, TypeError):  # new, or an unhashable description
+    except TypeError:  # an unhashable description: no memo
+        return _dtype_name(dtype)
+    except KeyError:
         pass
     name = _dtype_name(dtype)
-    try:
-        if len(_DTYPE_NAMES) < 256:
-            _DTYPE_NAMES[dtype] = name
-    except TypeError:
-        pass
+    if len(_DTYPE_NAMES) < 256:
+        _DTYPE_NAMES[dtype] = name
     return name
 
 

@@ -72,8 +72,6 @@ class GlobalAvgPool2dOp(mc.MemoryOp):
 # ----------------------------------------------------------------------------- CUDA
 
 
-
-
 class _GapCuda(mc.CudaVariant):
     op = "global_avg_pool2d"
 

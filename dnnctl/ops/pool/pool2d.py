@@ -182,8 +182,6 @@ def _vec_ok(problem: Problem, vec: int) -> bool:
 # ----------------------------------------------------------------------------- CUDA
 
 
-
-
 class _PoolCuda(mc.CudaVariant):
     op = "pool2d"
     layout = ""  # "" = both
