@@ -46,6 +46,7 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
 BACKWARD: list[tuple[str, dict[str, Any]]] = [
     ("bf16 B4 H32 S4096 D128", SHAPES[0][1]),
     ("bf16 B4 H32 S4096 D128 causal", SHAPES[1][1]),
+    ("fp16 B4 H32 S2048 D64", SHAPES[2][1]),
 ]
 
 
@@ -158,7 +159,7 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
     res = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
     outs = {n: cp.from_dlpack(t) for n, t in res.items()}
     best, label, notes = math.inf, "", []
-    for vname in ("mma_bwd", "torch_flash_bwd"):
+    for vname in ("wgmma_bwd", "mma_bwd", "torch_flash_bwd"):
         variant = get_variant("attention", "cupy", vname)
         if not variant.supports(p, dev):
             continue
@@ -179,7 +180,7 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
             row[f"{vname}_us"] = min(med, row.get(f"{vname}_us", math.inf))
             if med < best:
                 best, label = med, f"{vname} {params}"
-    ours = row.get("mma_bwd_us", math.inf)
+    ours = min(row.get("wgmma_bwd_us", math.inf), row.get("mma_bwd_us", math.inf))
     row.update({"ours_TFLOPs": op.flops(p) / ours / 1e6, "plan_choice": label,
                 "plan_TFLOPs": op.flops(p) / best / 1e6})
     if "cudnn_bwd_us" in row:

@@ -55,6 +55,10 @@ BACKWARD: list[tuple[str, dict]] = [
                             causal="top_left", layout="BSHD")),
     ("bwd_varlen", dict(batch=3, heads_q=4, seq_q=400, seq_kv=400, head_dim=64,
                         causal="bottom_right", layout="BSHD", varlen=True)),
+    ("bwd_d96_window_softcap", dict(batch=1, heads_q=2, seq_q=197, seq_kv=333, head_dim=96,
+                                    causal="bottom_right", window=50, softcap=30.0)),
+    ("bwd_dv64_gqa4_1000", dict(batch=1, heads_q=4, heads_kv=1, seq_q=1000, head_dim=128,
+                                head_dim_v=64)),
 ]
 DTYPES = ("float16", "bfloat16")
 

@@ -40,11 +40,14 @@ static MBar& mbar(unsigned bar, const char* what) {
   return it->second;
 }
 
+// A completed phase orders the arrivals' earlier shared writes (mbarrier.arrive releases)
+// before the waiters' later accesses (try_wait acquires): a new barrier interval.
 static void complete_phase_if_done(MBar& b) {
   if (b.pending == 0 && b.tx == 0) {
     ++b.phase;
     b.pending = b.count;
     ++g_progress;
+    ++g_epoch;
   }
 }
 

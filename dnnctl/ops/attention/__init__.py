@@ -10,6 +10,7 @@ from __future__ import annotations
 from dnnctl.ops import make_callable
 from dnnctl.ops.attention import (  # noqa: F401  (registration)
     backward,
+    bwd_wgmma,
     cupy_variants,
     numpy_variants,
     vendor,

@@ -343,15 +343,15 @@ class Attention(Op):
         queries over long caches (or a paged cache); on sm_90 cuDNN through torch where it
         takes the problem (measured on the H200: 1.11-1.5x our Hopper kernel on every
         prefill shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync
-        kernel, else a vendor backend. Backward: mma_bwd, which is deterministic (torch's
-        FlashAttention-2 backward, 1.5x faster on the H200, accumulates dq with atomics; a
-        tuned plan may pick it)."""
+        kernel, else a vendor backend. Backward: our Hopper kernel (wgmma_bwd, dq by fp32
+        reductions, like torch's FlashAttention and cuDNN backward), else mma_bwd; under
+        deterministic mode only mma_bwd qualifies (registry.variants filters)."""
         table = {v.name: v for v in variants(self.name, backend)}
         p = problem
         if backend == "numpy":
             order = ["blocked", "whole"] if pass_of(p) == "forward" else ["whole"]
         elif pass_of(p) == "backward":
-            order = ["mma_bwd"]
+            order = ["wgmma_bwd", "mma_bwd"]
         else:
             decode = p["seq_q"] <= 16 and (p["seq_kv"] >= 256 or p["paged"])
             hopper = getattr(device, "cc_tuple", (0, 0))[0] == 9

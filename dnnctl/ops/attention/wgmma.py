@@ -76,11 +76,12 @@ def wg_regs_ok(p: Problem, params: Mapping[str, Any]) -> bool:
     return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + (bn // 4 if overlap else 16) <= budget
 
 
-def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
-    """The 3-d map of q / k / v (see the kernel's header): innermost the head dim."""
-    d = p["head_dim_v"] if name == "v" else p["head_dim"]
-    heads = p["heads_q"] if name == "q" else p["heads_kv"]
-    seq = p["seq_q"] if name == "q" else p["seq_kv"]
+def qkv_map(p: Problem, name: str, rows: int) -> tma.MapSpec:
+    """The 3-d map of q / k / v / out (out: also dout; see the kernel's header): innermost
+    the head dim, boxes of 64 x ``rows``."""
+    d = p["head_dim_v"] if name in ("v", "out") else p["head_dim"]
+    heads = p["heads_q"] if name in ("q", "out") else p["heads_kv"]
+    seq = p["seq_q"] if name in ("q", "out") else p["seq_kv"]
     esz = tma.ELEM_BYTES[p["dtype"]]
     if p["layout"] == "BHSD":  # (varlen is always BSHD: Attention.check)
         return tma.MapSpec(p["dtype"], (d, seq, p["batch"] * heads),
@@ -91,8 +92,8 @@ def _map(p: Problem, name: str, rows: int) -> tma.MapSpec:
 
 def map_specs(p: Problem, params: Mapping[str, Any]) -> dict[str, tma.MapSpec]:
     bm = 64 * params["consumers"]
-    return {"q": _map(p, "q", bm), "k": _map(p, "k", params["bn"]),
-            "v": _map(p, "v", params["bn"])}
+    return {"q": qkv_map(p, "q", bm), "k": qkv_map(p, "k", params["bn"]),
+            "v": qkv_map(p, "v", params["bn"])}
 
 
 def wg_defines(p: Problem, params: Mapping[str, Any]) -> dict[str, int]:
@@ -135,7 +136,7 @@ class WgmmaAttention(CupyAttention):
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
         if pass_of(p) != "forward":
-            return unsupported("the wgmma kernel is the forward pass (backward: mma_bwd)")
+            return unsupported("the wgmma kernel is the forward pass (backward: wgmma_bwd, mma_bwd)")
         if p["paged"]:
             return unsupported("a paged KV cache is read by the decode / mma kernels")
         for f in ("head_dim", "head_dim_v"):
