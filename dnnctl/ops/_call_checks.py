@@ -84,6 +84,15 @@ def check_vector(v: Any, length: int, dtype: str, what: str) -> None:
     contiguous(v, what)
 
 
+def check_stats(v: Any, count: int, what: str) -> bool:
+    """A gradient call's saved statistic (mean, rstd, ...) must hold ``count`` values, else a
+    ShapeError; returns whether kernels can read it by pointer as it is (fp32, C-contiguous)
+    rather than from an fp32 contiguous copy."""
+    if v.size != count:
+        raise ShapeError(f"{what} has {v.size} values, expected {count}")
+    return bool(v.flags.c_contiguous) and dtype_name(v.dtype) == "float32"
+
+
 def check_out(out: Any, shape: tuple[int, ...], dtype: str, what: str = "out") -> None:
     """``out=`` must have the result's shape and dtype, be contiguous and writeable."""
     if out is None:

@@ -182,11 +182,14 @@ class Parsed:
     (name, shape, numpy dtype) allocated per call in the caller's kind and shape.
     ``given``: (kernel output name, index into the call's arrays, or the name of a const)
     for outputs the caller passes (``out=``, in-place, running statistics). ``result``: the
-    output name returned, a tuple of names, or an int (that call argument is returned).
+    output name returned, a tuple of names (None: a None in the returned tuple, e.g. the
+    gradient of an absent weight), or an int (that call argument is returned).
 
-    ``prepare`` (rare: copies or re-layouts a pointer mapping cannot express) is called
-    with the backend arrays on every call and returns the kernel inputs; ``finish`` then
-    turns the kernel outputs into the value returned (in backend arrays).
+    ``prepare`` (rare: copies or re-layouts a pointer mapping cannot express, statistics an
+    op function recomputes) is called with the backend arrays on every call and returns the
+    kernel inputs; ``finish`` then turns the kernel outputs into the value returned (backend
+    arrays, or a tuple of them and None). Both run on the caller's device, stream and
+    allocator (the adapter's ``enter_all``), as the kernel does.
     """
 
     op: str
@@ -196,7 +199,7 @@ class Parsed:
     given: tuple[tuple[str, int | str], ...] = ()
     attrs: Mapping[str, Any] = field(default_factory=dict)
     consts: Mapping[str, Any] = field(default_factory=dict)
-    result: str | tuple[str, ...] | int = "y"
+    result: str | tuple[str | None, ...] | int = "y"
     kernel_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     like: Mapping[str, int] = field(default_factory=dict)
     prepare: Callable[[tuple[Any, ...]], dict[str, Any]] | None = None
@@ -346,7 +349,11 @@ class Site:
                 ins.update(self.consts)
             kern(ins, kouts, self.attrs)
             if self.finish is not None:
-                return self.adapter.from_backend(self.finish(kouts, self._backend(arrays)))
+                done = self.finish(kouts, self._backend(arrays))
+                conv = self.adapter.from_backend
+                if done.__class__ is tuple:
+                    return tuple(None if d is None else conv(d) for d in done)
+                return conv(done)
         finally:
             if token is not None:
                 self.leave(token)
@@ -355,7 +362,8 @@ class Site:
             return outs[res] if res in outs else arrays[self.given_at[res]]
         if res.__class__ is int:
             return arrays[res]
-        return tuple(outs[n] if n in outs else arrays[self.given_at[n]] for n in res)
+        return tuple(None if n is None else outs[n] if n in outs else arrays[self.given_at[n]]
+                     for n in res)
 
     def _backend(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
         conv = self.adapter.to_backend
@@ -455,7 +463,7 @@ def _wrap_foreign(result: Any, arrays: tuple[Any, ...]) -> Any:
     if back is None:
         return result
     if isinstance(result, tuple):
-        return tuple(back(r) for r in result)
+        return tuple(None if r is None else back(r) for r in result)
     return back(result)
 
 
