@@ -1,14 +1,42 @@
-"""The public batch_norm gradient call (``dnnctl.ops.batch_norm_backward``)."""
+"""The public batch_norm gradient call (``dnnctl.ops.batch_norm_backward``), on the forward's
+call pipeline."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dnnctl.errors import ShapeError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops._spatial_norm import spatial_args
-from dnnctl.ops.dispatch import bind, run
+from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 
 __all__ = ["batch_norm_backward"]
+
+
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    dy, x, w, mean, invstd = arrays
+    layout = mc.check_layout(scalars[0])
+    (n, c, h, wd), dtype = spatial_args("batch_norm_backward", dy, x, layout)
+    for v, name in ((mean, "save_mean"), (invstd, "save_invstd")):
+        if v is None:  # no eps here to recompute them with: the forward's are the ones
+            raise ShapeError(f"batch_norm_backward: {name} is required, got None",
+                             hint="pass the statistics of batch_norm(..., training=True, "
+                                  "return_stats=True)")
+    for v, name in ((w, "weight"), (mean, "save_mean"), (invstd, "save_invstd")):
+        mc.check_vector(v, c, "float32", name)
+    key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout, "training": True,
+           "affine": w is not None, "pass": "backward"}
+    shape4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
+    grads = spec_outputs("batch_norm", key, ("dx",))
+    affine = w is not None
+    inputs = (("dy", 0, None), ("x", 1, None), ("weight", 2, None), ("save_mean", 3, None),
+              ("save_invstd", 4, None))
+    return Parsed("batch_norm", key, inputs, (("dx", tuple(x.shape), x.dtype), *grads),
+                  result=("dx", "dweight" if affine else None, "dbias" if affine else None),
+                  kernel_shapes={"dy": shape4, "x": shape4, "dx": shape4}, like={"dx": 1})
+
+
+_BACKWARD = CallSpec("batch_norm_backward", _parse)
 
 
 def batch_norm_backward(dy: Any, x: Any, save_mean: Any, save_invstd: Any, weight: Any = None,
@@ -16,18 +44,4 @@ def batch_norm_backward(dy: Any, x: Any, save_mean: Any, save_invstd: Any, weigh
     """Gradients of training-mode :func:`batch_norm` from its saved statistics (the
     ``return_stats=True`` outputs): ``(dx, dweight, dbias)``, the last two fp32 (C,), both
     None without a weight."""
-    bound = bind(dy, x, weight, save_mean, save_invstd)
-    ga, xa, wa, ma, sa = bound.arrays
-    layout = mc.check_layout(layout)
-    (n, c, h, w), dtype = spatial_args("batch_norm_backward", ga, xa, layout)
-    for v, name in ((wa, "weight"), (ma, "save_mean"), (sa, "save_invstd")):
-        mc.check_vector(v, c, "float32", name)
-    key = {"n": n, "c": c, "h": h, "w": w, "dtype": dtype, "layout": layout, "training": True,
-           "affine": wa is not None, "pass": "backward"}
-    shape4 = (n, c, h, w) if layout == "NCHW" else (n, h, w, c)
-    arrays = [ga.reshape(shape4), xa.reshape(shape4), wa, ma, sa]
-    res = run("batch_norm", key, bound.with_arrays(arrays),
-              ("dy", "x", "weight", "save_mean", "save_invstd"), {}, plan=plan)
-    dx = bound.wrap(res["dx"].reshape(xa.shape))
-    return dx, *(bound.wrap(res[k]) if k in res else None for k in ("dweight", "dbias"))
-
+    return call(_BACKWARD, (dy, x, weight, save_mean, save_invstd), (layout,), plan)
