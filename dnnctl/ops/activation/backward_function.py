@@ -1,5 +1,5 @@
 """The public activation gradient calls (``dnnctl.ops.activation_backward``,
-``relu_backward``, ...), dispatched like the forward."""
+``relu_backward``, ...), on the forward's call pipeline."""
 
 from __future__ import annotations
 
@@ -8,33 +8,40 @@ from typing import Any
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.activation.reference import FNS
+from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
+
+
+def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    dy, x, bias = arrays
+    fn, layout, slope = scalars
+    if fn not in FNS:
+        raise UsageError(f"unknown activation {fn!r}", hint=f"use one of {', '.join(FNS)}")
+    dtype = mc.float_dtype(x, "x")
+    mc.contiguous(x, "x")
+    shape = tuple(x.shape)
+    mc.check_out(dy, shape, dtype, "dy")
+    layout = mc.check_layout(layout)
+    key = {"fn": fn, "shape": shape, "dtype": dtype,
+           "bias": "none" if bias is None else "channel", "layout": layout, "pass": "backward"}
+    if bias is not None:
+        if x.ndim < 2 and layout == "NCHW":
+            raise UsageError("activation_backward: a NCHW channel bias needs rank >= 2",
+                             hint="use layout='NHWC' for a bias on the last axis")
+        mc.check_vector(bias, shape[-1 if layout == "NHWC" else 1], dtype, "bias")
+    attrs = {"negative_slope": mc.as_float(slope, "negative_slope")}
+    return Parsed("activation", key, (("dy", 0, None), ("x", 1, None), ("bias", 2, None)),
+                  spec_outputs("activation", key), (), attrs,
+                  result="dx" if bias is None else ("dx", "dbias"))
+
+
+_BACKWARD = CallSpec("activation_backward", _parse)
 
 
 def activation_backward(fn: str, dy: Any, x: Any, bias: Any = None, layout: str = "NCHW",
                         negative_slope: float = 0.01, plan: Any = None) -> Any:
     """Gradient of ``act(x [+ bias])`` for activation ``fn`` given the forward's input ``x``:
     dx, or ``(dx, dbias)`` with a per-channel ``bias`` (axis 1 for NCHW, last for NHWC)."""
-    from dnnctl.ops.dispatch import bind, run
-
-    if fn not in FNS:
-        raise UsageError(f"unknown activation {fn!r}", hint=f"use one of {', '.join(FNS)}")
-    bound = bind(dy, x, bias)
-    ga, xa, ba = bound.arrays
-    dtype = mc.float_dtype(xa, "x")
-    mc.contiguous(xa, "x")
-    mc.check_out(ga, tuple(xa.shape), dtype, "dy")
-    layout = mc.check_layout(layout)
-    key = {"fn": fn, "shape": tuple(xa.shape), "dtype": dtype,
-           "bias": "none" if ba is None else "channel", "layout": layout, "pass": "backward"}
-    if ba is not None:
-        if xa.ndim < 2 and layout == "NCHW":
-            raise UsageError("activation_backward: a NCHW channel bias needs rank >= 2",
-                             hint="use layout='NHWC' for a bias on the last axis")
-        mc.check_vector(ba, xa.shape[-1 if layout == "NHWC" else 1], dtype, "bias")
-    res = run("activation", key, bound, ("dy", "x", "bias"),
-              {"negative_slope": float(negative_slope)}, plan=plan)
-    dx = bound.wrap(res["dx"])
-    return dx if ba is None else (dx, bound.wrap(res["dbias"]))
+    return call(_BACKWARD, (dy, x, bias), (fn, layout, negative_slope), plan)
 
 
 def _named(fn: str) -> Any:
