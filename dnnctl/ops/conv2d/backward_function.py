@@ -1,5 +1,5 @@
 """The public conv2d gradient calls: ``conv2d_backward_data`` (dgrad) and
-``conv2d_backward_weight`` (wgrad, with the bias gradient), dispatched like the forward."""
+``conv2d_backward_weight`` (wgrad, with the bias gradient), on the forward's call pipeline."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import dtype_name
 from dnnctl.ops.conv2d.function import _padding, _pair
 from dnnctl.ops.conv2d.op import LAYOUTS, output_size
-from dnnctl.ops.dispatch import Bound, PlanLike, bind, run
+from dnnctl.ops.dispatch import CallSpec, Parsed, PlanLike, call, spec_outputs
 
 
 def _shape(a: Any) -> tuple[int, ...]:
@@ -18,7 +18,7 @@ def _shape(a: Any) -> tuple[int, ...]:
 
 
 def _ints4(name: str, value: Sequence[int]) -> tuple[int, int, int, int]:
-    vals = tuple(value)
+    vals = tuple(value) if isinstance(value, Sequence) else ()
     if len(vals) != 4 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
                                  for v in vals):
         raise UsageError(f"conv2d backward: {name}={value!r} must be 4 positive ints")
@@ -60,16 +60,60 @@ def _check_dy(which: str, dy: Any, key: dict[str, Any]) -> None:
                          f"(the forward's output for these shapes and arguments)")
 
 
-def _prepared(bound: Bound) -> list[Any]:
-    xp = bound.backend.xp
-    with bound.on_caller_stream():  # copies of strided inputs, ordered with the caller's work
-        arrays = [xp.ascontiguousarray(a) for a in bound.arrays]
-    bound.arrays = arrays
+def _arrays(which: str, arrays: tuple[Any, ...], names: tuple[str, str]) -> str:
+    """The one dtype of a gradient call's two arrays (both given)."""
+    for a, name in zip(arrays, names):
+        if a is None:
+            raise ShapeError(f"conv2d {which}: {name} is missing",
+                             hint=f"pass {name} as an array")
     dtypes = {dtype_name(a.dtype) for a in arrays}
     if len(dtypes) > 1:
         raise ShapeError(f"conv2d backward: inputs mix dtypes {sorted(dtypes)}",
                          hint="cast every input to one dtype")
-    return arrays
+    return dtypes.pop()
+
+
+def _parsed(arrays: tuple[Any, ...], key: dict[str, Any], names: tuple[str, str],
+            result: Any, xp: Any) -> Parsed:
+    """The call's outputs (in the op's spec shapes) and inputs: by pointer when both arrays
+    are C-contiguous, else through contiguous copies made on every call."""
+    outputs = spec_outputs("conv2d", key)
+    if all(a.flags.c_contiguous for a in arrays):
+        return Parsed("conv2d", key, ((names[0], 0, None), (names[1], 1, None)), outputs,
+                      result=result)
+
+    def prepare(back: tuple[Any, ...]) -> dict[str, Any]:
+        return {nm: xp.ascontiguousarray(a) for nm, a in zip(names, back)}
+
+    return Parsed("conv2d", key, (), outputs, result=result, prepare=prepare)
+
+
+def _parse_dgrad(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    x_shape, stride, padding, dilation, groups, layout, tf32 = scalars
+    dtype = _arrays("dgrad", arrays, ("dy", "w"))
+    dy, w = arrays
+    if len(w.shape) != 4:
+        raise ShapeError(f"conv2d dgrad: w has shape {_shape(w)}, expected 4 dims")
+    key = _key("dgrad", x_shape, _shape(w), stride, padding, dilation, groups, layout, dtype,
+               tf32, False)
+    _check_dy("dgrad", dy, key)
+    return _parsed(arrays, key, ("dy", "w"), "dx", xp)
+
+
+def _parse_wgrad(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    w_shape, stride, padding, dilation, groups, layout, bias_grad, tf32 = scalars
+    dtype = _arrays("wgrad", arrays, ("x", "dy"))
+    x, dy = arrays
+    if len(x.shape) != 4:
+        raise ShapeError(f"conv2d wgrad: x has shape {_shape(x)}, expected 4 dims")
+    key = _key("wgrad", _shape(x), w_shape, stride, padding, dilation, groups, layout, dtype,
+               tf32, bias_grad)
+    _check_dy("wgrad", dy, key)
+    return _parsed(arrays, key, ("x", "dy"), ("dw", "db" if bias_grad else None), xp)
+
+
+_DGRAD = CallSpec("conv2d_backward_data", _parse_dgrad)
+_WGRAD = CallSpec("conv2d_backward_weight", _parse_wgrad)
 
 
 def conv2d_backward_data(dy: Any, w: Any, x_shape: Sequence[int], stride: Any = 1,
@@ -82,17 +126,8 @@ def conv2d_backward_data(dy: Any, w: Any, x_shape: Sequence[int], stride: Any = 
     shape. Runs the plan's dgrad variant for this shape (else the default heuristic); the
     result is of ``dy``'s array kind.
     """
-    bound = bind(dy, w)
-    if bound.foreign:
-        return bound.recurse(conv2d_backward_data, x_shape, stride, padding, dilation, groups,
-                             layout, tf32, plan)
-    dya, wa = _prepared(bound)
-    if len(wa.shape) != 4:
-        raise ShapeError(f"conv2d dgrad: w has shape {_shape(wa)}, expected 4 dims")
-    key = _key("dgrad", x_shape, _shape(wa), stride, padding, dilation, groups, layout,
-               dtype_name(dya.dtype), tf32, False)
-    _check_dy("dgrad", dya, key)
-    return run("conv2d", key, bound, ("dy", "w"), {}, plan=plan)["dx"]
+    return call(_DGRAD, (dy, w), (x_shape, stride, padding, dilation, groups, layout,
+                                  bool(tf32)), plan)
 
 
 def conv2d_backward_weight(x: Any, dy: Any, w_shape: Sequence[int], stride: Any = 1,
@@ -104,15 +139,5 @@ def conv2d_backward_weight(x: Any, dy: Any, w_shape: Sequence[int], stride: Any 
     ``w_shape`` is the weight's shape in ``layout``; ``db`` (K,) is dy summed over N, P, Q,
     fused into the weight-gradient kernels that can, or None when ``bias_grad`` is false.
     """
-    bound = bind(x, dy)
-    if bound.foreign:
-        return bound.recurse(conv2d_backward_weight, w_shape, stride, padding, dilation,
-                             groups, layout, bias_grad, tf32, plan)
-    xa, dya = _prepared(bound)
-    if len(xa.shape) != 4:
-        raise ShapeError(f"conv2d wgrad: x has shape {_shape(xa)}, expected 4 dims")
-    key = _key("wgrad", _shape(xa), w_shape, stride, padding, dilation, groups, layout,
-               dtype_name(xa.dtype), tf32, bool(bias_grad))
-    _check_dy("wgrad", dya, key)
-    out = run("conv2d", key, bound, ("x", "dy"), {}, plan=plan)
-    return out["dw"], out.get("db")
+    return call(_WGRAD, (x, dy), (w_shape, stride, padding, dilation, groups, layout,
+                                  bool(bias_grad), bool(tf32)), plan)
