@@ -106,6 +106,10 @@ def matmul_backward(dy: Any, a: Any, b: Any, pre: Any = None, activation: str | 
     if act != "none" and pre is None:
         raise UsageError(f"matmul_backward: activation={act!r} needs pre (a @ b + bias)",
                          hint="keep the forward's pre-activation output and pass it as pre")
+    # Not one CallSpec: this is a composite (a pre-pass with no op of its own, then two
+    # ``matmul`` calls, each of which takes the call pipeline's cached fast path itself), so
+    # there is no single problem key or kernel to cache a Site for. ``bind`` only gives the
+    # pre-pass backend arrays; torch / foreign tensors recurse on them, on the caller's stream.
     bound = bind(dy, a, b, pre)
     if bound.foreign:  # the pre-pass and both products on the caller's stream
         return bound.recurse(matmul_backward, activation=activation, bias_grad=bias_grad,
