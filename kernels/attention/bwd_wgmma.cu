@@ -141,12 +141,26 @@ __device__ __forceinline__ unsigned ds_offset(int r, int c) {
 }
 
 // The row pair of (batch b, query head h) in the stats workspace: lse log2e, then D, each
-// s_pad floats (varlen: one pair per head, sequences at their cu_seqlens offsets).
+// s_pad floats (varlen: one pair per head, the sequences one after the other).
 __device__ __forceinline__ int stats_row(int b, int h, int heads_q) {
 #if ATT_VARLEN
   return h;
 #else
   return b * heads_q + h;
+#endif
+}
+
+// Position of query 0 of sequence b in its stats row. A copy's innermost coordinate must be
+// a multiple of 16 bytes (the H200 raises an illegal instruction otherwise), so varlen
+// sequences start at multiples of 4 floats: round_up(cu_q[b], 4) + 4 b, which keeps them
+// apart (s_pad = round_up(total, 4) + 4 batch).
+__device__ __forceinline__ int stats_pos(int b, int q0) {
+#if ATT_VARLEN
+  return ((q0 + 3) & ~3) + 4 * b;
+#else
+  (void)b;
+  (void)q0;
+  return 0;
 #endif
 }
 
@@ -170,11 +184,25 @@ attn_bwdw_pre(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
   float* acc_row = dq_acc + ((long long)(r.qbase + i) * heads_q + h) * DP;
   for (int c = lane; c < DP; c += 32) stg<float>(acc_row + c, 0.f);
   for (int w = 16; w > 0; w >>= 1) acc += attn_shfl_xor(acc, w);
+  float* st = stats + (long long)stats_row(b, h, heads_q) * 2 * s_pad + stats_pos(b, r.q0) + i;
   if (lane == 0) {
-    float* st = stats + (long long)stats_row(b, h, heads_q) * 2 * s_pad + r.q0 + i;
     stg<float>(st, ldg(lse + (long long)b * l_sb + (long long)h * l_sh + r.q0 + i) * LOG2E);
     stg<float>(st + s_pad, acc);
   }
+#if ATT_VARLEN
+  // The last row's warp zeroes the gap after the sequence (up to the next non-empty
+  // sequence's start or the end of the row): a query tile running past the sequence reads
+  // it, and D there multiplies a zero P (0 x NaN would poison dK).
+  if (i == r.len_q - 1) {
+    int bn = b + 1;
+    while (bn < (int)gridDim.z && cu_q[bn + 1] == cu_q[bn]) ++bn;  // empty sequences
+    const int next = bn < (int)gridDim.z ? stats_pos(bn, cu_q[bn]) : s_pad;
+    for (int c = 1 + lane; stats_pos(b, r.q0) + i + c < next; c += 32) {
+      stg<float>(st + c, 0.f);
+      stg<float>(st + s_pad + c, 0.f);
+    }
+  }
+#endif
 }
 
 // ------------------------------------------------------------------- dQ from fp32
@@ -261,7 +289,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       mbar_expect_tx(full, Q_BYTES + O_BYTES + L_BYTES);
       load_rows(s0 + Q_OFF + s * Q_BYTES, &tmQ, KC, BM * 128, i0, h, heads_q, b, rw.qbase, full);
       load_rows(s0 + O_OFF + s * O_BYTES, &tmO, VC, BM * 128, i0, h, heads_q, b, rw.qbase, full);
-      tma_load_3d(s0 + L_OFF + s * L_BYTES, &tmS, rw.q0 + i0, 0, stats_row(b, h, heads_q), full);
+      tma_load_3d(s0 + L_OFF + s * L_BYTES, &tmS, stats_pos(b, rw.q0) + i0, 0,
+                  stats_row(b, h, heads_q), full);
     }
     return;
   }

@@ -66,7 +66,8 @@ def test_rules(monkeypatch):
     assert m.dims == (197, 2, 6) and m.strides == (800, 1600) and m.box == (128, 2, 1)
     assert tma.check_spec(m) is None
     var = _k(batch=3, seq_q=300, head_dim=64, layout="BSHD", varlen=True)
-    assert stats_shape(var) == (2, 2, 300)
+    assert stats_shape(var) == (2, 2, 300 + 4 * 3)
+    assert stats_map(var, 64).dims == (312, 2, 2)
 
 
 def test_deterministic_mode_passes_it_over(monkeypatch):
@@ -129,6 +130,10 @@ EMU_CASES = [
     # varlen + GQA + top-left causal, head dim 96 (a half-empty 64-wide chunk)
     dict(batch=3, heads_q=4, heads_kv=2, seq_q=150, seq_kv=170, head_dim=96, layout="BSHD",
          varlen=True, causal="top_left"),
+    # varlen over three sequences at head dim 64: sequences 1 and 2 start at odd positions,
+    # their lse / D copies at 16-byte aligned ones (the copy engine refuses others)
+    dict(batch=3, heads_q=4, seq_q=400, seq_kv=400, head_dim=64, layout="BSHD", varlen=True,
+         causal="bottom_right"),
     # sliding window over several tiles; Dv != D
     dict(heads_q=1, seq_q=200, seq_kv=260, head_dim=128, head_dim_v=64, window=20),
 ]

@@ -124,6 +124,10 @@ void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, un
     if (m.box[d] < 1 || m.box[d] > 256) emu::fail("cp.async.bulk.tensor: box outside 1..256");
   if (m.swizzle == 3 && m.box[0] * m.esz > 128)
     emu::fail("cp.async.bulk.tensor: inner box wider than the 128-byte swizzle span");
+  // the H200 raises an illegal instruction for an innermost coordinate that is not a
+  // multiple of 16 bytes (measured: attention backward's varlen stats rows)
+  if ((long long)c0 * (long long)m.esz % 16)
+    emu::fail("cp.async.bulk.tensor: innermost coordinate not a multiple of 16 bytes");
   emu::MBar& b = emu::mbar(bar, "cp.async.bulk.tensor");
   const size_t bytes = m.box[0] * m.box[1] * m.box[2] * m.esz;
   emu::check_smem(emu::g_smem + dst, bytes, "cp.async.bulk.tensor destination");

@@ -69,16 +69,21 @@ def dq_rows(p: Problem) -> int:
 
 
 def stats_shape(p: Problem) -> tuple[int, int, int]:
-    """The (lse log2e, D) workspace: per batch and head (varlen: per head) two rows of the
-    query positions padded to a multiple of 4 floats (16-byte rows for the copy engine)."""
-    rows = p["heads_q"] if p["varlen"] else p["batch"] * p["heads_q"]
-    return rows, 2, -(-p["seq_q"] // 4) * 4
+    """The (lse log2e, D) workspace: per batch and head two rows of the query positions
+    padded to a multiple of 4 floats (16-byte rows for the copy engine). varlen: per head,
+    the sequences one after the other, each starting at a multiple of 4 floats (a copy's
+    innermost coordinate must be 16-byte aligned): round_up(total, 4) + 4 x batch."""
+    pad = -(-p["seq_q"] // 4) * 4
+    if p["varlen"]:
+        return p["heads_q"], 2, pad + 4 * p["batch"]
+    return p["batch"] * p["heads_q"], 2, pad
 
 
 def stats_map(p: Problem, bm: int) -> tma.MapSpec:
-    """3-d map of the stats workspace: {seq_q, 2, rows}, boxes of bm positions x both rows."""
+    """3-d map of the stats workspace: {positions, 2, rows}, boxes of bm positions x both."""
     rows, _, pad = stats_shape(p)
-    return tma.MapSpec("float32", (p["seq_q"], 2, rows), (pad * 4, 2 * pad * 4), (bm, 2, 1),
+    extent = pad if p["varlen"] else p["seq_q"]
+    return tma.MapSpec("float32", (extent, 2, rows), (pad * 4, 2 * pad * 4), (bm, 2, 1),
                        tma.SWIZZLE_NONE)
 
 
