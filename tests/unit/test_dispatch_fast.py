@@ -333,7 +333,7 @@ def test_mixed_kinds_and_masked_arrays_are_refused() -> None:
 
 
 def test_default_choice_is_made_once_per_problem_until_the_registry_changes(monkeypatch):
-    """The validating path (the backward functions) asks for the default on every call: the
+    """The validating path (``dispatch.run``) asks for the default on every call: the
     heuristic runs once per (problem, backend, device, determinism), and again after a
     plugin registers a variant (which may change the pick)."""
     op = registry.get_op("softmax")
@@ -358,4 +358,4 @@ def test_default_choice_is_made_once_per_problem_until_the_registry_changes(monk
     assert dispatch.default_choice(op, problem, "numpy", dev, False) == first
     assert len(asked) == 3
     y = rand(7, 33)
-    ops.softmax_backward(ops.softmax(y), rand(7, 33))  # the public call uses the same memo
+    ops.softmax_backward(ops.softmax(y), rand(7, 33))  # a new Site asks the same memo
