@@ -1,11 +1,12 @@
 // dnnctl attention backward for Hopper (sm_90a), FlashAttention-3 style: TMA loads, wgmma for
-// all five products, one producer warp and two consumer warpgroups, dQ accumulated in fp32
-// with vector reductions (not deterministic: the order of the adds varies).
+// all five products, a producer warpgroup (copies; dQ reductions) and two consumer
+// warpgroups, dQ accumulated in fp32 by the copy engine's bulk reductions (not
+// deterministic: the order of the adds varies).
 //
 //   attn_bwdw_pre   D_i = sum_d dO[i, d] O[i, d] and lse_i log2e into the stats workspace
 //                   (per batch and head: s_pad floats of lse log2e, then s_pad of D; s_pad a
-//                   multiple of 4, so the copy engine can read a tile's values), and the dQ
-//                   accumulator rows zeroed (one warp per query row)
+//                   multiple of 4, so the copy engine can read a tile's values), and each
+//                   query tile's dQ accumulator block zeroed (one warp per query row)
 //   attn_bwdw       one block per key tile (BN = 128 keys) of one key/value head; consumer
 //                   warpgroup c owns keys c * 64 .. c * 64 + 63 and keeps dK, dV of them in
 //                   registers. For every query head of the GQA group and every query tile
@@ -19,8 +20,11 @@
 //                     dK  += dS^T Q                  (A: dS^T K-major, B: Q MN-major)
 //                     dQ_part = dS K over the block's 128 keys (A: dS^T MN-major, B: K
 //                       MN-major); consumer c takes query rows c * 64.. (BM 128) or head-dim
-//                       columns c * 64.. (BM 64); red.global.add.v2.f32 into the accumulator
-//   attn_bwdw_post  dQ = accumulator x scale, rounded to the I/O dtype
+//                       columns c * 64.. (BM 64); the partials go to a shared dQ tile
+//                       (dq_empty / dq_full) that the reducer thread adds to the fp32
+//                       accumulator with one cp.reduce.async.bulk, off the consumers' path
+//   attn_bwdw_post  dQ = accumulator x scale, rounded to the I/O dtype (the accumulator is
+//                   tiled like the consumers' fragments: dq_tile_offset)
 //
 // The producer (one thread): K and V of the block once (kv_full), then per query tile it:
 // wait q_empty[s] (parity ((it / ST) & 1) ^ 1), TMA Q, dO and the tile's lse / D pair into
@@ -42,7 +46,8 @@
 //   Q, dO:    ST stages of KC (VC) chunks of BM query rows x 64;
 //   dS^T:     2 buffers of BM / 64 column blocks of BN key rows x 64 queries (MN-major A of
 //             dQ = dS K: M the queries, the reduction over keys);
-//   lse, D:   ST stages of BM floats of lse log2e, then BM of D.
+//   lse, D:   ST stages of BM floats of lse log2e, then BM of D;
+//   dQ:       one BM x DP fp32 tile in the accumulator's fragment order.
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (multiples of 8, <= 128), ATT_BM (64 | 128),
 // ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1 (as the
@@ -82,12 +87,13 @@ constexpr int K_BYTES = KC * BN * 128, V_BYTES = VC * BN * 128;
 constexpr int Q_BYTES = KC * BM * 128, O_BYTES = VC * BM * 128, DS_BYTES = BM * BN * 2;
 constexpr int V_OFF = K_BYTES, Q_OFF = V_OFF + V_BYTES, O_OFF = Q_OFF + ST * Q_BYTES;
 constexpr int DS_OFF = O_OFF + ST * O_BYTES, L_OFF = DS_OFF + 2 * DS_BYTES;
-constexpr int L_BYTES = 2 * BM * 4, BAR_OFF = L_OFF + ST * L_BYTES;
-// dQ of one warpgroup: 64 rows x DQN columns
+constexpr int L_BYTES = 2 * BM * 4, DQ_OFF = L_OFF + ST * L_BYTES;
+constexpr int DQ_BYTES = BM * DP * 4, BAR_OFF = DQ_OFF + DQ_BYTES;
+// dQ of one warpgroup: 64 rows x DQN columns, 32 floats per thread
 constexpr int DQN = BM == 128 ? DP : DP / 2;
 static_assert(D % 8 == 0 && DV % 8 == 0 && D <= 128 && DV <= 128, "head dims");
 static_assert(BM == 64 || BM == 128, "query tile");
-static_assert(DQN == 64 || DQN == 128, "dQ tile of a warpgroup");
+static_assert(DQN == 64, "dQ tile of a warpgroup: 64 x 64 (32 floats per thread)");
 static_assert(ST >= 2, "stages");
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
 constexpr float LOG2E = 1.4426950408889634f;
@@ -164,6 +170,24 @@ __device__ __forceinline__ int stats_pos(int b, int q0) {
 #endif
 }
 
+// The dQ accumulator is tiled like the consumers' fragments, so their partials go to shared
+// memory without bank conflicts and from there to global memory in one bulk reduction: per
+// (query tile, head) BM x DP floats, float4 j (of 8) of consumer thread t (of 256) at
+// (j * 256 + t) * 4. Thread t = 128 c + 32 w + l of consumer c holds rows (BM 128: 64 c +)
+// 16 w + l / 4 (+ 8) and columns (BM 64: 64 c +) 8 j + 2 (l % 4) (+ 1). Query tiles of a
+// sequence are numbered from b x tiles (varlen: floor(cu_q[b] / BM) + b, which leaves
+// room for every sequence's partial last tile).
+__device__ __forceinline__ long long dq_tile_offset(int b, int i0, int q0, int seq_q, int h,
+                                                     int heads_q) {
+#if ATT_VARLEN
+  const int tile = q0 / BM + b + i0 / BM;
+#else
+  (void)q0;
+  const int tile = b * ((seq_q + BM - 1) / BM) + i0 / BM;
+#endif
+  return ((long long)tile * heads_q + h) * (BM * DP);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------- D_i, dQ zeroed
@@ -181,8 +205,11 @@ attn_bwdw_pre(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
   const long long row = (long long)b * o_sb + (long long)h * o_sh + (long long)(r.q0 + i) * o_ss;
   float acc = 0.f;
   for (int c = lane; c < DV; c += 32) acc += to_float(ldg(o + row + c)) * to_float(ldg(dout + row + c));
-  float* acc_row = dq_acc + ((long long)(r.qbase + i) * heads_q + h) * DP;
-  for (int c = lane; c < DP; c += 32) stg<float>(acc_row + c, 0.f);
+  if (i % BM == 0) {  // the first row's warp zeroes the query tile's dQ block
+    float4* blk = reinterpret_cast<float4*>(
+        dq_acc + dq_tile_offset(b, i, r.q0, seq_q, h, heads_q));
+    for (int k = lane; k < BM * DP / 4; k += 32) stg<float4>(blk + k, make_float4(0.f, 0.f, 0.f, 0.f));
+  }
   for (int w = 16; w > 0; w >>= 1) acc += attn_shfl_xor(acc, w);
   float* st = stats + (long long)stats_row(b, h, heads_q) * 2 * s_pad + stats_pos(b, r.q0) + i;
   if (lane == 0) {
@@ -216,12 +243,18 @@ attn_bwdw_post(const float* __restrict__ dq_acc, elem_t* __restrict__ dq,
   const int i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
   const Rows r = rows_of(b, cu_q, cu_k, seq_q, seq_kv);
   if (i >= r.len_q) return;
-  const float* acc_row = dq_acc + ((long long)(r.qbase + i) * heads_q + h) * DP;
+  const int rt = i % BM;  // row in the query tile
+  const float* blk = dq_acc + dq_tile_offset(b, i - rt, r.q0, seq_q, h, heads_q);
   elem_t* out = dq + (long long)b * q_sb + (long long)h * q_sh + (long long)(r.q0 + i) * q_ss;
-  for (int c = 2 * lane; c < D; c += 64)
+  for (int c = 2 * lane; c < D; c += 64) {
+    const int cw = BM == 128 ? rt >> 6 : c >> 6;
+    const int rr = BM == 128 ? rt & 63 : rt, cc = BM == 128 ? c : c & 63;
+    const int t = cw * 128 + (rr >> 4) * 32 + (rr & 7) * 4 + ((cc & 7) >> 1);
+    const float2 v = ldg(reinterpret_cast<const float2*>(blk) + ((cc >> 3) * 256 + t) * 2 +
+                         ((rr >> 3) & 1));
     stg<unsigned>(reinterpret_cast<unsigned*>(out + c),
-                  pack2(from_float<elem_t>(ldg(acc_row + c) * scale),
-                        from_float<elem_t>(ldg(acc_row + c + 1) * scale)));
+                  pack2(from_float<elem_t>(v.x * scale), from_float<elem_t>(v.y * scale)));
+  }
 }
 
 // ------------------------------------------------------------------- dK, dV, dQ partials
@@ -239,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   const unsigned s0 = smem_u32(sm);
   const unsigned kv_full = s0 + BAR_OFF;
   const unsigned q_full0 = kv_full + 8, q_empty0 = q_full0 + 8 * ST;
+  const unsigned dq_full = q_empty0 + 8 * ST, dq_empty = dq_full + 8;
   const float* Ls = reinterpret_cast<const float*>(sm + L_OFF);  // per stage: lse, then D
 
   const int b = blockIdx.z, kvh = blockIdx.y, n0 = blockIdx.x * BN;
@@ -264,6 +298,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
       mbar_init(q_full0 + 8 * s, 1);
       mbar_init(q_empty0 + 8 * s, 8);   // one arrival per consumer warp
     }
+    mbar_init(dq_full, 8);
+    mbar_init(dq_empty, 1);
     mbar_init_fence();
   }
   block_sync();
@@ -271,6 +307,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
 
   if (wg == 0) {  // ------------------------------------------------------------ producer
     setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x == 32 && total > 0) {  // the dQ reducer: one bulk reduction per tile
+#pragma unroll 1
+      for (int it = 0; it < total; ++it) {
+        const int h = kvh * group + it / ntq, i0 = i_begin + (it % ntq) * BM;
+        mbar_wait_or_trap(dq_full, it & 1);
+        bulk_reduce_add_f32(dq_acc + dq_tile_offset(b, i0, rw.q0, seq_q, h, heads_q),
+                            s0 + DQ_OFF, DQ_BYTES);
+        bulk_commit();
+        bulk_wait_read<0>();
+        mbar_arrive(dq_empty);
+      }
+      bulk_wait<0>();
+    }
     if (threadIdx.x != 0 || total == 0) return;
     tma_prefetch_map(&tmQ);
     tma_prefetch_map(&tmK);
@@ -450,18 +499,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     warp_sync();
     if (lane == 0) mbar_arrive(q_empty0 + 8 * s);
 
-    // the partial dQ into the fp32 accumulator
+    // the partial dQ into shared memory (float4 j of thread t at (j * 256 + t) * 16 bytes)
+    // for the reducer's bulk reduction
+    mbar_wait(dq_empty, (it & 1) ^ 1u);
+    const int t = cw * 128 + tid;
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int q = i0 + qr0 + warp * 16 + (lane >> 2) + 8 * hh;
-      if (q >= rw.len_q) continue;
-      float* row = dq_acc + ((long long)(rw.qbase + q) * heads_q + h) * DP + dc0;
-#pragma unroll
-      for (int i = 0; i < DQN / 8; ++i) {
-        const int c = 8 * i + 2 * (lane & 3);
-        if (dc0 + c < D) red_add_v2(row + c, dqa[4 * i + 2 * hh], dqa[4 * i + 2 * hh + 1]);
-      }
-    }
+    for (int j = 0; j < DQN / 8; ++j)
+      sts<float4>(sm + DQ_OFF + (j * 256 + t) * 16,
+                  make_float4(dqa[4 * j], dqa[4 * j + 1], dqa[4 * j + 2], dqa[4 * j + 3]));
+    fence_proxy_async();
+    warp_sync();
+    if (lane == 0) mbar_arrive(dq_full);
   }
 
   // dK (x scale) and dV of this warpgroup's keys

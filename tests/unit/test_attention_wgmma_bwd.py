@@ -53,7 +53,8 @@ def test_rules(monkeypatch):
     assert WB.default_params(big, H200) == {"bm": 64, "stages": 2}
     assert WB.default_params(d64, H200) == {"bm": 128, "stages": 2}
     assert bwd_wg_smem(big, {"bm": 64, "stages": 2}) == (
-        128 * (BN * 4 + 2 * 64 * 4) + 2 * 64 * BN * 2 + 2 * 2 * 64 * 4 + 8 * 5 + 1024)
+        128 * (BN * 4 + 2 * 64 * 4) + 2 * 64 * BN * 2 + 2 * 2 * 64 * 4 + 64 * 128 * 4 + 8 * 7
+        + 1024)
     for p in (big, d64, _k(seq_q=197, head_dim=96, layout="BSHD")):
         space = list(WB.param_space(p, H200))
         assert space and WB.default_params(p, H200) in space

@@ -21,6 +21,7 @@ void emu_mbar_init(unsigned bar, unsigned count);
 void emu_mbar_wait(unsigned bar, unsigned parity);
 void emu_mbar_arrive(unsigned bar, unsigned tx_bytes);
 void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, unsigned bar);
+void emu_bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes);
 void emu_named_sync(int id, int threads);
 void emu_named_arrive(int id, int threads);
 
@@ -34,6 +35,14 @@ inline void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
   emu_tma_load_3d(dst, map, c0, c1, c2, bar);
 }
 inline void tma_prefetch_map(const TmaMap*) {}
+inline void bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+  emu_bulk_reduce_add_f32(dst, src, bytes);
+}
+inline void bulk_commit() {}
+template <int N>
+inline void bulk_wait_read() {}
+template <int N>
+inline void bulk_wait() {}
 inline void named_sync(int id, int threads) { emu_named_sync(id, threads); }
 inline void named_arrive(int id, int threads) { emu_named_arrive(id, threads); }
 template <int REGS>

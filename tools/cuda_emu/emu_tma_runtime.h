@@ -163,6 +163,28 @@ void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, un
   b.copies.push_back(std::move(copy));
 }
 
+// The bulk reduction lands at issue (the emulator's copy engine is immediate): its shared
+// source is read through the async proxy (no copy in flight, no unfenced generic write, no
+// write in the current barrier interval), the global destination checked and added to.
+void emu_bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+  if (src % 16 || (uintptr_t)dst % 16 || bytes % 16)
+    emu::fail("cp.reduce.async.bulk: address or size not a multiple of 16 bytes");
+  emu::check_smem(emu::g_smem + src, bytes, "cp.reduce.async.bulk source");
+  emu::check_global(dst, bytes, "cp.reduce.async.bulk destination");
+  for (size_t i = 0; i < bytes; ++i) {
+    const emu::Shadow& s = emu::g_shadow[src + i];
+    if (s.pending) emu::fail("cp.reduce.async.bulk reads shared bytes with a copy in flight");
+    if (s.unfenced)
+      emu::fail("cp.reduce.async.bulk reads shared bytes written through the generic proxy "
+                "without fence.proxy.async");
+    if (s.w_epoch == emu::g_epoch)
+      emu::fail("cp.reduce.async.bulk reads shared bytes written without a barrier between");
+  }
+  const float* v = reinterpret_cast<const float*>(emu::g_smem + src);
+  for (unsigned i = 0; i < bytes / 4; ++i) dst[i] += v[i];
+  ++emu::g_progress;
+}
+
 // bar.sync (wait) and bar.arrive (count, go on) share one barrier per id.
 static emu::Bar& emu_named(int id, int threads, const char* what) {
   if (id < 1 || id > 15) emu::fail(std::string(what) + ": named barrier id outside 1..15");

@@ -4,10 +4,11 @@ FlashAttention-3 style: one block per 128-key tile of a key/value head, a produc
 copying Q, dO (TMA) and lse, D of each query tile into a ring of stages, two consumer
 warpgroups of 64 keys running all five products on ``wgmma.mma_async``: S^T = K Q^T and
 dP^T = V dO^T from shared memory, dV += P^T dO and dK += dS^T Q with P and dS straight from
-registers, and dQ = dS K from a shared dS^T tile, accumulated into an fp32 buffer with
-vector reductions. Three launches: D_i = rowsum(dO * O) (zeroing the dQ accumulator), the
-main kernel, and dQ rounded to the I/O dtype. Not deterministic (the reductions' order
-varies): under ``dnnctl.use_deterministic`` / ``torch.use_deterministic_algorithms``
+registers, and dQ = dS K from a shared dS^T tile, its partials staged in shared memory and
+added to an fp32 accumulator by one bulk reduction of the copy engine per tile (issued by a
+producer thread, off the consumers' path). Three launches: D_i = rowsum(dO * O) (zeroing
+the dQ accumulator), the main kernel, and dQ rounded to the I/O dtype. Not deterministic
+(the reductions' order varies): under ``dnnctl.use_deterministic`` / ``torch.use_deterministic_algorithms``
 ``mma_bwd`` runs instead.
 
 Parameters: bm (query tile: 128 at head dims <= 64, else 64 -- dK, dV, S^T and dP^T must fit
@@ -48,11 +49,13 @@ def padded(d: int) -> int:
 
 
 def bwd_wg_smem(p: Problem, params: Mapping[str, Any]) -> int:
-    """K, V; Q and dO rings; two dS^T buffers; lse / D rings; barriers; 1 KB slack."""
+    """K, V; Q and dO rings; two dS^T buffers; lse / D rings; the dQ tile; barriers; 1 KB
+    slack."""
     bm, st = params["bm"], params["stages"]
-    kc, vc = padded(p["head_dim"]) // 64, padded(p["head_dim_v"]) // 64
+    dp = padded(p["head_dim"])
+    kc, vc = dp // 64, padded(p["head_dim_v"]) // 64
     return (128 * (BN * (kc + vc) + st * bm * (kc + vc)) + 2 * bm * BN * 2 + st * 2 * bm * 4
-            + 8 * (1 + 2 * st) + 1024)
+            + bm * dp * 4 + 8 * (3 + 2 * st) + 1024)
 
 
 def bwd_wg_regs_ok(p: Problem, bm: int) -> bool:
@@ -63,9 +66,13 @@ def bwd_wg_regs_ok(p: Problem, bm: int) -> bool:
     return dp // 2 + dvp // 2 + bm <= REG_BUDGET and dqn in (64, 128)
 
 
-def dq_rows(p: Problem) -> int:
-    """Rows of the fp32 dQ accumulator: every query position (all sequences)."""
-    return p["seq_q"] if p["varlen"] else p["batch"] * p["seq_q"]
+def dq_tiles(p: Problem, bm: int) -> int:
+    """Query tiles of the fp32 dQ accumulator (each heads x bm x padded head dim, laid out
+    like the consumers' fragments: see the kernel): every sequence's tiles; varlen numbers
+    sequence b's from floor(cu_q[b] / bm) + b."""
+    if p["varlen"]:
+        return p["seq_q"] // bm + p["batch"]
+    return p["batch"] * -(-p["seq_q"] // bm)
 
 
 def stats_shape(p: Problem) -> tuple[int, int, int]:
@@ -125,9 +132,9 @@ class WgmmaBackward(CupyAttention):
         return self.first_valid(problem, device, [{"bm": bm, "stages": 2} for bm in (128, 64)])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        p = problem
+        p, bm = problem, params["bm"]
         return 4 * (int(np.prod(stats_shape(p)))
-                    + dq_rows(p) * p["heads_q"] * padded(p["head_dim"]))
+                    + dq_tiles(p, bm) * p["heads_q"] * bm * padded(p["head_dim"]))
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         p = problem
@@ -155,7 +162,7 @@ class WgmmaBackward(CupyAttention):
         sizes = (i32(sq), i32(skv), i32(hq))
         tail = (i32(hq // hkv), i32(p["window"]))
         softcap = np.float32(p["softcap"])
-        acc_shape = (dq_rows(p), hq, padded(p["head_dim"]))
+        acc_shape = (dq_tiles(p, bm), hq, bm * padded(p["head_dim"]))
         sshape = stats_shape(p)
         spad = i32(sshape[2])
         ptr = cuda.ptr

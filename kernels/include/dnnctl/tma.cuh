@@ -91,6 +91,29 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* map, int
       : "memory");
 }
 
+// Bulk reduction (9.7.9.24 cp.reduce.async.bulk): global[dst .. dst + bytes) += the fp32
+// values at shared address src, by the copy engine; 16-byte aligned, bytes a multiple of
+// 16. Completion: bulk_commit, then bulk_wait_read<0> (the shared source may be rewritten)
+// or bulk_wait<0> (the global writes are done).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 __device__ __forceinline__ void tma_prefetch_map(const TmaMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map))
                : "memory");
