@@ -101,13 +101,6 @@ inline void atomic_add(float* p, float v) {
   *p += v;
 }
 
-inline void red_add_v2(float* p, float a, float b) {
-  if ((uintptr_t)p % 8) emu::fail("red.global.add.v2.f32: address not 8-byte aligned");
-  emu::check_global(p, 8, "red.global.add.v2.f32");
-  p[0] += a;
-  p[1] += b;
-}
-
 inline int atomic_inc(int* p) {
   emu::check_global(p, 4, "atomicAdd");
   return (*p)++;

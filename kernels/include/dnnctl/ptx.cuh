@@ -114,12 +114,6 @@ __device__ __forceinline__ void stg(T* p, T v) { *p = v; }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
 
-// p[0] += a, p[1] += b as one vector reduction (sm_90: red.global.add.v2.f32; p 8-byte
-// aligned), no value returned.
-__device__ __forceinline__ void red_add_v2(float* p, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
 // Device-scope counter increment; returns the previous value.
 __device__ __forceinline__ int atomic_inc(int* p) { return atomicAdd(p, 1); }
 
