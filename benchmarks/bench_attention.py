@@ -159,7 +159,7 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
     res = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
     outs = {n: cp.from_dlpack(t) for n, t in res.items()}
     best, label, notes = math.inf, "", []
-    for vname in ("wgmma_bwd", "mma_bwd", "torch_flash_bwd"):
+    for vname in ("wgmma_bwd", "mma_bwd", "torch_flash_bwd", "torch_cudnn_bwd"):
         variant = get_variant("attention", "cupy", vname)
         if not variant.supports(p, dev):
             continue

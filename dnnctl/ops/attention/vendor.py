@@ -308,3 +308,37 @@ class TorchFlashBackward(TorchFlash):
                     _bshd(p, tensor(outputs[name])).copy_(val)
 
         return kernel
+
+
+@register_variant
+class TorchCudnnBackward(TorchCudnn):
+    """cuDNN's fused flash attention backward as torch calls it
+    (aten::_scaled_dot_product_cudnn_attention_backward): dq, dk, dv from the forward's out
+    and lse (cuDNN's softmax statistics are the natural-log lse, shaped (B, H, Sq, 1))."""
+
+    name = "torch_cudnn_bwd"
+    passes = ("backward",)
+    deterministic = False  # cuDNN's backward accumulates dq in no fixed order
+    doc = "torch cuDNN SDPA backward (aten::_scaled_dot_product_cudnn_attention_backward)"
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+
+        p = problem
+        bwd = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+        causal = p["causal"] == "top_left"
+        stats = (p["batch"], p["heads_q"], p["seq_q"], 1)
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
+            q, k, v, o, do = (_bhsd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
+            rng = torch.zeros((), dtype=torch.int64, device=q.device)  # no dropout: unread
+            with current_stream():
+                grads = bwd(do, q, k, v, o, t["lse"].reshape(stats), rng, rng, None, None,
+                            None, p["seq_q"], p["seq_kv"], 0.0, causal,
+                            scale=attn_scale(p, attrs))
+                for name, val in zip(("dq", "dk", "dv"), grads):
+                    _bhsd(p, tensor(outputs[name])).copy_(val)
+
+        return kernel
