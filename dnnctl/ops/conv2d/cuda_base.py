@@ -47,16 +47,42 @@ class Workspace:
     def nbytes(self) -> int:
         return sum(align(n * np.dtype(dt).itemsize) for _, n, dt in self.pieces)
 
+    def offsets(self) -> dict[str, int]:
+        """Each piece's byte offset in the buffer."""
+        out, off = {}, 0
+        for name, n, dt in self.pieces:
+            out[name] = off
+            off += align(n * np.dtype(dt).itemsize)
+        return out
+
     def allocate(self, xp: Any) -> dict[str, Any]:
         """Carve one per-call buffer (the caller's allocator, see backends.cuda.scratch)."""
         size = max(self.nbytes, 1)
         buf = xp.empty(size, dtype=np.uint8) if xp is np else cuda.scratch(size, np.uint8)
-        out, off = {}, 0
-        for name, n, dt in self.pieces:
-            nb = n * np.dtype(dt).itemsize
-            out[name] = buf[off:off + nb].view(dt)
-            off += align(nb)
+        return self.carve(buf)
+
+    def carve(self, buf: Any) -> dict[str, Any]:
+        """Typed 1-D views of the pieces of ``buf`` (a uint8 array of :attr:`nbytes`)."""
+        out = {}
+        for (name, n, dt), off in zip(self.pieces, self.offsets().values()):
+            out[name] = buf[off:off + n * np.dtype(dt).itemsize].view(dt)
         return out
+
+    def addresses(self) -> Any:
+        """``() -> {piece: device address}`` of a new per-call buffer: the caller's own array
+        kind, no views made (for kernels that take pointers); views under the CPU emulator,
+        whose launches check every access against the arrays they are given."""
+        offs = tuple(self.offsets().items())
+        size = max(self.nbytes, 1)
+
+        def addresses() -> dict[str, Any]:
+            buf = cuda.workspace((size,), np.uint8)
+            if isinstance(buf, np.ndarray):
+                return self.carve(buf)
+            base = cuda.ptr(buf)
+            return {name: base + off for name, off in offs}
+
+        return addresses
 
 
 class CudaConv(Variant):

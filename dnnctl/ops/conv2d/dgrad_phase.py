@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dnnctl.backends import cuda
 from dnnctl.ops.base import Kernel, Problem, Support, Variant, np_dtype, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
@@ -209,6 +210,9 @@ class PhasedDgrad(CudaConv):
             wgrid = _cuda.grid1d(g.c * g.kg * rows.taps * cols.taps, 256, 65535)
             steps.append((i, built[p.problem], (wgrid, wargs), wshape, yshape, scatter, grid))
 
+        if all(getattr(k, "flat_io", False) for k in built.values()):
+            return self._flat(steps, ws, wfn, sfn, direct)
+
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
@@ -224,6 +228,38 @@ class PhasedDgrad(CudaConv):
                 if not direct:
                     sfn(grid, (256, 1, 1), (y, dx, *scatter))
 
+        return kernel
+
+    @staticmethod
+    def _flat(steps: list[tuple[Any, ...]], ws: Workspace, wfn: Any, sfn: Any,
+              direct: bool) -> Kernel:
+        """The phases with pointers only (every inner kernel takes pointers): launches fixed
+        here, the workspace pieces as addresses of one per-call buffer, so a torch caller's
+        tensors are passed by address, never wrapped."""
+        block = (256, 1, 1)
+        plan = []
+        for i, run, wl, _wshape, _yshape, scatter, grid in steps:
+            relayout = None if run is None else (cuda.Launch(wfn, wl[0], block), wl[1])
+            plan.append((f"w{i}", f"y{i}", run, relayout, cuda.Launch(sfn, grid, block),
+                         scatter))
+        addresses = ws.addresses()
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
+            buf = addresses()
+            for wname, yname, run, relayout, scatter_run, scatter in plan:
+                if run is None:
+                    scatter_run((dx, dx, *scatter))
+                    continue
+                wp = buf[wname]
+                relayout[0]((w, wp, *relayout[1]))
+                y = dx if direct else buf[yname]
+                run({"x": dy, "w": wp}, {"y": y}, {})
+                if not direct:
+                    scatter_run((y, dx, *scatter))
+
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel
 
 
