@@ -69,18 +69,20 @@ class Workspace:
         return out
 
     def addresses(self) -> Any:
-        """``() -> {piece: device address}`` of a new per-call buffer: the caller's own array
-        kind, no views made (for kernels that take pointers); views under the CPU emulator,
-        whose launches check every access against the arrays they are given."""
+        """``() -> (buffer, {piece: device address})`` of a new per-call buffer: the
+        caller's own array kind, no views made (for kernels that take pointers); views under
+        the CPU emulator, whose launches check every access against the arrays they are
+        given. The caller holds ``buffer`` until its last launch is issued: freed earlier,
+        its memory could be handed to a later allocation of the same call."""
         offs = tuple(self.offsets().items())
         size = max(self.nbytes, 1)
 
-        def addresses() -> dict[str, Any]:
+        def addresses() -> tuple[Any, dict[str, Any]]:
             buf = cuda.workspace((size,), np.uint8)
             if isinstance(buf, np.ndarray):
-                return self.carve(buf)
+                return buf, self.carve(buf)
             base = cuda.ptr(buf)
-            return {name: base + off for name, off in offs}
+            return buf, {name: base + off for name, off in offs}
 
         return addresses
 

@@ -247,7 +247,7 @@ class PhasedDgrad(CudaConv):
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
-            buf = addresses()
+            held, buf = addresses()  # held to the end: its addresses are in use
             for wname, yname, run, relayout, scatter_run, scatter in plan:
                 if run is None:
                     scatter_run((dx, dx, *scatter))
@@ -258,6 +258,7 @@ class PhasedDgrad(CudaConv):
                 run({"x": dy, "w": wp}, {"y": y}, {})
                 if not direct:
                     scatter_run((y, dx, *scatter))
+            del held
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         return kernel
