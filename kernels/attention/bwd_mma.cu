@@ -22,28 +22,6 @@ using namespace dnnctl;
 
 static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % 16 == 0, "tile shapes");
 
-struct Seq {
-  int q0, len_q, k0, len_k, off;
-};
-
-__device__ __forceinline__ Seq seq_of(int b, const int* cu_q, const int* cu_k, int seq_q,
-                                      int seq_kv) {
-  Seq s;
-#if ATT_VARLEN
-  s.q0 = cu_q[b];
-  s.len_q = cu_q[b + 1] - s.q0;
-  s.k0 = cu_k[b];
-  s.len_k = cu_k[b + 1] - s.k0;
-#else
-  s.q0 = 0;
-  s.len_q = seq_q;
-  s.k0 = 0;
-  s.len_k = seq_kv;
-#endif
-  s.off = ATT_MASK == 1 ? 0 : s.len_k - s.len_q;
-  return s;
-}
-
 // The capped score (scaled, log2 units) of a raw dot product and the cap's derivative.
 __device__ __forceinline__ float score2(float raw, float scale, float softcap, float& dcap) {
 #if ATT_SOFTCAP
@@ -63,7 +41,7 @@ attn_bwd_dot(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
              int seq_q, int seq_kv) {
   const int b = blockIdx.z, h = blockIdx.y;
   const int i = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Seq sq = seq_of(b, cu_q, cu_k, seq_q, seq_kv);
+  const AttnSeq sq = attn_seq(b, cu_q, cu_k, seq_q, seq_kv);
   if (i >= sq.len_q) return;
   const long long row = (long long)b * o_sb + (long long)h * o_sh + (long long)(sq.q0 + i) * o_ss;
   float acc = 0.f;
@@ -96,7 +74,7 @@ attn_bwd_dkdv(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 
   const int b = blockIdx.z, kvh = blockIdx.y, n0 = blockIdx.x * BN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Seq sq = seq_of(b, cu_q, cu_k, seq_q, seq_kv);
+  const AttnSeq sq = attn_seq(b, cu_q, cu_k, seq_q, seq_kv);
   if (n0 >= sq.len_k) return;
   const elem_t* kb = k + (long long)b * k_sb + (long long)kvh * k_sh + (long long)sq.k0 * k_ss;
   const elem_t* vb = v + (long long)b * v_sb + (long long)kvh * v_sh + (long long)sq.k0 * v_ss;
@@ -199,7 +177,7 @@ attn_bwd_dq(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 
   const int b = blockIdx.z, h = blockIdx.y, m0 = blockIdx.x * BM, kvh = h / group;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const Seq sq = seq_of(b, cu_q, cu_k, seq_q, seq_kv);
+  const AttnSeq sq = attn_seq(b, cu_q, cu_k, seq_q, seq_kv);
   if (m0 >= sq.len_q) return;
   const elem_t* qb = q + (long long)b * q_sb + (long long)h * q_sh + (long long)sq.q0 * q_ss;
   const elem_t* ob = dout + (long long)b * o_sb + (long long)h * o_sh + (long long)sq.q0 * o_ss;

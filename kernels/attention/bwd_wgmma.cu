@@ -52,27 +52,14 @@
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (multiples of 8, <= 128), ATT_BM (64 | 128),
 // ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1 (as the
 // forward's tensor maps: dnnctl/ops/attention/wgmma.py).
-#include <dnnctl/attention.cuh>
+#include <dnnctl/attention_tma.cuh>
 #include <dnnctl/mufu.cuh>
-#include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma.cuh>
 
 using namespace dnnctl;
 
-#ifndef ATT_D
-#define ATT_D 128
-#endif
-#ifndef ATT_DV
-#define ATT_DV ATT_D
-#endif
 #ifndef ATT_BM
 #define ATT_BM 64
-#endif
-#ifndef ATT_STAGES
-#define ATT_STAGES 2
-#endif
-#ifndef ATT_LAYOUT
-#define ATT_LAYOUT 0
 #endif
 
 #if DNNCTL_DTYPE == 0
@@ -100,42 +87,18 @@ constexpr float LOG2E = 1.4426950408889634f;
 
 namespace {
 
-// The `chunks` 64-wide boxes of `rows` rows starting at sequence row `row` of head `head`
-// (the forward's coordinates: see fwd_wgmma.cu).
-__device__ __forceinline__ void load_rows(unsigned dst, const TmaMap* map, int chunks,
-                                          int chunk_bytes, int row, int head, int heads,
-                                          int b, int seq_base, unsigned bar) {
-  for (int c = 0; c < chunks; ++c) {
-#if ATT_LAYOUT == 0
-    tma_load_3d(dst + c * chunk_bytes, map, 64 * c, row, b * heads + head, bar);
-#else
-    tma_load_3d(dst + c * chunk_bytes, map, 64 * c, head, seq_base + row, bar);
-#endif
-  }
-}
-
-struct Rows {
-  int q0, len_q, k0, len_k, qbase, kbase;  // q0 / k0: lse and output row offsets
+// A sequence's rows (attn_seq) and its first rows in the BSHD maps (batch * seq, or
+// cu_seqlens[b]).
+struct Rows : AttnSeq {
+  int qbase, kbase;
 };
 
 __device__ __forceinline__ Rows rows_of(int b, const int* cu_q, const int* cu_k, int seq_q,
                                         int seq_kv) {
   Rows r;
-#if ATT_VARLEN
-  r.q0 = cu_q[b];
-  r.len_q = cu_q[b + 1] - r.q0;
-  r.k0 = cu_k[b];
-  r.len_k = cu_k[b + 1] - r.k0;
-  r.qbase = r.q0;
-  r.kbase = r.k0;
-#else
-  r.q0 = 0;
-  r.len_q = seq_q;
-  r.k0 = 0;
-  r.len_k = seq_kv;
-  r.qbase = b * seq_q;
-  r.kbase = b * seq_kv;
-#endif
+  static_cast<AttnSeq&>(r) = attn_seq(b, cu_q, cu_k, seq_q, seq_kv);
+  r.qbase = ATT_VARLEN ? r.q0 : b * seq_q;
+  r.kbase = ATT_VARLEN ? r.k0 : b * seq_kv;
   return r;
 }
 
@@ -279,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   const int heads_kv = heads_q / group;
   const Rows rw = rows_of(b, cu_q, cu_k, seq_q, seq_kv);
   if (n0 >= rw.len_k) return;
-  const int off = ATT_MASK == 1 ? 0 : rw.len_k - rw.len_q;  // key position of query 0
+  const int off = rw.off;  // key position of query 0
 
   // the queries that may see a key of this tile
   int i_begin = 0, i_end = rw.len_q;

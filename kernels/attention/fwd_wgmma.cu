@@ -36,40 +36,24 @@
 // Head dims that are not multiples of 64 are zero-filled by the copy engine (the box reads
 // past the tensor's innermost extent), so they add nothing to either product.
 //
-// Tensor maps (dnnctl/ops/attention/wgmma.py), 3-d, innermost the head dim:
-//   ATT_LAYOUT 0 (BHSD): {D, seq, batch * heads}, box {64, rows, 1}: (d0, row, b * H + h);
-//   ATT_LAYOUT 1 (BSHD, varlen): {D, heads, batch * seq (varlen: total)}, box {64, 1, rows}:
-//     (d0, h, first row of the sequence + row).
+// Tensor maps: <dnnctl/attention_tma.cuh>.
 // Tiles that run past a sequence read zeros (BHSD) or the next sequence's rows (BSHD /
 // varlen): keys past the end are masked to -inf (P = 0), queries past it are not stored.
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV (multiples of 8, <= 256), ATT_CONS 1..3, ATT_BN
 // (64 | 128), ATT_STAGES, ATT_MASK 0|1|2, ATT_SOFTCAP 0|1, ATT_VARLEN 0|1, ATT_LAYOUT 0|1,
 // ATT_PINGPONG 0|1, ATT_OVERLAP 0|1.
-#include <dnnctl/attention.cuh>
+#include <dnnctl/attention_tma.cuh>
 #include <dnnctl/mufu.cuh>
-#include <dnnctl/tma.cuh>
 #include <dnnctl/wgmma.cuh>
 
 using namespace dnnctl;
 
-#ifndef ATT_D
-#define ATT_D 128
-#endif
-#ifndef ATT_DV
-#define ATT_DV ATT_D
-#endif
 #ifndef ATT_CONS
 #define ATT_CONS 2
 #endif
 #ifndef ATT_BN
 #define ATT_BN 128
-#endif
-#ifndef ATT_STAGES
-#define ATT_STAGES 2
-#endif
-#ifndef ATT_LAYOUT
-#define ATT_LAYOUT 0
 #endif
 #ifndef ATT_PINGPONG
 #define ATT_PINGPONG 0
@@ -104,19 +88,6 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 namespace {
-
-// The `chunks` 64-wide boxes of `rows` rows starting at sequence row `row` of head `head`.
-__device__ __forceinline__ void load_rows(unsigned dst, const TmaMap* map, int chunks,
-                                          int chunk_bytes, int row, int head, int heads,
-                                          int b, int seq_base, unsigned bar) {
-  for (int c = 0; c < chunks; ++c) {
-#if ATT_LAYOUT == 0
-    tma_load_3d(dst + c * chunk_bytes, map, 64 * c, row, b * heads + head, bar);
-#else
-    tma_load_3d(dst + c * chunk_bytes, map, 64 * c, head, seq_base + row, bar);
-#endif
-  }
-}
 
 __device__ __forceinline__ void release(unsigned bar, int lane) {
   warp_sync();

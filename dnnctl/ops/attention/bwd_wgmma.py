@@ -31,9 +31,8 @@ from dnnctl.ops import codes
 from dnnctl.ops.attention.backward import MmaBackward
 from dnnctl.ops.attention.cupy_variants import CupyAttention, strides
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, pass_of
-from dnnctl.ops.attention.wgmma import qkv_map
+from dnnctl.ops.attention.wgmma import qkv_map, tma_rows_support
 from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, unsupported
-from dnnctl.ops.matmul.wgmma import tma_device_ok
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/bwd_wgmma.cu"
@@ -103,9 +102,9 @@ class WgmmaBackward(CupyAttention):
     passes = ("backward",)
     deterministic = False  # dq is accumulated with reductions in no fixed order
     params = {"bm": (64, 128), "stages": (2, 3)}
-    doc = ("flash attention backward for Hopper (fp16/bf16, sm_90a): TMA loads, producer "
-           "warp + two wgmma consumer warpgroups of 64 keys, P / dS from registers, dQ "
-           "accumulated in fp32 with vector reductions (not deterministic)")
+    doc = ("flash attention backward for Hopper (fp16/bf16, sm_90a): TMA loads, two wgmma "
+           "consumer warpgroups of 64 keys with dK / dV in registers, P from registers, dQ "
+           "added in fp32 by the copy engine's bulk reductions (not deterministic)")
 
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
@@ -113,15 +112,11 @@ class WgmmaBackward(CupyAttention):
             return unsupported("the wgmma_bwd kernel is the backward pass (forward: wgmma)")
         if p["paged"]:
             return unsupported("a paged KV cache is a decode layout, without a backward")
-        for f in ("head_dim", "head_dim_v"):
-            if p[f] % 8 or p[f] > 128:
-                return unsupported(f"{f}={p[f]}: TMA rows need multiples of 8 elements; dK "
-                                   "and dV stay in registers up to 128")
-        if not any(bwd_wg_regs_ok(p, bm) for bm in self.params["bm"]):
+        ok = tma_rows_support(p, device, 128, "at most 128 (dK and dV stay in registers)")
+        if ok and not any(bwd_wg_regs_ok(p, bm) for bm in self.params["bm"]):
             return unsupported(f"head_dim={p['head_dim']} with head_dim_v="
                                f"{p['head_dim_v']}: no query tile fits the registers")
-        return tma_device_ok(p["dtype"], device, max(p["seq_q"], p["seq_kv"]) * p["batch"],
-                             p["heads_q"] * p["batch"])
+        return ok
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024

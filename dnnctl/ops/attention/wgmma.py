@@ -53,6 +53,17 @@ def _chunks(d: int) -> int:
     return -(-d // 64)
 
 
+def tma_rows_support(p: Problem, device: Any, limit: int, why: str) -> Support:
+    """Whether the copy engine can read q / k / v rows of ``p`` on ``device``: head dims
+    multiples of 8 elements up to ``limit`` (``why`` says what bounds it), the dtype and
+    sizes tma_device_ok takes."""
+    for f in ("head_dim", "head_dim_v"):
+        if p[f] % 8 or p[f] > limit:
+            return unsupported(f"{f}={p[f]}: TMA rows need multiples of 8 elements, {why}")
+    return tma_device_ok(p["dtype"], device, max(p["seq_q"], p["seq_kv"]) * p["batch"],
+                         p["heads_q"] * p["batch"])
+
+
 def dv_padded(dv: int) -> int:
     """wgmma N of O += P V: the value head dim rounded up to 64, 128 or 256."""
     return 64 if dv <= 64 else (128 if dv <= 128 else 256)
@@ -139,12 +150,7 @@ class WgmmaAttention(CupyAttention):
             return unsupported("the wgmma kernel is the forward pass (backward: wgmma_bwd, mma_bwd)")
         if p["paged"]:
             return unsupported("a paged KV cache is read by the decode / mma kernels")
-        for f in ("head_dim", "head_dim_v"):
-            if p[f] % 8 or p[f] > 256:
-                return unsupported(f"{f}={p[f]}: TMA rows need multiples of 8 elements, "
-                                   "at most 256")
-        return tma_device_ok(p["dtype"], device, max(p["seq_q"], p["seq_kv"]) * p["batch"],
-                             p["heads_q"] * p["batch"])
+        return tma_rows_support(p, device, 256, "at most 256")
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024

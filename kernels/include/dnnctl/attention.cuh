@@ -75,6 +75,33 @@ __device__ __forceinline__ void key_range(int qlo, int qhi, int off, int len_k, 
   begin = begin / bn * bn;
 }
 
+// One sequence's rows: query / key row offsets (varlen: cu_seqlens; else 0), lengths, and
+// the key position of query 0 (top-left mask: 0; else len_k - len_q, bottom-right).
+struct AttnSeq {
+  int q0, len_q, k0, len_k, off;
+};
+
+__device__ __forceinline__ AttnSeq attn_seq(int b, const int* cu_q, const int* cu_k,
+                                            int seq_q, int seq_kv) {
+  AttnSeq s;
+#if ATT_VARLEN
+  s.q0 = cu_q[b];
+  s.len_q = cu_q[b + 1] - s.q0;
+  s.k0 = cu_k[b];
+  s.len_k = cu_k[b + 1] - s.k0;
+#else
+  (void)b;
+  (void)cu_q;
+  (void)cu_k;
+  s.q0 = 0;
+  s.len_q = seq_q;
+  s.k0 = 0;
+  s.len_k = seq_kv;
+#endif
+  s.off = ATT_MASK == 1 ? 0 : s.len_k - s.len_q;
+  return s;
+}
+
 // Copy a (ROWS x W) tile of global rows (row i at ptr_of(i)) into shared memory with row
 // stride S elements, 16 bytes per cp.async; rows from `valid` on are zero-filled.
 template <int W, int S, int ROWS, int THREADS, class T, class PtrOf>
