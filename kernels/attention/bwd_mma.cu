@@ -44,9 +44,7 @@ attn_bwd_dot(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
   const AttnSeq sq = attn_seq(b, cu_q, cu_k, seq_q, seq_kv);
   if (i >= sq.len_q) return;
   const long long row = (long long)b * o_sb + (long long)h * o_sh + (long long)(sq.q0 + i) * o_ss;
-  float acc = 0.f;
-  for (int c = lane; c < DV; c += 32) acc += to_float(ldg(o + row + c)) * to_float(ldg(dout + row + c));
-  for (int w = 16; w > 0; w >>= 1) acc += attn_shfl_xor(acc, w);
+  const float acc = warp_row_dot<DV>(o, dout, row, lane);
   if (lane == 0) stg<float>(dvec + (long long)b * l_sb + (long long)h * l_sh + sq.q0 + i, acc);
 }
 

@@ -166,14 +166,12 @@ attn_bwdw_pre(const elem_t* __restrict__ o, const elem_t* __restrict__ dout,
   const Rows r = rows_of(b, cu_q, cu_k, seq_q, seq_kv);
   if (i >= r.len_q) return;
   const long long row = (long long)b * o_sb + (long long)h * o_sh + (long long)(r.q0 + i) * o_ss;
-  float acc = 0.f;
-  for (int c = lane; c < DV; c += 32) acc += to_float(ldg(o + row + c)) * to_float(ldg(dout + row + c));
+  const float acc = warp_row_dot<DV>(o, dout, row, lane);
   if (i % BM == 0) {  // the first row's warp zeroes the query tile's dQ block
     float4* blk = reinterpret_cast<float4*>(
         dq_acc + dq_tile_offset(b, i, r.q0, seq_q, h, heads_q));
     for (int k = lane; k < BM * DP / 4; k += 32) stg<float4>(blk + k, make_float4(0.f, 0.f, 0.f, 0.f));
   }
-  for (int w = 16; w > 0; w >>= 1) acc += attn_shfl_xor(acc, w);
   float* st = stats + (long long)stats_row(b, h, heads_q) * 2 * s_pad + stats_pos(b, r.q0) + i;
   if (lane == 0) {
     stg<float>(st, ldg(lse + (long long)b * l_sb + (long long)h * l_sh + r.q0 + i) * LOG2E);

@@ -102,6 +102,17 @@ __device__ __forceinline__ AttnSeq attn_seq(int b, const int* cu_q, const int* c
   return s;
 }
 
+// D_i = sum_c dO[i, c] O[i, c] of the row at `row` (DV columns), summed over the warp:
+// every lane gets it (the backward's row term).
+template <int DV, class T>
+__device__ __forceinline__ float warp_row_dot(const T* o, const T* dout, long long row,
+                                              int lane) {
+  float acc = 0.f;
+  for (int c = lane; c < DV; c += 32) acc += to_float(ldg(o + row + c)) * to_float(ldg(dout + row + c));
+  for (int w = 16; w > 0; w >>= 1) acc += attn_shfl_xor(acc, w);
+  return acc;
+}
+
 // Copy a (ROWS x W) tile of global rows (row i at ptr_of(i)) into shared memory with row
 // stride S elements, 16 bytes per cp.async; rows from `valid` on are zero-filled.
 template <int W, int S, int ROWS, int THREADS, class T, class PtrOf>
