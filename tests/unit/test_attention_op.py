@@ -262,8 +262,8 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     assert OP.default_choice(prob(**{"pass": "backward"}), "numpy", None).variant == "whole"
     short_kv = prob(seq_q=1, seq_kv=64, head_dim=64)
     assert OP.default_choice(short_kv, "cupy", A100).variant == "mma"
-    # where torch has CUDA, cuDNN through torch leads on sm_90 (not for GQA, which it does
-    # not take here, nor for decode); elsewhere the order above stands
+    # where torch has CUDA, cuDNN through torch leads on sm_90 (for GQA where this torch's
+    # cuDNN op takes it, >= 2.11; not for decode); elsewhere the order above stands
     cudnn = get_variant("attention", "cupy", "torch_cudnn")
     monkeypatch.setattr(type(cudnn), "supports", lambda self, p, d: self.more(p))
     monkeypatch.setattr(tma, "available", lambda: True)
@@ -271,7 +271,12 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     assert OP.default_choice(prefill, "cupy", A100).variant == "mma"
     assert OP.default_choice(decode, "cupy", H200).variant == "decode"
     gqa = prob(batch=2, heads_q=8, heads_kv=2, seq_q=512, head_dim=128)
-    assert OP.default_choice(gqa, "cupy", H200).variant == "wgmma"
+    from dnnctl.ops.attention import vendor
+
+    assert OP.default_choice(gqa, "cupy", H200).variant == (
+        "torch_cudnn" if vendor._cudnn_takes_gqa() else "wgmma")
+    bwd = get_variant("attention", "cupy", "torch_cudnn_bwd")
+    assert not bwd.more(prob(**{"pass": "backward", "heads_q": 8, "heads_kv": 2}))
     monkeypatch.undo()
     if not get_variant("attention", "cupy", "torch_flash").supports(prefill, V100):
         with pytest.raises(UnsupportedError, match="no registered attention variant"):
@@ -326,3 +331,18 @@ def test_tune_plan_dispatch_on_numpy(tmp_path, monkeypatch):
     with dnnctl.use_plan(plan):
         dnnctl.ops.attention(q, k, v, causal=True)
     assert plan.stats().hits == {prob_: 1}
+
+
+@pytest.mark.parametrize(("version", "takes"), [("2.11.0+cu130", True), ("2.13.1", True),
+                                                ("2.10.2+cu128", False), ("3.0", True),
+                                                ("nightly", False)])
+def test_cudnn_gqa_by_torch_version(monkeypatch, version, takes):
+    torch = pytest.importorskip("torch")
+    from dnnctl.ops.attention import vendor
+
+    monkeypatch.setattr(torch, "__version__", version)
+    vendor._cudnn_takes_gqa.cache_clear()
+    try:
+        assert vendor._cudnn_takes_gqa() is takes
+    finally:
+        vendor._cudnn_takes_gqa.cache_clear()
