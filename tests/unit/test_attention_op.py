@@ -277,6 +277,7 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
         "torch_cudnn" if vendor._cudnn_takes_gqa() else "wgmma")
     bwd = get_variant("attention", "cupy", "torch_cudnn_bwd")
     assert not bwd.more(prob(**{"pass": "backward", "heads_q": 8, "heads_kv": 2}))
+    assert not cudnn.more(prob(heads_q=8, heads_kv=2, layout="BSHD"))  # GQA: BHSD only
     monkeypatch.undo()
     if not get_variant("attention", "cupy", "torch_flash").supports(prefill, V100):
         with pytest.raises(UnsupportedError, match="no registered attention variant"):

@@ -179,13 +179,13 @@ class _TorchDense(_TorchBase):
     """Shared limits of the efficient / cuDNN backends: dense, equal heads (unless the
     backend takes GQA), top-left causal."""
 
-    def takes_gqa(self) -> bool:
+    def takes_gqa(self, p: Problem) -> bool:
         return False
 
     def more(self, p: Problem) -> Support:
         if p["varlen"] or p["paged"] or p["window"]:
             return unsupported(f"{self.name}: no varlen, paged KV or window here")
-        if p["heads_q"] != p["heads_kv"] and not self.takes_gqa():
+        if p["heads_q"] != p["heads_kv"] and not self.takes_gqa(p):
             return unsupported(f"{self.name} takes equal query / key heads (no GQA)")
         if p["causal"] == "bottom_right":
             return unsupported(f"{self.name}'s causal mask is top-left aligned")
@@ -230,15 +230,16 @@ def _cudnn_takes_gqa() -> bool:
 
 @register_variant
 class TorchCudnn(_TorchDense):
-    """cuDNN's fused flash attention as torch calls it (GQA on torch >= 2.11)."""
+    """cuDNN's fused flash attention as torch calls it (GQA on torch >= 2.11, BHSD)."""
 
     name = "torch_cudnn"
     doc = "torch cuDNN SDPA backend (aten::_scaled_dot_product_cudnn_attention)"
 
     layout = staticmethod(_bhsd)
 
-    def takes_gqa(self) -> bool:
-        return "forward" in self.passes and _cudnn_takes_gqa()  # the backward: not measured
+    def takes_gqa(self, p: Problem) -> bool:
+        # measured: the forward on contiguous BHSD operands (not the backward, not BSHD views)
+        return "forward" in self.passes and p["layout"] == "BHSD" and _cudnn_takes_gqa()
 
     def runner(self, p: Problem) -> Any:
         import torch
