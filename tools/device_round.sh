@@ -52,6 +52,13 @@ for st in "$@"; do
     backward)
       timeout "${T:-90}" python3 benchmarks/bench_backward.py --quick > "$L/backward.md" 2>&1
       tail -25 "$L/backward.md" ;;
+    backward_host)  # the backward functions' host time per call from torch CUDA tensors
+      timeout "${T:-90}" python3 benchmarks/bench_backward_host.py > "$L/backward_host.md" 2>&1
+      tail -10 "$L/backward_host.md" ;;
+    cudnn_tests)  # the torch cuDNN attention variants' GPU tests (GQA forward, backward)
+      timeout -s INT "${T:-150}" python3 -m pytest tests/gpu/test_attention.py -q -n 8 \
+        -p no:cacheprovider --tb=short -rfE -k "torch_cudnn" > "$L/cudnn_tests.log" 2>&1
+      tail -3 "$L/cudnn_tests.log" ;;
     attention)  # the attention benchmark (ours vs cuDNN / FA2) and the GPU tests of the op
       timeout "${T:-250}" python3 benchmarks/bench_attention.py > "$L/attention.md" 2>&1
       tail -14 "$L/attention.md"
