@@ -1,36 +1,21 @@
 """Host wall time per call of dnnctl's public backward functions from torch CUDA tensors,
 against the aten backward op torch's autograd runs for the same gradient (tiny shapes, so
-the host's cost is what is timed). Median of 7 rounds of 400 calls, synchronized at the end
-of each round.
+the host's cost is what is timed): _torch_bench.wall_us, median of 7 rounds of 400 calls,
+synchronized at the end of each round.
 
     PYTHONPATH=. python3 benchmarks/bench_backward_host.py
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _torch_bench  # noqa: E402
 import common  # noqa: E402
-
-
-def per_call_us(fn: Callable[[], Any], torch: Any, calls: int = 400, rounds: int = 7) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(times)
 
 
 def cases(torch: Any) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
@@ -90,11 +75,11 @@ def main() -> int:
     for name, ours, theirs in cases(torch):
         try:
             ours()
-            o = per_call_us(ours, torch)
+            o = _torch_bench.wall_us(ours, n=400)
         except Exception as exc:  # a row says what failed, the others still run
             rows.append({"call": name, "note": f"{type(exc).__name__}: {exc}"[:120]})
             continue
-        t = per_call_us(theirs, torch)
+        t = _torch_bench.wall_us(theirs, n=400)
         rows.append({"call": name, "dnnctl_us": o, "torch_us": t, "extra_us": o - t})
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n")
     print(common.markdown(rows))

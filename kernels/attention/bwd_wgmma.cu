@@ -83,7 +83,6 @@ static_assert(BM == 64 || BM == 128, "query tile");
 static_assert(DQN == 64, "dQ tile of a warpgroup: 64 x 64 (32 floats per thread)");
 static_assert(ST >= 2, "stages");
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
-constexpr float LOG2E = 1.4426950408889634f;
 
 namespace {
 
@@ -223,7 +222,8 @@ attn_bwdw_post(const float* __restrict__ dq_acc, elem_t* __restrict__ dq,
 extern "C" __global__ void __launch_bounds__(NT, 1)
     attn_bwdw(const __grid_constant__ TmaMap tmQ, const __grid_constant__ TmaMap tmK,
               const __grid_constant__ TmaMap tmV, const __grid_constant__ TmaMap tmO,
-              const __grid_constant__ TmaMap tmS, float* __restrict__ dq_acc, elem_t* __restrict__ dk, elem_t* __restrict__ dv,
+              const __grid_constant__ TmaMap tmS, float* __restrict__ dq_acc,
+              elem_t* __restrict__ dk, elem_t* __restrict__ dv,
               const int* __restrict__ cu_q, const int* __restrict__ cu_k, long long k_sb,
               long long k_sh, long long k_ss, long long v_sb, long long v_sh, long long v_ss,
               int seq_q, int seq_kv, int heads_q, int group,
@@ -252,6 +252,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   i_begin = i_begin / BM * BM;
   const int ntq = i_end > i_begin ? (i_end - i_begin + BM - 1) / BM : 0;
   const int total = ntq * group;
+  // iteration it: query tile it % ntq of the group's query head it / ntq
+  auto head_of = [&](int it) { return kvh * group + it / ntq; };
+  auto row_of = [&](int it) { return i_begin + (it % ntq) * BM; };
 
   if (threadIdx.x == 0) {
     mbar_init(kv_full, 1);
@@ -271,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     if (threadIdx.x == 32 && total > 0) {  // the dQ reducer: one bulk reduction per tile
 #pragma unroll 1
       for (int it = 0; it < total; ++it) {
-        const int h = kvh * group + it / ntq, i0 = i_begin + (it % ntq) * BM;
+        const int h = head_of(it), i0 = row_of(it);
         mbar_wait_or_trap(dq_full, it & 1);
         bulk_reduce_add_f32(dq_acc + dq_tile_offset(b, i0, rw.q0, seq_q, h, heads_q),
                             s0 + DQ_OFF, DQ_BYTES);
@@ -292,8 +295,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
     load_rows(s0 + V_OFF, &tmV, VC, BN * 128, n0, kvh, heads_kv, b, rw.kbase, kv_full);
 #pragma unroll 1
     for (int it = 0; it < total; ++it) {
-      const int s = it % ST, h = kvh * group + it / ntq;
-      const int i0 = i_begin + (it % ntq) * BM;
+      const int s = it % ST, h = head_of(it), i0 = row_of(it);
       const unsigned full = q_full0 + 8 * s;
       mbar_wait_or_trap(q_empty0 + 8 * s, ((it / ST) & 1) ^ 1u);
       mbar_expect_tx(full, Q_BYTES + O_BYTES + L_BYTES);
@@ -324,8 +326,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1)
   if (total > 0) mbar_wait(kv_full, 0);
 #pragma unroll 1
   for (int it = 0; it < total; ++it) {
-    const int s = it % ST, h = kvh * group + it / ntq;
-    const int i0 = i_begin + (it % ntq) * BM;
+    const int s = it % ST, h = head_of(it), i0 = row_of(it);
     const unsigned qs = s0 + Q_OFF + s * Q_BYTES, os = s0 + O_OFF + s * O_BYTES;
     const unsigned ds = s0 + DS_OFF + (it & 1) * DS_BYTES;
     mbar_wait(q_full0 + 8 * s, (it / ST) & 1);

@@ -31,7 +31,7 @@ from dnnctl.ops import codes
 from dnnctl.ops.attention.backward import MmaBackward
 from dnnctl.ops.attention.cupy_variants import CupyAttention, strides
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, pass_of
-from dnnctl.ops.attention.wgmma import qkv_map, tma_rows_support
+from dnnctl.ops.attention.wgmma import qkv_map, tma_rows_support, wgmma_n
 from dnnctl.ops.base import Kernel, LazyKernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
@@ -42,17 +42,12 @@ BN = 128  # keys per block: two consumer warpgroups of 64
 REG_BUDGET = 192
 
 
-def padded(d: int) -> int:
-    """wgmma N of dK / dV: the head dim rounded up to 64 or 128."""
-    return 64 if d <= 64 else 128
-
-
 def bwd_wg_smem(p: Problem, params: Mapping[str, Any]) -> int:
     """K, V; Q and dO rings; two dS^T buffers; lse / D rings; the dQ tile; barriers; 1 KB
     slack."""
     bm, st = params["bm"], params["stages"]
-    dp = padded(p["head_dim"])
-    kc, vc = dp // 64, padded(p["head_dim_v"]) // 64
+    dp = wgmma_n(p["head_dim"])
+    kc, vc = dp // 64, wgmma_n(p["head_dim_v"]) // 64
     return (128 * (BN * (kc + vc) + st * bm * (kc + vc)) + 2 * bm * BN * 2 + st * 2 * bm * 4
             + bm * dp * 4 + 8 * (3 + 2 * st) + 1024)
 
@@ -60,7 +55,7 @@ def bwd_wg_smem(p: Problem, params: Mapping[str, Any]) -> int:
 def bwd_wg_regs_ok(p: Problem, bm: int) -> bool:
     """The accumulators fit, and each consumer's share of dQ is one wgmma N (64 or 128):
     64 query rows of all head-dim columns (bm 128) or half the columns (bm 64)."""
-    dp, dvp = padded(p["head_dim"]), padded(p["head_dim_v"])
+    dp, dvp = wgmma_n(p["head_dim"]), wgmma_n(p["head_dim_v"])
     dqn = dp if bm == 128 else dp // 2
     return dp // 2 + dvp // 2 + bm <= REG_BUDGET and dqn in (64, 128)
 
@@ -129,7 +124,7 @@ class WgmmaBackward(CupyAttention):
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         p, bm = problem, params["bm"]
         return 4 * (int(np.prod(stats_shape(p)))
-                    + dq_tiles(p, bm) * p["heads_q"] * bm * padded(p["head_dim"]))
+                    + dq_tiles(p, bm) * p["heads_q"] * bm * wgmma_n(p["head_dim"]))
 
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         p = problem
@@ -157,7 +152,7 @@ class WgmmaBackward(CupyAttention):
         sizes = (i32(sq), i32(skv), i32(hq))
         tail = (i32(hq // hkv), i32(p["window"]))
         softcap = np.float32(p["softcap"])
-        acc_shape = (dq_tiles(p, bm), hq, bm * padded(p["head_dim"]))
+        acc_shape = (dq_tiles(p, bm), hq, bm * wgmma_n(p["head_dim"]))
         sshape = stats_shape(p)
         spad = i32(sshape[2])
         ptr = cuda.ptr
@@ -172,8 +167,8 @@ class WgmmaBackward(CupyAttention):
                 fallback(inputs, outputs, attrs)
                 return
             scale = np.float32(attn_scale(p, attrs))
-            stats = cuda.scratch(sshape, dtype=np.float32)
-            acc = cuda.scratch(acc_shape, dtype=np.float32)
+            stats = cuda.workspace(sshape, np.float32)  # read by address only
+            acc = cuda.workspace(acc_shape, np.float32)
             cq, ck = inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k")
             pre((inputs["out"], inputs["dout"], inputs["lse"], stats, acc, cq, ck, *os_, *ls,
                  *sizes, spad))

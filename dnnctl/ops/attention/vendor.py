@@ -297,6 +297,15 @@ class FlashAttnPackage(_TorchBase):
         return run
 
 
+@functools.cache
+def _unread_rng(device: Any, shape: Any) -> Any:
+    """The philox seed / offset a backward op takes: without dropout it is never read, so
+    one tensor per device serves every call (no allocation and fill per call)."""
+    import torch
+
+    return torch.zeros(shape, dtype=torch.int64, device=device)
+
+
 @register_variant
 class TorchFlashBackward(TorchFlash):
     """torch's FlashAttention-2 backward (aten::_flash_attention_backward): dq, dk, dv from
@@ -322,7 +331,7 @@ class TorchFlashBackward(TorchFlash):
             q, k, v, o, do = (_bshd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
             cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
             ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
-            rng = torch.zeros(2, dtype=torch.int64, device=q.device)  # no dropout: unread
+            rng = _unread_rng(q.device, 2)
             with current_stream():
                 dq, dk, dv = bwd(do, q, k, v, o, t["lse"], cq, ck, p["seq_q"], p["seq_kv"],
                                  0.0, causal, rng, rng, scale=attn_scale(p, attrs),
@@ -356,7 +365,7 @@ class TorchCudnnBackward(TorchCudnn):
                    attrs: Mapping[str, Any]) -> None:
             t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
             q, k, v, o, do = (_bhsd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
-            rng = torch.zeros((), dtype=torch.int64, device=q.device)  # no dropout: unread
+            rng = _unread_rng(q.device, ())
             with current_stream():
                 grads = bwd(do, q, k, v, o, t["lse"].reshape(stats), rng, rng, None, None,
                             None, p["seq_q"], p["seq_kv"], 0.0, causal,

@@ -64,15 +64,16 @@ def tma_rows_support(p: Problem, device: Any, limit: int, why: str) -> Support:
                          p["heads_q"] * p["batch"])
 
 
-def dv_padded(dv: int) -> int:
-    """wgmma N of O += P V: the value head dim rounded up to 64, 128 or 256."""
-    return 64 if dv <= 64 else (128 if dv <= 128 else 256)
+def wgmma_n(d: int) -> int:
+    """The wgmma N of a product over a head dim (O += P V; the backward's dK, dV): the head
+    dim rounded up to 64, 128 or 256."""
+    return 64 if d <= 64 else (128 if d <= 128 else 256)
 
 
 def wg_smem_bytes(p: Problem, params: Mapping[str, Any]) -> int:
     """Q tile, the K and V rings, 1 + 4 x stages barriers, 1 KB alignment slack."""
     bm, bn, st = 64 * params["consumers"], params["bn"], params["stages"]
-    kc, vc = _chunks(p["head_dim"]), dv_padded(p["head_dim_v"]) // 64
+    kc, vc = _chunks(p["head_dim"]), wgmma_n(p["head_dim_v"]) // 64
     return 128 * (kc * bm + st * bn * (kc + vc)) + 8 * (1 + 4 * st) + 1024
 
 
@@ -84,7 +85,7 @@ def wg_regs_ok(p: Problem, params: Mapping[str, Any]) -> bool:
     budget = _REG_BUDGET[params["consumers"]]
     if overlap:
         budget = min(budget, _OVERLAP_BUDGET)
-    return bn // 2 + dv_padded(p["head_dim_v"]) // 2 + (bn // 4 if overlap else 16) <= budget
+    return bn // 2 + wgmma_n(p["head_dim_v"]) // 2 + (bn // 4 if overlap else 16) <= budget
 
 
 def qkv_map(p: Problem, name: str, rows: int) -> tma.MapSpec:
@@ -124,7 +125,7 @@ def wg_heuristic(p: Problem) -> dict[str, Any]:
     of 64-key tiles at 256 (without turns: there they cost 4%); one consumer of 64-key
     tiles when the queries fit 64 rows (products overlapped only at 256: 13-25% slower
     below)."""
-    dvp = dv_padded(p["head_dim_v"])
+    dvp = wgmma_n(p["head_dim_v"])
     if p["seq_q"] <= 64 and not p["varlen"]:  # no block wider than the queries
         return {"consumers": 1, "bn": 64, "stages": 2, "pingpong": 0,
                 "overlap": int(dvp > 128)}

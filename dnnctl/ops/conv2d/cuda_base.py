@@ -42,18 +42,12 @@ class Workspace:
 
     def __init__(self, pieces: list[tuple[str, int, Any]]):
         self.pieces = pieces  # (name, elements, numpy dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(align(n * np.dtype(dt).itemsize) for _, n, dt in self.pieces)
-
-    def offsets(self) -> dict[str, int]:
-        """Each piece's byte offset in the buffer."""
-        out, off = {}, 0
-        for name, n, dt in self.pieces:
-            out[name] = off
+        self.offsets: dict[str, int] = {}  # each piece's byte offset in the buffer
+        off = 0
+        for name, n, dt in pieces:
+            self.offsets[name] = off
             off += align(n * np.dtype(dt).itemsize)
-        return out
+        self.nbytes = off
 
     def allocate(self, xp: Any) -> dict[str, Any]:
         """Carve one per-call buffer (the caller's allocator, see backends.cuda.scratch)."""
@@ -63,28 +57,20 @@ class Workspace:
 
     def carve(self, buf: Any) -> dict[str, Any]:
         """Typed 1-D views of the pieces of ``buf`` (a uint8 array of :attr:`nbytes`)."""
-        out = {}
-        for (name, n, dt), off in zip(self.pieces, self.offsets().values()):
-            out[name] = buf[off:off + n * np.dtype(dt).itemsize].view(dt)
-        return out
+        return {name: buf[off:off + n * np.dtype(dt).itemsize].view(dt)
+                for (name, n, dt), off in zip(self.pieces, self.offsets.values())}
 
-    def addresses(self) -> Any:
-        """``() -> (buffer, {piece: device address})`` of a new per-call buffer: the
-        caller's own array kind, no views made (for kernels that take pointers); views under
-        the CPU emulator, whose launches check every access against the arrays they are
-        given. The caller holds ``buffer`` until its last launch is issued: freed earlier,
-        its memory could be handed to a later allocation of the same call."""
-        offs = tuple(self.offsets().items())
-        size = max(self.nbytes, 1)
-
-        def addresses() -> tuple[Any, dict[str, Any]]:
-            buf = cuda.workspace((size,), np.uint8)
-            if isinstance(buf, np.ndarray):
-                return buf, self.carve(buf)
-            base = cuda.ptr(buf)
-            return buf, {name: base + off for name, off in offs}
-
-        return addresses
+    def take(self) -> tuple[Any, dict[str, Any]]:
+        """``(buffer, {piece: device address})`` of a new per-call buffer: the caller's own
+        array kind, no views made (for kernels that take pointers); views under the CPU
+        emulator, whose launches check every access against the arrays they are given. The
+        caller holds ``buffer`` until its last launch is issued: freed earlier, its memory
+        could be handed to a later allocation of the same call."""
+        buf = cuda.workspace((max(self.nbytes, 1),), np.uint8)
+        if isinstance(buf, np.ndarray):
+            return buf, self.carve(buf)
+        base = cuda.ptr(buf)
+        return buf, {name: base + off for name, off in self.offsets.items()}
 
 
 class CudaConv(Variant):

@@ -194,73 +194,51 @@ class PhasedDgrad(CudaConv):
         direct = direct_write(g, ph)
         ws = self.workspace(g)
         op = get_op("conv2d")
+        block = (256, 1, 1)
         steps = []
         for i, p in enumerate(ph):
             rows, cols = p.rows, p.cols
-            scatter = _cuda.i32(g.n, g.c, g.h, g.w, g.sh, g.sw, rows.a, cols.a, rows.count,
-                                cols.count, rows.out, cols.out, int(p.problem is not None))
-            grid = _cuda.grid1d(g.n * g.c * rows.count * cols.count, 256, 65535 * 8)
+            scatter = (cuda.Launch(sfn, _cuda.grid1d(g.n * g.c * rows.count * cols.count, 256,
+                                                     65535 * 8), block),
+                       _cuda.i32(g.n, g.c, g.h, g.w, g.sh, g.sw, rows.a, cols.a, rows.count,
+                                 cols.count, rows.out, cols.out, int(p.problem is not None)))
             if p.problem is None:
-                steps.append((i, None, None, None, None, scatter, grid))
+                steps.append((None, None, "", (), "", (), scatter))
                 continue
-            wshape = op.input_specs(p.problem)["w"].shape
-            yshape = op.output_specs(p.problem)["y"].shape
             wargs = _cuda.i32(g.k, g.c, g.r, g.s, g.groups, rows.r0, rows.step, rows.taps,
                               cols.r0, cols.step, cols.taps)
             wgrid = _cuda.grid1d(g.c * g.kg * rows.taps * cols.taps, 256, 65535)
-            steps.append((i, built[p.problem], (wgrid, wargs), wshape, yshape, scatter, grid))
+            steps.append((built[p.problem], (cuda.Launch(wfn, wgrid, block), wargs), f"w{i}",
+                          op.input_specs(p.problem)["w"].shape, f"y{i}",
+                          op.output_specs(p.problem)["y"].shape, scatter))
+        # pointers only where every phase's kernel takes them: the workspace pieces as
+        # addresses of one per-call buffer, so a torch caller's tensors are never wrapped;
+        # else typed views in the inner kernels' shapes
+        flat = all(getattr(k, "flat_io", False) for k in built.values())
 
-        if all(getattr(k, "flat_io", False) for k in built.values()):
-            return self._flat(steps, ws, wfn, sfn, direct)
+        def pieces() -> tuple[Any, dict[str, Any]]:
+            return ws.take() if flat else (None, ws.allocate(rt.xp))
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
-            buf = ws.allocate(rt.xp)
-            for i, run, wl, wshape, yshape, scatter, grid in steps:
-                if run is None:
-                    sfn(grid, (256, 1, 1), (dx, dx, *scatter))
-                    continue
-                wp = buf[f"w{i}"]
-                wfn(wl[0], (256, 1, 1), (w, wp, *wl[1]))
-                y = dx if direct else buf[f"y{i}"].reshape(yshape)
-                run({"x": dy, "w": wp.reshape(wshape)}, {"y": y}, {})
-                if not direct:
-                    sfn(grid, (256, 1, 1), (y, dx, *scatter))
-
-        return kernel
-
-    @staticmethod
-    def _flat(steps: list[tuple[Any, ...]], ws: Workspace, wfn: Any, sfn: Any,
-              direct: bool) -> Kernel:
-        """The phases with pointers only (every inner kernel takes pointers): launches fixed
-        here, the workspace pieces as addresses of one per-call buffer, so a torch caller's
-        tensors are passed by address, never wrapped."""
-        block = (256, 1, 1)
-        plan = []
-        for i, run, wl, _wshape, _yshape, scatter, grid in steps:
-            relayout = None if run is None else (cuda.Launch(wfn, wl[0], block), wl[1])
-            plan.append((f"w{i}", f"y{i}", run, relayout, cuda.Launch(sfn, grid, block),
-                         scatter))
-        addresses = ws.addresses()
+        def shaped(a: Any, shape: tuple[int, ...]) -> Any:
+            return a if flat else a.reshape(shape)
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             dy, w, dx = inputs["dy"], inputs["w"], outputs["dx"]
-            held, buf = addresses()  # held to the end: its addresses are in use
-            for wname, yname, run, relayout, scatter_run, scatter in plan:
+            held, buf = pieces()  # held to the end: its addresses are in use
+            for run, relayout, wname, wshape, yname, yshape, (scat, sargs) in steps:
                 if run is None:
-                    scatter_run((dx, dx, *scatter))
+                    scat((dx, dx, *sargs))
                     continue
                 wp = buf[wname]
                 relayout[0]((w, wp, *relayout[1]))
-                y = dx if direct else buf[yname]
-                run({"x": dy, "w": wp}, {"y": y}, {})
+                y = dx if direct else shaped(buf[yname], yshape)
+                run({"x": dy, "w": shaped(wp, wshape)}, {"y": y}, {})
                 if not direct:
-                    scatter_run((y, dx, *scatter))
+                    scat((y, dx, *sargs))
             del held
 
-        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.flat_io = flat  # type: ignore[attr-defined]
         return kernel
 
 

@@ -16,6 +16,9 @@
 
 namespace dnnctl {
 
+// The kernels exponentiate with exp2: scores and lse enter in log2 units.
+constexpr float LOG2E = 1.4426950408889634f;
+
 
 #ifdef DNNCTL_EMU
 #define NEG_INF (-HUGE_VALF)

@@ -26,7 +26,6 @@
 constexpr int D = ATT_D, DV = ATT_DV, BM = ATT_BM, BN = ATT_BN;
 constexpr int QS = D + 8, KS = D + 8, VS = DV + 8;  // smem row strides (elements): +16 bytes
                                                     // keeps ldmatrix rows on distinct banks
-constexpr float LOG2E = 1.4426950408889634f;
 
 namespace dnnctl {
 
