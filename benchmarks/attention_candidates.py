@@ -3,9 +3,12 @@
 each checked against cuDNN SDPA's output on the same tensors, then timed (CUDA events, L2
 flush, median) beside cuDNN: what the tuner sees, one line per candidate.
 
-    PYTHONPATH=. python3 benchmarks/attention_candidates.py [--default] [variant ...]
+    PYTHONPATH=. python3 benchmarks/attention_candidates.py [--default] [--decode] [variant ...]
 
 ``--default``: only each variant's default parameters (what an unplanned call runs).
+``--decode``: decode shapes (one query token over a long KV cache, several models' head
+layouts) instead, reported in GB/s of the minimum bytes and as a share of the copy bandwidth
+measured in the same run.
 """
 
 from __future__ import annotations
@@ -27,6 +30,31 @@ SHAPES: list[dict[str, Any]] = [
     dict(batch=2, heads_q=32, heads_kv=8, seq_q=1000, head_dim=128, dtype="bfloat16",
          layout="BSHD"),
 ]
+
+DECODE_SHAPES: list[dict[str, Any]] = [
+    # LLaMA-2/3 8B-class GQA 32/8, the benchmark's two decode rows
+    dict(batch=8, heads_q=32, heads_kv=8, seq_q=1, seq_kv=4096, head_dim=128, dtype="bfloat16"),
+    dict(batch=32, heads_q=32, heads_kv=8, seq_q=1, seq_kv=8192, head_dim=128,
+         dtype="bfloat16"),
+    # one long-context user (Mistral 7B: 32/8 over 32k), LLaMA-70B-class 64/8
+    dict(batch=1, heads_q=32, heads_kv=8, seq_q=1, seq_kv=32768, head_dim=128,
+         dtype="bfloat16"),
+    dict(batch=8, heads_q=64, heads_kv=8, seq_q=1, seq_kv=4096, head_dim=128,
+         dtype="bfloat16"),
+    # many short caches; GPT-2-style MHA at head dim 64 in fp16
+    dict(batch=64, heads_q=32, heads_kv=8, seq_q=1, seq_kv=1024, head_dim=128,
+         dtype="bfloat16"),
+    dict(batch=16, heads_q=12, heads_kv=12, seq_q=1, seq_kv=2048, head_dim=64,
+         dtype="float16"),
+]
+
+
+def _copy_gbps(torch: Any) -> float:
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    t = common.time_us(lambda: dst.copy_(src), flush_l2=False, budget_ms=100)["median_us"]
+    return 2 * n / (t * 1e-6) / 1e9
 
 
 def _shape(op: Any, p: Any, torch: Any) -> None:
@@ -50,7 +78,8 @@ def _shape(op: Any, p: Any, torch: Any) -> None:
     ref = cudnn().transpose(1, 2) if bshd else cudnn()
     t_ref = common.time_us(cudnn, budget_ms=60)["median_us"]
     flop = op.flops(p)
-    print(f"{p.short()}: cuDNN {t_ref:.0f} us {flop / t_ref / 1e6:.0f} TFLOP/s", flush=True)
+    print(f"{p.short()}: cuDNN {t_ref:.0f} us {flop / t_ref / 1e6:.0f} TFLOP/s "
+          f"{op.min_bytes(p) / t_ref / 1e3:.0f} GB/s", flush=True)
     outs = {n: torch.empty(s.shape, device="cuda", dtype=getattr(torch, s.dtype))
             for n, s in op.output_specs(p).items()}
     return q, k, v, ref, outs, t_ref, flop
@@ -65,8 +94,12 @@ def main() -> int:
     op = get_op("attention")
     dev = get_backend("cupy").device(0)
     only_default = "--default" in sys.argv
+    decode = "--decode" in sys.argv
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or ["wgmma"]
-    for key in SHAPES:
+    copy = _copy_gbps(torch) if decode else 0.0
+    if decode:
+        print(f"copy bandwidth (1 GiB each way): {copy:.0f} GB/s", flush=True)
+    for key in DECODE_SHAPES if decode else SHAPES:
         p = op.problem(key)
         q, k, v, ref, outs, t_ref, flop = _shape(op, p, torch)
         ins = {"q": q, "k": k, "v": v}
@@ -91,8 +124,11 @@ def main() -> int:
                 except Exception as exc:  # reported; the run goes on
                     print(f"   {name} {params}: FAILED {type(exc).__name__}: {exc}"[:240])
                     continue
-                print(f"   {name} {params}: err {err:.2e} {t:.0f} us "
-                      f"{flop / t / 1e6:.0f} TFLOP/s ({t_ref / t:.2f}x cuDNN)", flush=True)
+                rate = (f"{op.min_bytes(p) / t / 1e3:.0f} GB/s "
+                        f"{op.min_bytes(p) / t / 1e1 / copy:.1f} % of copy" if decode
+                        else f"{flop / t / 1e6:.0f} TFLOP/s")
+                print(f"   {name} {params}: err {err:.2e} {t:.1f} us {rate} "
+                      f"({t_ref / t:.2f}x cuDNN)", flush=True)
     return 0
 
 

@@ -12,6 +12,7 @@ from dnnctl.ops.attention import (  # noqa: F401  (registration)
     backward,
     bwd_wgmma,
     cupy_variants,
+    decode_bulk,
     numpy_variants,
     vendor,
     wgmma,

@@ -1,0 +1,193 @@
+"""attention ``decode_bulk``: split-KV flash-decoding for Hopper (kernels/attention/decode_bulk.cu,
+sm_90).
+
+For short queries over long caches the op is a stream of the KV cache, so what decides its
+speed is how many bytes each SM keeps in flight. The ``decode`` kernel (one warp, a two-stage
+cp.async double buffer) reached 51-81 % of the copy bandwidth on the H200. Here one producer
+warp issues a ``cp.async.bulk`` per key / value row into a ring of ``warps x depth`` stages,
+``warps`` consumer warps each take every ``warps``-th key tile (mma.sync products and online
+softmax as in ``mma``), the warps merge in shared memory, and with several splits the last
+split block of each row block merges the splits: one launch, no combine kernel.
+
+Parameters: bm (16 or 32 packed (query, head) rows per block), bn (keys per tile), warps
+(consumer warps), depth (ring stages per consumer warp). The number of splits is not a
+parameter: it is chosen at build to fill whole waves of the device's resident blocks (the
+fewest splits whose waves are >= 90 % full, each warp keeping >= 2 tiles).
+
+Rows past 64 per key/value head, varlen batches and backward go elsewhere; a call whose q / k
+/ v are not 16-byte aligned runs ``decode``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dnnctl.backends import cuda
+from dnnctl.backends.registry import get_backend
+from dnnctl.errors import UnsupportedError
+from dnnctl.ops import _memory_common as mc
+from dnnctl.ops import codes
+from dnnctl.ops.attention.cupy_variants import (
+    HEAD_DIMS,
+    CupyAttention,
+    DecodeAttention,
+    strides,
+)
+from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
+from dnnctl.ops.base import SUPPORTED, Kernel, LazyKernel, Problem, Support, unsupported
+from dnnctl.ops.registry import register_variant
+
+SOURCE = "attention/decode_bulk.cu"
+SM_SMEM = 228 * 1024  # shared memory of an sm_90 SM (each block also reserves 1 KiB)
+
+
+def packed_rows(p: Problem) -> int:
+    """(query, head) rows per key/value head: seq_q x the GQA group."""
+    return p["seq_q"] * (p["heads_q"] // p["heads_kv"])
+
+
+def dec_smem(p: Problem, params: Mapping[str, Any]) -> int:
+    """Q tile + the ring (or the end-of-block merge, if larger) + 2 mbarriers per stage."""
+    d, dv = p["head_dim"], p["head_dim_v"]
+    bm, bn, w = params["bm"], params["bn"], params["warps"]
+    stages = w * params["depth"]
+    ring = max(2 * stages * bn * (d + 8 + dv + 8), 4 * w * bm * (dv + 2))
+    return 2 * bm * (d + 8) + ring + 16 * stages
+
+
+def dec_grid(p: Problem, params: Mapping[str, Any], sms: int) -> tuple[int, int, int]:
+    """(splits, row blocks, tiles per split). Splits: the fewest whose grid fills >= 90 % of
+    its last wave of resident blocks, each consumer warp keeping >= 2 key tiles; else the
+    fullest last wave."""
+    mblocks = -(-packed_rows(p) // params["bm"])
+    tiles = -(-p["seq_kv"] // params["bn"])
+    per_sm = max(1, min(SM_SMEM // (dec_smem(p, params) + 1024),
+                        2048 // (32 * (params["warps"] + 1))))
+    slots = max(1, sms) * per_sm
+    blocks = p["batch"] * p["heads_kv"] * mblocks
+    best, best_fill = 1, 0.0
+    for s in range(1, 65):
+        if s > 1 and -(-tiles // s) < 2 * params["warps"]:
+            break
+        waves = blocks * s / slots
+        fill = waves / -(-waves // 1)
+        if fill >= 0.9:
+            best = s
+            break
+        if fill > best_fill + 1e-9:
+            best, best_fill = s, fill
+    return best, mblocks, -(-tiles // best)
+
+
+@register_variant
+class DecodeBulkAttention(CupyAttention):
+    """Split-KV decode with copy-engine rows, a producer warp and several consumer warps."""
+
+    name = "decode_bulk"
+    source = SOURCE
+    params = {"bm": (16, 32), "bn": (32, 64), "warps": (1, 2, 4), "depth": (2, 3, 4)}
+    doc = ("split-KV flash-decoding for Hopper (sm_90): a producer warp copies each K / V row "
+           "with cp.async.bulk into a warps x depth ring, consumer warps run mma.sync on "
+           "alternate key tiles, warps and splits merged in the one launch; GQA packing, "
+           "paged KV cache")
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        p = problem
+        if pass_of(p) != "forward":
+            return unsupported("decode_bulk is a forward kernel")
+        if device.cc_tuple < (9, 0):
+            return unsupported(f"needs compute capability >= 9.0 (cp.async.bulk, mbarrier "
+                               f"transaction counts); {device.name} is "
+                               f"{device.compute_capability}")
+        for f in ("head_dim", "head_dim_v"):
+            if p[f] not in HEAD_DIMS:
+                return unsupported(f"{f}={p[f]}: the kernel is built for {list(HEAD_DIMS)}")
+        if p["varlen"]:
+            return unsupported("decode_bulk takes fixed-length queries (varlen: use mma)")
+        if packed_rows(p) > 64:
+            return unsupported(f"{packed_rows(p)} query rows per kv head (seq_q x group) "
+                               "exceed 64: a prefill (use wgmma / mma)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        p = problem
+        limit = getattr(device, "smem_per_block_optin", 0) or 227 * 1024
+        bm, bn = params["bm"], params["bn"]
+        if bm == 32 and packed_rows(p) <= 16:
+            return False  # half the rows padding
+        # fp32 accumulators per thread: O (dv / 2) + S (bn / 2) per m16 tile (ptxas, sm_90a:
+        # two tiles of 160 spill)
+        if bm // 16 * (p["head_dim_v"] // 2 + bn // 2) > (160 if bm == 16 else 144):
+            return False
+        if bn == 64 and p["seq_kv"] <= 32:
+            return False  # a tile of padding
+        return dec_smem(p, params) <= limit
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        """16 rows where they hold the group, 64-key tiles up to value head dim 128; two
+        consumer warps and the deepest ring one block per SM holds."""
+        p = problem
+        bm = 16 if packed_rows(p) <= 16 else 32
+        bn = 64 if p["head_dim_v"] <= 128 and p["seq_kv"] > 32 else 32
+        cands = [{"bm": bm, "bn": bn, "warps": 2, "depth": d} for d in (4, 3, 2)]
+        return self.first_valid(p, device, cands)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        p = problem
+        splits = dec_grid(p, params, 132)[0]
+        if splits <= 1:
+            return 0
+        return 4 * splits * p["batch"] * p["heads_q"] * p["seq_q"] * (p["head_dim_v"] + 1)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        p = problem
+        if not self.supports(p, device) or not self.valid_params(p, params, device):
+            raise UnsupportedError(f"attention/{self.name}: {dict(params)} not legal here")
+        defines = {"DNNCTL_DTYPE": codes.DTYPE[p["dtype"]], "ATT_D": p["head_dim"],
+                   "ATT_DV": p["head_dim_v"], "ATT_BM": params["bm"], "ATT_BN": params["bn"],
+                   "ATT_MASK": CAUSAL.index(p["causal"]), "ATT_SOFTCAP": int(p["softcap"] > 0),
+                   "ATT_PAGED": p["paged"], "DEC_WARPS": params["warps"],
+                   "DEC_DEPTH": params["depth"]}
+        mod = get_backend("cupy").compile_module(SOURCE, defines=defines)
+        splits, mblocks, tps = dec_grid(p, params, mc.sm_count(device))
+        grid = (splits, p["heads_kv"] * mblocks, p["batch"])
+        run = cuda.launch(mod, "attn_decode_bulk", grid, (32 * (params["warps"] + 1), 1, 1),
+                          dec_smem(p, params))
+        counters: list[Any] = []  # one per row block, made on the first call (zero; every
+        # launch leaves them zero)
+        st = strides(p)
+        i32, i64 = np.int32, np.int64
+        ptr_strides = tuple(i64(x) for n in ("q", "k", "v", "out") for x in st[n])
+        lstr = (i64(st["lse"][0]), i64(st["lse"][1]))
+        tail = (i32(p["seq_q"]), i32(p["seq_kv"]), i32(p["heads_q"]),
+                i32(p["heads_q"] // p["heads_kv"]), i32(p["window"]))
+        softcap = np.float32(p["softcap"])
+        table_stride = i32(-(-p["seq_kv"] // p["paged"]) if p["paged"] else 0)
+        nrows = p["batch"] * p["heads_q"] * p["seq_q"]
+        ptr = cuda.ptr
+        dec = DecodeAttention()
+        fallback = LazyKernel(lambda: dec.build(p, dec.default_params(p, device), device))
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            if (ptr(inputs["q"]) | ptr(inputs["k"]) | ptr(inputs["v"])) & 15:
+                fallback(inputs, outputs, attrs)  # the copy engine takes 16-byte aligned rows
+                return
+            ws_o = ws_lse = None
+            if splits > 1:
+                if not counters:
+                    ws = mc.workspace(device, 4 * p["batch"] * p["heads_kv"] * mblocks)
+                    ws.fill(0)
+                    counters.append(ws.view(np.int32))
+                ws_o = cuda.workspace((splits * nrows * p["head_dim_v"],), np.float32)
+                ws_lse = cuda.workspace((splits * nrows,), np.float32)
+            run((inputs["q"], inputs["k"], inputs["v"], outputs["out"], outputs["lse"], ws_o,
+                 ws_lse, counters[0] if counters else None, inputs.get("block_table"), inputs.get("seqused_k"),
+                 *ptr_strides, *lstr, *tail, np.float32(attn_scale(p, attrs) * LOG2E), softcap,
+                 table_stride, i32(tps)))
+
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        return kernel

@@ -1,0 +1,340 @@
+// dnnctl attention decode for Hopper (sm_90): split-KV flash-decoding whose key / value rows
+// arrive by the copy engine, so a block keeps many tiles in flight with one issuing warp.
+//
+// Rows: as the mma kernel's packed decode (kernels/attention/fwd_mma.cu, ATT_PACK 1), row r of
+// a block is query r / G of query head kv_head * G + r % G: the G heads of a GQA group share
+// each K / V tile. grid = (splits, heads_kv * row blocks, batch).
+//
+// Block: DEC_WARPS consumer warps and one producer warp. The producer copies key tile i (ATT_BN
+// rows of K and of V, one cp.async.bulk per row, so any row stride and a paged cache work
+// alike) into ring stage i % STAGES and signals its full barrier; consumer warp i % DEC_WARPS
+// takes tile i: S = Q K^T and O += P V on mma.sync m16n8k16 (the mma kernel's fragments and
+// online softmax), then releases the stage (its empty barrier). STAGES = DEC_WARPS * DEC_DEPTH,
+// so a stage always has the same consumer and each barrier's parity is unambiguous. Rows past
+// the keys copy the last key again (finite values, masked): every copy is full size.
+//
+// End: the warps' (max, sum, O) merge in shared memory; with one split the block writes out
+// and lse, else fp32 partials, and the last split block of a row block to finish (a counter
+// per row block, after a fence; that block resets it) merges the splits (log-sum-exp weighted) and writes out and lse:
+// one launch, no combine kernel.
+//
+// Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV, ATT_BM (16 or 32 rows), ATT_BN, ATT_MASK,
+// ATT_SOFTCAP, ATT_PAGED (page size, 0 = contiguous), DEC_WARPS, DEC_DEPTH. Host: q / k / v
+// 16-byte aligned, row strides multiples of 8 elements; counters (one int per row block of
+// the grid) zero before the first launch (each launch leaves them zero).
+#include <dnnctl/attention_mma.cuh>
+#include <dnnctl/tma.cuh>
+
+using namespace dnnctl;
+
+#ifndef ATT_PAGED
+#define ATT_PAGED 0
+#endif
+#ifndef DEC_WARPS
+#define DEC_WARPS 2
+#endif
+#ifndef DEC_DEPTH
+#define DEC_DEPTH 2
+#endif
+constexpr int WARPS = DEC_WARPS, STAGES = DEC_WARPS * DEC_DEPTH, MT = BM / 16;
+constexpr int THREADS = (WARPS + 1) * 32;
+constexpr int STAGE_ELEMS = BN * (KS + VS);
+constexpr unsigned KV_BYTES = BN * (D + DV) * sizeof(elem_t);
+// the end-of-block merge reuses the ring: WARPS x BM rows of DV + 2 floats
+constexpr int MERGE_ELEMS = WARPS * BM * (DV + 2) * (int)(sizeof(float) / sizeof(elem_t));
+constexpr int RING_ELEMS = STAGES * STAGE_ELEMS > MERGE_ELEMS ? STAGES * STAGE_ELEMS : MERGE_ELEMS;
+static_assert(BM % 16 == 0 && MT <= 2 && D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0,
+              "tile shapes");
+constexpr float LN2 = 0.6931471805599453f;
+
+struct DecRow {  // where a block row lives
+  int query;     // query index (-1: padding row)
+  int head;      // query head
+};
+
+__device__ __forceinline__ DecRow dec_row(int r, int rows, int head_base, int group) {
+  if (r >= rows) return {-1, 0};
+  return {r / group, head_base + r % group};
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+attn_decode_bulk(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
+                 const elem_t* __restrict__ v, elem_t* __restrict__ out,
+                 float* __restrict__ lse, float* __restrict__ ws_o, float* __restrict__ ws_lse,
+                 int* __restrict__ counters, const int* __restrict__ block_table,
+                 const int* __restrict__ seqused, long long q_sb, long long q_sh,
+                 long long q_ss, long long k_sb, long long k_sh, long long k_ss, long long v_sb,
+                 long long v_sh, long long v_ss, long long o_sb, long long o_sh, long long o_ss,
+                 long long l_sb, long long l_sh, int seq_q, int seq_kv, int heads_q, int group,
+                 int window, float scale_log2, float softcap, int table_stride,
+                 int tiles_per_split) {
+  DNNCTL_DECLARE_SMEM(smem_raw);
+  __shared__ int last_flag;
+  elem_t* Qs = reinterpret_cast<elem_t*>(smem_raw);
+  elem_t* ring = Qs + BM * QS;
+  const unsigned bars = smem_u32(ring + RING_ELEMS);  // full[s], then empty[s]
+  auto full = [&](int s) { return bars + 8u * s; };
+  auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+
+  const int b = blockIdx.z, split = blockIdx.x, nsplit = gridDim.x;
+  const int heads_kv = heads_q / group, mblocks = gridDim.y / heads_kv;
+  const int kv_head = blockIdx.y / mblocks, mblk = blockIdx.y % mblocks;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int len_q = seq_q;
+#if ATT_PAGED
+  const int len_k = seqused[b];
+#else
+  const int len_k = seq_kv;
+#endif
+  const int rows = len_q * group, head_base = kv_head * group, m0 = mblk * BM;
+  const int off = ATT_MASK == 1 ? 0 : len_k - len_q;  // key position of query 0
+
+  // the keys any row of this block may read, cut to this split's slice
+  const int qlo = dec_row(m0, rows, head_base, group).query;
+  const int qhi = dec_row(min(m0 + BM, rows) - 1, rows, head_base, group).query;
+  int n_begin, n_end;
+  key_range<ATT_MASK>(qlo, qhi, off, len_k, window, BN, n_begin, n_end);
+  n_begin = max(n_begin, split * tiles_per_split * BN);
+  n_end = min(n_end, (split + 1) * tiles_per_split * BN);
+  const int ntiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
+
+  const elem_t* kb = k + (long long)b * k_sb + (long long)kv_head * k_sh;
+  const elem_t* vb = v + (long long)b * v_sb + (long long)kv_head * v_sh;
+#if ATT_PAGED
+  kb = k + (long long)kv_head * k_sh;  // pages are global: block_table names them
+  vb = v + (long long)kv_head * v_sh;
+  const int* table = block_table + (long long)b * table_stride;
+#endif
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), 1);
+    }
+    mbar_init_fence();
+  }
+  if (warp < WARPS) {  // the Q tile (rows gathered through the row map; padding rows zero)
+    load_tile<D, QS, BM, WARPS * 32>(Qs, rows - m0, [&](int r) {
+      const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+      return q + (long long)b * q_sb + (long long)rm.head * q_sh + (long long)rm.query * q_ss;
+    }, q);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  block_sync();
+
+  if (warp == WARPS) {
+    // producer: tile i into stage i % STAGES once its consumer released the stage's last use
+    for (int i = 0; i < ntiles; ++i) {
+      const int s = i % STAGES;
+      if (i >= STAGES) mbar_wait_or_trap(empty(s), (i / STAGES - 1) & 1);
+      if (lane == 0) mbar_expect_tx(full(s), KV_BYTES);
+      warp_sync();
+      elem_t* Kt = ring + s * STAGE_ELEMS;
+      elem_t* Vt = Kt + BN * KS;
+      const int j0 = n_begin + i * BN;
+      for (int r = lane; r < BN; r += 32) {
+        const int j = min(j0 + r, len_k - 1);  // past the keys: the last key again (masked)
+#if ATT_PAGED
+        const long long kr = (long long)table[j / ATT_PAGED] * ATT_PAGED + j % ATT_PAGED;
+#else
+        const long long kr = j;
+#endif
+        bulk_load(smem_u32(Kt + r * KS), kb + kr * k_ss, D * sizeof(elem_t), full(s));
+        bulk_load(smem_u32(Vt + r * VS), vb + kr * v_ss, DV * sizeof(elem_t), full(s));
+      }
+    }
+  }
+
+  float o[MT][DV / 8][4];
+  float mrow[MT][2], lrow[MT][2];
+  if (warp < WARPS) {
+    int qpos[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      zero_frags(o[mt]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const DecRow rm = dec_row(m0 + mt * 16 + lane / 4 + 8 * h, rows, head_base, group);
+        qpos[mt][h] = rm.query < 0 ? -(1 << 30) : rm.query + off;  // padding rows: no key
+        mrow[mt][h] = NEG_INF;
+        lrow[mt][h] = 0.f;
+      }
+    }
+    const int qpos_min = qlo + off;  // the block's first query: a tile at or below it is unmasked
+
+    for (int i = warp; i < ntiles; i += WARPS) {
+      const int s = i % STAGES;
+      mbar_wait(full(s), (i / STAGES) & 1);
+      const elem_t* Kt = ring + s * STAGE_ELEMS;
+      const elem_t* Vt = Kt + BN * KS;
+
+      float sc[MT][BN / 8][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) zero_frags(sc[mt]);
+      mma_abt<MT, D, BN, QS, KS>(sc, Qs, 0, Kt, lane);  // S = Q K^T
+
+      const int j0 = n_begin + i * BN;
+      const bool masked = j0 + BN > len_k || window > 0 ||
+                          (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
+      float base[MT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+            float x = sc[mt][nt][e];
+#if ATT_SOFTCAP
+            x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
+#else
+            x *= scale_log2;
+#endif
+            if (masked && !key_allowed<ATT_MASK>(j, qpos[mt][h], len_k, window)) x = NEG_INF;
+            sc[mt][nt][e] = x;
+            tmax[h] = fmaxf(tmax[h], x);
+          }
+        }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float mnew = fmaxf(mrow[mt][h], quad_max(tmax[h]));
+          base[mt][h] = mnew == NEG_INF ? 0.f : mnew;
+          alpha[h] = exp2f(mrow[mt][h] - base[mt][h]);
+          mrow[mt][h] = mnew;
+          lrow[mt][h] *= alpha[h];
+        }
+#pragma unroll
+        for (int c = 0; c < DV / 8; ++c) {
+          o[mt][c][0] *= alpha[0];
+          o[mt][c][1] *= alpha[0];
+          o[mt][c][2] *= alpha[1];
+          o[mt][c][3] *= alpha[1];
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {  // P = exp2(s - max) in the I/O dtype; O += P V
+        unsigned pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int nt = 2 * kk + half;
+            const float p0 = exp2f(sc[mt][nt][0] - base[mt][0]);
+            const float p1 = exp2f(sc[mt][nt][1] - base[mt][0]);
+            const float p2 = exp2f(sc[mt][nt][2] - base[mt][1]);
+            const float p3 = exp2f(sc[mt][nt][3] - base[mt][1]);
+            lrow[mt][0] += p0 + p1;
+            lrow[mt][1] += p2 + p3;
+            pa[mt][2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
+            pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
+          }
+        }
+        mma_pb<MT, DV, VS>(o, pa, Vt, kk, lane);
+      }
+      warp_sync();  // every lane has read the stage
+      if (lane == 0) mbar_arrive(empty(s));
+    }
+  }
+  block_sync();  // every tile consumed: the ring is free for the merge
+
+  // the warps' partial rows in shared memory: O unnormalized, (max, sum) per row
+  float* mo = reinterpret_cast<float*>(ring);   // [WARPS][BM][DV]
+  float* mst = mo + WARPS * BM * DV;            // [WARPS][BM][2]
+  if (warp < WARPS) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = mt * 16 + lane / 4 + 8 * h;
+        const float l = quad_sum(lrow[mt][h]);
+        float* orow = mo + (warp * BM + r) * DV;
+#pragma unroll
+        for (int c = 0; c < DV / 8; ++c) {
+          const int col = c * 8 + (lane % 4) * 2;
+          orow[col] = o[mt][c][2 * h];
+          orow[col + 1] = o[mt][c][2 * h + 1];
+        }
+        if (lane % 4 == 0) {
+          mst[(warp * BM + r) * 2] = mrow[mt][h];
+          mst[(warp * BM + r) * 2 + 1] = l;
+        }
+      }
+    }
+  }
+  block_sync();
+
+  // row r, column c of the block: merged over the warps, normalized
+  auto merged = [&](int r, int c, float& row_lse) {
+    float mx = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, mst[(w * BM + r) * 2]);
+    float l = 0.f, acc = 0.f;
+    if (mx != NEG_INF) {
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) {
+        const float f = exp2f(mst[(w * BM + r) * 2] - mx);
+        l += f * mst[(w * BM + r) * 2 + 1];
+        acc += f * mo[(w * BM + r) * DV + c];
+      }
+    }
+    row_lse = l > 0.f ? (mx + log2f(l)) * LN2 : NEG_INF;
+    return l > 0.f ? acc / l : 0.f;
+  };
+  const long long nrows = (long long)gridDim.z * heads_q * seq_q;
+  for (int e = threadIdx.x; e < BM * DV; e += THREADS) {
+    const int r = e / DV, c = e % DV;
+    const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+    if (rm.query < 0) continue;
+    float row_lse;
+    const float val = merged(r, c, row_lse);
+    if (nsplit == 1) {
+      stg<elem_t>(out + (long long)b * o_sb + (long long)rm.head * o_sh +
+                      (long long)rm.query * o_ss + c, from_float<elem_t>(val));
+      if (c == 0)
+        stg<float>(lse + (long long)b * l_sb + (long long)rm.head * l_sh + rm.query, row_lse);
+    } else {
+      const long long idx = (((long long)split * gridDim.z + b) * heads_q + rm.head) * seq_q +
+                            rm.query;
+      stg<float>(ws_o + idx * DV + c, val);
+      if (c == 0) stg<float>(ws_lse + idx, row_lse);
+    }
+  }
+  if (nsplit == 1) return;
+
+  // the last split block of this row block to finish merges the splits
+  fence_device();  // this block's partials are visible before the count says so
+  block_sync();
+  if (threadIdx.x == 0) {
+    int* counter = counters + blockIdx.z * gridDim.y + blockIdx.y;
+    last_flag = atomic_inc(counter) == nsplit - 1;
+    if (last_flag) stg<int>(counter, 0);  // every split has counted: ready for the next launch
+  }
+  block_sync();
+  if (!last_flag) return;
+  fence_device();
+  for (int e = threadIdx.x; e < BM * DV; e += THREADS) {
+    const int r = e / DV, c = e % DV;
+    const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+    if (rm.query < 0) continue;
+    const long long row = ((long long)b * heads_q + rm.head) * seq_q + rm.query;
+    float mx = NEG_INF;
+    for (int s = 0; s < nsplit; ++s) mx = fmaxf(mx, ldcg(ws_lse + s * nrows + row));
+    float den = 0.f, acc = 0.f;
+    if (mx != NEG_INF) {
+      for (int s = 0; s < nsplit; ++s) {
+        const float f = __expf(ldcg(ws_lse + s * nrows + row) - mx);
+        den += f;
+        acc += f * ldcg(ws_o + (s * nrows + row) * DV + c);
+      }
+    }
+    stg<elem_t>(out + (long long)b * o_sb + (long long)rm.head * o_sh +
+                    (long long)rm.query * o_ss + c,
+                from_float<elem_t>(mx != NEG_INF ? acc / den : 0.f));
+    if (c == 0)
+      stg<float>(lse + (long long)b * l_sb + (long long)rm.head * l_sh + rm.query,
+                 mx == NEG_INF ? NEG_INF : mx + logf(den));
+  }
+}
