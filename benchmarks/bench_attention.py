@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Attention on the GPU: our kernels (every candidate of mma / wgmma / decode / decode_bulk verified, then the
+"""Attention on the GPU: our kernels (every candidate of mma / wgmma / decode / decode_ring verified, then the
 best timed) against cuDNN and FlashAttention-2 through torch, in one run.
 
     PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick]
@@ -112,7 +112,7 @@ def _keep(vname: str, params: dict[str, Any]) -> bool:
     """The candidates timed here (NVRTC compiles bound the run; the tuner tries them all)."""
     if vname == "decode":
         return params["splits"] in (4, 8, 16) and params["bn"] in (32, 64)
-    if vname == "decode_bulk":
+    if vname == "decode_ring":
         return params["warps"] >= 2
     if vname == "mma_bwd":
         return params["bm"] >= 64 and params["bn"] >= 64
@@ -238,7 +238,7 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
                 ref = torch.nn.functional.scaled_dot_product_attention(
                     q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa)
         ours, label, tried, notes = _ours(op, p, dev, inputs, outputs, ref, torch, y,
-                                          ("decode_bulk", "decode", "wgmma", "mma"))
+                                          ("decode_ring", "decode", "wgmma", "mma"))
         plan, plan_label, _, _ = _ours(op, p, dev, inputs, outputs, ref, torch, y,
                                        ("torch_flash", "torch_cudnn", "torch_efficient",
                                         "flash_attn"))

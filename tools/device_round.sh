@@ -65,11 +65,11 @@ for st in "$@"; do
       timeout -s INT 150 python3 -m pytest tests/gpu/test_attention.py -q -n 8 \
         -p no:cacheprovider --tb=short -rfE > "$L/attention_tests.log" 2>&1
       tail -3 "$L/attention_tests.log" ;;
-    decode)  # the decode kernels' GPU tests, then every decode_bulk candidate on decode shapes
+    decode)  # the decode kernels' GPU tests, then every decode_ring candidate on decode shapes
       timeout -s INT "${T:-150}" python3 -m pytest tests/gpu/test_attention.py -q -n 8 \
         -p no:cacheprovider --tb=short -rfE -k "decode" > "$L/decode_tests.log" 2>&1
       tail -3 "$L/decode_tests.log"
-      timeout 240 python3 benchmarks/attention_candidates.py --decode decode_bulk \
+      timeout 240 python3 benchmarks/attention_candidates.py --decode decode_ring \
         > "$L/decode_candidates.md" 2>&1
       timeout 90 python3 benchmarks/attention_candidates.py --decode --default decode \
         > "$L/decode_defaults.md" 2>&1

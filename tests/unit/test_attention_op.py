@@ -247,7 +247,7 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     prefill = prob(batch=4, heads_q=32, seq_q=4096, head_dim=128)
     monkeypatch.setattr(tma, "available", lambda: True)
     # decode: the copy-engine kernel on sm_90 (no tensor maps needed), else the mma one
-    assert OP.default_choice(decode, "cupy", H200).variant == "decode_bulk"
+    assert OP.default_choice(decode, "cupy", H200).variant == "decode_ring"
     assert OP.default_choice(decode, "cupy", A100).variant == "decode"
     # Hopper, TMA: cuDNN through torch where this torch has CUDA, else our Hopper kernel
     vendor = get_variant("attention", "cupy", "torch_cudnn").supports(prefill, H200)
@@ -256,7 +256,7 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     paged = prob(batch=2, heads_q=8, seq_q=64, seq_kv=1024, head_dim=128, paged=64)
     assert OP.default_choice(paged, "cupy", H200).variant == "mma"
     monkeypatch.setattr(tma, "available", lambda: False)  # a driver without tensor maps
-    assert OP.default_choice(decode, "cupy", H200).variant == "decode_bulk"
+    assert OP.default_choice(decode, "cupy", H200).variant == "decode_ring"
     assert OP.default_choice(prefill, "cupy", H200).variant == (
         "torch_cudnn" if vendor else "mma")
     assert OP.default_choice(prefill, "cupy", A100).variant == "mma"
@@ -271,7 +271,7 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     monkeypatch.setattr(tma, "available", lambda: True)
     assert OP.default_choice(prefill, "cupy", H200).variant == "torch_cudnn"
     assert OP.default_choice(prefill, "cupy", A100).variant == "mma"
-    assert OP.default_choice(decode, "cupy", H200).variant == "decode_bulk"
+    assert OP.default_choice(decode, "cupy", H200).variant == "decode_ring"
     gqa = prob(batch=2, heads_q=8, heads_kv=2, seq_q=512, head_dim=128)
     from dnnctl.ops.attention import vendor
 

@@ -38,6 +38,12 @@ inline void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2,
 inline void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
   emu_bulk_load(dst, src, bytes, bar);
 }
+// the thread's cp.async copies land now, then the arrival (the emulator is synchronous)
+inline void cp_async_mbar_arrive(unsigned bar) {
+  emu_cp_async_commit();
+  emu_cp_async_wait(0);
+  emu_mbar_arrive(bar, 0);
+}
 inline void tma_prefetch_map(const TmaMap*) {}
 inline void bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes) {
   emu_bulk_reduce_add_f32(dst, src, bytes);

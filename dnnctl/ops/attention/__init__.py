@@ -12,7 +12,7 @@ from dnnctl.ops.attention import (  # noqa: F401  (registration)
     backward,
     bwd_wgmma,
     cupy_variants,
-    decode_bulk,
+    decode_ring,
     numpy_variants,
     vendor,
     wgmma,

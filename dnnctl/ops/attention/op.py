@@ -340,7 +340,7 @@ class Attention(Op):
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         """numpy: blocked. CUDA, a small cost rule: a split-KV decode kernel for short
-        queries over long caches (or a paged cache: decode_bulk on sm_90, else decode); on sm_90 cuDNN through torch where it
+        queries over long caches (or a paged cache: decode_ring on sm_90, else decode); on sm_90 cuDNN through torch where it
         takes the problem (measured on the H200: 1.11-1.5x our Hopper kernel on every
         prefill shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync
         kernel, else a vendor backend. Backward: our Hopper kernel (wgmma_bwd, dq by fp32
@@ -355,7 +355,7 @@ class Attention(Op):
         else:
             decode = p["seq_q"] <= 16 and (p["seq_kv"] >= 256 or p["paged"])
             hopper = getattr(device, "cc_tuple", (0, 0))[0] == 9
-            first = (["decode_bulk", "decode"] if decode
+            first = (["decode_ring", "decode"] if decode
                      else (["torch_cudnn"] if hopper else []))
             order = first + ["wgmma", "mma"]
         vendors = [n for n, v in table.items() if getattr(v, "vendor", False)]

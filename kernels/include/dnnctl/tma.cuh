@@ -103,6 +103,12 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
       : "memory");
 }
 
+// cp.async.mbarrier.arrive.noinc (9.7.9.24.x): an arrival on bar once every cp.async this
+// thread issued so far has landed (the barrier's count includes these arrivals: noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Bulk reduction (9.7.9.24 cp.reduce.async.bulk): global[dst .. dst + bytes) += the fp32
 // values at shared address src, by the copy engine; 16-byte aligned, bytes a multiple of
 // 16. Completion: bulk_commit, then bulk_wait_read<0> (the shared source may be rewritten)

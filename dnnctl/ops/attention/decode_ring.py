@@ -1,11 +1,12 @@
-"""attention ``decode_bulk``: split-KV flash-decoding for Hopper (kernels/attention/decode_bulk.cu,
+"""attention ``decode_ring``: split-KV flash-decoding for Hopper (kernels/attention/decode_ring.cu,
 sm_90).
 
 For short queries over long caches the op is a stream of the KV cache, so what decides its
 speed is how many bytes each SM keeps in flight. The ``decode`` kernel (one warp, a two-stage
 cp.async double buffer) reached 51-81 % of the copy bandwidth on the H200. Here one producer
-warp issues a ``cp.async.bulk`` per key / value row into a ring of ``warps x depth`` stages,
-``warps`` consumer warps each take every ``warps``-th key tile (mma.sync products and online
+warp copies key / value tiles (16-byte cp.async chunks, each lane's
+``cp.async.mbarrier.arrive`` completing a stage's barrier) into a ring of ``warps x depth``
+stages, and ``warps`` consumer warps each take every ``warps``-th key tile (mma.sync products and online
 softmax as in ``mma``), the warps merge in shared memory, and with several splits the last
 split block of each row block merges the splits: one launch, no combine kernel.
 
@@ -40,7 +41,7 @@ from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
 from dnnctl.ops.base import SUPPORTED, Kernel, LazyKernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
-SOURCE = "attention/decode_bulk.cu"
+SOURCE = "attention/decode_ring.cu"
 SM_SMEM = 228 * 1024  # shared memory of an sm_90 SM (each block also reserves 1 KiB)
 
 
@@ -83,30 +84,29 @@ def dec_grid(p: Problem, params: Mapping[str, Any], sms: int) -> tuple[int, int,
 
 
 @register_variant
-class DecodeBulkAttention(CupyAttention):
-    """Split-KV decode with copy-engine rows, a producer warp and several consumer warps."""
+class DecodeRingAttention(CupyAttention):
+    """Split-KV decode with a producer warp, a ring of K / V tiles and several consumer warps."""
 
-    name = "decode_bulk"
+    name = "decode_ring"
     source = SOURCE
     params = {"bm": (16, 32), "bn": (32, 64), "warps": (1, 2, 4), "depth": (2, 3, 4)}
-    doc = ("split-KV flash-decoding for Hopper (sm_90): a producer warp copies each K / V row "
-           "with cp.async.bulk into a warps x depth ring, consumer warps run mma.sync on "
+    doc = ("split-KV flash-decoding for Hopper (sm_90): a producer warp copies K / V tiles "
+           "(cp.async, mbarrier arrivals) into a warps x depth ring, consumer warps run mma.sync on "
            "alternate key tiles, warps and splits merged in the one launch; GQA packing, "
            "paged KV cache")
 
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
         if pass_of(p) != "forward":
-            return unsupported("decode_bulk is a forward kernel")
+            return unsupported("decode_ring is a forward kernel")
         if device.cc_tuple < (9, 0):
-            return unsupported(f"needs compute capability >= 9.0 (cp.async.bulk, mbarrier "
-                               f"transaction counts); {device.name} is "
-                               f"{device.compute_capability}")
+            return unsupported(f"built and measured for sm_90 (mbarrier rings); "
+                               f"{device.name} is {device.compute_capability}")
         for f in ("head_dim", "head_dim_v"):
             if p[f] not in HEAD_DIMS:
                 return unsupported(f"{f}={p[f]}: the kernel is built for {list(HEAD_DIMS)}")
         if p["varlen"]:
-            return unsupported("decode_bulk takes fixed-length queries (varlen: use mma)")
+            return unsupported("decode_ring takes fixed-length queries (varlen: use mma)")
         if packed_rows(p) > 64:
             return unsupported(f"{packed_rows(p)} query rows per kv head (seq_q x group) "
                                "exceed 64: a prefill (use wgmma / mma)")
@@ -154,7 +154,7 @@ class DecodeBulkAttention(CupyAttention):
         mod = get_backend("cupy").compile_module(SOURCE, defines=defines)
         splits, mblocks, tps = dec_grid(p, params, mc.sm_count(device))
         grid = (splits, p["heads_kv"] * mblocks, p["batch"])
-        run = cuda.launch(mod, "attn_decode_bulk", grid, (32 * (params["warps"] + 1), 1, 1),
+        run = cuda.launch(mod, "attn_decode_ring", grid, (32 * (params["warps"] + 1), 1, 1),
                           dec_smem(p, params))
         counters: list[Any] = []  # one per row block, made on the first call (zero; every
         # launch leaves them zero)

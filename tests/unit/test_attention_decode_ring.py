@@ -1,7 +1,7 @@
-"""Our Hopper decode kernel (``decode_bulk``) without a GPU: its rules (sm_90 only, packed rows,
+"""Our Hopper decode kernel (``decode_ring``) without a GPU: its rules (sm_90 only, packed rows,
 registers, shared memory, the splits that fill whole waves), an NVRTC compile (sm_90a, ptxas)
 of every parameter set of several problems with no spills, and small problems on the CPU
-emulator (bulk copies, mbarriers, pending shared bytes checked) against the float64 reference
+emulator (cp.async copies completing mbarrier phases, pending shared bytes checked) against the float64 reference
 with poisoned outputs: one split, several splits merged by the last block, paged caches."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from _emu_helpers import emu_fixture, needs_emu
 
 from dnnctl.backends.base import DeviceInfo
-from dnnctl.ops.attention.decode_bulk import dec_grid, dec_smem, packed_rows
+from dnnctl.ops.attention.decode_ring import dec_grid, dec_smem, packed_rows
 from dnnctl.ops.registry import get_op, get_variant
 
 OP = get_op("attention")
-DB = get_variant("attention", "cupy", "decode_bulk")
+DB = get_variant("attention", "cupy", "decode_ring")
 H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
                   sm_count=132, smem_per_block_optin=227 * 1024)
 A100 = replace(H200, name="NVIDIA A100", compute_capability="8.0")
@@ -31,7 +31,7 @@ def _k(**kw):
 def test_rules():
     llama = _k(batch=8, heads_q=32, heads_kv=8, seq_kv=4096, head_dim=128)
     assert DB.supports(llama, H200)
-    assert not DB.supports(llama, A100)  # cp.async.bulk, expect_tx: sm_90
+    assert not DB.supports(llama, A100)  # built and measured for sm_90
     assert not DB.supports(_k(heads_q=32, heads_kv=1, seq_q=4, seq_kv=512, head_dim=64),
                            H200)  # 128 packed rows: a prefill
     assert not DB.supports(_k(seq_kv=512, head_dim=64, varlen=True, layout="BSHD"), H200)
@@ -113,7 +113,7 @@ EMU_CASES = [
 @needs_emu
 @pytest.mark.parametrize(("key", "params", "sms"), EMU_CASES,
                          ids=[f"case{i}" for i in range(len(EMU_CASES))])
-def test_decode_bulk_on_cpu_emulator(emu, key, params, sms):
+def test_decode_ring_on_cpu_emulator(emu, key, params, sms):
     from dnnctl.ops.check import check_variant
 
     p = _k(**key)
