@@ -50,6 +50,30 @@ static_assert(BM % 16 == 0 && MT <= 2 && D % 16 == 0 && DV % 16 == 0 && BN % 16 
               "tile shapes");
 constexpr float LN2 = 0.6931471805599453f;
 
+// The producer's copy of BN whole rows (W elements each, `rs` apart from `src`) into shared rows
+// S elements apart, in 16-byte cp.async chunks: a lane keeps one column and steps its source
+// and destination by pointer increments (measured on the H200: with an index computation
+// per chunk the producer warp's issue rate, not the memory, bounded a block).
+template <int W, int S>
+__device__ __forceinline__ void ring_copy_rows(elem_t* dst, const elem_t* src, long long rs,
+                                               int lane) {
+  constexpr int CH = W / 8;  // chunks per row
+  if (32 % CH == 0) {
+    constexpr int RPI = 32 % CH == 0 ? 32 / CH : 1;  // rows per warp-wide step
+    const int r0 = lane / CH, col = (lane % CH) * 8;
+    const elem_t* g = src + r0 * rs + col;
+    elem_t* d = dst + r0 * S + col;
+    const long long step = RPI * rs;
+#pragma unroll 8
+    for (int r = r0; r < BN; r += RPI, g += step, d += RPI * S) cp_async<16>(d, g, true);
+  } else {
+    for (int c = lane; c < BN * CH; c += 32) {
+      const int r = c / CH, col = (c % CH) * 8;
+      cp_async<16>(dst + r * S + col, src + r * rs + col, true);
+    }
+  }
+}
+
 struct DecRow {  // where a block row lives
   int query;     // query index (-1: padding row)
   int head;      // query head
@@ -134,21 +158,26 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
       elem_t* Kt = ring + s * STAGE_ELEMS;
       elem_t* Vt = Kt + BN * KS;
       const int j0 = n_begin + i * BN;
-      auto src_row = [&](int r) -> long long {  // past the keys: the last key again (masked)
-        const int j = min(j0 + r, len_k - 1);
+      if (j0 + BN <= len_k && !ATT_PAGED) {  // a whole tile of contiguous row indices
+        ring_copy_rows<D, KS>(Kt, kb + (long long)j0 * k_ss, k_ss, lane);
+        ring_copy_rows<DV, VS>(Vt, vb + (long long)j0 * v_ss, v_ss, lane);
+      } else {
+        auto src_row = [&](int r) -> long long {  // past the keys: the last key again (masked)
+          const int j = min(j0 + r, len_k - 1);
 #if ATT_PAGED
-        return (long long)table[j / ATT_PAGED] * ATT_PAGED + j % ATT_PAGED;
+          return (long long)table[j / ATT_PAGED] * ATT_PAGED + j % ATT_PAGED;
 #else
-        return j;
+          return j;
 #endif
-      };
-      for (int c = lane; c < BN * KCH; c += 32) {
-        const int r = c / KCH, col = (c % KCH) * 8;
-        cp_async<16>(Kt + r * KS + col, kb + src_row(r) * k_ss + col, true);
-      }
-      for (int c = lane; c < BN * VCH; c += 32) {
-        const int r = c / VCH, col = (c % VCH) * 8;
-        cp_async<16>(Vt + r * VS + col, vb + src_row(r) * v_ss + col, true);
+        };
+        for (int c = lane; c < BN * KCH; c += 32) {
+          const int r = c / KCH, col = (c % KCH) * 8;
+          cp_async<16>(Kt + r * KS + col, kb + src_row(r) * k_ss + col, true);
+        }
+        for (int c = lane; c < BN * VCH; c += 32) {
+          const int r = c / VCH, col = (c % VCH) * 8;
+          cp_async<16>(Vt + r * VS + col, vb + src_row(r) * v_ss + col, true);
+        }
       }
       cp_async_mbar_arrive(full(s));  // each lane's copies: 32 arrivals fill the stage
     }
