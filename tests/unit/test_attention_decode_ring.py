@@ -38,14 +38,17 @@ def test_rules():
     assert not DB.supports(OP.problem(dict(llama.key, **{"pass": "backward"})), H200)
     assert packed_rows(llama) == 4
     params = DB.default_params(llama, H200)
-    assert params == {"bm": 16, "bn": 64, "warps": 2, "depth": 3}  # 6 x 34.8 KB of ring
-    assert dec_smem(llama, params) == 2 * 16 * 136 + 6 * 64 * 272 * 2 + 16 * 6
+    assert params == {"bm": 16, "bn": 32, "warps": 4, "depth": 2}  # 8 x 17.4 KB of ring
+    assert dec_smem(llama, params) == 2 * 16 * 136 + 8 * 32 * 272 * 2 + 16 * 8
     # 64 (batch, kv head) blocks, one block per SM: 2 splits fill 128 of 132 SMs
-    assert dec_grid(llama, params, 132) == (2, 1, 32)
+    assert dec_grid(llama, params, 132) == (2, 1, 64)
+    # head dim 256: the ring of four warps does not fit, two warps of three stages
+    assert DB.default_params(_k(heads_q=8, heads_kv=1, seq_kv=4096, head_dim=256), H200) == {
+        "bm": 16, "bn": 32, "warps": 2, "depth": 3}
     # 256 blocks already fill 97 % of their second wave: no split
     big = _k(batch=32, heads_q=32, heads_kv=8, seq_kv=8192, head_dim=128)
     assert dec_grid(big, params, 132)[0] == 1
-    # short caches keep >= 2 tiles per consumer warp
+    # short caches keep >= 2 tiles per consumer warp: 16 tiles, 4 warps, 2 splits
     short = _k(batch=1, heads_q=8, heads_kv=8, seq_kv=512, head_dim=128)
     assert dec_grid(short, params, 132)[0] == 2
     for p in (llama, short, _k(heads_q=8, heads_kv=1, seq_q=3, seq_kv=2000, head_dim=256,

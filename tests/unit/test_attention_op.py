@@ -271,10 +271,15 @@ def test_default_heuristic_is_a_small_cost_rule(monkeypatch):
     monkeypatch.setattr(tma, "available", lambda: True)
     assert OP.default_choice(prefill, "cupy", H200).variant == "torch_cudnn"
     assert OP.default_choice(prefill, "cupy", A100).variant == "mma"
-    assert OP.default_choice(decode, "cupy", H200).variant == "decode_ring"
-    gqa = prob(batch=2, heads_q=8, heads_kv=2, seq_q=512, head_dim=128)
     from dnnctl.ops.attention import vendor
 
+    assert OP.default_choice(decode, "cupy", H200).variant == (
+        "torch_cudnn" if vendor._cudnn_takes_gqa() else "decode_ring")
+    assert OP.default_choice(decode, "cupy", A100).variant == "decode"
+    paged_decode = prob(batch=2, heads_q=8, heads_kv=2, seq_q=1, seq_kv=1024, head_dim=128,
+                        paged=16)
+    assert OP.default_choice(paged_decode, "cupy", H200).variant == "decode_ring"
+    gqa = prob(batch=2, heads_q=8, heads_kv=2, seq_q=512, head_dim=128)
     assert OP.default_choice(gqa, "cupy", H200).variant == (
         "torch_cudnn" if vendor._cudnn_takes_gqa() else "wgmma")
     bwd = get_variant("attention", "cupy", "torch_cudnn_bwd")

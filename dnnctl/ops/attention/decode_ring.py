@@ -127,12 +127,14 @@ class DecodeRingAttention(CupyAttention):
         return dec_smem(p, params) <= limit
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
-        """16 rows where they hold the group, 64-key tiles up to value head dim 128; two
-        consumer warps and the deepest ring one block per SM holds."""
+        """16 rows where they hold the group; 32-key tiles, four consumer warps of two stages
+        each, else fewer where shared memory is short. Measured on the H200 over six decode
+        shapes (GQA 32/8 and 64/8 at head dim 128 from 1 x 32k to 64 x 1k keys, MHA at 64):
+        the fastest or within 5 % of it on five, 8 % behind on 64 x 1k (benchmarks/RESULTS.md)."""
         p = problem
         bm = 16 if packed_rows(p) <= 16 else 32
-        bn = 64 if p["head_dim_v"] <= 128 and p["seq_kv"] > 32 else 32
-        cands = [{"bm": bm, "bn": bn, "warps": 2, "depth": d} for d in (4, 3, 2)]
+        cands = [{"bm": bm, "bn": 32, "warps": w, "depth": d}
+                 for w, d in ((4, 2), (2, 3), (2, 2), (1, 2))]
         return self.first_valid(p, device, cands)
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:

@@ -339,11 +339,12 @@ class Attention(Op):
 
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        """numpy: blocked. CUDA, a small cost rule: a split-KV decode kernel for short
-        queries over long caches (or a paged cache: decode_ring on sm_90, else decode); on sm_90 cuDNN through torch where it
-        takes the problem (measured on the H200: 1.11-1.5x our Hopper kernel on every
-        prefill shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync
-        kernel, else a vendor backend. Backward: our Hopper kernel (wgmma_bwd, dq by fp32
+        """numpy: blocked. CUDA, a small cost rule. Short queries over long caches or a
+        paged cache: on sm_90 cuDNN through torch where it takes the problem (measured on the
+        H200: 1.07-1.13x decode_ring), then decode_ring; else decode. The rest: on sm_90 cuDNN
+        through torch where it takes the problem (1.11-1.5x our Hopper kernel on every prefill
+        shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync kernel, else
+        a vendor backend. Backward: our Hopper kernel (wgmma_bwd, dq by fp32
         reductions, like torch's FlashAttention and cuDNN backward), else mma_bwd; under
         deterministic mode only mma_bwd qualifies (registry.variants filters)."""
         table = {v.name: v for v in variants(self.name, backend)}
@@ -355,8 +356,10 @@ class Attention(Op):
         else:
             decode = p["seq_q"] <= 16 and (p["seq_kv"] >= 256 or p["paged"])
             hopper = getattr(device, "cc_tuple", (0, 0))[0] == 9
-            first = (["decode_ring", "decode"] if decode
-                     else (["torch_cudnn"] if hopper else []))
+            if decode:
+                first = (["torch_cudnn"] if hopper else []) + ["decode_ring", "decode"]
+            else:
+                first = ["torch_cudnn"] if hopper else []
             order = first + ["wgmma", "mma"]
         vendors = [n for n, v in table.items() if getattr(v, "vendor", False)]
         rest = [n for n in table if n not in order and n not in vendors]
