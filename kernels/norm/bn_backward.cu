@@ -23,7 +23,7 @@
 
 using namespace dnnctl;
 
-__device__ __forceinline__ void bn_bwd_finish(int c, float s1, float s2, float count,
+__device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
                                               const float* invstd,
                                               const float* w, float* dw, float* db,
                                               float* coef) {
@@ -34,9 +34,9 @@ __device__ __forceinline__ void bn_bwd_finish(int c, float s1, float s2, float c
   }
   const float a = AFFINE ? w[c] * is : is;
   const float b = -a * is * is * s2 / count;
-  coef[c * 3] = a;
-  coef[c * 3 + 1] = b;
-  coef[c * 3 + 2] = -a * s1 / count;
+  coef[c] = a;  // planar: a[C], b[C], c0[C] (the dx pass reads each channel-contiguously)
+  coef[C + c] = b;
+  coef[2 * C + c] = -a * s1 / count;
 }
 
 // NCHW: grid (C, S); a block walks vectors k = s*BLOCK + t, stride S*BLOCK, of the channel's
@@ -64,7 +64,7 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
   });
   if (!fold_plane_pairs<BLOCK>(s, part, counter, C, c, red, &flag)) return;
   if (threadIdx.x == 0)
-    bn_bwd_finish(c, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
+    bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
 }
 
 // NHWC: x as M rows of C; grid (S, tiles). A tile is 128 bytes of a row: TX = min(C / VEC,
@@ -101,23 +101,52 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   const int c0 = blockIdx.y * t.tx_n * VEC;
   if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
   for (int j = threadIdx.x; j < t.tx_n * VEC && c0 + j < C; j += BLOCK)
-    bn_bwd_finish(c0 + j, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
+    bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
 }
 
-// A grid-stride vector stream; the channel of vector k is (k * VEC / hw) % C (NCHW) or
-// (k * VEC) % C (NHWC); a vector holds one channel (NCHW) or VEC channels (NHWC).
+// A grid-stride vector stream, two vectors of dy and x in flight per thread; vector k holds
+// VEC consecutive channels from (k * VEC) % C (NHWC) or the one channel (k * VEC / hw) % C
+// (NCHW). NHWC: when the grid's stride covers whole rows ((stride * VEC) % C == 0) a thread's
+// vectors all hold the same channels and their coefficients are read once; otherwise once
+// per vector (planar arrays: a warp reads them contiguously), never an index per element.
 template <int BLOCK, int VEC, typename I>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ mean, const float* __restrict__ coef,
           elem_t* __restrict__ dx, I nvec, int C, int hw) {
-  stream_pairs<BLOCK, VEC>(dy, x, nvec, [&](I k, float (&g)[VEC], const float (&v)[VEC]) {
+  constexpr int U = 2;
+  constexpr int PV = LAYOUT ? VEC : 1;  // channels of a vector
+  const I stride = (I)gridDim.x * BLOCK;
+  const I k_first = (I)blockIdx.x * BLOCK + threadIdx.x;
+  float a[PV], b[PV], c0[PV], m[PV];
+  auto params = [&](I k) {
+    const int cb = LAYOUT ? (int)((k * VEC) % C) : (int)((k * VEC / hw) % C);
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      const int c = LAYOUT ? (int)((k * VEC + i) % C) : (int)((k * VEC / hw) % C);
-      const float* q = coef + c * 3;
-      g[i] = __ldg(q) * g[i] + __ldg(q + 1) * (v[i] - __ldg(mean + c)) + __ldg(q + 2);
+    for (int i = 0; i < PV; ++i) {
+      a[i] = __ldg(coef + cb + i);
+      b[i] = __ldg(coef + C + cb + i);
+      c0[i] = __ldg(coef + 2 * C + cb + i);
+      m[i] = __ldg(mean + cb + i);
     }
-    store_vec<ST_PLAIN, VEC>(dx + k * VEC, g);
-  });
+  };
+  const bool same = LAYOUT && (stride * VEC) % C == 0;
+  if (same && k_first < nvec) params(k_first);
+  for (I k0 = k_first; k0 < nvec; k0 += stride * U) {
+    float g[U][VEC], v[U][VEC];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (k0 + u * stride < nvec) load_pair(dy, x, (k0 + u * stride) * VEC, g[u], v[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const I k = k0 + u * stride;
+      if (k >= nvec) break;
+      if (!same) params(k);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int j = LAYOUT ? i : 0;
+        g[u][i] = a[j] * g[u][i] + b[j] * (v[u][i] - m[j]) + c0[j];
+      }
+      store_vec<ST_PLAIN, VEC>(dx + k * VEC, g[u]);
+    }
+  }
 }
