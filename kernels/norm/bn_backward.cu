@@ -23,6 +23,8 @@
 
 using namespace dnnctl;
 
+constexpr int U = 4;  // vectors of dy and x each thread of the reductions has in flight
+
 __device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
                                               const float* invstd,
                                               const float* w, float* dw, float* db,
@@ -53,15 +55,28 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
   const int c = blockIdx.x;
   const float m = mean[c];
   float2 s = make_float2(0.f, 0.f);
-  for_channel_vecs<BLOCK, VEC>(N, C, c, hw / VEC, [&](i64 off) {
-    float g[VEC], v[VEC];
-    load_pair(dy, x, off, g, v);
+  const int nv = hw / VEC;
+  const i64 total = (i64)N * nv, stride = (i64)gridDim.y * BLOCK;
+  for (i64 k0 = (i64)blockIdx.y * BLOCK + threadIdx.x; k0 < total; k0 += stride * U) {
+    float g[U][VEC], v[U][VEC];  // U vectors of dy and x in flight per thread
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      s.x += g[i];
-      s.y += g[i] * (v[i] - m);
+    for (int u = 0; u < U; ++u) {
+      const i64 k = k0 + u * stride;
+      if (k < total) {
+        const i64 n = k / nv;
+        load_pair(dy, x, ((n * C + c) * nv + (k - n * nv)) * VEC, g[u], v[u]);
+      }
     }
-  });
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k0 + u * stride >= total) break;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        s.x += g[u][i];
+        s.y += g[u][i] * (v[u][i] - m);
+      }
+    }
+  }
   if (!fold_plane_pairs<BLOCK>(s, part, counter, C, c, red, &flag)) return;
   if (threadIdx.x == 0)
     bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
@@ -88,15 +103,24 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     m[i] = t.live ? mean[t.cv * VEC + i] : 0.f;
     s[i] = make_float2(0.f, 0.f);
   }
-  for_tile_rows(t, M, [&](i64 r) {
-    float g[VEC], v[VEC];
-    load_pair(dy, x, r * C + t.cv * VEC, g, v);
+  if (t.live) {  // U rows of dy and x in flight per thread
+    const i64 stride = (i64)gridDim.x * t.rb;
+    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
+      float g[U][VEC], v[U][VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      s[i].x += g[i];
-      s[i].y += g[i] * (v[i] - m[i]);
+      for (int u = 0; u < U; ++u)
+        if (r0 + u * stride < M) load_pair(dy, x, (r0 + u * stride) * C + t.cv * VEC, g[u], v[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (r0 + u * stride >= M) break;
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          s[i].x += g[u][i];
+          s[i].y += g[u][i] * (v[u][i] - m[i]);
+        }
+      }
     }
-  });
+  }
   constexpr int CT = TXW * VEC;  // channels of a full tile (the last tile may hold fewer)
   const int c0 = blockIdx.y * t.tx_n * VEC;
   if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
@@ -114,7 +138,7 @@ __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ mean, const float* __restrict__ coef,
           elem_t* __restrict__ dx, I nvec, int C, int hw) {
-  constexpr int U = 2;
+  constexpr int UD = 2;  // vectors in flight
   constexpr int PV = LAYOUT ? VEC : 1;  // channels of a vector
   const I stride = (I)gridDim.x * BLOCK;
   const I k_first = (I)blockIdx.x * BLOCK + threadIdx.x;
@@ -131,13 +155,13 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   };
   const bool same = LAYOUT && (stride * VEC) % C == 0;
   if (same && k_first < nvec) params(k_first);
-  for (I k0 = k_first; k0 < nvec; k0 += stride * U) {
-    float g[U][VEC], v[U][VEC];
+  for (I k0 = k_first; k0 < nvec; k0 += stride * UD) {
+    float g[UD][VEC], v[UD][VEC];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < UD; ++u)
       if (k0 + u * stride < nvec) load_pair(dy, x, (k0 + u * stride) * VEC, g[u], v[u]);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
+    for (int u = 0; u < UD; ++u) {
       const I k = k0 + u * stride;
       if (k >= nvec) break;
       if (!same) params(k);
