@@ -82,9 +82,10 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
     bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
 }
 
-// NHWC: x as M rows of C; grid (S, tiles). A tile is 128 bytes of a row: TX = min(C / VEC,
-// 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows, folded through
-// shared memory (2 * BLOCK * VEC floats, dynamic): <dnnctl/chanreduce.cuh>.
+// NHWC: x as M rows of C; grid (tiles, S), tile-major (tile_major()). A tile is 128 bytes of
+// a row: TX = min(C / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK /
+// TX rows, folded through shared memory (2 * BLOCK * VEC floats, dynamic):
+// <dnnctl/chanreduce.cuh>.
 template <int BLOCK, int VEC>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
@@ -95,7 +96,8 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   __shared__ int flag;
   constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
                                                             : 1;
-  const ChannelTile t = channel_tile<BLOCK>(C / VEC, TXW);
+  const TileSplit g = tile_major();
+  const ChannelTile t = channel_lanes<BLOCK>(C / VEC, min(C / VEC, TXW), g.tile);
   float m[VEC];
   float2 s[VEC];
 #pragma unroll
@@ -103,27 +105,27 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     m[i] = t.live ? mean[t.cv * VEC + i] : 0.f;
     s[i] = make_float2(0.f, 0.f);
   }
-  if (t.live) {  // U rows of dy and x in flight per thread
-    const i64 stride = (i64)gridDim.x * t.rb;
-    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
-      float g[U][VEC], v[U][VEC];
+  if (t.live) {  // a block's trip: U * RB consecutive rows, U of them in flight per thread
+    const i64 chunk = (i64)t.rb * U;
+    for (i64 r0 = g.split * chunk + t.ty; r0 < M; r0 += g.splits * chunk) {
+      float d[U][VEC], v[U][VEC];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (r0 + u * stride < M) load_pair(dy, x, (r0 + u * stride) * C + t.cv * VEC, g[u], v[u]);
+        if (r0 + u * t.rb < M) load_pair(dy, x, (r0 + u * t.rb) * C + t.cv * VEC, d[u], v[u]);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        if (r0 + u * stride >= M) break;
+        if (r0 + u * t.rb >= M) break;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
-          s[i].x += g[u][i];
-          s[i].y += g[u][i] * (v[u][i] - m[i]);
+          s[i].x += d[u][i];
+          s[i].y += d[u][i] * (v[u][i] - m[i]);
         }
       }
     }
   }
   constexpr int CT = TXW * VEC;  // channels of a full tile (the last tile may hold fewer)
-  const int c0 = blockIdx.y * t.tx_n * VEC;
-  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
+  const int c0 = g.tile * t.tx_n * VEC;
+  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag, g)) return;
   for (int j = threadIdx.x; j < t.tx_n * VEC && c0 + j < C; j += BLOCK)
     bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
 }
