@@ -18,8 +18,8 @@
 //
 // End: the warps' (max, sum, O) merge in shared memory; with one split the block writes out
 // and lse, else fp32 partials, and the last split block of a row block to finish (a counter
-// per row block, after a fence; that block resets it) merges the splits (log-sum-exp
-// weighted) and writes out and lse: one launch, no combine kernel.
+// per row block, after a fence; that block resets it) merges the splits (log-sum-exp weighted) and writes out and lse:
+// one launch, no combine kernel.
 //
 // Defines: DNNCTL_DTYPE 1|2, ATT_D, ATT_DV, ATT_BM (16 or 32 rows), ATT_BN, ATT_MASK,
 // ATT_SOFTCAP, ATT_PAGED (page size, 0 = contiguous), DEC_WARPS, DEC_DEPTH. Host: q / k / v

@@ -23,8 +23,6 @@
 
 using namespace dnnctl;
 
-constexpr int U = 4;  // vectors of dy and x each thread of the reductions has in flight
-
 __device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
                                               const float* invstd,
                                               const float* w, float* dw, float* db,
@@ -55,37 +53,23 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
   const int c = blockIdx.x;
   const float m = mean[c];
   float2 s = make_float2(0.f, 0.f);
-  const int nv = hw / VEC;
-  const i64 total = (i64)N * nv, stride = (i64)gridDim.y * BLOCK;
-  for (i64 k0 = (i64)blockIdx.y * BLOCK + threadIdx.x; k0 < total; k0 += stride * U) {
-    float g[U][VEC], v[U][VEC];  // U vectors of dy and x in flight per thread
+  for_channel_vecs<BLOCK, VEC>(N, C, c, hw / VEC, [&](i64 off) {
+    float g[VEC], v[VEC];
+    load_pair(dy, x, off, g, v);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const i64 k = k0 + u * stride;
-      if (k < total) {
-        const i64 n = k / nv;
-        load_pair(dy, x, ((n * C + c) * nv + (k - n * nv)) * VEC, g[u], v[u]);
-      }
+    for (int i = 0; i < VEC; ++i) {
+      s.x += g[i];
+      s.y += g[i] * (v[i] - m);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (k0 + u * stride >= total) break;
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        s.x += g[u][i];
-        s.y += g[u][i] * (v[u][i] - m);
-      }
-    }
-  }
+  });
   if (!fold_plane_pairs<BLOCK>(s, part, counter, C, c, red, &flag)) return;
   if (threadIdx.x == 0)
     bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
 }
 
-// NHWC: x as M rows of C; grid (tiles, S), tile-major (tile_major()). A tile is 128 bytes of
-// a row: TX = min(C / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK /
-// TX rows, folded through shared memory (2 * BLOCK * VEC floats, dynamic):
-// <dnnctl/chanreduce.cuh>.
+// NHWC: x as M rows of C; grid (S, tiles). A tile is 128 bytes of a row: TX = min(C / VEC,
+// 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows, folded through
+// shared memory (2 * BLOCK * VEC floats, dynamic): <dnnctl/chanreduce.cuh>.
 template <int BLOCK, int VEC>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
@@ -96,8 +80,7 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   __shared__ int flag;
   constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
                                                             : 1;
-  const TileSplit g = tile_major();
-  const ChannelTile t = channel_lanes<BLOCK>(C / VEC, min(C / VEC, TXW), g.tile);
+  const ChannelTile t = channel_tile<BLOCK>(C / VEC, TXW);
   float m[VEC];
   float2 s[VEC];
 #pragma unroll
@@ -105,27 +88,18 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     m[i] = t.live ? mean[t.cv * VEC + i] : 0.f;
     s[i] = make_float2(0.f, 0.f);
   }
-  if (t.live) {  // a block's trip: U * RB consecutive rows, U of them in flight per thread
-    const i64 chunk = (i64)t.rb * U;
-    for (i64 r0 = g.split * chunk + t.ty; r0 < M; r0 += g.splits * chunk) {
-      float d[U][VEC], v[U][VEC];
+  for_tile_rows(t, M, [&](i64 r) {
+    float g[VEC], v[VEC];
+    load_pair(dy, x, r * C + t.cv * VEC, g, v);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (r0 + u * t.rb < M) load_pair(dy, x, (r0 + u * t.rb) * C + t.cv * VEC, d[u], v[u]);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (r0 + u * t.rb >= M) break;
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          s[i].x += d[u][i];
-          s[i].y += d[u][i] * (v[u][i] - m[i]);
-        }
-      }
+    for (int i = 0; i < VEC; ++i) {
+      s[i].x += g[i];
+      s[i].y += g[i] * (v[i] - m[i]);
     }
-  }
+  });
   constexpr int CT = TXW * VEC;  // channels of a full tile (the last tile may hold fewer)
-  const int c0 = g.tile * t.tx_n * VEC;
-  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag, g)) return;
+  const int c0 = blockIdx.y * t.tx_n * VEC;
+  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
   for (int j = threadIdx.x; j < t.tx_n * VEC && c0 + j < C; j += BLOCK)
     bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
 }
@@ -140,7 +114,7 @@ __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ mean, const float* __restrict__ coef,
           elem_t* __restrict__ dx, I nvec, int C, int hw) {
-  constexpr int UD = 2;  // vectors in flight
+  constexpr int U = 2;
   constexpr int PV = LAYOUT ? VEC : 1;  // channels of a vector
   const I stride = (I)gridDim.x * BLOCK;
   const I k_first = (I)blockIdx.x * BLOCK + threadIdx.x;
@@ -157,13 +131,13 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   };
   const bool same = LAYOUT && (stride * VEC) % C == 0;
   if (same && k_first < nvec) params(k_first);
-  for (I k0 = k_first; k0 < nvec; k0 += stride * UD) {
-    float g[UD][VEC], v[UD][VEC];
+  for (I k0 = k_first; k0 < nvec; k0 += stride * U) {
+    float g[U][VEC], v[U][VEC];
 #pragma unroll
-    for (int u = 0; u < UD; ++u)
+    for (int u = 0; u < U; ++u)
       if (k0 + u * stride < nvec) load_pair(dy, x, (k0 + u * stride) * VEC, g[u], v[u]);
 #pragma unroll
-    for (int u = 0; u < UD; ++u) {
+    for (int u = 0; u < U; ++u) {
       const I k = k0 + u * stride;
       if (k >= nvec) break;
       if (!same) params(k);

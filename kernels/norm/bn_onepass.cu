@@ -42,12 +42,12 @@ __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, f
   scale[c] = AFFINE ? invstd * w[c] : invstd;
 }
 
-// NHWC: x as M rows of CH channels; grid (tiles, S), tile-major (tile_major()). A tile is 128
-// bytes of a row: TX = min(CH / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by
-// RB = BLOCK / TX rows (a warp still reads whole 128-byte lines), so that a tile's last block
-// folds few channels of few partials; a trip loads U * RB consecutive rows, RB apart.
-// Partials are split-major (part[(s * CH + c) * 2 + {0, 1}]): the fold reads them coalesced.
-// Dynamic shared memory: 2 * BLOCK * VEC floats.
+// NHWC: x as M rows of CH channels; grid (S, tiles). A tile is 128 bytes of a row: TX =
+// min(CH / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows (a
+// warp still reads whole 128-byte lines), so that a tile's last block folds few channels of
+// few partials; a trip loads U rows gridDim.x * RB apart. Partials are split-major
+// (part[(s * CH + c) * 2 + {0, 1}]): the fold reads them coalesced. Dynamic shared memory:
+// 2 * BLOCK * VEC floats.
 template <int BLOCK, int VEC, int U>
 __global__ void __launch_bounds__(BLOCK)
 bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* counter, i64 M,
@@ -57,18 +57,16 @@ bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* coun
   constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
                                                             : 1;
   constexpr int TX = CH / VEC < TXW ? CH / VEC : TXW;
-  const TileSplit g = tile_major();
-  const ChannelTile t = channel_lanes<BLOCK>(CH / VEC, TX, g.tile);
+  const ChannelTile t = channel_tile<BLOCK>(CH / VEC, TXW);
   float k[VEC];
   float2 s[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) s[i] = make_float2(0.f, 0.f);
   if (t.live) load_vec<LD_NC, VEC>(x + t.cv * VEC, k);
-  const i64 chunk = (i64)t.rb * U;  // a block's trip: U * RB consecutive rows
+  const i64 stride = (i64)gridDim.x * t.rb;
   if (t.live) {
-    for (i64 r0 = g.split * chunk; r0 < M; r0 += g.splits * chunk) {
-      load_unrolled<U, VEC, LD_NC>(x + t.cv * VEC, (i64)CH, r0 + t.ty, (i64)t.rb, M,
-                                   [&](i64, auto& f) {
+    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
+      load_unrolled<U, VEC, LD_NC>(x + t.cv * VEC, (i64)CH, r0, stride, M, [&](i64, auto& f) {
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           const float d = f[i] - k[i];
@@ -79,8 +77,8 @@ bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* coun
     }
   }
   constexpr int CT = TX * VEC;
-  const int c0 = g.tile * CT;
-  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, CH, c0, &flag, g)) return;
+  const int c0 = blockIdx.y * CT;
+  if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, CH, c0, &flag)) return;
   for (int j = threadIdx.x; j < CT && c0 + j < CH; j += BLOCK)
     bnt_finish(c0 + j, to_float(x[c0 + j]), sw[j], sw[CT + j], (float)M, BNT_OUT_ARGS);
 }

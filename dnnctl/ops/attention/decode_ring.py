@@ -6,10 +6,9 @@ speed is how many bytes each SM keeps in flight. The ``decode`` kernel (one warp
 cp.async double buffer) reached 51-81 % of the copy bandwidth on the H200. Here one producer
 warp copies key / value tiles (16-byte cp.async chunks, each lane's
 ``cp.async.mbarrier.arrive`` completing a stage's barrier) into a ring of ``warps x depth``
-stages, and ``warps`` consumer warps each take every ``warps``-th key tile (mma.sync
-products and online softmax as in ``mma``), the warps merge in shared memory, and with
-several splits the last split block of each row block merges the splits: one launch, no
-combine kernel.
+stages, and ``warps`` consumer warps each take every ``warps``-th key tile (mma.sync products and online
+softmax as in ``mma``), the warps merge in shared memory, and with several splits the last
+split block of each row block merges the splits: one launch, no combine kernel.
 
 Parameters: bm (16 or 32 packed (query, head) rows per block), bn (keys per tile), warps
 (consumer warps), depth (ring stages per consumer warp). The number of splits is not a
@@ -92,9 +91,9 @@ class DecodeRingAttention(CupyAttention):
     source = SOURCE
     params = {"bm": (16, 32), "bn": (32, 64), "warps": (1, 2, 4), "depth": (2, 3, 4)}
     doc = ("split-KV flash-decoding for Hopper (sm_90): a producer warp copies K / V tiles "
-           "(cp.async, mbarrier arrivals) into a warps x depth ring, consumer warps run "
-           "mma.sync on alternate key tiles, warps and splits merged in the one launch; "
-           "GQA packing, paged KV cache")
+           "(cp.async, mbarrier arrivals) into a warps x depth ring, consumer warps run mma.sync on "
+           "alternate key tiles, warps and splits merged in the one launch; GQA packing, "
+           "paged KV cache")
 
     def supports(self, problem: Problem, device: Any) -> Support:
         p = problem
@@ -188,8 +187,7 @@ class DecodeRingAttention(CupyAttention):
                 ws_o = cuda.workspace((splits * nrows * p["head_dim_v"],), np.float32)
                 ws_lse = cuda.workspace((splits * nrows,), np.float32)
             run((inputs["q"], inputs["k"], inputs["v"], outputs["out"], outputs["lse"], ws_o,
-                 ws_lse, counters[0] if counters else None, inputs.get("block_table"),
-                 inputs.get("seqused_k"),
+                 ws_lse, counters[0] if counters else None, inputs.get("block_table"), inputs.get("seqused_k"),
                  *ptr_strides, *lstr, *tail, np.float32(attn_scale(p, attrs) * LOG2E), softcap,
                  table_stride, i32(tps)))
 

@@ -33,7 +33,7 @@ class BnBwdReduceDx(mc.CudaBackward):
 
     def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
              sms: int) -> tuple[int, int]:
-        """(splits, channel tiles) of the reduction kernel (NHWC launches them tile-major)."""
+        """(splits, channel tiles) of the reduction kernel."""
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
         block, waves = params["block"], params["waves"]
         if problem["layout"] == "NCHW":
@@ -80,7 +80,7 @@ class BnBwdReduceDx(mc.CudaBackward):
                 red = mc.launch(mod, f"bn_bwd_reduce_planes<{block},{v}>", (c, s), block)
                 rdims = red.consts(np.int32(n), np.int32(c), np.int32(hw))
             else:
-                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>", (tiles, s), block,
+                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>", (s, tiles), block,
                                 8 * block * v)
                 rdims = red.consts(np.int64(n * hw), np.int32(c))
             nvec = numel // v

@@ -43,7 +43,7 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
 
     def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
              sms: int) -> tuple[int, int]:
-        """(splits, channel tiles) of the statistics kernel (NHWC launches them tile-major)."""
+        """(splits, channel tiles) of the statistics kernel."""
         n, c, hw = problem["n"], problem["c"], problem["h"] * problem["w"]
         block, u = params["block"], params["unroll"]
         resident = sms * params["blocks_per_sm"]
@@ -91,7 +91,7 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         part, scale = ws[:2 * c * splits], ws[s_off:s_off + c]
         counters = ws[k_off:k_off + tiles].view(np.int32)
         if nhwc:
-            stats = mc.launch(mod, names(vec)[0], (tiles, splits), block, 8 * block * vec)
+            stats = mc.launch(mod, names(vec)[0], (splits, tiles), block, 8 * block * vec)
             size: tuple = stats.consts(np.int64(n * hw))
         else:
             stats = mc.launch(mod, names(vec)[0], (c, splits), block)

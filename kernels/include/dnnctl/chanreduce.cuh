@@ -51,17 +51,6 @@ __device__ __forceinline__ ChannelTile channel_tile(int cvn, int width) {
   return channel_lanes<BLOCK>(cvn, min(cvn, width), blockIdx.y);
 }
 
-// A block's place in a tile-major NHWC grid (tiles, S): channel tile blockIdx.x, row split
-// blockIdx.y of S. Blocks are dispatched x-fastest, so the tiles of one split, which read the
-// same rows, run together (each DRAM row is opened once, not once per tile).
-struct TileSplit {
-  int tile, split, splits;
-};
-
-__device__ __forceinline__ TileSplit tile_major() {
-  return {(int)blockIdx.x, (int)blockIdx.y, (int)gridDim.y};
-}
-
 // fn(r) for the rows r = blockIdx.x * RB + ty, stride gridDim.x * RB, of a live thread's
 // channel vector (x as M rows).
 template <typename F>
@@ -145,28 +134,17 @@ template <int BLOCK, int VEC, int CT>
 __device__ __forceinline__ bool fold_row_pairs(float* sw, const ChannelTile& t,
                                                const float2 (&mine)[VEC], float* part,
                                                int* counter, int C, int c0, int* flag) {
-  return fold_row_pairs<BLOCK, VEC, CT>(sw, t, mine, part, counter, C, c0, flag,
-                                        TileSplit{(int)blockIdx.y, (int)blockIdx.x,
-                                                  (int)gridDim.x});
-}
-
-// The same at an explicit grid place g (tile-major grids: tile_major()).
-template <int BLOCK, int VEC, int CT>
-__device__ __forceinline__ bool fold_row_pairs(float* sw, const ChannelTile& t,
-                                               const float2 (&mine)[VEC], float* part,
-                                               int* counter, int C, int c0, int* flag,
-                                               TileSplit g) {
   fold_row_lanes<BLOCK, VEC>(reinterpret_cast<float2*>(sw), t, mine, make_float2(0.f, 0.f),
                              add_pair, [&](const float2 (&total)[VEC]) {
 #pragma unroll
                                for (int i = 0; i < VEC; ++i) {
-                                 float* o = part + ((i64)g.split * C + t.cv * VEC + i) * 2;
+                                 float* o = part + ((i64)blockIdx.x * C + t.cv * VEC + i) * 2;
                                  o[0] = total[i].x;
                                  o[1] = total[i].y;
                                }
                              });
-  if (!last_block_of_tile(counter, g.tile, g.splits, flag)) return false;
-  fold_tile<BLOCK, CT>(part, g.splits, C, c0, sw);
+  if (!last_block_of_tile(counter, blockIdx.y, gridDim.x, flag)) return false;
+  fold_tile<BLOCK, CT>(part, gridDim.x, C, c0, sw);
   return true;
 }
 

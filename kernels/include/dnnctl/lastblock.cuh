@@ -36,8 +36,7 @@ __device__ __forceinline__ void fold_tile(const float* part, int S, int C, int c
     if (sl >= NSL) break;
     float a = 0.f, b = 0.f;
     if (c0 + j < C) {
-#pragma unroll 8
-      for (int s = sl; s < S; s += NSL) {  // unrolled: 8 partials in flight, not one L2 trip each
+      for (int s = sl; s < S; s += NSL) {
         a += __ldcg(part + ((i64)s * C + c0 + j) * 2);
         b += __ldcg(part + ((i64)s * C + c0 + j) * 2 + 1);
       }
