@@ -83,6 +83,19 @@ CASES = {
     "relu_backward": (
         lambda: [_r(4096), _r(4096)],
         lambda dy, x: dops.relu_backward(dy, x)),
+    # BSHD GQA decode: decode_ring on sm_90 (split-KV partials from the call's allocator,
+    # merged by the last block through counters it keeps), else decode + attn_combine
+    "attention decode BSHD GQA, split KV": (
+        lambda: [_r(2, 1, 8, 64, dtype=torch.float16), _r(2, 2048, 2, 64, dtype=torch.float16),
+                 _r(2, 2048, 2, 64, dtype=torch.float16)],
+        lambda q, k, v: dops.attention(q, k, v, layout="BSHD", return_lse=True)),
+    "attention decode over a paged cache": (
+        lambda: [_r(3, 8, 1, 64, dtype=torch.bfloat16), _r(39, 16, 2, 64, dtype=torch.bfloat16),
+                 _r(39, 16, 2, 64, dtype=torch.bfloat16),
+                 torch.randperm(39, device="cuda", dtype=torch.int32).reshape(3, 13),
+                 torch.randint(1, 209, (3,), device="cuda", dtype=torch.int32)],
+        lambda q, k, v, table, used: dops.attention(q, k, v, block_table=table,
+                                                    seqused_k=used, causal="bottom_right")),
 }
 
 
