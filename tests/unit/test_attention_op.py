@@ -216,6 +216,24 @@ def test_public_function_varlen_paged_and_torch_cpu():
     kv0 = np.concatenate([pages[2], pages[0]])[:20].transpose(1, 0, 2)[None]
     want = dnnctl.ops.attention(qd[:1], kv0, kv0)
     np.testing.assert_allclose(yd[:1].astype(np.float32), want.astype(np.float32), atol=2e-3)
+    # a shared pool larger than the batch's pages (as a serving engine keeps one), pages
+    # in any order: the same result
+    pool = np.zeros((9, 16, 2, 8), np.float16)
+    pool[[7, 5, 1, 8]] = pages[[2, 0, 1, 3]]
+    big = dnnctl.ops.attention(qd, pool, pool, block_table=np.array([[7, 5], [1, 8]], np.int32),
+                               seqused_k=used)
+    np.testing.assert_array_equal(big, yd)
+    with pytest.raises(ShapeError, match="names page 9; the pool"):
+        dnnctl.ops.attention(qd, pool, pool, block_table=np.array([[7, 5], [1, 9]], np.int32),
+                             seqused_k=used)
+    with pytest.raises(ShapeError, match="length 33; each must be in 1 .. 32"):
+        dnnctl.ops.attention(qd, pages, pages, block_table=table,
+                             seqused_k=np.array([33, 7], np.int32))
+    with pytest.raises(ShapeError, match="block_table has dtype int64"):
+        dnnctl.ops.attention(qd, pages, pages, block_table=table.astype(np.int64),
+                             seqused_k=used)
+    with pytest.raises(ShapeError, match="v's page pool"):
+        dnnctl.ops.attention(qd, pages, pages[:3], block_table=table, seqused_k=used)
     torch = pytest.importorskip("torch")
     t = dnnctl.ops.attention(*(torch.from_numpy(x) for x in (q[None], k[None], v[None])),
                              layout="BSHD")

@@ -82,13 +82,14 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
         kshape = _shape(k, "k", 4)
         if paged:
             pages, page, hkv, dk = kshape
+            vshape = _shape(v, "v", 4)
+            dv = vshape[3]
+            if vshape[:3] != (pages, page, hkv):
+                raise ShapeError(f"attention: v's page pool {vshape[:3]} differs from k's "
+                                 f"{(pages, page, hkv)}", hint="k and v share one page table")
+            _check_pages(block_table, seqused_k, b)
             nblk = int(block_table.shape[1])
-            dv = _shape(v, "v", 4)[3]
             key.update(paged=page, seq_kv=nblk * page)
-            if pages != b * nblk:
-                raise ShapeError(f"attention: a paged cache of {b} sequences x {nblk} pages "
-                                 f"has {b * nblk} pages; k has {pages}",
-                                 hint="allocate batch * pages-per-sequence pages")
         else:
             hkv, skv = (kshape[1], kshape[2]) if layout == "BHSD" else (kshape[2], kshape[1])
             dk, dv = kshape[3], _shape(v, "v", 4)[3]
@@ -110,6 +111,21 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
         names += ["block_table", "seqused_k"]
         arrays += [block_table, seqused_k]
     return Parsed(key, tuple(names), arrays, {"scale": None if scale is None else float(scale)})
+
+
+def _check_pages(table: Any, used: Any, batch: int) -> None:
+    """A paged cache's table (batch, pages per sequence) and lengths (batch,): shapes and
+    dtypes (their values are checked where the host reads them: the numpy variants)."""
+    if len(table.shape) != 2 or int(table.shape[0]) != batch:
+        raise ShapeError(f"attention: block_table has shape {tuple(table.shape)}, expected "
+                         f"({batch}, pages per sequence)")
+    if tuple(used.shape) != (batch,):
+        raise ShapeError(f"attention: seqused_k has shape {tuple(used.shape)}, expected "
+                         f"({batch},)")
+    for name, a in (("block_table", table), ("seqused_k", used)):
+        if dtype_name(a.dtype) != "int32":
+            raise ShapeError(f"attention: {name} has dtype {dtype_name(a.dtype)}",
+                             hint="pass int32 page indices and lengths")
 
 
 _FORWARD_OPTIONAL = ("cu_seqlens_q", "cu_seqlens_k", "block_table", "seqused_k")

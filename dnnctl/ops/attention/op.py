@@ -11,9 +11,11 @@ Tensors (the *stored* layouts; ``D`` = head_dim, ``Dv`` = head_dim_v):
 * varlen (packed, BSHD only): seq_q / seq_kv are the *total* token counts of ``batch``
   sequences; q (Tq, Hq, D), k (Tk, Hkv, D), v (Tk, Hkv, Dv), out (Tq, Hq, Dv), with int32
   cu_seqlens_q / cu_seqlens_k (B + 1) giving each sequence's rows.
-* paged = page size P > 0 (a decode KV cache): k (N, P, Hkv, D), v (N, P, Hkv, Dv) with
-  N = B * ceil(Skv / P) pages, block_table (B, ceil(Skv / P)) int32 naming each sequence's
-  pages in order, seqused_k (B,) int32 in [1, Skv]: the sequence's cached length.
+* paged = page size P > 0 (a decode KV cache): k (N, P, Hkv, D), v (N, P, Hkv, Dv), a pool
+  of any N pages (a tuned problem is made with N = B * ceil(Skv / P); the kernels do not
+  depend on N), block_table (B, ceil(Skv / P)) int32 naming each sequence's pages in order,
+  seqused_k (B,) int32 in [1, Skv]: the sequence's cached length. The numpy variants
+  range-check tables and lengths; CUDA kernels do not read them back (no sync).
 * lse (B, Hq, Sq) float32, natural log of the softmax denominators (varlen: (Hq, Tq));
   a row with no allowed key has out = 0 and lse = -inf.
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import UsageError
+from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops.base import Choice, Field, Op, Problem, TensorSpec, first_choice, np_dtype, pass_of
 from dnnctl.ops.registry import register_op, variants
 
@@ -119,6 +121,19 @@ def softmax_lse(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p, lse
 
 
+def check_pages(pages: np.ndarray, used: int, pool: int, cap: int) -> None:
+    """One sequence's page-table row and length, on the host: the pages exist in the pool of
+    ``pool`` pages, the length fits the row's ``cap`` keys (a clear error, not an index
+    error or a silent read past the pool)."""
+    if pages.size and (int(pages.min()) < 0 or int(pages.max()) >= pool):
+        bad = int(pages.min()) if int(pages.min()) < 0 else int(pages.max())
+        raise ShapeError(f"attention: block_table names page {bad}; the pool (k, v) has "
+                         f"pages 0 .. {pool - 1}")
+    if not 1 <= used <= cap:
+        raise ShapeError(f"attention: seqused_k holds length {used}; each must be in 1 .. "
+                         f"{cap} (the table's pages x page size)")
+
+
 class Sequence:
     """One sequence's views: q (Hq, lq, D); k, v (Hkv, lk, .); and where its rows go."""
 
@@ -145,6 +160,7 @@ def sequences(p: Problem, ins: Mapping[str, np.ndarray]) -> Iterator[Sequence]:
         if p["paged"]:
             used = int(np.asarray(ins["seqused_k"])[b])
             pages = np.asarray(ins["block_table"])[b]
+            check_pages(pages, used, k.shape[0], p["seq_kv"])
             kb = k[pages].reshape((-1, *k.shape[2:]))[:used].swapaxes(0, 1)
             vb = v[pages].reshape((-1, *v.shape[2:]))[:used].swapaxes(0, 1)
         else:
