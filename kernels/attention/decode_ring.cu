@@ -48,7 +48,6 @@ constexpr int MERGE_ELEMS = WARPS * BM * (DV + 2) * (int)(sizeof(float) / sizeof
 constexpr int RING_ELEMS = STAGES * STAGE_ELEMS > MERGE_ELEMS ? STAGES * STAGE_ELEMS : MERGE_ELEMS;
 static_assert(BM % 16 == 0 && MT <= 2 && D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0,
               "tile shapes");
-constexpr float LN2 = 0.6931471805599453f;
 
 // The producer's copy of BN whole rows (W elements each, `rs` apart from `src`) into shared rows
 // S elements apart, in 16-byte cp.async chunks: a lane keeps one column and steps its source
@@ -206,71 +205,11 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
       const elem_t* Kt = ring + s * STAGE_ELEMS;
       const elem_t* Vt = Kt + BN * KS;
 
-      float sc[MT][BN / 8][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) zero_frags(sc[mt]);
-      mma_abt<MT, D, BN, QS, KS>(sc, Qs, 0, Kt, lane);  // S = Q K^T
-
       const int j0 = n_begin + i * BN;
       const bool masked = j0 + BN > len_k || window > 0 ||
                           (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
-      float base[MT][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float tmax[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-        for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-            float x = sc[mt][nt][e];
-#if ATT_SOFTCAP
-            x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
-#else
-            x *= scale_log2;
-#endif
-            if (masked && !key_allowed<ATT_MASK>(j, qpos[mt][h], len_k, window)) x = NEG_INF;
-            sc[mt][nt][e] = x;
-            tmax[h] = fmaxf(tmax[h], x);
-          }
-        }
-        float alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float mnew = fmaxf(mrow[mt][h], quad_max(tmax[h]));
-          base[mt][h] = mnew == NEG_INF ? 0.f : mnew;
-          alpha[h] = exp2f(mrow[mt][h] - base[mt][h]);
-          mrow[mt][h] = mnew;
-          lrow[mt][h] *= alpha[h];
-        }
-#pragma unroll
-        for (int c = 0; c < DV / 8; ++c) {
-          o[mt][c][0] *= alpha[0];
-          o[mt][c][1] *= alpha[0];
-          o[mt][c][2] *= alpha[1];
-          o[mt][c][3] *= alpha[1];
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {  // P = exp2(s - max) in the I/O dtype; O += P V
-        unsigned pa[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int nt = 2 * kk + half;
-            const float p0 = exp2f(sc[mt][nt][0] - base[mt][0]);
-            const float p1 = exp2f(sc[mt][nt][1] - base[mt][0]);
-            const float p2 = exp2f(sc[mt][nt][2] - base[mt][1]);
-            const float p3 = exp2f(sc[mt][nt][3] - base[mt][1]);
-            lrow[mt][0] += p0 + p1;
-            lrow[mt][1] += p2 + p3;
-            pa[mt][2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
-            pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
-          }
-        }
-        mma_pb<MT, DV, VS>(o, pa, Vt, kk, lane);
-      }
+      attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, 0, Kt, Vt, j0, masked, len_k, window,
+                              scale_log2, softcap, lane);
       warp_sync();  // every lane has read the stage
       if (lane == 0) mbar_arrive(empty(s));
     }

@@ -39,7 +39,6 @@ constexpr int WM = ATT_WM, MT = WM / 16;  // rows per warp, m16 tiles per warp
 constexpr int WARPS = BM / WM, THREADS = WARPS * 32;
 static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % WM == 0 && WM % 16 == 0,
               "tile shapes");
-constexpr float LN2 = 0.6931471805599453f;
 
 struct RowMap {  // where a block row lives
   int query;     // query index within the sequence (-1: padding row)
@@ -156,70 +155,11 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     const elem_t* Kt = Ks + (t & 1) * BN * KS;
     const elem_t* Vt = Vs + (t & 1) * BN * VS;
 
-    float s[MT][BN / 8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
-    mma_abt<MT, D, BN, QS, KS>(s, Qs, warp * WM, Kt, lane);  // S = Q K^T
-
-    // scale (log2 domain), cap, mask (only on tiles a mask or the end cuts); row maxima
+    // scale (log2 domain), cap, mask (only on tiles a mask or the end cuts), O += P V
     const int j0 = n_begin + t * BN;
     const bool masked = j0 + BN > len_k || window > 0 || (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
-    float base[MT][2];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      float tmax[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-      for (int nt = 0; nt < BN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
-          float x = s[mt][nt][e];
-#if ATT_SOFTCAP
-          x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
-#else
-          x *= scale_log2;
-#endif
-          if (masked && !key_allowed<ATT_MASK>(j, qpos[mt][h], len_k, window)) x = NEG_INF;
-          s[mt][nt][e] = x;
-          tmax[h] = fmaxf(tmax[h], x);
-        }
-      }
-      float alpha[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float mnew = fmaxf(mrow[mt][h], quad_max(tmax[h]));
-        base[mt][h] = mnew == NEG_INF ? 0.f : mnew;
-        alpha[h] = exp2f(mrow[mt][h] - base[mt][h]);
-        mrow[mt][h] = mnew;
-        lrow[mt][h] *= alpha[h];
-      }
-#pragma unroll
-      for (int i = 0; i < DV / 8; ++i) {
-        o[mt][i][0] *= alpha[0];
-        o[mt][i][1] *= alpha[0];
-        o[mt][i][2] *= alpha[1];
-        o[mt][i][3] *= alpha[1];
-      }
-    }
-    // P = exp2(s - max), rounded to the I/O dtype, then O += P V
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      unsigned pa[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int nt = 2 * kk + half;
-          const float p0 = exp2f(s[mt][nt][0] - base[mt][0]), p1 = exp2f(s[mt][nt][1] - base[mt][0]);
-          const float p2 = exp2f(s[mt][nt][2] - base[mt][1]), p3 = exp2f(s[mt][nt][3] - base[mt][1]);
-          lrow[mt][0] += p0 + p1;
-          lrow[mt][1] += p2 + p3;
-          pa[mt][2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
-          pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
-        }
-      }
-      mma_pb<MT, DV, VS>(o, pa, Vt, kk, lane);
-    }
+    attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, warp * WM, Kt, Vt, j0, masked, len_k, window,
+                            scale_log2, softcap, lane);
     block_sync();  // the next iteration's load overwrites this buffer
   }
   cp_async_wait<0>();

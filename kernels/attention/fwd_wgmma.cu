@@ -82,7 +82,6 @@ constexpr bool PINGPONG = ATT_PINGPONG != 0 && CONS > 1;
 // 128 x 24 + CONS x 128 x CONSUMER_REGS <= 65536
 constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONS == 2 ? 240 : 160;
 constexpr bool OVERLAP = ATT_OVERLAP != 0;
-constexpr float LN2 = 0.6931471805599453f;
 
 namespace {
 

@@ -35,6 +35,7 @@ from dnnctl.ops.attention.cupy_variants import (
     HEAD_DIMS,
     CupyAttention,
     DecodeAttention,
+    mma_unsupported,
     strides,
 )
 from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
@@ -102,9 +103,9 @@ class DecodeRingAttention(CupyAttention):
         if device.cc_tuple < (9, 0):
             return unsupported(f"built and measured for sm_90 (mbarrier rings); "
                                f"{device.name} is {device.compute_capability}")
-        for f in ("head_dim", "head_dim_v"):
-            if p[f] not in HEAD_DIMS:
-                return unsupported(f"{f}={p[f]}: the kernel is built for {list(HEAD_DIMS)}")
+        no = mma_unsupported(p, device, HEAD_DIMS)  # its products are the mma kernel's
+        if no is not None:
+            return no
         if p["varlen"]:
             return unsupported("decode_ring takes fixed-length queries (varlen: use mma)")
         if packed_rows(p) > 64:

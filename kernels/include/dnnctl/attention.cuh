@@ -18,6 +18,7 @@ namespace dnnctl {
 
 // The kernels exponentiate with exp2: scores and lse enter in log2 units.
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;  // lse back to natural log: log2 x LN2
 
 
 #ifdef DNNCTL_EMU

@@ -121,6 +121,82 @@ __device__ __forceinline__ void zero_frags(float (&c)[NT][4]) {
   for (int i = 0; i < NT; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 }
 
+// One key tile of the online softmax for a warp's MT 16-row tiles (the mma kernels' loop
+// body): S = Q K^T (rows row0 .. of Q, the BN keys of K tile kt), scaled into the log2
+// domain (or softcapped: c tanh(s / c)), keys masked where `masked` (j0: the tile's first key,
+// qpos: each fragment row's key position), the running row maxima `mrow` and sums `lrow`
+// updated and O rescaled, then O += P V with P = exp2(s - max) rounded to elem_t (V tile vt).
+template <int MT, int MASK>
+__device__ __forceinline__ void attn_tile(float (&o)[MT][DV / 8][4], float (&mrow)[MT][2],
+                                          float (&lrow)[MT][2], const int (&qpos)[MT][2],
+                                          const elem_t* q, int row0, const elem_t* kt,
+                                          const elem_t* vt, int j0, bool masked, int len_k,
+                                          int window, float scale_log2, float softcap,
+                                          int lane) {
+  float s[MT][BN / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
+  mma_abt<MT, D, BN, QS, KS>(s, q, row0, kt, lane);  // S = Q K^T
+  float base[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float tmax[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2, j = j0 + nt * 8 + (lane % 4) * 2 + (e & 1);
+        float x = s[mt][nt][e];
+#if ATT_SOFTCAP
+        x = softcap * tanhf(x * (scale_log2 * LN2) / softcap) * LOG2E;
+#else
+        (void)softcap;
+        x *= scale_log2;
+#endif
+        if (masked && !key_allowed<MASK>(j, qpos[mt][h], len_k, window)) x = NEG_INF;
+        s[mt][nt][e] = x;
+        tmax[h] = fmaxf(tmax[h], x);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float mnew = fmaxf(mrow[mt][h], quad_max(tmax[h]));
+      base[mt][h] = mnew == NEG_INF ? 0.f : mnew;
+      alpha[h] = exp2f(mrow[mt][h] - base[mt][h]);
+      mrow[mt][h] = mnew;
+      lrow[mt][h] *= alpha[h];
+    }
+#pragma unroll
+    for (int i = 0; i < DV / 8; ++i) {
+      o[mt][i][0] *= alpha[0];
+      o[mt][i][1] *= alpha[0];
+      o[mt][i][2] *= alpha[1];
+      o[mt][i][3] *= alpha[1];
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {  // P = exp2(s - max) in elem_t, then O += P V
+    unsigned pa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int nt = 2 * kk + half;
+        const float p0 = exp2f(s[mt][nt][0] - base[mt][0]);
+        const float p1 = exp2f(s[mt][nt][1] - base[mt][0]);
+        const float p2 = exp2f(s[mt][nt][2] - base[mt][1]);
+        const float p3 = exp2f(s[mt][nt][3] - base[mt][1]);
+        lrow[mt][0] += p0 + p1;
+        lrow[mt][1] += p2 + p3;
+        pa[mt][2 * half] = pack2(from_float<elem_t>(p0), from_float<elem_t>(p1));
+        pa[mt][2 * half + 1] = pack2(from_float<elem_t>(p2), from_float<elem_t>(p3));
+      }
+    }
+    mma_pb<MT, DV, VS>(o, pa, vt, kk, lane);
+  }
+}
+
 // Row lane / 4 + 8 h of a 16 x N accumulator, times `mul`, stored at `dst` (N elements of one
 // row; each lane writes two adjacent ones per n-tile).
 template <int N>
