@@ -139,3 +139,22 @@ def test_splits_of_the_emulator_cases():
     got = [dec_grid(_k(**key), params, sms)[0] for key, params, sms in EMU_CASES]
     assert got[1] == 1 and all(s > 1 for i, s in enumerate(got) if i != 1), got
     assert np.prod(got) > 1
+
+
+@needs_emu
+def test_misaligned_operands_get_a_clear_error(emu):
+    """16-byte copies need 16-byte aligned q / k / v: a view at an odd element offset is
+    refused by name, before any launch (on the GPU it would be a misaligned-address fault)."""
+    from dnnctl.errors import ShapeError
+    from dnnctl.ops.check import prepare
+
+    p = _k(heads_q=2, heads_kv=1, seq_kv=64, head_dim=32)
+    dev = replace(emu.device(0), compute_capability="9.0", smem_per_block_optin=227 * 1024)
+    kern = DB.build(p, DB.default_params(p, dev), dev)
+    prep = prepare(OP, p, emu, np.random.default_rng(0), with_reference=False)
+    q = prep.inputs["q"]
+    buf = np.zeros(q.size + 1, q.dtype)
+    shifted = buf[1:].reshape(q.shape)  # 2 bytes past an aligned start
+    shifted[...] = q
+    with pytest.raises(ShapeError, match="16-byte aligned"):
+        kern(dict(prep.inputs, q=shifted), prep.outputs, prep.attrs)

@@ -15,8 +15,9 @@ Parameters: bm (16 or 32 packed (query, head) rows per block), bn (keys per tile
 parameter: it is chosen at build to fill whole waves of the device's resident blocks (the
 fewest splits whose waves are >= 90 % full, each warp keeping >= 2 tiles).
 
-Rows past 64 per key/value head, varlen batches and backward go elsewhere; a call whose q / k
-/ v are not 16-byte aligned runs ``decode``.
+Rows past 64 per key/value head, varlen batches and backward go elsewhere. q / k / v must
+start 16-byte aligned (16-byte copies, as the mma kernels): a view at an odd element offset
+is refused with a clear error, not a misaligned-address fault.
 """
 
 from __future__ import annotations
@@ -28,18 +29,17 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
-from dnnctl.errors import UnsupportedError
+from dnnctl.errors import ShapeError, UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import codes
 from dnnctl.ops.attention.cupy_variants import (
     HEAD_DIMS,
     CupyAttention,
-    DecodeAttention,
     mma_unsupported,
     strides,
 )
 from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
-from dnnctl.ops.base import SUPPORTED, Kernel, LazyKernel, Problem, Support, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
 SOURCE = "attention/decode_ring.cu"
@@ -171,14 +171,13 @@ class DecodeRingAttention(CupyAttention):
         table_stride = i32(-(-p["seq_kv"] // p["paged"]) if p["paged"] else 0)
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]
         ptr = cuda.ptr
-        dec = DecodeAttention()
-        fallback = LazyKernel(lambda: dec.build(p, dec.default_params(p, device), device))
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             if (ptr(inputs["q"]) | ptr(inputs["k"]) | ptr(inputs["v"])) & 15:
-                fallback(inputs, outputs, attrs)  # the copy engine takes 16-byte aligned rows
-                return
+                raise ShapeError("attention: q, k or v does not start at a 16-byte aligned "
+                                 "address (a view at an odd element offset)",
+                                 hint="pass a copy (tensor.clone())")
             ws_o = ws_lse = None
             if splits > 1:
                 if not counters:
