@@ -156,5 +156,10 @@ def test_misaligned_operands_get_a_clear_error(emu):
     buf = np.zeros(q.size + 1, q.dtype)
     shifted = buf[1:].reshape(q.shape)  # 2 bytes past an aligned start
     shifted[...] = q
-    with pytest.raises(ShapeError, match="16-byte aligned"):
+    with pytest.raises(ShapeError, match="q does not start at a 16-byte aligned"):
         kern(dict(prep.inputs, q=shifted), prep.outputs, prep.attrs)
+    # the mma kernels (wgmma's fallback for such operands) refuse them the same way
+    mma = get_variant("attention", "cupy", "mma")
+    mk = mma.build(p, mma.default_params(p, dev), dev)
+    with pytest.raises(ShapeError, match="q does not start at a 16-byte aligned"):
+        mk(dict(prep.inputs, q=shifted), prep.outputs, prep.attrs)

@@ -17,7 +17,12 @@ from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
-from dnnctl.ops.attention.cupy_variants import CupyAttention, mma_unsupported, strides
+from dnnctl.ops.attention.cupy_variants import (
+    CupyAttention,
+    mma_unsupported,
+    require_aligned,
+    strides,
+)
 from dnnctl.ops.attention.op import CAUSAL, attn_scale, lse_shape
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support
 from dnnctl.ops.registry import register_variant
@@ -109,6 +114,7 @@ class BackwardKernel:
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         p = self.p
+        require_aligned(inputs, ("q", "k", "v", "out", "dout"))
         dvec = cuda.scratch(self.lse_shape, dtype=np.float32)
         cq, ck = inputs.get("cu_seqlens_q"), inputs.get("cu_seqlens_k")
         sizes = (np.int32(p["seq_q"]), np.int32(p["seq_kv"]))

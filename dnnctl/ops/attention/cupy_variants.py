@@ -16,7 +16,7 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
-from dnnctl.errors import UnsupportedError
+from dnnctl.errors import ShapeError, UnsupportedError
 from dnnctl.ops import codes
 from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
@@ -47,6 +47,17 @@ def strides(p: Problem) -> dict[str, tuple[int, int, int]]:
             out[name] = (s * h * d, d, h * d)
     out["lse"] = (0, sq, 0) if p["varlen"] else (hq * sq, sq, 0)
     return out
+
+
+def require_aligned(inputs: Mapping[str, Any], names: tuple[str, ...]) -> None:
+    """The mma-family kernels copy 16-byte chunks: an operand that does not start 16-byte
+    aligned (a view at an odd element offset) is refused by name before any launch, not left
+    to a misaligned-address fault that ends the CUDA context."""
+    bad = [n for n in names if cuda.ptr(inputs[n]) & 15]
+    if bad:
+        raise ShapeError(f"attention: {', '.join(bad)} does not start at a 16-byte aligned "
+                         "address (a view at an odd element offset)",
+                         hint="pass a copy (tensor.clone())")
 
 
 def _kv_tiles(p: Problem, bn: int) -> int:
@@ -153,6 +164,7 @@ class FlashKernel:
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         p = self.p
+        require_aligned(inputs, ("q", "k", "v"))
         scale_log2 = np.float32(attn_scale(p, attrs) * LOG2E)
         ws_o = ws_lse = None
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]

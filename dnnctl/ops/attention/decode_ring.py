@@ -29,13 +29,14 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
-from dnnctl.errors import ShapeError, UnsupportedError
+from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import codes
 from dnnctl.ops.attention.cupy_variants import (
     HEAD_DIMS,
     CupyAttention,
     mma_unsupported,
+    require_aligned,
     strides,
 )
 from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
@@ -170,14 +171,10 @@ class DecodeRingAttention(CupyAttention):
         softcap = np.float32(p["softcap"])
         table_stride = i32(-(-p["seq_kv"] // p["paged"]) if p["paged"] else 0)
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]
-        ptr = cuda.ptr
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
-            if (ptr(inputs["q"]) | ptr(inputs["k"]) | ptr(inputs["v"])) & 15:
-                raise ShapeError("attention: q, k or v does not start at a 16-byte aligned "
-                                 "address (a view at an odd element offset)",
-                                 hint="pass a copy (tensor.clone())")
+            require_aligned(inputs, ("q", "k", "v"))
             ws_o = ws_lse = None
             if splits > 1:
                 if not counters:
