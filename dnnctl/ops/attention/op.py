@@ -357,7 +357,7 @@ class Attention(Op):
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         """numpy: blocked. CUDA, a small cost rule. Short queries over long caches or a
         paged cache: on sm_90 cuDNN through torch where it takes the problem (measured on the
-        H200: 1.07-1.13x decode_ring), then decode_ring; else decode. The rest: on sm_90 cuDNN
+        H200: 1.12-1.30x decode_ring), then decode_ring; else decode. The rest: on sm_90 cuDNN
         through torch where it takes the problem (1.11-1.5x our Hopper kernel on every prefill
         shape, benchmarks/RESULTS.md), else our Hopper kernel, else the mma.sync kernel, else
         a vendor backend. Backward: our Hopper kernel (wgmma_bwd, dq by fp32
