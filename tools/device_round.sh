@@ -74,6 +74,9 @@ for st in "$@"; do
       timeout 90 python3 benchmarks/attention_candidates.py --decode --default decode \
         > "$L/decode_defaults.md" 2>&1
       grep -E "cuDNN|copy" "$L/decode_candidates.md" | head -20; cat "$L/decode_defaults.md" ;;
+    bn_profile)  # each batch_norm training kernel's time, dnnctl and torch (torch profiler)
+      timeout "${T:-120}" python3 tools/bn_kernel_times.py > "$L/bn_profile.txt" 2>&1
+      grep " us " "$L/bn_profile.txt" ;;
     attention_defaults)  # each attention variant's default parameters only (fast)
       timeout "${T:-90}" python3 benchmarks/attention_candidates.py --default wgmma mma \
         > "$L/attention_defaults.md" 2>&1
