@@ -49,14 +49,6 @@ DECODE_SHAPES: list[dict[str, Any]] = [
 ]
 
 
-def _copy_gbps(torch: Any) -> float:
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    t = common.time_us(lambda: dst.copy_(src), flush_l2=False, budget_ms=100)["median_us"]
-    return 2 * n / (t * 1e-6) / 1e9
-
-
 def _shape(op: Any, p: Any, torch: Any) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -96,7 +88,7 @@ def main() -> int:
     only_default = "--default" in sys.argv
     decode = "--decode" in sys.argv
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or ["wgmma"]
-    copy = _copy_gbps(torch) if decode else 0.0
+    copy = common.copy_gbps() if decode else 0.0
     if decode:
         print(f"copy bandwidth (1 GiB each way): {copy:.0f} GB/s", flush=True)
     for key in DECODE_SHAPES if decode else SHAPES:

@@ -52,16 +52,22 @@ def time_us(fn, *, warmup_ms: float = 20.0, budget_ms: float = 60.0,
     return {"median_us": statistics.median(s), "p20_us": q[1], "p80_us": q[7], "n": len(s)}
 
 
+def copy_gbps() -> float:
+    """Device-to-device copy bandwidth, bytes read + written, 1 GiB each way (torch)."""
+    import torch
+
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    t = time_us(lambda s=src, d=dst: d.copy_(s), flush_l2=False, budget_ms=100)["median_us"]
+    return 2 * n / (t * 1e-6) / 1e9
+
+
 def measure_ceilings() -> Ctx:
     import torch
 
     dev = torch.device("cuda")
-    n = 1 << 30  # 1 GiB each way
-    src = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 255)
-    dst = torch.empty_like(src)
-    t = time_us(lambda s=src, d=dst: d.copy_(s), flush_l2=False, budget_ms=100)["median_us"]
-    copy_gbps = 2 * n / (t * 1e-6) / 1e9
-    del src, dst
+    copy = copy_gbps()
     flops = {}
     for dt in (torch.bfloat16, torch.float16):
         a = torch.randn(8192, 8192, device=dev, dtype=dt)
@@ -73,7 +79,7 @@ def measure_ceilings() -> Ctx:
     info = CupyBackend().device(0)
     return Ctx(gpu=info.name, driver=info.driver, cuda=info.cuda_runtime,
                torch=torch.__version__, cudnn=str(torch.backends.cudnn.version()),
-               copy_gbps=copy_gbps, bf16_tflops=flops[torch.bfloat16],
+               copy_gbps=copy, bf16_tflops=flops[torch.bfloat16],
                fp16_tflops=flops[torch.float16])
 
 

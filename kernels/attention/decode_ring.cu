@@ -42,7 +42,6 @@ using namespace dnnctl;
 constexpr int WARPS = DEC_WARPS, STAGES = DEC_WARPS * DEC_DEPTH, MT = BM / 16;
 constexpr int THREADS = (WARPS + 1) * 32;
 constexpr int STAGE_ELEMS = BN * (KS + VS);
-constexpr int KCH = D / 8, VCH = DV / 8;  // 16-byte chunks of a K / V row
 // the end-of-block merge reuses the ring: WARPS x BM rows of DV + 2 floats
 constexpr int MERGE_ELEMS = WARPS * BM * (DV + 2) * (int)(sizeof(float) / sizeof(elem_t));
 constexpr int RING_ELEMS =
@@ -50,16 +49,28 @@ constexpr int RING_ELEMS =
 static_assert(BM % 16 == 0 && MT <= 2 && D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0,
               "tile shapes");
 
-// The producer's copy of BN whole rows (W elements each, `rs` apart from `src`) into shared rows
-// S elements apart, in 16-byte cp.async chunks: a lane keeps one column and steps its source
-// and destination by pointer increments (measured on the H200: 3-10 % faster at B8 x 4096
-// keys than an index computation per chunk, which kept the producer warp busy issuing).
+// The producer's copy of a tile: shared rows r < BN (W elements, S apart) from rows
+// row_of(r) of `src` (`rs` elements apart), in 16-byte cp.async chunks, lane-strided.
+template <int W, int S, class RowOf>
+__device__ __forceinline__ void ring_copy(elem_t* dst, const elem_t* src, long long rs,
+                                          RowOf&& row_of, int lane) {
+  constexpr int CH = W / 8;  // chunks per row
+  for (int c = lane; c < BN * CH; c += 32) {
+    const int r = c / CH, col = (c % CH) * 8;
+    cp_async<16>(dst + r * S + col, src + row_of(r) * rs + col, true);
+  }
+}
+
+// The same for BN consecutive rows from `src`: where a warp-wide step covers whole rows, a
+// lane keeps one column and steps its source and destination by pointer increments
+// (measured on the H200: 3-10 % faster at B8 x 4096 keys than an index computation per
+// chunk, which kept the producer warp busy issuing).
 template <int W, int S>
 __device__ __forceinline__ void ring_copy_rows(elem_t* dst, const elem_t* src, long long rs,
                                                int lane) {
-  constexpr int CH = W / 8;  // chunks per row
-  if (32 % CH == 0) {
-    constexpr int RPI = 32 % CH == 0 ? 32 / CH : 1;  // rows per warp-wide step
+  constexpr int CH = W / 8;
+  if constexpr (32 % CH == 0) {
+    constexpr int RPI = 32 / CH;  // rows per warp-wide step
     const int r0 = lane / CH, col = (lane % CH) * 8;
     const elem_t* g = src + r0 * rs + col;
     elem_t* d = dst + r0 * S + col;
@@ -67,21 +78,8 @@ __device__ __forceinline__ void ring_copy_rows(elem_t* dst, const elem_t* src, l
 #pragma unroll 8
     for (int r = r0; r < BN; r += RPI, g += step, d += RPI * S) cp_async<16>(d, g, true);
   } else {
-    for (int c = lane; c < BN * CH; c += 32) {
-      const int r = c / CH, col = (c % CH) * 8;
-      cp_async<16>(dst + r * S + col, src + r * rs + col, true);
-    }
+    ring_copy<W, S>(dst, src, rs, [](int r) { return (long long)r; }, lane);
   }
-}
-
-struct DecRow {  // where a block row lives
-  int query;     // query index (-1: padding row)
-  int head;      // query head
-};
-
-__device__ __forceinline__ DecRow dec_row(int r, int rows, int head_base, int group) {
-  if (r >= rows) return {-1, 0};
-  return {r / group, head_base + r % group};
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -117,21 +115,16 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   const int off = ATT_MASK == 1 ? 0 : len_k - len_q;  // key position of query 0
 
   // the keys any row of this block may read, cut to this split's slice
-  const int qlo = dec_row(m0, rows, head_base, group).query;
-  const int qhi = dec_row(min(m0 + BM, rows) - 1, rows, head_base, group).query;
+  const int qlo = packed_row(m0, rows, head_base, group).query;
+  const int qhi = packed_row(min(m0 + BM, rows) - 1, rows, head_base, group).query;
   int n_begin, n_end;
   key_range<ATT_MASK>(qlo, qhi, off, len_k, window, BN, n_begin, n_end);
-  n_begin = max(n_begin, split * tiles_per_split * BN);
-  n_end = min(n_end, (split + 1) * tiles_per_split * BN);
+  cut_to_split(n_begin, n_end, split, tiles_per_split);
   const int ntiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
 
-  const elem_t* kb = k + (long long)b * k_sb + (long long)kv_head * k_sh;
-  const elem_t* vb = v + (long long)b * v_sb + (long long)kv_head * v_sh;
-#if ATT_PAGED
-  kb = k + (long long)kv_head * k_sh;  // pages are global: block_table names them
-  vb = v + (long long)kv_head * v_sh;
-  const int* table = block_table + (long long)b * table_stride;
-#endif
+  const elem_t* kb = kv_base<ATT_PAGED>(k, b, kv_head, k_sb, k_sh);
+  const elem_t* vb = kv_base<ATT_PAGED>(v, b, kv_head, v_sb, v_sh);
+  const int* table = block_table + (ATT_PAGED ? (long long)b * table_stride : 0);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -142,7 +135,7 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   }
   if (warp < WARPS) {  // the Q tile (rows gathered through the row map; padding rows zero)
     load_tile<D, QS, BM, WARPS * 32>(Qs, rows - m0, [&](int r) {
-      const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+      const RowMap rm = packed_row(m0 + r, rows, head_base, group);
       return q + (long long)b * q_sb + (long long)rm.head * q_sh + (long long)rm.query * q_ss;
     }, q);
     cp_async_commit();
@@ -162,22 +155,11 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
         ring_copy_rows<D, KS>(Kt, kb + (long long)j0 * k_ss, k_ss, lane);
         ring_copy_rows<DV, VS>(Vt, vb + (long long)j0 * v_ss, v_ss, lane);
       } else {
-        auto src_row = [&](int r) -> long long {  // past the keys: the last key again (masked)
-          const int j = min(j0 + r, len_k - 1);
-#if ATT_PAGED
-          return (long long)table[j / ATT_PAGED] * ATT_PAGED + j % ATT_PAGED;
-#else
-          return j;
-#endif
+        auto src_row = [&](int r) {  // past the keys: the last key again (masked)
+          return kv_row<ATT_PAGED>(table, 0, min(j0 + r, len_k - 1));
         };
-        for (int c = lane; c < BN * KCH; c += 32) {
-          const int r = c / KCH, col = (c % KCH) * 8;
-          cp_async<16>(Kt + r * KS + col, kb + src_row(r) * k_ss + col, true);
-        }
-        for (int c = lane; c < BN * VCH; c += 32) {
-          const int r = c / VCH, col = (c % VCH) * 8;
-          cp_async<16>(Vt + r * VS + col, vb + src_row(r) * v_ss + col, true);
-        }
+        ring_copy<D, KS>(Kt, kb, k_ss, src_row, lane);
+        ring_copy<DV, VS>(Vt, vb, v_ss, src_row, lane);
       }
       cp_async_mbar_arrive(full(s));  // each lane's copies: 32 arrivals fill the stage
     }
@@ -192,7 +174,7 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
       zero_frags(o[mt]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const DecRow rm = dec_row(m0 + mt * 16 + lane / 4 + 8 * h, rows, head_base, group);
+        const RowMap rm = packed_row(m0 + mt * 16 + lane / 4 + 8 * h, rows, head_base, group);
         qpos[mt][h] = rm.query < 0 ? -(1 << 30) : rm.query + off;  // padding rows: no key
         mrow[mt][h] = NEG_INF;
         lrow[mt][h] = 0.f;
@@ -206,11 +188,8 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
       const elem_t* Kt = ring + s * STAGE_ELEMS;
       const elem_t* Vt = Kt + BN * KS;
 
-      const int j0 = n_begin + i * BN;
-      const bool masked = j0 + BN > len_k || window > 0 ||
-                          (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
-      attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, 0, Kt, Vt, j0, masked, len_k, window,
-                              scale_log2, softcap, lane);
+      attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, 0, Kt, Vt, n_begin + i * BN, qpos_min,
+                              len_k, window, scale_log2, softcap, lane);
       warp_sync();  // every lane has read the stage
       if (lane == 0) mbar_arrive(empty(s));
     }
@@ -263,7 +242,7 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   const long long nrows = (long long)gridDim.z * heads_q * seq_q;
   for (int e = threadIdx.x; e < BM * DV; e += THREADS) {
     const int r = e / DV, c = e % DV;
-    const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+    const RowMap rm = packed_row(m0 + r, rows, head_base, group);
     if (rm.query < 0) continue;
     float row_lse;
     const float val = merged(r, c, row_lse);
@@ -294,7 +273,7 @@ attn_decode_ring(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   fence_device();
   for (int e = threadIdx.x; e < BM * DV; e += THREADS) {
     const int r = e / DV, c = e % DV;
-    const DecRow rm = dec_row(m0 + r, rows, head_base, group);
+    const RowMap rm = packed_row(m0 + r, rows, head_base, group);
     if (rm.query < 0) continue;
     const long long row = ((long long)b * heads_q + rm.head) * seq_q + rm.query;
     float mx = NEG_INF;

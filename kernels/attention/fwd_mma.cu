@@ -40,16 +40,12 @@ constexpr int WARPS = BM / WM, THREADS = WARPS * 32;
 static_assert(D % 16 == 0 && DV % 16 == 0 && BN % 16 == 0 && BM % WM == 0 && WM % 16 == 0,
               "tile shapes");
 
-struct RowMap {  // where a block row lives
-  int query;     // query index within the sequence (-1: padding row)
-  int head;      // query head
-};
-
 __device__ __forceinline__ RowMap row_of(int r, int rows, int head_base, int group) {
-  if (r >= rows) return {-1, 0};
 #if ATT_PACK
-  return {r / group, head_base + r % group};
+  return packed_row(r, rows, head_base, group);
 #else
+  (void)group;
+  if (r >= rows) return {-1, 0};
   return {r, head_base};
 #endif
 }
@@ -98,25 +94,14 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
   int n_begin, n_end;
   key_range<ATT_MASK>(qlo, qhi, off, len_k, window, BN, n_begin, n_end);
 #if ATT_SPLITS > 1
-  n_begin = max(n_begin, split * tiles_per_split * BN);
-  n_end = min(n_end, (split + 1) * tiles_per_split * BN);
+  cut_to_split(n_begin, n_end, split, tiles_per_split);
 #endif
   const int ntiles = n_end > n_begin ? (n_end - n_begin + BN - 1) / BN : 0;
 
-  const elem_t* kb = k + (long long)b * k_sb + (long long)kv_head * k_sh;
-  const elem_t* vb = v + (long long)b * v_sb + (long long)kv_head * v_sh;
-#if ATT_PAGED
-  kb = k + (long long)kv_head * k_sh;  // pages are global: block_table names them
-  vb = v + (long long)kv_head * v_sh;
-  const int* table = block_table + (long long)b * table_stride;
-#endif
-  auto key_row = [&](int j) -> long long {
-#if ATT_PAGED
-    return (long long)table[j / ATT_PAGED] * ATT_PAGED + j % ATT_PAGED;
-#else
-    return (long long)(k0 + j);
-#endif
-  };
+  const elem_t* kb = kv_base<ATT_PAGED>(k, b, kv_head, k_sb, k_sh);
+  const elem_t* vb = kv_base<ATT_PAGED>(v, b, kv_head, v_sb, v_sh);
+  const int* table = block_table + (ATT_PAGED ? (long long)b * table_stride : 0);
+  auto key_row = [&](int j) { return kv_row<ATT_PAGED>(table, k0, j); };
   auto load_kv = [&](int t, int buf) {
     const int j0 = n_begin + t * BN;
     const int valid = min(BN, len_k - j0);
@@ -155,11 +140,8 @@ attn_fwd(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     const elem_t* Kt = Ks + (t & 1) * BN * KS;
     const elem_t* Vt = Vs + (t & 1) * BN * VS;
 
-    // scale (log2 domain), cap, mask (only on tiles a mask or the end cuts), O += P V
-    const int j0 = n_begin + t * BN;
-    const bool masked = j0 + BN > len_k || window > 0 || (ATT_MASK != 0 && j0 + BN - 1 > qpos_min);
-    attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, warp * WM, Kt, Vt, j0, masked, len_k, window,
-                            scale_log2, softcap, lane);
+    attn_tile<MT, ATT_MASK>(o, mrow, lrow, qpos, Qs, warp * WM, Kt, Vt, n_begin + t * BN,
+                            qpos_min, len_k, window, scale_log2, softcap, lane);
     block_sync();  // the next iteration's load overwrites this buffer
   }
   cp_async_wait<0>();

@@ -22,7 +22,6 @@ void emu_mbar_wait(unsigned bar, unsigned parity);
 void emu_mbar_arrive(unsigned bar, unsigned tx_bytes);
 void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, unsigned bar);
 void emu_bulk_reduce_add_f32(float* dst, unsigned src, unsigned bytes);
-void emu_bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar);
 void emu_named_sync(int id, int threads);
 void emu_named_arrive(int id, int threads);
 
@@ -34,9 +33,6 @@ inline void mbar_arrive(unsigned bar) { emu_mbar_arrive(bar, 0); }
 inline void mbar_expect_tx(unsigned bar, unsigned bytes) { emu_mbar_arrive(bar, bytes); }
 inline void tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, unsigned bar) {
   emu_tma_load_3d(dst, map, c0, c1, c2, bar);
-}
-inline void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  emu_bulk_load(dst, src, bytes, bar);
 }
 // the thread's cp.async copies land now, then the arrival (the emulator is synchronous)
 inline void cp_async_mbar_arrive(unsigned bar) {

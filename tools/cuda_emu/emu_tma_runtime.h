@@ -163,26 +163,6 @@ void emu_tma_load_3d(unsigned dst, const TmaMap* map, int c0, int c1, int c2, un
   b.copies.push_back(std::move(copy));
 }
 
-// A plain bulk copy: the bytes are read at issue and land when a waiter lets them (as a box).
-void emu_bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  if (dst % 16 || (uintptr_t)src % 16 || bytes % 16 || bytes == 0)
-    emu::fail("cp.async.bulk: address or size not a multiple of 16 bytes");
-  emu::MBar& b = emu::mbar(bar, "cp.async.bulk");
-  emu::check_smem(emu::g_smem + dst, bytes, "cp.async.bulk destination");
-  emu::check_global(src, bytes, "cp.async.bulk source");
-  emu::TmaCopy copy;
-  copy.dst = dst;
-  copy.data.assign((const unsigned char*)src, (const unsigned char*)src + bytes);
-  for (size_t i = 0; i < bytes; ++i) {
-    emu::Shadow& s = emu::g_shadow[dst + i];
-    if (s.pending) emu::fail("cp.async.bulk: destination has a copy in flight");
-    if (s.async_reads) emu::fail("cp.async.bulk: destination is read by a wgmma in flight");
-    ++s.pending;
-    s.unfenced = false;
-  }
-  b.copies.push_back(std::move(copy));
-}
-
 // The bulk reduction lands at issue (the emulator's copy engine is immediate): its shared
 // source is read through the async proxy (no copy in flight, no unfenced generic write, no
 // write in the current barrier interval), the global destination checked and added to.

@@ -18,7 +18,7 @@ from dnnctl.backends import cuda
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import ShapeError, UnsupportedError
 from dnnctl.ops import codes
-from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale
+from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, kv_pages
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
 from dnnctl.ops.registry import register_variant
 
@@ -47,6 +47,13 @@ def strides(p: Problem) -> dict[str, tuple[int, int, int]]:
             out[name] = (s * h * d, d, h * d)
     out["lse"] = (0, sq, 0) if p["varlen"] else (hq * sq, sq, 0)
     return out
+
+
+def launch_strides(p: Problem) -> tuple[tuple[np.int64, ...], tuple[np.int64, np.int64]]:
+    """The kernels' stride arguments: (batch, head, row) of q, k, v, out, then lse's two."""
+    st = strides(p)
+    return (tuple(np.int64(x) for n in ("q", "k", "v", "out") for x in st[n]),
+            (np.int64(st["lse"][0]), np.int64(st["lse"][1])))
 
 
 def require_aligned(inputs: Mapping[str, Any], names: tuple[str, ...]) -> None:
@@ -155,10 +162,8 @@ class FlashKernel:
         self.combine = (cuda.Launch(mod.get_function("attn_combine"), (-(-nrows // 4), 1, 1),
                                     (128, 1, 1)) if self.splits > 1 else None)
         self.tps = -(-_kv_tiles(p, self.bn) // self.splits)
-        st = strides(p)
-        self.strides = [np.int64(x) for n in ("q", "k", "v", "out") for x in st[n]]
-        self.lse_strides = [np.int64(st["lse"][0]), np.int64(st["lse"][1])]
-        self.table_stride = np.int32(-(-p["seq_kv"] // p["paged"]) if p["paged"] else 0)
+        self.strides, self.lse_strides = launch_strides(p)
+        self.table_stride = np.int32(kv_pages(p))
         self.group = np.int32(g)
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],

@@ -35,11 +35,11 @@ from dnnctl.ops import codes
 from dnnctl.ops.attention.cupy_variants import (
     HEAD_DIMS,
     CupyAttention,
+    launch_strides,
     mma_unsupported,
     require_aligned,
-    strides,
 )
-from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, pass_of
+from dnnctl.ops.attention.op import CAUSAL, LOG2E, attn_scale, kv_pages, pass_of
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
@@ -162,14 +162,12 @@ class DecodeRingAttention(CupyAttention):
                           dec_smem(p, params))
         counters: list[Any] = []  # one per row block, made on the first call (zero; every
         # launch leaves them zero)
-        st = strides(p)
-        i32, i64 = np.int32, np.int64
-        ptr_strides = tuple(i64(x) for n in ("q", "k", "v", "out") for x in st[n])
-        lstr = (i64(st["lse"][0]), i64(st["lse"][1]))
+        i32 = np.int32
+        ptr_strides, lstr = launch_strides(p)
         tail = (i32(p["seq_q"]), i32(p["seq_kv"]), i32(p["heads_q"]),
                 i32(p["heads_q"] // p["heads_kv"]), i32(p["window"]))
         softcap = np.float32(p["softcap"])
-        table_stride = i32(-(-p["seq_kv"] // p["paged"]) if p["paged"] else 0)
+        table_stride = i32(kv_pages(p))
         nrows = p["batch"] * p["heads_q"] * p["seq_q"]
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],

@@ -121,22 +121,63 @@ __device__ __forceinline__ void zero_frags(float (&c)[NT][4]) {
   for (int i = 0; i < NT; ++i) c[i][0] = c[i][1] = c[i][2] = c[i][3] = 0.f;
 }
 
+// Where a block row lives: the query (-1: a padding row) and its query head.
+struct RowMap {
+  int query;
+  int head;
+};
+
+// Packed rows (decode, GQA): row r of `rows` is query r / group of query head
+// head_base + r % group, so the group's heads share each K / V tile.
+__device__ __forceinline__ RowMap packed_row(int r, int rows, int head_base, int group) {
+  if (r >= rows) return {-1, 0};
+  return {r / group, head_base + r % group};
+}
+
+// A block's keys [n_begin, n_end) cut to split `split` of tiles_per_split key tiles each.
+__device__ __forceinline__ void cut_to_split(int& n_begin, int& n_end, int split,
+                                             int tiles_per_split) {
+  n_begin = max(n_begin, split * tiles_per_split * BN);
+  n_end = min(n_end, (split + 1) * tiles_per_split * BN);
+}
+
+// The first row of (batch b, kv head h) in k or v: a contiguous cache's, or with PAGE > 0 a
+// paged cache's head offset alone (its pages are global: the block table names them).
+template <int PAGE>
+__device__ __forceinline__ const elem_t* kv_base(const elem_t* x, int b, int h, long long sb,
+                                                 long long sh) {
+  return x + (PAGE > 0 ? 0 : (long long)b * sb) + (long long)h * sh;
+}
+
+// The cache row of key j: k0 + j, or with PAGE-token pages row j % PAGE of the page the
+// sequence's block table row `table` names.
+template <int PAGE>
+__device__ __forceinline__ long long kv_row(const int* table, int k0, int j) {
+  if constexpr (PAGE > 0) {
+    return (long long)table[j / PAGE] * PAGE + j % PAGE;
+  } else {
+    return (long long)(k0 + j);
+  }
+}
+
 // One key tile of the online softmax for a warp's MT 16-row tiles (the mma kernels' loop
-// body): S = Q K^T (rows row0 .. of Q, the BN keys of K tile kt), scaled into the log2
-// domain (or softcapped: c tanh(s / c)), keys masked where `masked` (j0: the tile's first key,
-// qpos: each fragment row's key position), the running row maxima `mrow` and sums `lrow`
+// body): S = Q K^T (rows row0 .. of Q, the BN keys of K tile kt, the first key j0), scaled
+// into the log2 domain (or softcapped: c tanh(s / c)), keys masked where a mask or the end
+// cuts the tile (qpos: each fragment row's key position; qpos_min: the block's first query's,
+// at or above which a causal tile is whole), the running row maxima `mrow` and sums `lrow`
 // updated and O rescaled, then O += P V with P = exp2(s - max) rounded to elem_t (V tile vt).
 template <int MT, int MASK>
 __device__ __forceinline__ void attn_tile(float (&o)[MT][DV / 8][4], float (&mrow)[MT][2],
                                           float (&lrow)[MT][2], const int (&qpos)[MT][2],
                                           const elem_t* q, int row0, const elem_t* kt,
-                                          const elem_t* vt, int j0, bool masked, int len_k,
+                                          const elem_t* vt, int j0, int qpos_min, int len_k,
                                           int window, float scale_log2, float softcap,
                                           int lane) {
   float s[MT][BN / 8][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) zero_frags(s[mt]);
   mma_abt<MT, D, BN, QS, KS>(s, q, row0, kt, lane);  // S = Q K^T
+  const bool masked = j0 + BN > len_k || window > 0 || (MASK != 0 && j0 + BN - 1 > qpos_min);
   float base[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {

@@ -8,8 +8,6 @@
 //     the phase "before" phase 0, parity 1, counts as completed).
 //   cp.async.bulk.tensor (9.7.9.25): a box of a tensor map into shared memory, completing on
 //     an mbarrier; out-of-bounds elements are zero-filled and count towards the bytes.
-//   cp.async.bulk (9.7.9.25.4): a contiguous run of bytes (16-byte aligned, a multiple of 16)
-//     from global into shared memory, completing on an mbarrier like a tensor copy.
 //   setmaxnreg (9.7.17.1): a warpgroup-wide register budget change (needs a launch-time
 //     register cap: __launch_bounds__(threads, 1)).
 //
@@ -90,16 +88,6 @@ __device__ __forceinline__ void tma_load_3d(unsigned dst, const TmaMap* map, int
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
-// `bytes` contiguous bytes at global src into shared address dst, completing on bar
-// (addresses 16-byte aligned, bytes a multiple of 16; no tensor map).
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 
