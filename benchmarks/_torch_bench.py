@@ -94,11 +94,19 @@ def default_plan(problems: Iterable[Any]) -> Any:
     """A loaded plan whose entries are each problem's default choice on this GPU: a planned
     call (a plan hit) that runs the same kernel as the unplanned one."""
     from dnnctl.ops.registry import get_op
-    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
 
     be = gpu_backend()
     dev = be.device(0)
-    entries = [PlanEntry(p, get_op(p.op).default_choice(p, be.name, dev)) for p in problems]
+    return plan_with([(p, get_op(p.op).default_choice(p, be.name, dev)) for p in problems])
+
+
+def plan_with(choices: Iterable[tuple[Any, Any]]) -> Any:
+    """A loaded plan for this GPU with the given (problem, Choice) entries: what a tuned
+    plan that picked them dispatches."""
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+
+    dev = gpu_backend().device(0)
+    entries = [PlanEntry(p, c) for p, c in choices]
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return LoadedPlan(Plan([Section(dev.fingerprint(), kernels_digest(), now, {}, entries)]))
 

@@ -7,7 +7,10 @@ best timed) against cuDNN and FlashAttention-2 through torch, in one run.
 TFLOP/s = 4·B·Hq·Sq·Skv·D (halved for causal); forward+backward counts 3.5x that. Decode rows
 report GB/s over the minimum bytes and the share of the copy bandwidth measured in this run.
 ``plan`` is the best over every registered variant (ours and the vendor wrappers, as a tuned
-plan would choose).
+plan would choose), each timed as the run-time pipeline calls it (a vendor wrapper on torch
+tensors, returning the library's own outputs); ``plan_call`` is that choice put in a plan and
+called as a user does, ``dnnctl.ops.attention(q, k, v, plan=...)`` on torch tensors, and
+``plan/best_torch`` compares that call with the fastest torch backend.
 """
 
 from __future__ import annotations
@@ -76,12 +79,22 @@ def _torch_backend(torch: Any, q: Any, k: Any, v: Any, causal: bool, which: str,
     return fwd, fwd_bwd
 
 
+def _call_args(kern: Any, inputs: dict, outputs: dict, tinputs: dict) -> tuple[dict, dict]:
+    """A kernel's arguments as the run-time pipeline passes them from torch tensors: an
+    adopting kernel (a vendor wrapper) gets the torch tensors and no outputs."""
+    from dnnctl.ops.dispatch import adopting
+
+    return (tinputs, {}) if adopting(kern) else (inputs, outputs)
+
+
 def _ours(op: Any, problem: Any, dev: Any, inputs: dict, outputs: dict, ref: Any,
-          torch: Any, y: Any, names: tuple[str, ...]) -> tuple[float, str, int, list[str]]:
-    """Best verified candidate of ``names``: (median us, label, tried, notes)."""
+          torch: Any, y: Any, names: tuple[str, ...], tinputs: dict
+          ) -> tuple[float, str, int, list[str], Any]:
+    """Best verified candidate of ``names``: (median us, label, tried, notes, Choice)."""
+    from dnnctl.ops.base import Choice
     from dnnctl.ops.registry import get_variant
 
-    best, label, tried, notes = math.inf, "", 0, []
+    best, label, tried, notes, choice = math.inf, "", 0, [], None
     for vname in names:
         variant = get_variant("attention", "cupy", vname)
         if not variant.supports(problem, dev):
@@ -90,10 +103,11 @@ def _ours(op: Any, problem: Any, dev: Any, inputs: dict, outputs: dict, ref: Any
         for params in space:
             try:
                 kern = variant.build(problem, params, dev)
+                ins, outs = _call_args(kern, inputs, outputs, tinputs)
                 y.fill_(float("nan"))
-                kern(inputs, outputs, {})
+                made = kern(ins, outs, {})
                 torch.cuda.synchronize()
-                err = _rel(torch, y, ref)
+                err = _rel(torch, made["out"] if outs is not outputs else y, ref)
             except Exception as exc:  # reported; the run goes on
                 notes.append(f"FAILED {vname}{params}: {type(exc).__name__}: {exc}"[:160])
                 continue
@@ -101,11 +115,23 @@ def _ours(op: Any, problem: Any, dev: Any, inputs: dict, outputs: dict, ref: Any
                 notes.append(f"WRONG {vname}{params} err {err:.3g}")
                 continue
             tried += 1
-            med = common.time_us(lambda k=kern: k(inputs, outputs, {}), warmup_ms=5,
+            med = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}), warmup_ms=5,
                                  budget_ms=20)["median_us"]
             if med < best:
                 best, label = med, f"{vname} {params}" if params else vname
-    return best, label, tried, notes
+                choice = Choice.of(vname, params)
+    return best, label, tried, notes, choice
+
+
+def _plan_call(torch: Any, fn: Any, ref: Any) -> float:
+    """Median us of a user's planned call ``fn()`` (its first output checked against ref)."""
+    got = fn()
+    got = got[0] if isinstance(got, tuple) else got
+    torch.cuda.synchronize()
+    err = _rel(torch, got, ref)
+    if not err < 2.5e-2:
+        raise RuntimeError(f"the planned call's output is off (rel err {err:.3g})")
+    return common.time_us(fn, warmup_ms=5, budget_ms=30)["median_us"]
 
 
 def _keep(vname: str, params: dict[str, Any]) -> bool:
@@ -127,6 +153,7 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
     import cupy as cp
     import torch
 
+    from dnnctl.ops.base import Choice
     from dnnctl.ops.registry import get_variant
 
     p = op.problem(dict(key, **{"pass": "backward"}))
@@ -158,9 +185,10 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
     fwd_v.build(fp, fwd_v.default_params(fp, dev), dev)(
         ins, {"out": cp.from_dlpack(out), "lse": cp.from_dlpack(lse)}, {})
     ins.update(out=cp.from_dlpack(out), dout=cp.from_dlpack(dout), lse=cp.from_dlpack(lse))
+    tins = {"q": q, "k": k, "v": v, "out": out, "dout": dout, "lse": lse}
     res = {n: torch.empty_like(q) for n in ("dq", "dk", "dv")}
     outs = {n: cp.from_dlpack(t) for n, t in res.items()}
-    best, label, notes = math.inf, "", []
+    best, label, notes, choice = math.inf, "", [], None
     for vname in ("wgmma_bwd", "mma_bwd", "torch_flash_bwd", "torch_cudnn_bwd"):
         variant = get_variant("attention", "cupy", vname)
         if not variant.supports(p, dev):
@@ -168,23 +196,40 @@ def _backward_row(op: Any, dev: Any, name: str, key: dict[str, Any]) -> list[dic
         for params in [c for c in variant.param_space(p, dev) if _keep(vname, c)] or [{}]:
             try:
                 kern = variant.build(p, params, dev)
-                kern(ins, outs, {})
+                cins, couts = _call_args(kern, ins, outs, tins)
+                made = kern(cins, couts, {})
+                got = made if couts is not outs else res
                 torch.cuda.synchronize()
-                err = max(_rel(torch, res[n], grads[n]) for n in res)
+                err = max(_rel(torch, got[n], grads[n]) for n in res)
             except Exception as exc:
                 notes.append(f"FAILED {vname}{params}: {type(exc).__name__}: {exc}"[:160])
                 continue
             if not err < 5e-2:
                 notes.append(f"WRONG {vname}{params} err {err:.3g}")
                 continue
-            med = common.time_us(lambda k=kern: k(ins, outs, {}), warmup_ms=5,
+            med = common.time_us(lambda k=kern, i=cins, o=couts: k(i, o, {}), warmup_ms=5,
                                  budget_ms=30)["median_us"]
             row[f"{vname}_us"] = min(med, row.get(f"{vname}_us", math.inf))
             if med < best:
                 best, label = med, f"{vname} {params}"
+                choice = Choice.of(vname, params)
     ours = min(row.get("wgmma_bwd_us", math.inf), row.get("mma_bwd_us", math.inf))
     row.update({"ours_TFLOPs": op.flops(p) / ours / 1e6, "plan_choice": label,
                 "plan_TFLOPs": op.flops(p) / best / 1e6})
+    if choice is not None:
+        import _torch_bench as tb
+
+        import dnnctl
+
+        lp = tb.plan_with([(p, choice)])
+        try:
+            call = _plan_call(torch, lambda: dnnctl.ops.attention_backward(
+                dout, q, k, v, out, lse, causal=p["causal"], plan=lp), grads["dq"])
+            row["plan_call_TFLOPs"] = op.flops(p) / call / 1e6
+            best_torch = min(row.get(f"{w}_bwd_us", math.inf) for w in ("cudnn", "flash"))
+            row["plan/best_torch"] = best_torch / call
+        except Exception as exc:
+            notes.append(f"planned call: {type(exc).__name__}: {exc}"[:160])
     if "cudnn_bwd_us" in row:
         row["ours/cudnn"] = row["cudnn_bwd_us"] / ours
     return [row] + [{"shape": "backward " + name, "note": n} for n in notes[:4]]
@@ -237,13 +282,15 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
                 ref = torch.nn.functional.scaled_dot_product_attention(
                     q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=gqa)
-        ours, label, tried, notes = _ours(op, p, dev, inputs, outputs, ref, torch, y,
-                                          ("decode_ring", "decode", "wgmma", "mma"))
-        plan, plan_label, _, _ = _ours(op, p, dev, inputs, outputs, ref, torch, y,
-                                       ("torch_flash", "torch_cudnn", "torch_efficient",
-                                        "flash_attn"))
+        tinputs = {"q": q, "k": k, "v": v}
+        ours, label, tried, notes, own = _ours(op, p, dev, inputs, outputs, ref, torch, y,
+                                               ("decode_ring", "decode", "wgmma", "mma"),
+                                               tinputs)
+        plan, plan_label, _, _, choice = _ours(op, p, dev, inputs, outputs, ref, torch, y,
+                                               ("torch_flash", "torch_cudnn",
+                                                "torch_efficient", "flash_attn"), tinputs)
         if ours < plan:
-            plan, plan_label = ours, label
+            plan, plan_label, choice = ours, label, own
         row.update({"ours_us": ours, "ours_TFLOPs": flop / ours / 1e6, "best": label,
                     "tried": tried})
         for which in ("cudnn", "flash"):
@@ -256,7 +303,19 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         row["plan_us"] = plan
         row["plan_choice"] = plan_label
         best_vendor = min([vend[w] for w in ("cudnn", "flash") if w in vend] or [math.inf])
-        row["plan/best_torch"] = best_vendor / plan
+        if choice is not None:
+            import _torch_bench as tb
+
+            import dnnctl
+
+            lp = tb.plan_with([(p, choice)])
+            try:
+                call = _plan_call(torch, lambda q=q, k=k, v=v, c=p["causal"], lp=lp:
+                                  dnnctl.ops.attention(q, k, v, causal=c, plan=lp), ref)
+                row["plan_call_us"] = call
+                row["plan/best_torch"] = best_vendor / call
+            except Exception as exc:
+                notes.append(f"planned call: {type(exc).__name__}: {exc}"[:160])
         if p["seq_q"] <= 16:
             gbps = op.min_bytes(p) / ours / 1e3
             row["ours_GBps"] = gbps

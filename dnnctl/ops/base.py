@@ -10,7 +10,9 @@
 A built kernel is any callable ``kernel(inputs, outputs, attrs) -> None`` where ``inputs``
 and ``outputs`` map names to backend arrays (CuPy or NumPy) and ``attrs`` holds the
 non-shape scalars of the call (eps, momentum, negative_slope, ...). Kernels write every
-element of every output; the tuner poisons outputs before each verification run.
+element of every output; the tuner poisons outputs before each verification run. A kernel
+marked ``adopts = True`` (a library that allocates its own results) may instead be called
+without some outputs and returns those it made (``dnnctl.ops.dispatch.adopting``).
 """
 
 from __future__ import annotations
@@ -260,7 +262,7 @@ class Choice:
 
 class Kernel(Protocol):
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                 attrs: Mapping[str, Any]) -> None: ...
+                 attrs: Mapping[str, Any]) -> Any: ...
 
 
 class LazyKernel:

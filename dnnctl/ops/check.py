@@ -15,6 +15,7 @@ import numpy as np
 
 from dnnctl.backends.base import Backend, DeviceInfo
 from dnnctl.ops.base import Kernel, Op, Problem, VerifyResult, np_dtype, verify_outputs
+from dnnctl.ops.dispatch import adopting, adoption_error
 
 
 @dataclass
@@ -53,12 +54,27 @@ def prepare(op: Op, problem: Problem, backend: Backend, rng: np.random.Generator
 def run_and_verify(op: Op, problem: Problem, kernel: Kernel, backend: Backend,
                    rng: np.random.Generator, attrs: Mapping[str, Any] | None = None
                    ) -> VerifyResult:
-    """Run ``kernel`` once on fresh inputs with poisoned outputs; compare with the reference."""
+    """Run ``kernel`` once on fresh inputs with poisoned outputs; compare with the reference.
+    A kernel that adopts its outputs (``dnnctl.ops.dispatch.adopting``) is also run as the
+    pipeline calls it, without outputs, and what it returns is checked the same way."""
     prep = prepare(op, problem, backend, rng, attrs)
     kernel(prep.inputs, prep.outputs, prep.attrs)
     backend.synchronize()
     got = {k: backend.to_numpy(v) for k, v in prep.outputs.items()}
-    return verify_outputs(op, problem, got, prep.refs, prep.scales)
+    res = verify_outputs(op, problem, got, prep.refs, prep.scales)
+    if not res.ok or not adopting(kernel):
+        return res
+    made = kernel(prep.inputs, {}, prep.attrs)
+    backend.synchronize()
+    bad = adoption_error(op.output_specs(problem), made)
+    if bad:
+        return VerifyResult(False, float("inf"), bad)
+    adopted = verify_outputs(op, problem, {k: backend.to_numpy(v) for k, v in made.items()},
+                             prep.refs, prep.scales)
+    if not adopted.ok:
+        return VerifyResult(False, adopted.max_rel_err, "adopted outputs: " + adopted.detail,
+                            adopted.errors)
+    return res if res.max_rel_err >= adopted.max_rel_err else adopted
 
 
 def check_variant(op: Op, problem: Problem, variant: Any, params: Mapping[str, Any],

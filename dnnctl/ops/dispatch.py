@@ -16,6 +16,10 @@ hands its arguments to :func:`call`. The pipeline does the rest for every op:
    default heuristic; the built kernel is cached per choice.
 4. **launch** — the call's stream and scratch allocator are set in the CUDA seam
    (``backends.cuda.STATE``) for the duration of the kernel.
+5. **outputs** — allocated in the caller's kind before the launch, except for a kernel that
+   *adopts* them (``kernel.adopts = True``, e.g. a vendor library that allocates its own
+   results): it is called without them and returns what it made (:func:`adopting`), so
+   its results are not copied into ours.
 
 No op has a private fast path. :func:`run` remains for callers that already hold backend
 arrays (tests, benchmarks): it validates every call.
@@ -158,6 +162,34 @@ def _wants_determinism(adapter: Adapter | None) -> bool:
     return probe is not None and bool(probe())
 
 
+def adopting(kern: Kernel) -> bool:
+    """Whether ``kern`` adopts outputs: it may be called with an ``outputs`` mapping that
+    lacks some of the op's outputs, writes those present as usual and returns a dict of
+    the missing ones it made -- C-contiguous, of the output specs' shapes and dtypes, and
+    of the kind of the arrays it was given (the caller's with ``flat_io``, else backend
+    arrays). A library that allocates its own results then needs no copy into ours."""
+    return bool(getattr(kern, "adopts", False))
+
+
+def adoption_error(specs: Mapping[str, Any], made: Any) -> str | None:
+    """What is wrong with an adopting kernel's returned outputs against the op's output
+    specs (every one, C-contiguous, of the spec's shape and dtype), or None."""
+    if not isinstance(made, dict):
+        return f"an adopting kernel returned {type(made).__name__}, not a dict of outputs"
+    for name, spec in specs.items():
+        a = made.get(name)
+        if a is None:
+            return f"an adopting kernel did not return output '{name}'"
+        shape, dtype = tuple(int(d) for d in a.shape), np_dtype(spec.dtype)
+        if shape != tuple(spec.shape) or np_dtype(a.dtype) != dtype:
+            return (f"adopted output '{name}' is {shape} {a.dtype}, expected "
+                    f"{tuple(spec.shape)} {dtype}")
+        contiguous = a.is_contiguous() if hasattr(a, "is_contiguous") else a.flags.c_contiguous
+        if not contiguous:
+            return f"adopted output '{name}' is not C-contiguous"
+    return None
+
+
 def kernel_for(problem: Problem, backend: Backend, device: DeviceInfo, choice: Choice) -> Kernel:
     """Build (once) and return the kernel of ``choice`` for ``problem``."""
     ck = (problem, backend.name, device.index, choice)
@@ -230,6 +262,11 @@ class CallSpec:
     parse: Parser
 
 
+# a built kernel as a site keeps it: (kernel, takes the caller's arrays as they are,
+# adopts its outputs)
+Built = tuple[Kernel, bool, bool]
+
+
 class Site:
     """Everything a call with one signature needs, made once (see the module doc)."""
 
@@ -253,14 +290,14 @@ class Site:
         self.result = parsed.result
         self.views = dict(parsed.kernel_shapes)
         self.prepare, self.finish = parsed.prepare, parsed.finish
-        self.kernels: dict[Choice, tuple[Kernel, bool]] = {}
+        self.kernels: dict[Choice, Built] = {}
         # the default heuristic's kernel: ``default`` when its variant is deterministic (the
         # fast path of __call__ takes it whatever is asked), else ``free_default`` (runs
         # unless determinism is asked) and ``det_default`` (the deterministic variants' pick)
-        self.default: tuple[Kernel, bool] | None = None
-        self.free_default: tuple[Kernel, bool] | None = None
-        self.det_default: tuple[Kernel, bool] | None = None
-        self.last: tuple[Any, tuple[Kernel, bool] | None] = (None, None)
+        self.default: Built | None = None
+        self.free_default: Built | None = None
+        self.det_default: Built | None = None
+        self.last: tuple[Any, Built | None] = (None, None)
         self.given_at = dict(parsed.given)
         cpu = adapter.kind in ("numpy", "torch-cpu")
         # a copy / re-layout of our own (prepare, finish) allocates in the backend library:
@@ -273,13 +310,13 @@ class Site:
         self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
 
     # -- kernel choice
-    def _built(self, choice: Choice) -> tuple[Kernel, bool]:
+    def _built(self, choice: Choice) -> Built:
         kern = kernel_for(self.problem, self.adapter.backend, self.device, choice)
-        return kern, self.pointer and bool(getattr(kern, "flat_io", False))
+        return kern, self.pointer and bool(getattr(kern, "flat_io", False)), adopting(kern)
 
-    def kernel(self, plan: PlanLike | None) -> tuple[Kernel, bool]:
-        """(kernel, takes the caller's arrays as they are): the plan's choice (counted by
-        the plan), else the op's default heuristic."""
+    def kernel(self, plan: PlanLike | None) -> Built:
+        """(kernel, takes the caller's arrays as they are, adopts its outputs): the plan's
+        choice (counted by the plan), else the op's default heuristic."""
         active = plan if plan is not None else _ACTIVE_PLAN.get()
         if active is not None:
             try:
@@ -325,13 +362,14 @@ class Site:
         token = None if enter is None else enter()
         try:
             if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
-                kern, flat = self.default
+                kern, flat, adopt = self.default
             else:
-                kern, flat = self.kernel(plan)
+                kern, flat, adopt = self.kernel(plan)
             outs = {}
-            for name, shape, dtype, like in self.outputs:
-                outs[name] = (self.empty(shape, dtype) if like < 0
-                              else self.empty_like(arrays[like]))
+            if not adopt:
+                for name, shape, dtype, like in self.outputs:
+                    outs[name] = (self.empty(shape, dtype) if like < 0
+                                  else self.empty_like(arrays[like]))
             if flat and self.prepare is None:
                 ins = {}
                 for name, i in self.flat_inputs:
@@ -347,7 +385,9 @@ class Site:
                 ins, kouts = self._backend_args(arrays, outs)
             if self.consts:
                 ins.update(self.consts)
-            kern(ins, kouts, self.attrs)
+            made = kern(ins, kouts, self.attrs)
+            if adopt:
+                self._adopt(made, outs, kouts, flat)
             if self.finish is not None:
                 done = self.finish(kouts, self._backend(arrays))
                 conv = self.adapter.from_backend
@@ -364,6 +404,23 @@ class Site:
             return arrays[res]
         return tuple(None if n is None else outs[n] if n in outs else arrays[self.given_at[n]]
                      for n in res)
+
+    def _adopt(self, made: Any, outs: dict[str, Any], kouts: dict[str, Any],
+               flat: bool) -> None:
+        """Take an adopting kernel's results as the call's outputs (see :func:`adopting`):
+        backend arrays go to ``finish`` as they are and to the caller in its kind."""
+        if not isinstance(made, dict) or any(n not in made for n, *_ in self.outputs):
+            raise RuntimeError(f"{self.op.name}: a kernel that adopts its outputs returned "
+                               f"{sorted(made) if isinstance(made, dict) else type(made)}, "
+                               f"not the outputs {[n for n, *_ in self.outputs]}")
+        if kouts is not outs:
+            kouts.update(made)
+        if flat:
+            outs.update(made)
+        elif self.finish is None:
+            conv = self.adapter.from_backend
+            for name, a in made.items():
+                outs[name] = conv(a)
 
     def _backend(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
         conv = self.adapter.to_backend
@@ -553,6 +610,13 @@ def run(op_name: str, key: Mapping[str, Any], bound: Bound, names: tuple[str, ..
     outputs = dict(out or {})
     with _on_caller_stream(bound):  # build, outputs and launch on the call's stream
         kern = kernel_for(problem, backend, device, choice)
+        if adopting(kern):  # it makes its outputs: only those the caller gave are passed
+            made = kern(inputs, outputs, attrs)
+            outputs.update(made)
+            bad = adoption_error(specs, outputs)
+            if bad:
+                raise RuntimeError(f"{op_name} ({choice.label()}): {bad}")
+            return outputs
         for oname, spec in specs.items():
             shape, dtype = tuple(spec.shape), np_dtype(spec.dtype)
             given = outputs.get(oname)

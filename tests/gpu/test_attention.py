@@ -142,3 +142,88 @@ def test_public_function_on_cupy_and_torch(gpu):
     y2 = dnnctl.ops.attention(tq.transpose(1, 2), tk.transpose(1, 2), tv.transpose(1, 2),
                               causal=True, layout="BSHD")
     assert torch.allclose(y2.transpose(1, 2).float(), want.float(), atol=2e-3, rtol=2e-3)
+
+
+VENDOR_CALLS: list[tuple[str, dict]] = [
+    ("torch_cudnn", dict(batch=2, heads_q=8, heads_kv=2, seq_q=1, seq_kv=1000, head_dim=128)),
+    ("torch_cudnn", dict(batch=2, heads_q=4, seq_q=197, head_dim=64, causal="top_left")),
+    ("torch_flash", dict(batch=2, heads_q=8, heads_kv=2, seq_q=129, seq_kv=300, head_dim=64,
+                         causal="bottom_right", layout="BSHD")),
+    ("torch_efficient", dict(batch=1, heads_q=4, seq_q=300, head_dim=96)),
+    ("torch_cudnn_bwd", dict(batch=1, heads_q=4, seq_q=257, head_dim=64, causal="top_left",
+                             **{"pass": "backward"})),
+    ("torch_flash_bwd", dict(batch=1, heads_q=8, heads_kv=2, seq_q=200, head_dim=64,
+                             layout="BSHD", **{"pass": "backward"})),
+]
+
+
+@pytest.mark.parametrize("case", range(len(VENDOR_CALLS)),
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(VENDOR_CALLS)])
+def test_planned_vendor_call_adopts_outputs_on_any_stream(gpu, case):
+    """A plan that picks a vendor wrapper, called from torch tensors: the wrapper gets the
+    tensors as they are and returns the library's own outputs (no copy into ours). The
+    result matches float64; on a side stream it equals the default stream's; captured in a
+    CUDA graph it replays on new inputs."""
+    import datetime
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    import dnnctl
+    from dnnctl.ops import dispatch
+    from dnnctl.ops.base import Choice
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+
+    be, dev = gpu
+    name, key = VENDOR_CALLS[case]
+    p = OP.problem(dict(key, dtype="float16"))
+    variant = next(v for v in variants("attention", "cupy") if v.name == name)
+    ok = variant.supports(p, dev)
+    if not ok:
+        pytest.skip(ok.reason)
+    assert dispatch.adopting(variant.build(p, {}, dev))
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    plan = LoadedPlan(Plan([Section(dev.fingerprint(), kernels_digest(), now, {},
+                                    [PlanEntry(p, Choice.of(name))])]))
+    host = OP.make_inputs(p, np.random.default_rng(case))
+    ref = OP.reference(p, {k: v.astype(np.float64) for k, v in host.items()}, {})
+    t = {k: torch.from_numpy(v).cuda() for k, v in host.items()}
+    bwd = p["pass"] == "backward"
+    kw = dict(causal=p["causal"], layout=p["layout"], plan=plan)
+
+    def call():
+        if bwd:
+            return dnnctl.ops.attention_backward(t["dout"], t["q"], t["k"], t["v"], t["out"],
+                                                 t["lse"], **kw)
+        return dnnctl.ops.attention(t["q"], t["k"], t["v"], return_lse=True, **kw)
+
+    names = ("dq", "dk", "dv") if bwd else ("out", "lse")
+    got = call()
+    for n, g in zip(names, got):
+        assert g.is_cuda and g.is_contiguous() and tuple(g.shape) == ref[n].shape
+        err = np.linalg.norm(g.double().cpu().numpy() - ref[n]) / np.linalg.norm(ref[n])
+        assert err < 2e-2, f"{name} {n}: rel err {err:.3g}"
+    assert plan.stats().hits.get(p, 0) == 1
+    exact = not bwd  # the vendors' backward accumulates in no fixed order
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        on_side = call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for a, b in zip(got, on_side):
+        assert torch.equal(a, b) if exact else torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        call()  # warm on the capture's stream
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        captured = call()
+    fresh = OP.make_inputs(p, np.random.default_rng(case + 100))
+    for k, v in fresh.items():
+        if k in ("q", "k", "v", "dout"):
+            t[k].copy_(torch.from_numpy(v))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, call()):
+        assert torch.equal(a, b) if exact else torch.allclose(a, b, atol=1e-2, rtol=1e-2)

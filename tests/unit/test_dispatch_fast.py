@@ -359,3 +359,80 @@ def test_default_choice_is_made_once_per_problem_until_the_registry_changes(monk
     assert len(asked) == 3
     y = rand(7, 33)
     ops.softmax_backward(ops.softmax(y), rand(7, 33))  # a new Site asks the same memo
+
+
+def _attention_plan(tmp_path: Any, problem: Any, variant: str, **params: Any) -> Any:
+    path = tmp_path / f"{variant}-{problem['pass']}.yaml"
+    write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of(variant, params))])]), path)
+    return load_plan(str(path), device="cpu")
+
+
+def test_adopting_kernel_outputs_are_taken_not_copied(tmp_path, monkeypatch) -> None:
+    """A kernel marked ``adopts`` (here the numpy ``whole`` attention, which rounds its
+    float32 result once) is called without outputs and its own arrays are returned: numpy
+    callers get them as they are, torch CPU callers as tensors over the same memory; the
+    numbers equal the copying path's (``blocked``) within the op's tolerance and the
+    validating path's bit for bit."""
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 4, 9, 16)).astype(np.float16)
+    k = rng.standard_normal((2, 2, 12, 16)).astype(np.float16)
+    v = rng.standard_normal((2, 2, 12, 16)).astype(np.float16)
+    op = registry.get_op("attention")
+    problem = op.problem(batch=2, heads_q=4, heads_kv=2, seq_q=9, seq_kv=12, head_dim=16,
+                         dtype="float16", causal="top_left")
+    whole = _attention_plan(tmp_path, problem, "whole")
+    assert dispatch.adopting(dispatch.kernel_for(problem, dnnctl.backends.registry.get_backend(
+        "numpy"), dnnctl.backends.registry.get_backend("numpy").device(0), Choice.of("whole")))
+    dispatch._SITES.clear()
+    seen: list[Any] = []
+    real = dispatch.Site._adopt
+
+    def spy(self: Any, made: Any, outs: Any, kouts: Any, flat: bool) -> None:
+        seen.append({n: a for n, a in made.items()})
+        real(self, made, outs, kouts, flat)
+
+    monkeypatch.setattr(dispatch.Site, "_adopt", spy)
+    out, lse = dnnctl.ops.attention(q, k, v, causal=True, return_lse=True, plan=whole)
+    assert len(seen) == 1 and seen[0]["out"] is out and seen[0]["lse"] is lse
+    assert out.dtype == np.float16 and out.flags.c_contiguous and lse.dtype == np.float32
+    ref = op.reference(problem, {"q": q, "k": k, "v": v}, {})
+    assert np.linalg.norm(out - ref["out"]) / np.linalg.norm(ref["out"]) < 4e-3
+    again = dnnctl.ops.attention(q, k, v, causal=True, return_lse=True, plan=whole)
+    np.testing.assert_array_equal(again[0], out)
+    assert again[0] is not out  # a fresh array per call, never a cached one
+    blocked = dnnctl.ops.attention(q, k, v, causal=True, plan=_attention_plan(
+        tmp_path, problem, "blocked", block_q=64, block_kv=64))
+    np.testing.assert_allclose(blocked.astype(np.float32), out.astype(np.float32), atol=2e-3)
+    # the validating path adopts too
+    bound = dispatch.bind(q, k, v)
+    res = dispatch.run("attention", dict(problem.key), bound, ("q", "k", "v"), {"scale": None},
+                       plan=whole)
+    np.testing.assert_array_equal(res["out"], out)
+    torch = pytest.importorskip("torch")
+    t, tl = dnnctl.ops.attention(*(torch.from_numpy(x) for x in (q, k, v)), causal=True,
+                                 return_lse=True, plan=whole)
+    assert isinstance(t, torch.Tensor) and isinstance(tl, torch.Tensor)
+    np.testing.assert_array_equal(t.numpy(), out)
+    # backward: dq, dk, dv adopted as well
+    dq, dk, dv = dnnctl.ops.attention_backward(np.ones_like(out), q, k, v, out, lse,
+                                               causal=True, plan=_attention_plan(
+                                                   tmp_path, op.problem({**dict(problem.key),
+                                                                         "pass": "backward"}),
+                                                   "whole"))
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    assert dq.flags.c_contiguous and dk.dtype == np.float16
+
+
+def test_adoption_errors_name_the_output() -> None:
+    from dnnctl.ops.base import TensorSpec
+
+    specs = {"y": TensorSpec((2, 3), "float16"), "s": TensorSpec((2,), "float32")}
+    good = {"y": np.zeros((2, 3), np.float16), "s": np.zeros(2, np.float32)}
+    assert dispatch.adoption_error(specs, good) is None
+    assert "did not return output 's'" in dispatch.adoption_error(specs, {"y": good["y"]})
+    assert "(3, 2) float16, expected (2, 3)" in dispatch.adoption_error(
+        specs, {**good, "y": np.zeros((3, 2), np.float16)})
+    assert "float64" in dispatch.adoption_error(specs, {**good, "s": np.zeros(2)})
+    assert "not C-contiguous" in dispatch.adoption_error(
+        specs, {**good, "y": np.zeros((3, 2), np.float16).T})
+    assert "not a dict" in dispatch.adoption_error(specs, None)

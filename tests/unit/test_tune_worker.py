@@ -76,3 +76,42 @@ def test_evaluator_protocol_on_numpy():
     bad = ev.handle({"cmd": "build", "op": "conv2d", "key": KEY, "variant": "winograd9",
                      "params": {}})
     assert bad["status"] == "error" and "winograd9" in bad["detail"]
+
+
+def test_adopting_kernels_are_verified_and_timed_on_what_they_return(monkeypatch):
+    """The numpy ``whole`` attention adopts its outputs (allocates and returns them): the
+    worker calls it as the pipeline does, checks the returned arrays against the float64
+    reference and times that call; a wrongly shaped adoption is a 'wrong' candidate."""
+    be = get_backend("numpy")
+    ev = Evaluator(be, be.device(0))
+    key = {"batch": 1, "heads_q": 2, "heads_kv": 1, "seq_q": 5, "seq_kv": 7, "head_dim": 8,
+           "dtype": "float16", "causal": "bottom_right"}
+    assert ev.handle({"cmd": "prepare", "op": "attention", "key": key, "seed": 1})["status"] \
+        == "ok"
+    good = ev.handle({"cmd": "eval", "op": "attention", "key": key, "variant": "whole",
+                      "params": {}, "policy": POLICY.to_dict()})
+    assert good["status"] == "ok" and good["max_rel_err"] < 4e-3 and good["n"] >= 3
+    rt = ev.handle({"cmd": "retime", "op": "attention", "key": key, "policy": POLICY.to_dict(),
+                    "candidates": [{"variant": "whole", "params": {}},
+                                   {"variant": "blocked",
+                                    "params": {"block_q": 64, "block_kv": 64}}]})
+    assert rt["status"] == "ok"
+    from dnnctl.ops import registry
+
+    variant = registry.get_variant("attention", "numpy", "whole")
+    real = variant.build
+
+    def transposed(problem, params, device):  # returns out as a strided view
+        kern = real(problem, params, device)
+
+        def k(inputs, outputs, attrs):
+            made = kern(inputs, outputs, attrs)
+            return {**made, "out": made["out"].swapaxes(2, 3)}
+
+        k.adopts = True
+        return k
+
+    monkeypatch.setattr(variant, "build", transposed)
+    bad = ev.handle({"cmd": "eval", "op": "attention", "key": key, "variant": "whole",
+                     "params": {}, "policy": POLICY.to_dict()})
+    assert bad["status"] == "wrong" and "adopted output 'out'" in bad["detail"]

@@ -21,8 +21,8 @@ from dnnctl.ops.attention.op import (
     lse_view,
     sequences,
 )
-from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant
-from dnnctl.ops.registry import register_variant
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, np_dtype
+from dnnctl.ops.registry import get_op, register_variant
 
 
 def _f32(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -54,11 +54,14 @@ class WholeAttention(Variant):
         p = problem
         bwd = p["pass"] == "backward"
 
+        specs = {n: (tuple(s.shape), np_dtype(s.dtype))
+                 for n, s in get_op("attention").output_specs(p).items()}
+
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
+                   attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
             scale = np.float32(attn_scale(p, attrs))
             ins = _f32(inputs)
-            res = {n: np.zeros(o.shape, np.float32) for n, o in outputs.items()}
+            res = {n: np.zeros(shape, np.float32) for n, (shape, _) in specs.items()}
             if not bwd:
                 res["lse"][...] = -np.inf
             for seq in sequences(p, ins):
@@ -77,9 +80,15 @@ class WholeAttention(Variant):
                         den[..., 0] > 0, np.log(safe[..., 0]) + m[..., 0], -np.inf)
                     continue
                 _backward(p, res, ins, seq, s, dcap, k, v, scale)
-            for n, o in outputs.items():
-                o[...] = res[n].astype(o.dtype)
+            made = {}
+            for n, (_, dtype) in specs.items():
+                if n in outputs:
+                    outputs[n][...] = res[n]
+                else:  # adopted: the float32 result rounded once, no copy into ours
+                    made[n] = res[n].astype(dtype, copy=False)
+            return made
 
+        kernel.adopts = True  # type: ignore[attr-defined]
         return kernel
 
 

@@ -1,11 +1,16 @@
 """Vendor attention candidates (``vendor = True``): torch's SDPA backends, cuDNN through
 nvidia-cudnn-frontend, and flash-attn, each where importable.
 
-Each takes the backend arrays it is given as torch tensors without copies (a torch tensor as
-is, a CuPy array through ``torch.from_dlpack``), runs on the current CuPy stream (wrapped as
-a torch external stream) and writes ``out`` and ``lse`` (one device copy each, as the
-libraries allocate their own results). ``supports()`` answers for the features each library
-has; the tuner times them with the same harness as ours, so a plan picks whichever is fastest.
+The kernels read only data pointers (``flat_io``): a torch caller's tensors arrive as they
+are and the library runs on torch's current stream, which the pipeline has made the call's
+stream (a side stream and a graph capture included); CuPy arrays (the tuner's, a CuPy
+caller's) are viewed through ``torch.from_dlpack`` and run on CuPy's current stream wrapped
+as a torch external stream. The libraries allocate their own results, so the kernels
+*adopt* their outputs (``adopts``, see ``dnnctl.ops.dispatch.adopting``): called without
+``out`` / ``lse`` (or dq / dk / dv), they return the library's tensors (a CuPy view of them
+for CuPy inputs) instead of copying them into ours; an output that is passed is written
+with one copy. ``supports()`` answers for the features each library has; the tuner times
+them as the pipeline calls them, so a plan picks whichever is fastest.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dnnctl.ops.attention.cupy_variants import CupyAttention
-from dnnctl.ops.attention.op import attn_scale
+from dnnctl.ops.attention.op import attn_scale, lse_shape
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
 
@@ -32,6 +37,13 @@ def _torch_cuda() -> str | None:
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} has no usable CUDA device"
     return None
+
+
+def _torch_tensor() -> type:
+    """torch.Tensor: inputs of this class are a torch caller's, on the call's stream."""
+    import torch
+
+    return torch.Tensor
 
 
 def tensor(x: Any) -> Any:
@@ -59,6 +71,34 @@ def current_stream() -> Any:
     if st is None:
         st = _STREAMS[ptr] = torch.cuda.ExternalStream(ptr)
     return torch.cuda.stream(st)
+
+
+def on_stream(native: bool) -> Any:
+    """The stream context of a vendor call: none for a torch caller (torch's current stream
+    is the call's), else CuPy's current stream as torch's (:func:`current_stream`)."""
+    return contextlib.nullcontext() if native else current_stream()
+
+
+def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool
+            ) -> dict[str, Any]:
+    """Write the library's ``results`` into the ``outputs`` passed (one copy each) and
+    return the others as adopted outputs: C-contiguous (a copy only where the library's
+    tensor is a strided view), a CuPy view for a CuPy caller. Call on the call's stream."""
+    made = {}
+    for name, val in results.items():
+        dst = outputs.get(name)
+        if dst is not None:
+            dst = tensor(dst)
+            dst.copy_(val.reshape(dst.shape))
+            continue
+        if not val.is_contiguous():
+            val = val.contiguous()
+        if not native:
+            import cupy
+
+            val = cupy.from_dlpack(val)
+        made[name] = val
+    return made
 
 
 @functools.cache
@@ -114,15 +154,20 @@ class _TorchBase(CupyAttention):
         p = problem
         run = self.runner(p)
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            q, k, v = self.operands(p, inputs)
-            with current_stream():
-                out, lse = run(q, k, v, inputs, attn_scale(p, attrs))
-                self.layout(p, tensor(outputs["out"])).copy_(out)
-                dst = tensor(outputs["lse"])
-                dst.copy_(lse.reshape(dst.shape))
+        lse_rows = lse_shape(p)
+        native_kind = _torch_tensor()
 
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> dict[str, Any]:
+            native = isinstance(inputs["q"], native_kind)
+            q, k, v = self.operands(p, inputs)
+            with on_stream(native):
+                out, lse = run(q, k, v, inputs, attn_scale(p, attrs))
+                return deliver(outputs, {"out": self.layout(p, out),
+                                         "lse": lse.reshape(lse_rows)}, native)
+
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.adopts = True  # type: ignore[attr-defined]  # the library's out / lse
         return kernel
 
 
@@ -324,21 +369,25 @@ class TorchFlashBackward(TorchFlash):
         causal = p["causal"] != "none"
         w = p["window"]
         left, right = (w, 0 if causal else w) if w else (None, None)
+        native_kind = torch.Tensor
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
+                   attrs: Mapping[str, Any]) -> dict[str, Any]:
             t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
             q, k, v, o, do = (_bshd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
             cq = tensor(inputs["cu_seqlens_q"]) if p["varlen"] else None
             ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
             rng = _unread_rng(q.device, 2)
-            with current_stream():
+            native = isinstance(inputs["q"], native_kind)
+            with on_stream(native):
                 dq, dk, dv = bwd(do, q, k, v, o, t["lse"], cq, ck, p["seq_q"], p["seq_kv"],
                                  0.0, causal, rng, rng, scale=attn_scale(p, attrs),
                                  window_size_left=left, window_size_right=right)
-                for name, val in (("dq", dq), ("dk", dk), ("dv", dv)):
-                    _bshd(p, tensor(outputs[name])).copy_(val)
+                return deliver(outputs, {"dq": _bshd(p, dq), "dk": _bshd(p, dk),
+                                         "dv": _bshd(p, dv)}, native)
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.adopts = True  # type: ignore[attr-defined]  # the library's gradients
         return kernel
 
 
@@ -360,17 +409,21 @@ class TorchCudnnBackward(TorchCudnn):
         bwd = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
         causal = p["causal"] == "top_left"
         stats = (p["batch"], p["heads_q"], p["seq_q"], 1)
+        native_kind = torch.Tensor
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
+                   attrs: Mapping[str, Any]) -> dict[str, Any]:
             t = {n: tensor(inputs[n]) for n in ("q", "k", "v", "out", "dout", "lse")}
             q, k, v, o, do = (_bhsd(p, t[n]) for n in ("q", "k", "v", "out", "dout"))
             rng = _unread_rng(q.device, ())
-            with current_stream():
+            native = isinstance(inputs["q"], native_kind)
+            with on_stream(native):
                 grads = bwd(do, q, k, v, o, t["lse"].reshape(stats), rng, rng, None, None,
                             None, p["seq_q"], p["seq_kv"], 0.0, causal,
                             scale=attn_scale(p, attrs))
-                for name, val in zip(("dq", "dk", "dv"), grads):
-                    _bhsd(p, tensor(outputs[name])).copy_(val)
+                return deliver(outputs, {name: _bhsd(p, val) for name, val in
+                                         zip(("dq", "dk", "dv"), grads)}, native)
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.adopts = True  # type: ignore[attr-defined]  # the library's gradients
         return kernel
