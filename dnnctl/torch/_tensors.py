@@ -54,8 +54,28 @@ def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwarg
 
 
 def is_nhwc(x: torch.Tensor) -> bool:
-    """x (4-D) is stored channels-last and not also plain contiguous (C == 1, H = W = 1)."""
-    return x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=_CL)
+    """x (4-D) is stored channels-last and not also plain contiguous (C == 1, H = W = 1):
+    dense, or a strided view of channels-last storage (a channel slice such as YOLO's
+    ``chunk(2, 1)``), which torch's own convolution also keeps channels-last."""
+    if x.dim() != 4 or x.is_contiguous():
+        return False
+    return x.is_contiguous(memory_format=_CL) or _channels_last_strides(x.shape, x.stride())
+
+
+def _channels_last_strides(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+    """torch's rule for an implicitly channels-last 4-D tensor (c10 is_channels_last_strides_2d,
+    the basis of suggest_memory_format): strides non-decreasing in the order C, W, H, N,
+    each at least the span of the one before; ambiguous cases count as NCHW."""
+    if strides[1] == 0:
+        return False
+    low = 0
+    for d in (1, 3, 2, 0):
+        if sizes[d] == 0 or strides[d] < low:
+            return False
+        if d == 0 and low == strides[1]:
+            return False
+        low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
+    return True
 
 
 def nhwc_view(x: torch.Tensor) -> torch.Tensor:
@@ -75,8 +95,8 @@ def storage_view(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     channels-last output with no copy."""
     if x.is_contiguous():
         return x, False
-    if is_nhwc(x):
-        return x.permute(0, 2, 3, 1), True
+    if is_nhwc(x):  # a strided channels-last view is made dense, still channels-last
+        return x.permute(0, 2, 3, 1).contiguous(), True
     return x.contiguous(), False
 
 

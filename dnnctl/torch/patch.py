@@ -11,6 +11,7 @@ one by one. Modules keep their parameters and buffers: the state_dict is unchang
 from __future__ import annotations
 
 import contextlib
+import inspect
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -106,11 +107,46 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     return report
 
 
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _signature(fn: Any) -> tuple[inspect.Signature | None, list[str], dict[str, Any]]:
+    """(signature, the required positional parameters, the defaulted ones with their
+    defaults) of a forward; (None, [], {}) where it takes *args / **kwargs or has none."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None, [], {}
+    params = list(sig.parameters.values())
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+        return None, [], {}
+    required = [p.name for p in params if p.default is p.empty and p.kind in _POSITIONAL]
+    if len(required) != sum(p.default is p.empty for p in params):
+        return None, [], {}  # a required keyword-only parameter
+    return sig, required, {p.name: p.default for p in params if p.default is not p.empty}
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """``value`` is what the graph was specialized on: the default object itself, or an
+    equal plain scalar (a flag or a factor passed explicitly)."""
+    if value is default:
+        return True
+    plain = (bool, int, float, str)
+    return type(value) in plain and type(default) is type(value) and value == default
+
+
 def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport,
            saved: list[tuple[nn.Module, Any]]) -> None:
+    """Trace the model with its optional arguments fixed at their defaults (``forward(x,
+    mask=None)``: the graph of the call without a mask); the traced graph runs the calls
+    that pass only the required arguments (or the defaults themselves), in the training mode
+    it was traced in; any other call runs the model's own forward, whose supported modules
+    are still on dnnctl."""
     original = model.__dict__.get("forward", _MISSING)
+    own = type(model).forward.__get__(model) if original is _MISSING else original
+    sig, required, defaults = _signature(own)
     try:
-        gm = fx.symbolic_trace(model)
+        gm = fx.symbolic_trace(model, concrete_args=defaults or None)
     except Exception as exc:  # any trace failure: module-by-module is still sound
         report.trace_error = f"not traceable: {type(exc).__name__}: {str(exc)[:120]}"
         return
@@ -119,11 +155,23 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
     report.fusions = fused
     report.traced = True
     traced_mode = model.training
-    own = type(model).forward.__get__(model) if original is _MISSING else original
+    n_req = len(required)
 
     def forward(*args: Any, **kwargs: Any) -> Any:
-        if model.training == traced_mode:
+        if model.training != traced_mode:
+            return own(*args, **kwargs)
+        if not kwargs and len(args) == n_req:
+            return gm(*args)
+        if sig is None:
             return gm(*args, **kwargs)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return own(*args, **kwargs)  # the model's own error for a wrong call
+        given = bound.arguments
+        if all(_is_default(given[n], defaults[n]) for n in given if n in defaults) and \
+                all(n in given for n in required):
+            return gm(*(given[n] for n in required))
         return own(*args, **kwargs)
 
     _set_forward(model, forward, saved)

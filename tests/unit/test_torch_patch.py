@@ -236,3 +236,84 @@ def test_sdpa_is_routed_when_dnnctl_has_an_attention_op(monkeypatch):
         "attention"]
     assert not [s for s in report.skipped if s.module == "scaled_dot_product_attention"]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+class _Optional(nn.Module):
+    """A block with optional inputs, as diffusion UNets (a timestep embedding) and
+    transformer layers (a mask) have: ``forward(x, temb=None, scale=1.0, *, double=False)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 8)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.t = nn.Linear(6, 8)
+
+    def forward(self, x, temb=None, scale=1.0, *, double=False):
+        h = self.conv(nn.functional.silu(self.norm(x)))
+        if temb is not None:
+            h = h + self.t(temb)[:, :, None, None]
+        if double:
+            h = h * 2
+        return (x + h) * scale
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_optional_arguments_run_the_traced_graph_or_the_models_forward(mode):
+    """The graph is traced with the optional arguments at their defaults; a call that gives
+    them runs the model's own forward (its modules still on dnnctl): every form of the call
+    equals the unpatched model."""
+    torch.manual_seed(0)
+    model = getattr(_Optional(), mode)()
+    x, temb = torch.randn(2, 8, 5, 7), torch.randn(2, 6)
+    calls = [((x,), {}), ((x, temb), {}), ((x,), {"temb": temb, "scale": 0.5}),
+             ((x, None, 1.0), {}), ((x,), {"double": True}), ((x,), {"double": False})]
+    with torch.no_grad():
+        want = [model(*a, **k) for a, k in calls]
+        with dt.patched(model) as report:
+            got = [model(*a, **k) for a, k in calls]
+            with pytest.raises(TypeError):
+                model(x, temb, 1.0, True)  # keyword-only: the model's own error
+    assert report.traced and {c.name for c in report.covered} >= {"norm", "conv", "t"}
+    for i, (g, w) in enumerate(zip(got, want)):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=f"call {i}")
+
+
+class _C2f(nn.Module):
+    """YOLOv8's C2f split: a channels-last tensor cut in two along channels (strided views)
+    feeding further convolutions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cv1 = nn.Conv2d(8, 16, 1)
+        self.m = nn.Conv2d(8, 8, 3, padding=1)
+        self.act = nn.SiLU()
+        self.cv2 = nn.Conv2d(24, 8, 1)
+
+    def forward(self, x):
+        a, b = self.cv1(x).chunk(2, 1)
+        return self.cv2(torch.cat([a, b, self.act(self.m(b))], 1))
+
+
+def test_channel_slices_of_channels_last_tensors_stay_channels_last():
+    """A channel slice of channels-last storage is channels-last to torch (its convolution
+    keeps the format); the patched model keeps it too, so a channels-last model does not
+    turn NCHW halfway (and pay layout copies on every later layer)."""
+    from dnnctl.torch._tensors import is_nhwc
+
+    cl = torch.channels_last
+    x = torch.randn(2, 8, 5, 7).contiguous(memory_format=cl)
+    a, b = x.chunk(2, 1)
+    assert is_nhwc(x) and is_nhwc(a) and is_nhwc(b) and is_nhwc(x[:, :, 1:])
+    assert not is_nhwc(x[..., ::2])  # W strided past the channels: torch says NCHW too
+    assert not is_nhwc(torch.randn(2, 8, 5, 7)[:, :4])
+    assert not is_nhwc(torch.randn(3, 8, 1, 1).contiguous(memory_format=cl))  # ambiguous
+    torch.manual_seed(0)
+    model = _C2f().eval().to(memory_format=cl)
+    inp = torch.randn(2, 8, 6, 9).contiguous(memory_format=cl)
+    with torch.no_grad():
+        want = model(inp)
+        with dt.patched(model) as report:
+            got = model(inp)
+    assert len(report.covered) == 4
+    assert got.is_contiguous(memory_format=cl) and want.is_contiguous(memory_format=cl)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
