@@ -9,6 +9,7 @@ operator when autograd or a compiler is watching, and the eager kernel directly 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -50,98 +51,123 @@ def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
     return tuple(int(p) for p in m.padding)
 
 
-def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
-    stride, pad, dil = list(m.stride), list(conv_padding(m)), list(m.dilation)
+# Each forward is a functools.partial of a module-level function over the module: a deep
+# copy of the model (copy.deepcopy: EMA weights, an evaluation copy) rebinds it to the copy's
+# own module, where a closure would keep computing with the original's parameters.
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("conv2d", x, m.weight, m.bias, stride, pad, dil, m.groups, "none", None,
-                      handle)
-    return forward
+
+def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil: list[int],
+              x: torch.Tensor) -> torch.Tensor:
+    return run_op("conv2d", x, m.weight, m.bias, stride, pad, dil, m.groups, "none", None,
+                  handle)
+
+
+def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
+    return partial(_conv_fwd, m, handle, list(m.stride), list(conv_padding(m)),
+                   list(m.dilation))
+
+
+def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op("linear", x, m.weight, m.bias, "none", handle)
 
 
 def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("linear", x, m.weight, m.bias, "none", handle)
-    return forward
+    return partial(_linear_fwd, m, handle)
+
+
+def _bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() != 4:
+        raise ValueError(f"expected 4D input (got {x.dim()}D input)")
+    if not m.training:
+        return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
+                      m.eps, handle)
+    y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
+                             m.weight, m.bias, m.momentum, m.eps, handle)
+    with torch.no_grad():
+        m.running_mean.copy_(rm)
+        m.running_var.copy_(rv)
+        m.num_batches_tracked.add_(1)
+    return y
 
 
 def _bn(m: nn.BatchNorm2d, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 4:
-            raise ValueError(f"expected 4D input (got {x.dim()}D input)")
-        if not m.training:
-            return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
-                          m.eps, handle)
-        y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
-                                 m.weight, m.bias, m.momentum, m.eps, handle)
-        with torch.no_grad():
-            m.running_mean.copy_(rm)
-            m.running_var.copy_(rv)
-            m.num_batches_tracked.add_(1)
-        return y
-    return forward
+    return partial(_bn_fwd, m, handle)
+
+
+def _layer_norm_fwd(m: nn.LayerNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op("layer_norm", x, m.weight, m.bias, m.eps, handle)
 
 
 def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("layer_norm", x, m.weight, m.bias, m.eps, handle)
-    return forward
+    return partial(_layer_norm_fwd, m, handle)
+
+
+def _rms_norm_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:
+    eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
+    return run_op("rms_norm", x, m.weight, eps, handle)
 
 
 def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
-        return run_op("rms_norm", x, m.weight, eps, handle)
-    return forward
+    return partial(_rms_norm_fwd, m, handle)
+
+
+def _group_norm_fwd(m: nn.GroupNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op("group_norm", x, m.num_groups, m.weight, m.bias, m.eps, handle)
 
 
 def _group_norm(m: nn.GroupNorm, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("group_norm", x, m.num_groups, m.weight, m.bias, m.eps, handle)
-    return forward
+    return partial(_group_norm_fwd, m, handle)
 
 
 def _pair(v: Any) -> list[int]:
     return [int(v), int(v)] if isinstance(v, int) else [int(a) for a in v]
 
 
+def _max_pool_fwd(m: nn.MaxPool2d, handle: int, k: list[int], st: list[int], pad: list[int],
+                  dil: list[int], x: torch.Tensor) -> torch.Tensor:
+    return run_op("max_pool2d", x, k, st, pad, dil, m.ceil_mode, handle)
+
+
 def _max_pool(m: nn.MaxPool2d, handle: int) -> Callable[..., Any]:
     k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
-    pad, dil = _pair(m.padding), _pair(m.dilation)
+    return partial(_max_pool_fwd, m, handle, k, st, _pair(m.padding), _pair(m.dilation))
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("max_pool2d", x, k, st, pad, dil, m.ceil_mode, handle)
-    return forward
+
+def _avg_pool_fwd(m: nn.AvgPool2d, handle: int, k: list[int], st: list[int], pad: list[int],
+                  x: torch.Tensor) -> torch.Tensor:
+    return run_op("avg_pool2d", x, k, st, pad, m.ceil_mode, m.count_include_pad, handle)
 
 
 def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
     k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
-    pad = _pair(m.padding)
+    return partial(_avg_pool_fwd, m, handle, k, st, _pair(m.padding))
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("avg_pool2d", x, k, st, pad, m.ceil_mode, m.count_include_pad, handle)
-    return forward
+
+def _gap_fwd(handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op("global_avg_pool2d", x, handle)
 
 
 def _gap(m: nn.AdaptiveAvgPool2d, handle: int) -> Callable[..., Any]:
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return run_op("global_avg_pool2d", x, handle)
-    return forward
+    return partial(_gap_fwd, handle)
+
+
+def _act_fwd(name: str, extra: tuple[Any, ...], handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op(name, x, *extra, handle)
 
 
 def _act(name: str, *extra: Any) -> Callable[[nn.Module, int], Callable[..., Any]]:
     def make(m: nn.Module, handle: int) -> Callable[..., Any]:
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            return run_op(name, x, *extra, handle)
-        return forward
+        return partial(_act_fwd, name, extra, handle)
     return make
+
+
+def _softmax_fwd(m: nn.Module, name: str, handle: int, x: torch.Tensor) -> torch.Tensor:
+    return run_op(name, x, m.dim, handle)
 
 
 def _softmax(log: bool) -> Callable[[nn.Module, int], Callable[..., Any]]:
     def make(m: nn.Module, handle: int) -> Callable[..., Any]:
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            return run_op("log_softmax" if log else "softmax", x, m.dim, handle)
-        return forward
+        return partial(_softmax_fwd, m, "log_softmax" if log else "softmax", handle)
     return make
 
 

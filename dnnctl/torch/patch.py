@@ -11,12 +11,13 @@ one by one. Modules keep their parameters and buffers: the state_dict is unchang
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
@@ -27,16 +28,28 @@ from dnnctl.torch.modules import forward_for
 from dnnctl.torch.report import Covered, PatchReport, Skipped
 
 _MISSING = object()
+_MARK = "_dnnctl_patch"  # the patched model's _State, an attribute of the model itself
 
 
 @dataclass
 class _State:
+    """A patch, kept on the model: a deep copy of the model is a patched model of its own
+    (its forwards rebound to the copy's modules, see :class:`_Traced`), which ``unpatch``
+    restores like the original."""
+
     report: PatchReport
     forwards: list[tuple[nn.Module, Any]]  # (module, its instance 'forward' before, or _MISSING)
     plan: Any
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _State:
+        forwards = [(memo.get(id(m), m),
+                     before if before is _MISSING else copy.deepcopy(before, memo))
+                    for m, before in self.forwards]
+        return _State(copy.deepcopy(self.report, memo), forwards, self.plan)
 
-_PATCHED: weakref.WeakKeyDictionary[nn.Module, _State] = weakref.WeakKeyDictionary()
+
+def _state(model: nn.Module) -> _State | None:
+    return model.__dict__.get(_MARK)
 
 
 def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
@@ -84,7 +97,7 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
-    if model in _PATCHED:
+    if _state(model) is not None:
         raise UsageError("patch: this model is already patched",
                          hint="call dnnctl.torch.unpatch(model) first")
     handle = kernels.plan_handle(plan, backward)
@@ -103,7 +116,7 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
             report.skipped.append(Skipped(name, type(m).__name__, note))
     if trace and list(model.children()):
         _trace(model, covered, handle, report, saved)
-    _PATCHED[model] = _State(report, saved, plan)
+    object.__setattr__(model, _MARK, _State(report, saved, plan))
     return report
 
 
@@ -154,32 +167,80 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
     _attention_hook(gm, report, handle)
     report.fusions = fused
     report.traced = True
-    traced_mode = model.training
-    n_req = len(required)
+    _set_forward(model, _Traced(model, gm, own, sig, required, defaults, covered, handle),
+                 saved)
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if model.training != traced_mode:
-            return own(*args, **kwargs)
-        if not kwargs and len(args) == n_req:
-            return gm(*args)
-        if sig is None:
-            return gm(*args, **kwargs)
+
+class _Traced:
+    """The patched model's forward: the traced graph for calls it was traced for (see
+    :func:`_trace`), the model's own forward otherwise. Deep-copied with its model it becomes
+    a :class:`_Retrace` of the copy: the graph's fused chains hold the original's modules."""
+
+    def __init__(self, model: nn.Module, gm: fx.GraphModule, own: Any,
+                 sig: inspect.Signature | None, required: list[str], defaults: dict[str, Any],
+                 covered: set[str], handle: int) -> None:
+        self.model, self.gm, self.own, self.sig = model, gm, own, sig
+        self.required, self.defaults, self.n_req = required, defaults, len(required)
+        self.covered, self.handle = covered, handle
+        self.mode = model.training
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.model.training != self.mode:
+            return self.own(*args, **kwargs)
+        if not kwargs and len(args) == self.n_req:
+            return self.gm(*args)
+        if self.sig is None:
+            return self.gm(*args, **kwargs)
         try:
-            bound = sig.bind(*args, **kwargs)
+            bound = self.sig.bind(*args, **kwargs)
         except TypeError:
-            return own(*args, **kwargs)  # the model's own error for a wrong call
+            return self.own(*args, **kwargs)  # the model's own error for a wrong call
         given = bound.arguments
-        if all(_is_default(given[n], defaults[n]) for n in given if n in defaults) and \
-                all(n in given for n in required):
-            return gm(*(given[n] for n in required))
-        return own(*args, **kwargs)
+        if all(_is_default(given[n], self.defaults[n]) for n in given if n in self.defaults) \
+                and all(n in given for n in self.required):
+            return self.gm(*(given[n] for n in self.required))
+        return self.own(*args, **kwargs)
 
-    _set_forward(model, forward, saved)
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        new = memo.get(id(self.model))
+        if new is None:  # copied without its model: the same forward
+            return self
+        return _Retrace(new, self.covered, self.handle)
+
+
+class _Retrace:
+    """A deep copy's forward: traces the copy (its own modules, already patched) on its first
+    call, when the copy is complete, then stands aside for that :class:`_Traced`."""
+
+    def __init__(self, model: nn.Module, covered: set[str], handle: int) -> None:
+        self.model, self.covered, self.handle = model, covered, handle
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        model = self.model
+        if torch.compiler.is_compiling():  # no tracing inside a compile: the model's own
+            return type(model).forward(model, *args, **kwargs)
+        own = type(model).forward.__get__(model)
+        sig, required, defaults = _signature(own)
+        try:
+            gm = fx.symbolic_trace(model, concrete_args=defaults or None)
+        except Exception:  # traced once already; if not now, module by module is sound
+            object.__setattr__(model, "forward", own)
+            return own(*args, **kwargs)
+        scratch = PatchReport(training=model.training)
+        fuse_graph(gm, self.covered, not model.training, self.handle, _calls(gm))
+        _attention_hook(gm, scratch, self.handle)
+        traced = _Traced(model, gm, own, sig, required, defaults, self.covered, self.handle)
+        object.__setattr__(model, "forward", traced)
+        return traced(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        new = memo.get(id(self.model))
+        return self if new is None else _Retrace(new, self.covered, self.handle)
 
 
 def unpatch(model: nn.Module) -> PatchReport:
     """Restore every forward ``patch`` replaced; returns the patch's report."""
-    state = _PATCHED.pop(model, None)
+    state = model.__dict__.pop(_MARK, None)
     if state is None:
         raise UsageError("unpatch: this model is not patched",
                          hint="call dnnctl.torch.patch(model) first")
@@ -192,7 +253,7 @@ def unpatch(model: nn.Module) -> PatchReport:
 
 
 def is_patched(model: nn.Module) -> bool:
-    return model in _PATCHED
+    return _state(model) is not None
 
 
 @contextlib.contextmanager

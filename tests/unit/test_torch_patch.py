@@ -317,3 +317,47 @@ def test_channel_slices_of_channels_last_tensors_stay_channels_last():
     assert len(report.covered) == 4
     assert got.is_contiguous(memory_format=cl) and want.is_contiguous(memory_format=cl)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_deep_copy_of_a_patched_model_computes_with_its_own_weights(mode):
+    """copy.deepcopy of a patched model (an EMA model, an evaluation copy) is a patched model
+    of its own: its forwards read the copy's parameters and update the copy's running
+    statistics, never the original's; the original is untouched; unpatch works on both."""
+    import copy
+
+    torch.manual_seed(0)
+    ref = getattr(_randomize_bn(SmallResNet()), mode)()
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 3, 16, 16)
+    report = dt.patch(model)
+    assert report.traced
+    twin, ref_twin = copy.deepcopy(model), copy.deepcopy(ref)
+    with torch.no_grad():
+        for m in (twin, ref_twin):
+            for p in m.parameters():
+                p.mul_(0.5)
+    before = _state(model)
+    with torch.no_grad():
+        got, want = twin(x), ref_twin(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no stats or weights moved
+    if mode == "train":
+        for (n, a), b in zip(ref_twin.named_buffers(), twin.buffers()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    with torch.no_grad():  # the second call runs the copy's own traced graph
+        torch.testing.assert_close(twin(x), want, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+    assert dt.patch_module.is_patched(twin)
+    dt.unpatch(twin)
+    assert not any("forward" in m.__dict__ for m in twin.modules())
+    dt.unpatch(model)
+    # one patched module copied on its own reads its own weight
+    conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d))
+    dt.patch(model)
+    alone = copy.deepcopy(conv)
+    with torch.no_grad():
+        alone.weight.mul_(-1)
+        torch.testing.assert_close(alone(x), -conv(x), rtol=1e-5, atol=1e-5)
