@@ -361,3 +361,40 @@ def test_deep_copy_of_a_patched_model_computes_with_its_own_weights(mode):
     with torch.no_grad():
         alone.weight.mul_(-1)
         torch.testing.assert_close(alone(x), -conv(x), rtol=1e-5, atol=1e-5)
+
+
+class _GqaAttention(nn.Module):
+    """LLaMA-style grouped-query attention through F.scaled_dot_product_attention."""
+
+    def __init__(self, gqa: bool = True) -> None:
+        super().__init__()
+        self.q, self.kv, self.gqa = nn.Linear(32, 32), nn.Linear(32, 16), gqa
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 4, 8).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, 1, 8).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                          enable_gqa=self.gqa)
+
+
+def test_grouped_query_sdpa_runs_dnnctl_attention():
+    """enable_gqa=True (4 query heads over 1 key head): routed to dnnctl.ops.attention (the
+    real op, numpy backend, fp16), equal to torch's; without the flag, torch's own answer."""
+    torch.manual_seed(0)
+    model = _GqaAttention().eval().half()
+    x = torch.randn(2, 7, 32).half()
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    assert [c.op for c in report.covered if c.module == "scaled_dot_product_attention"] == [
+        "attention"]
+    assert not [k for k in report.fallbacks() if k[0] == "attention"]
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-3, atol=2e-3)
+    plain = _GqaAttention(gqa=False).eval().half()  # torch broadcasts the one key head
+    with torch.no_grad():
+        want = plain(x)
+        with dt.patched(plain):
+            torch.testing.assert_close(plain(x), want)
