@@ -49,13 +49,19 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = F
         return torch_sdpa()  # fewer key heads without enable_gqa: torch's own answer
     import dnnctl.ops
 
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     try:
-        return call(dnnctl.ops.attention, (q.contiguous(), k.contiguous(), v.contiguous()),
-                    causal=bool(is_causal), scale=scale,
-                    plan=kernels.PLANS.get(handle) if handle else None)
+        out = call(dnnctl.ops.attention, (q, k, v), causal=bool(is_causal), scale=scale,
+                   plan=kernels.PLANS.get(handle) if handle else None)
     except DnnctlError as exc:
         kernels.FALLBACKS[("attention", exc.message[:160])] += 1
         return torch_sdpa()
+    if kernels.RECORDERS:  # record(): the attention problem the model runs, to tune
+        from dnnctl.ops.attention.function import parse
+
+        kernels.note_problem("attention", parse(q, k, v, causal=bool(is_causal),
+                                                scale=scale).key)
+    return out
 
 
 def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: int = 0) -> None:

@@ -33,11 +33,18 @@ def _outputs(out: Any) -> list[torch.Tensor]:
 
 def record(model: nn.Module, example_inputs: Any, train: bool = False, *,
            plan: Any = None, name: str | None = None) -> Workload:
-    """Run ``model(*example_inputs)`` once and return the workload of its dnnctl problems."""
+    """Run ``model(*example_inputs)`` once and return the workload of its dnnctl problems
+    (``example_inputs``: one tensor, a tuple / list of positional arguments, or a dict of
+    keyword arguments, as ``model(**inputs)`` of a Hugging Face style model)."""
     if not isinstance(model, nn.Module):
         raise UsageError(f"record: expected a torch.nn.Module, got {type(model).__name__}")
-    inputs: Sequence[Any] = (example_inputs if isinstance(example_inputs, (tuple, list))
-                             else (example_inputs,))
+    kwargs: dict[str, Any] = {}
+    if isinstance(example_inputs, dict):
+        inputs: Sequence[Any] = ()
+        kwargs = dict(example_inputs)
+    else:
+        inputs = (example_inputs if isinstance(example_inputs, (tuple, list))
+                  else (example_inputs,))
     wl = Workload(name or type(model).__name__ + ("-train" if train else ""))
 
     def add(op: str, key: dict[str, Any]) -> None:
@@ -51,13 +58,13 @@ def record(model: nn.Module, example_inputs: Any, train: bool = False, *,
         model.train(train)
         with _patched_unless(model, plan):
             if train:
-                loss = sum(t.float().sum() for t in _outputs(model(*inputs))
+                loss = sum(t.float().sum() for t in _outputs(model(*inputs, **kwargs))
                            if t.requires_grad)
                 if isinstance(loss, torch.Tensor):
                     loss.backward()
             else:
                 with torch.no_grad():
-                    model(*inputs)
+                    model(*inputs, **kwargs)
     finally:
         kernels.RECORDERS.remove(add)
         with torch.no_grad():

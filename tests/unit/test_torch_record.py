@@ -103,3 +103,34 @@ def test_record_save_load_and_tune_through_the_cli(tmp_path, monkeypatch):
         model(torch.randn(4, 16))
     stats = loaded_plan.stats()
     assert set(stats.hits) == set(wl.problems) and not stats.misses, stats
+
+
+class _KwModel(nn.Module):
+    """A Hugging Face style forward (keyword inputs) with grouped-query SDPA inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.kv = nn.Linear(32, 32), nn.Linear(32, 16)
+
+    def forward(self, hidden_states, scale=None):
+        b, s, _ = hidden_states.shape
+        q = self.q(hidden_states).view(b, s, 4, 8).transpose(1, 2)
+        k, v = self.kv(hidden_states).view(b, s, 2, 1, 8).unbind(2)
+        return nn.functional.scaled_dot_product_attention(
+            q, k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True,
+            scale=scale)
+
+
+def test_attention_problems_and_keyword_inputs_are_recorded():
+    """The attention a model sends to dnnctl is in its workload (fp16: dnnctl's attention
+    dtypes), with exactly the key the dispatcher looked up; a dict of inputs is passed as
+    keyword arguments."""
+    torch.manual_seed(0)
+    model = _KwModel().eval().half()
+    spy = _Spy()
+    wl = dt.record(model, {"hidden_states": torch.randn(2, 7, 32).half()}, plan=spy)
+    assert set(wl.problems) == spy.seen
+    att = [p for p in wl.problems if p.op == "attention"]
+    assert len(att) == 1
+    assert (att[0]["heads_q"], att[0]["heads_kv"], att[0]["seq_q"], att[0]["causal"]) == (
+        4, 1, 7, "top_left")
