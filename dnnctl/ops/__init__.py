@@ -14,7 +14,8 @@ from typing import Any
 # public name -> module that defines it
 _PUBLIC: dict[str, str] = {
     **{n: "dnnctl.ops.activation" for n in (
-        "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh")},
+        "relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "relu6", "hardswish",
+        "hardsigmoid")},
     **{n: "dnnctl.ops.softmax" for n in ("softmax", "log_softmax")},
     **{n: "dnnctl.ops.rownorm" for n in ("layer_norm", "rms_norm")},
     "batch_norm": "dnnctl.ops.batch_norm",
@@ -36,7 +37,8 @@ _PUBLIC: dict[str, str] = {
     "group_norm_backward": "dnnctl.ops.group_norm",
     **{n: "dnnctl.ops.activation" for n in (
         "activation_backward", "relu_backward", "leaky_relu_backward", "gelu_backward",
-        "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward")},
+        "gelu_tanh_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+        "relu6_backward", "hardswish_backward", "hardsigmoid_backward")},
     **{n: "dnnctl.ops.pool.grad" for n in (
         "max_pool2d_with_indices", "max_pool2d_backward", "avg_pool2d_backward",
         "global_avg_pool2d_backward")},

@@ -17,7 +17,8 @@ from __future__ import annotations
 DTYPE: dict[str, int] = {"float32": 0, "float16": 1, "bfloat16": 2}
 
 ACT: dict[str, int] = {"none": 0, "relu": 1, "leaky_relu": 2, "gelu": 3, "gelu_tanh": 4,
-                       "silu": 5, "sigmoid": 6, "tanh": 7}
+                       "silu": 5, "sigmoid": 6, "tanh": 7, "relu6": 8, "hardswish": 9,
+                       "hardsigmoid": 10}
 
 BIAS_MODE: dict[str, int] = {"none": 0, "col": 1, "row": 2}
 OUT_MODE: dict[str, int] = {"store": 0, "partial": 1, "atomic": 2, "fused": 3}

@@ -110,7 +110,7 @@ def ints(values: Any, n: int) -> tuple[int, ...]:
     """A tuple of ``n`` ints from an int or a sequence (hashable: dnnctl caches by it)."""
     if isinstance(values, (int, torch.SymInt)):
         return (int(values),) * n
-    out = tuple(int(v) for v in values)
+    out = tuple(map(int, values))  # (a generator costs ~0.4 us more per call)
     return out * n if len(out) == 1 and n > 1 else out
 
 

@@ -102,6 +102,12 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
         out = _ATEN.sigmoid_backward(g, torch.sigmoid(zz))
     elif fn == "tanh":
         out = _ATEN.tanh_backward(g, torch.tanh(zz))
+    elif fn == "relu6":  # torch's F.relu6 is hardtanh(0, 6)
+        out = _ATEN.hardtanh_backward(g, zz, 0.0, 6.0)
+    elif fn == "hardswish":
+        out = _ATEN.hardswish_backward(g, zz)
+    elif fn == "hardsigmoid":
+        out = _ATEN.hardsigmoid_backward(g, zz)
     else:
         raise ValueError(f"no gradient for activation {fn!r}")
     return out.to(grad.dtype)

@@ -19,9 +19,12 @@ from torch import fx, nn
 
 from dnnctl.torch.modules import act_of, conv_padding, run_op
 
-# activations the conv / matmul epilogues take (gelu: the erf form)
+# activations the conv / matmul epilogues take (gelu: the erf form); the conv epilogue also
+# takes MobileNet's relu6 / hardswish
 EPILOGUE_ACTS = {"relu", "gelu", "silu"}
-_FN_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
+CONV_EPILOGUE_ACTS = EPILOGUE_ACTS | {"relu6", "hardswish"}
+_FN_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu",
+            F.relu6: "relu6", F.hardswish: "hardswish"}
 _ADDS = {operator.add, operator.iadd, torch.add}
 
 
@@ -72,7 +75,8 @@ class FusedConv:
                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
 
 
-_ACT_FNS = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+_ACT_FNS = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+            "relu6": F.relu6, "hardswish": F.hardswish}
 
 
 def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,11 +122,13 @@ def _single_user(node: fx.Node) -> fx.Node | None:
     return users[0] if len(users) == 1 else None
 
 
-def _act_node(node: fx.Node, modules: dict[str, nn.Module]) -> str | None:
-    """The epilogue activation a node applies to its first argument, if any."""
+def _act_node(node: fx.Node, modules: dict[str, nn.Module], conv: bool) -> str | None:
+    """The epilogue activation a node applies to its first argument, if any (``conv``: the
+    head is a convolution, whose epilogue takes more activations than the GEMM's)."""
+    takes = CONV_EPILOGUE_ACTS if conv else EPILOGUE_ACTS
     if node.op == "call_module":
         found = act_of(modules[node.target])
-        if found is None or found[0] not in EPILOGUE_ACTS:
+        if found is None or found[0] not in takes:
             return None
         if found[0] == "gelu" and found[1] != ("none",):
             return None
@@ -130,7 +136,7 @@ def _act_node(node: fx.Node, modules: dict[str, nn.Module]) -> str | None:
     if node.op == "call_function" and node.target in _FN_ACTS:
         if node.kwargs.get("approximate", "none") != "none" or node.kwargs.get("inplace"):
             return None
-        if len(node.args) != 1:
+        if len(node.args) != 1 or _FN_ACTS[node.target] not in takes:
             return None
         return _FN_ACTS[node.target]
     return None
@@ -166,7 +172,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         # training: no activation in the epilogue (its gradient would need the
         # pre-activation, recomputed by a second conv / GEMM; the separate op saves it)
         if fold_bn_ok and nxt is not None and nxt.args and nxt.args[0] is cur:
-            found = _act_node(nxt, modules)
+            found = _act_node(nxt, modules, isinstance(head, nn.Conv2d))
             if found is not None:  # activation modules are stateless: shared ones fuse too
                 act = found
                 chain.append(nxt)

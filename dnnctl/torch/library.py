@@ -23,7 +23,7 @@ from dnnctl.torch._tensors import ints, is_nhwc
 
 NS = "dnnctl"
 LIB = torch.library.Library(NS, "DEF")
-ACTIVATIONS = ("relu", "silu", "sigmoid", "tanh")
+ACTIVATIONS = ("relu", "silu", "sigmoid", "tanh", "relu6", "hardswish", "hardsigmoid")
 
 SCHEMAS: dict[str, str] = {
     "conv2d": "(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=[1, 1], "

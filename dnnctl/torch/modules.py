@@ -180,6 +180,8 @@ def act_of(m: nn.Module) -> tuple[str, tuple] | None:
         return "gelu", (m.approximate,)
     if kind is nn.LeakyReLU:
         return "leaky_relu", (float(m.negative_slope),)
+    if kind in (nn.ReLU6, nn.Hardswish, nn.Hardsigmoid):  # MobileNetV2 / V3
+        return kind.__name__.lower(), ()
     return None
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-ACTS = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+ACTS = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+        "relu6": F.relu6, "hardswish": F.hardswish}
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: tuple[int, ...],
@@ -53,4 +54,5 @@ def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
         return F.leaky_relu(x, negative_slope)
     if fn == "gelu":
         return F.gelu(x, approximate=approximate)
-    return {"silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}[fn](x)
+    return {"silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu6": F.relu6,
+            "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid}[fn](x)

@@ -13,7 +13,8 @@ from typing import Any
 
 from dnnctl.errors import UsageError
 
-CONV_ACTS = frozenset({"relu", "gelu", "silu"})  # conv2d / matmul epilogues
+GEMM_ACTS = frozenset({"relu", "gelu", "silu"})  # the matmul epilogue's activations
+CONV_ACTS = GEMM_ACTS | {"relu6", "hardswish"}  # conv2d's (MobileNetV2 / V3)
 _FLOAT_TYPES = {1: "float32", 10: "float16", 16: "bfloat16"}
 # ops whose output has their first input's shape: fills gaps ONNX shape inference leaves
 # (e.g. function ops such as GroupNormalization in some onnx releases)
@@ -122,6 +123,15 @@ class Graph:
         """(fn, nodes, input, output) of the activation starting at node ``head``: a single
         activation node, x·sigmoid(x) (SiLU) or the erf form of GELU as exporters write it."""
         op = head.op_type
+        if op == "HardSwish":
+            return "hardswish", [head], head.input[0], head.output[0]
+        if op == "HardSigmoid":  # torch's hardsigmoid exports alpha = 1/6, beta = 0.5
+            if abs(float(self.attr(head, "alpha", 0.2)) - 1 / 6) > 1e-6 or \
+                    abs(float(self.attr(head, "beta", 0.5)) - 0.5) > 1e-6:
+                return None
+            return "hardsigmoid", [head], head.input[0], head.output[0]
+        if op == "Clip" and self._clip_bounds(head) == (0.0, 6.0):
+            return "relu6", [head], head.input[0], head.output[0]
         if op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "Gelu"):
             fn = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh",
                   "LeakyRelu": "leaky_relu", "Gelu": "gelu"}[op]
@@ -160,6 +170,18 @@ class Graph:
             return False
         v = float(c.reshape(-1)[0])
         return abs((v if node.op_type == "Div" else 1.0 / v if v else 0.0) - value) < 1e-3
+
+    def _clip_bounds(self, node: Any) -> tuple[float, float] | None:
+        """(min, max) of a Clip with constant bounds: inputs from opset 11, attributes
+        before; None where a bound is missing or not constant."""
+        if len(node.input) > 1:
+            lo, hi = (self.const(node.input[i]) if len(node.input) > i and node.input[i]
+                      else None for i in (1, 2))
+            if lo is None or hi is None or lo.size != 1 or hi.size != 1:
+                return None
+            return float(lo.reshape(-1)[0]), float(hi.reshape(-1)[0])
+        lo, hi = self.attr(node, "min"), self.attr(node, "max")
+        return None if lo is None or hi is None else (float(lo), float(hi))
 
     def _is_const_value(self, name: str, value: float) -> bool:
         c = self.const(name)

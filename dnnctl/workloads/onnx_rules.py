@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dnnctl.workloads.onnx_nodes import CONV_ACTS, Graph, Mapped, Rule
+from dnnctl.workloads.onnx_nodes import CONV_ACTS, GEMM_ACTS, Graph, Mapped, Rule
 
 
 def _prod(xs: Any) -> int:
@@ -102,7 +102,7 @@ def matmul(g: Graph, node: Any, dtype: str, layout: str) -> Mapped | str:
                 out, bias = add.output[0], True
                 fused.append("Add -> MatMul bias")
         key["bias"] = bias
-        key["activation"], _ = _fuse_activation(g, out, fused, CONV_ACTS)
+        key["activation"], _ = _fuse_activation(g, out, fused, GEMM_ACTS)
         return Mapped([("matmul", key)], fused)
     batch = _broadcast(a[:-2], b[:-2])
     if batch is None:
@@ -151,7 +151,7 @@ def gemm(g: Graph, node: Any, dtype: str, layout: str) -> Mapped | str:
     if bias and _prod(g.shape(node.input[2], node)) != n:
         return "Gemm with a full C matrix (not a bias vector) has no matmul problem"
     fused: list[str] = []
-    act, _ = _fuse_activation(g, node.output[0], fused, CONV_ACTS)
+    act, _ = _fuse_activation(g, node.output[0], fused, GEMM_ACTS)
     return Mapped([("matmul", {"m": m, "n": n, "k": k, "dtype": dtype, "trans_a": ta,
                                "trans_b": tb, "bias": bias, "activation": act})], fused)
 
@@ -274,7 +274,8 @@ NODE_RULES: dict[str, Rule] = {
     "BatchNormalization": batch_norm, "GroupNormalization": group_norm,
     "InstanceNormalization": group_norm, "MaxPool": pool, "AveragePool": pool,
     "GlobalAveragePool": global_pool, "Attention": attention,
-    **{op: activation for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "Gelu")},
+    **{op: activation for op in ("Relu", "Sigmoid", "Tanh", "LeakyRelu", "Gelu", "HardSwish",
+                                 "HardSigmoid", "Clip")},
 }
 # heads of multi-node activation patterns (x/√2 -> Erf ... is GELU): mapped when they match
 PATTERN_HEADS = frozenset({"Div", "Mul"})

@@ -113,7 +113,8 @@ def test_backward_functions_match_torch_autograd(dtype: str) -> None:
 
     bias = randn(64)
     for name, fn in (("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu),
-                     ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
+                     ("sigmoid", torch.sigmoid), ("tanh", torch.tanh), ("relu6", F.relu6),
+                     ("hardswish", F.hardswish), ("hardsigmoid", F.hardsigmoid)):
         dy, (gx, gb) = _grads(lambda t, c, fn=fn: fn(t + c[None, :, None, None]), x, bias)
         dx, db = getattr(ops, f"{name}_backward")(dy, x, bias)
         assert _err(dx, gx) <= tol and _err(db, gb) <= 4 * tol, name

@@ -48,6 +48,12 @@ CASES: list[tuple[str, dict]] = [
                          activation="relu")),
     ("5x5_pad_asym_tf32", dict(n=2, c=8, h=12, w=11, k=12, r=5, s=5, pad=[2, 1, 0, 3],
                                tf32=True)),
+    ("mbv2_dw_relu6", dict(n=2, c=96, h=28, w=28, k=96, r=3, s=3, stride=2, pad=1, groups=96,
+                           bias=True, activation="relu6")),
+    ("mbv3_1x1_hardswish", dict(n=2, c=40, h=14, w=14, k=240, r=1, s=1, bias=True,
+                                activation="hardswish")),
+    ("3x3_relu6_residual", dict(n=2, c=32, h=10, w=10, k=32, r=3, s=3, pad=1, bias=True,
+                                activation="relu6", residual=True)),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NCHW", "NHWC")

@@ -37,6 +37,10 @@ P: dict[str, list[dict[str, Any]]] = {
         dict(fn="tanh", shape=(33, 17), dtype="float32", bias="channel", layout="NHWC"),
         dict(fn="leaky_relu", shape=(4096, 1024), dtype="float16"),
         dict(fn="relu", shape=(3, 100), dtype="bfloat16", inplace=True),
+        dict(fn="relu6", shape=(8, 32, 14, 14), dtype="float16", bias="channel"),
+        dict(fn="hardswish", shape=(8, 7, 7, 72), dtype="float16", bias="channel",
+             layout="NHWC"),
+        dict(fn="hardsigmoid", shape=(1000003,), dtype="bfloat16"),
     ],
     "softmax": [
         dict(rows=1, cols=1, dtype="float32"),

@@ -145,3 +145,22 @@ def unet_like(path: Path, batch: int = 1) -> Path:
     out = b.conv(cat, 2 * c, 4, 1, bias=True)
     return b.save(path, "unet_like", [("x", [batch, 4, 16, 16])], (out, [batch, 4, 16, 16]),
                   opset=21)
+
+
+def mobilenet_like(path: Path, batch: int = 2) -> Path:
+    """MobileNetV2 / V3 pieces as exporters write them: conv + BN + Clip(0, 6) (ReLU6, opset
+    11+ bounds as inputs), a depthwise conv + BN + HardSwish, a HardSigmoid gate
+    (alpha 1/6, as torch exports it), a Gemm + Clip (ReLU6 that no GEMM epilogue takes) and
+    a HardSigmoid with ONNX's default alpha 0.2 (not torch's: left to the runtime)."""
+    b = _B()
+    zero, six = b.const(np.array(0.0)), b.const(np.array(6.0))
+    x = b.node("Clip", [b.conv("x", 8, 32, 1, bn=True), zero, six])
+    x = b.node("HardSwish", [b.conv(x, 32, 32, 3, pad=1, bn=True, groups=32)])
+    gate = b.node("HardSigmoid", [b.node("GlobalAveragePool", [x])], alpha=1 / 6, beta=0.5)
+    x = b.node("Mul", [x, gate])
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    x = b.node("Gemm", [x, b.const(np.random.rand(10, 32), "fc"), b.const(np.zeros(10))],
+               transB=1)
+    x = b.node("Clip", [x, zero, six])
+    x = b.node("HardSigmoid", [x])
+    return b.save(path, "mobilenet_like", [("x", [batch, 8, 14, 14])], (x, [batch, 10]))

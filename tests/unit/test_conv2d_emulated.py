@@ -256,6 +256,13 @@ CASES = [
                  groups=2, bias=True, activation="relu"), "float32", "NCHW"),
     ("fft", dict(n=1, c=3, h=12, w=11, k=5, r=5, s=5, stride=2, pad=2, residual=True),
      "float16", "NHWC"),
+    # MobileNetV2 / V3 epilogues: conv (BN folded) + relu6 / hardswish
+    ("depthwise", dict(n=2, c=16, h=9, w=8, k=16, r=3, s=3, stride=2, pad=1, groups=16,
+                       bias=True, activation="relu6"), "float16", "NHWC"),
+    ("direct", dict(n=1, c=6, h=7, w=8, k=9, r=3, s=3, pad=1, bias=True,
+                    activation="hardswish"), "float32", "NCHW"),
+    ("im2col_gemm", dict(n=2, c=8, h=5, w=6, k=12, r=1, s=1, bias=True, activation="relu6"),
+     "float16", "NHWC"),
 ]
 
 

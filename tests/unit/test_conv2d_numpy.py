@@ -28,6 +28,8 @@ CASES = [
     {"r": 2, "s": 5, "pad": [1, 1, 2, 2], "dilation": 2, "w": 11, "bias": True,
      "activation": "gelu", "residual": True},
     {"activation": "silu", "bias": True, "c": 9, "k": 10},
+    {"activation": "relu6", "bias": True, "groups": 4, "k": 4, "pad": 1},
+    {"activation": "hardswish", "bias": True, "r": 1, "s": 1},
 ]
 
 

@@ -166,7 +166,7 @@ def test_reference_matches_naive_loops(kw, layout):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("act", ["none", "relu", "gelu", "silu"])
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "silu", "relu6", "hardswish"])
 def test_reference_epilogue_order(act):
     p = OP.problem(key(bias=True, residual=True, activation=act, pad=1))
     rng = np.random.default_rng(2)
@@ -175,7 +175,8 @@ def test_reference_epilogue_order(act):
     z = plain + inp["bias"].reshape(1, -1, 1, 1)
     act_fn = {"none": lambda t: t, "relu": lambda t: np.maximum(t, 0),
               "gelu": lambda t: 0.5 * t * (1 + np.vectorize(math.erf)(t / math.sqrt(2))),
-              "silu": lambda t: t / (1 + np.exp(-t))}[act]
+              "silu": lambda t: t / (1 + np.exp(-t)), "relu6": lambda t: np.clip(t, 0, 6),
+              "hardswish": lambda t: t * np.clip(t + 3, 0, 6) / 6}[act]
     want = act_fn(z) + inp["residual"]
     np.testing.assert_allclose(OP.reference(p, inp, {})["y"], want, rtol=1e-12, atol=1e-12)
 

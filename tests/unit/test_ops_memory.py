@@ -192,7 +192,8 @@ def test_batch_norm_training_reference_updates_running_stats_like_pytorch() -> N
 
 SMALL: dict[str, list[dict[str, Any]]] = {
     "activation": [dict(fn=f, shape=s, dtype=d, bias=b, layout=lay)
-                   for f in ("relu", "gelu", "gelu_tanh", "silu", "leaky_relu")
+                   for f in ("relu", "gelu", "gelu_tanh", "silu", "leaky_relu", "relu6",
+                             "hardswish", "hardsigmoid")
                    for s, b, lay in (((3, 5, 7), "channel", "NCHW"), ((3, 5, 7), "channel",
                                                                            "NHWC"),
                                      ((1,), "none", "NCHW"), ((13, 11), "none", "NCHW"))

@@ -57,6 +57,10 @@ def _cases():
         ("tanh", D.tanh, (xr,), lambda: torch.tanh(xr)),
         ("gelu", D.gelu, (xr, "tanh"), lambda: F.gelu(xr, approximate="tanh")),
         ("leaky_relu", D.leaky_relu, (xr, 0.2), lambda: F.leaky_relu(xr, 0.2)),
+        ("relu6", D.relu6, (4 * x4,), lambda: F.relu6(4 * x4)),
+        ("hardswish", D.hardswish, ((4 * x4).contiguous(memory_format=CL),),
+         lambda: F.hardswish(4 * x4)),
+        ("hardsigmoid", D.hardsigmoid, (4 * xr,), lambda: F.hardsigmoid(4 * xr)),
     ]
 
 

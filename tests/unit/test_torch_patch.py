@@ -398,3 +398,51 @@ def test_grouped_query_sdpa_runs_dnnctl_attention():
         want = plain(x)
         with dt.patched(plain):
             torch.testing.assert_close(plain(x), want)
+
+
+class _InvertedResidual(nn.Module):
+    """MobileNetV2's block (ReLU6) with MobileNetV3's Hardswish and Hardsigmoid gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(8, 32, 1, bias=False), nn.BatchNorm2d(32),
+                                    nn.ReLU6(inplace=True))
+        self.dw = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1, groups=32, bias=False),
+                                nn.BatchNorm2d(32), nn.Hardswish())
+        self.gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(32, 32, 1),
+                                  nn.Hardsigmoid())
+        self.project = nn.Sequential(nn.Conv2d(32, 8, 1, bias=False), nn.BatchNorm2d(8))
+
+    def forward(self, x):
+        h = self.dw(self.expand(x))
+        return x + self.project(h * self.gate(h))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_mobilenet_activations_run_on_dnnctl_and_fuse_into_the_conv(mode):
+    """ReLU6 / Hardswish / Hardsigmoid are dnnctl activations; in inference conv + BN +
+    ReLU6 / Hardswish is one convolution with the activation in its epilogue."""
+    torch.manual_seed(0)
+    ref = getattr(_randomize_bn(_InvertedResidual()), mode)()
+    import copy
+
+    model = copy.deepcopy(ref)
+    x = torch.randn(2, 8, 9, 7)
+    report = dt.patch(model)
+    acts = {c.note for c in report.covered if c.op == "activation"}
+    assert acts == {"relu6", "hardswish", "hardsigmoid"}
+    if mode == "eval":
+        parts = sorted(tuple(f.parts) for f in report.fusions)
+        assert ("bn", "hardswish") in parts and ("bn", "relu6") in parts
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-5)
+        return
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ref(xa), model(xb)
+    torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5)
+    g = torch.randn_like(ya)
+    ya.backward(g)
+    yb.backward(g)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-3, atol=1e-4, msg=n)

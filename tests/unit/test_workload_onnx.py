@@ -131,3 +131,17 @@ def test_nodes_with_no_dnnctl_problem_are_counted(tmp_path):
     assert not res.workload.items
     assert res.unimplemented == {"Conv": 1, "Resize": 1}
     assert "2-D convolutions" in res.skipped["Conv"]
+
+
+def test_mobilenet_activations_map_and_fuse_into_convs(tmp_path):
+    from _onnx_models import mobilenet_like
+
+    res = workload_from_onnx(mobilenet_like(tmp_path / "m.onnx"))
+    convs = {k["groups"]: k for k, _ in problems(res, "conv2d")}
+    assert convs[1]["activation"] == "relu6" and convs[32]["activation"] == "hardswish"
+    acts = sorted((k["fn"], tuple(k["shape"])) for k, _ in problems(res, "activation"))
+    # the gate (torch's alpha 1/6) and the ReLU6 after the Gemm, whose epilogue has none
+    assert acts == [("hardsigmoid", (2, 32, 1, 1)), ("relu6", (2, 10))]
+    (gemm, _), = problems(res, "matmul")
+    assert gemm["activation"] == "none"
+    assert res.unimplemented.get("HardSigmoid") == 1  # ONNX's default alpha 0.2

@@ -60,6 +60,9 @@ gelu_tanh_backward = _named("gelu_tanh")
 silu_backward = _named("silu")
 sigmoid_backward = _named("sigmoid")
 tanh_backward = _named("tanh")
+relu6_backward = _named("relu6")
+hardswish_backward = _named("hardswish")
+hardsigmoid_backward = _named("hardsigmoid")
 
 
 def leaky_relu_backward(dy: Any, x: Any, negative_slope: float = 0.01, bias: Any = None,

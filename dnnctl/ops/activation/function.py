@@ -92,3 +92,21 @@ def tanh(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
          inplace: bool = False, layout: str = "NCHW") -> Any:
     """tanh(x) (after the optional channel bias)."""
     return _activation("tanh", x, bias, out, inplace, layout, plan)
+
+
+def relu6(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+          inplace: bool = False, layout: str = "NCHW") -> Any:
+    """min(max(x, 0), 6) (after the optional channel bias); NaN propagates (MobileNetV2)."""
+    return _activation("relu6", x, bias, out, inplace, layout, plan)
+
+
+def hardswish(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+              inplace: bool = False, layout: str = "NCHW") -> Any:
+    """x * relu6(x + 3) / 6 (after the optional channel bias; MobileNetV3)."""
+    return _activation("hardswish", x, bias, out, inplace, layout, plan)
+
+
+def hardsigmoid(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
+                inplace: bool = False, layout: str = "NCHW") -> Any:
+    """relu6(x + 3) / 6 (after the optional channel bias; MobileNetV3's squeeze-excite)."""
+    return _activation("hardsigmoid", x, bias, out, inplace, layout, plan)

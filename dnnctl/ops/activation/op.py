@@ -1,8 +1,8 @@
 """The activation op: key schema, float64 reference, tolerances, counts and default
 heuristic.
 
-Activations (relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, tanh) with an optional fused
-per-channel bias, in-place or out-of-place.
+Activations (relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, tanh, relu6, hardswish,
+hardsigmoid) with an optional fused per-channel bias, in-place or out-of-place.
 
 Op key ``activation``: fn, shape, dtype, bias (none | channel), layout (channel axis 1 for NCHW,
 last axis for NHWC; canonically NCHW when there is no bias), inplace. CUDA variants
@@ -47,7 +47,8 @@ def bias_vec_ok(problem: Problem, vec: int) -> bool:
 @with_backward(ACTIVATION_BACKWARD)
 class ActivationOp(mc.MemoryOp):
     name = "activation"
-    doc = "y = act(x [+ bias per channel]); relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, tanh"
+    doc = ("y = act(x [+ bias per channel]); relu, leaky_relu, gelu, gelu_tanh, silu, sigmoid, "
+           "tanh, relu6, hardswish, hardsigmoid")
     fields = {
         "fn": Field("str", choices=FNS, doc="activation function"),
         "shape": Field("ints", minimum=1, doc="tensor shape, any rank"),
@@ -102,7 +103,8 @@ class ActivationOp(mc.MemoryOp):
 
     def flops(self, problem: Problem) -> float:
         per = {"relu": 1, "leaky_relu": 2, "gelu": 20, "gelu_tanh": 15, "silu": 8,
-               "sigmoid": 8, "tanh": 10}[problem["fn"]]
+               "sigmoid": 8, "tanh": 10, "relu6": 2, "hardswish": 5,
+               "hardsigmoid": 4}[problem["fn"]]
         return float(math.prod(problem["shape"]) * (per + (problem["bias"] != "none")))
 
     @mc.memo_per_problem

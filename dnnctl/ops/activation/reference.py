@@ -15,7 +15,8 @@ from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Problem
 
-FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
+FNS: tuple[str, ...] = ("relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
+                        "relu6", "hardswish", "hardsigmoid")
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
 _K_TANH = math.sqrt(2.0 / math.pi)
 
@@ -41,6 +42,12 @@ def act_numpy(fn: str, x: np.ndarray, slope: float = 0.01) -> np.ndarray:
             return 1.0 / (1.0 + np.exp(-x))
         if fn == "tanh":
             return np.tanh(x)
+        if fn == "relu6":
+            return np.minimum(np.maximum(x, 0), 6)  # NaN propagates
+        if fn == "hardswish":
+            return x * np.minimum(np.maximum(x + 3, 0), 6) / 6
+        if fn == "hardsigmoid":
+            return np.minimum(np.maximum(x + 3, 0), 6) / 6
     raise UsageError(f"unknown activation {fn!r}", hint=f"use one of {', '.join(FNS)}")
 
 
@@ -62,6 +69,12 @@ def act_grad_numpy(fn: str, z: np.ndarray, slope: float = 0.01) -> np.ndarray:
             out = s * (1 + z * (1 - s)) if fn == "silu" else s * (1 - s)
         elif fn == "tanh":
             out = 1.0 - np.tanh(z) ** 2
+        elif fn == "relu6":  # torch's formulas at the kinks (hardtanh / hardswish backward)
+            out = np.where((z > 0) & (z < 6), 1.0, 0.0).astype(z.dtype)
+        elif fn == "hardswish":
+            out = np.where(z < -3, 0.0, np.where(z <= 3, z / 3 + 0.5, 1.0)).astype(z.dtype)
+        elif fn == "hardsigmoid":
+            out = np.where((z > -3) & (z < 3), 1.0 / 6.0, 0.0).astype(z.dtype)
         else:
             raise UsageError(f"unknown activation {fn!r}")
         return np.where(np.isnan(z), z, out)

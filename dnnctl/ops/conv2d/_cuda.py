@@ -29,7 +29,7 @@ CUFFT_R2C, CUFFT_C2R = 0x2A, 0x2C
 CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 
 DTYPE_CODE = codes.DTYPE  # -DDNNCTL_DTYPE
-ACT_CODE = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu")}
+ACT_CODE = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu", "relu6", "hardswish")}
 EPI_FLAG_BIAS, EPI_FLAG_RESIDUAL = codes.EPI_FLAG["bias"], codes.EPI_FLAG["residual"]
 
 

@@ -53,7 +53,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     act = "none" if activation is None else str(activation)
     if act not in ACTIVATIONS:
         raise UsageError(f"conv2d: activation={activation!r} is not supported",
-                         hint="use None, 'relu', 'gelu' or 'silu'")
+                         hint="use None, 'relu', 'gelu', 'silu', 'relu6' or 'hardswish'")
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise UsageError(f"conv2d: groups={groups!r} must be a positive int")
     copies = [None if a is None else xp.ascontiguousarray(a) for a in arrays]

@@ -11,7 +11,8 @@ from dnnctl.errors import UsageError
 from dnnctl.ops.base import Problem
 from dnnctl.ops.matmul.op import activation_ref
 
-ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
+# the epilogue's activations (relu6 / hardswish: MobileNetV2 / V3's conv + BN + act)
+ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu", "relu6", "hardswish")
 # NCHW on tensor cores: above this many FLOPs the layout transposes of nhwc_implicit_gemm
 # cost less than the element-wise NCHW patch gather of implicit_gemm
 NCHW_TRANSPOSE_FLOPS = 5e8

@@ -55,6 +55,11 @@ def epilogue32(y: np.ndarray, g: ConvGeom, inputs: Mapping[str, Any], nhwc: bool
     elif g.activation == "silu":
         with np.errstate(over="ignore"):
             y = y / (np.float32(1.0) + np.exp(-y))
+    elif g.activation == "relu6":
+        y = np.minimum(np.maximum(y, np.float32(0.0)), np.float32(6.0))
+    elif g.activation == "hardswish":
+        y = y * np.minimum(np.maximum(y + np.float32(3.0), np.float32(0.0)),
+                           np.float32(6.0)) / np.float32(6.0)
     if g.residual:
         y = y + inputs["residual"].astype(np.float32)
     return y

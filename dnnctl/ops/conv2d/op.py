@@ -2,7 +2,8 @@
 
 Key (docs/ops.md): n, c, h, w, k, r, s, stride [2] = 1, pad [ph, pw] or [top, bottom, left,
 right] = 0 (canonical: 2 values when symmetric), dilation [2] = 1, groups = 1, dtype, layout,
-bias = false, activation (none, relu, gelu, silu) = none, residual = false, tf32 = false.
+bias = false, activation (none, relu, gelu, silu, relu6, hardswish) = none, residual = false,
+tf32 = false.
 
 Tensors: x NCHW (N, C, H, W) or NHWC (N, H, W, C); w NCHW (K, C/g, R, S) or NHWC (K, R, S, C/g);
 bias (K,) and residual (shape of y) in the I/O dtype; y NCHW (N, K, P, Q) or NHWC (N, P, Q, K).

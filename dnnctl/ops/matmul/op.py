@@ -25,7 +25,10 @@ from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 # activation name -> dnnctl::Act code in kernels/include/dnnctl/common.cuh
-ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu")}
+# dnnctl::Act codes of the epilogue activations (the GEMM's and, through the shared
+# epilogue, the conv2d kernels', whose op also takes relu6 / hardswish)
+ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in (
+    "none", "relu", "gelu", "silu", "relu6", "hardswish")}
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
@@ -33,7 +36,8 @@ def _erf64(x: np.ndarray) -> np.ndarray:
 
 
 def activation_ref(y: np.ndarray, activation: str) -> np.ndarray:
-    """relu / gelu (erf form) / silu in float64 (the reference)."""
+    """relu / gelu (erf form) / silu (and conv2d's relu6 / hardswish) in float64 (the
+    reference)."""
     if activation == "none":
         return y
     if activation == "relu":
@@ -43,6 +47,10 @@ def activation_ref(y: np.ndarray, activation: str) -> np.ndarray:
     if activation == "silu":
         with np.errstate(over="ignore"):
             return y / (1.0 + np.exp(-y))
+    if activation == "relu6":
+        return np.minimum(np.maximum(y, 0.0), 6.0)
+    if activation == "hardswish":
+        return y * np.minimum(np.maximum(y + 3.0, 0.0), 6.0) / 6.0
     raise UsageError(f"unknown activation {activation!r}",
                      hint=f"use one of {', '.join(ACTIVATIONS)}")
 

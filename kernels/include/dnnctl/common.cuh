@@ -31,7 +31,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 
 // ---- activations (computed in fp32). ACT_* codes match dnnctl.ops activation names.
 enum Act { ACT_NONE = 0, ACT_RELU = 1, ACT_LEAKY_RELU = 2, ACT_GELU = 3, ACT_GELU_TANH = 4,
-           ACT_SILU = 5, ACT_SIGMOID = 6, ACT_TANH = 7 };
+           ACT_SILU = 5, ACT_SIGMOID = 6, ACT_TANH = 7, ACT_RELU6 = 8, ACT_HARDSWISH = 9,
+           ACT_HARDSIGMOID = 10 };
 
 template <int ACT>
 __device__ __forceinline__ float activate(float x, float slope = 0.01f) {
@@ -45,6 +46,10 @@ __device__ __forceinline__ float activate(float x, float slope = 0.01f) {
   if (ACT == ACT_SILU) return x / (1.f + __expf(-x));
   if (ACT == ACT_SIGMOID) return 1.f / (1.f + __expf(-x));
   if (ACT == ACT_TANH) return tanhf(x);
+  // min(max(x, 0), 6) as torch's hardtanh: NaN propagates
+  if (ACT == ACT_RELU6) return x != x ? x : fminf(fmaxf(x, 0.f), 6.f);
+  if (ACT == ACT_HARDSWISH) return x * fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f);
+  if (ACT == ACT_HARDSIGMOID) return x != x ? x : fminf(fmaxf(x + 3.f, 0.f), 6.f) * (1.f / 6.f);
   return x;
 }
 

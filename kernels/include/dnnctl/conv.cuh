@@ -19,7 +19,8 @@ namespace conv {
 // named apart so no name means both a macro and a run-time bit.
 enum EpiFlag { EPI_FLAG_BIAS = 1, EPI_FLAG_RESIDUAL = 2 };
 
-// y = residual + act(acc + bias[k]); act is an ACT_* code (none, relu, gelu, silu).
+// y = residual + act(acc + bias[k]); act is an ACT_* code (none, relu, gelu, silu, relu6,
+// hardswish).
 // yi indexes the residual, which has y's shape and layout.
 __device__ __forceinline__ float epilogue(float v, int k, long long yi, const elem_t* bias,
                                           const elem_t* residual, int act, int flags) {
@@ -28,6 +29,8 @@ __device__ __forceinline__ float epilogue(float v, int k, long long yi, const el
     case ACT_RELU: v = activate<ACT_RELU>(v); break;
     case ACT_GELU: v = activate<ACT_GELU>(v); break;
     case ACT_SILU: v = activate<ACT_SILU>(v); break;
+    case ACT_RELU6: v = activate<ACT_RELU6>(v); break;
+    case ACT_HARDSWISH: v = activate<ACT_HARDSWISH>(v); break;
     default: break;
   }
   if (flags & EPI_FLAG_RESIDUAL) v += to_float(residual[yi]);
