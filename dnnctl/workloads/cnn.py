@@ -76,21 +76,21 @@ def mobilenet_v2(batch: int = 32, dtype: str = "float16", layout: str = "NHWC",
                  image: int = 224, classes: int = 1000) -> Workload:
     """MobileNetV2 1.0: inverted residuals with depthwise 3x3 convs.
 
-    ReLU6 is run as ReLU (dnnctl's epilogues have no clamp; the cost is the same)."""
+    ReLU6 in the conv epilogues, as a patched torch MobileNetV2 sends them."""
     net = _Net("mobilenet_v2", batch, dtype, layout)
-    h, w = net.conv(3, image, image, 32, 3, stride=2, pad=1, act="relu")
+    h, w = net.conv(3, image, image, 32, 3, stride=2, pad=1, act="relu6")
     cin = 32
     for t, c, n, s in _MBV2:
         for i in range(n):
             stride = s if i == 0 else 1
             hidden = cin * t
             if t != 1:
-                net.conv(cin, h, w, hidden, 1, act="relu")
+                net.conv(cin, h, w, hidden, 1, act="relu6")
             h2, w2 = net.conv(hidden, h, w, hidden, 3, stride=stride, pad=1, groups=hidden,
-                              act="relu")
+                              act="relu6")
             net.conv(hidden, h2, w2, c, 1, residual=stride == 1 and cin == c)
             h, w, cin = h2, w2, c
-    net.conv(cin, h, w, 1280, 1, act="relu")
+    net.conv(cin, h, w, 1280, 1, act="relu6")
     net.head(1280, h, w, classes)
     return net.wl
 

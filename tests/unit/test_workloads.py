@@ -138,3 +138,14 @@ def test_bad_workload_files(tmp_path, text, words):
     with pytest.raises(InputFileError) as info:
         read_workload(path)
     assert str(info.value).startswith(str(path)) and words in str(info.value)
+
+
+def test_mobilenet_v2_runs_relu6_in_the_conv_epilogues():
+    """The keys a patched torch MobileNetV2 sends (conv + BN + ReLU6 fused): the projection
+    1x1 convs have none, every other conv relu6."""
+    wl = build("mobilenet_v2", batch=8)
+    acts = {}
+    for it in wl.items:
+        if it.problem.op == "conv2d":
+            acts[it.problem["activation"]] = acts.get(it.problem["activation"], 0) + it.count
+    assert acts == {"relu6": 35, "none": 17}
