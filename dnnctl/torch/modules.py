@@ -144,6 +144,8 @@ def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
 
 
 def _gap_fwd(handle: int, x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 3:  # an unbatched (C, H, W) image, as torch's module takes it
+        return run_op("global_avg_pool2d", x.unsqueeze(0), handle).squeeze(0)
     return run_op("global_avg_pool2d", x, handle)
 
 
@@ -209,7 +211,8 @@ def why_not(m: nn.Module) -> str | None:
         if m.divisor_override:
             return "divisor_override"
     elif isinstance(m, nn.AdaptiveAvgPool2d):
-        if _pair(m.output_size) != [1, 1]:
+        size = m.output_size
+        if not (size == 1 or isinstance(size, (tuple, list)) and list(size) == [1, 1]):
             return f"output_size {m.output_size} (only 1 is a global average)"
     elif isinstance(m, (nn.Softmax, nn.LogSoftmax)) and m.dim is None:
         return "dim=None (implicit softmax dimension)"

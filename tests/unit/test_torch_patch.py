@@ -446,3 +446,53 @@ def test_mobilenet_activations_run_on_dnnctl_and_fuse_into_the_conv(mode):
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
     for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-3, atol=1e-4, msg=n)
+
+
+ODD_MODULES = [
+    ("conv2d unbatched", lambda: nn.Conv2d(3, 4, 3, padding=1), (3, 8, 8)),
+    ("group_norm (N, C, L)", lambda: nn.GroupNorm(2, 4), (2, 4, 10)),
+    ("group_norm 5-D", lambda: nn.GroupNorm(2, 4), (2, 4, 3, 5, 6)),
+    ("max_pool unbatched", lambda: nn.MaxPool2d(2), (3, 8, 8)),
+    ("global pool unbatched", lambda: nn.AdaptiveAvgPool2d(1), (3, 8, 8)),
+    ("adaptive pool (None, 1)", lambda: nn.AdaptiveAvgPool2d((None, 1)), (2, 3, 8, 8)),
+    ("adaptive pool (1,): torch's error", lambda: nn.AdaptiveAvgPool2d((1,)), (2, 3, 8, 8)),
+    ("softmax dim 0", lambda: nn.Softmax(0), (3, 5)),
+    ("log_softmax dim -2", lambda: nn.LogSoftmax(-2), (2, 3, 4)),
+    ("linear 1-D", lambda: nn.Linear(5, 3), (5,)),
+    ("linear 4-D", lambda: nn.Linear(5, 3), (2, 3, 4, 5)),
+    ("layer_norm 1-D", lambda: nn.LayerNorm(5), (5,)),
+    ("batch_norm2d 3-D: torch's error", lambda: nn.BatchNorm2d(3), (3, 4, 4)),
+    ("max_pool dilation 2", lambda: nn.MaxPool2d(3, 1, 1, dilation=2), (1, 2, 9, 9)),
+    ("avg_pool ceil, pad counted", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True), (1, 2, 6, 7)),
+    ("conv padding past the filter", lambda: nn.Conv2d(2, 2, 3, padding=4), (1, 2, 5, 5)),
+    ("conv 'same', even filter", lambda: nn.Conv2d(2, 2, 4, padding="same"), (1, 2, 7, 7)),
+    ("conv empty batch", lambda: nn.Conv2d(2, 2, 3), (0, 2, 7, 7)),
+    ("leaky_relu 0-D", lambda: nn.LeakyReLU(0.3), ()),
+]
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("case", range(len(ODD_MODULES)), ids=[c[0] for c in ODD_MODULES])
+def test_odd_inputs_and_settings_behave_as_torch(case, mode):
+    """Inputs torch's modules take that dnnctl's kernels may not (unbatched, other ranks,
+    empty, 0-D) and settings it does not run: the patched module gives torch's result, or
+    raises torch's error type; patch itself never fails on them."""
+    import copy
+
+    _, make, shape = ODD_MODULES[case]
+    torch.manual_seed(0)
+    ref = getattr(make(), mode)()
+    model = copy.deepcopy(ref)
+    x = torch.randn(shape)
+    try:
+        want = ref(x.clone())
+    except Exception as exc:  # noqa: BLE001  (the type torch raises is the expectation)
+        want = exc
+    with dt.patched(model):
+        if isinstance(want, Exception):
+            with pytest.raises(type(want)):
+                model(x.clone())
+            return
+        got = model(x.clone())
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
