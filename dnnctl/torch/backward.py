@@ -258,7 +258,7 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     mean, invstd = mean.to(acc), invstd.to(acc)
     stats = (None, None, mean, invstd) if training else (
         mean, invstd.double().pow(-2).to(acc), None, None)
-    w = _to(weight, acc) if weight is not None or training else torch.ones_cast(mean)
+    w = _to(weight, acc) if weight is not None or training else torch.ones_like(mean)
     gx, gw, gb = _ATEN.native_batch_norm_backward(grad.to(dt), x.to(dt), w, *stats, training,
                                                   0.0, _mask(needs, weight, bias))
     return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)

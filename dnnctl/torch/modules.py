@@ -67,6 +67,34 @@ def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
                    list(m.dilation))
 
 
+def conv1d_padding(m: nn.Conv1d) -> list[int]:
+    """A Conv1d's padding as conv2d's (top, bottom, left, right) over an (N, C, 1, L) view
+    ('same' as torch splits it: the extra element after)."""
+    if m.padding == "valid":
+        return [0, 0, 0, 0]
+    if m.padding == "same":
+        total = m.dilation[0] * (m.kernel_size[0] - 1)
+        return [0, 0, total // 2, total - total // 2]
+    p = int(m.padding[0])
+    return [0, 0, p, p]
+
+
+def _conv1d_fwd(m: nn.Conv1d, handle: int, stride: list[int], pad: list[int], dil: list[int],
+                x: torch.Tensor) -> torch.Tensor:
+    """(N, C, L) as conv2d over (N, C, 1, L) with a (K, C/g, 1, k) filter: views, so autograd
+    flows through them; an unbatched (C, L) input as a batch of one."""
+    if x.dim() == 2:
+        return _conv1d_fwd(m, handle, stride, pad, dil, x.unsqueeze(0)).squeeze(0)
+    y = run_op("conv2d", x.unsqueeze(2), m.weight.unsqueeze(2), m.bias, stride, pad, dil,
+               m.groups, "none", None, handle)
+    return y.squeeze(2)
+
+
+def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
+    return partial(_conv1d_fwd, m, handle, [1, int(m.stride[0])], conv1d_padding(m),
+                   [1, int(m.dilation[0])])
+
+
 def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
     return run_op("linear", x, m.weight, m.bias, "none", handle)
 
@@ -92,6 +120,29 @@ def _bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
 
 def _bn(m: nn.BatchNorm2d, handle: int) -> Callable[..., Any]:
     return partial(_bn_fwd, m, handle)
+
+
+def _bn1d_fwd(m: nn.BatchNorm1d, handle: int, x: torch.Tensor) -> torch.Tensor:
+    """(N, C) or (N, C, L) as batch_norm over the (N, C, 1, L) view (statistics per C)."""
+    if x.dim() not in (2, 3):
+        raise ValueError(f"expected 2D or 3D input (got {x.dim()}D input)")
+    x4 = x[:, :, None, None] if x.dim() == 2 else x.unsqueeze(2)
+    return _bn_fwd(m, handle, x4).reshape(x.shape)
+
+
+def _bn1d(m: nn.BatchNorm1d, handle: int) -> Callable[..., Any]:
+    return partial(_bn1d_fwd, m, handle)
+
+
+def _instance_norm_fwd(m: nn.InstanceNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
+    """Per-sample, per-channel statistics: group_norm with one channel per group."""
+    if x.dim() == 3:  # unbatched (C, H, W)
+        return _instance_norm_fwd(m, handle, x.unsqueeze(0)).squeeze(0)
+    return run_op("group_norm", x, x.shape[1], m.weight, m.bias, m.eps, handle)
+
+
+def _instance_norm(m: nn.InstanceNorm2d, handle: int) -> Callable[..., Any]:
+    return partial(_instance_norm_fwd, m, handle)
 
 
 def _layer_norm_fwd(m: nn.LayerNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
@@ -194,7 +245,15 @@ def why_not(m: nn.Module) -> str | None:
             return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
         if m.padding == "same" and tuple(m.stride) != (1, 1):
             return "padding 'same' with a stride"
-    elif isinstance(m, nn.BatchNorm2d):
+    elif isinstance(m, nn.Conv1d):
+        if m.padding_mode != "zeros":
+            return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
+        if m.padding == "same" and tuple(m.stride) != (1,):
+            return "padding 'same' with a stride"
+    elif isinstance(m, nn.InstanceNorm2d):
+        if m.track_running_stats:
+            return "track_running_stats=True (inference would use running statistics)"
+    elif isinstance(m, (nn.BatchNorm2d, nn.BatchNorm1d)):
         if m.training and (not m.track_running_stats or m.momentum is None):
             return "training without running statistics or with a cumulative (None) momentum"
         if not m.track_running_stats:
@@ -221,8 +280,11 @@ def why_not(m: nn.Module) -> str | None:
 
 MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
     (nn.Conv2d, "conv2d", _conv),
+    (nn.Conv1d, "conv2d", _conv1d),  # as conv2d over an (N, C, 1, L) view
     (nn.Linear, "matmul", _linear),
     (nn.BatchNorm2d, "batch_norm", _bn),
+    (nn.BatchNorm1d, "batch_norm", _bn1d),
+    (nn.InstanceNorm2d, "group_norm", _instance_norm),  # one channel per group
     (nn.LayerNorm, "layer_norm", _layer_norm),
     *([(nn.RMSNorm, "rms_norm", _rms_norm)] if hasattr(nn, "RMSNorm") else []),
     (nn.GroupNorm, "group_norm", _group_norm),

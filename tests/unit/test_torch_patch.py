@@ -496,3 +496,52 @@ def test_odd_inputs_and_settings_behave_as_torch(case, mode):
         got = model(x.clone())
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+MORE_MODULES = [
+    ("conv1d", lambda: nn.Conv1d(6, 8, 3, padding=1), (2, 6, 17)),
+    ("conv1d stride 2 (Whisper)", lambda: nn.Conv1d(6, 8, 3, stride=2, padding=1), (2, 6, 30)),
+    ("conv1d 'same' even filter, dilation", lambda: nn.Conv1d(4, 4, 4, padding="same",
+                                                             dilation=2), (2, 4, 15)),
+    ("conv1d depthwise causal-style", lambda: nn.Conv1d(8, 8, 4, padding=3, groups=8),
+     (2, 8, 11)),
+    ("conv1d unbatched, no bias", lambda: nn.Conv1d(3, 5, 5, bias=False), (3, 20)),
+    ("batch_norm1d (N, C)", lambda: nn.BatchNorm1d(6), (5, 6)),
+    ("batch_norm1d (N, C, L)", lambda: nn.BatchNorm1d(6, affine=False), (4, 6, 7)),
+    ("instance_norm2d", lambda: nn.InstanceNorm2d(5), (2, 5, 6, 7)),
+    ("instance_norm2d affine, unbatched", lambda: nn.InstanceNorm2d(5, affine=True),
+     (5, 6, 7)),
+]
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("case", range(len(MORE_MODULES)), ids=[c[0] for c in MORE_MODULES])
+def test_conv1d_batch_norm1d_and_instance_norm_run_on_dnnctl(case, mode):
+    """nn.Conv1d (as conv2d over an (N, C, 1, L) view), BatchNorm1d and InstanceNorm2d (as
+    group_norm with a group per channel) run on dnnctl: outputs, input and parameter
+    gradients and running statistics equal torch's."""
+    import copy
+
+    _, make, shape = MORE_MODULES[case]
+    torch.manual_seed(0)
+    ref = getattr(make(), mode)()
+    if isinstance(ref, nn.BatchNorm1d):
+        with torch.no_grad():
+            ref.running_mean.uniform_(-0.5, 0.5)
+            ref.running_var.uniform_(0.5, 1.5)
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert len(report.covered) == 1 and not report.skipped
+    xa = torch.randn(shape, requires_grad=True)
+    xb = xa.detach().clone().requires_grad_()
+    ya, yb = ref(xa), model(xb)
+    torch.testing.assert_close(yb, ya, rtol=1e-4, atol=1e-5)
+    assert not report.fallbacks()
+    g = torch.randn_like(ya)
+    ya.backward(g)
+    yb.backward(g)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-4, atol=1e-5, msg=n)
+    for (n, ba), bb in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(bb, ba, rtol=1e-5, atol=1e-6, msg=n)
