@@ -117,6 +117,14 @@ class Fusion:
     parts: list[str]  # what the epilogue took: bn, relu, residual, ...
 
 
+def hooked(m: nn.Module) -> bool:
+    """The module has forward (pre-)hooks: a feature extractor or Grad-CAM reads them, and
+    pruning / the old weight_norm recompute ``weight`` in a pre-hook. A fused chain never
+    calls its modules, so such a module is left out of every fusion."""
+    return bool(m._forward_hooks or m._forward_pre_hooks or
+                getattr(m, "_forward_hooks_with_kwargs", None))
+
+
 def _single_user(node: fx.Node) -> fx.Node | None:
     users = list(node.users)
     return users[0] if len(users) == 1 else None
@@ -127,6 +135,8 @@ def _act_node(node: fx.Node, modules: dict[str, nn.Module], conv: bool) -> str |
     head is a convolution, whose epilogue takes more activations than the GEMM's)."""
     takes = CONV_EPILOGUE_ACTS if conv else EPILOGUE_ACTS
     if node.op == "call_module":
+        if hooked(modules[node.target]):
+            return None
         found = act_of(modules[node.target])
         if found is None or found[0] not in takes:
             return None
@@ -153,7 +163,8 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if node.op != "call_module" or node.target not in covered or calls[node.target] != 1:
             continue
         head = modules[node.target]
-        if type(head) not in (nn.Conv2d, nn.Linear) or len(node.args) != 1 or node.kwargs:
+        if type(head) not in (nn.Conv2d, nn.Linear) or len(node.args) != 1 or node.kwargs \
+                or hooked(head):
             continue
         chain, folded, parts = [node], [], []
         bn = None
@@ -162,6 +173,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if (isinstance(head, nn.Conv2d) and fold_bn_ok and nxt is not None
                 and nxt.op == "call_module" and type(modules[nxt.target]) is nn.BatchNorm2d
                 and nxt.target in covered and calls[nxt.target] == 1
+                and not hooked(modules[nxt.target])
                 and not modules[nxt.target].training and nxt.args[0] is cur):
             bn = modules[nxt.target]
             chain.append(nxt)

@@ -545,3 +545,31 @@ def test_conv1d_batch_norm1d_and_instance_norm_run_on_dnnctl(case, mode):
         torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-4, atol=1e-5, msg=n)
     for (n, ba), bb in zip(ref.named_buffers(), model.buffers()):
         torch.testing.assert_close(bb, ba, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_modules_with_hooks_are_not_fused_away():
+    """A forward hook (a feature extractor, Grad-CAM) still fires on a patched model, and a
+    pruned conv (its weight recomputed by a forward pre-hook) computes with the pruned
+    weight: hooked modules stay out of the fused chains."""
+    import copy
+
+    from torch.nn.utils import prune
+
+    torch.manual_seed(0)
+    ref = _randomize_bn(SmallResNet()).eval()
+    model = copy.deepcopy(ref)
+    for m in (ref, model):  # a pruned weight is not a leaf: prune after copying
+        prune.l1_unstructured(m.stem[0], "weight", amount=0.5)
+    seen = {}
+    for m, tag in ((ref, "ref"), (model, "patched")):
+        m.block1.conv2.register_forward_hook(
+            lambda mod, i, o, tag=tag: seen.__setitem__(tag, o.detach().clone()))
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        want = ref(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    heads = {f.head for f in report.fusions}
+    assert "stem.0" not in heads and "block1.conv2" not in heads and heads
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(seen["patched"], seen["ref"], rtol=1e-4, atol=1e-4)
