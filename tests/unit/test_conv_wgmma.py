@@ -155,6 +155,8 @@ def test_builds_compile_with_nvrtc(monkeypatch):
          None),
         (dict(n=32, c=512, h=7, w=7, k=512, r=3, s=3, pad=1, bias=True, activation="relu"),
          _p(128, 256, 8, 4, 2)),
+        (dict(n=8, c=96, h=14, w=14, k=96, r=3, s=3, pad=1, bias=True, activation="relu6"),
+         None),
     ]:
         p = conv(**key)
         V.build(p, params or V.default_params(p, H200), H200)
