@@ -101,9 +101,6 @@ for st in "$@"; do
     conv_backward)
       timeout "${T:-120}" python3 benchmarks/bench_conv_backward.py --quick > "$L/conv_backward.md" 2>&1
       tail -25 "$L/conv_backward.md" ;;
-    attention)
-      timeout "${T:-120}" python3 benchmarks/bench_attention.py > "$L/attention.md" 2>&1
-      tail -25 "$L/attention.md" ;;
     onnx)
       { dn workload from-onnx docs/examples/resnet_block.onnx --batch 32 --dtype fp16 --layout NHWC \
           -o "$L/rb.yaml" && timeout 40 python3 -m dnnctl tune "$L/rb.yaml" --budget 15 \
@@ -127,6 +124,18 @@ for st in "$@"; do
         -k "cublaslt or wgmma_tma or wgrad or default or (norm and bwd)" \
         > "$L/fixtests2.log" 2>&1
       tail -2 "$L/fixtests2.log"; grep -E "^(FAILED|ERROR)" "$L/fixtests2.log" | cut -c1-150 | head -30 ;;
+    adoption)  # output adoption (vendor attention on torch tensors), the new activations,
+      # Conv1d / BatchNorm1d / InstanceNorm routing, capture cases
+      timeout -s INT -k 30 "${T:-240}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 150 --tb=short -rfE tests/gpu/test_attention.py tests/gpu/test_capture_ops.py \
+        tests/gpu/test_backward_gpu.py tests/gpu/test_torch_gpu.py tests/gpu/test_torch_runtime.py \
+        -k "planned_vendor or torch_ or public_function or decode or capture or backward_functions or torch" \
+        > "$L/adoption.log" 2>&1
+      tail -2 "$L/adoption.log"; grep -E "^(FAILED|ERROR)" "$L/adoption.log" | cut -c1-150 | head -30
+      timeout -s INT -k 30 "${T2:-120}" python3 -m pytest -q -p no:cacheprovider -n "${N:-12}" \
+        --timeout 100 --tb=short -rfE tests/gpu/test_kernels_memory.py tests/gpu/test_conv2d.py \
+        -k "relu6 or hardswish or hardsigmoid or activation" > "$L/activations.log" 2>&1
+      tail -2 "$L/activations.log"; grep -E "^(FAILED|ERROR)" "$L/activations.log" | cut -c1-150 | head -30 ;;
     linear_act)
       timeout "${T:-60}" python3 benchmarks/bench_linear_act.py --quick > "$L/linear_act.md" 2>&1
       tail -22 "$L/linear_act.md" ;;
