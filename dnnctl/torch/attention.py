@@ -1,10 +1,11 @@
 """F.scaled_dot_product_attention -> ``dnnctl.ops.attention``, where this dnnctl has it.
 
 Used by :func:`dnnctl.torch.patch` on traced graphs. A call is routed when it has no
-attention mask and no dropout (GQA with ``enable_gqa=True`` included), and the op takes ``(q, k, v, causal=...,
-scale=...)``; torch's ``is_causal`` is the top-left aligned mask (``causal=True``). Calls dnnctl refuses at
-run time, and calls under torch.compile (there is no torch.library op for attention yet),
-run torch's SDPA.
+attention mask and no dropout (GQA with ``enable_gqa=True`` included), and the op takes
+``(q, k, v, causal=..., scale=...)``; torch's ``is_causal`` is the top-left aligned mask
+(``causal=True``). Routed calls run ``torch.ops.dnnctl.attention`` (eager, under
+torch.compile through its fake kernel, with autograd); calls dnnctl refuses at run time run
+torch's SDPA and are counted.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import fx
 
 from dnnctl.errors import DnnctlError
 from dnnctl.torch import kernels
-from dnnctl.torch._tensors import call
+from dnnctl.torch.modules import run_op
 
 _NEEDED = ("causal", "scale")
 
@@ -36,32 +37,43 @@ def _signature_ok(fn: Any) -> str | None:
     return None
 
 
+def _backward_on_dnnctl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                        scale: float | None, handle: int) -> bool:
+    """The attention backward of this call would run on dnnctl (the handle's backward mode
+    and plan, see dnnctl.torch.grad_plan); records the forward and backward problems for
+    active record() sessions either way."""
+    from dnnctl.torch import grad_plan as gp
+    from dnnctl.torch import keys
+    from dnnctl.torch import own_grads as og
+
+    if kernels.RECORDERS:
+        try:
+            kernels.note_problem("attention", keys.attention(q, k, v, is_causal, scale))
+        except DnnctlError:
+            pass
+    return "backward" in gp.decide("attention", handle, q,
+                                   lambda: og.attention_keys(q, k, v, is_causal, scale))
+
+
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
           scale: float | None = None, handle: int = 0, enable_gqa: bool = False
           ) -> torch.Tensor:
+    """An SDPA call of a patched graph: ``torch.ops.dnnctl.attention`` (dnnctl's kernels,
+    its fake kernel under torch.compile, dnnctl's backward when a gradient is taken) where
+    dnnctl takes the call; torch's SDPA for calls with fewer key heads and no enable_gqa
+    (torch's own answer), and for training calls whose backward would run torch's formula
+    anyway (torch's fused forward + backward beat a dnnctl forward plus a recomputed one)."""
     def torch_sdpa() -> torch.Tensor:
         kw = {"enable_gqa": True} if enable_gqa else {}
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **kw)
 
-    if torch.compiler.is_compiling() or q.requires_grad and torch.is_grad_enabled():
-        return torch_sdpa()
     if not enable_gqa and q.dim() >= 3 and k.dim() >= 3 and q.shape[-3] != k.shape[-3]:
-        return torch_sdpa()  # fewer key heads without enable_gqa: torch's own answer
-    import dnnctl.ops
-
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    try:
-        out = call(dnnctl.ops.attention, (q, k, v), causal=bool(is_causal), scale=scale,
-                   plan=kernels.PLANS.get(handle) if handle else None)
-    except DnnctlError as exc:
-        kernels.FALLBACKS[("attention", exc.message[:160])] += 1
         return torch_sdpa()
-    if kernels.RECORDERS:  # record(): the attention problem the model runs, to tune
-        from dnnctl.ops.attention.function import parse
-
-        kernels.note_problem("attention", parse(q, k, v, causal=bool(is_causal),
-                                                scale=scale).key)
-    return out
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if grad and (torch.compiler.is_compiling()
+                 or not _backward_on_dnnctl(q, k, v, bool(is_causal), scale, handle)):
+        return torch_sdpa()
+    return run_op("attention", q, k, v, bool(is_causal), scale, bool(enable_gqa), handle)[0]
 
 
 def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: int = 0) -> None:

@@ -338,3 +338,23 @@ def activation(grad: T, x: T, fn: str, negative_slope: float, approximate: str,
     if got is not None:
         return got
     return act_grad(fn, x, grad, negative_slope, approximate)
+
+
+def attention(grad: T, q: T, k: T, v: T, out: T, lse: T, is_causal: bool,
+              scale: float | None, enable_gqa: bool, needs: Sequence[bool], plan: int = 0
+              ) -> tuple[Opt, Opt, Opt]:
+    """(dq, dk, dv) of SDPA: dnnctl's attention backward (from the saved out and lse), or
+    torch's, by recomputing the forward under autograd in the inputs' dtype."""
+    if q.dim() == 4:
+        got = _single("attention", plan, q,
+                      lambda: og.attention_keys(q, k, v, is_causal, scale),
+                      lambda: og.attention(grad, q, k, v, out, lse, is_causal, scale))
+        if got is not None:
+            return tuple(g if n else None for g, n in zip(got, needs))  # type: ignore[return-value]
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(bool(n)) for t, n in zip((q, k, v), needs)]
+        kw = {"enable_gqa": True} if enable_gqa else {}
+        o = F.scaled_dot_product_attention(*leaves, is_causal=is_causal, scale=scale, **kw)
+        wanted = [t for t in leaves if t.requires_grad]
+        grads = iter(torch.autograd.grad(o, wanted, grad.to(o.dtype)) if wanted else ())
+    return tuple(next(grads) if n else None for n in needs[:3])  # type: ignore[return-value]

@@ -365,3 +365,26 @@ def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
     name = "gelu_tanh" if fn == "gelu" and approximate == "tanh" else fn
     return _dnn("activation", x, run, lambda: keys.activation(name, xs),
                 lambda: ref.activation(fn, x, negative_slope, approximate))
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,
+              scale: float | None = None, enable_gqa: bool = False, plan: int = 0
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of F.scaled_dot_product_attention(q, k, v, is_causal=, scale=,
+    enable_gqa=) on (B, H, S, D) tensors: dnnctl.ops.attention where it takes the call
+    (16-bit, grouped key heads with enable_gqa), torch otherwise."""
+
+    def run() -> tuple[torch.Tensor, torch.Tensor]:
+        if q.dim() != 4 or (not enable_gqa and k.shape[1] != q.shape[1]):
+            raise ShapeError("attention: (B, H, S, D) tensors with equal heads, or "
+                             "enable_gqa=True")
+        out, lse = call(dops.attention, (q.contiguous(), k.contiguous(), v.contiguous()),
+                        causal=bool(is_causal), scale=scale, return_lse=True,
+                        plan=_plan(plan))
+        return out, lse
+
+    return _dnn("attention", q, run, lambda: keys.attention(q, k, v, is_causal, scale),
+                lambda: ref.attention(q, k, v, is_causal, scale, enable_gqa))

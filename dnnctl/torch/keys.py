@@ -96,3 +96,11 @@ def activation(fn: str, storage: torch.Tensor) -> dict[str, Any]:
     """An activation over a tensor's storage (no bias: the key is NCHW by convention)."""
     return {"fn": fn, "shape": list(storage.shape), "dtype": _dt(storage), "bias": "none",
             "layout": "NCHW", "inplace": False}
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+              scale: float | None) -> dict[str, Any]:
+    """The key of an SDPA call on BHSD tensors (torch's causal mask is top-left aligned)."""
+    from dnnctl.ops.attention.function import parse
+
+    return parse(q, k, v, causal=bool(is_causal), scale=scale).key

@@ -53,6 +53,9 @@ SCHEMAS: dict[str, str] = {
     **{fn: "(Tensor x, int plan=0) -> Tensor" for fn in ACTIVATIONS},
     "gelu": "(Tensor x, str approximate=\"none\", int plan=0) -> Tensor",
     "leaky_relu": "(Tensor x, float negative_slope=0.01, int plan=0) -> Tensor",
+    # F.scaled_dot_product_attention on (B, H, S, D) tensors -> (out, lse)
+    "attention": "(Tensor q, Tensor k, Tensor v, bool is_causal=False, float? scale=None, "
+                 "bool enable_gqa=False, int plan=0) -> (Tensor, Tensor)",
 }
 
 
@@ -102,6 +105,12 @@ def _plain(x, *args, **kwargs):
     return x.new_empty(x.shape)
 
 
+def _attention_fake(q, k, v, is_causal=False, scale=None, enable_gqa=False, plan=0):
+    lse = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return (q.new_empty((*q.shape[:-1], v.shape[-1])),
+            q.new_empty(q.shape[:-1], dtype=lse))
+
+
 FAKES: dict[str, Callable[..., Any]] = {
     "conv2d": _conv2d_fake,
     "linear": lambda x, w, bias=None, activation="none", plan=0: x.new_empty(
@@ -117,6 +126,7 @@ FAKES: dict[str, Callable[..., Any]] = {
     count_include_pad=True, plan=0: _pool_fake(x, kernel, stride, padding, (1, 1), ceil_mode),
     "global_avg_pool2d": lambda x, plan=0: _like(x, (x.shape[0], x.shape[1], 1, 1)),
     **{fn: (lambda x, *a, **k: _like(x)) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
+    "attention": _attention_fake,
 }
 
 # ----------------------------------------------------------------------------- eager kernels
@@ -134,6 +144,7 @@ KERNELS: dict[str, Callable[..., Any]] = {
                                                                plan=plan),
     "leaky_relu": lambda x, negative_slope=0.01, plan=0: K.activation(
         "leaky_relu", x, negative_slope=negative_slope, plan=plan),
+    "attention": K.attention,
 }
 
 # ----------------------------------------------------------------------------- autograd
@@ -258,6 +269,19 @@ def _act_bwd(fn: str) -> Callable[..., Any]:
     return backward
 
 
+def _attention_bwd(ctx, grad, _grad_lse=None):
+    q, k, v, is_causal, scale, enable_gqa, plan = _args(ctx)
+    out, lse = ctx.saved_tensors[-2:]
+    gq, gk, gv = bw.attention(grad, q, k, v, out, lse, is_causal, scale, enable_gqa,
+                              _needs(ctx)[:3], plan)
+    return gq, gk, gv, None, None, None, None
+
+
+def _attention_setup(ctx, inputs, output):
+    _save(ctx, inputs, output, lambda out: (out[0], out[1]))
+    ctx.mark_non_differentiable(output[1])  # the lse: statistics, not a result to train on
+
+
 def _setup(extra: Callable[[Any], tuple] | None = None, skip: tuple[int, ...] = ()
            ) -> Callable[..., None]:
     def setup_context(ctx, inputs, output):
@@ -280,6 +304,7 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "avg_pool2d": (_pool_bwd("avg"), _setup()),
     "global_avg_pool2d": (_gap_bwd, _setup()),
     **{fn: (_act_bwd(fn), _setup()) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
+    "attention": (_attention_bwd, _attention_setup),
 }
 
 

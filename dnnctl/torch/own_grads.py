@@ -266,3 +266,19 @@ def activation(grad: T, x: T, fn: str, negative_slope: float, approximate: str) 
 
     dx = call(run, (gs, xs))
     return nchw_of(dx) if cl else dx
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def attention_keys(q: T, k: T, v: T, is_causal: bool, scale: float | None) -> Keys:
+    return {"backward": ("attention", {**keys.attention(q, k, v, is_causal, scale),
+                                       "pass": "backward"})}
+
+
+def attention(grad: T, q: T, k: T, v: T, out: T, lse: T, is_causal: bool,
+              scale: float | None) -> tuple[T, T, T]:
+    """(dq, dk, dv) from the forward's out and lse (dnnctl.ops.attention_backward)."""
+    return call(dops.attention_backward, (grad.contiguous(), q.contiguous(), k.contiguous(),
+                                          v.contiguous(), out.contiguous(), lse.contiguous()),
+                causal=bool(is_causal), scale=scale)

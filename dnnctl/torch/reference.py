@@ -56,3 +56,21 @@ def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
         return F.gelu(x, approximate=approximate)
     return {"silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "relu6": F.relu6,
             "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid}[fn](x)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+              scale: float | None, enable_gqa: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) of SDPA on (B, H, S, D) tensors, in float32 (float64 for float64 inputs):
+    torch's top-left causal mask, k / v heads repeated for grouped queries."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    qf, kf, vf = (t.to(acc) for t in (q, k, v))
+    if enable_gqa and kf.shape[-3] != qf.shape[-3]:
+        rep = qf.shape[-3] // kf.shape[-3]
+        kf, vf = kf.repeat_interleave(rep, -3), vf.repeat_interleave(rep, -3)
+    s = (qf @ kf.transpose(-1, -2)) * (qf.shape[-1] ** -0.5 if scale is None else scale)
+    if is_causal:
+        keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    out = torch.softmax(s, -1) @ vf
+    return out.to(q.dtype), lse

@@ -96,7 +96,24 @@ CASES = {
                  torch.randint(1, 209, (3,), device="cuda", dtype=torch.int32)],
         lambda q, k, v, table, used: dops.attention(q, k, v, block_table=table,
                                                     seqused_k=used, causal="bottom_right")),
+    # the torch op a patched model's SDPA runs (the default variant, a vendor wrapper on
+    # sm_90 included, adopting its outputs)
+    "torch.ops.dnnctl.attention GQA causal": (
+        lambda: [_r(2, 8, 300, 64, dtype=torch.float16), _r(2, 2, 300, 64, dtype=torch.float16),
+                 _r(2, 2, 300, 64, dtype=torch.float16)],
+        lambda q, k, v: _torch_ops().attention(q, k, v, True, None, True)),
+    "torch.ops.dnnctl.attention decode": (
+        lambda: [_r(4, 32, 1, 128, dtype=torch.bfloat16),
+                 _r(4, 8, 2048, 128, dtype=torch.bfloat16),
+                 _r(4, 8, 2048, 128, dtype=torch.bfloat16)],
+        lambda q, k, v: _torch_ops().attention(q, k, v, False, None, True)),
 }
+
+
+def _torch_ops():
+    import dnnctl.torch  # noqa: F401  (registers torch.ops.dnnctl)
+
+    return torch.ops.dnnctl
 
 
 def _flat(out):

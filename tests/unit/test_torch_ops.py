@@ -199,3 +199,60 @@ def test_import_dnnctl_never_imports_torch_and_dnnctl_torch_needs_it():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.stdout.strip() == "BackendUnavailableError pip install 'dnnctl[torch]'", (
         res.stdout + res.stderr)
+
+
+def _qkv(dtype=torch.float16, hq=4, hkv=2, s=9, d=16):
+    return (_r(2, hq, s, d).to(dtype), _r(2, hkv, s + 3, d).to(dtype),
+            _r(2, hkv, s + 3, d).to(dtype))
+
+
+def test_attention_op_runs_on_dnnctl_with_its_lse():
+    """torch.ops.dnnctl.attention = SDPA (+ its log-sum-exp), on dnnctl for 16-bit tensors:
+    grouped heads with enable_gqa, torch's top-left causal mask, a given scale."""
+    q, k, v = _qkv()
+    before = sum(dt.FALLBACKS.values())
+    out, lse = D.attention(q, k, v, True, 0.3, True)
+    assert sum(dt.FALLBACKS.values()) == before, dict(dt.FALLBACKS)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
+                                          scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    s = 0.3 * q.float() @ k.float().repeat_interleave(2, 1).transpose(-1, -2)
+    s = s.masked_fill(~torch.ones(9, 12, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1), rtol=1e-4, atol=1e-4)
+    assert lse.dtype == torch.float32 and out.dtype == torch.float16
+
+
+def test_attention_opcheck_gradcheck_and_compile():
+    q, k, v = _qkv()
+    res = opcheck(D.attention.default, (q, k, v, True, None, True))
+    assert set(res.values()) == {"SUCCESS"}, res
+    q64, k64, v64 = (t.double().requires_grad_() for t in _qkv(hq=2, hkv=1, s=5, d=4))
+    assert torch.autograd.gradcheck(lambda a, b, c: D.attention(a, b, c, True, None, True)[0],
+                                    (q64, k64, v64), fast_mode=True)
+
+    def f(a, b, c):
+        return D.attention(a, b, c, False, None, True)[0].sum(-1)
+
+    torch.testing.assert_close(torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v),
+                               f(q, k, v))
+
+
+@pytest.mark.parametrize("mode", ["dnnctl", "torch"])
+def test_attention_gradients_on_either_backward_path(mode):
+    """dq, dk, dv from dnnctl's attention backward (the saved out and lse) or torch's, both
+    against torch's autograd in float32; the path taken is counted."""
+    from dnnctl.torch import kernels
+
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    handle = kernels.plan_handle(None, mode)
+    before = dict(dt.BACKWARD_PATHS)
+    out, _ = D.attention(q, k, v, True, None, True, handle)
+    g = _r(*out.shape).half()
+    out.backward(g)
+    ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*ref, is_causal=True, enable_gqa=True).backward(g.float())
+    for got, want in zip((q.grad, k.grad, v.grad), (t.grad for t in ref)):
+        assert got.dtype == torch.float16
+        torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2)
+    key = ("attention", "backward", mode)
+    assert dt.BACKWARD_PATHS[key] == before.get(key, 0) + 1
