@@ -79,8 +79,8 @@ def candidates(problem: Any, device: Any, top_k: int) -> list[tuple[str, dict[st
 
         from dnnctl.ops.registry import get_variant
 
-        for name in ("depthwise", "depthwise_planes"):
-            if any(n == name for n, _ in out):
+        for name in ("depthwise", "depthwise_planes", "depthwise_tile"):
+            if any(n == name for n, _ in out) or name == "depthwise_tile":
                 variant = get_variant("conv2d", "cupy", name)
                 extra = [(name, p) for p in conv_candidates.shortlist(variant, problem, device)]
                 out += [c for c in extra if c not in out][:DEPTHWISE_EXTRA]

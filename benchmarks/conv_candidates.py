@@ -8,7 +8,7 @@ without a plan) plus the few others most likely to win on the shape:
   the tile grid underfills the GPU, filtered by the variant's own rules and ranked by a
   wave / padding / intensity estimate; parameters outside the menu keep their default value,
   and the two best-ranked tiles are also tried with each other value of them;
-* depthwise, depthwise_planes: a handful of block shapes around the default;
+* depthwise, depthwise_planes, depthwise_tile: a handful of block shapes around the default;
 * winograd: F(2x2) and F(4x4); im2col_gemm, fft (filters of 5x5 and up), direct (small
   problems only): the default;
 * any other variant: the default and a few evenly spaced points of its space.
@@ -153,6 +153,15 @@ def _depthwise(variant: Any, problem: Any, g: Any, default: dict[str, Any],
     return _around(variant, problem, default, device, changes)[:5]
 
 
+def _tile(variant: Any, problem: Any, default: dict[str, Any],
+          device: Any) -> list[dict[str, Any]]:
+    """depthwise_tile: the output tile and outputs per thread around the default."""
+    changes = [dict(cb=cb, th=th, tw=tw, tq=tq) for cb, th, tw, tq in (
+        (32, 8, 16, 2), (32, 4, 16, 4), (32, 8, 32, 4), (64, 4, 16, 4), (16, 8, 16, 4),
+        (32, 16, 8, 2), (32, 4, 32, 4))]
+    return _around(variant, problem, default, device, changes)[:5]
+
+
 def _planes(variant: Any, problem: Any, default: dict[str, Any],
             device: Any) -> list[dict[str, Any]]:
     pb = default["pb"]
@@ -196,6 +205,8 @@ def shortlist(variant: Any, problem: Any, device: Any) -> list[dict[str, Any]]:
         out += _depthwise(variant, problem, g, default, device)
     elif name == "depthwise_planes":
         out += _planes(variant, problem, default, device)
+    elif name == "depthwise_tile":
+        out += _tile(variant, problem, default, device)
     elif name == "winograd":
         out += _around(variant, problem, default, device, [dict(tile=2), dict(tile=4)])
     elif name in ("im2col_gemm", "fft", "direct"):

@@ -136,6 +136,9 @@ for st in "$@"; do
         --timeout 100 --tb=short -rfE tests/gpu/test_kernels_memory.py tests/gpu/test_conv2d.py \
         -k "relu6 or hardswish or hardsigmoid or activation" > "$L/activations.log" 2>&1
       tail -2 "$L/activations.log"; grep -E "^(FAILED|ERROR)" "$L/activations.log" | cut -c1-150 | head -30 ;;
+    depthwise)  # depthwise / depthwise_tile vs cuDNN on published models' layers
+      timeout "${T:-150}" python3 benchmarks/bench_depthwise.py ${Q:-} > "$L/depthwise.md" 2>&1
+      tail -16 "$L/depthwise.md" ;;
     linear_act)
       timeout "${T:-60}" python3 benchmarks/bench_linear_act.py --quick > "$L/linear_act.md" 2>&1
       tail -22 "$L/linear_act.md" ;;

@@ -54,6 +54,10 @@ CASES: list[tuple[str, dict]] = [
                                 activation="hardswish")),
     ("3x3_relu6_residual", dict(n=2, c=32, h=10, w=10, k=32, r=3, s=3, pad=1, bias=True,
                                 activation="relu6", residual=True)),
+    ("convnext_dw_7x7", dict(n=2, c=96, h=28, w=27, k=96, r=7, s=7, pad=3, groups=96,
+                             bias=True, residual=True)),
+    ("effnet_dw_5x5_s2", dict(n=2, c=40, h=29, w=30, k=40, r=5, s=5, stride=2, pad=2,
+                              groups=40, bias=True, activation="silu")),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NCHW", "NHWC")

@@ -263,6 +263,14 @@ CASES = [
                     activation="hardswish"), "float32", "NCHW"),
     ("im2col_gemm", dict(n=2, c=8, h=5, w=6, k=12, r=1, s=1, bias=True, activation="relu6"),
      "float16", "NHWC"),
+    # the shared-memory tiled depthwise kernel: partial tiles, halos, strides, dilation
+    ("depthwise_tile", dict(n=2, c=24, h=13, w=11, k=24, r=7, s=7, pad=3, groups=24,
+                            bias=True, activation="gelu"), "float16", "NHWC"),
+    ("depthwise_tile", dict(n=1, c=8, h=12, w=9, k=8, r=5, s=5, stride=2, pad=[2, 1, 2, 0],
+                            groups=8, residual=True, activation="silu"), "float32", "NHWC"),
+    ("depthwise_tile", dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, dilation=2, pad=2,
+                            groups=16, bias=True, residual=True, activation="relu6"),
+     "bfloat16", "NHWC"),
 ]
 
 

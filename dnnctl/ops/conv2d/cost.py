@@ -235,6 +235,7 @@ COSTS: dict[str, cm.CostFn] = {
     "winograd": winograd,
     "depthwise": depthwise,
     "depthwise_planes": depthwise,
+    "depthwise_tile": depthwise,
     "direct": direct,
     "fft": fft,
 }

@@ -132,3 +132,90 @@ class CudaDepthwise(CudaConv):
             run((x, inputs["w"], y, bias, res, *tail))
 
         return kernel
+
+
+def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int) -> int:
+    """Static shared memory of dw_tile_nhwc: the staged input window (I/O type, a 16-byte
+    pad per pixel) and the block's taps (float)."""
+    ih = (th - 1) * g.sh + (g.r - 1) * g.dh + 1
+    iw = (tw - 1) * g.sw + (g.s - 1) * g.dw + 1
+    e = _esize(g)
+    return ih * iw * (cb + 16 // e) * e + 4 * g.r * g.s * cb
+
+
+@register_variant
+class CudaDepthwiseTile(CudaConv):
+    """NHWC depthwise through shared memory: a block stages the input window of a TH x TW
+    output tile for CB channels once (DRAM read once per tile, halo included) and its
+    threads take every tap from there (kernels/conv2d/depthwise_tile.cu). For large filters
+    at large spatial sizes (ConvNeXt's 7x7, EfficientNet's 5x5), where ``depthwise`` re-reads
+    each input row once per output row through L1 / L2."""
+
+    name = "depthwise_tile"
+    source = "conv2d/depthwise_tile.cu"
+    doc = "groups == C == K, NHWC: input window staged in shared memory, unrolled taps"
+    params = {"cb": (16, 32, 64), "th": (4, 8, 16), "tw": (8, 16, 32), "tq": (1, 2, 4)}
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        if g.groups != g.c or g.k != g.c:
+            return unsupported("depthwise with one filter per channel only (K == C == groups)")
+        if not g.nhwc:
+            return unsupported("NHWC only (NCHW: depthwise_planes, depthwise)")
+        if g.r > 11 or g.s > 11:
+            return unsupported("filters above 11x11 are not unrolled")
+        if max(g.sh, g.sw, g.dh, g.dw) > 4:
+            return unsupported("stride or dilation above 4")
+        if g.k % (16 // _esize(g)):
+            return unsupported(f"channels must be a multiple of {16 // _esize(g)} "
+                               "(16-byte vectors)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        g = geometry(problem)
+        cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+        vec = 16 // _esize(g)
+        if cb % vec or tw % tq or (cb > 16 and cb > next_pow2(g.k)):
+            return False
+        if (th > 4 and th > next_pow2(g.p)) or (tw > 8 and tw > next_pow2(g.q)):
+            return False
+        threads = cb // vec * th * tw // tq
+        return 32 <= threads <= 1024 and _tile_bytes(g, cb, th, tw) <= SMEM_LIMIT
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        g = geometry(problem)
+        wants = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2},
+                 {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
+        return self.first_valid(problem, device, wants)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        rt = _cuda.runtime()
+        cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+        vec = 16 // _esize(g)
+        dims = _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.pt, g.pl)
+        tiles = g.n * -(-g.p // th) * -(-g.q // tw)
+
+        def make(v: int) -> mc.Launch:
+            defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
+                       "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
+                       "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq}
+            fn = rt.function(self.source, defines, "dw_tile_nhwc")
+            return mc.Launch(fn, (tiles, -(-g.k // cb), 1), (cb // v * th * tw // tq, 1, 1))
+
+        fast = make(vec)
+        tail = fast.consts(*dims, *_cuda.epilogue_codes(g))
+        scalar: list[mc.Launch] = []
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> None:
+            x, y = inputs["x"], outputs["y"]
+            run = fast
+            if rt.ptr(x) % 16 or rt.ptr(y) % 16:
+                # a DLPack view need not be 16-byte aligned: the same tiles, scalar accesses
+                if not scalar:
+                    scalar.append(make(1))
+                run = scalar[0]
+            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+            run((x, inputs["w"], y, bias, res, *tail))
+
+        return kernel

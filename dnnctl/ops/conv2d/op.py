@@ -244,6 +244,8 @@ def preference(problem: Problem, backend: str) -> list[str]:
         if not g.nhwc:
             order.append("depthwise_planes")
         order.append("depthwise")
+        if g.nhwc:
+            order.append("depthwise_tile")
     is_1x1 = g.r == 1 and g.s == 1 and (g.pt, g.pb, g.pl, g.pr) == (0, 0, 0, 0)
     if is_1x1 and (g.groups == 1 or g.nhwc) and not g.depthwise:
         order += ["gemm_1x1"] if tensor_cores else ["im2col_gemm", "gemm_1x1"]

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Depthwise convolution on the layers of published models, NHWC: dnnctl's ``depthwise``
+(channel-vectorized, input rows re-read through L1 / L2) and ``depthwise_tile`` (input
+window staged in shared memory) against torch's F.conv2d (cuDNN, channels_last), in one run.
+
+Each candidate (the default and the block shapes of benchmarks/conv_candidates.py) is checked
+against torch's fp32 result once (relative error < 1e-2) before it is timed (CUDA events,
+L2 flushed, median). GB/s counts x + w + y once: the floor every kernel pays.
+
+    PYTHONPATH=. python3 benchmarks/bench_depthwise.py [--quick]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import common  # noqa: E402
+import conv_candidates  # noqa: E402
+
+TITLE = "Depthwise conv2d, NHWC: depthwise / depthwise_tile vs cuDNN"
+
+# (name, n, c, h, w, r, stride, dtype): depthwise layers of ConvNeXt-T, EfficientNet-B0,
+# MobileNetV2 / V3 (one filter per channel)
+LAYERS = [
+    ("ConvNeXt-T 7x7 96 @56 b32", 32, 96, 56, 56, 7, 1, "float16"),
+    ("ConvNeXt-T 7x7 384 @14 b32", 32, 384, 14, 14, 7, 1, "float16"),
+    ("EfficientNet-B0 5x5 240 @28 b32", 32, 240, 28, 28, 5, 1, "float16"),
+    ("EfficientNet-B0 5x5/2 144 @56 b32", 32, 144, 56, 56, 5, 2, "float16"),
+    ("MobileNetV2 3x3/2 96 @112 b32", 32, 96, 112, 112, 3, 2, "float16"),
+    ("MobileNetV2 3x3 384 @14 b32", 32, 384, 14, 14, 3, 1, "float16"),
+    ("ConvNeXt-T 7x7 96 @56 b32 fp32", 32, 96, 56, 56, 7, 1, "float32"),
+]
+VARIANTS = ("depthwise", "depthwise_tile")
+
+
+def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    from dnnctl.ops.registry import get_op, get_variant
+
+    dev = common.backend().device(0)
+    op = get_op("conv2d")
+    rows: list[dict[str, Any]] = []
+    for name, n, c, h, w, r, st, dtype in LAYERS[:3] if quick else LAYERS:
+        tdt = getattr(torch, dtype)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(n, c, h, w, device="cuda", generator=g).to(tdt).contiguous(
+            memory_format=torch.channels_last)
+        wt = (torch.randn(c, 1, r, r, device="cuda", generator=g) / r).to(tdt)
+        pad = r // 2
+        ref = F.conv2d(x.float(), wt.float(), None, st, pad, 1, c)
+        t_torch = common.time_us(lambda x=x, wt=wt, st=st, pad=pad, c=c:
+                                 F.conv2d(x, wt, None, st, pad, 1, c), budget_ms=60)["median_us"]
+        problem = op.problem(dict(n=n, c=c, h=h, w=w, k=c, r=r, s=r, stride=st, pad=pad,
+                                  groups=c, dtype=dtype, layout="NHWC"))
+        y = torch.empty_like(ref, dtype=tdt).contiguous(memory_format=torch.channels_last)
+        ins = {"x": cp.from_dlpack(x.permute(0, 2, 3, 1)),
+               "w": cp.from_dlpack(wt.permute(0, 2, 3, 1).contiguous())}
+        outs = {"y": cp.from_dlpack(y.permute(0, 2, 3, 1))}
+        nbytes = (x.numel() + wt.numel() + y.numel()) * x.element_size()
+        row: dict[str, Any] = {"layer": name, "torch_us": t_torch}
+        default = op.default_choice(problem, "cupy", dev)
+        for vname in VARIANTS:
+            variant = get_variant("conv2d", "cupy", vname)
+            best: tuple[float, str] | None = None
+            for params in conv_candidates.shortlist(variant, problem, dev)[: 2 if quick else None]:
+                label = f"{vname} " + " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+                try:
+                    kern = variant.build(problem, params, dev)
+                    y.fill_(float("nan"))
+                    kern(ins, outs, {})
+                    torch.cuda.synchronize()
+                    err = float((y.float() - ref).norm() / ref.norm())
+                except Exception as exc:  # reported, the run goes on
+                    rows.append({"layer": name, "note": f"FAILED {label}: "
+                                 f"{type(exc).__name__}: {exc}"[:200]})
+                    continue
+                if not err < 1e-2:
+                    rows.append({"layer": name, "note": f"WRONG {label} err {err:.3g}"})
+                    continue
+                med = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}),
+                                     budget_ms=40)["median_us"]
+                if vname == default.variant and dict(default.params) == params:
+                    row["default_us"] = med
+                if best is None or med < best[0]:
+                    best = (med, label)
+            if best is not None:
+                row[f"{vname}_us"] = best[0]
+                row[f"{vname}_best"] = best[1]
+        times = [row[f"{v}_us"] for v in VARIANTS if f"{v}_us" in row]
+        if times:
+            row["best/torch"] = t_torch / min(times)
+            row["best_GBps"] = nbytes / min(times) / 1e3
+            row["pct_copy_bw"] = 100.0 * row["best_GBps"] / ctx.copy_gbps
+        if "default_us" in row:
+            row["default/torch"] = t_torch / row["default_us"]
+        rows.append(row)
+    return rows
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    ctx = common.measure_ceilings()
+    rows = run(ctx, quick)
+    text = ctx.header() + "\n\n" + common.markdown(rows)
+    print(text, flush=True)
+    out = Path(os.environ.get("OUT") or ".devout")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_depthwise.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

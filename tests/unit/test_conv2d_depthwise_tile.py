@@ -1,0 +1,94 @@
+"""conv2d ``depthwise_tile`` (NHWC depthwise through shared memory): what it supports, its
+parameter space against the 48 KB static shared-memory limit, and a clean sm_90a build of its
+defaults on real models' layers (the CPU emulator checks its numbers in
+test_conv2d_emulated.py; the GPU tests in tests/gpu/test_conv2d.py)."""
+
+from __future__ import annotations
+
+import pytest
+from _nvrtc_helpers import nvrtc, sm90a_clean_build
+
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.ops.conv2d.depthwise import SMEM_LIMIT, _tile_bytes
+from dnnctl.ops.conv2d.op import geometry
+from dnnctl.ops.registry import get_op, get_variant
+
+OP = get_op("conv2d")
+V = get_variant("conv2d", "cupy", "depthwise_tile")
+H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
+                  sm_count=132, smem_per_block_optin=232448)
+
+# depthwise layers of published models, NHWC: ConvNeXt-T 7x7, EfficientNet-B0 5x5 / 5x5 s2,
+# MobileNetV2 3x3 s2 at 112, a dilated 3x3
+LAYERS = {
+    "convnext_7x7_96@56": dict(n=32, c=96, h=56, w=56, k=96, r=7, s=7, pad=3, groups=96),
+    "effnet_5x5_240@28": dict(n=32, c=240, h=28, w=28, k=240, r=5, s=5, pad=2, groups=240),
+    "effnet_5x5s2_144@56": dict(n=32, c=144, h=56, w=56, k=144, r=5, s=5, stride=2, pad=2,
+                                groups=144),
+    "mbv2_3x3s2_96@112": dict(n=32, c=96, h=112, w=112, k=96, r=3, s=3, stride=2, pad=1,
+                              groups=96),
+    "dilated_3x3_64@33": dict(n=4, c=64, h=33, w=33, k=64, r=3, s=3, dilation=2, pad=2,
+                              groups=64),
+}
+
+
+def _problem(key: dict, dtype: str = "float16", layout: str = "NHWC"):
+    return OP.problem(dict(key, dtype=dtype, layout=layout))
+
+
+def test_supports_names_what_it_does_not_take():
+    base = LAYERS["convnext_7x7_96@56"]
+    assert V.supports(_problem(base), H200)
+    cases = {"NHWC only": _problem(base, layout="NCHW"),
+             "K == C": _problem(dict(base, k=192)),
+             "multiple of 8": _problem(dict(base, c=100, k=100, groups=100)),
+             "above 11x11": _problem(dict(base, r=13, s=13, pad=6))}
+    for words, p in cases.items():
+        why = V.supports(p, H200)
+        assert not why and words in why.reason, (words, why.reason)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_every_parameter_set_fits_and_the_default_exists(name, dtype):
+    p = _problem(LAYERS[name], dtype)
+    g = geometry(p)
+    space = list(V.param_space(p, H200))
+    assert space and V.default_params(p, H200) in space
+    vec = 16 // (4 if dtype == "float32" else 2)
+    for params in space:
+        threads = params["cb"] // vec * params["th"] * params["tw"] // params["tq"]
+        assert 32 <= threads <= 1024
+        assert _tile_bytes(g, params["cb"], params["th"], params["tw"]) <= SMEM_LIMIT
+
+
+@pytest.mark.parametrize("name", ["convnext_7x7_96@56", "effnet_5x5s2_144@56",
+                                  "mbv2_3x3s2_96@112"])
+def test_defaults_build_clean_for_sm90a(name):
+    """No spills, no stack frame: the unrolled taps of the default tile fit the registers."""
+    compile_ = nvrtc()
+    p = _problem(LAYERS[name])
+    g, params = geometry(p), V.default_params(p, H200)
+    regs, _ = sm90a_clean_build(compile_, "conv2d/depthwise_tile.cu", {
+        "DNNCTL_DTYPE": 1, "KR": g.r, "KS": g.s, "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh,
+        "DIL_W": g.dw, "VEC": 8, "CB": params["cb"], "TH": params["th"], "TW": params["tw"],
+        "TQ": params["tq"]})
+    assert regs <= 128
+
+
+def test_the_benchmark_times_several_tiles_of_each_layer():
+    """benchmarks/bench_depthwise.py: every layer is a problem both variants take, with a
+    few block shapes of depthwise_tile besides its default."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_depthwise
+    import conv_candidates
+
+    for name, n, c, h, w, r, st, dtype in bench_depthwise.LAYERS:
+        p = OP.problem(dict(n=n, c=c, h=h, w=w, k=c, r=r, s=r, stride=st, pad=r // 2,
+                            groups=c, dtype=dtype, layout="NHWC"))
+        tiles = conv_candidates.shortlist(V, p, H200)
+        assert len(tiles) >= 3 and tiles[0] == V.default_params(p, H200), name
+        assert conv_candidates.shortlist(get_variant("conv2d", "cupy", "depthwise"), p, H200)
