@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import fx
+from torch import fx, nn
 
 from dnnctl.errors import DnnctlError
 from dnnctl.torch import kernels
-from dnnctl.torch.modules import run_op
+from dnnctl.torch.library import run_op
 
 _NEEDED = ("causal", "scale")
 
@@ -35,6 +35,28 @@ def _signature_ok(fn: Any) -> str | None:
     if missing:
         return f"dnnctl.ops.attention takes no {', '.join(missing)} argument"
     return None
+
+
+_ATTN_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """dnnctl's attention can take these operands at all: 16-bit (B, H, S, D) tensors of
+    one dtype (anything else runs torch's fused SDPA, not the op's unfused fallback)."""
+    return (q.dtype in _ATTN_DTYPES and k.dtype == q.dtype and v.dtype == q.dtype
+            and q.dim() == 4 and k.dim() == 4 and v.dim() == 4)
+
+
+def needs_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                scale: float | None, handle: int) -> bool:
+    """A training call (a gradient wanted) whose attention backward would run torch's
+    formula: torch's fused SDPA forward + backward beat a dnnctl forward plus a recomputed
+    one. Under torch.compile such calls stay torch's too."""
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                         or v.requires_grad)):
+        return False
+    return torch.compiler.is_compiling() or not _backward_on_dnnctl(q, k, v, is_causal,
+                                                                    scale, handle)
 
 
 def _backward_on_dnnctl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
@@ -67,11 +89,9 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = F
         kw = {"enable_gqa": True} if enable_gqa else {}
         return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, **kw)
 
-    if not enable_gqa and q.dim() >= 3 and k.dim() >= 3 and q.shape[-3] != k.shape[-3]:
+    if not takes(q, k, v) or (not enable_gqa and q.shape[-3] != k.shape[-3]):
         return torch_sdpa()
-    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if grad and (torch.compiler.is_compiling()
-                 or not _backward_on_dnnctl(q, k, v, bool(is_causal), scale, handle)):
+    if needs_torch(q, k, v, bool(is_causal), scale, handle):
         return torch_sdpa()
     return run_op("attention", q, k, v, bool(is_causal), scale, bool(enable_gqa), handle)[0]
 
@@ -107,3 +127,48 @@ def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: in
         report.covered.append(Covered(node.name, "scaled_dot_product_attention", "attention",
                                       "eager only"))
     gm.recompile()
+
+
+# ----------------------------------------------------------------------------- nn.MultiheadAttention
+
+
+def mha_why_not(m: nn.MultiheadAttention) -> str | None:
+    """Why a MultiheadAttention module is left to torch (None: dnnctl runs its calls)."""
+    if not m._qkv_same_embed_dim:
+        return "separate q / k / v projection weights (kdim / vdim)"
+    if m.bias_k is not None or m.add_zero_attn:
+        return "add_bias_kv / add_zero_attn"
+    if m.head_dim % 8:
+        return f"head dim {m.head_dim} is not a multiple of 8"
+    return None
+
+
+def mha_forward(m: nn.MultiheadAttention, handle: int, query: torch.Tensor,
+                key: torch.Tensor, value: torch.Tensor, key_padding_mask: Any = None,
+                need_weights: bool = True, attn_mask: Any = None,
+                average_attn_weights: bool = True, is_causal: bool = False) -> Any:
+    """Self-attention calls (query is key is value) without masks or returned weights, as
+    torchvision's ViT makes them: in_proj (dnnctl matmul), attention (the dnnctl op),
+    out_proj; every other call (weights wanted, masks, cross-attention, dropout in training,
+    unbatched or 32-bit input) runs the module's own forward."""
+    def own() -> Any:
+        return type(m).forward(m, query, key, value, key_padding_mask=key_padding_mask,
+                               need_weights=need_weights, attn_mask=attn_mask,
+                               average_attn_weights=average_attn_weights,
+                               is_causal=is_causal)
+
+    if (need_weights or key_padding_mask is not None or attn_mask is not None
+            or not (query is key and key is value) or query.dim() != 3
+            or query.dtype not in _ATTN_DTYPES or (m.training and m.dropout > 0)):
+        return own()
+    x = query if m.batch_first else query.transpose(0, 1)
+    b, s, e = x.shape
+    heads, hd = m.num_heads, m.head_dim
+    qkv = run_op("linear", x, m.in_proj_weight, m.in_proj_bias, "none", handle)
+    q, k, v = qkv.view(b, s, 3, heads, hd).permute(2, 0, 3, 1, 4)
+    if needs_torch(q, k, v, False, None, handle):
+        return own()
+    o = run_op("attention", q, k, v, False, None, False, handle)[0]
+    out = run_op("linear", o.transpose(1, 2).reshape(b, s, e), m.out_proj.weight,
+                 m.out_proj.bias, "none", handle)
+    return (out if m.batch_first else out.transpose(0, 1)), None

@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from dnnctl.torch.modules import act_of, conv_padding, run_op
+from dnnctl.torch.library import run_op
+from dnnctl.torch.modules import act_of, conv_padding
+from dnnctl.torch.report import Fusion
 
 # activations the conv / matmul epilogues take (gelu: the erf form); the conv epilogue also
 # takes MobileNet's relu6 / hardswish
@@ -106,15 +108,6 @@ class FusedLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return run_op("linear", x, self.linear.weight, self.linear.bias, self.act, self.handle)
-
-
-@dataclass
-class Fusion:
-    """One rewritten chain, for the report."""
-
-    head: str  # the conv / linear module's name
-    folded: list[str]  # names of modules folded into it (bn, act modules)
-    parts: list[str]  # what the epilogue took: bn, relu, residual, ...
 
 
 def hooked(m: nn.Module) -> bool:

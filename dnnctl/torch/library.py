@@ -367,3 +367,22 @@ def _register() -> None:
 
 _register()
 OPS = tuple(SCHEMAS)
+_OPS = torch.ops.dnnctl
+
+
+def _autocast(device_type: str) -> bool:
+    """An autocast region is active for the device (its dispatcher kernel casts inputs)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except (TypeError, RuntimeError):  # a device type autocast does not know
+        return False
+
+
+def run_op(name: str, *args: Any) -> Any:
+    """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it: plain
+    eager tensors with no gradient, compiler or autocast watching run the eager kernel."""
+    x = args[0]
+    if (torch.is_grad_enabled() or type(x) is not torch.Tensor
+            or torch.compiler.is_compiling() or _autocast(x.device.type)):
+        return getattr(_OPS, name)(*args)
+    return KERNELS[name](*args)

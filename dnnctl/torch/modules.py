@@ -15,26 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from dnnctl.torch.library import KERNELS
-
-_OPS = torch.ops.dnnctl
-
-
-def _autocast(device_type: str) -> bool:
-    """An autocast region is active for the device (its dispatcher kernel casts inputs)."""
-    try:
-        return torch.is_autocast_enabled(device_type)
-    except (TypeError, RuntimeError):  # a device type autocast does not know
-        return False
-
-
-def run_op(name: str, *args: Any) -> Any:
-    """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it."""
-    x = args[0]
-    if (torch.is_grad_enabled() or type(x) is not torch.Tensor
-            or torch.compiler.is_compiling() or _autocast(x.device.type)):
-        return getattr(_OPS, name)(*args)
-    return KERNELS[name](*args)
+from dnnctl.torch import attention
+from dnnctl.torch.library import run_op
 
 
 def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
@@ -93,6 +75,10 @@ def _conv1d_fwd(m: nn.Conv1d, handle: int, stride: list[int], pad: list[int], di
 def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
     return partial(_conv1d_fwd, m, handle, [1, int(m.stride[0])], conv1d_padding(m),
                    [1, int(m.dilation[0])])
+
+
+def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
+    return partial(attention.mha_forward, m, handle)
 
 
 def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
@@ -273,6 +259,8 @@ def why_not(m: nn.Module) -> str | None:
         size = m.output_size
         if not (size == 1 or isinstance(size, (tuple, list)) and list(size) == [1, 1]):
             return f"output_size {m.output_size} (only 1 is a global average)"
+    elif isinstance(m, nn.MultiheadAttention):
+        return attention.mha_why_not(m)
     elif isinstance(m, (nn.Softmax, nn.LogSoftmax)) and m.dim is None:
         return "dim=None (implicit softmax dimension)"
     return None
@@ -291,6 +279,7 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
     (nn.MaxPool2d, "pool2d", _max_pool),
     (nn.AvgPool2d, "pool2d", _avg_pool),
     (nn.AdaptiveAvgPool2d, "global_avg_pool2d", _gap),
+    (nn.MultiheadAttention, "attention", _mha),  # self-attention in_proj / SDPA / out_proj
     (nn.Softmax, "softmax", _softmax(False)),
     (nn.LogSoftmax, "softmax", _softmax(True)),
 ]

@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dnnctl.torch import kernels
-from dnnctl.torch.fuse import Fusion
+
+
+@dataclass
+class Fusion:
+    """One chain patch rewrote into a single op."""
+
+    head: str  # the conv / linear module's name
+    folded: list[str]  # names of modules folded into it (bn, act modules)
+    parts: list[str]  # what the epilogue took: bn, relu, residual, ...
 
 
 @dataclass(frozen=True)

@@ -590,3 +590,58 @@ def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backwar
     key = ("attention", "backward", "dnnctl")
     ran = dt.BACKWARD_PATHS[key] - before.get(key, 0)
     assert ran == (1 if backward == "dnnctl" else 0)
+
+
+class _ViTEncoderBlock(nn.Module):
+    """torchvision's ViT encoder block: LayerNorm, nn.MultiheadAttention(x, x, x,
+    need_weights=False), residual, LayerNorm, MLP."""
+
+    def __init__(self, batch_first: bool = True) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(64)
+        self.self_attention = nn.MultiheadAttention(64, 8, batch_first=batch_first)
+        self.ln_2 = nn.LayerNorm(64)
+        self.mlp = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64))
+
+    def forward(self, x):
+        y = self.ln_1(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        x = x + y
+        return x + self.mlp(self.ln_2(x))
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_multihead_self_attention_runs_on_dnnctl(batch_first):
+    """nn.MultiheadAttention self-attention (torchvision's ViT): in_proj, dnnctl attention,
+    out_proj, equal to torch's; calls asking for weights or masks run the module's own."""
+    torch.manual_seed(0)
+    model = _ViTEncoderBlock(batch_first).eval().half()
+    x = torch.randn(2, 10, 64).half()
+    if not batch_first:
+        x = x.transpose(0, 1).contiguous()
+    mha = model.self_attention
+    mask = torch.zeros(10, 10, dtype=torch.bool).triu(1)
+    with torch.no_grad():
+        want = model(x)
+        want_w = mha(x, x, x)
+        want_m = mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+        with dt.patched(model) as report:
+            got = model(x)
+            got_w = mha(x, x, x)  # need_weights=True (the default): torch's, with weights
+            got_m = mha(x, x, x, attn_mask=mask, need_weights=False)[0]
+    assert "self_attention" in {c.name for c in report.covered}
+    assert not [k for k in report.fallbacks() if k[0] == "attention"]
+    torch.testing.assert_close(got.float(), want.float(), rtol=3e-3, atol=3e-3)
+    torch.testing.assert_close(got_w[0], want_w[0])
+    torch.testing.assert_close(got_w[1], want_w[1])
+    torch.testing.assert_close(got_m, want_m)
+    ops = {p.op for p in dt.record(model, x).problems}  # what the patched block sends
+    assert {"attention", "matmul", "layer_norm"} <= ops
+
+
+def test_multihead_attention_it_does_not_run_is_reported():
+    model = nn.Sequential(nn.MultiheadAttention(48, 4, kdim=32, vdim=32))
+    report = dt.patch(model)
+    (skip,) = [s for s in report.skipped if s.module == "MultiheadAttention"]
+    assert "kdim" in skip.reason
+    dt.unpatch(model)
