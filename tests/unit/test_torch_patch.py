@@ -645,3 +645,25 @@ def test_multihead_attention_it_does_not_run_is_reported():
     (skip,) = [s for s in report.skipped if s.module == "MultiheadAttention"]
     assert "kdim" in skip.reason
     dt.unpatch(model)
+
+
+def test_compile_fullgraph_traces_the_patched_attention():
+    """torch.compile(fullgraph=True) over a patched fp16 LLaMA block: the SDPA is
+    torch.ops.dnnctl.attention in the compiled graph (its fake kernel traced), and the
+    result equals eager."""
+    torch.manual_seed(0)
+    model = LlamaBlock().eval().half()
+    x = torch.randn(2, 6, 32).half()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model):
+            torch._dynamo.reset()
+            got = torch.compile(model, fullgraph=True, backend=backend)(x)
+    assert any("dnnctl.attention" in t for t in seen), seen
+    torch.testing.assert_close(got.float(), want.float(), rtol=3e-3, atol=3e-3)
