@@ -15,6 +15,7 @@
 //   MULT1 (1 when K == C); NHWC=0: TH, TW, TQ.
 #include <dnnctl/conv.cuh>
 #include <dnnctl/depthwise_filter.cuh>
+#include <dnnctl/depthwise_strip.cuh>
 
 using namespace dnnctl;
 
@@ -46,14 +47,6 @@ using namespace dnnctl;
 #define SPAN ((TQ - 1) * STR_W + (KS - 1) * DIL_W + 1)
 
 static_assert(CB % VEC == 0 && THREADS % (CB / VEC) == 0, "bad NHWC block shape");
-
-// Is input column j of a strip read by some (output t, tap s)?
-__device__ __forceinline__ constexpr bool column_used(int j) {
-  for (int t = 0; t < TQ; ++t)
-    for (int s = 0; s < KS; ++s)
-      if (t * STR_W + s * DIL_W == j) return true;
-  return false;
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 dw_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __restrict__ y,
@@ -107,7 +100,7 @@ dw_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __re
       for (int v = 0; v < VEC; ++v) wr[s][v] = ws[r * KS + s][tc * VEC + v];
 #pragma unroll
     for (int j = 0; j < SPAN; ++j) {
-      if (!column_used(j)) continue;
+      if (!strip_column_used<TQ>(j)) continue;
       const int iw = iw0 + j;
       float xv[VEC];
       if ((unsigned)iw < (unsigned)W) {
@@ -121,29 +114,10 @@ dw_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w, elem_t* __re
 #pragma unroll
         for (int v = 0; v < VEC; ++v) xv[v] = 0.f;
       }
-#pragma unroll
-      for (int t = 0; t < TQ; ++t)
-#pragma unroll
-        for (int s = 0; s < KS; ++s)
-          if (t * STR_W + s * DIL_W == j) {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v)
-              acc[t][v] = fmaf(xv[v], wr[s][v], acc[t][v]);
-          }
+      strip_fma<TQ, VEC>(acc, xv, wr, j);
     }
   }
-
-#pragma unroll
-  for (int t = 0; t < TQ; ++t) {
-    const int q = q0 + t;
-    if (q >= Q) break;
-    const long long yi = (((long long)n * P + p) * Q + q) * K + k0;
-    float out[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; ++v)
-      out[v] = conv::epilogue(acc[t][v], k0 + v, yi + v, bias, residual, act, flags);
-    conv::store_vec<VEC>(y + yi, out);
-  }
+  strip_store<TQ, VEC>(y, acc, (long long)n * P + p, q0, Q, K, k0, bias, residual, act, flags);
 }
 
 #else

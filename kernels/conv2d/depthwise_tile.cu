@@ -22,6 +22,8 @@
 // Threads per block: (CB / VEC) * TH * (TW / TQ). Grid: (N * tiles_p * tiles_q, ceil(K / CB)).
 // Host: K == C, K % VEC == 0, x / y 16-byte aligned when VEC > 1 (else VEC = 1).
 #include <dnnctl/conv.cuh>
+#include <dnnctl/depthwise_filter.cuh>
+#include <dnnctl/depthwise_strip.cuh>
 
 using namespace dnnctl;
 
@@ -52,14 +54,6 @@ using namespace dnnctl;
 
 static_assert(CB % VEC == 0 && TW % TQ == 0, "CB % VEC and TW % TQ must be 0");
 static_assert(DW_THREADS >= 32 && DW_THREADS <= 1024, "threads per block out of range");
-
-// Is input column j of a thread's span read by some (output t, tap s)?
-__device__ __forceinline__ constexpr bool column_used(int j) {
-  for (int t = 0; t < TQ; ++t)
-    for (int s = 0; s < KS; ++s)
-      if (t * STR_W + s * DIL_W == j) return true;
-  return false;
-}
 
 // VEC elements of the I/O type as one aligned access (VEC * sizeof(elem_t) bytes).
 template <int NV>
@@ -136,31 +130,13 @@ dw_tile_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
       for (int v = 0; v < VEC; ++v) wr[s][v] = ws[r * KS + s][tc * VEC + v];
 #pragma unroll
     for (int j = 0; j < SPAN; ++j) {
-      if (!column_used(j)) continue;
+      if (!strip_column_used<TQ>(j)) continue;
       const Pack<VEC> pk = *reinterpret_cast<const Pack<VEC>*>(row + j * CBP);
       float xv[VEC];
 #pragma unroll
       for (int v = 0; v < VEC; ++v) xv[v] = to_float(pk.v[v]);
-#pragma unroll
-      for (int t = 0; t < TQ; ++t)
-#pragma unroll
-        for (int s = 0; s < KS; ++s)
-          if (t * STR_W + s * DIL_W == j) {
-#pragma unroll
-            for (int v = 0; v < VEC; ++v) acc[t][v] = fmaf(xv[v], wr[s][v], acc[t][v]);
-          }
+      strip_fma<TQ, VEC>(acc, xv, wr, j);
     }
   }
-
-#pragma unroll
-  for (int t = 0; t < TQ; ++t) {
-    const int q = qa + t;
-    if (q >= Q) break;
-    const long long yi = (((long long)n * P + p) * Q + q) * K + k0;
-    float out[VEC];
-#pragma unroll
-    for (int v = 0; v < VEC; ++v)
-      out[v] = conv::epilogue(acc[t][v], k0 + v, yi + v, bias, residual, act, flags);
-    conv::store_vec<VEC>(y + yi, out);
-  }
+  strip_store<TQ, VEC>(y, acc, (long long)n * P + p, qa, Q, K, k0, bias, residual, act, flags);
 }
