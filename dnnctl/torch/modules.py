@@ -131,8 +131,25 @@ def _instance_norm(m: nn.InstanceNorm2d, handle: int) -> Callable[..., Any]:
     return partial(_instance_norm_fwd, m, handle)
 
 
+def _rows(m: Any, x: torch.Tensor) -> tuple[torch.Tensor, Any, Any] | None:
+    """A norm over the trailing ``normalized_shape`` as rows of their product: (x as rows,
+    weight, bias flattened); None where x's trailing dims are not normalized_shape (torch's
+    own forward then raises its error)."""
+    nd = len(m.normalized_shape)
+    if nd == 1:
+        return x, m.weight, getattr(m, "bias", None)
+    if tuple(x.shape[-nd:]) != tuple(m.normalized_shape):
+        return None
+    flat = [None if t is None else t.reshape(-1) for t in (m.weight, getattr(m, "bias", None))]
+    return x.reshape(*x.shape[:-nd], -1), flat[0], flat[1]
+
+
 def _layer_norm_fwd(m: nn.LayerNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
-    return run_op("layer_norm", x, m.weight, m.bias, m.eps, handle)
+    rows = _rows(m, x)
+    if rows is None:
+        return type(m).forward(m, x)
+    y = run_op("layer_norm", rows[0], rows[1], rows[2], m.eps, handle)
+    return y if rows[0] is x else y.reshape(x.shape)
 
 
 def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
@@ -140,8 +157,12 @@ def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
 
 
 def _rms_norm_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:
+    rows = _rows(m, x)
+    if rows is None:
+        return type(m).forward(m, x)
     eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
-    return run_op("rms_norm", x, m.weight, eps, handle)
+    y = run_op("rms_norm", rows[0], rows[1], eps, handle)
+    return y if rows[0] is x else y.reshape(x.shape)
 
 
 def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:
@@ -244,11 +265,6 @@ def why_not(m: nn.Module) -> str | None:
             return "training without running statistics or with a cumulative (None) momentum"
         if not m.track_running_stats:
             return "no running statistics (track_running_stats=False)"
-    elif isinstance(m, (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))):
-        if len(m.normalized_shape) != 1:
-            return f"normalized_shape {tuple(m.normalized_shape)} spans more than the last axis"
-        if isinstance(m, nn.LayerNorm) and m.weight is not None and m.bias is None:
-            return "a weight without a bias"
     elif isinstance(m, nn.MaxPool2d):
         if m.return_indices:
             return "return_indices=True"

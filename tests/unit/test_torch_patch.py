@@ -667,3 +667,49 @@ def test_compile_fullgraph_traces_the_patched_attention():
             got = torch.compile(model, fullgraph=True, backend=backend)(x)
     assert any("dnnctl.attention" in t for t in seen), seen
     torch.testing.assert_close(got.float(), want.float(), rtol=3e-3, atol=3e-3)
+
+
+NORM_MODULES = [
+    ("layer_norm over (C, H, W)", lambda: nn.LayerNorm([6, 5, 4]), (3, 6, 5, 4)),
+    ("layer_norm over (H, W), channels_last input", lambda: nn.LayerNorm([5, 4]),
+     (3, 6, 5, 4)),
+    ("layer_norm weight without bias", lambda: nn.LayerNorm(16, bias=False), (4, 7, 16)),
+    ("rms_norm over (S, D)", lambda: nn.RMSNorm([7, 16]), (4, 7, 16)),
+    ("layer_norm shape mismatch: torch's error", lambda: nn.LayerNorm([6, 5]), (3, 6, 4, 4)),
+]
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("case", range(len(NORM_MODULES)), ids=[c[0] for c in NORM_MODULES])
+def test_norms_over_several_trailing_dims_and_weight_only(case, mode):
+    """LayerNorm / RMSNorm over several trailing dims run as rows of their product, and a
+    LayerNorm with a weight but no bias runs too: outputs and gradients equal torch's."""
+    import copy
+
+    _, make, shape = NORM_MODULES[case]
+    torch.manual_seed(0)
+    ref = getattr(make(), mode)()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.uniform_(0.5, 1.5)
+    model = copy.deepcopy(ref)
+    x = torch.randn(shape)
+    if "channels_last" in NORM_MODULES[case][0]:
+        x = x.contiguous(memory_format=torch.channels_last)
+    report = dt.patch(model)
+    assert len(report.covered) == 1 and not report.skipped
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    try:
+        want = ref(xa)
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            model(xb)
+        return
+    got = model(xb)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-4, atol=1e-5, msg=n)
