@@ -62,19 +62,24 @@ def needs_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bo
 def _backward_on_dnnctl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
                         scale: float | None, handle: int) -> bool:
     """The attention backward of this call would run on dnnctl (the handle's backward mode
-    and plan, see dnnctl.torch.grad_plan); records the forward and backward problems for
-    active record() sessions either way."""
+    and plan, see dnnctl.torch.grad_plan). Active record() sessions get the backward problem
+    (from decide) and, where torch's SDPA will run, the forward one (the op records its own
+    when it runs), so a recorded training workload tunes both."""
     from dnnctl.torch import grad_plan as gp
     from dnnctl.torch import keys
     from dnnctl.torch import own_grads as og
 
-    if kernels.RECORDERS:
+    with kernels.recording_paused():  # the op's own backward notes it when it runs
+        on = "backward" in gp.decide("attention", handle, q,
+                                     lambda: og.attention_keys(q, k, v, is_causal, scale))
+    if not on and kernels.RECORDERS:
         try:
-            kernels.note_problem("attention", keys.attention(q, k, v, is_causal, scale))
+            forward = keys.attention(q, k, v, is_causal, scale)
         except DnnctlError:
-            pass
-    return "backward" in gp.decide("attention", handle, q,
-                                   lambda: og.attention_keys(q, k, v, is_causal, scale))
+            return on
+        kernels.note_problem("attention", forward)
+        kernels.note_problem("attention", {**forward, "pass": "backward"})
+    return on
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False,

@@ -8,8 +8,9 @@ plain torch (:mod:`dnnctl.torch.reference`) and is counted in :data:`FALLBACKS`.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -110,6 +111,18 @@ def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
         return []
     choices = field.choices or ()
     return [p for p in passes if p in choices] or (["backward"] if "backward" in choices else [])
+
+
+@contextlib.contextmanager
+def recording_paused() -> Iterator[None]:
+    """No record() session sees the problems noted in the block (a decision taken ahead of
+    the call that will note them itself)."""
+    saved = RECORDERS[:]
+    RECORDERS.clear()
+    try:
+        yield
+    finally:
+        RECORDERS[:] = saved
 
 
 def note_problem(op: str, key: dict[str, Any]) -> None:

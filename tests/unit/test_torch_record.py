@@ -134,3 +134,17 @@ def test_attention_problems_and_keyword_inputs_are_recorded():
     assert len(att) == 1
     assert (att[0]["heads_q"], att[0]["heads_kv"], att[0]["seq_q"], att[0]["causal"]) == (
         4, 1, 7, "top_left")
+
+
+@pytest.mark.parametrize("backward", ["plan", "dnnctl"])
+def test_training_records_attention_once_per_call(backward):
+    """record(train=True): each SDPA call adds its forward and its backward problem once,
+    whichever path (torch's fused SDPA or dnnctl's op) runs it."""
+    torch.manual_seed(0)
+    model = _KwModel().half()
+    x = {"hidden_states": torch.randn(2, 7, 32).half().requires_grad_()}
+    with dt.patched(model, backward=backward):
+        wl = dt.record(model, x, train=True)
+    counts = {dict(it.problem.key)["pass"]: it.count for it in wl.items
+              if it.problem.op == "attention"}
+    assert counts == {"forward": 1, "backward": 1}
