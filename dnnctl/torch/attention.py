@@ -130,7 +130,7 @@ def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: in
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         report.covered.append(Covered(node.name, "scaled_dot_product_attention", "attention",
-                                      "eager only"))
+                                      "torch.ops.dnnctl.attention"))
     gm.recompile()
 
 
