@@ -98,6 +98,18 @@ for st in "$@"; do
       timeout "${T:-120}" python3 benchmarks/bench_e2e.py --models "${MODELS:-resnet50-b32,vit_b16-b32,llama7b-decode-b8-kv2048}" \
         --ways "${WAYS:-eager,dnnctl}" --iters 10 --out "$L/e2e.json" > "$L/e2e.md" 2>&1
       tail -16 "$L/e2e.md" ;;
+    e2e_tuned)  # record each model's workload, tune it (one merged plan), then the five ways
+      M=${MODELS:-resnet50-b32,vit_b16-b32,llama7b-prefill2048,llama7b-decode-b8-kv2048}
+      timeout 200 python3 benchmarks/bench_e2e.py --models "$M" --ways dnnctl --iters 2 \
+        --record-workload "$L/wl" > "$L/e2e_record.md" 2>&1
+      for f in "$L"/wl/*.workload.yaml; do
+        timeout "${TT:-120}" python3 -m dnnctl tune "$f" --budget "${B:-60}" \
+          -o "$L/e2e_plan.yaml" >> "$L/e2e_tune.txt" 2>&1; echo "tune $(basename "$f") rc=$?"
+      done
+      timeout "${T:-300}" python3 benchmarks/bench_e2e.py --models "$M" --plan "$L/e2e_plan.yaml" \
+        --ways "${WAYS:-eager,compile-ro,dnnctl,dnnctl+compile-ro}" --iters 10 \
+        --out "$L/e2e_tuned.json" > "$L/e2e_tuned.md" 2>&1
+      tail -16 "$L/e2e_tuned.md" ;;
     conv_backward)
       timeout "${T:-120}" python3 benchmarks/bench_conv_backward.py --quick > "$L/conv_backward.md" 2>&1
       tail -25 "$L/conv_backward.md" ;;
