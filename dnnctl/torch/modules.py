@@ -120,14 +120,15 @@ def _bn1d(m: nn.BatchNorm1d, handle: int) -> Callable[..., Any]:
     return partial(_bn1d_fwd, m, handle)
 
 
-def _instance_norm_fwd(m: nn.InstanceNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
-    """Per-sample, per-channel statistics: group_norm with one channel per group."""
-    if x.dim() == 3:  # unbatched (C, H, W)
+def _instance_norm_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:
+    """Per-sample, per-channel statistics: group_norm with one channel per group (2d: (N, C,
+    H, W), 1d: (N, C, L); an unbatched input as a batch of one)."""
+    if x.dim() == (3 if isinstance(m, nn.InstanceNorm2d) else 2):
         return _instance_norm_fwd(m, handle, x.unsqueeze(0)).squeeze(0)
     return run_op("group_norm", x, x.shape[1], m.weight, m.bias, m.eps, handle)
 
 
-def _instance_norm(m: nn.InstanceNorm2d, handle: int) -> Callable[..., Any]:
+def _instance_norm(m: Any, handle: int) -> Callable[..., Any]:
     return partial(_instance_norm_fwd, m, handle)
 
 
@@ -257,7 +258,7 @@ def why_not(m: nn.Module) -> str | None:
             return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
         if m.padding == "same" and tuple(m.stride) != (1,):
             return "padding 'same' with a stride"
-    elif isinstance(m, nn.InstanceNorm2d):
+    elif isinstance(m, (nn.InstanceNorm2d, nn.InstanceNorm1d)):
         if m.track_running_stats:
             return "track_running_stats=True (inference would use running statistics)"
     elif isinstance(m, (nn.BatchNorm2d, nn.BatchNorm1d)):
@@ -289,6 +290,7 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
     (nn.BatchNorm2d, "batch_norm", _bn),
     (nn.BatchNorm1d, "batch_norm", _bn1d),
     (nn.InstanceNorm2d, "group_norm", _instance_norm),  # one channel per group
+    (nn.InstanceNorm1d, "group_norm", _instance_norm),
     (nn.LayerNorm, "layer_norm", _layer_norm),
     *([(nn.RMSNorm, "rms_norm", _rms_norm)] if hasattr(nn, "RMSNorm") else []),
     (nn.GroupNorm, "group_norm", _group_norm),

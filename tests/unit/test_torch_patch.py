@@ -500,6 +500,8 @@ MORE_MODULES = [
     ("instance_norm2d", lambda: nn.InstanceNorm2d(5), (2, 5, 6, 7)),
     ("instance_norm2d affine, unbatched", lambda: nn.InstanceNorm2d(5, affine=True),
      (5, 6, 7)),
+    ("instance_norm1d", lambda: nn.InstanceNorm1d(6, affine=True), (3, 6, 11)),
+    ("instance_norm1d unbatched", lambda: nn.InstanceNorm1d(6), (6, 11)),
 ]
 
 
