@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Depthwise convolution on the layers of published models, NHWC: dnnctl's ``depthwise``
 (channel-vectorized, input rows re-read through L1 / L2) and ``depthwise_tile`` (input
-window staged in shared memory) against torch's F.conv2d (cuDNN, channels_last), in one run.
+window staged in shared memory) against torch's F.conv2d (cuDNN, channels_last), in one run;
+for the stride-1 layers also the data gradient (``dgrad_depthwise`` /
+``dgrad_depthwise_tile`` against cuDNN's).
 
 Each candidate (the default and the block shapes of benchmarks/conv_candidates.py) is checked
 against torch's fp32 result once (relative error < 1e-2) before it is timed (CUDA events,
@@ -103,7 +105,65 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         if "default_us" in row:
             row["default/torch"] = t_torch / row["default_us"]
         rows.append(row)
+        if st == 1:
+            rows.append(_dgrad_row(op, dev, name, x, wt, problem, rows))
     return rows
+
+
+def _dgrad_row(op: Any, dev: Any, name: str, x: Any, wt: Any, fwd: Any,
+               rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """dx of a stride-1 layer: dgrad_depthwise / dgrad_depthwise_tile vs cuDNN's data
+    gradient (aten.convolution_backward, input gradient only)."""
+    import cupy as cp
+    import torch
+
+    from dnnctl.ops.registry import get_variant
+
+    c, r = x.shape[1], wt.shape[-1]
+    pad = r // 2
+    dy = torch.randn_like(x)
+    ref = torch.nn.grad.conv2d_input(x.shape, wt.float(), dy.float(), 1, pad, 1, c)
+    bwd = torch.ops.aten.convolution_backward.default
+
+    def torch_fn(dy=dy, x=x, wt=wt, pad=pad, c=c):
+        return bwd(dy, x, wt, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], c,
+                   [True, False, False])
+
+    row: dict[str, Any] = {"layer": name + " dgrad",
+                           "torch_us": common.time_us(torch_fn, budget_ms=60)["median_us"]}
+    p = op.problem(dict(fwd.as_dict(), **{"pass": "dgrad"}))
+    dx = torch.empty_like(x)
+    ins = {"dy": cp.from_dlpack(dy.permute(0, 2, 3, 1)),
+           "w": cp.from_dlpack(wt.permute(0, 2, 3, 1).contiguous())}
+    outs = {"dx": cp.from_dlpack(dx.permute(0, 2, 3, 1))}
+    for vname in ("dgrad_depthwise", "dgrad_depthwise_tile"):
+        variant = get_variant("conv2d", "cupy", vname)
+        if not variant.supports(p, dev):
+            continue
+        best = None
+        for params in conv_candidates.shortlist(variant, p, dev)[:4]:
+            try:
+                kern = variant.build(p, params, dev)
+                dx.fill_(float("nan"))
+                kern(ins, outs, {})
+                torch.cuda.synchronize()
+                err = float((dx.float() - ref).norm() / ref.norm())
+            except Exception as exc:  # reported, the run goes on
+                rows.append({"layer": name, "note": f"FAILED {vname}{params}: "
+                             f"{type(exc).__name__}: {exc}"[:200]})
+                continue
+            if not err < 1e-2:
+                rows.append({"layer": name, "note": f"WRONG {vname}{params} err {err:.3g}"})
+                continue
+            med = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}),
+                                 budget_ms=40)["median_us"]
+            best = med if best is None else min(best, med)
+        if best is not None:
+            row[f"{vname}_us"] = best
+    times = [v for k, v in row.items() if k.startswith("dgrad_") and k.endswith("_us")]
+    if times:
+        row["best/torch"] = row["torch_us"] / min(times)
+    return row
 
 
 def main() -> int:

@@ -18,7 +18,12 @@
 // moves the pixel TQ columns over (the next thread group of a quarter warp) off the banks of
 // the first (16-byte accesses are served a quarter warp at a time).
 //
-// Defines: DNNCTL_DTYPE, KR, KS, STR_H, STR_W, DIL_H, DIL_W (unrolled), VEC, CB, TH, TW, TQ.
+// The same kernel is the data gradient of a stride-1 depthwise convolution (FLIP = 1): dx is
+// dy correlated with the filter turned 180 degrees, padded by (KR - 1) * DIL_H - pt on top
+// and (KS - 1) * DIL_W - pl on the left (the host passes dy as x, dx as y and those pads).
+//
+// Defines: DNNCTL_DTYPE, KR, KS, STR_H, STR_W, DIL_H, DIL_W (unrolled), VEC, CB, TH, TW, TQ,
+// FLIP (0: the forward; 1: the filter turned 180 degrees).
 // Threads per block: (CB / VEC) * TH * (TW / TQ). Grid: (N * tiles_p * tiles_q, ceil(K / CB)).
 // Host: K == C, K % VEC == 0, x / y 16-byte aligned when VEC > 1 (else VEC = 1).
 #include <dnnctl/conv.cuh>
@@ -41,6 +46,9 @@ using namespace dnnctl;
 #endif
 #ifndef TQ
 #define TQ 4
+#endif
+#ifndef FLIP
+#define FLIP 0
 #endif
 
 #define TCH (CB / VEC)                                   // threads across the channels
@@ -101,7 +109,8 @@ dw_tile_nhwc(const elem_t* __restrict__ x, const elem_t* __restrict__ w,
     const int kl = i % CB;
     const int rs = i / CB;
     const int k = kb + kl;
-    ws[rs][kl] = k < K ? to_float(w[(long long)k * (KR * KS) + rs]) : 0.f;
+    const int src = FLIP ? KR * KS - 1 - rs : rs;  // (KR-1-r, KS-1-s) for the data gradient
+    ws[rs][kl] = k < K ? to_float(w[(long long)k * (KR * KS) + src]) : 0.f;
   }
   __syncthreads();
 

@@ -92,3 +92,16 @@ def test_the_benchmark_times_several_tiles_of_each_layer():
         tiles = conv_candidates.shortlist(V, p, H200)
         assert len(tiles) >= 3 and tiles[0] == V.default_params(p, H200), name
         assert conv_candidates.shortlist(get_variant("conv2d", "cupy", "depthwise"), p, H200)
+
+
+def test_the_data_gradient_variant_takes_stride_one_only():
+    """dgrad_depthwise_tile: the forward tile kernel on dy with the filter turned 180 degrees
+    (stride 1; the default dgrad stays dgrad_depthwise until measured)."""
+    D = get_variant("conv2d", "cupy", "dgrad_depthwise_tile")
+    p = OP.problem(dict(LAYERS["convnext_7x7_96@56"], dtype="float16", layout="NHWC",
+                        **{"pass": "dgrad"}))
+    assert D.supports(p, H200) and D.default_params(p, H200) in list(D.param_space(p, H200))
+    strided = OP.problem(dict(LAYERS["effnet_5x5s2_144@56"], dtype="float16", layout="NHWC",
+                              **{"pass": "dgrad"}))
+    assert "stride 1 only" in D.supports(strided, H200).reason
+    assert OP.default_choice(p, "cupy", H200).variant == "dgrad_depthwise"

@@ -383,6 +383,33 @@ def test_cuda_backward_variant_on_cpu_emulation(runtime, name, shape, dtype, lay
             assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
 
 
+TILE_DGRAD = [
+    dict(n=2, c=24, h=11, w=13, k=24, r=7, s=7, pad=3, groups=24),  # ConvNeXt-like
+    dict(n=1, c=16, h=9, w=10, k=16, r=3, s=3, dilation=2, pad=[2, 1, 2, 0], groups=16),
+    dict(n=2, c=8, h=6, w=7, k=8, r=3, s=5, pad=[3, 0, 4, 1], groups=8),  # pads past the filter
+]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("shape", range(len(TILE_DGRAD)))
+def test_depthwise_tile_dgrad_on_cpu_emulation(runtime, shape, dtype):
+    """dgrad_depthwise_tile (the forward tile kernel on dy with the filter turned 180
+    degrees): odd sizes, dilation, asymmetric pads and pads larger than the filter's reach,
+    at its default and at two other parameter sets (the whole space of one problem was
+    checked when the variant was written)."""
+    variant = get_variant("conv2d", "cupy", "dgrad_depthwise_tile")
+    problem = OP.problem(dict(TILE_DGRAD[shape], dtype=dtype, layout="NHWC",
+                              **{"pass": "dgrad"}))
+    assert variant.supports(problem, DEV), variant.supports(problem, DEV).reason
+    space = list(variant.param_space(problem, DEV))
+    picks = [default_params(variant, problem, DEV)] + space[1::max(1, len(space) // 2)][:2]
+    with _cuda.use_runtime(runtime):
+        for params in picks:
+            res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV,
+                                seed=shape)
+            assert res.ok, f"{params} {problem.short()}: {res.detail}"
+
+
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
 def test_matmul_backward_prepass_on_cpu_emulation(runtime, activation):
     """kernels/conv2d/bias_grad.cu as matmul_backward's fused pre-pass: dy * act'(pre) and

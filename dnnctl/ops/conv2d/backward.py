@@ -165,6 +165,8 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
     order: list[str] = []
     if g.depthwise:
         order.append("depthwise")
+        if g.pass_ == "dgrad" and g.nhwc:
+            order.append("depthwise_tile")
     if identity and not g.depthwise:
         order.append("im2col_gemm")
     if tensor_cores and not g.depthwise:

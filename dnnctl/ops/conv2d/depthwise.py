@@ -143,17 +143,63 @@ def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int) -> int:
     return ih * iw * (cb + 16 // e) * e + 4 * g.r * g.s * cb
 
 
-@register_variant
-class CudaDepthwiseTile(CudaConv):
-    """NHWC depthwise through shared memory: a block stages the input window of a TH x TW
-    output tile for CB channels once (DRAM read once per tile, halo included) and its
-    threads take every tap from there (kernels/conv2d/depthwise_tile.cu). For large filters
-    at large spatial sizes (ConvNeXt's 7x7, EfficientNet's 5x5), where ``depthwise`` re-reads
-    each input row once per output row through L1 / L2."""
+def _tile_valid(g: ConvGeom, params: Mapping[str, Any], out_h: int, out_w: int) -> bool:
+    """A dw_tile_nhwc block shape over an out_h x out_w output: 16-byte vectors that divide
+    the block's channels, 32 to 1024 threads, tiles no larger than the output needs, the
+    static shared-memory limit."""
+    cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+    vec = 16 // _esize(g)
+    if cb % vec or tw % tq or (cb > 16 and cb > next_pow2(g.k)):
+        return False
+    if (th > 4 and th > next_pow2(out_h)) or (tw > 8 and tw > next_pow2(out_w)):
+        return False
+    threads = cb // vec * th * tw // tq
+    return 32 <= threads <= 1024 and _tile_bytes(g, cb, th, tw) <= SMEM_LIMIT
 
-    name = "depthwise_tile"
+
+def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tuple[str, ...],
+                 dims: tuple[int, ...]) -> Kernel:
+    """dw_tile_nhwc over ``dims`` = (N, C, H, W, K, P, Q, pt, pl) of the tensor it reads (x
+    named names[0]) and the one it writes (names[2]), the filter names[1]; the forward's
+    epilogue, none for a data gradient (``flip``: the filter turned 180 degrees). Unaligned
+    tensors (a DLPack view) run the same tiles with scalar accesses."""
+    rt = _cuda.runtime()
+    cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+    n, c, _, _, k, p, q, _, _ = dims
+    tiles = n * -(-p // th) * -(-q // tw)
+
+    def make(v: int) -> mc.Launch:
+        defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
+                   "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
+                   "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq, "FLIP": int(flip)}
+        fn = rt.function("conv2d/depthwise_tile.cu", defines, "dw_tile_nhwc")
+        return mc.Launch(fn, (tiles, -(-k // cb), 1), (cb // v * th * tw // tq, 1, 1))
+
+    fast = make(16 // _esize(g))
+    codes = _cuda.i32(0, 0) if flip else _cuda.epilogue_codes(g)
+    tail = fast.consts(*_cuda.i32(*dims), *codes)
+    scalar: list[mc.Launch] = []
+    src_name, w_name, dst_name = names
+
+    def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+               attrs: Mapping[str, Any]) -> None:
+        src, dst = inputs[src_name], outputs[dst_name]
+        run = fast
+        if rt.ptr(src) % 16 or rt.ptr(dst) % 16:
+            if not scalar:
+                scalar.append(make(1))
+            run = scalar[0]
+        if flip:
+            bias = res = dst
+        else:
+            bias, res, _, _ = _cuda.epilogue_args(g, dst, inputs)
+        run((src, inputs[w_name], dst, bias, res, *tail))
+
+    return kernel
+
+
+class _TileBase(CudaConv):
     source = "conv2d/depthwise_tile.cu"
-    doc = "groups == C == K, NHWC: input window staged in shared memory, unrolled taps"
     params = {"cb": (16, 32, 64), "th": (4, 8, 16), "tw": (8, 16, 32), "tq": (1, 2, 4)}
 
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
@@ -170,16 +216,12 @@ class CudaDepthwiseTile(CudaConv):
                                "(16-byte vectors)")
         return SUPPORTED
 
+    def out_hw(self, g: ConvGeom) -> tuple[int, int]:
+        return g.p, g.q
+
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
-        cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
-        vec = 16 // _esize(g)
-        if cb % vec or tw % tq or (cb > 16 and cb > next_pow2(g.k)):
-            return False
-        if (th > 4 and th > next_pow2(g.p)) or (tw > 8 and tw > next_pow2(g.q)):
-            return False
-        threads = cb // vec * th * tw // tq
-        return 32 <= threads <= 1024 and _tile_bytes(g, cb, th, tw) <= SMEM_LIMIT
+        return _tile_valid(g, params, *self.out_hw(g))
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
@@ -187,35 +229,45 @@ class CudaDepthwiseTile(CudaConv):
                  {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
         return self.first_valid(problem, device, wants)
 
+
+@register_variant
+class CudaDepthwiseTile(_TileBase):
+    """NHWC depthwise through shared memory: a block stages the input window of a TH x TW
+    output tile for CB channels once (DRAM read once per tile, halo included) and its
+    threads take every tap from there (kernels/conv2d/depthwise_tile.cu). For large filters
+    at large spatial sizes (ConvNeXt's 7x7, EfficientNet's 5x5), where ``depthwise`` re-reads
+    each input row once per output row through L1 / L2."""
+
+    name = "depthwise_tile"
+    doc = "groups == C == K, NHWC: input window staged in shared memory, unrolled taps"
+
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         g = geometry(problem)
-        rt = _cuda.runtime()
-        cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
-        vec = 16 // _esize(g)
-        dims = _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.pt, g.pl)
-        tiles = g.n * -(-g.p // th) * -(-g.q // tw)
+        return _tile_kernel(g, params, False, ("x", "w", "y"),
+                            (g.n, g.c, g.h, g.w, g.k, g.p, g.q, g.pt, g.pl))
 
-        def make(v: int) -> mc.Launch:
-            defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
-                       "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
-                       "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq}
-            fn = rt.function(self.source, defines, "dw_tile_nhwc")
-            return mc.Launch(fn, (tiles, -(-g.k // cb), 1), (cb // v * th * tw // tq, 1, 1))
 
-        fast = make(vec)
-        tail = fast.consts(*dims, *_cuda.epilogue_codes(g))
-        scalar: list[mc.Launch] = []
+@register_variant
+class CudaDgradDepthwiseTile(_TileBase):
+    """The data gradient of a stride-1 NHWC depthwise convolution with the same kernel: dx
+    is dy correlated with the filter turned 180 degrees (padding (R-1)*d - pt, (S-1)*d - pl
+    on top / left), dy's window staged in shared memory."""
 
-        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
-                   attrs: Mapping[str, Any]) -> None:
-            x, y = inputs["x"], outputs["y"]
-            run = fast
-            if rt.ptr(x) % 16 or rt.ptr(y) % 16:
-                # a DLPack view need not be 16-byte aligned: the same tiles, scalar accesses
-                if not scalar:
-                    scalar.append(make(1))
-                run = scalar[0]
-            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
-            run((x, inputs["w"], y, bias, res, *tail))
+    name = "dgrad_depthwise_tile"
+    passes = ("dgrad",)
+    doc = "dgrad, depthwise stride 1, NHWC: dy window in shared memory, flipped taps"
 
-        return kernel
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        if (g.sh, g.sw) != (1, 1):
+            return unsupported("stride 1 only (a strided dgrad reads dy at stride phases: "
+                               "dgrad_depthwise)")
+        return _TileBase.supports_geom(self, g, device)
+
+    def out_hw(self, g: ConvGeom) -> tuple[int, int]:
+        return g.h, g.w
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        g = geometry(problem)
+        pt, pl = (g.r - 1) * g.dh - g.pt, (g.s - 1) * g.dw - g.pl
+        return _tile_kernel(g, params, True, ("dy", "w", "dx"),
+                            (g.n, g.k, g.p, g.q, g.c, g.h, g.w, pt, pl))
