@@ -41,12 +41,50 @@ LAYERS = [
 VARIANTS = ("depthwise", "depthwise_tile")
 
 
+def _time_candidates(vname: str, problem: Any, dev: Any, ins: dict, outs: dict, dst: Any,
+                     ref: Any, layer: str, rows: list[dict[str, Any]], limit: int | None
+                     ) -> dict[str, float]:
+    """{label: median us} of the shortlisted parameter sets of ``vname`` that pass the check
+    against ``ref`` (``dst`` is the torch tensor the kernel writes); failures become note
+    rows."""
+    import torch
+
+    from dnnctl.ops.registry import get_variant
+
+    variant = get_variant("conv2d", "cupy", vname)
+    if not variant.supports(problem, dev):
+        return {}
+    out: dict[str, float] = {}
+    for params in conv_candidates.shortlist(variant, problem, dev)[:limit]:
+        label = f"{vname} " + " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+        try:
+            kern = variant.build(problem, params, dev)
+            dst.fill_(float("nan"))
+            kern(ins, outs, {})
+            torch.cuda.synchronize()
+            err = float((dst.float() - ref).norm() / ref.norm())
+        except Exception as exc:  # reported, the run goes on
+            rows.append({"layer": layer, "note": f"FAILED {label}: "
+                         f"{type(exc).__name__}: {exc}"[:200]})
+            continue
+        if not err < 1e-2:
+            rows.append({"layer": layer, "note": f"WRONG {label} err {err:.3g}"})
+            continue
+        out[label] = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}),
+                                    budget_ms=40)["median_us"]
+    return out
+
+
+def _label(choice: Any) -> str:
+    return f"{choice.variant} " + " ".join(f"{k}={v}" for k, v in sorted(choice.params))
+
+
 def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
     import cupy as cp
     import torch
     import torch.nn.functional as F
 
-    from dnnctl.ops.registry import get_op, get_variant
+    from dnnctl.ops.registry import get_op
 
     dev = common.backend().device(0)
     op = get_op("conv2d")
@@ -69,34 +107,15 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         outs = {"y": cp.from_dlpack(y.permute(0, 2, 3, 1))}
         nbytes = (x.numel() + wt.numel() + y.numel()) * x.element_size()
         row: dict[str, Any] = {"layer": name, "torch_us": t_torch}
-        default = op.default_choice(problem, "cupy", dev)
+        default = _label(op.default_choice(problem, "cupy", dev))
         for vname in VARIANTS:
-            variant = get_variant("conv2d", "cupy", vname)
-            best: tuple[float, str] | None = None
-            for params in conv_candidates.shortlist(variant, problem, dev)[: 2 if quick else None]:
-                label = f"{vname} " + " ".join(f"{k}={v}" for k, v in sorted(params.items()))
-                try:
-                    kern = variant.build(problem, params, dev)
-                    y.fill_(float("nan"))
-                    kern(ins, outs, {})
-                    torch.cuda.synchronize()
-                    err = float((y.float() - ref).norm() / ref.norm())
-                except Exception as exc:  # reported, the run goes on
-                    rows.append({"layer": name, "note": f"FAILED {label}: "
-                                 f"{type(exc).__name__}: {exc}"[:200]})
-                    continue
-                if not err < 1e-2:
-                    rows.append({"layer": name, "note": f"WRONG {label} err {err:.3g}"})
-                    continue
-                med = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}),
-                                     budget_ms=40)["median_us"]
-                if vname == default.variant and dict(default.params) == params:
-                    row["default_us"] = med
-                if best is None or med < best[0]:
-                    best = (med, label)
-            if best is not None:
-                row[f"{vname}_us"] = best[0]
-                row[f"{vname}_best"] = best[1]
+            timed = _time_candidates(vname, problem, dev, ins, outs, y, ref, name, rows,
+                                     2 if quick else None)
+            if default in timed:
+                row["default_us"] = timed[default]
+            if timed:
+                best = min(timed, key=timed.__getitem__)
+                row[f"{vname}_us"], row[f"{vname}_best"] = timed[best], best
         times = [row[f"{v}_us"] for v in VARIANTS if f"{v}_us" in row]
         if times:
             row["best/torch"] = t_torch / min(times)
@@ -117,8 +136,6 @@ def _dgrad_row(op: Any, dev: Any, name: str, x: Any, wt: Any, fwd: Any,
     import cupy as cp
     import torch
 
-    from dnnctl.ops.registry import get_variant
-
     c, r = x.shape[1], wt.shape[-1]
     pad = r // 2
     dy = torch.randn_like(x)
@@ -137,30 +154,11 @@ def _dgrad_row(op: Any, dev: Any, name: str, x: Any, wt: Any, fwd: Any,
            "w": cp.from_dlpack(wt.permute(0, 2, 3, 1).contiguous())}
     outs = {"dx": cp.from_dlpack(dx.permute(0, 2, 3, 1))}
     for vname in ("dgrad_depthwise", "dgrad_depthwise_tile"):
-        variant = get_variant("conv2d", "cupy", vname)
-        if not variant.supports(p, dev):
-            continue
-        best = None
-        for params in conv_candidates.shortlist(variant, p, dev)[:4]:
-            try:
-                kern = variant.build(p, params, dev)
-                dx.fill_(float("nan"))
-                kern(ins, outs, {})
-                torch.cuda.synchronize()
-                err = float((dx.float() - ref).norm() / ref.norm())
-            except Exception as exc:  # reported, the run goes on
-                rows.append({"layer": name, "note": f"FAILED {vname}{params}: "
-                             f"{type(exc).__name__}: {exc}"[:200]})
-                continue
-            if not err < 1e-2:
-                rows.append({"layer": name, "note": f"WRONG {vname}{params} err {err:.3g}"})
-                continue
-            med = common.time_us(lambda k=kern, i=ins, o=outs: k(i, o, {}),
-                                 budget_ms=40)["median_us"]
-            best = med if best is None else min(best, med)
-        if best is not None:
-            row[f"{vname}_us"] = best
-    times = [v for k, v in row.items() if k.startswith("dgrad_") and k.endswith("_us")]
+        timed = _time_candidates(vname, p, dev, ins, outs, dx, ref, name, rows, 4)
+        if timed:
+            row[f"{vname}_us"] = min(timed.values())
+    times = [row[f"{v}_us"] for v in ("dgrad_depthwise", "dgrad_depthwise_tile")
+             if f"{v}_us" in row]
     if times:
         row["best/torch"] = row["torch_us"] / min(times)
     return row
