@@ -183,6 +183,47 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                 lambda: ref.conv2d(x, w, bias, st, pad, dil, groups, activation, residual))
 
 
+def transposed_size(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, ...],
+                    padding: tuple[int, ...], output_padding: tuple[int, ...],
+                    dilation: tuple[int, ...]) -> tuple[int, int]:
+    """(H, W) of conv_transpose2d(x, w): (in - 1) * stride - 2 * pad + dil * (k - 1) + out_pad
+    + 1 per axis."""
+    return tuple((int(x.shape[2 + i]) - 1) * stride[i] - 2 * padding[i]
+                 + dilation[i] * (int(w.shape[2 + i]) - 1) + output_padding[i] + 1
+                 for i in range(2))  # type: ignore[return-value]
+
+
+def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                     stride: Any = (1, 1), padding: Any = (0, 0), output_padding: Any = (0, 0),
+                     dilation: Any = (1, 1), groups: int = 1, plan: int = 0) -> torch.Tensor:
+    """F.conv_transpose2d as dnnctl's conv2d data gradient: the transposed convolution of x
+    is the dgrad of the forward convolution whose output x is (the same weight, stored
+    (C_in, C_out / groups, R, S) as that convolution's (K, C / groups, R, S)); the bias is
+    added after."""
+    st, pad, dil, opad = ints(stride, 2), ints(padding, 2), ints(dilation, 2), \
+        ints(output_padding, 2)
+    nhwc = is_nhwc(x)
+    hw = transposed_size(x, w, st, pad, opad, dil)
+
+    def run() -> torch.Tensor:
+        if x.dim() != 4:
+            raise ShapeError("conv_transpose2d: x must be 4-D (N, C, H, W)")
+        cout = int(w.shape[1]) * groups
+        if nhwc:
+            y = nchw_of(call(dops.conv2d_backward_data, (nhwc_view(x), nhwc_view(w)),
+                             x_shape=(x.shape[0], hw[0], hw[1], cout), stride=st, padding=pad,
+                             dilation=dil, groups=groups, layout="NHWC", plan=_plan(plan)))
+        else:
+            y = call(dops.conv2d_backward_data, (x.contiguous(), w.contiguous()),
+                     x_shape=(x.shape[0], cout, hw[0], hw[1]), stride=st, padding=pad,
+                     dilation=dil, groups=groups, layout="NCHW", plan=_plan(plan))
+        return y if bias is None else y + bias.view(1, -1, 1, 1).to(y.dtype)
+
+    return _dnn("conv2d", x, run,
+                lambda: keys.conv_transpose2d(x, w, hw, st, pad, dil, groups, nhwc),
+                lambda: ref.conv_transpose2d(x, w, bias, st, pad, opad, dil, groups))
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str = "none", plan: int = 0) -> torch.Tensor:
     act = None if activation == "none" else activation

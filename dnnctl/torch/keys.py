@@ -104,3 +104,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
     from dnnctl.ops.attention.function import parse
 
     return parse(q, k, v, causal=bool(is_causal), scale=scale).key
+
+
+def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, out_hw: tuple[int, int],
+                     stride: tuple[int, ...], padding: tuple[int, ...],
+                     dilation: tuple[int, ...], groups: int, nhwc: bool) -> dict[str, Any]:
+    """The conv2d dgrad key a transposed convolution runs: the forward convolution whose
+    input is the transposed one's output (``out_hw``) and whose output is its input x."""
+    n, cin, _, _ = x.shape
+    _, cout_g, r, s = w.shape
+    return {"n": n, "c": cout_g * groups, "h": out_hw[0], "w": out_hw[1], "k": cin, "r": r,
+            "s": s, "stride": list(stride), "pad": list(padding), "dilation": list(dilation),
+            "groups": groups, "dtype": _dt(x), "layout": "NHWC" if nhwc else "NCHW",
+            "bias": False, "activation": "none", "residual": False, "tf32": False,
+            "pass": "dgrad"}

@@ -31,6 +31,9 @@ SCHEMAS: dict[str, str] = {
               "str activation=\"none\", Tensor? residual=None, int plan=0) -> Tensor",
     "linear": "(Tensor x, Tensor w, Tensor? bias=None, str activation=\"none\", int plan=0)"
               " -> Tensor",
+    "conv_transpose2d": "(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=[1, 1], "
+                        "int[2] padding=[0, 0], int[2] output_padding=[0, 0], "
+                        "int[2] dilation=[1, 1], int groups=1, int plan=0) -> Tensor",
     "matmul": "(Tensor a, Tensor b, int plan=0) -> Tensor",
     "layer_norm": "(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
                   "int plan=0) -> Tensor",
@@ -80,6 +83,13 @@ def _conv2d_fake(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1)
     return _like(x, (x.shape[0], w.shape[0], p, q))
 
 
+def _conv_transpose2d_fake(x, w, bias=None, stride=(1, 1), padding=(0, 0),
+                           output_padding=(0, 0), dilation=(1, 1), groups=1, plan=0):
+    hw = K.transposed_size(x, w, ints(stride, 2), ints(padding, 2), ints(output_padding, 2),
+                           ints(dilation, 2))
+    return _like(x, (x.shape[0], w.shape[1] * groups, *hw))
+
+
 def _pool_fake(x, kernel, stride, padding, dilation, ceil_mode):
     k = ints(kernel, 2)
     st, pad, dil = (ints(stride, 2) if len(stride) else k), ints(padding, 2), ints(dilation, 2)
@@ -113,6 +123,7 @@ def _attention_fake(q, k, v, is_causal=False, scale=None, enable_gqa=False, plan
 
 FAKES: dict[str, Callable[..., Any]] = {
     "conv2d": _conv2d_fake,
+    "conv_transpose2d": _conv_transpose2d_fake,
     "linear": lambda x, w, bias=None, activation="none", plan=0: x.new_empty(
         (*x.shape[:-1], w.shape[0])),
     "matmul": _matmul_fake,
@@ -132,7 +143,7 @@ FAKES: dict[str, Callable[..., Any]] = {
 # ----------------------------------------------------------------------------- eager kernels
 
 KERNELS: dict[str, Callable[..., Any]] = {
-    "conv2d": K.conv2d, "linear": K.linear, "matmul": K.matmul, "layer_norm": K.layer_norm,
+    "conv2d": K.conv2d, "conv_transpose2d": K.conv_transpose2d, "linear": K.linear, "matmul": K.matmul, "layer_norm": K.layer_norm,
     "rms_norm": K.rms_norm, "batch_norm": K.batch_norm, "batch_norm_train": K.batch_norm_train,
     "group_norm": K.group_norm,
     "softmax": lambda x, dim=-1, plan=0: K.softmax(x, dim, False, plan),
@@ -180,6 +191,17 @@ def _conv2d_bwd(ctx, grad):
     gx, gw, gb, gr = bw.conv2d(grad, x, w, bias, residual, st, pad, dil, groups, act,
                                _needs(ctx)[:3] + (_needs(ctx)[8],), plan)
     return gx, gw, gb, None, None, None, None, None, gr, None
+
+
+def _conv_transpose2d_bwd(ctx, grad):
+    """torch's own transposed-convolution backward (aten.convolution_backward)."""
+    x, w, bias, stride, padding, opad, dilation, groups, _ = _args(ctx)
+    n = _needs(ctx)
+    gx, gw, gb = torch.ops.aten.convolution_backward.default(
+        grad, x, w, None if bias is None else [int(bias.shape[0])], list(ints(stride, 2)),
+        list(ints(padding, 2)), list(ints(dilation, 2)), True, list(ints(opad, 2)), groups,
+        [n[0], n[1], bias is not None and n[2]])
+    return gx, gw, gb, None, None, None, None, None, None
 
 
 def _linear_bwd(ctx, grad):
@@ -292,6 +314,7 @@ def _setup(extra: Callable[[Any], tuple] | None = None, skip: tuple[int, ...] = 
 AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "conv2d": (_conv2d_bwd, _setup()),
     "linear": (_linear_bwd, _setup()),
+    "conv_transpose2d": (_conv_transpose2d_bwd, _setup()),
     "matmul": (_matmul_bwd, _setup()),
     "layer_norm": (_rownorm_bwd(False), _setup()),
     "rms_norm": (_rownorm_bwd(True), _setup()),

@@ -77,6 +77,22 @@ def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
                    [1, int(m.dilation[0])])
 
 
+def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, stride: list[int], pad: list[int],
+                opad: list[int], dil: list[int], x: torch.Tensor,
+                output_size: Any = None) -> torch.Tensor:
+    """A transposed convolution as dnnctl's conv2d data gradient; an explicit output_size or
+    an unbatched input runs the module's own forward."""
+    if output_size is not None or x.dim() != 4:
+        return type(m).forward(m, x, output_size)
+    return run_op("conv_transpose2d", x, m.weight, m.bias, stride, pad, opad, dil, m.groups,
+                  handle)
+
+
+def _conv_t(m: nn.ConvTranspose2d, handle: int) -> Callable[..., Any]:
+    return partial(_conv_t_fwd, m, handle, list(m.stride), list(m.padding),
+                   list(m.output_padding), list(m.dilation))
+
+
 def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
     return partial(attention.mha_forward, m, handle)
 
@@ -253,6 +269,9 @@ def why_not(m: nn.Module) -> str | None:
             return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
         if m.padding == "same" and tuple(m.stride) != (1, 1):
             return "padding 'same' with a stride"
+    elif isinstance(m, nn.ConvTranspose2d):
+        if m.padding_mode != "zeros":
+            return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
     elif isinstance(m, nn.Conv1d):
         if m.padding_mode != "zeros":
             return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
@@ -286,6 +305,7 @@ def why_not(m: nn.Module) -> str | None:
 MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
     (nn.Conv2d, "conv2d", _conv),
     (nn.Conv1d, "conv2d", _conv1d),  # as conv2d over an (N, C, 1, L) view
+    (nn.ConvTranspose2d, "conv2d", _conv_t),  # the conv2d data gradient (pass dgrad)
     (nn.Linear, "matmul", _linear),
     (nn.BatchNorm2d, "batch_norm", _bn),
     (nn.BatchNorm1d, "batch_norm", _bn1d),

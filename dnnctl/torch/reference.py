@@ -74,3 +74,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
     lse = torch.logsumexp(s, -1)
     out = torch.softmax(s, -1) @ vf
     return out.to(q.dtype), lse
+
+
+def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                     stride: tuple[int, ...], padding: tuple[int, ...],
+                     output_padding: tuple[int, ...], dilation: tuple[int, ...],
+                     groups: int) -> torch.Tensor:
+    return F.conv_transpose2d(x, w, bias, stride, padding, output_padding, groups, dilation)

@@ -34,6 +34,9 @@ def _cases():
         ("conv2d_cl", D.conv2d, (x4.contiguous(memory_format=CL), wg.contiguous(memory_format=CL),
                                  None, [2, 2], [0, 0], [1, 1], 2, "none", None),
          lambda: F.conv2d(x4, wg, None, 2, groups=2)),
+        ("conv_transpose2d", D.conv_transpose2d, (x4, _r(6, 2, 3, 3), _r(4), [2, 2], [1, 1],
+                                                  [1, 0], [1, 1], 2),
+         lambda: None),
         ("linear", D.linear, (xr, _r(8, 16), _r(8), "gelu"),
          lambda: None),
         ("matmul", D.matmul, (_r(3, 4, 5), _r(5, 6)), lambda: None),
@@ -77,6 +80,9 @@ def _expected(name, args, ref):
         return F.gelu(F.linear(x, w, b))
     if name == "matmul":
         return args[0] @ args[1]
+    if name == "conv_transpose2d":
+        x, w, b, st, pad, opad, dil, groups = args
+        return F.conv_transpose2d(x, w, b, st, pad, opad, groups, dil)
     if name == "rms_norm":
         x, g, eps = args
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g

@@ -715,3 +715,51 @@ def test_norms_over_several_trailing_dims_and_weight_only(case, mode):
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
     for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-4, atol=1e-5, msg=n)
+
+
+TRANSPOSED = [
+    ("stride 2 (UNet up-conv)", lambda: nn.ConvTranspose2d(8, 4, 2, stride=2), (2, 8, 5, 6)),
+    ("3x3 s2 p1 output_padding 1", lambda: nn.ConvTranspose2d(6, 6, 3, 2, 1, output_padding=1),
+     (2, 6, 7, 5)),
+    ("groups 2, dilation 2, no bias",
+     lambda: nn.ConvTranspose2d(4, 6, 3, padding=2, dilation=2, groups=2, bias=False),
+     (1, 4, 6, 6)),
+    ("4x4 s2 p1 (DCGAN)", lambda: nn.ConvTranspose2d(8, 4, 4, 2, 1), (2, 8, 4, 4)),
+]
+
+
+@pytest.mark.parametrize("fmt", ["nchw", "channels_last"])
+@pytest.mark.parametrize("case", range(len(TRANSPOSED)), ids=[c[0] for c in TRANSPOSED])
+def test_conv_transpose2d_runs_as_the_data_gradient(case, fmt):
+    """nn.ConvTranspose2d (UNet decoders, GAN generators) runs as dnnctl's conv2d data
+    gradient plus its bias: output, memory format and gradients equal torch's; an explicit
+    output_size runs the module's own forward."""
+    import copy
+
+    _, make, shape = TRANSPOSED[case]
+    torch.manual_seed(0)
+    ref = make()
+    model = copy.deepcopy(ref)
+    x = torch.randn(shape)
+    if fmt == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+        ref, model = ref.to(memory_format=torch.channels_last), model.to(
+            memory_format=torch.channels_last)
+    report = dt.patch(model)
+    assert [c.op for c in report.covered] == ["conv2d"]
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want, got = ref(xa), model(xb)
+    assert not report.fallbacks()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    if fmt == "channels_last":
+        assert got.is_contiguous(memory_format=torch.channels_last)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-4, atol=1e-4, msg=n)
+    size = [2 * s for s in shape[2:]] if case == 0 else None
+    if size is not None:
+        with torch.no_grad():
+            torch.testing.assert_close(model(x, output_size=size), ref(x, output_size=size))
