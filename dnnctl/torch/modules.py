@@ -218,14 +218,40 @@ def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
     return partial(_avg_pool_fwd, m, handle, k, st, _pair(m.padding))
 
 
-def _gap_fwd(handle: int, x: torch.Tensor) -> torch.Tensor:
+def _adaptive_size(m: Any) -> tuple[Any, Any] | None:
+    """(out_h, out_w) of an adaptive pool (None: the input's size), None if not 2-D."""
+    size = m.output_size
+    if isinstance(size, int):
+        return size, size
+    if isinstance(size, (tuple, list)) and len(size) == 2:
+        return size[0], size[1]
+    return None
+
+
+def _adaptive_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:
+    """An adaptive pool as the op it equals for this input: the global average for 1 x 1
+    (average pools), else a pool of window = stride = input / output where the output
+    divides the input (the windows are then uniform); anything else is torch's."""
     if x.dim() == 3:  # an unbatched (C, H, W) image, as torch's module takes it
-        return run_op("global_avg_pool2d", x.unsqueeze(0), handle).squeeze(0)
-    return run_op("global_avg_pool2d", x, handle)
+        return _adaptive_fwd(m, handle, x.unsqueeze(0)).squeeze(0)
+    size = _adaptive_size(m)
+    if x.dim() != 4 or size is None:
+        return type(m).forward(m, x)
+    h, w = int(x.shape[2]), int(x.shape[3])
+    oh, ow = (h if size[0] is None else size[0]), (w if size[1] is None else size[1])
+    avg = isinstance(m, nn.AdaptiveAvgPool2d)
+    if avg and (oh, ow) == (1, 1):
+        return run_op("global_avg_pool2d", x, handle)
+    if not oh or not ow or h % oh or w % ow:
+        return type(m).forward(m, x)
+    k = [h // oh, w // ow]
+    if avg:
+        return run_op("avg_pool2d", x, k, k, [0, 0], False, True, handle)
+    return run_op("max_pool2d", x, k, k, [0, 0], [1, 1], False, handle)
 
 
-def _gap(m: nn.AdaptiveAvgPool2d, handle: int) -> Callable[..., Any]:
-    return partial(_gap_fwd, handle)
+def _adaptive(m: Any, handle: int) -> Callable[..., Any]:
+    return partial(_adaptive_fwd, m, handle)
 
 
 def _act_fwd(name: str, extra: tuple[Any, ...], handle: int, x: torch.Tensor) -> torch.Tensor:
@@ -291,10 +317,11 @@ def why_not(m: nn.Module) -> str | None:
     elif isinstance(m, nn.AvgPool2d):
         if m.divisor_override:
             return "divisor_override"
-    elif isinstance(m, nn.AdaptiveAvgPool2d):
-        size = m.output_size
-        if not (size == 1 or isinstance(size, (tuple, list)) and list(size) == [1, 1]):
-            return f"output_size {m.output_size} (only 1 is a global average)"
+    elif isinstance(m, (nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)):
+        if _adaptive_size(m) is None:
+            return f"output_size {m.output_size} is not 2-D"
+        if isinstance(m, nn.AdaptiveMaxPool2d) and m.return_indices:
+            return "return_indices=True"
     elif isinstance(m, nn.MultiheadAttention):
         return attention.mha_why_not(m)
     elif isinstance(m, (nn.Softmax, nn.LogSoftmax)) and m.dim is None:
@@ -316,7 +343,8 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
     (nn.GroupNorm, "group_norm", _group_norm),
     (nn.MaxPool2d, "pool2d", _max_pool),
     (nn.AvgPool2d, "pool2d", _avg_pool),
-    (nn.AdaptiveAvgPool2d, "global_avg_pool2d", _gap),
+    (nn.AdaptiveAvgPool2d, "pool2d", _adaptive),  # global average / uniform windows
+    (nn.AdaptiveMaxPool2d, "pool2d", _adaptive),
     (nn.MultiheadAttention, "attention", _mha),  # self-attention in_proj / SDPA / out_proj
     (nn.Softmax, "softmax", _softmax(False)),
     (nn.LogSoftmax, "softmax", _softmax(True)),

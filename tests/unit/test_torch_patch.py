@@ -763,3 +763,36 @@ def test_conv_transpose2d_runs_as_the_data_gradient(case, fmt):
     if size is not None:
         with torch.no_grad():
             torch.testing.assert_close(model(x, output_size=size), ref(x, output_size=size))
+
+
+ADAPTIVE = [
+    ("avg 7x7 of 14x14 (VGG)", lambda: nn.AdaptiveAvgPool2d((7, 7)), (2, 4, 14, 14)),
+    ("avg 7x7 of 7x7: identity windows", lambda: nn.AdaptiveAvgPool2d(7), (2, 4, 7, 7)),
+    ("avg 7x7 of 10x10: torch's uneven windows", lambda: nn.AdaptiveAvgPool2d(7),
+     (2, 4, 10, 10)),
+    ("avg (None, 1)", lambda: nn.AdaptiveAvgPool2d((None, 1)), (2, 3, 5, 6)),
+    ("max 1 (global max)", lambda: nn.AdaptiveMaxPool2d(1), (2, 4, 6, 5)),
+    ("max (2, 3) of 8x9", lambda: nn.AdaptiveMaxPool2d((2, 3)), (2, 4, 8, 9)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(ADAPTIVE)), ids=[c[0] for c in ADAPTIVE])
+def test_adaptive_pools_run_as_the_pool_they_equal(case):
+    """Adaptive pools whose output divides the input are uniform pools (global average for
+    1x1): dnnctl's pool ops, equal to torch's with gradients; uneven windows run torch's."""
+    import copy
+
+    _, make, shape = ADAPTIVE[case]
+    ref = make()
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert len(report.covered) == 1
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want, got = ref(xa), model(xb)
+    torch.testing.assert_close(got, want)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    torch.testing.assert_close(xb.grad, xa.grad)
