@@ -16,7 +16,8 @@ import torch
 
 # op -> "low" (the autocast dtype) or "fp32"
 POLICY: dict[str, str] = {
-    "conv2d": "low", "linear": "low", "matmul": "low",
+    "conv2d": "low", "conv_transpose2d": "low", "linear": "low", "matmul": "low",
+    "attention": "low",
     "layer_norm": "fp32", "rms_norm": "fp32", "group_norm": "fp32",
     "softmax": "fp32", "log_softmax": "fp32",
 }

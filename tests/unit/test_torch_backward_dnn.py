@@ -244,6 +244,14 @@ def test_autocast_follows_torch_policy():
         r = OPS.relu(y)
     assert y.dtype == ref.dtype == torch.bfloat16 and torch.equal(y, ref)
     assert z.dtype == torch.float32 and r.dtype == torch.bfloat16
+    # the transposed convolution and attention are lower-precision ops, as torch's are
+    q = torch.randn(1, 2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        t = OPS.conv_transpose2d(x, torch.randn(4, 3, 2, 2), None, [2, 2])
+        a, lse = OPS.attention(q, q, q)
+        want_t = F.conv_transpose2d(x, torch.randn(4, 3, 2, 2), None, 2)
+    assert t.dtype == want_t.dtype == torch.bfloat16
+    assert a.dtype == torch.bfloat16 and lse.dtype == torch.float32
 
 
 def test_backward_mode_mapping_per_pass():
