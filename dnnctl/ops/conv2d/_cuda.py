@@ -17,6 +17,7 @@ import numpy as np
 from dnnctl.backends import cublas, cuda
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import codes
+from dnnctl.ops.conv2d.geom import ACTIVATIONS
 
 # CUDA data types (library_types.h) and cuBLAS enums, by value: stable ABI numbers.
 CUDA_R_32F, CUDA_R_16F, CUDA_C_32F, CUDA_R_16BF = (codes.CUDA_R[t] for t in (
@@ -29,7 +30,7 @@ CUFFT_R2C, CUFFT_C2R = 0x2A, 0x2C
 CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 
 DTYPE_CODE = codes.DTYPE  # -DDNNCTL_DTYPE
-ACT_CODE = {a: codes.ACT[a] for a in ("none", "relu", "gelu", "silu", "relu6", "hardswish")}
+ACT_CODE = {a: codes.ACT[a] for a in ACTIVATIONS}
 EPI_FLAG_BIAS, EPI_FLAG_RESIDUAL = codes.EPI_FLAG["bias"], codes.EPI_FLAG["residual"]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
+from dnnctl.ops.conv2d._cuda import ACT_CODE
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import TiledConv, epilogue_defines, run_fused, split_k, tile_defines
 from dnnctl.ops.matmul.gemm_launch import (
@@ -38,7 +39,6 @@ from dnnctl.ops.matmul.gemm_launch import (
     split_plan,
     vec_for,
 )
-from dnnctl.ops.matmul.op import ACT_CODES
 from dnnctl.ops.registry import register_variant
 
 
@@ -51,7 +51,7 @@ def gemm_dims(g: ConvGeom) -> tuple[int, int, int, int]:
 
 def gemm_desc(g: ConvGeom) -> GemmDesc:
     """The stride-1 problem as a strided-batched GEMM (see the module docstring)."""
-    act = ACT_CODES[g.activation]
+    act = ACT_CODE[g.activation]
     if g.nhwc:
         return GemmDesc(
             dtype=g.dtype, m=g.npq, n=g.kg, k=g.cg, batch=g.groups, a_kmajor=True,
@@ -135,7 +135,7 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
     eb = ELEM_BYTES[g.dtype]
     vec_a = vec_for(g.cg if g.nhwc else g.c, eb)
     vec_b = vec_for(g.cg, eb) if g.nhwc else 1
-    act = ACT_CODES[g.activation]
+    act = ACT_CODE[g.activation]
     bias_mode = (BIAS_COL if g.nhwc else BIAS_ROW) if g.bias else BIAS_NONE
     out_mode = OUT_PARTIAL if splits > 1 else OUT_STORE
     pq = g.p * g.q

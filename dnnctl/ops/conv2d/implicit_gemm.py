@@ -25,6 +25,7 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support
 from dnnctl.ops.conv2d import tiled
+from dnnctl.ops.conv2d._cuda import ACT_CODE
 from dnnctl.ops.conv2d.implicit_gemm_wgmma import padded_channels
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import TiledConv
@@ -36,7 +37,6 @@ from dnnctl.ops.matmul.gemm_launch import (
     load_kernel,
     vec_for,
 )
-from dnnctl.ops.matmul.op import ACT_CODES
 from dnnctl.ops.registry import register_variant
 
 
@@ -98,7 +98,7 @@ class ImplicitGemm(TiledConv):
         cgp = _cgp(g)
         vec_a = vec_for(cgp, eb) if g.nhwc else 1
         vec_b = vec_for(_kgemm(g), eb)
-        act = ACT_CODES[g.activation]
+        act = ACT_CODE[g.activation]
         bias_mode = BIAS_COL if g.bias else BIAS_NONE
         out_mode, pair = tiled.store_mode(g, splits)
         defines = {**tiled.tile_defines(cfg, vec_a, vec_b), "CONV_NHWC": int(g.nhwc),

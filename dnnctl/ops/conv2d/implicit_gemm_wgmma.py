@@ -21,6 +21,7 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import tiled
+from dnnctl.ops.conv2d._cuda import ACT_CODE
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.matmul.gemm_launch import (
@@ -32,7 +33,6 @@ from dnnctl.ops.matmul.gemm_launch import (
     tile_ok,
     vec_for,
 )
-from dnnctl.ops.matmul.op import ACT_CODES
 from dnnctl.ops.matmul.wgmma import (
     WG_BK,
     WG_SPACE,
@@ -112,7 +112,7 @@ class ImplicitGemmWgmma(CudaConv):
         eb = ELEM_BYTES[g.dtype]
         cgp = padded_channels(g.cg)
         vec_a, vec_b = vec_for(cgp, eb), vec_for(_kgemm(g), eb)
-        act = ACT_CODES[g.activation]
+        act = ACT_CODE[g.activation]
         bias_mode = BIAS_COL if g.bias else BIAS_NONE
         out_mode, pair = tiled.store_mode(g, splits)
         defines = {"GEMM_BM": cfg.bm, "GEMM_BN": cfg.bn, "GEMM_WM": cfg.wm,

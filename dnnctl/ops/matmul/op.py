@@ -25,10 +25,8 @@ from dnnctl.ops.registry import register_op, variants
 
 ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 # activation name -> dnnctl::Act code in kernels/include/dnnctl/common.cuh
-# dnnctl::Act codes of the epilogue activations (the GEMM's and, through the shared
-# epilogue, the conv2d kernels', whose op also takes relu6 / hardswish)
-ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in (
-    "none", "relu", "gelu", "silu", "relu6", "hardswish")}
+# dnnctl::Act codes of the GEMM's epilogue activations
+ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in ACTIVATIONS}
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
