@@ -19,6 +19,7 @@ from torch import fx, nn
 
 from dnnctl.torch.library import run_op
 from dnnctl.torch.modules import act_of, conv_padding
+from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
 # activations the conv / matmul epilogues take (gelu: the erf form); the conv epilogue also
@@ -70,15 +71,11 @@ class FusedConv:
         conv = self.conv
         if self.bn is not None and self.bn.training:  # switched to training: no folding
             y = self.bn(conv(x))
-            y = _ACT_FNS[self.act](y)
+            y = ACTS[self.act](y)
             return y if residual is None else y + residual
         w, b = self._folded()
         return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
-
-
-_ACT_FNS = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
-            "relu6": F.relu6, "hardswish": F.hardswish}
 
 
 def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import codes
+from dnnctl.ops.activation.reference import FNS, act_numpy
 from dnnctl.ops.base import DTYPES, Choice, Field, Op, Problem, TensorSpec, first_choice, np_dtype
 from dnnctl.ops.costmodel import pick
 from dnnctl.ops.registry import register_op, variants
@@ -29,28 +30,15 @@ ACTIVATIONS: tuple[str, ...] = ("none", "relu", "gelu", "silu")
 ACT_CODES: dict[str, int] = {a: codes.ACT[a] for a in ACTIVATIONS}
 
 
-def _erf64(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
-
-
 def activation_ref(y: np.ndarray, activation: str) -> np.ndarray:
-    """relu / gelu (erf form) / silu (and conv2d's relu6 / hardswish) in float64 (the
-    reference)."""
+    """An epilogue activation (matmul's, and conv2d's relu6 / hardswish) in y's precision
+    (float64 for the reference): the activation op's own reference, so the two agree."""
     if activation == "none":
         return y
-    if activation == "relu":
-        return np.where(y > 0, y, np.where(np.isnan(y), y, 0.0))
-    if activation == "gelu":
-        return 0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0)))
-    if activation == "silu":
-        with np.errstate(over="ignore"):
-            return y / (1.0 + np.exp(-y))
-    if activation == "relu6":
-        return np.minimum(np.maximum(y, 0.0), 6.0)
-    if activation == "hardswish":
-        return y * np.minimum(np.maximum(y + 3.0, 0.0), 6.0) / 6.0
-    raise UsageError(f"unknown activation {activation!r}",
-                     hint=f"use one of {', '.join(ACTIVATIONS)}")
+    if activation not in FNS:
+        raise UsageError(f"unknown activation {activation!r}",
+                         hint=f"use one of {', '.join(ACTIVATIONS)}")
+    return act_numpy(activation, y)
 
 
 def a_shape(problem: Problem) -> tuple[int, ...]:
