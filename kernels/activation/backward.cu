@@ -40,12 +40,13 @@ __device__ __forceinline__ float act_grad(float z, float slope) {
     const float t = tanhf(z);
     return 1.f - t * t;
   }
-  // torch's formulas at the kinks: relu6 passes only 0 < z < 6; hardswish z / 3 + 1/2 on
-  // [-3, 3], 0 below, 1 above; hardsigmoid 1/6 strictly inside (-3, 3)
+  // torch's formulas at the kinks: relu6 passes only 0 < z < 6; hardswish z / 3 + 1/2
+  // strictly inside (-3, 3), 0 at and below -3, 1 at and above 3; hardsigmoid 1/6 strictly
+  // inside (-3, 3)
   if (ACT_FN_CODE == ACT_RELU6) return z != z ? z : (z > 0.f && z < 6.f ? 1.f : 0.f);
   if (ACT_FN_CODE == ACT_HARDSWISH) {
     if (z != z) return z;
-    return z < -3.f ? 0.f : (z <= 3.f ? z * (1.f / 3.f) + 0.5f : 1.f);
+    return z <= -3.f ? 0.f : (z < 3.f ? z * (1.f / 3.f) + 0.5f : 1.f);
   }
   if (ACT_FN_CODE == ACT_HARDSIGMOID) return z != z ? z : (z > -3.f && z < 3.f ? 1.f / 6.f : 0.f);
   return 1.f;

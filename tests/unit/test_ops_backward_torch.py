@@ -120,3 +120,19 @@ def test_avg_pool2d_backward_nhwc_on_channels_last_torch_tensors(dtype: str) -> 
     want = t.grad.permute(0, 2, 3, 1)
     err = float((dx.double() - want).norm() / want.norm())
     assert err < (1e-6 if dtype == "float32" else 8e-3)
+
+
+@pytest.mark.parametrize("fn", ["relu", "leaky_relu", "relu6", "hardswish", "hardsigmoid"])
+def test_activation_gradient_at_the_kinks_is_torchs(fn: str) -> None:
+    """Low-precision inputs land exactly on the kinks (0, ±3, 6); the reference gradient
+    there is the one torch.autograd gives (hardswish: 0 at -3, 1 at 3)."""
+    from dnnctl.ops.activation.reference import act_grad_numpy
+
+    z = np.array([-7, -6, -3.5, -3, -2.5, -1, 0, 1, 2.5, 3, 3.5, 6, 7], dtype=np.float64)
+    torch_fn = {"relu": F.relu, "leaky_relu": lambda t: F.leaky_relu(t, 0.01),
+                "relu6": F.relu6, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid}[fn]
+    t = torch.tensor(z, requires_grad=True)
+    (g,) = torch.autograd.grad(torch_fn(t).sum(), t)
+    for dtype in (np.float64, np.float32, np.float16):
+        np.testing.assert_allclose(act_grad_numpy(fn, z.astype(dtype), 0.01).astype(np.float64),
+                                   g.numpy(), rtol=1e-3, atol=0, err_msg=f"{fn} {dtype}")

@@ -71,8 +71,8 @@ def act_grad_numpy(fn: str, z: np.ndarray, slope: float = 0.01) -> np.ndarray:
             out = 1.0 - np.tanh(z) ** 2
         elif fn == "relu6":  # torch's formulas at the kinks (hardtanh / hardswish backward)
             out = np.where((z > 0) & (z < 6), 1.0, 0.0).astype(z.dtype)
-        elif fn == "hardswish":
-            out = np.where(z < -3, 0.0, np.where(z <= 3, z / 3 + 0.5, 1.0)).astype(z.dtype)
+        elif fn == "hardswish":  # z / 3 + 1/2 strictly inside (-3, 3): 0 at -3, 1 at 3
+            out = np.where(z <= -3, 0.0, np.where(z < 3, z / 3 + 0.5, 1.0)).astype(z.dtype)
         elif fn == "hardsigmoid":
             out = np.where((z > -3) & (z < 3), 1.0 / 6.0, 0.0).astype(z.dtype)
         else:
