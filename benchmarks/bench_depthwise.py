@@ -79,7 +79,7 @@ def _label(choice: Any) -> str:
     return f"{choice.variant} " + " ".join(f"{k}={v}" for k, v in sorted(choice.params))
 
 
-def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
+def run(ctx: common.Ctx, quick: bool, on_layer: Any = None) -> list[dict[str, Any]]:
     import cupy as cp
     import torch
     import torch.nn.functional as F
@@ -89,7 +89,9 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
     dev = common.backend().device(0)
     op = get_op("conv2d")
     rows: list[dict[str, Any]] = []
-    for name, n, c, h, w, r, st, dtype in LAYERS[:3] if quick else LAYERS:
+    layers = LAYERS[:3] if quick else LAYERS
+    for i, (name, n, c, h, w, r, st, dtype) in enumerate(layers):
+        print(f"[{i + 1}/{len(layers)}] {name}", file=sys.stderr, flush=True)
         tdt = getattr(torch, dtype)
         g = torch.Generator(device="cuda").manual_seed(0)
         x = torch.randn(n, c, h, w, device="cuda", generator=g).to(tdt).contiguous(
@@ -126,6 +128,8 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         rows.append(row)
         if st == 1:
             rows.append(_dgrad_row(op, dev, name, x, wt, problem, rows))
+        if on_layer is not None:
+            on_layer(rows)
     return rows
 
 
@@ -167,12 +171,15 @@ def _dgrad_row(op: Any, dev: Any, name: str, x: Any, wt: Any, fwd: Any,
 def main() -> int:
     quick = "--quick" in sys.argv
     ctx = common.measure_ceilings()
-    rows = run(ctx, quick)
-    text = ctx.header() + "\n\n" + common.markdown(rows)
-    print(text, flush=True)
     out = Path(os.environ.get("OUT") or ".devout")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_depthwise.md").write_text(text)
+
+    def save(rows: list[dict[str, Any]]) -> str:  # after every layer: a timeout keeps them
+        text = ctx.header() + "\n\n" + common.markdown(rows)
+        (out / "bench_depthwise.md").write_text(text)
+        return text
+
+    print(save(run(ctx, quick, save)), flush=True)
     return 0
 
 

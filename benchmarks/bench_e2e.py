@@ -18,6 +18,7 @@ each (plans merge into one file); then ``--plan plan.yaml``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +122,8 @@ def _config_rows(name: str, ways: tuple[str, ...], plan: Any, record_dir: str | 
             rows.append(tb.safe_row({"model": name, "way": way},
                                     lambda w=way: _measure(w, model, inputs, ref, plan, iters,
                                                            base)))
+            # each row as it comes (stderr): a run cut by a time limit keeps what it measured
+            print(json.dumps(rows[-1], default=str), file=sys.stderr, flush=True)
     return rows
 
 
