@@ -157,18 +157,32 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
     are still on dnnctl."""
     original = model.__dict__.get("forward", _MISSING)
     own = type(model).forward.__get__(model) if original is _MISSING else original
+    try:
+        traced = _traced(model, own, covered, handle, report)
+    except _NotTraceable as exc:  # module-by-module is still sound
+        report.trace_error = str(exc)
+        return
+    report.traced = True
+    _set_forward(model, traced, saved)
+
+
+class _NotTraceable(Exception):
+    """torch.fx could not trace the model (the message says why)."""
+
+
+def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
+            report: PatchReport) -> _Traced:
+    """Trace ``model`` at its optional arguments' defaults, fuse the traced graph's chains
+    and route its attention calls (noted in ``report``); _NotTraceable where fx cannot
+    trace it."""
     sig, required, defaults = _signature(own)
     try:
         gm = fx.symbolic_trace(model, concrete_args=defaults or None)
-    except Exception as exc:  # any trace failure: module-by-module is still sound
-        report.trace_error = f"not traceable: {type(exc).__name__}: {str(exc)[:120]}"
-        return
-    fused = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
+    except Exception as exc:  # any trace failure
+        raise _NotTraceable(f"not traceable: {type(exc).__name__}: {str(exc)[:120]}") from exc
+    report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
-    report.fusions = fused
-    report.traced = True
-    _set_forward(model, _Traced(model, gm, own, sig, required, defaults, covered, handle),
-                 saved)
+    return _Traced(model, gm, own, sig, required, defaults, covered, handle)
 
 
 class _Traced:
@@ -220,16 +234,12 @@ class _Retrace:
         if torch.compiler.is_compiling():  # no tracing inside a compile: the model's own
             return type(model).forward(model, *args, **kwargs)
         own = type(model).forward.__get__(model)
-        sig, required, defaults = _signature(own)
         try:
-            gm = fx.symbolic_trace(model, concrete_args=defaults or None)
-        except Exception:  # traced once already; if not now, module by module is sound
+            traced = _traced(model, own, self.covered, self.handle,
+                             PatchReport(training=model.training))
+        except _NotTraceable:  # traced once already; if not now, module by module is sound
             object.__setattr__(model, "forward", own)
             return own(*args, **kwargs)
-        scratch = PatchReport(training=model.training)
-        fuse_graph(gm, self.covered, not model.training, self.handle, _calls(gm))
-        _attention_hook(gm, scratch, self.handle)
-        traced = _Traced(model, gm, own, sig, required, defaults, self.covered, self.handle)
         object.__setattr__(model, "forward", traced)
         return traced(*args, **kwargs)
 
