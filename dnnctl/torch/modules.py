@@ -19,16 +19,19 @@ from dnnctl.torch import attention
 from dnnctl.torch.library import run_op
 
 
+def _same_pads(m: nn.Conv1d | nn.Conv2d) -> list[tuple[int, int]]:
+    """padding='same' per spatial dim as torch splits it: (before, after), the extra element
+    after."""
+    return [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
+            for d, k in zip(m.dilation, m.kernel_size)]
+
+
 def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
     """The conv's padding as 2 or 4 ints ('same' as torch splits it: the extra pixel after)."""
     if m.padding == "valid":
         return (0, 0)
     if m.padding == "same":
-        out = []
-        for d, k in zip(m.dilation, m.kernel_size):
-            total = d * (k - 1)
-            out.append((total // 2, total - total // 2))
-        (t, b), (lf, r) = out
+        (t, b), (lf, r) = _same_pads(m)
         return (t, lf) if (t, lf) == (b, r) else (t, b, lf, r)
     return tuple(int(p) for p in m.padding)
 
@@ -55,8 +58,8 @@ def conv1d_padding(m: nn.Conv1d) -> list[int]:
     if m.padding == "valid":
         return [0, 0, 0, 0]
     if m.padding == "same":
-        total = m.dilation[0] * (m.kernel_size[0] - 1)
-        return [0, 0, total // 2, total - total // 2]
+        ((lf, r),) = _same_pads(m)
+        return [0, 0, lf, r]
     p = int(m.padding[0])
     return [0, 0, p, p]
 
@@ -290,18 +293,10 @@ def act_of(m: nn.Module) -> tuple[str, tuple] | None:
 
 def why_not(m: nn.Module) -> str | None:
     """Why dnnctl does not run this module (None: it does)."""
-    if isinstance(m, nn.Conv2d):
+    if isinstance(m, (nn.Conv2d, nn.Conv1d, nn.ConvTranspose2d)):
         if m.padding_mode != "zeros":
             return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
-        if m.padding == "same" and tuple(m.stride) != (1, 1):
-            return "padding 'same' with a stride"
-    elif isinstance(m, nn.ConvTranspose2d):
-        if m.padding_mode != "zeros":
-            return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
-    elif isinstance(m, nn.Conv1d):
-        if m.padding_mode != "zeros":
-            return f"padding_mode {m.padding_mode!r} (dnnctl pads with zeros)"
-        if m.padding == "same" and tuple(m.stride) != (1,):
+        if m.padding == "same" and any(st != 1 for st in m.stride):
             return "padding 'same' with a stride"
     elif isinstance(m, (nn.InstanceNorm2d, nn.InstanceNorm1d)):
         if m.track_running_stats:
