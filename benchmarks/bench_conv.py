@@ -151,31 +151,6 @@ def record_jobs(rows: Sequence[Row], device: Any) -> list[tuple]:
                          device)
 
 
-def precompile(rows: Sequence[Row], device: Any, budget_s: float) -> str:
-    """Compile every module the rows need into CuPy's disk cache with a process pool."""
-    import concurrent.futures as cf
-    import multiprocessing
-
-    from dnnctl.ops.precompile import compile_jobs, default_workers
-
-    t0 = time.time()
-    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        jobs = one.submit(record_jobs, list(rows), device).result(timeout=120)
-    except Exception as exc:
-        return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
-    finally:
-        one.shutdown(wait=False, cancel_futures=True)
-    workers = default_workers()
-    try:
-        done, failed = compile_jobs(jobs, workers=workers,
-                                    timeout_s=max(1.0, budget_s - (time.time() - t0)))
-    except Exception as exc:
-        return f"kernel pre-compilation stopped ({type(exc).__name__}: {exc})"
-    return (f"pre-compiled {done}/{len(jobs)} kernel modules with {workers} processes in "
-            f"{time.time() - t0:.0f} s ({len(failed)} failed to compile)")
-
-
 # ----------------------------------------------------------------------------- timing
 
 
@@ -316,7 +291,7 @@ def run(ctx: Any, quick: bool, batches: Sequence[int] = (1, 32, 256),
     torch.backends.cudnn.allow_tf32 = tf32
     rows = plan_rows(quick, tf32, batches, configs)
     dev = common.backend().device(cp.cuda.Device().id)
-    print(f"  {precompile(rows, dev, PRECOMPILE_S)}", flush=True)
+    print(f"  {common.precompile(record_jobs, (list(rows), dev), PRECOMPILE_S)}", flush=True)
     out: list[dict[str, Any]] = []
     skipped: list[Row] = []
     for row in rows:

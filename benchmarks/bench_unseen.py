@@ -101,25 +101,6 @@ def record_jobs(todo: list[Any], device: Any, top_k: int) -> list[tuple]:
     return record_builds(builds, device)
 
 
-def _precompile(todo: list[Any], device: Any, top_k: int) -> str:
-    import concurrent.futures as cf
-    import multiprocessing
-
-    from dnnctl.ops.precompile import compile_jobs, default_workers
-
-    t0 = time.time()
-    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        jobs = one.submit(record_jobs, todo, device, top_k).result(timeout=120)
-    except Exception as exc:
-        return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
-    finally:
-        one.shutdown(wait=False, cancel_futures=True)
-    done, failed = compile_jobs(jobs, workers=default_workers(), timeout_s=PRECOMPILE_S)
-    return (f"pre-compiled {done}/{len(jobs)} kernel modules in {time.time() - t0:.0f} s "
-            f"({len(failed)} failed)")
-
-
 def _torch_setup(case: Any) -> tuple[Callable[[], Any], dict[str, Any], Callable[[Any], Any]]:
     """torch's function, dnnctl's inputs on the same memory, and the output view to compare."""
     import cupy as cp
@@ -270,7 +251,7 @@ def run(ctx: Any, quick: bool, only: str = "conv,gemm", top_k: int = TOP_K,
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = common.backend().device(cp.cuda.Device().id)
     todo = unseen_cases.cases(quick, only)
-    print(f"  {_precompile(todo, dev, top_k)}", flush=True)
+    print(f"  {common.precompile(record_jobs, (todo, dev, top_k), PRECOMPILE_S)}", flush=True)
     rows, skipped = [], 0
     for case in todo:
         if time.time() - t0 > budget_s:

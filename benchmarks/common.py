@@ -112,3 +112,33 @@ def geomean(values: list[float]) -> float:
     import math
 
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def precompile(record_jobs: Any, args: tuple, budget_s: float,
+               record_timeout_s: float = 120.0) -> str:
+    """Compile every kernel module a benchmark will build into CuPy's disk cache, with a
+    process pool: ``record_jobs(*args)`` (a module-level function) lists the jobs in a spawned
+    process (so this one's CUDA context stays clean), then the pool compiles them within what
+    is left of ``budget_s``. Returns one line saying what happened; never raises."""
+    import concurrent.futures as cf
+    import multiprocessing
+    import time
+
+    from dnnctl.ops.precompile import compile_jobs, default_workers
+
+    t0 = time.time()
+    one = cf.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        jobs = one.submit(record_jobs, *args).result(timeout=record_timeout_s)
+    except Exception as exc:
+        return f"kernel pre-compilation skipped ({type(exc).__name__}: {exc})"
+    finally:
+        one.shutdown(wait=False, cancel_futures=True)
+    workers = default_workers()
+    try:
+        done, failed = compile_jobs(jobs, workers=workers,
+                                    timeout_s=max(1.0, budget_s - (time.time() - t0)))
+    except Exception as exc:
+        return f"kernel pre-compilation stopped ({type(exc).__name__}: {exc})"
+    return (f"pre-compiled {done}/{len(jobs)} kernel modules with {workers} processes in "
+            f"{time.time() - t0:.0f} s ({len(failed)} failed to compile)")
