@@ -331,6 +331,15 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
 }
 
 
+def _unview(t: Any) -> Any:
+    """A result that is a view (a channels-last result is the (N, C, H, W) permutation of
+    the kernel's (N, H, W, C) tensor) as a tensor of its own over the same memory: autograd
+    forbids in-place ops on a view a Function returns (``F.relu(conv(x), inplace=True)``)."""
+    if t.__class__ is not torch.Tensor or not t._is_view():
+        return t
+    return t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+
+
 def _autograd_kernel(name: str) -> Callable[..., Any]:
     """The op's Autograd-key kernel (what ``torch.library.register_autograd`` makes, less
     its per-call cost): an autograd.Function when a gradient is wanted; otherwise, for plain
@@ -355,6 +364,7 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
 
     def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
         out = run(keyset, args)  # an autograd.Function's forward runs with grad off
+        out = tuple(map(_unview, out)) if isinstance(out, tuple) else _unview(out)
         # the dispatcher drops trailing arguments equal to their defaults: put them back
         setup(ctx, (*args, *defaults[len(args):]), out)
         return out

@@ -4,6 +4,8 @@ BatchNorm statistics, and unpatch restores the model exactly."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,6 +13,7 @@ dt = pytest.importorskip("dnnctl.torch")
 
 from _torch_models import Bottleneck, LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 from dnnctl.errors import UsageError  # noqa: E402
 
@@ -333,7 +336,6 @@ def test_deep_copy_of_a_patched_model_computes_with_its_own_weights(mode):
     """copy.deepcopy of a patched model (an EMA model, an evaluation copy) is a patched model
     of its own: its forwards read the copy's parameters and update the copy's running
     statistics, never the original's; the original is untouched; unpatch works on both."""
-    import copy
 
     torch.manual_seed(0)
     ref = getattr(_randomize_bn(SmallResNet()), mode)()
@@ -433,7 +435,6 @@ def test_mobilenet_activations_run_on_dnnctl_and_fuse_into_the_conv(mode):
     ReLU6 / Hardswish is one convolution with the activation in its epilogue."""
     torch.manual_seed(0)
     ref = getattr(_randomize_bn(_InvertedResidual()), mode)()
-    import copy
 
     model = copy.deepcopy(ref)
     x = torch.randn(2, 8, 9, 7)
@@ -480,7 +481,6 @@ def test_odd_inputs_and_settings_behave_as_torch(case, mode):
     """Inputs torch's modules take that dnnctl's kernels may not (unbatched, other ranks,
     empty, 0-D) and settings it does not run: the patched module gives torch's result, or
     raises torch's error type; patch itself never fails on them."""
-    import copy
 
     _, make, shape = ODD_MODULES[case]
     torch.manual_seed(0)
@@ -525,7 +525,6 @@ def test_conv1d_batch_norm1d_and_instance_norm_run_on_dnnctl(case, mode):
     """nn.Conv1d (as conv2d over an (N, C, 1, L) view), BatchNorm1d and InstanceNorm2d (as
     group_norm with a group per channel) run on dnnctl: outputs, input and parameter
     gradients and running statistics equal torch's."""
-    import copy
 
     _, make, shape = MORE_MODULES[case]
     torch.manual_seed(0)
@@ -549,7 +548,6 @@ def test_modules_with_hooks_are_not_fused_away():
     """A forward hook (a feature extractor, Grad-CAM) still fires on a patched model, and a
     pruned conv (its weight recomputed by a forward pre-hook) computes with the pruned
     weight: hooked modules stay out of the fused chains."""
-    import copy
 
     from torch.nn.utils import prune
 
@@ -578,7 +576,6 @@ def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backwar
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
     puts the attention backward on dnnctl; otherwise (no plan entry) torch's SDPA runs both
     (its fused backward beats a recomputed one). Gradients equal eager's either way."""
-    import copy
 
     torch.manual_seed(0)
     ref = LlamaBlock().train().half()
@@ -686,7 +683,6 @@ NORM_MODULES = [
 def test_norms_over_several_trailing_dims_and_weight_only(case, mode):
     """LayerNorm / RMSNorm over several trailing dims run as rows of their product, and a
     LayerNorm with a weight but no bias runs too: outputs and gradients equal torch's."""
-    import copy
 
     _, make, shape = NORM_MODULES[case]
     torch.manual_seed(0)
@@ -728,7 +724,6 @@ def test_conv_transpose2d_runs_as_the_data_gradient(case, fmt):
     """nn.ConvTranspose2d (UNet decoders, GAN generators) runs as dnnctl's conv2d data
     gradient plus its bias: output, memory format and gradients equal torch's; an explicit
     output_size runs the module's own forward."""
-    import copy
 
     _, make, shape = TRANSPOSED[case]
     torch.manual_seed(0)
@@ -768,7 +763,6 @@ ADAPTIVE = [
 def test_adaptive_pools_run_as_the_pool_they_equal(case):
     """Adaptive pools whose output divides the input are uniform pools (global average for
     1x1): dnnctl's pool ops, equal to torch's with gradients; uneven windows run torch's."""
-    import copy
 
     _, make, shape = ADAPTIVE[case]
     ref = make()
@@ -779,3 +773,32 @@ def test_adaptive_pools_run_as_the_pool_they_equal(case):
     want, got, xa, xb = _forward_backward(ref, model, torch.randn(shape))
     torch.testing.assert_close(got, want)
     _assert_same_grads(ref, model, xa, xb)
+
+
+class _FireInplace(nn.Module):
+    """SqueezeNet's Fire module as torchvision writes it: in-place ReLUs on conv outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.sq, self.e1, self.e3 = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1), nn.Conv2d(4, 8, 3,
+                                                                                      padding=1)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = F.relu(self.sq(x), inplace=True)
+        return torch.cat([self.act(self.e1(x)), F.relu(self.e3(x), inplace=True)], 1)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_in_place_ops_on_channels_last_results_keep_autograd(train):
+    """A channels-last result is the (N, C, H, W) permutation of the kernel's NHWC tensor;
+    returned from the autograd op as a view, an in-place ReLU on it raised ("is a view and
+    is being modified inplace") whenever the weights required grad, eval mode included."""
+    torch.manual_seed(0)
+    ref = _FireInplace().train(train).to(memory_format=torch.channels_last)
+    model = copy.deepcopy(ref)
+    dt.patch(model)
+    x = torch.randn(2, 8, 6, 7).contiguous(memory_format=torch.channels_last)
+    want, got, xa, xb = _forward_backward(ref, model, x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-5), param_tol=(1e-4, 1e-5))
