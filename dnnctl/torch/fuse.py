@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnnctl.torch.library import run_op
-from dnnctl.torch.modules import act_of, conv_padding
+from dnnctl.torch.modules import act_call, act_of, conv_padding
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
@@ -57,6 +57,10 @@ class FusedConv:
             return conv.weight, conv.bias
         if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
             return (self._fold[1], self._fold[2]) if self._fold else fold_bn(conv, bn)
+        if torch.is_grad_enabled() and _needs_grad(conv, bn):
+            # an eval-mode model that back-propagates (frozen-BN fine-tuning, saliency,
+            # adversarial inputs): fold with autograd, so conv and BN parameters get gradients
+            return fold_bn(conv, bn)
         # cheap staleness check: in-place updates bump versions; .to() / .half() move the
         # weight's storage (every parameter moves with it)
         w = conv.weight
@@ -76,6 +80,10 @@ class FusedConv:
         w, b = self._folded()
         return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
+
+
+def _needs_grad(*modules: nn.Module) -> bool:
+    return any(p.requires_grad for m in modules for p in m.parameters(recurse=False))
 
 
 def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,8 +191,11 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
                 parts.append(found)
                 cur, nxt = nxt, _single_user(nxt)
         residual = None
+        # ``h += conv(x)`` mutates h (code may read it later): only ``conv(x) += r``, whose
+        # left side is the chain's own value, fuses
         if (isinstance(head, nn.Conv2d) and nxt is not None and nxt.op == "call_function"
-                and nxt.target in _ADDS and not nxt.kwargs and len(nxt.args) == 2):
+                and nxt.target in _ADDS and not nxt.kwargs and len(nxt.args) == 2
+                and (nxt.target is not operator.iadd or nxt.args[0] is cur)):
             other = nxt.args[1] if nxt.args[0] is cur else nxt.args[0]
             if other is not cur and isinstance(other, fx.Node) and cur in nxt.args:
                 residual = other
@@ -206,9 +217,54 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         for n in reversed(chain):
             graph.erase_node(n)
         fusions.append(Fusion(node.target, folded, parts))
+    _out_of_place_acts(graph, modules, covered, handle)
     graph.lint()
     gm.recompile()
     return fusions
+
+
+_FRESH_FNS = {operator.add, operator.sub, operator.mul, torch.add, torch.sub, torch.mul}
+
+
+def _fresh(node: Any, covered: set[str]) -> bool:
+    """The node's value is a tensor of its own that nothing else refers to: the result of a
+    module dnnctl runs, of a fused chain, of an out-of-place arithmetic op, or an in-place
+    add into such a value that nothing else reads."""
+    if not isinstance(node, fx.Node) or node.op not in ("call_module", "call_function"):
+        return False
+    if node.op == "call_module":
+        return node.target in covered
+    if getattr(node.target, "dnnctl_fused", None) is not None:
+        return True
+    if node.target in _FRESH_FNS:
+        return "out" not in node.kwargs
+    if node.target is operator.iadd:
+        lhs = node.args[0]
+        return isinstance(lhs, fx.Node) and len(lhs.users) == 1 and _fresh(lhs, covered)
+    return False
+
+
+def _out_of_place_acts(graph: fx.Graph, modules: dict[str, nn.Module], covered: set[str],
+                       handle: int) -> None:
+    """An ``inplace=True`` activation module whose input is a fresh value read by nothing
+    else (ResNet's ``bn -> ReLU(inplace=True)`` in training) runs out of place: no one can
+    see the difference, and it saves the copy back into the input."""
+    for node in list(graph.nodes):
+        if node.op != "call_module" or node.target not in covered:
+            continue
+        m = modules[node.target]
+        if not getattr(m, "inplace", False) or hooked(m) or len(node.args) != 1 or node.kwargs:
+            continue
+        src = node.args[0]
+        if not (isinstance(src, fx.Node) and len(src.users) == 1 and _fresh(src, covered)):
+            continue
+        fn = act_call(m, handle, inplace=False)
+        if fn is None:
+            continue
+        with graph.inserting_before(node):
+            new = graph.call_function(_named(fn, node.target), (src,))
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
 
 
 def _named(fn: Any, target: str) -> Any:

@@ -261,9 +261,26 @@ def _act_fwd(name: str, extra: tuple[Any, ...], handle: int, x: torch.Tensor) ->
     return run_op(name, x, *extra, handle)
 
 
+def _act_inplace_fwd(name: str, extra: tuple[Any, ...], handle: int,
+                     x: torch.Tensor) -> torch.Tensor:
+    """An ``inplace=True`` activation module: the result is written back into x, as the
+    module's own forward does (code may read x afterwards). The fx path calls the
+    out-of-place form where nothing else can see x (see fuse.py)."""
+    return x.copy_(run_op(name, x, *extra, handle))
+
+
+def act_call(m: nn.Module, handle: int, inplace: bool) -> Callable[..., Any] | None:
+    """The dnnctl forward of an activation module (in place or not), None if it is none."""
+    found = act_of(m)
+    if found is None:
+        return None
+    return partial(_act_inplace_fwd if inplace else _act_fwd, found[0], found[1], handle)
+
+
 def _act(name: str, *extra: Any) -> Callable[[nn.Module, int], Callable[..., Any]]:
     def make(m: nn.Module, handle: int) -> Callable[..., Any]:
-        return partial(_act_fwd, name, extra, handle)
+        fwd = _act_inplace_fwd if getattr(m, "inplace", False) else _act_fwd
+        return partial(fwd, name, extra, handle)
     return make
 
 

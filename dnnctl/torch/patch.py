@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -166,6 +167,36 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
     _set_forward(model, traced, saved)
 
 
+class _InplaceProxy(fx.Proxy):
+    """fx's Proxy without ``__iadd__`` traces ``h += y`` as ``h = h + y``: eager mutates h,
+    and any other name for it (``skip = h`` before) sees the sum, while the traced graph
+    would not. This Proxy records the augmented assignments as the in-place operators they
+    are (fx generates ``h += y`` for them)."""
+
+
+def _inplace_dunder(op: Any) -> Any:
+    def method(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
+    return method
+
+
+for _name in ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "imatmul",
+              "iand", "ior", "ixor", "ilshift", "irshift"):
+    setattr(_InplaceProxy, f"__{_name}__", _inplace_dunder(getattr(operator, _name)))
+
+
+class _Tracer(fx.Tracer):
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _InplaceProxy(node, self)
+
+
+def _symbolic_trace(model: nn.Module, defaults: dict[str, Any]) -> fx.GraphModule:
+    """``fx.symbolic_trace`` with in-place augmented assignments kept in place."""
+    tracer = _Tracer()
+    graph = tracer.trace(model, concrete_args=defaults or None)
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
 class _NotTraceable(Exception):
     """torch.fx could not trace the model (the message says why)."""
 
@@ -177,7 +208,7 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     trace it."""
     sig, required, defaults = _signature(own)
     try:
-        gm = fx.symbolic_trace(model, concrete_args=defaults or None)
+        gm = _symbolic_trace(model, defaults)
     except Exception as exc:  # any trace failure
         raise _NotTraceable(f"not traceable: {type(exc).__name__}: {str(exc)[:120]}") from exc
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))

@@ -802,3 +802,80 @@ def test_in_place_ops_on_channels_last_results_keep_autograd(train):
     want, got, xa, xb = _forward_backward(ref, model, x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-5), param_tol=(1e-4, 1e-5))
+
+
+class _ReadsAfterInplaceAct(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.lin, self.act = nn.Linear(8, 8), act
+
+    def forward(self, x):
+        h = self.lin(x)
+        y = self.act(h)  # in place: h is the activation's result from here on
+        return h + y
+
+
+@pytest.mark.parametrize("trace", [True, False])
+@pytest.mark.parametrize("act", [nn.ReLU(inplace=True), nn.SiLU(inplace=True),
+                                 nn.LeakyReLU(0.1, inplace=True)], ids=lambda a: type(a).__name__)
+def test_inplace_activation_modules_mutate_their_input(act, trace):
+    """An ``inplace=True`` activation module writes its result into its input, as torch's
+    does; the patched module returned a new tensor and left h as it was (0.8 off)."""
+    torch.manual_seed(0)
+    model = _ReadsAfterInplaceAct(act).eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model, trace=trace):
+            got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_inplace_relu_on_a_fresh_value_runs_out_of_place_in_the_graph():
+    """ResNet's bn -> ReLU(inplace=True): nothing else reads the BN output, so the graph
+    calls the out-of-place activation (no copy back into a dead tensor)."""
+    model = Bottleneck(16, 4).train()
+    dt.patch(model)
+    code = model.forward.gm.code
+    assert "self.relu(" not in code and "dnnctl_relu" in code, code
+
+
+class _AugmentedAssign(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem, self.conv = nn.Conv2d(4, 8, 1), nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        h = self.stem(x)
+        skip = h
+        h += self.conv(h)  # skip is h: it sees the sum
+        return h + skip
+
+
+def test_augmented_assignment_stays_in_place():
+    """fx traces ``h += y`` as ``h = h + y``, so a second name for h kept the old value
+    (0.24 off eager); the patch tracer records it as the in-place add it is, and does not
+    fuse it into the conv (that would drop the mutation)."""
+    torch.manual_seed(0)
+    model = _AugmentedAssign().eval()
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert not report.fusions
+
+
+def test_eval_mode_backward_through_a_folded_conv_bn_reaches_the_parameters():
+    """An eval-mode model that back-propagates (frozen-BN fine-tuning, saliency): the
+    folded conv + BN gave x its gradient but the conv and BN parameters none."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8),
+                                      nn.ReLU(), nn.Conv2d(8, 4, 1)).eval())
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert report.fusions
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 3, 6, 6))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-6), param_tol=(1e-4, 1e-6))
