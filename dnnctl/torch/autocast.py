@@ -1,7 +1,7 @@
 """``torch.autocast`` for the ``torch.ops.dnnctl`` ops, with torch's own casting policy.
 
 Inside an autocast region torch casts its ops' inputs: convolutions and matrix products to
-the region's dtype (float16 / bfloat16), normalizations and softmax to float32, and leaves
+the region's dtype (float16 / bfloat16), on CUDA normalizations and softmax to float32, and leaves
 batch norm, pooling and activations in their input's dtype. The dnnctl ops follow the same
 policy, so a patched model under autocast computes in the dtypes eager torch does (and runs
 dnnctl's float16 / bfloat16 kernels for its convolutions and GEMMs). Ops with no entry here
@@ -14,14 +14,20 @@ from typing import Any
 
 import torch
 
-# op -> "low" (the autocast dtype) or "fp32"
+# op -> "low" (the autocast dtype) or "fp32": torch's CUDA lists
 POLICY: dict[str, str] = {
     "conv2d": "low", "conv_transpose2d": "low", "linear": "low", "matmul": "low",
     "attention": "low",
     "layer_norm": "fp32", "rms_norm": "fp32", "group_norm": "fp32",
     "softmax": "fp32", "log_softmax": "fp32",
 }
-DEVICES = ("cuda", "cpu")
+# torch's CPU autocast casts the same products down, but has no float32 entry for the norms
+# or softmax: they run in their input's dtype there
+POLICIES: dict[str, dict[str, str]] = {
+    "cuda": POLICY,
+    "cpu": {op: p for op, p in POLICY.items() if p == "low"},
+}
+DEVICES = tuple(POLICIES)
 
 
 def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
@@ -41,10 +47,19 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
         device_type))
     keyset = torch._C.DispatchKeySet(key)
 
+    res = [a.name for a in op._schema.arguments].index("residual") \
+        if any(a.name == "residual" for a in op._schema.arguments) else -1
+
     def run(*args: Any) -> Any:
         dtype = (torch.get_autocast_dtype(device_type) if policy == "low"
                  else torch.float32)
         with torch._C._ExcludeDispatchKeyGuard(keyset):
+            r = args[res] if 0 <= res < len(args) else None
+            if isinstance(r, torch.Tensor) and r.dtype is not dtype:
+                # eager adds the residual to the product in the autocast dtype with type
+                # promotion (a float32 residual stream stays float32): no fused add then
+                out = op(*_cast((*args[:res], None, *args[res + 1:]), device_type, dtype))
+                return out + r
             return op(*_cast(args, device_type, dtype))
 
     def kernel(_keyset: Any, *args: Any) -> Any:
@@ -55,11 +70,11 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
 
 def register(lib: torch.library.Library) -> None:
     """Register the autocast kernels of the ops in :data:`POLICY` on ``lib``."""
-    for name, policy in POLICY.items():
-        op = getattr(torch.ops.dnnctl, name).default
-        for device_type in DEVICES:
-            if not torch._C._is_autocast_available(device_type):
-                continue
+    for device_type, policies in POLICIES.items():
+        if not torch._C._is_autocast_available(device_type):
+            continue
+        for name, policy in policies.items():
+            op = getattr(torch.ops.dnnctl, name).default
             key, run, kernel = _kernel(op, policy, device_type)
             lib.impl(name, kernel, key.name, with_keyset=True)
             op.py_impl(key)(run)  # the Python dispatcher (torch.compile) takes this one

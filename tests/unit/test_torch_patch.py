@@ -879,3 +879,33 @@ def test_eval_mode_backward_through_a_folded_conv_bn_reaches_the_parameters():
     want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 3, 6, 6))
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-6), param_tol=(1e-4, 1e-6))
+
+
+class _ConvResidual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.conv(x) + x
+
+
+@pytest.mark.parametrize("make, shape, dtype", [
+    (lambda: nn.LayerNorm(16), (4, 16), torch.bfloat16),
+    (lambda: nn.Softmax(-1), (4, 16), torch.bfloat16),
+    (lambda: nn.GroupNorm(2, 8), (2, 8, 4, 4), torch.bfloat16),
+    (_ConvResidual, (2, 8, 4, 4), torch.float32),
+], ids=["layer_norm", "softmax", "group_norm", "conv_fp32_residual"])
+def test_cpu_autocast_gives_eagers_dtypes(make, shape, dtype):
+    """torch's CPU autocast has no float32 entry for norms and softmax (they stay bfloat16;
+    the dnnctl ops returned float32), and a float32 residual added to an autocast conv
+    keeps the sum float32 (the fused conv rounded the residual stream to bfloat16)."""
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(shape, dtype=dtype) * 10
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = model(x)
+        with dt.patched(model):
+            got = model(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-2)
