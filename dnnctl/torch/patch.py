@@ -211,9 +211,52 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
         gm = _symbolic_trace(model, defaults)
     except Exception as exc:  # any trace failure
         raise _NotTraceable(f"not traceable: {type(exc).__name__}: {str(exc)[:120]}") from exc
+    reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
-    return _Traced(model, gm, own, sig, required, defaults, covered, handle)
+    return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads)
+
+
+_PLAIN = (int, float, bool, str, type(None))
+
+
+def _plain(v: Any) -> bool:
+    return type(v) in _PLAIN or (type(v) is tuple and all(type(e) in _PLAIN for e in v))
+
+
+def _reads(model: nn.Module, gm: fx.GraphModule) -> tuple[tuple[dict, str, Any], ...]:
+    """(dict, key, value) for each step of the path to every module and tensor the graph
+    reads (``layer1`` in model._modules, ``0`` in layer1._modules, ...): the graph holds
+    those objects themselves, so replacing one afterwards (a new head, LoRA, a buffer
+    reassigned, a buffer converted by ``.to()`` / ``.half()``) needs a new trace. The
+    same for the plain attributes (numbers, strings, flags) of the modules whose forward the
+    trace ran through: the graph has their values baked in (a temperature, a flag)."""
+    steps: dict[tuple[int, str], tuple[dict, str, Any]] = {}
+    leaves = [n.target for n in gm.graph.nodes if n.op == "call_module"]
+    for name, m in model.named_modules():
+        if any(name == leaf or name.startswith(leaf + ".") for leaf in leaves):
+            continue  # a leaf's own forward runs at call time and reads its attributes then
+        d = m.__dict__
+        for key, value in d.items():
+            if key[0] != "_" and key != "training" and _plain(value):
+                steps[(id(d), key)] = (d, key, value)
+    for node in gm.graph.nodes:
+        if node.op not in ("call_module", "get_attr"):
+            continue
+        obj: Any = model
+        for part in node.target.split("."):
+            where = next((d for d in (obj.__dict__.get("_modules"),
+                                      obj.__dict__.get("_parameters"),
+                                      obj.__dict__.get("_buffers"), obj.__dict__)
+                          if isinstance(d, dict) and part in d), None)
+            if where is None:
+                break
+            obj = where[part]
+            steps[(id(where), part)] = (where, part, obj)
+    return tuple(steps.values())
+
+
+_MAX_RETRACES = 8
 
 
 class _Traced:
@@ -223,15 +266,20 @@ class _Traced:
 
     def __init__(self, model: nn.Module, gm: fx.GraphModule, own: Any,
                  sig: inspect.Signature | None, required: list[str], defaults: dict[str, Any],
-                 covered: set[str], handle: int) -> None:
+                 covered: set[str], handle: int,
+                 reads: tuple[tuple[dict, str, Any], ...] = ()) -> None:
         self.model, self.gm, self.own, self.sig = model, gm, own, sig
         self.required, self.defaults, self.n_req = required, defaults, len(required)
-        self.covered, self.handle = covered, handle
-        self.mode = model.training
+        self.covered, self.handle, self.reads = covered, handle, reads
+        self.mode, self.retraces = model.training, 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.model.training != self.mode:
             return self.own(*args, **kwargs)
+        if not torch.compiler.is_compiling():  # (a compiled graph has dynamo's own guards)
+            for where, key, value in self.reads:  # ~50-80 ns a step
+                if where.get(key) is not value:
+                    return self._retrace()(*args, **kwargs)
         if not kwargs and len(args) == self.n_req:
             return self.gm(*args)
         if self.sig is None:
@@ -245,6 +293,24 @@ class _Traced:
                 and all(n in given for n in self.required):
             return self.gm(*(given[n] for n in self.required))
         return self.own(*args, **kwargs)
+
+    def _retrace(self) -> Any:
+        """A module or tensor the graph holds was replaced: trace the model as it is now
+        (modules dnnctl patched still run on dnnctl; a new module runs its own forward)."""
+        model = self.model
+        if torch.compiler.is_compiling():
+            return self.own
+        patched = {n for n, m in model.named_modules() if "forward" in m.__dict__}
+        traced: Any = self.own
+        if self.retraces < _MAX_RETRACES:  # then (like torch.compile's recompile limit)
+            try:                            # module by module, which reads everything live
+                traced = _traced(model, self.own, self.covered & patched, self.handle,
+                                 PatchReport(training=model.training))
+                traced.retraces = self.retraces + 1
+            except _NotTraceable:
+                pass
+        object.__setattr__(model, "forward", traced)
+        return traced
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))

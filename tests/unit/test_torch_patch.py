@@ -909,3 +909,57 @@ def test_cpu_autocast_gives_eagers_dtypes(make, shape, dtype):
             got = model(x)
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-2)
+
+
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.sm = nn.Linear(16, 16), nn.Softmax(-1)
+        self.register_buffer("pos", torch.randn(5, 16))
+        self.temperature = 1.0
+
+    def forward(self, x):
+        return self.sm((self.lin(x) + self.pos) / self.temperature)
+
+
+@pytest.mark.parametrize("change", ["attribute", "buffer", "module", "to_bf16"])
+def test_changes_to_the_model_after_patch_are_seen(change):
+    """The traced graph holds the modules and tensors it read and has plain attributes
+    baked in: a temperature, a reassigned buffer, a new head, ``.to(bfloat16)`` after
+    patch() were ignored (0.6-1.8 off eager). The forward checks what the graph read and
+    traces again when it changed."""
+    torch.manual_seed(0)
+    model = _Scaled().eval()
+    x = torch.randn(2, 5, 16)
+    dt.patch(model)
+    with torch.no_grad():
+        model(x)
+        if change == "attribute":
+            model.temperature = 0.25
+        elif change == "buffer":
+            model.pos = torch.zeros(5, 16)
+        elif change == "module":
+            model.lin = nn.Linear(16, 16)
+        else:
+            model.bfloat16()
+            x = x.bfloat16()
+        got = model(x)
+        assert type(model.forward).__name__ == "_Traced" and model.forward.retraces == 1
+        dt.unpatch(model)
+        want = model(x)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_attribute_changed_on_every_call_ends_in_the_models_own_forward():
+    """After 8 traces the patched model runs its own forward (modules still on dnnctl)."""
+    model = _Scaled().eval()
+    dt.patch(model)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        for i in range(12):
+            model.temperature = 1.0 + i
+            got = model(x)
+        assert type(model.forward).__name__ == "method"
+        dt.unpatch(model)
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-6)
