@@ -148,6 +148,22 @@ def mha_why_not(m: nn.MultiheadAttention) -> str | None:
     return None
 
 
+def _mha_why(need_weights: bool, key_padding_mask: Any, attn_mask: Any, query: torch.Tensor,
+             key: torch.Tensor, value: torch.Tensor) -> str:
+    """Why a MultiheadAttention call runs the module's own forward (counted in FALLBACKS)."""
+    if need_weights:
+        return "need_weights=True (the attention weights are returned)"
+    if key_padding_mask is not None or attn_mask is not None:
+        return "a mask"
+    if not (query is key and key is value):
+        return "cross-attention (query, key, value not one tensor)"
+    if query.dim() != 3:
+        return "unbatched input"
+    if query.dtype not in _ATTN_DTYPES:
+        return f"{str(query.dtype)[6:]} input (dnnctl attention runs float16 / bfloat16)"
+    return "dropout in training"
+
+
 def mha_forward(m: nn.MultiheadAttention, handle: int, query: torch.Tensor,
                 key: torch.Tensor, value: torch.Tensor, key_padding_mask: Any = None,
                 need_weights: bool = True, attn_mask: Any = None,
@@ -165,6 +181,8 @@ def mha_forward(m: nn.MultiheadAttention, handle: int, query: torch.Tensor,
     if (need_weights or key_padding_mask is not None or attn_mask is not None
             or not (query is key and key is value) or query.dim() != 3
             or query.dtype not in _ATTN_DTYPES or (m.training and m.dropout > 0)):
+        kernels.FALLBACKS[("multihead_attention", _mha_why(need_weights, key_padding_mask,
+                                                   attn_mask, query, key, value))] += 1
         return own()
     x = query if m.batch_first else query.transpose(0, 1)
     b, s, e = x.shape

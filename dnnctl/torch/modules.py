@@ -375,4 +375,9 @@ def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, s
             if reason is not None:
                 return None, op, reason
             return make(m, handle), op, ""
+    if type(m) is nn.TransformerEncoderLayer:  # its parts are covered: say when they run
+        return None, "(container)", ("in inference without gradients torch runs the whole "
+                                     "layer as one fused op (its fast path); the Linear / "
+                                     "LayerNorm / attention inside run on dnnctl in training "
+                                     "or with gradients")
     return None, "", ""

@@ -106,9 +106,11 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     saved: list[tuple[nn.Module, Any]] = []
     covered: set[str] = set()
     for name, m in model.named_modules():
-        if m is model and len(list(model.children())):
-            continue
         fn, op, note = forward_for(m, handle)
+        if m is model and len(list(model.children())):
+            if op == "(container)":  # what runs its covered parts, said once
+                report.skipped.append(Skipped(name, type(m).__name__, note))
+            continue
         if fn is not None:
             _set_forward(m, fn, saved)
             covered.add(name)

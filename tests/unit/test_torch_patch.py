@@ -963,3 +963,29 @@ def test_an_attribute_changed_on_every_call_ends_in_the_models_own_forward():
         assert type(model.forward).__name__ == "method"
         dt.unpatch(model)
         torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_report_says_when_torch_runs_a_transformer_layer_or_an_attention_call():
+    """torch's TransformerEncoderLayer fast path runs the whole layer in inference (its
+    covered parts do not run), and a MultiheadAttention call dnnctl cannot take runs the
+    module's own forward: both are said, not counted as dnnctl's."""
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+            self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(self.layer(x), x, x, need_weights=False)[0]
+
+    model = Wrap().eval()
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            got = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert [s.module for s in report.skipped] == ["TransformerEncoderLayer"]
+    assert "fast path" in report.skipped[0].reason
+    assert any(op == "multihead_attention" and "cross-attention" in why
+               for op, why in report.fallbacks())
