@@ -372,3 +372,37 @@ def test_cudnn_gqa_by_torch_version(monkeypatch, version, takes):
         assert vendor._cudnn_takes_gqa() is takes
     finally:
         vendor._cudnn_takes_gqa.cache_clear()
+
+
+@pytest.mark.parametrize("layout", ["BHSD", "BSHD"])
+@pytest.mark.parametrize("case", ["k_batch", "v_heads", "v_length", "kv_heads_over_q"])
+def test_q_k_v_that_do_not_agree_are_refused(layout, case):
+    """A k / v of another batch, head count or length was read in part (the first batches
+    of a larger k): the shapes must agree, else a ShapeError names the tensor."""
+    import dnnctl.ops as o
+
+    rng = np.random.default_rng(0)
+
+    def t(b, h, s, d):
+        shape = (b, h, s, d) if layout == "BHSD" else (b, s, h, d)
+        return rng.standard_normal(shape).astype(np.float16)
+
+    q, k, v = t(2, 4, 9, 16), t(2, 2, 11, 16), t(2, 2, 11, 16)
+    assert o.attention(q, k, v).shape == q.shape  # grouped-query: fine
+    bad = {"k_batch": (q, t(3, 2, 11, 16), t(3, 2, 11, 16)),
+           "v_heads": (q, k, t(2, 4, 11, 16)),
+           "v_length": (q, k, t(2, 2, 12, 16)),
+           "kv_heads_over_q": (t(2, 2, 9, 16), t(2, 4, 11, 16), t(2, 4, 11, 16))}[case]
+    with pytest.raises(ShapeError):
+        o.attention(*bad, layout=layout)
+
+
+def test_backward_refuses_an_lse_of_another_shape():
+    import dnnctl.ops as o
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in
+               ((1, 2, 4, 8), (1, 2, 6, 8), (1, 2, 6, 8)))
+    out, lse = o.attention(q, k, v, return_lse=True)
+    with pytest.raises(ShapeError, match="lse"):
+        o.attention_backward(np.ones_like(out), q, k, v, out, lse[:, :1])

@@ -14,7 +14,7 @@ from typing import Any
 
 from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import dispatch
-from dnnctl.ops.attention.op import ATTN_DTYPES, CAUSAL, LAYOUTS
+from dnnctl.ops.attention.op import ATTN_DTYPES, CAUSAL, LAYOUTS, lse_shape, qkv_shapes
 from dnnctl.ops.base import dtype_name
 from dnnctl.ops.dispatch import CallSpec, PlanLike, call, spec_outputs
 
@@ -98,12 +98,16 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
     if dk != d:
         raise ShapeError(f"attention: q head_dim {d} != k head_dim {dk}")
     key.update(heads_q=hq, heads_kv=hkv, head_dim=d, head_dim_v=dv)
+    if not hkv or hq % hkv:
+        raise ShapeError(f"attention: q has {hq} heads, k / v {hkv}",
+                         hint="q's heads must be a multiple of k's (grouped-query attention)")
     names = ["q", "k", "v"]
     arrays = [q, k, v]
     if backward is not None:
         key["pass"] = "backward"
         names += ["out", "dout", "lse"]
         arrays += list(backward)
+    _check_shapes(key, dict(zip(names, arrays)), paged)
     if varlen:
         names += ["cu_seqlens_q", "cu_seqlens_k"]
         arrays += [cu_seqlens_q, cu_seqlens_k]
@@ -111,6 +115,23 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
         names += ["block_table", "seqused_k"]
         arrays += [block_table, seqused_k]
     return Parsed(key, tuple(names), arrays, {"scale": None if scale is None else float(scale)})
+
+
+def _check_shapes(key: dict[str, Any], arrays: dict[str, Any], paged: bool) -> None:
+    """Every tensor's shape against the one the key implies: q's batch, k's heads and
+    length and v's must agree (a k / v of another batch or head count was read in part)."""
+    want = qkv_shapes(dict(key, paged=key.get("paged", 0), seq_kv=key.get("seq_kv", 0)))
+    want["dout"] = want["out"]
+    want["lse"] = lse_shape(dict(key, paged=0))
+    for name, arr in arrays.items():
+        if paged and name in ("k", "v"):
+            continue  # a page pool (checked against each other and the table)
+        if tuple(arr.shape) != tuple(want[name]):
+            raise ShapeError(f"attention: {name} has shape {tuple(arr.shape)}, expected "
+                             f"{tuple(want[name])}",
+                             hint=f"q, k, v share the batch, k and v their heads and length "
+                             f"(layout {key['layout']}); out, dout and lse are what the "
+                             "forward returned")
 
 
 def _check_pages(table: Any, used: Any, batch: int) -> None:
