@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -38,7 +41,7 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.backends.base import Backend, DeviceInfo
-from dnnctl.errors import ShapeError
+from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
@@ -273,7 +276,7 @@ class Site:
     __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
-                 "given_at", "flat_inputs", "free_default", "det_default")
+                 "given_at", "flat_inputs", "free_default", "det_default", "autograd")
 
     def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
         self.adapter = adapter
@@ -308,6 +311,7 @@ class Site:
         self.empty, self.empty_like = adapter.empty, adapter.empty_like
         self.pointer = adapter.pointer_ok()
         self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
+        self.autograd = _autograd_guard(parsed) if adapter.kind.startswith("torch") else None
 
     # -- kernel choice
     def _built(self, choice: Choice) -> Built:
@@ -358,6 +362,9 @@ class Site:
         # stream and allocator: a build's workspace set-up, ``prepare``'s copies and
         # ``finish``'s re-layouts too (on CuPy's own stream they escape a torch side stream's
         # order and a CUDA-graph capture); no enter on the CPU
+        guard = self.autograd
+        if guard is not None:
+            guard(arrays)
         enter = self.enter
         token = None if enter is None else enter()
         try:
@@ -451,6 +458,55 @@ class Site:
             b = back[i] if i.__class__ is int else self.consts[i]
             kouts[name] = b.reshape(views[name]) if name in views else b
         return ins, kouts
+
+
+_WARNED: set[str] = set()
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside dnnctl (the user's call)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _autograd_guard(parsed: Parsed) -> Callable[[tuple[Any, ...]], None]:
+    """What a torch caller's call checks first. ``dnnctl.ops`` functions do not record
+    autograd (``torch.ops.dnnctl`` and ``dnnctl.torch.patch`` do): with grad mode on, a
+    result written into a tensor that requires grad (``out=``, in place) would leave torch a
+    wrong gradient, so it is refused; inputs that require grad get a warning (once per op)
+    that the result has none. A tensor written into has its version bumped, as torch's
+    in-place ops do, so a backward that saved it refuses to run."""
+    import torch
+
+    grad_on = torch.is_grad_enabled
+    bump = torch.autograd.graph.increment_version
+    written = tuple(i for _, i in parsed.given if i.__class__ is int)
+    op = parsed.op
+
+    def guard(arrays: tuple[Any, ...]) -> None:
+        if grad_on():
+            for i in written:
+                if arrays[i].requires_grad:
+                    raise UsageError(
+                        f"{op}: the result would be written into a tensor that requires "
+                        "grad, and dnnctl.ops functions do not record autograd",
+                        hint="use torch.ops.dnnctl (or dnnctl.torch.patch) for autograd, "
+                             "or call under torch.no_grad()")
+            if op not in _WARNED and any(a is not None and a.requires_grad for a in arrays):
+                _WARNED.add(op)
+                warnings.warn(f"dnnctl.ops {op}: inputs require grad, but dnnctl.ops "
+                              "functions do not record autograd: the result has no gradient "
+                              "(use torch.ops.dnnctl or dnnctl.torch.patch for training)",
+                              UserWarning, stacklevel=_caller_level())
+        for i in written:
+            bump(arrays[i])
+
+    return guard
 
 
 class _Sites(dict):  # type: ignore[type-arg]

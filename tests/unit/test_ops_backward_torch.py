@@ -136,3 +136,32 @@ def test_activation_gradient_at_the_kinks_is_torchs(fn: str) -> None:
     for dtype in (np.float64, np.float32, np.float16):
         np.testing.assert_allclose(act_grad_numpy(fn, z.astype(dtype), 0.01).astype(np.float64),
                                    g.numpy(), rtol=1e-3, atol=0, err_msg=f"{fn} {dtype}")
+
+
+def test_function_api_on_tensors_that_require_grad():
+    """dnnctl.ops functions do not record autograd: writing into a tensor that requires
+    grad is refused (torch would have recorded it), a tensor written under no_grad has its
+    version bumped (a backward that saved it refuses, as after torch's in-place ops), and
+    inputs that require grad draw a warning that the result has none."""
+    import warnings
+
+    import dnnctl.ops as o
+    from dnnctl.errors import UsageError
+
+    a = torch.randn(5, requires_grad=True)
+    t = torch.tanh(a)
+    with pytest.raises(UsageError, match="requires grad"):
+        o.relu(t, inplace=True)
+    with torch.no_grad():
+        o.relu(t, inplace=True)
+    with pytest.raises(RuntimeError, match="inplace"):
+        t.sum().backward()
+    import dnnctl.ops.dispatch as d
+
+    d._WARNED.discard("softmax")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y = o.softmax(torch.randn(3, 4, requires_grad=True))
+    assert not y.requires_grad
+    assert any("do not record autograd" in str(w.message) and w.filename == __file__
+               for w in caught)
