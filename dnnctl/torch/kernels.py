@@ -229,6 +229,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     act = None if activation == "none" else activation
 
     def run() -> torch.Tensor:
+        if x.numel() == 0 or w.numel() == 0:
+            raise ShapeError("linear: an empty operand")  # torch's result (bias, or empty)
         x2 = x.reshape(-1, x.shape[-1])
         y = call(dops.matmul, (x2.contiguous(), w.t(), bias), activation=act, plan=_plan(plan))
         return y.reshape(*x.shape[:-1], w.shape[0])
@@ -327,6 +329,10 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
 
 def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
                bias: torch.Tensor | None = None, eps: float = 1e-5, plan: int = 0) -> torch.Tensor:
+    if groups <= 0 or x.dim() < 2 or x.shape[1] % groups:
+        raise RuntimeError("group_norm: expected the input's channels to be divisible by "
+                           f"num_groups, got input of shape {tuple(x.shape)} and num_groups="
+                           f"{groups}")
     x4 = x if x.dim() == 4 else x.reshape(x.shape[0], x.shape[1], -1, 1)
     xs, nhwc = _spatial(x4)
 
@@ -388,6 +394,9 @@ def avg_pool2d(x: torch.Tensor, kernel: Any, stride: Any = (), padding: Any = (0
 
 
 def global_avg_pool2d(x: torch.Tensor, plan: int = 0) -> torch.Tensor:
+    if x.dim() != 4:
+        raise RuntimeError(f"global_avg_pool2d: expected a 4-D (N, C, H, W) input, got shape "
+                           f"{tuple(x.shape)}")
     xs, nhwc = _spatial(x)
 
     def run() -> torch.Tensor:

@@ -7,11 +7,20 @@ a shape no kernel takes) is computed here, so an op never fails where torch woul
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 ACTS = {"none": lambda z: z, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
         "relu6": F.relu6, "hardswish": F.hardswish}
+
+
+def _act(op: str, activation: str) -> Any:
+    fn = ACTS.get(activation)
+    if fn is None:
+        raise ValueError(f"{op}: activation {activation!r} is not one of {sorted(ACTS)}")
+    return fn
 
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: tuple[int, ...],
@@ -21,16 +30,19 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: 
     if len(padding) == 4:  # (top, bottom, left, right)
         x = F.pad(x, (padding[2], padding[3], padding[0], padding[1]))
         padding = (0, 0)
-    y = ACTS[activation](F.conv2d(x, w, bias, stride, padding, dilation, groups))
+    y = _act("conv2d", activation)(F.conv2d(x, w, bias, stride, padding, dilation, groups))
     return y if residual is None else y + residual
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
            activation: str) -> torch.Tensor:
-    return ACTS[activation](F.linear(x, w, bias))
+    return _act("linear", activation)(F.linear(x, w, bias))
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    if weight is not None and tuple(weight.shape) != tuple(x.shape[-1:]):
+        raise RuntimeError(f"rms_norm: weight has shape {tuple(weight.shape)}, expected "
+                           f"{tuple(x.shape[-1:])} (the normalized last dimension)")
     xf = x if x.dtype == torch.float64 else x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (y if weight is None else y * weight.to(xf.dtype)).to(x.dtype)
@@ -40,6 +52,10 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
                      weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
                      eps: float) -> tuple[torch.Tensor, ...]:
     """(y, new_running_mean, new_running_var, save_mean, save_invstd)."""
+    if x.dim() >= 2 and x.numel() // max(x.shape[1], 1) <= 1:  # torch's check (the
+        # statistics of one value make the running variance NaN)
+        raise ValueError("Expected more than 1 value per channel when training, got input "
+                         f"size {list(x.shape)}")
     rm, rv = running_mean.clone(), running_var.clone()
     y, save_mean, save_invstd = torch.ops.aten.native_batch_norm(
         x, weight, bias, rm, rv, True, momentum, eps)

@@ -262,3 +262,23 @@ def test_attention_gradients_on_either_backward_path(mode):
         torch.testing.assert_close(got.float(), want, rtol=1e-2, atol=1e-2)
     key = ("attention", "backward", mode)
     assert dt.BACKWARD_PATHS[key] == before.get(key, 0) + 1
+
+
+def test_torch_ops_refuse_what_torch_refuses_and_run_what_torch_runs():
+    """The fallbacks keep torch's meaning: no broadcast rms_norm weight, no NaN running
+    variance from one value per channel, clear errors for zero groups, a 3-D global pool and
+    an unknown epilogue activation; an empty linear gives the bias (as F.linear)."""
+    ops = torch.ops.dnnctl
+    with pytest.raises(RuntimeError, match="weight has shape"):
+        ops.rms_norm(torch.randn(6, 10), torch.randn(4, 6, 10))
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        ops.batch_norm_train(torch.randn(1, 6), torch.zeros(6), torch.ones(6), None, None)
+    with pytest.raises(RuntimeError, match="num_groups"):
+        ops.group_norm(torch.randn(2, 6, 3, 3), 0)
+    with pytest.raises(RuntimeError, match="4-D"):
+        ops.global_avg_pool2d(torch.randn(3, 4, 5))
+    with pytest.raises(ValueError, match="activation 'sigmoid'"):
+        ops.conv2d(torch.randn(1, 2, 5, 5), torch.randn(2, 2, 3, 3), activation="sigmoid")
+    b = torch.randn(3)
+    torch.testing.assert_close(ops.linear(torch.randn(4, 0), torch.randn(3, 0), b),
+                               b.expand(4, 3))
