@@ -165,3 +165,25 @@ def test_function_api_on_tensors_that_require_grad():
     assert not y.requires_grad
     assert any("do not record autograd" in str(w.message) and w.filename == __file__
                for w in caught)
+
+
+@pytest.mark.parametrize("bad", [-1, 99, 2**31 - 1])
+def test_max_pool_backward_refuses_indices_outside_the_input(bad):
+    """A negative index wrapped to the last pixel; one past the end was numpy's IndexError."""
+    import dnnctl.ops as o
+    from dnnctl.errors import UsageError
+
+    ind = torch.full((2, 3, 4, 5), bad, dtype=torch.int32)
+    with pytest.raises(UsageError, match=r"indices must lie in \[0, 99\)"):
+        o.max_pool2d_backward(torch.randn(2, 3, 4, 5), ind, (2, 3, 9, 11), 3, 2)
+
+
+def test_training_batch_norm_with_a_read_only_statistic_writes_neither():
+    import dnnctl.ops as o
+    from dnnctl.errors import ShapeError
+
+    rm, rv = np.zeros(6, np.float32), np.ones(6, np.float32)
+    rv.flags.writeable = False
+    with pytest.raises(ShapeError, match="running_var is read-only"):
+        o.batch_norm(np.random.rand(2, 6, 3, 3).astype(np.float32), rm, rv, training=True)
+    assert not rm.any()

@@ -50,6 +50,8 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
               ("weight", 3, None), ("bias", 4, None))
     given: tuple[tuple[str, Any], ...] = ()
     if training:  # the running statistics are updated in place (kernels allow the alias)
+        for v, name in ((rm, "running_mean"), (rv, "running_var")):
+            mc.writeable(v, name)  # both before either is written
         given = (("new_running_mean", 1 if "running_mean" not in consts else "running_mean"),
                  ("new_running_var", 2 if "running_var" not in consts else "running_var"))
     skip = ("y", "new_running_mean", "new_running_var")

@@ -94,6 +94,11 @@ def pool_backward_numpy(problem: Problem, dy: np.ndarray,
     dx = np.zeros((n * c, h * w), dy.dtype)
     if problem["mode"] == "max":
         ind = _nchw(problem, indices).reshape(n * c, -1)
+        if ind.size and (int(ind.min()) < 0 or int(ind.max()) >= h * w):
+            raise UsageError(f"max_pool2d_backward: indices must lie in [0, {h * w}) (the "
+                             f"flat H*W position the forward saved), got {int(ind.min())} .. "
+                             f"{int(ind.max())}", hint="pass the indices max_pool2d returned "
+                             "with return_indices=True for this input size")
         rows = np.repeat(np.arange(n * c), ind.shape[1]).reshape(ind.shape)
         np.add.at(dx, (rows, ind), g.reshape(n * c, -1))
     else:
