@@ -27,7 +27,7 @@ from typing import Any
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import get_backend, parse_device
-from dnnctl.errors import DnnctlError, StalePlanError
+from dnnctl.errors import DnnctlError, StalePlanError, UsageError
 from dnnctl.files import gcpause
 from dnnctl.ops import registry
 from dnnctl.ops.base import Choice, Problem
@@ -353,6 +353,9 @@ def load_plan(path: str | Path, strict: bool = False, device: Any = None,
     ``strict=True`` it raises StalePlanError. ``record_misses=PATH`` writes every key the
     plan does not cover exactly as a dnnctl-workload/1 file for the next ``dnnctl tune``.
     """
+    if not isinstance(path, (str, Path)):
+        raise UsageError(f"load_plan: expected the path of a plan file, got "
+                         f"{type(path).__name__}", hint="dnnctl.load_plan('model.plan.yaml')")
     plan = read_plan(path)
     loaded = LoadedPlan(plan, strict=strict, record_misses=record_misses)
     if isinstance(device, DeviceInfo):

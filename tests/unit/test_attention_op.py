@@ -406,3 +406,19 @@ def test_backward_refuses_an_lse_of_another_shape():
     out, lse = o.attention(q, k, v, return_lse=True)
     with pytest.raises(ShapeError, match="lse"):
         o.attention_backward(np.ones_like(out), q, k, v, out, lse[:, :1])
+
+
+@pytest.mark.parametrize("kw", [{"scale": "a"}, {"softcap": "x"}, {"window": 2.5},
+                                {"window": True}, {"window": -1}])
+def test_scalar_arguments_that_are_not_numbers_are_usage_errors(kw):
+    import dnnctl.ops as o
+
+    q = np.ones((1, 2, 4, 8), np.float16)
+    with pytest.raises(UsageError):
+        o.attention(q, q, q, **kw)
+
+
+@pytest.mark.parametrize("path", [None, 123])
+def test_load_plan_of_something_that_is_not_a_path(path):
+    with pytest.raises(UsageError, match="path of a plan file"):
+        dnnctl.load_plan(path)

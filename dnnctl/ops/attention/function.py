@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from dnnctl.errors import ShapeError, UsageError
+from dnnctl.ops import _call_checks as mc
 from dnnctl.ops import dispatch
 from dnnctl.ops.attention.op import ATTN_DTYPES, CAUSAL, LAYOUTS, lse_shape, qkv_shapes
 from dnnctl.ops.base import dtype_name
@@ -67,6 +69,13 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
         if dtype_name(x.dtype) != dtype:
             raise ShapeError(f"attention: {name} has dtype {dtype_name(x.dtype)}, expected "
                              f"{dtype} (the dtype of q)", hint="cast q, k, v to one dtype")
+    if window is not None and (type(window) is bool or not isinstance(window, Integral)
+                               or window < 0):
+        raise UsageError(f"attention: window={window!r} must be an int >= 0 (keys a query "
+                         "may look back; 0 or None = no window)")
+    for name, value in (("scale", scale), ("softcap", softcap)):
+        if value is not None:
+            mc.as_float(value, name)
     key: dict[str, Any] = {"dtype": dtype, "causal": mask, "window": int(window or 0),
                            "softcap": float(softcap or 0.0), "varlen": varlen}
     if varlen:
