@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnnctl.torch.library import run_op
-from dnnctl.torch.modules import act_call, act_of, conv_padding
+from dnnctl.torch.modules import act_call, act_of, conv1d_padding, conv_padding
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
@@ -42,10 +42,11 @@ def _version(t: torch.Tensor | None) -> int:
 
 @dataclass
 class FusedConv:
-    """conv [-> bn folded] [-> act] [-> + residual] as one dnnctl::conv2d call."""
+    """conv [-> bn folded] [-> act] [-> + residual] as one dnnctl::conv2d call (a Conv1d
+    [-> BatchNorm1d] as conv2d over (N, C, 1, L) views)."""
 
-    conv: nn.Conv2d
-    bn: nn.BatchNorm2d | None
+    conv: nn.Conv2d | nn.Conv1d
+    bn: nn.BatchNorm2d | nn.BatchNorm1d | None
     act: str
     residual: bool
     handle: int
@@ -73,11 +74,22 @@ class FusedConv:
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         conv = self.conv
-        if self.bn is not None and self.bn.training:  # switched to training: no folding
+        one_d = type(conv) is nn.Conv1d
+        if self.bn is not None and (self.bn.training or (one_d and x.dim() == 2)):
+            # switched to training: no folding; an unbatched (C, L) conv1d output is
+            # (batch, features) to BatchNorm1d, not channels
             y = self.bn(conv(x))
             y = ACTS[self.act](y)
             return y if residual is None else y + residual
         w, b = self._folded()
+        if one_d:  # conv2d over (N, C, 1, L) views, as the Conv1d module route
+            if x.dim() == 2:
+                return self(x.unsqueeze(0), None if residual is None
+                            else residual.unsqueeze(0)).squeeze(0)
+            y = run_op("conv2d", x.unsqueeze(2), w.unsqueeze(2), b, [1, conv.stride[0]],
+                       conv1d_padding(conv), [1, conv.dilation[0]], conv.groups, self.act,
+                       None if residual is None else residual.unsqueeze(2), self.handle)
+            return y.squeeze(2)
         return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
 
@@ -96,8 +108,9 @@ def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Te
         shift = shift + bn.bias.float()
     if conv.bias is not None:
         shift = shift + conv.bias.float() * scale
-    w = conv.weight.float() * scale.reshape(-1, 1, 1, 1)
-    fmt = (torch.channels_last if conv.weight.is_contiguous(memory_format=torch.channels_last)
+    w = conv.weight.float() * scale.reshape(-1, *[1] * (conv.weight.dim() - 1))
+    fmt = (torch.channels_last if conv.weight.dim() == 4
+           and conv.weight.is_contiguous(memory_format=torch.channels_last)
            and not conv.weight.is_contiguous() else torch.contiguous_format)
     return (w.to(conv.weight.dtype).contiguous(memory_format=fmt),
             shift.to(conv.weight.dtype))
@@ -161,15 +174,18 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if node.op != "call_module" or node.target not in covered or calls[node.target] != 1:
             continue
         head = modules[node.target]
-        if type(head) not in (nn.Conv2d, nn.Linear) or len(node.args) != 1 or node.kwargs \
+        if type(head) not in (nn.Conv2d, nn.Conv1d, nn.Linear) or len(node.args) != 1 \
+                or node.kwargs \
                 or hooked(head):
             continue
         chain, folded, parts = [node], [], []
         bn = None
         cur = node
         nxt = _single_user(cur)
-        if (isinstance(head, nn.Conv2d) and fold_bn_ok and nxt is not None
-                and nxt.op == "call_module" and type(modules[nxt.target]) is nn.BatchNorm2d
+        is_conv = type(head) is not nn.Linear
+        bn_type = nn.BatchNorm1d if type(head) is nn.Conv1d else nn.BatchNorm2d
+        if (is_conv and fold_bn_ok and nxt is not None
+                and nxt.op == "call_module" and type(modules[nxt.target]) is bn_type
                 and nxt.target in covered and calls[nxt.target] == 1
                 and not hooked(modules[nxt.target])
                 and not modules[nxt.target].training and nxt.args[0] is cur):
@@ -182,7 +198,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         # training: no activation in the epilogue (its gradient would need the
         # pre-activation, recomputed by a second conv / GEMM; the separate op saves it)
         if fold_bn_ok and nxt is not None and nxt.args and nxt.args[0] is cur:
-            found = _act_node(nxt, modules, isinstance(head, nn.Conv2d))
+            found = _act_node(nxt, modules, is_conv)
             if found is not None:  # activation modules are stateless: shared ones fuse too
                 act = found
                 chain.append(nxt)
@@ -193,7 +209,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         residual = None
         # ``h += conv(x)`` mutates h (code may read it later): only ``conv(x) += r``, whose
         # left side is the chain's own value, fuses
-        if (isinstance(head, nn.Conv2d) and nxt is not None and nxt.op == "call_function"
+        if (is_conv and nxt is not None and nxt.op == "call_function"
                 and nxt.target in _ADDS and not nxt.kwargs and len(nxt.args) == 2
                 and (nxt.target is not operator.iadd or nxt.args[0] is cur)):
             other = nxt.args[1] if nxt.args[0] is cur else nxt.args[0]
@@ -204,7 +220,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if len(chain) == 1:
             continue
         last = chain[-1]
-        if isinstance(head, nn.Conv2d):
+        if is_conv:
             fn: Any = FusedConv(head, bn, act, residual is not None, handle)
             fn._folded()  # fold now, in eager: a compiled graph reads this snapshot
             args = (node.args[0],) if residual is None else (node.args[0], residual)

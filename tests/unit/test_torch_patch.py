@@ -989,3 +989,37 @@ def test_report_says_when_torch_runs_a_transformer_layer_or_an_attention_call():
     assert "fast path" in report.skipped[0].reason
     assert any(op == "multihead_attention" and "cross-attention" in why
                for op, why in report.fallbacks())
+
+
+class _ConformerConv(nn.Module):
+    """Whisper's front end (conv1d + GELU, stride 2) and a Conformer conv module (depthwise
+    conv1d 'same' + BatchNorm1d + SiLU, pointwise + residual)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv1d(8, 16, 3, padding=1), nn.Conv1d(16, 16, 3, 2, padding=1)
+        self.gelu = nn.GELU()
+        self.dw = nn.Conv1d(16, 16, 7, padding="same", groups=16, bias=False)
+        self.bn, self.act, self.pw = nn.BatchNorm1d(16), nn.SiLU(), nn.Conv1d(16, 16, 1)
+
+    def forward(self, x):
+        y = self.gelu(self.c2(self.gelu(self.c1(x))))
+        return self.pw(self.act(self.bn(self.dw(y)))) + y
+
+
+def test_conv1d_chains_fuse_like_conv2d():
+    torch.manual_seed(0)
+    ref = _ConformerConv().eval()
+    with torch.no_grad():
+        ref.bn.running_mean.uniform_(-1, 1)
+        ref.bn.running_var.uniform_(0.5, 2)
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert [f.parts for f in report.fusions] == [["gelu"], ["gelu"], ["bn", "silu"],
+                                                 ["residual"]]
+    for x in (torch.randn(2, 8, 20), torch.randn(2, 20, 8).transpose(1, 2)):
+        want, got, xa, xb = _forward_backward(ref, model, x)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-6), param_tol=(1e-4, 1e-5))
+        for p in (*model.parameters(), *ref.parameters()):
+            p.grad = None
