@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     from dnnctl.workloads import WorkloadOptions
 
 
+
+def check_replaceable(path: str | os.PathLike[str], kind: str,
+                      inputs: tuple[Any, ...] = ()) -> None:
+    """An output must not replace a directory, an input, or another kind of file."""
+    from dnnctl.files.yamlio import check_replaceable as check
+
+    check(path, kind, inputs)
+
+
 def list_kernels(op: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
     """Every registered variant: op, backend, name, parameter space, source file."""
     return kernels_listing(op, backend)["variants"]
@@ -220,6 +229,7 @@ def workload_from_onnx(model: str | os.PathLike[str], output: str | os.PathLike[
     bound = dict(dims) if isinstance(dims, dict) else parse_dims(list(dims or ()))
     result = _from_onnx(model, batch=batch, dtype=dtype, dims=bound, layout=layout, name=name)
     if output is not None and result.workload.items:
+        check_replaceable(output, "dnnctl-workload", inputs=(model,))
         write_workload(result.workload, output)
     info = result.to_dict()
     info["output"] = None if output is None or not result.workload.items else str(output)
@@ -328,6 +338,7 @@ def plan_merge(a: str | os.PathLike[str], b: str | os.PathLike[str],
         conflicts[:] = found
         return merged
 
+    check_replaceable(output, "dnnctl-plan")
     merged = rebuild_plan(output, build)
     return {"output": str(output), "sections": len(merged.sections),
             "entries": sum(len(s.entries) for s in merged.sections), "conflicts": conflicts,
@@ -361,6 +372,7 @@ def plan_report(path: str | os.PathLike[str], output: str | os.PathLike[str], *,
 
     ceil = parse_ceilings(ceilings) if isinstance(ceilings, str) or ceilings is None \
         else dict(ceilings)
+    check_replaceable(output, "html", inputs=(path, *([against] if against else [])))
     return build_report(path, output, png_dir=png_dir, against=against, ceilings=ceil)
 
 
@@ -450,6 +462,7 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     if save is not None:
         from dnnctl.doctor.envfile import save_env
 
+        check_replaceable(save, "dnnctl-env", inputs=(from_file,) if from_file else ())
         save_env(env, save)
     with timing.span("judge (rules)"):
         findings = judge(env, table)

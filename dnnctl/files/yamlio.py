@@ -14,6 +14,7 @@ faster (a 20,000-entry plan: about 0.4 s instead of 6 s with libyaml).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -260,12 +261,55 @@ def file_lock(path: str | os.PathLike[str], timeout: float = 60.0) -> AbstractCo
     return path_lock(path, timeout)
 
 
+_SCHEMA_LINE = re.compile(r"""^schema:\s*["']?(dnnctl-[a-z]+)/""", re.MULTILINE)
+
+
+def check_replaceable(path: str | os.PathLike[str], kind: str,
+                      inputs: tuple[str | os.PathLike[str], ...] = ()) -> None:
+    """Refuse an output path whose file this command must not replace: a directory, one of
+    the command's ``inputs``, or an existing file that is not of ``kind`` (a schema such as
+    ``dnnctl-plan``, or ``html``). An empty file, or none, may be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputFileError(str(p), "is a directory", "give a file name for the output")
+    if not p.exists():
+        return
+    for other in inputs:
+        try:
+            same = os.path.samefile(p, other)
+        except OSError:
+            same = False
+        if same:
+            raise InputFileError(str(p), "is also this command's input: writing the output "
+                                 "there would destroy it", "choose another output path")
+    if not p.is_file():
+        raise InputFileError(str(p), "is not a regular file", "choose another output path")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(65536).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise InputFileError(str(p), f"cannot be read: {exc.strerror or exc}",
+                             "check its permissions, or choose another output path") from None
+    if not head.strip():
+        return
+    if kind == "html":
+        ok = head.lstrip().lower().startswith(("<!doctype html", "<html"))
+    else:
+        found = _SCHEMA_LINE.search(head)
+        ok = found is not None and found.group(1) == kind
+    if not ok:
+        raise InputFileError(str(p), f"exists and is not a {kind} file: it would be replaced",
+                             "choose another output path, or remove the file first")
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` atomically: temp file in the same directory, fsync, rename.
 
     The caller holds :func:`file_lock` when the write depends on what it read before.
     """
     p = Path(path)
+    if p.is_dir():
+        raise InputFileError(str(p), "is a directory", "give a file name for the output")
     directory = p.parent if str(p.parent) else Path(".")
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -283,11 +327,14 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         else:
             os.chmod(tmp, 0o644)
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):
+            raise InputFileError(str(p), f"cannot be written: {exc.strerror or exc}",
+                                 "check the path and its permissions") from None
         raise
     try:  # make the rename durable too
         dfd = os.open(directory, os.O_RDONLY)

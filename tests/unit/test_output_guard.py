@@ -1,0 +1,62 @@
+"""Commands that write a file (plan merge / report, workload from-onnx, doctor --save) never
+replace a directory, one of their own inputs, or a file of another kind."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnnctl.errors import InputFileError
+from dnnctl.files.yamlio import check_replaceable, write_atomic
+
+PLAN = '# dnnctl plan\nschema: "dnnctl-plan/1"\nsections: []\n'
+WORKLOAD = "schema: dnnctl-workload/1\nname: w\nproblems: []\n"
+
+
+def test_a_file_of_the_same_kind_an_empty_file_or_none_may_be_replaced(tmp_path):
+    (tmp_path / "p.yaml").write_text(PLAN)
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "r.html").write_text("<!DOCTYPE html><html></html>")
+    check_replaceable(tmp_path / "p.yaml", "dnnctl-plan")
+    check_replaceable(tmp_path / "empty.yaml", "dnnctl-plan")
+    check_replaceable(tmp_path / "new.yaml", "dnnctl-plan")
+    check_replaceable(tmp_path / "r.html", "html")
+
+
+@pytest.mark.parametrize("case", ["directory", "input", "other_kind", "binary", "html"])
+def test_what_must_not_be_replaced(tmp_path, case):
+    target = tmp_path / "out"
+    inputs = ()
+    if case == "directory":
+        target.mkdir()
+    elif case == "input":
+        target.write_text(PLAN)
+        inputs = (tmp_path / "out",)
+    elif case == "other_kind":
+        target.write_text(WORKLOAD)
+    elif case == "binary":
+        target.write_bytes(b"\x08ONNX\x00\x01\x02")
+    else:
+        target.write_text(PLAN)
+    kind = "html" if case == "html" else "dnnctl-plan"
+    before = None if case == "directory" else target.read_bytes()
+    with pytest.raises(InputFileError):
+        check_replaceable(target, kind, inputs)
+    if before is not None:
+        assert target.read_bytes() == before
+
+
+def test_write_atomic_onto_a_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(InputFileError, match="is a directory"):
+        write_atomic(tmp_path, "x")
+
+
+def test_cli_plan_report_onto_its_own_plan_keeps_the_plan(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from dnnctl.cli.app import app
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    result = CliRunner().invoke(app, ["plan", "report", str(plan), "-o", str(plan)])
+    assert result.exit_code == 2, result.output
+    assert plan.read_text() == PLAN
