@@ -339,6 +339,7 @@ def _write_plan(output: Path, outcomes: list[ProblemOutcome], fp: dict[str, Any]
     def change(plan: Plan) -> None:
         section = plan.section_for(fp, digest)
         old = [s for s in plan.sections if same_device(s.device, fp) and s is not section]
+        fresh = section is None
         if section is None:
             section = Section(dict(fp), digest)
             plan.sections.append(section)
@@ -349,15 +350,25 @@ def _write_plan(output: Path, outcomes: list[ProblemOutcome], fp: dict[str, Any]
             plan.sections.remove(s)
             notes.append(f"replaced a section of this device made with other kernels "
                          f"({s.kernels_digest[:19]}...)")
-        section.created = utc_now()
-        section.tuning = tuning
+        changed = fresh or bool(old)
         for e in pinned:
             if section.find(e.problem) is None:
                 section.upsert(e)
+                changed = True
+        kept = 0
         for e in entries:
             cur = section.find(e.problem)
-            if cur is None or not cur.pinned:
-                section.upsert(e)
+            if cur is not None and (cur.pinned or (e.partial and not cur.partial)):
+                kept += not cur.pinned  # a budget cut short: the complete entry stays
+                continue
+            section.upsert(e)
+            changed = True
+        if kept:
+            notes.append(f"kept {kept} complete entr{'y' if kept == 1 else 'ies'} over "
+                         "this run's partial (budget-cut) results")
+        if changed:  # the section's date and settings are those of its last measurements
+            section.created = utc_now()
+            section.tuning = tuning
 
     if not entries and not pinned and not output.exists():
         notes.append("no problem was planned; no plan written")

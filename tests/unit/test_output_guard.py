@@ -60,3 +60,35 @@ def test_cli_plan_report_onto_its_own_plan_keeps_the_plan(tmp_path, monkeypatch)
     result = CliRunner().invoke(app, ["plan", "report", str(plan), "-o", str(plan)])
     assert result.exit_code == 2, result.output
     assert plan.read_text() == PLAN
+
+
+def test_a_budget_cut_retune_keeps_the_complete_entries(tmp_path):
+    """A re-tune whose --budget ran out before a problem's search finished (partial entry)
+    leaves the complete entry of an earlier run in place, and a run that planned nothing
+    leaves the section's date and settings alone."""
+    import dataclasses
+
+    from dnnctl import api
+    from dnnctl.plan import read_plan
+    from dnnctl.tune.report import ProblemOutcome
+    from dnnctl.tune.timer import TimingPolicy
+    from dnnctl.tune.tuner import TuneOptions, _write_plan
+
+    wl = tmp_path / "w.yaml"
+    wl.write_text("schema: dnnctl-workload/1\nname: w\nproblems:\n"
+                  "- {op: softmax, key: {cols: 10, dtype: float32, log: false, rows: 8}}\n")
+    out = tmp_path / "plan.yaml"
+    api.tune(str(wl), options=TuneOptions(device="cpu", output=str(out)))
+    plan = read_plan(out)
+    sec = plan.sections[0]
+    full = sec.entries[0]
+    assert not full.partial
+    partial = dataclasses.replace(full, partial=True, compared=1, tried=1)
+    outcome = ProblemOutcome(full.problem, 1, "planned", partial, partial=True)
+    opts = TuneOptions(budget_s=0.5)
+    notes = _write_plan(out, [outcome], sec.device, sec.kernels_digest,
+                        TimingPolicy.for_backend("numpy"), opts)
+    after = read_plan(out).sections[0]
+    assert after.entries[0].tried == full.tried and not after.entries[0].partial
+    assert any("kept 1 complete entry" in n for n in notes)
+    assert after.created == sec.created and after.tuning == sec.tuning
