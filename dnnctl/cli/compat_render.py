@@ -48,13 +48,33 @@ def _combo_table(title: str, combos: list[dict[str, Any]],
     console.print(table)
 
 
+_LISTY = frozenset({"arch_list", "arch_uncertain", "examples", "targets", "family", "dropped",
+                    "cc", "install"})
+
+
 def render_show(data: dict[str, Any], table: str) -> None:
-    """One matrix table, every row with its certainty."""
+    """One matrix table, every row with its certainty; where the columns cannot all fit
+    the terminal whole, each row as a block of ``column: value`` lines (a squeezed table
+    cut values short without a mark: torch 1.13 read '1.1')."""
+    cols = data["columns"]
+    cells = [[_cell(row.get(c)) for c in cols] for row in data["rows"]]
+
+    def width(i: int, col: str) -> int:  # list columns wrap between items
+        parts = [w for r in cells for w in (r[i].split() if col in _LISTY else [r[i]])]
+        return 3 + max([len(col)] + [len(w) for w in parts])
+
+    if 1 + sum(width(i, c) for i, c in enumerate(cols)) > console.width:
+        console.print(f"[bold]{escape(table)}[/] ({len(cells)} rows)")
+        wide = max(len(c) for c in cols)
+        for n, row in enumerate(cells, 1):
+            console.print(f"[dim]# {n}[/]")
+            for c, v in zip(cols, row):
+                if v:
+                    console.print(f"  {escape(c):<{wide}}  {escape(v)}")
+        return
     out = Table(title=f"{table} ({len(data['rows'])} rows)", title_justify="left")
     for col in data["columns"]:
-        listy = col in ("arch_list", "arch_uncertain", "examples", "targets", "family", "dropped",
-                        "cc", "install")
-        out.add_column(col, overflow="fold", no_wrap=not listy)
+        out.add_column(col, overflow="fold", no_wrap=col not in _LISTY)
     for row in data["rows"]:
         out.add_row(*(escape(_cell(row.get(c))) for c in data["columns"]))
     console.print(out)
