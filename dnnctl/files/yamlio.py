@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -139,7 +140,11 @@ def load_yaml(path: str | os.PathLike[str], error: Callable[..., InputFileError]
     megabyte are parsed once per content (:mod:`dnnctl.files.parsecache`)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block the read forever
+            raise error(str(p), "is a directory" if stat.S_ISDIR(st.st_mode)
+                        else "is not a regular file", "give the path of a YAML file")
+        size = st.st_size
         if size > MAX_FILE_BYTES:
             raise error(str(p), f"file is {size} bytes, more than the {MAX_FILE_BYTES} allowed",
                         "is this really a dnnctl file?")

@@ -92,3 +92,17 @@ def test_a_budget_cut_retune_keeps_the_complete_entries(tmp_path):
     assert after.entries[0].tried == full.tried and not after.entries[0].partial
     assert any("kept 1 complete entry" in n for n in notes)
     assert after.created == sec.created and after.tuning == sec.tuning
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs here")
+def test_reading_a_fifo_is_refused_not_blocked_on(tmp_path):
+    import os
+
+    from dnnctl.files.yamlio import load_yaml
+
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(InputFileError, match="not a regular file"):
+        load_yaml(fifo)
+    with pytest.raises(InputFileError, match="is a directory"):
+        load_yaml(tmp_path)
