@@ -386,6 +386,11 @@ def plan_pin(path: str | os.PathLike[str], op: str | None = None,
     from dnnctl.workloads import parse_kv
 
     parsed = parse_kv(key) if isinstance(key, str) else key
+    if params and not variant:
+        from dnnctl.errors import UsageError
+
+        raise UsageError("plan pin: --param sets the parameters of a --variant",
+                         hint="give --variant too (dnnctl kernels list --op OP names them)")
     if isinstance(params, str):
         params = {k: _param_value(v) for k, v in parse_kv(params).items()}
     return pin(path, op, parsed, variant=variant, params=params, unpin=unpin,

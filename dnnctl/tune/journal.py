@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnnctl.errors import UsageError
+from dnnctl.errors import InputFileError, UsageError
 from dnnctl.files.locking import LockedError, describe_holder, holder, path_lock
 from dnnctl.ops.base import Problem
 from dnnctl.plan.schema import Timing
@@ -105,9 +105,14 @@ class Journal:
                     raise UsageError(
                         f"cannot resume from {self.path}: it was written {mismatch}",
                         hint="run without --resume to start over (the old journal is replaced)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = state.header is None
-        self._fh = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "w" if fresh else "a", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise InputFileError(str(self.path), f"cannot be written: {exc.strerror or exc}",
+                                 "tune into a writable directory (-o), where the plan and "
+                                 "its journal go") from None
         if fresh:
             state = JournalState(None, {})
             self._append({"type": "header", "schema": SCHEMA, **header})

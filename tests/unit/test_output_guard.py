@@ -106,3 +106,15 @@ def test_reading_a_fifo_is_refused_not_blocked_on(tmp_path):
         load_yaml(fifo)
     with pytest.raises(InputFileError, match="is a directory"):
         load_yaml(tmp_path)
+
+
+def test_pin_parameters_without_a_variant_are_refused(tmp_path):
+    from dnnctl import api
+    from dnnctl.errors import UsageError
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN)
+    with pytest.raises(UsageError, match="--variant"):
+        api.plan_pin(plan, "softmax", "cols=10,rows=8,dtype=float32,log=false",
+                     params="chunk_rows=16")
+    assert plan.read_text() == PLAN
