@@ -104,6 +104,10 @@ def workload_from_onnx(path: str | os.PathLike[str], *, batch: int | None = None
     except Exception as exc:  # protobuf decode errors have no common base class
         raise InputFileError(path, f"not a readable ONNX model ({type(exc).__name__}: {exc})",
                              hint="export it with torch.onnx.export or check the file") from None
+    if not model.graph.node and not model.graph.input and not model.ir_version:
+        # protobuf parses an empty (or all-default) file as a model with nothing in it
+        raise InputFileError(path, "not an ONNX model (it holds no graph)",
+                             hint="export it with torch.onnx.export or check the file")
     bound = _bind_inputs(model, path, batch, dict(dims or {}))
     model = _infer_shapes(onnx, model, path)
     graph = Graph(model.graph, onnx, opset=_opset(model))
