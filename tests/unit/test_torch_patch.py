@@ -61,6 +61,16 @@ def _assert_same_grads(ref, model, xa, xb, tol=(None, None), param_tol=(None, No
                                    atol=param_tol[1], msg=n)
 
 
+def _eager_and_patched(model, x, **patch_kwargs):
+    """(eager output, patched output, the patch report) of one inference call."""
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model, **patch_kwargs) as report:
+            got = model(x)
+    return want, got, report
+
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_patched_inference_equals_eager_and_unpatch_restores(name):
     torch.manual_seed(0)
@@ -68,10 +78,7 @@ def test_patched_inference_equals_eager_and_unpatch_restores(name):
     model = make().eval()
     x = torch.randn(*shape)
     before = _state(model)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     # attention (where this dnnctl has it) takes only 16-bit tensors: float32 runs torch's
     assert report.traced and report.covered
@@ -109,10 +116,7 @@ def test_channels_last_model_keeps_the_format():
     torch.manual_seed(0)
     model = _randomize_bn(Bottleneck(16, 4)).eval().to(memory_format=torch.channels_last)
     x = torch.randn(2, 16, 6, 6).contiguous(memory_format=torch.channels_last)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     assert got.is_contiguous(memory_format=torch.channels_last)
     assert report.fallbacks() == {}
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
@@ -166,10 +170,7 @@ def test_untraceable_model_is_patched_module_by_module_with_reasons():
     torch.manual_seed(0)
     model = _Untraceable().eval()
     x = torch.randn(1, 3, 8, 8)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert not report.traced and "not traceable" in report.trace_error
     assert {c.name for c in report.covered} == {"conv", "act"}
@@ -239,10 +240,7 @@ def test_sdpa_is_routed_to_dnnctl_attention():
     torch.manual_seed(0)
     model = LlamaBlock().eval().half()
     x = torch.randn(2, 6, 32).half()
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     assert [c.op for c in report.covered if c.module == "scaled_dot_product_attention"] == [
         "attention"]
     assert not [s for s in report.skipped if s.module == "scaled_dot_product_attention"]
@@ -396,10 +394,7 @@ def test_grouped_query_sdpa_runs_dnnctl_attention():
     torch.manual_seed(0)
     model = _GqaAttention().eval().half()
     x = torch.randn(2, 7, 32).half()
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     assert [c.op for c in report.covered if c.module == "scaled_dot_product_attention"] == [
         "attention"]
     assert not [k for k in report.fallbacks() if k[0] == "attention"]
@@ -824,10 +819,7 @@ def test_inplace_activation_modules_mutate_their_input(act, trace):
     torch.manual_seed(0)
     model = _ReadsAfterInplaceAct(act).eval()
     x = torch.randn(4, 8)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model, trace=trace):
-            got = model(x)
+    want, got, _ = _eager_and_patched(model, x, trace=trace)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
@@ -859,10 +851,7 @@ def test_augmented_assignment_stays_in_place():
     torch.manual_seed(0)
     model = _AugmentedAssign().eval()
     x = torch.randn(2, 4, 6, 6)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert not report.fusions
 
@@ -980,10 +969,7 @@ def test_report_says_when_torch_runs_a_transformer_layer_or_an_attention_call():
 
     model = Wrap().eval()
     x = torch.randn(2, 5, 32)
-    with torch.no_grad():
-        want = model(x)
-        with dt.patched(model) as report:
-            got = model(x)
+    want, got, report = _eager_and_patched(model, x)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert [s.module for s in report.skipped] == ["TransformerEncoderLayer"]
     assert "fast path" in report.skipped[0].reason
