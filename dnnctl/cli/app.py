@@ -54,6 +54,25 @@ class _Root(TyperGroup):
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, _optional_values(args))
 
+    def main(self, args: Any = None, prog_name: Any = None, complete_var: Any = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        """With ``--json``, click's own usage errors (an unknown flag, a bad value, an
+        unreadable path) are JSON on stdout too, as dnnctl's errors are; exit 2."""
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode or "--json" not in argv:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except _ClickError as exc:
+            from dnnctl.cli.render import render_error
+            from dnnctl.errors import UsageError
+
+            render_error(UsageError(exc.format_message()), as_json=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             try:

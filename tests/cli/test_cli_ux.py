@@ -146,3 +146,15 @@ def test_tune_progress_in_a_log_shows_each_problem_with_an_eta(tmp_path, monkeyp
             lines[-1] += " " + ln.strip()
     assert lines[0].startswith("[1/2] softmax") and re.search(r"; ETA \d+:\d\d$", lines[0])
     assert lines[1].startswith("[2/2] layer_norm") and "ETA" not in lines[1]
+
+
+@pytest.mark.parametrize("args", [["doctor", "--bogus", "--json"],
+                                  ["tune", "--budget", "-1", "--json"],
+                                  ["plan", "show", "--json"]])
+def test_usage_errors_are_json_under_json(args):
+    """click's own usage errors (unknown flag, bad value, missing argument) printed a box
+    on stderr and nothing on stdout under --json; now the same {"error": ...} object."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    err = json.loads(result.stdout)["error"]
+    assert err["code"] == "usage" and err["message"]
