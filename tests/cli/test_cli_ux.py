@@ -158,3 +158,9 @@ def test_usage_errors_are_json_under_json(args):
     assert result.exit_code == 2, result.output
     err = json.loads(result.stdout)["error"]
     assert err["code"] == "usage" and err["message"]
+
+
+def test_kernels_list_error_is_json_under_json():
+    result = CliRunner().invoke(app, ["kernels", "list", "--op", "foo", "--json"])
+    assert result.exit_code == 2
+    assert "unknown op" in json.loads(result.stdout)["error"]["message"]
