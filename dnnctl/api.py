@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from dnnctl.workloads import WorkloadOptions
 
 
-
 def check_replaceable(path: str | os.PathLike[str], kind: str,
                       inputs: tuple[Any, ...] = ()) -> None:
     """An output must not replace a directory, an input, or another kind of file."""

@@ -73,10 +73,10 @@ def render_show(data: dict[str, Any], table: str) -> None:
                     console.print(f"  {escape(c):<{wide}}  {escape(v)}")
         return
     out = Table(title=f"{table} ({len(data['rows'])} rows)", title_justify="left")
-    for col in data["columns"]:
+    for col in cols:
         out.add_column(col, overflow="fold", no_wrap=col not in _LISTY)
-    for row in data["rows"]:
-        out.add_row(*(escape(_cell(row.get(c))) for c in data["columns"]))
+    for row in cells:
+        out.add_row(*map(escape, row))
     console.print(out)
 
 

@@ -461,6 +461,7 @@ class Site:
 
 
 _WARNED: set[str] = set()
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _caller_level() -> int:
@@ -469,9 +470,6 @@ def _caller_level() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     return level
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _autograd_guard(parsed: Parsed) -> Callable[[tuple[Any, ...]], None]:

@@ -148,9 +148,10 @@ def mha_why_not(m: nn.MultiheadAttention) -> str | None:
     return None
 
 
-def _mha_why(need_weights: bool, key_padding_mask: Any, attn_mask: Any, query: torch.Tensor,
-             key: torch.Tensor, value: torch.Tensor) -> str:
-    """Why a MultiheadAttention call runs the module's own forward (counted in FALLBACKS)."""
+def _mha_why(m: nn.MultiheadAttention, need_weights: bool, key_padding_mask: Any,
+             attn_mask: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+             ) -> str | None:
+    """Why a MultiheadAttention call runs the module's own forward (None: dnnctl takes it)."""
     if need_weights:
         return "need_weights=True (the attention weights are returned)"
     if key_padding_mask is not None or attn_mask is not None:
@@ -161,7 +162,9 @@ def _mha_why(need_weights: bool, key_padding_mask: Any, attn_mask: Any, query: t
         return "unbatched input"
     if query.dtype not in _ATTN_DTYPES:
         return f"{str(query.dtype)[6:]} input (dnnctl attention runs float16 / bfloat16)"
-    return "dropout in training"
+    if m.training and m.dropout > 0:
+        return "dropout in training"
+    return None
 
 
 def mha_forward(m: nn.MultiheadAttention, handle: int, query: torch.Tensor,
@@ -178,11 +181,9 @@ def mha_forward(m: nn.MultiheadAttention, handle: int, query: torch.Tensor,
                                average_attn_weights=average_attn_weights,
                                is_causal=is_causal)
 
-    if (need_weights or key_padding_mask is not None or attn_mask is not None
-            or not (query is key and key is value) or query.dim() != 3
-            or query.dtype not in _ATTN_DTYPES or (m.training and m.dropout > 0)):
-        kernels.FALLBACKS[("multihead_attention", _mha_why(need_weights, key_padding_mask,
-                                                   attn_mask, query, key, value))] += 1
+    why = _mha_why(m, need_weights, key_padding_mask, attn_mask, query, key, value)
+    if why is not None:
+        kernels.FALLBACKS[("multihead_attention", why)] += 1
         return own()
     x = query if m.batch_first else query.transpose(0, 1)
     b, s, e = x.shape

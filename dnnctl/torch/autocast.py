@@ -47,8 +47,8 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
         device_type))
     keyset = torch._C.DispatchKeySet(key)
 
-    res = [a.name for a in op._schema.arguments].index("residual") \
-        if any(a.name == "residual" for a in op._schema.arguments) else -1
+    names = [a.name for a in op._schema.arguments]
+    res = names.index("residual") if "residual" in names else -1
 
     def run(*args: Any) -> Any:
         dtype = (torch.get_autocast_dtype(device_type) if policy == "low"

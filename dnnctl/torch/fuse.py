@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnnctl.torch.library import run_op
-from dnnctl.torch.modules import act_call, act_of, conv1d_padding, conv_padding
+from dnnctl.torch.modules import act_call, act_of, conv1d_as_2d, conv1d_geometry, conv_padding
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
@@ -83,13 +83,8 @@ class FusedConv:
             return y if residual is None else y + residual
         w, b = self._folded()
         if one_d:  # conv2d over (N, C, 1, L) views, as the Conv1d module route
-            if x.dim() == 2:
-                return self(x.unsqueeze(0), None if residual is None
-                            else residual.unsqueeze(0)).squeeze(0)
-            y = run_op("conv2d", x.unsqueeze(2), w.unsqueeze(2), b, [1, conv.stride[0]],
-                       conv1d_padding(conv), [1, conv.dilation[0]], conv.groups, self.act,
-                       None if residual is None else residual.unsqueeze(2), self.handle)
-            return y.squeeze(2)
+            return conv1d_as_2d(x, w, b, conv1d_geometry(conv), conv.groups, self.act,
+                                residual, self.handle)
         return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
 

@@ -64,20 +64,32 @@ def conv1d_padding(m: nn.Conv1d) -> list[int]:
     return [0, 0, p, p]
 
 
-def _conv1d_fwd(m: nn.Conv1d, handle: int, stride: list[int], pad: list[int], dil: list[int],
-                x: torch.Tensor) -> torch.Tensor:
-    """(N, C, L) as conv2d over (N, C, 1, L) with a (K, C/g, 1, k) filter: views, so autograd
-    flows through them; an unbatched (C, L) input as a batch of one."""
+def conv1d_geometry(m: nn.Conv1d) -> tuple[list[int], list[int], list[int]]:
+    """(stride, padding, dilation) of a Conv1d as conv2d's over an (N, C, 1, L) view."""
+    return [1, int(m.stride[0])], conv1d_padding(m), [1, int(m.dilation[0])]
+
+
+def conv1d_as_2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                 geometry: tuple[list[int], list[int], list[int]], groups: int,
+                 act: str, residual: torch.Tensor | None, handle: int) -> torch.Tensor:
+    """(N, C, L) as conv2d over (N, C, 1, L) with a (K, C/g, 1, k) filter (and residual):
+    views, so autograd flows through them; an unbatched (C, L) input as a batch of one."""
     if x.dim() == 2:
-        return _conv1d_fwd(m, handle, stride, pad, dil, x.unsqueeze(0)).squeeze(0)
-    y = run_op("conv2d", x.unsqueeze(2), m.weight.unsqueeze(2), m.bias, stride, pad, dil,
-               m.groups, "none", None, handle)
+        return conv1d_as_2d(x.unsqueeze(0), w, b, geometry, groups, act,
+                            None if residual is None else residual.unsqueeze(0),
+                            handle).squeeze(0)
+    y = run_op("conv2d", x.unsqueeze(2), w.unsqueeze(2), b, *geometry, groups, act,
+               None if residual is None else residual.unsqueeze(2), handle)
     return y.squeeze(2)
 
 
+def _conv1d_fwd(m: nn.Conv1d, handle: int, geometry: tuple[list[int], list[int], list[int]],
+                x: torch.Tensor) -> torch.Tensor:
+    return conv1d_as_2d(x, m.weight, m.bias, geometry, m.groups, "none", None, handle)
+
+
 def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
-    return partial(_conv1d_fwd, m, handle, [1, int(m.stride[0])], conv1d_padding(m),
-                   [1, int(m.dilation[0])])
+    return partial(_conv1d_fwd, m, handle, conv1d_geometry(m))
 
 
 def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, stride: list[int], pad: list[int],
@@ -277,13 +289,6 @@ def act_call(m: nn.Module, handle: int, inplace: bool) -> Callable[..., Any] | N
     return partial(_act_inplace_fwd if inplace else _act_fwd, found[0], found[1], handle)
 
 
-def _act(name: str, *extra: Any) -> Callable[[nn.Module, int], Callable[..., Any]]:
-    def make(m: nn.Module, handle: int) -> Callable[..., Any]:
-        fwd = _act_inplace_fwd if getattr(m, "inplace", False) else _act_fwd
-        return partial(fwd, name, extra, handle)
-    return make
-
-
 def _softmax_fwd(m: nn.Module, name: str, handle: int, x: torch.Tensor) -> torch.Tensor:
     return run_op(name, x, m.dim, handle)
 
@@ -366,9 +371,9 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
 def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, str, str]:
     """(dnnctl forward, dnnctl op, note) for a covered module; (None, op, reason) otherwise;
     (None, "", "") for a module type dnnctl has no op for."""
-    act = act_of(m)
-    if act is not None:
-        return _act(act[0], *act[1])(m, handle), "activation", act[0]
+    fn = act_call(m, handle, inplace=getattr(m, "inplace", False))
+    if fn is not None:
+        return fn, "activation", fn.args[0]  # the partial's first argument: the op name
     for cls, op, make in MAKERS:
         if type(m) is cls:  # subclasses may change forward: leave them alone
             reason = why_not(m)

@@ -297,28 +297,34 @@ class _Traced:
         return self.own(*args, **kwargs)
 
     def _retrace(self) -> Any:
-        """A module or tensor the graph holds was replaced: trace the model as it is now
-        (modules dnnctl patched still run on dnnctl; a new module runs its own forward)."""
-        model = self.model
-        if torch.compiler.is_compiling():
-            return self.own
-        patched = {n for n, m in model.named_modules() if "forward" in m.__dict__}
-        traced: Any = self.own
-        if self.retraces < _MAX_RETRACES:  # then (like torch.compile's recompile limit)
-            try:                            # module by module, which reads everything live
-                traced = _traced(model, self.own, self.covered & patched, self.handle,
-                                 PatchReport(training=model.training))
-                traced.retraces = self.retraces + 1
-            except _NotTraceable:
-                pass
-        object.__setattr__(model, "forward", traced)
-        return traced
+        """A module or tensor the graph holds was replaced: trace the model as it is now."""
+        return _trace_again(self.model, self.own, self.covered, self.handle,
+                            self.retraces + 1)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))
         if new is None:  # copied without its model: the same forward
             return self
         return _Retrace(new, self.covered, self.handle)
+
+
+def _trace_again(model: nn.Module, own: Any, covered: set[str], handle: int,
+                 retraces: int) -> Any:
+    """Trace ``model`` as it is now and make that its forward (modules dnnctl patched still
+    run on dnnctl; a module put in since runs its own forward). Where it no longer traces,
+    or after _MAX_RETRACES traces (like torch.compile's recompile limit), the model's own
+    forward, module by module, which reads everything live."""
+    traced: Any = own
+    if retraces <= _MAX_RETRACES:
+        patched = {n for n, m in model.named_modules() if "forward" in m.__dict__}
+        try:
+            traced = _traced(model, own, covered & patched, handle,
+                             PatchReport(training=model.training))
+            traced.retraces = retraces
+        except _NotTraceable:
+            pass
+    object.__setattr__(model, "forward", traced)
+    return traced
 
 
 class _Retrace:
@@ -332,14 +338,8 @@ class _Retrace:
         model = self.model
         if torch.compiler.is_compiling():  # no tracing inside a compile: the model's own
             return type(model).forward(model, *args, **kwargs)
-        own = type(model).forward.__get__(model)
-        try:
-            traced = _traced(model, own, self.covered, self.handle,
-                             PatchReport(training=model.training))
-        except _NotTraceable:  # traced once already; if not now, module by module is sound
-            object.__setattr__(model, "forward", own)
-            return own(*args, **kwargs)
-        object.__setattr__(model, "forward", traced)
+        traced = _trace_again(model, type(model).forward.__get__(model), self.covered,
+                              self.handle, 0)
         return traced(*args, **kwargs)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:

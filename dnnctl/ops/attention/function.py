@@ -129,9 +129,9 @@ def parse(q: Any, k: Any, v: Any, *, causal: Any = False, scale: float | None = 
 def _check_shapes(key: dict[str, Any], arrays: dict[str, Any], paged: bool) -> None:
     """Every tensor's shape against the one the key implies: q's batch, k's heads and
     length and v's must agree (a k / v of another batch or head count was read in part)."""
-    want = qkv_shapes(dict(key, paged=key.get("paged", 0), seq_kv=key.get("seq_kv", 0)))
+    want = qkv_shapes(dict(key, paged=key.get("paged", 0)))
     want["dout"] = want["out"]
-    want["lse"] = lse_shape(dict(key, paged=0))
+    want["lse"] = lse_shape(key)
     for name, arr in arrays.items():
         if paged and name in ("k", "v"):
             continue  # a page pool (checked against each other and the table)
