@@ -39,6 +39,12 @@ THROUGHPUT: dict[str, float] = {
     # datasheet's dense TF32 is 495). FP32: datasheet 67 x the 0.65 that cuBLAS fp16 reaches
     # of its 989 datasheet peak (not measured here).
     "cublas_tf32": 190.0,
+    # cuBLAS with a leading dimension that is not a multiple of 16 bytes: its Hopper tensor
+    # core kernels need 16-byte aligned rows, so it falls back to narrow-access kernels. The
+    # ResNet-50 batch-32 stem as fp16 NHWC im2col_gemm (M 401408, N 64, K 147, lda 147) took
+    # 1390 us (logs/2026-12-06-h200-e2e-plan-budget25.yaml); 22 puts this model's estimate
+    # of that row at 1382 us (about 5.6 TFLOP/s of useful work)
+    "cublas_unaligned": 22.0,
     "cublas_fp32": 44.0,
     # our wgmma GEMM: 494 TFLOP/s best (LLaMA down m=4096, 128x256), 456-480 on squares
     "wgmma": 490.0,
@@ -237,8 +243,11 @@ def tiled_gemm_us(work: GemmWork, tile: Tile, tflops: float, dev: DeviceFacts
     return compute, memory, waves
 
 
-def cublas_class(dtype: str, tf32: bool) -> str:
-    """THROUGHPUT key of a cuBLAS GEMM in this dtype / math."""
+def cublas_class(dtype: str, tf32: bool, aligned: bool = True) -> str:
+    """THROUGHPUT key of a cuBLAS GEMM in this dtype / math; ``aligned`` False when a
+    leading dimension is not a multiple of 16 bytes (tensor-core math only)."""
+    if not aligned and (dtype != "float32" or tf32):
+        return "cublas_unaligned"
     if dtype == "float32":
         return "cublas_tf32" if tf32 else "cublas_fp32"
     return "cublas_bf16" if dtype == "bfloat16" else "cublas_fp16"

@@ -1,7 +1,15 @@
 // conv2d stand-alone epilogue, in place: y = residual + act(y + bias[k]).
-// Used after a cuBLAS GEMM wrote the raw convolution into y (im2col_gemm).
-// Defines: DNNCTL_DTYPE, NHWC (0/1). Grid-stride over all N*K*P*Q elements.
+// Used after a library wrote the raw convolution into y (im2col_gemm's cuBLAS GEMM, the
+// cuDNN vendor variant). Defines: DNNCTL_DTYPE, NHWC (0/1), VEC (elements per access, default
+// 1). With VEC > 1 the host guarantees that y and residual are VEC-aligned and that one
+// vector never crosses a channel boundary it does not expect: NHWC needs K % VEC == 0 (a
+// vector holds VEC consecutive channels), NCHW needs P*Q % VEC == 0 (one channel per vector).
+// Grid-stride over all N*K*P*Q / VEC vectors.
 #include <dnnctl/conv_layout.cuh>
+
+#ifndef VEC
+#define VEC 1
+#endif
 
 using namespace dnnctl;
 
@@ -10,12 +18,26 @@ conv_epilogue_inplace(elem_t* __restrict__ y, const elem_t* __restrict__ bias,
                       const elem_t* __restrict__ residual, long long total, int K, int PQ,
                       int act, int flags) {
   const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+  const long long nvec = total / VEC;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < nvec; t += step) {
+    const long long i = t * VEC;
 #if NHWC
-    const int k = (int)(i % K);
+    const int k0 = (int)(i % K);
 #else
-    const int k = (int)((i / PQ) % K);
+    const int k0 = (int)((i / PQ) % K);
 #endif
-    y[i] = from_float<elem_t>(conv::epilogue(to_float(y[i]), k, i, bias, residual, act, flags));
+    float v[VEC], r[VEC];
+    conv::load_vec<VEC>(v, y + i);
+    if (flags & conv::EPI_FLAG_RESIDUAL) conv::load_vec<VEC>(r, residual + i);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const int k = NHWC ? k0 + j : k0;
+      // the residual is added here from the vector already loaded (flag cleared below)
+      float o = conv::epilogue(v[j], k, 0, bias, residual, act,
+                               flags & ~conv::EPI_FLAG_RESIDUAL);
+      if (flags & conv::EPI_FLAG_RESIDUAL) o += r[j];
+      v[j] = o;
+    }
+    conv::store_vec<VEC>(y + i, v);
   }
 }

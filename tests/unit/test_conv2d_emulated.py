@@ -263,6 +263,12 @@ CASES = [
                     activation="hardswish"), "float32", "NCHW"),
     ("im2col_gemm", dict(n=2, c=8, h=5, w=6, k=12, r=1, s=1, bias=True, activation="relu6"),
      "float16", "NHWC"),
+    # the vectorized stand-alone epilogue: 8 channels per access (NHWC K % 8 == 0), 8 pixels
+    # of one channel (NCHW P*Q % 8 == 0)
+    ("im2col_gemm", dict(n=2, c=8, h=5, w=3, k=16, r=3, s=3, pad=1, bias=True,
+                         residual=True, activation="silu"), "float16", "NHWC"),
+    ("im2col_gemm", dict(n=2, c=6, h=4, w=6, k=5, r=3, s=3, pad=1, bias=True,
+                         residual=True, activation="gelu"), "bfloat16", "NCHW"),
     # the shared-memory tiled depthwise kernel: partial tiles, halos, strides, dilation
     ("depthwise_tile", dict(n=2, c=24, h=13, w=11, k=24, r=7, s=7, pad=3, groups=24,
                             bias=True, activation="gelu"), "float16", "NHWC"),

@@ -159,11 +159,14 @@ def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
         launches += 1
     # NHWC: one GEMM over all pixels per group; NCHW: one (K x PQ) GEMM per image and group
     m, n, batch = (g.npq, g.kg, g.groups) if g.nhwc else (g.kg, g.p * g.q, g.n * g.groups)
-    compute, memory, waves = cm.cublas_us(m, n, g.crs, batch,
-                                          cm.cublas_class(g.dtype, g.tf32), dev,
-                                          (col or x) + w + y, eb)
+    # leading dimensions: w rows (C/g*R*S); NHWC the patch rows (x's C when 1x1) and y's K,
+    # NCHW the pixel rows (P*Q, or H*W when 1x1)
+    lds = (g.crs, g.c if identity else g.crs, g.k) if g.nhwc else (
+        g.crs, g.h * g.w if identity else g.p * g.q, g.p * g.q)
+    cls = cm.cublas_class(g.dtype, g.tf32, aligned=all(ld * eb % 16 == 0 for ld in lds))
+    compute, memory, waves = cm.cublas_us(m, n, g.crs, batch, cls, dev, (col or x) + w + y, eb)
     return cm.total(variant.name, params, compute, memory, extra=extra, launches=launches,
-                    waves=waves, notes=(cm.cublas_class(g.dtype, g.tf32), f"im2col {col:.3g} B"))
+                    waves=waves, notes=(cls, f"im2col {col:.3g} B"))
 
 
 def winograd(variant: Any, problem: Any, params: Mapping[str, Any],
