@@ -84,6 +84,7 @@ def run(ctx: common.Ctx, quick: bool, on_layer: Any = None) -> list[dict[str, An
     import torch
     import torch.nn.functional as F
 
+    from dnnctl.ops.conv2d.op import own_choice
     from dnnctl.ops.registry import get_op
 
     dev = common.backend().device(0)
@@ -109,7 +110,7 @@ def run(ctx: common.Ctx, quick: bool, on_layer: Any = None) -> list[dict[str, An
         outs = {"y": cp.from_dlpack(y.permute(0, 2, 3, 1))}
         nbytes = (x.numel() + wt.numel() + y.numel()) * x.element_size()
         row: dict[str, Any] = {"layer": name, "torch_us": t_torch}
-        default = _label(op.default_choice(problem, "cupy", dev))
+        default = _label(own_choice(problem, "cupy", dev))
         for vname in VARIANTS:
             timed = _time_candidates(vname, problem, dev, ins, outs, y, ref, name, rows,
                                      2 if quick else None)

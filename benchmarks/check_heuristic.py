@@ -42,6 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_conv  # noqa: E402
 import conv_candidates  # noqa: E402
 
+from dnnctl.ops.conv2d.op import own_choice  # noqa: E402
+
 LOG = Path(__file__).resolve().parent / "logs" / "2026-12-02-round2-conv.md"
 GEMM_LOG = Path(__file__).resolve().parent / "logs" / "2026-12-02-round2-gemm.md"
 UNSEEN_LOG = Path(__file__).resolve().parent / "logs" / "2026-12-04-pm-unseen-candidates.json"
@@ -151,7 +153,7 @@ def check(path: Path = LOG) -> dict[str, Any]:
     counts = dict(hit=0, within=0, miss=0, unknown=0, same_variant=0, pair_ties=0)
     for lg in read_log(path):
         problem = op.problem(lg.key)
-        choice = op.default_choice(problem, "cupy", dev)
+        choice = own_choice(problem, "cupy", dev)
         pick = (choice.variant, choice.param_dict)
         if pick == lg.best:
             outcome = "hit"
@@ -259,7 +261,9 @@ def check_unseen(path: Path = UNSEEN_LOG) -> dict[str, Any]:
         if case is None or not cands:
             continue
         op = get_op(case.op)
-        choice = op.default_choice(op.problem(case.key_dict), "cupy", dev)
+        problem = op.problem(case.key_dict)
+        choice = (own_choice(problem, "cupy", dev) if op.name == "conv2d"
+                  else op.default_choice(problem, "cupy", dev))
         label = bench_unseen.candidate_label(choice.variant, dict(choice.param_dict))
         times = {c["candidate"]: c["us"] for c in cands}
         best, us = min(times.values()), times.get(label)

@@ -217,13 +217,16 @@ def shortlist(variant: Any, problem: Any, device: Any) -> list[dict[str, Any]]:
 
 
 def candidates(problem: Any, device: Any) -> list[tuple[Any, dict[str, Any]]]:
-    """(variant, params) of every registered cupy conv2d variant's shortlist, the default
-    heuristic's choice included."""
-    from dnnctl.ops.registry import get_op, variants
+    """(variant, params) of every registered cupy conv2d variant's shortlist, our own
+    heuristic's choice included: dnnctl's kernels, the ones held against cuDNN (the vendor
+    variants are cuDNN)."""
+    from dnnctl.ops.conv2d.op import own_choice
+    from dnnctl.ops.registry import variants
 
-    out = [(v, p) for v in variants("conv2d", "cupy") for p in shortlist(v, problem, device)]
+    out = [(v, p) for v in variants("conv2d", "cupy") if not v.vendor
+           for p in shortlist(v, problem, device)]
     try:
-        choice = get_op("conv2d").default_choice(problem, "cupy", device)
+        choice = own_choice(problem, "cupy", device)
     except Exception:
         return out
     if not any(v.name == choice.variant and p == choice.param_dict for v, p in out):

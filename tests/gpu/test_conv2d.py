@@ -21,7 +21,7 @@ import pytest
 from dnnctl.backends.registry import get_backend
 from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.check import check_variant
-from dnnctl.ops.conv2d.op import default_params, geometry
+from dnnctl.ops.conv2d.op import default_params, geometry, own_choice
 from dnnctl.ops.registry import get_op, variants
 
 OP = get_op("conv2d")
@@ -240,17 +240,17 @@ def test_public_api_on_cupy_arrays_default_heuristic(dtype, gpu):
 @pytest.mark.parametrize(("dtype", "layout", "tf32", "shape", "expect"), [
     ("float32", "NCHW", True, dict(n=8, c=64, h=28, w=28, k=128, r=3, s=3, stride=1, pad=1,
                                    groups=1, act="relu", res=True), "nhwc_implicit_gemm"),
-    # the ResNet stem (3 channels, 7x7 / 2): im2col's gather is cheap and its GEMM dense
-    # (a strided 3x3 at 64 channels went to the implicit GEMM once im2col's pass was costed
-    # at its measured speed)
+    # the ResNet stem (3 channels, 7x7 / 2): im2col's cuBLAS GEMM would read filter rows of
+    # 147 halves, not 16-byte aligned (cuBLAS's narrow fallback, 1390 us at batch 32 NHWC)
     ("float16", "NCHW", False, dict(n=8, c=3, h=224, w=224, k=64, r=7, s=7, stride=2, pad=3,
-                                    groups=1, act="silu", res=False), "im2col_gemm"),
+                                    groups=1, act="silu", res=False), "implicit_gemm"),
     ("float32", "NCHW", False, dict(n=4, c=144, h=14, w=15, k=144, r=3, s=3, stride=1, pad=1,
                                     groups=144, act="relu", res=True), "depthwise_planes"),
 ])
 def test_default_heuristic_paths_match_torch(dtype, layout, tf32, shape, expect, gpu):
-    """The un-tuned public call takes the cost model's picks (dnnctl/ops/conv2d/cost.py;
-    test_costmodel.py checks them without a GPU) and agrees with torch."""
+    """Our own heuristic takes the cost model's picks (dnnctl/ops/conv2d/cost.py;
+    test_costmodel.py checks them without a GPU), the un-tuned call runs cuDNN through torch
+    (torch_cudnn), and both agree with torch."""
     torch = pytest.importorskip("torch")
     import dnnctl.ops
 
@@ -261,7 +261,9 @@ def test_default_heuristic_paths_match_torch(dtype, layout, tf32, shape, expect,
                dtype=dtype, layout=layout, bias=True, activation=shape["act"],
                residual=shape["res"], tf32=tf32)
     problem = OP.problem(key)
-    assert OP.default_choice(problem, "cupy", dev).variant == expect
+    own = own_choice(problem, "cupy", dev)
+    assert own.variant == expect
+    assert OP.default_choice(problem, "cupy", dev).variant == "torch_cudnn"
     tdt = getattr(torch, dtype)
     tdev = torch.device("cuda")
     gen = torch.Generator(device=tdev).manual_seed(11)
@@ -273,8 +275,21 @@ def test_default_heuristic_paths_match_torch(dtype, layout, tf32, shape, expect,
     res = torch.randn(ref.shape, device=tdev, generator=gen).to(tdt) if shape["res"] else None
     if res is not None:
         ref = ref + res.double()
-    y = dnnctl.ops.conv2d(x, wt, bias=b, stride=st, padding=pad, groups=groups,
-                          activation=shape["act"], residual=res, layout=layout, tf32=tf32)
-    assert isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(ref.shape)
-    err = rel_norm_error(y.double().cpu().numpy(), ref.cpu().numpy())
-    assert err <= OP.tolerance(problem, "y"), f"rel err {err:.3g}"
+    for plan in (_plan_with(problem, own, dev), None):  # our pick, then the un-tuned call
+        y = dnnctl.ops.conv2d(x, wt, bias=b, stride=st, padding=pad, groups=groups,
+                              activation=shape["act"], residual=res, layout=layout, tf32=tf32,
+                              plan=plan)
+        assert isinstance(y, torch.Tensor) and tuple(y.shape) == tuple(ref.shape)
+        err = rel_norm_error(y.double().cpu().numpy(), ref.cpu().numpy())
+        assert err <= OP.tolerance(problem, "y"), f"{plan and own.variant} rel err {err:.3g}"
+
+
+def _plan_with(problem, choice, dev):
+    """A loaded plan for this GPU holding one entry: ``choice`` for ``problem``."""
+    import datetime as dt
+
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return LoadedPlan(Plan([Section(dev.fingerprint(), kernels_digest(), now, {},
+                                    [PlanEntry(problem, choice)])]))

@@ -15,7 +15,6 @@ them as the pipeline calls them, so a plan picks whichever is fastest.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 from collections.abc import Mapping
@@ -25,80 +24,13 @@ from dnnctl.ops.attention.cupy_variants import CupyAttention
 from dnnctl.ops.attention.op import attn_scale, lse_shape
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.registry import register_variant
-
-
-@functools.cache
-def _torch_cuda() -> str | None:
-    """None when torch with CUDA is usable, else the reason."""
-    if importlib.util.find_spec("torch") is None:
-        return "torch is not installed"
-    import torch
-
-    if not torch.cuda.is_available():
-        return f"torch {torch.__version__} has no usable CUDA device"
-    return None
-
-
-def _torch_tensor() -> type:
-    """torch.Tensor: inputs of this class are a torch caller's, on the call's stream."""
-    import torch
-
-    return torch.Tensor
-
-
-def tensor(x: Any) -> Any:
-    """A torch view of a backend array (no copy)."""
-    import torch
-
-    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
-
-
-_STREAMS: dict[int, Any] = {}
-
-
-def current_stream() -> Any:
-    """The torch stream of CuPy's current stream (a context manager)."""
-    import torch
-
-    try:
-        import cupy
-    except ImportError:
-        return contextlib.nullcontext()
-    ptr = cupy.cuda.get_current_stream().ptr
-    if ptr == 0:
-        return torch.cuda.stream(torch.cuda.default_stream())
-    st = _STREAMS.get(ptr)
-    if st is None:
-        st = _STREAMS[ptr] = torch.cuda.ExternalStream(ptr)
-    return torch.cuda.stream(st)
-
-
-def on_stream(native: bool) -> Any:
-    """The stream context of a vendor call: none for a torch caller (torch's current stream
-    is the call's), else CuPy's current stream as torch's (:func:`current_stream`)."""
-    return contextlib.nullcontext() if native else current_stream()
-
-
-def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool
-            ) -> dict[str, Any]:
-    """Write the library's ``results`` into the ``outputs`` passed (one copy each) and
-    return the others as adopted outputs: C-contiguous (a copy only where the library's
-    tensor is a strided view), a CuPy view for a CuPy caller. Call on the call's stream."""
-    made = {}
-    for name, val in results.items():
-        dst = outputs.get(name)
-        if dst is not None:
-            dst = tensor(dst)
-            dst.copy_(val.reshape(dst.shape))
-            continue
-        if not val.is_contiguous():
-            val = val.contiguous()
-        if not native:
-            import cupy
-
-            val = cupy.from_dlpack(val)
-        made[name] = val
-    return made
+from dnnctl.ops.torch_vendor import (
+    deliver,
+    on_stream,
+    tensor,
+    torch_cuda_missing,
+    torch_tensor_type,
+)
 
 
 @functools.cache
@@ -123,7 +55,7 @@ class _TorchBase(CupyAttention):
     deterministic = True
 
     def supports(self, problem: Problem, device: Any) -> Support:
-        why = _torch_cuda()
+        why = torch_cuda_missing()
         if why:
             return unsupported(why)
         p = problem
@@ -155,7 +87,7 @@ class _TorchBase(CupyAttention):
         run = self.runner(p)
 
         lse_rows = lse_shape(p)
-        native_kind = _torch_tensor()
+        native_kind = torch_tensor_type()
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -309,7 +241,7 @@ class FlashAttnPackage(_TorchBase):
     def supports(self, problem: Problem, device: Any) -> Support:
         if importlib.util.find_spec("flash_attn") is None:
             return unsupported("flash-attn is not installed")
-        why = _torch_cuda()
+        why = torch_cuda_missing()
         if why:
             return unsupported(why)
         p = problem

@@ -25,6 +25,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     nhwc_gemm,
     numpy_backward,
     numpy_variants,
+    vendor,
     wgrad_implicit_gemm,
     winograd,
 )

@@ -1,0 +1,134 @@
+"""conv2d ``torch_cudnn`` (``vendor = True``): cuDNN's convolution as torch calls it, with
+dnnctl's epilogue.
+
+The convolution runs through ``aten::convolution`` (cuDNN on a CUDA build, the algorithm of
+torch's own settings: ``torch.backends.cudnn.benchmark``) without its bias; the epilogue
+(bias -> activation -> residual, dnnctl's order) then runs in one in-place pass of
+kernels/conv2d/epilogue.cu, so its numerics are the other variants'. With ``fuse`` 1 a
+conv + bias + ReLU problem runs ``torch.cudnn_convolution_relu`` instead: one cuDNN fusion
+graph, no separate pass.
+
+NHWC problems hand torch the channels-last views of x (N, H, W, C) and w (K, R, S, C/g); the
+result comes back channels-last, so its NHWC view needs no copy. Asymmetric padding is
+applied by ``F.pad`` first (one more pass). float32 problems set cuDNN's TF32 switch to the
+key's ``tf32`` for the call. The kernel reads pointers only (``flat_io``) and adopts torch's
+output (``adopts``): see dnnctl.ops.torch_vendor. A tuned plan names this variant where cuDNN
+is the fastest candidate, so a plan is never slower than cuDNN on the shapes it tuned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
+from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.conv2d.cuda_base import CudaConv, Epilogue
+from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.registry import register_variant
+from dnnctl.ops.torch_vendor import (
+    deliver,
+    on_stream,
+    tensor,
+    torch_cuda_missing,
+    torch_tensor_type,
+)
+
+
+def _has_fused_relu() -> bool:
+    import torch
+
+    return hasattr(torch, "cudnn_convolution_relu")
+
+
+@register_variant
+class TorchCudnnConv(CudaConv):
+    """cuDNN through torch + dnnctl's one-pass epilogue (or cuDNN's conv + bias + ReLU)."""
+
+    name = "torch_cudnn"
+    vendor = True
+    # not bitwise repeatable across processes: cuDNN's algorithm is torch's pick (its
+    # benchmark mode may choose another one in the next run)
+    deterministic = False
+    doc = ("cuDNN convolution through torch (aten::convolution, or cudnn_convolution_relu "
+           "with fuse=1) + dnnctl's in-place epilogue")
+    params = {"fuse": (0, 1)}
+
+    def supports_geom(self, g: ConvGeom, device: Any) -> Support:
+        why = torch_cuda_missing()
+        if why:
+            return unsupported(why)
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        if not params["fuse"]:
+            return True
+        g = geometry(problem)
+        return g.activation == "relu" and not g.residual and _has_fused_relu()
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        """cuDNN's fused conv + bias + ReLU where the problem is that: measured on the H100
+        (tools/conv_probe.py, ResNet-50 batch-32 layers, fp16 NHWC) at 0.45-0.71x the time
+        of the conv with a separate bias and ReLU."""
+        fuse = {"fuse": 1}
+        return fuse if self.valid_params(problem, fuse, device) else {"fuse": 0}
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        return 0  # cuDNN's workspace comes from torch's allocator
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        import torch
+        import torch.nn.functional as F
+
+        g = geometry(problem)
+        fused = bool(params["fuse"])
+        symmetric = g.pt == g.pb and g.pl == g.pr
+        padding = [g.pt, g.pl] if symmetric else [0, 0]
+        pad4 = None if symmetric else (g.pl, g.pr, g.pt, g.pb)  # F.pad: W first, then H
+        stride, dilation, groups = [g.sh, g.sw], [g.dh, g.dw], g.groups
+        conv = torch.ops.aten.convolution.default
+        conv_relu = torch.cudnn_convolution_relu if fused else None
+        epi = (Epilogue(_cuda.runtime(), g, pointers=True)
+               if not fused and _cuda.needs_epilogue(g) else None)
+        tf32 = g.tf32 if g.dtype == "float32" else None
+        cudnn = torch.backends.cudnn
+        native_kind = torch_tensor_type()
+        nhwc = g.nhwc
+
+        def run(inputs: Mapping[str, Any]) -> Any:
+            x, w = tensor(inputs["x"]), tensor(inputs["w"])
+            if nhwc:  # torch's (N, C, H, W) / (K, C/g, R, S) channels-last views
+                x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+            if pad4 is not None:
+                x = F.pad(x, pad4)
+            if conv_relu is not None:
+                bias = tensor(inputs["bias"]) if g.bias else None
+                y = conv_relu(x, w, bias, stride, padding, dilation, groups)
+            else:
+                y = conv(x, w, None, stride, padding, dilation, False, [0, 0], groups)
+            if nhwc:
+                y = y.permute(0, 2, 3, 1)
+            if not y.is_contiguous():
+                y = y.contiguous()
+            if epi is not None:  # in place, on the call's stream (the library's too)
+                epi(y, inputs)
+            return y
+
+        def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                   attrs: Mapping[str, Any]) -> dict[str, Any]:
+            native = isinstance(inputs["x"], native_kind)
+            with on_stream(native):
+                if tf32 is None:
+                    y = run(inputs)
+                else:
+                    old = cudnn.allow_tf32
+                    cudnn.allow_tf32 = tf32
+                    try:
+                        y = run(inputs)
+                    finally:
+                        cudnn.allow_tf32 = old
+                return deliver(outputs, {"y": y}, native)
+
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.adopts = True  # type: ignore[attr-defined]  # torch's output
+        return kernel

@@ -1,0 +1,91 @@
+"""What every vendor variant that runs through torch shares (attention's SDPA backends,
+conv2d's cuDNN): whether torch with CUDA is usable, torch views of backend arrays, the call's
+stream as torch's, and delivering a library's results as the call's outputs.
+
+A torch caller's tensors arrive as they are and the library runs on torch's current stream,
+which the pipeline has made the call's stream (a side stream and a graph capture included);
+CuPy arrays (the tuner's, a CuPy caller's) are viewed through ``torch.from_dlpack`` and run on
+CuPy's current stream wrapped as a torch external stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+from collections.abc import Mapping
+from typing import Any
+
+
+@functools.cache
+def torch_cuda_missing() -> str | None:
+    """None when torch with CUDA is usable, else the reason."""
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} has no usable CUDA device"
+    return None
+
+
+def torch_tensor_type() -> type:
+    """torch.Tensor: inputs of this class are a torch caller's, on the call's stream."""
+    import torch
+
+    return torch.Tensor
+
+
+def tensor(x: Any) -> Any:
+    """A torch view of a backend array (no copy)."""
+    import torch
+
+    return x if isinstance(x, torch.Tensor) else torch.from_dlpack(x)
+
+
+_STREAMS: dict[int, Any] = {}
+
+
+def current_stream() -> Any:
+    """The torch stream of CuPy's current stream (a context manager)."""
+    import torch
+
+    try:
+        import cupy
+    except ImportError:
+        return contextlib.nullcontext()
+    ptr = cupy.cuda.get_current_stream().ptr
+    if ptr == 0:
+        return torch.cuda.stream(torch.cuda.default_stream())
+    st = _STREAMS.get(ptr)
+    if st is None:
+        st = _STREAMS[ptr] = torch.cuda.ExternalStream(ptr)
+    return torch.cuda.stream(st)
+
+
+def on_stream(native: bool) -> Any:
+    """The stream context of a vendor call: none for a torch caller (torch's current stream
+    is the call's), else CuPy's current stream as torch's (:func:`current_stream`)."""
+    return contextlib.nullcontext() if native else current_stream()
+
+
+def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool
+            ) -> dict[str, Any]:
+    """Write the library's ``results`` into the ``outputs`` passed (one copy each) and
+    return the others as adopted outputs: C-contiguous (a copy only where the library's
+    tensor is a strided view), a CuPy view for a CuPy caller. Call on the call's stream."""
+    made = {}
+    for name, val in results.items():
+        dst = outputs.get(name)
+        if dst is not None:
+            dst = tensor(dst)
+            dst.copy_(val.reshape(dst.shape))
+            continue
+        if not val.is_contiguous():
+            val = val.contiguous()
+        if not native:
+            import cupy
+
+            val = cupy.from_dlpack(val)
+        made[name] = val
+    return made

@@ -1,0 +1,91 @@
+"""conv2d's cuDNN vendor variant (torch_cudnn) and the default policy around it, the
+vectorized stand-alone epilogue's width, and the cost model's unaligned-cuBLAS class, without
+a GPU (tests/gpu/test_conv2d.py runs the variant on every case, dtype and layout)."""
+
+from __future__ import annotations
+
+import pytest
+
+import dnnctl.ops  # noqa: F401 - registers the ops
+from dnnctl.backends.base import DeviceInfo
+from dnnctl.ops.conv2d import vendor
+from dnnctl.ops.conv2d.cuda_base import epilogue_vec
+from dnnctl.ops.conv2d.op import geometry as geom
+from dnnctl.ops.conv2d.op import own_choice, ranked
+from dnnctl.ops.registry import get_op, get_variant
+
+H200 = DeviceInfo(backend="cupy", index=0, name="NVIDIA H200", compute_capability="9.0",
+                  sm_count=132, smem_per_block_optin=232448)
+OP = get_op("conv2d")
+VENDOR = get_variant("conv2d", "cupy", "torch_cudnn")
+STEM = dict(n=32, c=3, h=224, w=224, k=64, r=7, s=7, stride=2, pad=3, dtype="float16",
+            layout="NHWC", bias=True, activation="relu")
+
+
+def test_vendor_is_flagged_and_never_bitwise_promised():
+    assert VENDOR.vendor and not VENDOR.deterministic
+    assert VENDOR.workspace_bytes(OP.problem(STEM), {"fuse": 0}) == 0
+
+
+def test_without_cuda_torch_it_says_why_and_the_default_is_our_own():
+    why = vendor.torch_cuda_missing()
+    if why is None:
+        pytest.skip("this machine has torch with CUDA")
+    p = OP.problem(STEM)
+    ans = VENDOR.supports(p, H200)
+    assert not ans and ans.reason == why
+    assert OP.default_choice(p, "cupy", H200) == own_choice(p, "cupy", H200)
+
+
+def test_default_is_cudnn_where_torch_has_cuda(monkeypatch):
+    """The policy alone (no GPU here): where the probe says torch has CUDA, an un-tuned CUDA
+    forward runs cuDNN; backward passes and the numpy backend keep our own choice."""
+    monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
+    monkeypatch.setattr(vendor, "_has_fused_relu", lambda: True)
+    p = OP.problem(STEM)
+    choice = OP.default_choice(p, "cupy", H200)  # conv + bias + ReLU: cuDNN's fused graph
+    assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 1})
+    res = OP.problem(dict(STEM, residual=True))  # + residual after ReLU: dnnctl's epilogue
+    assert OP.default_choice(res, "cupy", H200).param_dict == {"fuse": 0}
+    assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"
+    dgrad = OP.problem(dict(STEM, bias=False, activation="none", **{"pass": "dgrad"}))
+    assert OP.default_choice(dgrad, "cupy", H200).variant.startswith("dgrad")
+    assert own_choice(p, "cupy", H200).variant != "torch_cudnn"
+
+
+@pytest.mark.parametrize(("key", "fuse_ok"), [
+    (dict(activation="relu"), True),
+    (dict(activation="relu", residual=True), False),  # dnnctl adds the residual after ReLU
+    (dict(activation="gelu"), False),
+    (dict(activation="none"), False),
+])
+def test_fused_cudnn_relu_only_where_its_order_is_ours(key, fuse_ok, monkeypatch):
+    monkeypatch.setattr(vendor, "_has_fused_relu", lambda: True)
+    p = OP.problem(dict(STEM, **key))
+    assert VENDOR.valid_params(p, {"fuse": 1}, H200) is fuse_ok
+    assert VENDOR.valid_params(p, {"fuse": 0}, H200)
+
+
+@pytest.mark.parametrize(("key", "vec"), [
+    (dict(dtype="float16", layout="NHWC", k=64), 8),   # 8 channels per 16-byte access
+    (dict(dtype="float16", layout="NHWC", k=12), 4),   # never across a pixel's channels
+    (dict(dtype="float32", layout="NHWC", k=64), 4),
+    (dict(dtype="bfloat16", layout="NHWC", k=3), 1),
+    (dict(dtype="float16", layout="NCHW", k=3), 8),    # P*Q = 112*112 pixels of a channel
+    (dict(dtype="float16", layout="NCHW", k=64, h=7, w=7, r=1, s=1, stride=1, pad=0), 1),
+])
+def test_epilogue_vector_width(key, vec):
+    assert epilogue_vec(geom(OP.problem(dict(STEM, **key)))) == vec
+
+
+def test_unaligned_cublas_rows_are_costed_as_the_fallback_they_run():
+    """fp16 NHWC im2col_gemm on the stem: patch rows of 147 halves (294 bytes) are not
+    16-byte aligned, so cuBLAS runs narrow kernels (measured 1390 us at batch 32); the model
+    must rank it below the implicit GEMMs there, and not penalize aligned rows."""
+    stem = {e.variant: e for e in reversed(ranked(OP.problem(STEM), "cupy", H200))}
+    assert "cublas_unaligned" in stem["im2col_gemm"].notes
+    assert stem["im2col_gemm"].us > 5 * stem["implicit_gemm"].us
+    assert own_choice(OP.problem(STEM), "cupy", H200).variant != "im2col_gemm"
+    aligned = dict(STEM, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1)
+    est = {e.variant: e for e in reversed(ranked(OP.problem(aligned), "cupy", H200))}
+    assert "cublas_fp16" in est["im2col_gemm"].notes
