@@ -205,3 +205,18 @@ def test_ranking_is_memoized_per_problem_and_registry():
     assert len(calls) == 2
     again.clear()  # callers get their own list
     assert memo(p, "cupy", H200, ("a",)) == first
+
+
+@pytest.mark.parametrize(("c", "h", "r", "pick"), [
+    (96, 56, 7, "depthwise_tile"),  # ConvNeXt-T: measured 82 us tiled vs 247 us per-thread
+    (240, 28, 5, "depthwise_tile"),  # EfficientNet-B0 5x5: 40 vs 46 us
+    (144, 56, 3, "depthwise"),  # MobileNetV2 3x3: the DRAM pass dominates, no re-read term
+])
+def test_depthwise_taps_reread_through_l2_on_large_filters(c, h, r, pick):
+    from dnnctl.ops.conv2d.op import own_choice
+
+    p = CONV.problem(dict(n=32, c=c, h=h, w=h, k=c, r=r, s=r, pad=r // 2, groups=c,
+                          dtype="float16", layout="NHWC"))
+    assert own_choice(p, "cupy", H200).variant == pick
+    est = {e.variant: e for e in reversed(conv_ranked(p, "cupy", H200))}
+    assert ("taps re-read through L2" in est["depthwise"].notes) == (r > 3)

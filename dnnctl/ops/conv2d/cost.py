@@ -204,7 +204,22 @@ def _stencil(variant: Any, problem: Any, params: Mapping[str, Any], dev: cm.Devi
 
 def depthwise(variant: Any, problem: Any, params: Mapping[str, Any],
               dev: cm.DeviceFacts) -> cm.Estimate:
-    return _stencil(variant, problem, params, dev, "simt")
+    """NHWC ``depthwise`` gives each thread ``tq`` outputs along a row and reads its taps
+    from L1 / L2, not from a staged tile: x crosses L2 about R * (S + tq - 1) / (tq * sh * sw)
+    times. That bounds it on large filters (the ConvNeXt 7x7 layer, batch 32 on the H200:
+    247 us against depthwise_tile's 82), where depthwise_tile / depthwise_planes read x
+    once; on 3x3 filters the DRAM pass still dominates."""
+    est = _stencil(variant, problem, params, dev, "simt")
+    g = geometry(problem)
+    if variant.name != "depthwise" or not g.nhwc:
+        return est
+    tq = max(1, int(params.get("tq", 1)))
+    x, _, _ = _bytes(g)
+    l2 = x * g.r * (g.s + tq - 1) / (tq * g.sh * g.sw) / dev.l2_bytes_per_s * 1e6
+    if l2 <= est.memory_us:
+        return est
+    return cm.total(variant.name, params, est.compute_us, l2,
+                    notes=(*est.notes, "taps re-read through L2"))
 
 
 def direct(variant: Any, problem: Any, params: Mapping[str, Any],
