@@ -40,11 +40,12 @@ THROUGHPUT: dict[str, float] = {
     # of its 989 datasheet peak (not measured here).
     "cublas_tf32": 190.0,
     # cuBLAS with a leading dimension that is not a multiple of 16 bytes: its Hopper tensor
-    # core kernels need 16-byte aligned rows, so it falls back to narrow-access kernels. The
-    # ResNet-50 batch-32 stem as fp16 NHWC im2col_gemm (M 401408, N 64, K 147, lda 147) took
-    # 1390 us (logs/2026-12-06-h200-e2e-plan-budget25.yaml); 22 puts this model's estimate
-    # of that row at 1382 us (about 5.6 TFLOP/s of useful work)
-    "cublas_unaligned": 22.0,
+    # core kernels need 16-byte aligned rows, so it falls back to older narrow-access kernels
+    # (the profiler names a cutlass sm75 kernel). The ResNet-50 batch-32 stem's GEMM as fp16
+    # NHWC im2col_gemm (M 401408, N 64, K 147, lda 147) ran 136 us on the H100
+    # (logs/2026-12-06-h100-conv-probe-before-vendor-fix.jsonl); 200 puts this model's
+    # estimate of it there (~57 TFLOP/s of useful work after the tile padding of N = 64)
+    "cublas_unaligned": 200.0,
     "cublas_fp32": 44.0,
     # our wgmma GEMM: 494 TFLOP/s best (LLaMA down m=4096, 128x256), 456-480 on squares
     "wgmma": 490.0,
@@ -107,6 +108,19 @@ STAGES_IN_FLIGHT = {"wgmma_gather": 2.5}
 # neither term), and on the 198-shape conv log 82 picks within 10 % of the best at 0.2-0.5,
 # 79 at 1.0 (benchmarks/check_heuristic.py).
 IM2COL_BW_FRACTION = 0.5
+# An NHWC patch gather copying pieces narrower than 16 bytes (few channels: the RGB stem's
+# C = 3 in fp16 moves 2-byte pieces) ran at 0.097 TB/s, 0.051 of the 16-byte rate above
+# (the stem at batch 32: 1319 us for 128 MB on the H100, same log); other widths are taken
+# on the straight line between those two points (not measured).
+IM2COL_NARROW_FRACTION = 0.051
+
+
+def im2col_fraction(piece_bytes: int) -> float:
+    """Bandwidth fraction of an NHWC patch gather moving ``piece_bytes`` per access."""
+    if piece_bytes >= 16:
+        return IM2COL_BW_FRACTION
+    t = (max(piece_bytes, 2) - 2) / 14
+    return IM2COL_BW_FRACTION * (IM2COL_NARROW_FRACTION + t * (1 - IM2COL_NARROW_FRACTION))
 # Our kernels store the output straight from the accumulator fragments (no shared-memory
 # staging): 4-8 byte scattered stores. The conv log's gemm_1x1 "s1 proj 64->256 @56" (output
 # 4x the input, K = 64) writes y at 0.42e12 elements/s in fp16 NHWC (b32: 51 MB in 66 us) and
@@ -245,8 +259,9 @@ def tiled_gemm_us(work: GemmWork, tile: Tile, tflops: float, dev: DeviceFacts
 
 def cublas_class(dtype: str, tf32: bool, aligned: bool = True) -> str:
     """THROUGHPUT key of a cuBLAS GEMM in this dtype / math; ``aligned`` False when a
-    leading dimension is not a multiple of 16 bytes (tensor-core math only)."""
-    if not aligned and (dtype != "float32" or tf32):
+    leading dimension is not a multiple of 16 bytes (measured for fp16 / bf16 only: TF32 and
+    FP32 keep their class)."""
+    if not aligned and dtype != "float32":
         return "cublas_unaligned"
     if dtype == "float32":
         return "cublas_tf32" if tf32 else "cublas_fp32"

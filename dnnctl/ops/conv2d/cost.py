@@ -149,7 +149,8 @@ def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
     col = 0.0 if identity else float(g.npq * g.crs * g.groups * eb)
     extra, launches = 0.0, 1
     if col:
-        extra += cm.pass_us(x + col, dev, cm.IM2COL_BW_FRACTION)
+        piece = eb * (params.get("vec", 1) if g.nhwc else 16)  # NCHW: not measured narrow
+        extra += cm.pass_us(x + col, dev, cm.im2col_fraction(piece))
         launches += 1
     chunk = params.get("chunk", 0) or g.n
     passes = cm.ceil_div(g.n, chunk)
