@@ -85,9 +85,11 @@ def test_ctrl_c_exits_130_and_keeps_the_journal(tmp_path):
     env = dict(os.environ, COLUMNS="200")
     env.pop("DNNCTL_PLUGINS", None)
     proc = subprocess.Popen(
+        # --sample-ms: every candidate sampled for 0.2 s, so the run lasts seconds past the
+        # second result (at the default a fast CPU finished before the signal arrived)
         [sys.executable, "-c", "from dnnctl.cli.app import main; main()", "tune", "--device",
-         "cpu"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+         "cpu", "--sample-ms", "200"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     journal = None
     while time.time() < deadline and proc.poll() is None:
