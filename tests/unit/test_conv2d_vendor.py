@@ -37,20 +37,36 @@ def test_without_cuda_torch_it_says_why_and_the_default_is_our_own():
     assert OP.default_choice(p, "cupy", H200) == own_choice(p, "cupy", H200)
 
 
-def test_default_is_cudnn_where_torch_has_cuda(monkeypatch):
-    """The policy alone (no GPU here): where the probe says torch has CUDA, an un-tuned CUDA
-    forward runs cuDNN; backward passes and the numpy backend keep our own choice."""
+@pytest.mark.parametrize(("change", "cudnn"), [
+    ({}, True),  # fp16 NHWC conv + bias + ReLU: cuDNN's fused graph (measured)
+    ({"bias": False}, True),
+    ({"dtype": "bfloat16"}, True),
+    ({"residual": True}, False),  # + residual after ReLU: our kernels
+    ({"activation": "gelu"}, False),
+    ({"activation": "none"}, False),
+    ({"layout": "NCHW"}, False),
+    ({"dtype": "float32"}, False),
+])
+def test_default_is_cudnns_fused_relu_where_measured(change, cudnn, monkeypatch):
+    """The policy alone (no GPU here): where the probe says torch has CUDA, an un-tuned
+    fp16 / bf16 NHWC conv + ReLU runs cuDNN's fused graph; the rest, the backward passes and
+    the numpy backend keep our own choice."""
     monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
     monkeypatch.setattr(vendor, "_has_fused_relu", lambda: True)
-    p = OP.problem(STEM)
-    choice = OP.default_choice(p, "cupy", H200)  # conv + bias + ReLU: cuDNN's fused graph
-    assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 1})
-    res = OP.problem(dict(STEM, residual=True))  # + residual after ReLU: dnnctl's epilogue
-    assert OP.default_choice(res, "cupy", H200).param_dict == {"fuse": 0}
+    p = OP.problem(dict(STEM, **change))
+    choice = OP.default_choice(p, "cupy", H200)
+    if cudnn:
+        assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 1})
+    else:
+        assert choice == own_choice(p, "cupy", H200)
+    assert own_choice(p, "cupy", H200).variant != "torch_cudnn"
     assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"
+
+
+def test_backward_default_keeps_our_kernels(monkeypatch):
+    monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
     dgrad = OP.problem(dict(STEM, bias=False, activation="none", **{"pass": "dgrad"}))
     assert OP.default_choice(dgrad, "cupy", H200).variant.startswith("dgrad")
-    assert own_choice(p, "cupy", H200).variant != "torch_cudnn"
 
 
 @pytest.mark.parametrize(("key", "fuse_ok"), [

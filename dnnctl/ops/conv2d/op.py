@@ -195,24 +195,32 @@ class Conv2d(Op):
 
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
-        """CUDA forward: cuDNN through torch (the ``torch_cudnn`` vendor variant, with
-        dnnctl's epilogue) wherever torch with CUDA is importable, else :func:`own_choice`.
+        """CUDA forward of a conv + ReLU (bias or not, no residual) in fp16 / bf16 NHWC:
+        cuDNN's fused conv + bias + ReLU through torch (``torch_cudnn`` with fuse=1) wherever
+        torch with CUDA is importable; everything else :func:`own_choice`.
 
-        Measured on the H200 (benchmarks/RESULTS.md): the cost model's own picks run at a
-        geomean 0.78x cuDNN on ResNet-50's layers (issue 5 table) and, on shapes the model
-        misjudges, far below it (the ResNet-50 batch-32 stem through im2col_gemm: 1390 us);
-        the tuner measures our kernels against cuDNN and plans them where they win. So an
-        un-tuned call is never slower than cuDNN by more than the epilogue pass, and a tuned
-        plan never slower than cuDNN at all. The numpy backend and the backward passes keep
-        :func:`own_choice`."""
-        if backend != "numpy" and problem.get("pass", "forward") == "forward":
+        Measured on the H100 (tools/conv_probe.py, the 12 ReLU conv layers of ResNet-50 at
+        batch 32, fp16 NHWC, benchmarks/RESULTS.md): cuDNN's fused graph ran 1.3-2.4x faster
+        than our cost model's pick on every one of them, and within rounding of torch's
+        result through this variant. The other epilogues (no activation, a residual, GELU
+        ...) and dtypes keep our own kernels until the unfused route (cuDNN then our
+        epilogue pass) has been measured; the tuner times ``torch_cudnn`` on every problem,
+        so a tuned plan takes cuDNN wherever it is fastest."""
+        if backend != "numpy" and _cudnn_relu_default(problem):
             vendor = next((v for v in variants(self.name, backend)
                            if v.name == VENDOR_DEFAULT), None)
             if vendor is not None and vendor.supports(problem, device):
-                params = vendor.default_params(problem, device)
-                if params is not None:
-                    return Choice.of(vendor.name, params)
+                fused = {"fuse": 1}
+                if vendor.valid_params(problem, fused, device):
+                    return Choice.of(vendor.name, fused)
         return own_choice(problem, backend, device)
+
+
+def _cudnn_relu_default(problem: Problem) -> bool:
+    """The problems whose un-tuned default is cuDNN's fused conv + bias + ReLU."""
+    return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
+            and not problem["residual"] and problem["layout"] == "NHWC"
+            and problem["dtype"] in ("float16", "bfloat16"))
 
 
 def own_choice(problem: Problem, backend: str, device: Any) -> Choice:
