@@ -86,10 +86,12 @@ def test_ctrl_c_exits_130_and_keeps_the_journal(tmp_path):
     env.pop("DNNCTL_PLUGINS", None)
     proc = subprocess.Popen(
         # --sample-ms: every candidate sampled for 0.2 s, so the run lasts seconds past the
-        # second result (at the default a fast CPU finished before the signal arrived)
+        # second result
         [sys.executable, "-c", "from dnnctl.cli.app import main; main()", "tune", "--device",
          "cpu", "--sample-ms", "200"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        # a shell's background job ignores SIGINT, and a child inherits that: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     journal = None
     while time.time() < deadline and proc.poll() is None:
