@@ -22,6 +22,7 @@ from typing import Any
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import parse_device, require_backend
 from dnnctl.errors import UsageError
+from dnnctl.ops import costmodel as cm
 from dnnctl.ops import registry
 from dnnctl.plan.digest import kernels_digest
 from dnnctl.plan.io import read_plan, update_plan
@@ -115,6 +116,8 @@ def tune(workload: Workload, options: TuneOptions | None = None,
                              "device": fp, "devices": slots, "workload": work.name}))
         for o in outcomes.values():
             emit(Event("problem_done", {"outcome": o, "device": None}))
+        if opts.budget_s is not None:  # the heaviest problems first: a cut run plans them
+            queue.sort(key=lambda q: -problem_weight(q[0]))
         runner = _Runner(settings, workers, aheads, journal, queue, emit, opts.budget_s, t0)
         outcomes.update(runner.run())
     except KeyboardInterrupt:
@@ -248,8 +251,30 @@ def _emitter(progress: Progress | None) -> Any:
 # ----------------------------------------------------------------------------- running
 
 
+def floor_us(problem: Any) -> float:
+    """A device-neutral lower bound of one call, from the op's roofline counts: its FLOPs at
+    cuBLAS fp16 speed or its minimum bytes at copy bandwidth, plus the fixed cost of a
+    call (the cost model's H200 constants). What orders and weighs a budgeted run's
+    problems; only the proportions between problems matter."""
+    try:
+        op = registry.get_op(problem.op)
+        flops, nbytes = float(op.flops(problem)), float(op.min_bytes(problem))
+    except Exception:  # an op without roofline counts: one fixed call
+        return cm.FIXED_US
+    return cm.FIXED_US + max(flops / (cm.THROUGHPUT["cublas_fp16"] * 1e12),
+                             nbytes / cm.HBM_BYTES_PER_S) * 1e6
+
+
+def problem_weight(item: WorkItem) -> float:
+    """The share of a model step a problem stands for: calls per step x floor_us."""
+    return max(1, item.count) * floor_us(item.problem)
+
+
 class _Runner:
-    """Hands problems to one thread per worker from a shared queue."""
+    """Hands problems to one thread per worker from a shared queue. Under a budget each
+    problem's time is half an equal share of what is left and half a share by weight
+    (:func:`problem_weight`): the heavy convolutions of a model get longer searches than
+    its small element-wise ops, and none starts with nothing."""
 
     def __init__(self, settings: Settings, workers: list[Worker],
                  aheads: list[BuildAhead | None], journal: Journal,
@@ -260,6 +285,8 @@ class _Runner:
         self.aheads = aheads
         self.journal = journal
         self.queue = collections.deque(queue)
+        self.weights = {problem_id(it.problem): problem_weight(it) for it, _ in queue}
+        self.weight_left = sum(self.weights.values())
         self.emit = emit
         self.deadline = None if budget_s is None else t0 + budget_s
         self.lock = threading.Lock()
@@ -302,6 +329,9 @@ class _Runner:
                     return
                 item, log = self.queue.popleft()
                 left = len(self.queue) + 1
+                weight = self.weights.get(problem_id(item.problem), 0.0)
+                fraction = 0.5 / left + 0.5 * weight / max(self.weight_left, 1e-9)
+                self.weight_left = max(0.0, self.weight_left - weight)
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 outcome = ProblemOutcome(item.problem, item.count, "unplanned",
                                          detail="not started: the --budget ran out",
@@ -309,17 +339,18 @@ class _Runner:
                 self.emit(Event("problem_done", {"outcome": outcome, "device": None}))
             else:
                 outcome = tuner.run(item.problem, item.count, log,
-                                    self._problem_deadline(left),
+                                    self._problem_deadline(fraction),
                                     self.deadline if self.deadline is not None else math.inf)
             with self.lock:
                 self.outcomes[problem_id(item.problem)] = outcome
 
-    def _problem_deadline(self, left: int) -> float:
-        """This problem's share of the remaining budget (all workers run in parallel)."""
+    def _problem_deadline(self, fraction: float) -> float:
+        """This problem's ``fraction`` of the remaining budget (all workers run in
+        parallel)."""
         now = time.monotonic()
         if self.deadline is None:
             return float("inf")
-        share = max(0.0, self.deadline - now) * len(self.workers) / max(left, 1)
+        share = max(0.0, self.deadline - now) * len(self.workers) * min(1.0, fraction)
         return now + share
 
 

@@ -242,3 +242,27 @@ def test_bad_usage_is_reported_before_any_work(tmp_path):
     (tmp_path / "plan.yaml").write_text("schema: dnnctl-plan/1\nsections: 3\n")
     with pytest.raises(PlanError, match="field 'sections'"):
         tune(wl, _opts(tmp_path))
+
+
+def test_a_budgeted_run_takes_the_heaviest_problems_first(tmp_path):
+    """Under --budget the queue runs by weight (calls per step x roofline floor), so a run
+    cut short has planned the problems that decide the step's time; without a budget the
+    workload's order is kept. The plan lists the problems in the workload's order either
+    way."""
+    from dnnctl.tune.tuner import problem_weight
+
+    wl = Workload("weights")
+    small = wl.add("layer_norm", {"rows": 8, "cols": 64, "dtype": "float32"})
+    heavy = wl.add("conv2d", BIG_FILTER, count=4)
+    mid = wl.add("matmul", {"m": 64, "n": 64, "k": 64, "dtype": "float32"}, count=2)
+    weights = {it.problem.op: problem_weight(it) for it in wl.items}
+    assert weights["conv2d"] > weights["matmul"] > weights["layer_norm"]
+    order: list[str] = []
+
+    def progress(event):
+        if event.kind == "problem_done" and event.data.get("outcome") is not None:
+            order.append(event.data["outcome"].problem.op)
+
+    report = tune(wl, _opts(tmp_path, budget_s=0.0), progress)
+    assert order == ["conv2d", "matmul", "layer_norm"]
+    assert [o.problem for o in report.outcomes] == [small, heavy, mid]
