@@ -1,9 +1,11 @@
 """Candidates: every (variant, parameters) that can run a problem on a device.
 
 The enumeration order is the *preference order* used to break ties: the op's default
-heuristic first (a tie keeps what would have run anyway), then variants in registration
-order with their parameters in declaration order. It is a pure function of the registry,
-the problem and the device, so the same machine always gives the same order.
+heuristic first (a tie keeps what would have run anyway), then the vendor libraries'
+candidates (cuDNN, cuBLAS, torch's SDPA backends: the bar a plan must clear, measured early
+so that a run cut by its budget has them), then the other variants in registration order
+with their parameters in declaration order. It is a pure function of the registry, the
+problem and the device, so the same machine always gives the same order.
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
         starts[variant.name] = _variant_default(variant, problem, device, set(cands[n_before:]))
         if starts[variant.name] is None:
             starts[variant.name] = cands[n_before]
+    vendors = {v.name for v in registry.variants(problem.op, backend) if v.vendor}
+    cands.sort(key=lambda c: c.variant not in vendors)  # stable: vendors first, in order
     if default is not None and default in workspace:
         cands.remove(default)
         cands.insert(0, default)

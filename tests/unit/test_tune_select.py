@@ -181,3 +181,31 @@ def test_upcoming_predicts_the_next_proposals():
     assert local.next(space, results) == predicted[0] and first not in predicted
     auto = get_strategy("auto")
     assert auto.limit(space) == len(space)  # a small space: exhaustive
+
+
+def test_vendor_libraries_are_measured_right_after_the_default():
+    """A vendor variant (a library: cuDNN, cuBLAS, SDPA) comes right after the default in
+    the preference order and is the local search's first neighbour, so a run cut short by
+    its budget has compared the default against the library. A test-only vendor variant on
+    the numpy backend stands in for one (the real ones need torch with CUDA)."""
+    from dnnctl.ops.registry import register_variant
+
+    numpy_matmul = registry.get_variant("matmul", "numpy", "numpy")
+
+    class Library(type(numpy_matmul)):
+        name = "test_library"
+        vendor = True
+        doc = "test-only: numpy's matmul flagged as a vendor library"
+
+    register_variant(Library)
+    try:
+        space, _ = _grid_space()
+        names = [c.variant for c in space.candidates]
+        assert names[0] == space.default.variant and names[1] == "test_library"
+        assert neighbours(space.default, space)[0].variant == "test_library"
+        local = get_strategy("local")
+        first = {space.default: ok(space.default, 100.0)}
+        assert local.next(space, first).variant == "test_library"
+    finally:
+        registry._VARIANTS[("matmul", "numpy")].pop("test_library")
+        registry._GENERATION[0] += 1  # memos keyed by the registry forget the stand-in

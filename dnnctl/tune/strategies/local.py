@@ -1,10 +1,11 @@
 """Local search (greedy hill climbing) over each variant's parameter grid.
 
-Start at the default heuristic; the neighbours of a candidate are the same variant with one
-parameter moved to the adjacent value of its declared list, plus every other variant at its
-own default parameters (``default_params``, else its first valid parameter set). Evaluate every neighbour of the best candidate so far; stop when the
-best has no unevaluated neighbour. Deterministic; good for large parameter spaces where the
-fast region is connected.
+Start at the default heuristic; the neighbours of a candidate are the vendor libraries'
+variants (measured first: the bar a plan must clear), the same variant with one parameter
+moved to the adjacent value of its declared list, and every other variant at its own default
+parameters (``default_params``, else its first valid parameter set). Evaluate every
+neighbour of the best candidate so far; stop when the best has no unevaluated neighbour.
+Deterministic; good for large parameter spaces where the fast region is connected.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ class LocalSearch(Strategy):
 def neighbours(cand: Candidate, space: Space) -> list[Candidate]:
     """Neighbours of ``cand`` that are in ``space``, in a fixed order."""
     present = space.order()
+    vendors = {v.name for v in registry.variants(space.problem.op) if v.vendor}
     out: list[Candidate] = []
+    seen = {cand.variant}
+    for other in space.candidates:  # the libraries first, from their own defaults
+        if other.variant in vendors and other.variant not in seen:
+            seen.add(other.variant)
+            out.append(space.starts.get(other.variant) or other)
     declared = _declared(space.problem.op, cand.variant)
     params = cand.param_dict
     for name, values in declared.items():
@@ -65,7 +72,6 @@ def neighbours(cand: Candidate, space: Space) -> list[Candidate]:
                 moved = Candidate.of(cand.variant, {**params, name: values[j]})
                 if moved in present:
                     out.append(moved)
-    seen = {cand.variant}
     for other in space.candidates:  # every other variant, from its own default parameters
         if other.variant not in seen:
             seen.add(other.variant)
