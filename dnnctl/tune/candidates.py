@@ -45,6 +45,7 @@ class Space:
     skipped: dict[str, str] = field(default_factory=dict)  # variant -> reason
     workspace: dict[Candidate, int] = field(default_factory=dict)
     starts: dict[str, Candidate] = field(default_factory=dict)  # variant -> its own default
+    vendors: frozenset[str] = frozenset()  # the variants that are a library's (vendor)
 
     def order(self) -> dict[Candidate, int]:
         return {c: i for i, c in enumerate(self.candidates)}
@@ -66,8 +67,11 @@ def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
     skipped: dict[str, str] = {}
     workspace: dict[Candidate, int] = {}
     starts: dict[str, Any] = {}
+    vendors: set[str] = set()
     limit = max_workspace if max_workspace is not None else math.inf
     for variant in registry.variants(problem.op, backend):
+        if variant.vendor:
+            vendors.add(variant.name)
         if deterministic and not variant.deterministic:
             skipped[variant.name] = "non-deterministic (--deterministic)"
             continue
@@ -93,12 +97,11 @@ def enumerate_space(problem: Problem, backend: str, device: DeviceInfo, *,
         starts[variant.name] = _variant_default(variant, problem, device, set(cands[n_before:]))
         if starts[variant.name] is None:
             starts[variant.name] = cands[n_before]
-    vendors = {v.name for v in registry.variants(problem.op, backend) if v.vendor}
     cands.sort(key=lambda c: c.variant not in vendors)  # stable: vendors first, in order
     if default is not None and default in workspace:
         cands.remove(default)
         cands.insert(0, default)
-    return Space(problem, cands, default, skipped, workspace, starts)
+    return Space(problem, cands, default, skipped, workspace, starts, frozenset(vendors))
 
 
 def _variant_default(variant: Any, problem: Problem, device: DeviceInfo,

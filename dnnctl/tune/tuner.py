@@ -116,8 +116,6 @@ def tune(workload: Workload, options: TuneOptions | None = None,
                              "device": fp, "devices": slots, "workload": work.name}))
         for o in outcomes.values():
             emit(Event("problem_done", {"outcome": o, "device": None}))
-        if opts.budget_s is not None:  # the heaviest problems first: a cut run plans them
-            queue.sort(key=lambda q: -problem_weight(q[0]))
         runner = _Runner(settings, workers, aheads, journal, queue, emit, opts.budget_s, t0)
         outcomes.update(runner.run())
     except KeyboardInterrupt:
@@ -271,10 +269,11 @@ def problem_weight(item: WorkItem) -> float:
 
 
 class _Runner:
-    """Hands problems to one thread per worker from a shared queue. Under a budget each
-    problem's time is half an equal share of what is left and half a share by weight
-    (:func:`problem_weight`): the heavy convolutions of a model get longer searches than
-    its small element-wise ops, and none starts with nothing."""
+    """Hands problems to one thread per worker from a shared queue. Under a budget the
+    heaviest problems (:func:`problem_weight`) go first, so a cut run has planned them, and
+    each problem's time is half an equal share of what is left and half a share by weight:
+    the heavy convolutions of a model get longer searches than its small element-wise ops,
+    and none starts with nothing."""
 
     def __init__(self, settings: Settings, workers: list[Worker],
                  aheads: list[BuildAhead | None], journal: Journal,
@@ -284,8 +283,10 @@ class _Runner:
         self.workers = workers
         self.aheads = aheads
         self.journal = journal
-        self.queue = collections.deque(queue)
         self.weights = {problem_id(it.problem): problem_weight(it) for it, _ in queue}
+        if budget_s is not None:
+            queue = sorted(queue, key=lambda q: -self.weights[problem_id(q[0].problem)])
+        self.queue = collections.deque(queue)
         self.weight_left = sum(self.weights.values())
         self.emit = emit
         self.deadline = None if budget_s is None else t0 + budget_s

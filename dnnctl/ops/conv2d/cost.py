@@ -203,16 +203,22 @@ def _stencil(variant: Any, problem: Any, params: Mapping[str, Any], dev: cm.Devi
     return cm.total(variant.name, params, compute, memory, notes=(cls,))
 
 
+def depthwise_staged(variant: Any, problem: Any, params: Mapping[str, Any],
+                     dev: cm.DeviceFacts) -> cm.Estimate:
+    """depthwise_tile / depthwise_planes: the input window staged on chip, x read once."""
+    return _stencil(variant, problem, params, dev, "simt")
+
+
 def depthwise(variant: Any, problem: Any, params: Mapping[str, Any],
               dev: cm.DeviceFacts) -> cm.Estimate:
     """NHWC ``depthwise`` gives each thread ``tq`` outputs along a row and reads its taps
     from L1 / L2, not from a staged tile: x crosses L2 about R * (S + tq - 1) / (tq * sh * sw)
     times. That bounds it on large filters (the ConvNeXt 7x7 layer, batch 32 on the H200:
-    247 us against depthwise_tile's 82), where depthwise_tile / depthwise_planes read x
-    once; on 3x3 filters the DRAM pass still dominates."""
-    est = _stencil(variant, problem, params, dev, "simt")
+    247 us against depthwise_tile's 82), where the staged kernels read x once; on 3x3
+    filters the DRAM pass still dominates. NCHW runs its spatial-tiled kernel (staged)."""
+    est = depthwise_staged(variant, problem, params, dev)
     g = geometry(problem)
-    if variant.name != "depthwise" or not g.nhwc:
+    if not g.nhwc:
         return est
     tq = max(1, int(params.get("tq", 1)))
     x, _, _ = _bytes(g)
@@ -253,8 +259,8 @@ COSTS: dict[str, cm.CostFn] = {
     "im2col_gemm": im2col_gemm,
     "winograd": winograd,
     "depthwise": depthwise,
-    "depthwise_planes": depthwise,
-    "depthwise_tile": depthwise,
+    "depthwise_planes": depthwise_staged,
+    "depthwise_tile": depthwise_staged,
     "direct": direct,
     "fft": fft,
 }

@@ -105,55 +105,35 @@ def epilogue_vec(g: ConvGeom) -> int:
 class Epilogue:
     """The in-place epilogue kernel y = residual + act(y + bias) for ``g``'s dtype and
     layout, vectorized (:func:`epilogue_vec`) where y and the residual are aligned for it.
-    ``pointers``: launched through the CUDA seam (any arrays with a device pointer: torch
-    tensors too), not through the runtime's functions (CuPy arrays, the CPU emulator)."""
+    Launched through the CUDA seam: any arrays with a device pointer (CuPy, torch), the CPU
+    emulator's too."""
 
-    def __init__(self, rt: Any, g: ConvGeom, pointers: bool = False):
-        self.rt, self.g, self.vec, self.pointers = rt, g, epilogue_vec(g), pointers
+    def __init__(self, rt: Any, g: ConvGeom):
+        self.rt, self.g, self.vec = rt, g, epilogue_vec(g)
         self.total = g.n * g.k * g.p * g.q
-        self.fns: dict[int, Any] = {}
-        self.fn(self.vec)
+        self.launches: dict[int, Any] = {}
+        self.launch(self.vec)
 
-    def fn(self, vec: int) -> Any:
-        if vec not in self.fns:
+    def launch(self, vec: int) -> Any:
+        if vec not in self.launches:
             g = self.g
-            defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc),
-                       "VEC": vec}
-            if self.pointers:
-                from dnnctl.backends.registry import get_backend
-
-                mod = get_backend("cupy").compile_module("conv2d/epilogue.cu", defines=defines)
-                self.fns[vec] = cuda.launch(mod, "conv_epilogue_inplace",
-                                            self.grid(vec), (256, 1, 1))
-            else:
-                self.fns[vec] = self.rt.function("conv2d/epilogue.cu", defines,
-                                                 "conv_epilogue_inplace")
-        return self.fns[vec]
-
-    def grid(self, vec: int) -> tuple[int, int, int]:
-        return _cuda.grid1d(self.total // vec, 256, 65535 * 8)
+            fn = self.rt.function("conv2d/epilogue.cu",
+                                  {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype],
+                                   "NHWC": int(g.nhwc), "VEC": vec}, "conv_epilogue_inplace")
+            self.launches[vec] = cuda.Launch(
+                fn, _cuda.grid1d(self.total // vec, 256, 65535 * 8), (256, 1, 1))
+        return self.launches[vec]
 
     def __call__(self, y: Any, inputs: Mapping[str, Any]) -> None:
+        """y = residual + act(y + bias), in place over all of y (after a library's GEMM /
+        convolution)."""
         g = self.g
         bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
         vec, step = self.vec, self.vec * np_dtype(g.dtype).itemsize
         if vec > 1 and (cuda.ptr(y) % step or (g.residual and cuda.ptr(res) % step)):
             vec = 1  # a view at an odd offset: scalar accesses
-        args = (y, bias, res, np.int64(self.total), *_cuda.i32(g.k, g.p * g.q), act, flags)
-        if self.pointers:
-            self.fn(vec)(args)
-        else:
-            self.fn(vec)(self.grid(vec), (256, 1, 1), args)
-
-
-def epilogue_fn(rt: Any, g: ConvGeom) -> Epilogue:
-    """The in-place epilogue kernel for ``g``'s dtype and layout."""
-    return Epilogue(rt, g)
-
-
-def run_epilogue(fn: Epilogue, g: ConvGeom, y: Any, inputs: Mapping[str, Any]) -> None:
-    """y = residual + act(y + bias), in place over all of y (after a library's GEMM / conv)."""
-    fn(y, inputs)
+        self.launch(vec)((y, bias, res, np.int64(self.total), *_cuda.i32(g.k, g.p * g.q),
+                          act, flags))
 
 
 def epilogue_kernel(run: Any, g: ConvGeom, tail: tuple[Any, ...]) -> Any:

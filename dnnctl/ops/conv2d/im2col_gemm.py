@@ -23,12 +23,11 @@ from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import (
     SUPPORTED,
     CudaConv,
+    Epilogue,
     Workspace,
     batch_chunk,
-    epilogue_fn,
     image_chunks,
     io_dtype,
-    run_epilogue,
 )
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
@@ -125,7 +124,7 @@ class CudaIm2colGemm(CudaConv):
 
         if not identity:
             im2col_fn(vec)
-        epi = epilogue_fn(rt, g) if _cuda.needs_epilogue(g) else None
+        epi = Epilogue(rt, g) if _cuda.needs_epilogue(g) else None
         pq, crs = g.p * g.q, g.cg * g.r * g.s
 
         def patches(x: Any, col: Any, n0: int, cnt: int) -> None:
@@ -165,6 +164,6 @@ class CudaIm2colGemm(CudaConv):
                     patches(x, col, n0, cnt)
                 gemm(x, w, y, col, n0, cnt)
             if epi is not None:
-                run_epilogue(epi, g, y, inputs)
+                epi(y, inputs)
 
         return kernel

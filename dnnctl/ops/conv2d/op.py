@@ -207,6 +207,7 @@ class Conv2d(Op):
         epilogue pass) has been measured; the tuner times ``torch_cudnn`` on every problem,
         so a tuned plan takes cuDNN wherever it is fastest."""
         if backend != "numpy" and _cudnn_relu_default(problem):
+            # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
             vendor = next((v for v in variants(self.name, backend)
                            if v.name == VENDOR_DEFAULT), None)
             if vendor is not None and vendor.supports(problem, device):

@@ -26,13 +26,7 @@ from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import CudaConv, Epilogue
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
-from dnnctl.ops.torch_vendor import (
-    deliver,
-    on_stream,
-    tensor,
-    torch_cuda_missing,
-    torch_tensor_type,
-)
+from dnnctl.ops.torch_vendor import deliver, on_stream, tensor, torch_cuda_missing
 
 
 def _has_fused_relu() -> bool:
@@ -88,11 +82,9 @@ class TorchCudnnConv(CudaConv):
         stride, dilation, groups = [g.sh, g.sw], [g.dh, g.dw], g.groups
         conv = torch.ops.aten.convolution.default
         conv_relu = torch.cudnn_convolution_relu if fused else None
-        epi = (Epilogue(_cuda.runtime(), g, pointers=True)
-               if not fused and _cuda.needs_epilogue(g) else None)
+        epi = Epilogue(_cuda.runtime(), g) if not fused and _cuda.needs_epilogue(g) else None
         tf32 = g.tf32 if g.dtype == "float32" else None
         cudnn = torch.backends.cudnn
-        native_kind = torch_tensor_type()
         nhwc = g.nhwc
 
         def run(inputs: Mapping[str, Any]) -> Any:
@@ -116,7 +108,7 @@ class TorchCudnnConv(CudaConv):
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> dict[str, Any]:
-            native = isinstance(inputs["x"], native_kind)
+            native = isinstance(inputs["x"], torch.Tensor)
             with on_stream(native):
                 if tf32 is None:
                     y = run(inputs)

@@ -54,11 +54,10 @@ class LocalSearch(Strategy):
 def neighbours(cand: Candidate, space: Space) -> list[Candidate]:
     """Neighbours of ``cand`` that are in ``space``, in a fixed order."""
     present = space.order()
-    vendors = {v.name for v in registry.variants(space.problem.op) if v.vendor}
     out: list[Candidate] = []
     seen = {cand.variant}
     for other in space.candidates:  # the libraries first, from their own defaults
-        if other.variant in vendors and other.variant not in seen:
+        if other.variant in space.vendors and other.variant not in seen:
             seen.add(other.variant)
             out.append(space.starts.get(other.variant) or other)
     declared = _declared(space.problem.op, cand.variant)
