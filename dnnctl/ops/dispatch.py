@@ -170,7 +170,12 @@ def adopting(kern: Kernel) -> bool:
     lacks some of the op's outputs, writes those present as usual and returns a dict of
     the missing ones it made -- C-contiguous, of the output specs' shapes and dtypes, and
     of the kind of the arrays it was given (the caller's with ``flat_io``, else backend
-    arrays). A library that allocates its own results then needs no copy into ours."""
+    arrays). A library that allocates its own results then needs no copy into ours.
+
+    A ``strided_io`` kernel (also ``flat_io``) takes the caller's arrays as they are, of
+    any strides (a library that reads strides itself: torch's SDPA), where the parse would
+    copy them for the others; it may return a torch caller strided outputs (a library's
+    own layout, as torch's op returns it), of the specs' shapes and dtypes."""
     return bool(getattr(kern, "adopts", False))
 
 
@@ -266,8 +271,10 @@ class CallSpec:
 
 
 # a built kernel as a site keeps it: (kernel, takes the caller's arrays as they are,
-# adopts its outputs)
-Built = tuple[Kernel, bool, bool]
+# adopts its outputs); the middle one is STRIDED for a ``strided_io`` kernel, which takes
+# them as they are even where the parse copies them for the others
+Built = tuple[Kernel, Any, bool]
+STRIDED = 2
 
 
 class Site:
@@ -316,7 +323,10 @@ class Site:
     # -- kernel choice
     def _built(self, choice: Choice) -> Built:
         kern = kernel_for(self.problem, self.adapter.backend, self.device, choice)
-        return kern, self.pointer and bool(getattr(kern, "flat_io", False)), adopting(kern)
+        flat = self.pointer and bool(getattr(kern, "flat_io", False))
+        if flat and self.flat_inputs and getattr(kern, "strided_io", False):
+            flat = STRIDED  # the caller's arrays as they are, even where parse made copies
+        return kern, flat, adopting(kern)
 
     def kernel(self, plan: PlanLike | None) -> Built:
         """(kernel, takes the caller's arrays as they are, adopts its outputs): the plan's
@@ -377,7 +387,7 @@ class Site:
                 for name, shape, dtype, like in self.outputs:
                     outs[name] = (self.empty(shape, dtype) if like < 0
                                   else self.empty_like(arrays[like]))
-            if flat and self.prepare is None:
+            if flat == STRIDED or (flat and self.prepare is None):
                 ins = {}
                 for name, i in self.flat_inputs:
                     a = arrays[i]
@@ -395,7 +405,7 @@ class Site:
             made = kern(ins, kouts, self.attrs)
             if adopt:
                 self._adopt(made, outs, kouts, flat)
-            if self.finish is not None:
+            if self.finish is not None and flat != STRIDED:
                 done = self.finish(kouts, self._backend(arrays))
                 conv = self.adapter.from_backend
                 if done.__class__ is tuple:

@@ -444,9 +444,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
         if q.dim() != 4 or (not enable_gqa and k.shape[1] != q.shape[1]):
             raise ShapeError("attention: (B, H, S, D) tensors with equal heads, or "
                              "enable_gqa=True")
-        out, lse = call(dops.attention, (q.contiguous(), k.contiguous(), v.contiguous()),
-                        causal=bool(is_causal), scale=scale, return_lse=True,
-                        plan=_plan(plan))
+        # as they are: torch's SDPA (a vendor candidate) reads strides, so the views of a
+        # packed qkv cost no copy there; dnnctl's kernels get dense copies from the pipeline
+        out, lse = call(dops.attention, (q, k, v), causal=bool(is_causal), scale=scale,
+                        return_lse=True, plan=_plan(plan))
         return out, lse
 
     return _dnn("attention", q, run, lambda: keys.attention(q, k, v, is_causal, scale),

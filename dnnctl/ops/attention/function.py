@@ -188,8 +188,9 @@ def _pipeline(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> dis
     def finish(kouts: dict[str, Any], back: tuple[Any, ...]) -> Any:
         return tuple(kouts[n] for n in result) if isinstance(result, tuple) else kouts[result]
 
-    return dispatch.Parsed("attention", p.key, (), outputs, attrs=p.attrs, prepare=prepare,
-                           finish=finish)
+    # inputs too: a strided_io kernel (torch's SDPA) takes the arrays as they are
+    return dispatch.Parsed("attention", p.key, inputs, outputs, attrs=p.attrs,
+                           result=result, prepare=prepare, finish=finish)
 
 
 _ATTENTION = CallSpec("attention", _pipeline)
