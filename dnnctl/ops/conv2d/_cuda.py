@@ -35,8 +35,14 @@ EPI_FLAG_BIAS, EPI_FLAG_RESIDUAL = codes.EPI_FLAG["bias"], codes.EPI_FLAG["resid
 
 
 def cuda_type(dtype: Any) -> int:
-    """cudaDataType of an array dtype."""
-    name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
+    """cudaDataType of an array dtype (NumPy / CuPy, or torch's: a torch caller's tensors
+    reach the pointer-only kernels as they are)."""
+    if isinstance(dtype, str):
+        name = dtype
+    elif type(dtype).__module__.startswith("torch"):
+        name = str(dtype).removeprefix("torch.")
+    else:
+        name = str(np.dtype(dtype))
     table = {"float32": CUDA_R_32F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF,
              "complex64": CUDA_C_32F}
     if name not in table:

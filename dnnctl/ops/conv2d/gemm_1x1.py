@@ -124,6 +124,7 @@ class Gemm1x1(TiledConv):
                 a, b = (x, w) if g.nhwc else (w, x)
                 run(a, b, outputs["y"], inputs.get("bias"), inputs.get("residual"))
 
+            kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only (make_gemm)
             return kernel
         return _strided(g, cfg, params["splitk"], device)
 

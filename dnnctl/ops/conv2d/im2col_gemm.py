@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import (
@@ -51,16 +52,23 @@ def col_geo(g: ConvGeom) -> tuple[np.int32, ...]:
                      g.groups)
 
 
+_LAUNCHES: dict[tuple[Any, tuple[int, int, int]], cuda.Launch] = {}
+
+
 def im2col(fn: Any, g: ConvGeom, x: Any, col: Any, n0: int, cnt: int, vec: int = 1) -> None:
     """Launch im2col.cu's ``fn`` (built for ``vec`` channels per access in NHWC): the patch
-    matrix of images n0:n0+cnt of x into col."""
-    args = (x, col, *_cuda.i32(n0, cnt), *col_geo(g))
+    matrix of images n0:n0+cnt of x into col (any arrays with a device pointer: a torch
+    caller's tensors as they are)."""
     pq = g.p * g.q
     if g.nhwc:
         blocks = _cuda.grid1d(g.groups * cnt * pq * (g.cg // vec), 256, 65535)[0]
-        fn((blocks, g.r * g.s, 1), (256, 1, 1), args)
+        grid = (blocks, g.r * g.s, 1)
     else:
-        fn((min(-(-pq // 256), 65535), g.cg * g.r * g.s, cnt * g.groups), (256, 1, 1), args)
+        grid = (min(-(-pq // 256), 65535), g.cg * g.r * g.s, cnt * g.groups)
+    launch = _LAUNCHES.get((fn, grid))
+    if launch is None:
+        launch = _LAUNCHES[(fn, grid)] = cuda.Launch(fn, grid, (256, 1, 1))
+    launch((x, col, *_cuda.i32(n0, cnt), *col_geo(g)))
 
 
 @register_variant
@@ -166,4 +174,5 @@ class CudaIm2colGemm(CudaConv):
             if epi is not None:
                 epi(y, inputs)
 
+        kernel.flat_io = True  # type: ignore[attr-defined]  # pointers (and dtypes) only
         return kernel
