@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
+from dnnctl.ops.conv2d.function import conv2d_channels_last
 from dnnctl.ops.registry import get_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
@@ -166,11 +167,10 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     act = None if activation == "none" else activation
 
     def run() -> torch.Tensor:
-        if nhwc:
-            res = None if residual is None else nhwc_view(residual)
-            y = call(dops.conv2d, (nhwc_view(x), nhwc_view(w), bias), stride=st, padding=pad,
-                     dilation=dil, groups=groups, activation=act, residual=res,
-                     layout="NHWC", plan=_plan(plan))
+        if nhwc:  # the tensors as they are (no per-call views): channels-last memory
+            y = call(conv2d_channels_last, (x, w, bias), stride=st, padding=pad,
+                     dilation=dil, groups=groups, activation=act, residual=residual,
+                     plan=_plan(plan))
             return nchw_of(y)
         res = None if residual is None else residual.contiguous()
         return call(dops.conv2d, (x.contiguous(), w.contiguous(), bias), stride=st,

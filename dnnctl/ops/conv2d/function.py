@@ -114,6 +114,49 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
 _CONV2D = CallSpec("conv2d", _parse)
 
 
+def _nhwc(a: Any) -> Any:
+    """The (N, H, W, C) view of a logical (N, C, H, W) array (no copy)."""
+    return a.transpose(0, 2, 3, 1)
+
+
+def _parse_channels_last(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
+    """The NHWC problem of logical (N, C, H, W) x / w / residual stored channels-last (torch
+    ``channels_last`` tensors as they are): pointer kernels read the arrays themselves (the
+    NHWC memory), the others get their (N, H, W, C) views, and only an array that is not
+    stored channels-last is copied. Kernels see ``attrs["channels_last"]``."""
+    x, w, b, r = arrays
+    for name, a in (("x", x), ("w", w), ("residual", r)):
+        if a is not None and len(a.shape) != 4:
+            raise ShapeError(f"conv2d: {name} has shape {_shape(a)}, expected 4 dims "
+                             "(N, C, H, W) stored channels-last")
+    views = (_nhwc(x), _nhwc(w), b, None if r is None else _nhwc(r))
+    parsed = _parse(views, (*scalars[:5], "NHWC", scalars[6]), xp)
+    if parsed.prepare is None:
+        inputs = (("x", 0, _nhwc), ("w", 1, _nhwc), ("bias", 2, None), ("residual", 3, _nhwc))
+        return Parsed("conv2d", parsed.key, inputs, parsed.outputs,
+                      attrs={"channels_last": True})
+    prepare = parsed.prepare
+
+    def prepare_views(back: tuple[Any, ...]) -> dict[str, Any]:
+        return prepare(tuple(a if a is None or len(a.shape) != 4 else _nhwc(a) for a in back))
+
+    return Parsed("conv2d", parsed.key, (), parsed.outputs, prepare=prepare_views)
+
+
+_CONV2D_CL = CallSpec("conv2d", _parse_channels_last)
+
+
+def conv2d_channels_last(x: Any, w: Any, bias: Any = None, stride: Sequence[int] = (1, 1),
+                         padding: Sequence[int] = (0, 0), dilation: Sequence[int] = (1, 1),
+                         groups: int = 1, activation: str | None = None, residual: Any = None,
+                         tf32: bool = False, plan: PlanLike | None = None) -> Any:
+    """conv2d (layout NHWC) of logical (N, C, H, W) ``x``, ``w`` and ``residual`` stored
+    channels-last, as torch's ``channels_last`` tensors are, with no view made per call:
+    what :mod:`dnnctl.torch` calls. The result is y's (N, P, Q, K) array."""
+    return call(_CONV2D_CL, (x, w, bias, residual),
+                (stride, padding, dilation, groups, activation, "NHWC", bool(tf32)), plan)
+
+
 def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
            padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1, activation: str | None = None, residual: Any = None,

@@ -8,8 +8,9 @@ kernels/conv2d/epilogue.cu, so its numerics are the other variants'. With ``fuse
 conv + bias + ReLU problem runs ``torch.cudnn_convolution_relu`` instead: one cuDNN fusion
 graph, no separate pass.
 
-NHWC problems hand torch the channels-last views of x (N, H, W, C) and w (K, R, S, C/g); the
-result comes back channels-last, so its NHWC view needs no copy. Asymmetric padding is
+NHWC problems hand torch the channels-last views of x (N, H, W, C) and w (K, R, S, C/g) (a
+torch caller's channels-last tensors as they are: ``attrs["channels_last"]``); the result
+comes back channels-last, so its NHWC view needs no copy. Asymmetric padding is
 applied by ``F.pad`` first (one more pass). float32 problems set cuDNN's TF32 switch to the
 key's ``tf32`` for the call. The kernel reads pointers only (``flat_io``) and adopts torch's
 output (``adopts``): see dnnctl.ops.torch_vendor. A tuned plan names this variant where cuDNN
@@ -87,9 +88,9 @@ class TorchCudnnConv(CudaConv):
         cudnn = torch.backends.cudnn
         nhwc = g.nhwc
 
-        def run(inputs: Mapping[str, Any]) -> Any:
+        def run(inputs: Mapping[str, Any], cl: bool) -> Any:
             x, w = tensor(inputs["x"]), tensor(inputs["w"])
-            if nhwc:  # torch's (N, C, H, W) / (K, C/g, R, S) channels-last views
+            if nhwc and not cl:  # torch's (N, C, H, W) / (K, C/g, R, S) channels-last views
                 x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
             if pad4 is not None:
                 x = F.pad(x, pad4)
@@ -109,14 +110,16 @@ class TorchCudnnConv(CudaConv):
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> dict[str, Any]:
             native = isinstance(inputs["x"], torch.Tensor)
+            # a channels-last call's torch tensors are already (N, C, H, W) views
+            cl = native and bool(attrs.get("channels_last"))
             with on_stream(native):
                 if tf32 is None:
-                    y = run(inputs)
+                    y = run(inputs, cl)
                 else:
                     old = cudnn.allow_tf32
                     cudnn.allow_tf32 = tf32
                     try:
-                        y = run(inputs)
+                        y = run(inputs, cl)
                     finally:
                         cudnn.allow_tf32 = old
                 return deliver(outputs, {"y": y}, native)
