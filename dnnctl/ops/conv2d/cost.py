@@ -291,3 +291,32 @@ def rank(problem: Any, backend: str, device: Any) -> list[cm.Estimate]:
 
 
 rank_memo = cm.memo_rank(rank)
+
+
+# Host time of one eager call of each cuDNN route through torch, from the H200 profile of
+# patched ResNet-50 at batch 32 (tools/e2e_profile.py, torch 2.11, 2026-12-06):
+# aten::cudnn_convolution_relu took 64 us of host self time per call (2118 us over 33
+# calls), aten::cudnn_convolution 19 us (eager's 53 calls); its dispatch wrappers and
+# dnnctl's epilogue launch bring the unfused route to about 30 us.
+CUDNN_FUSED_HOST_US = 64.0
+CUDNN_UNFUSED_HOST_US = 30.0
+
+
+def cudnn_fused_pays(problem: Any, device: Any) -> bool:
+    """Whether cuDNN's fused conv + bias + ReLU (one graph, ~64 us of host time per call)
+    beats cuDNN's convolution + dnnctl's epilogue pass (~30 us) for an eager caller, whose
+    host and GPU work overlap, so that a call costs about max(host, GPU) time: the fused
+    route saves the epilogue's pass over y (read + write), the unfused one ~34 us of host
+    time. cuDNN's convolution is priced as cuBLAS's GEMM of the implicit-GEMM shape; the
+    fused route wins once that plus the saved pass exceeds its host time (large
+    convolutions, large batches), the unfused one on the short calls of small batches,
+    where the fused graph's set-up would leave the GPU waiting."""
+    g = geometry(problem)
+    dev = cm.device_facts(device)
+    x, w, y = _bytes(g)
+    eb = ELEM[g.dtype]
+    cls = cm.cublas_class(g.dtype, g.tf32)
+    compute, memory, _ = cm.cublas_us(g.npq, g.kg, g.crs, g.groups, cls, dev, x + w + y, eb)
+    gpu = max(compute, memory)
+    unfused = gpu + cm.pass_us(2 * y, dev) + cm.LAUNCH_US
+    return max(CUDNN_FUSED_HOST_US, gpu) < max(CUDNN_UNFUSED_HOST_US, unfused)

@@ -196,24 +196,29 @@ class Conv2d(Op):
     # -- heuristic
     def default_choice(self, problem: Problem, backend: str, device: Any) -> Choice:
         """CUDA forward of a conv + ReLU (bias or not, no residual) in fp16 / bf16 NHWC:
-        cuDNN's fused conv + bias + ReLU through torch (``torch_cudnn`` with fuse=1) wherever
-        torch with CUDA is importable; everything else :func:`own_choice`.
+        cuDNN through torch (``torch_cudnn``) wherever torch with CUDA is importable, fused
+        with the bias and ReLU (fuse=1) where the call is long enough to hide the fused
+        graph's host time, else cuDNN's convolution + dnnctl's epilogue pass (fuse=0; see
+        cost.cudnn_fused_pays); everything else :func:`own_choice`.
 
         Measured on the H100 (tools/conv_probe.py, the 12 ReLU conv layers of ResNet-50 at
         batch 32, fp16 NHWC, benchmarks/RESULTS.md): cuDNN's fused graph ran 1.3-2.4x faster
-        than our cost model's pick on every one of them, and within rounding of torch's
-        result through this variant. The other epilogues (no activation, a residual, GELU
-        ...) and dtypes keep our own kernels until the unfused route (cuDNN then our
-        epilogue pass) has been measured; the tuner times ``torch_cudnn`` on every problem,
-        so a tuned plan takes cuDNN wherever it is fastest."""
+        on the GPU than our cost model's pick on every one of them, and within rounding of
+        torch's result through this variant; patched ResNet-50 on the H200 spent 0.6x
+        eager's GPU time with it, but its host time (64 us per fused call) made the
+        forward host-bound. The other epilogues (no activation, a residual, GELU ...) and
+        dtypes keep our own kernels; the tuner times ``torch_cudnn`` on every problem, so a
+        tuned plan takes cuDNN wherever it is fastest."""
         if backend != "numpy" and _cudnn_relu_default(problem):
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
             vendor = next((v for v in variants(self.name, backend)
                            if v.name == VENDOR_DEFAULT), None)
             if vendor is not None and vendor.supports(problem, device):
-                fused = {"fuse": 1}
-                if vendor.valid_params(problem, fused, device):
-                    return Choice.of(vendor.name, fused)
+                from dnnctl.ops.conv2d import cost
+
+                params = {"fuse": int(cost.cudnn_fused_pays(problem, device))}
+                if vendor.valid_params(problem, params, device):
+                    return Choice.of(vendor.name, params)
         return own_choice(problem, backend, device)
 
 
