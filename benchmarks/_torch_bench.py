@@ -37,15 +37,17 @@ def wall_us(fn: Callable[[], Any], n: int = 2000, repeats: int = 7) -> float:
     return statistics.median(samples)
 
 
-def kernel_us(fn: Callable[[], Any], samples: int = 50) -> float:
-    """GPU time of one call from CUDA events, with the GPU kept busy (torch.cuda._sleep) so
-    that host overhead is hidden: what the kernel(s) of the call cost on the device."""
+def kernel_us(fn: Callable[[], Any], samples: int = 50, sleep_cycles: int = 2_000_000
+              ) -> float:
+    """GPU time of one call from CUDA events, with the GPU kept busy (torch.cuda._sleep of
+    ``sleep_cycles``, longer than the call's host time) so that host overhead is hidden:
+    what the kernel(s) of the call cost on the device."""
     import torch
 
     times = []
     for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(2_000_000)
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         fn()
         end.record()

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import _torch_bench as tb  # noqa: E402
 import models  # noqa: E402
 
 
@@ -33,18 +34,7 @@ def _wall_ms(fn, n: int = 10) -> float:
 
 def _gpu_only_ms(fn, n: int = 5) -> float:
     """Forward time with the host running ahead (a long sleep queued first): GPU time only."""
-    import torch
-
-    times = []
-    for _ in range(n):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(200_000_000)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+    return tb.kernel_us(fn, samples=n, sleep_cycles=200_000_000) / 1e3
 
 
 def _profile(fn, label: str, top: int) -> None:
