@@ -72,14 +72,14 @@ def on_stream(native: bool) -> Any:
 
 
 def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool,
-            strided: bool = False) -> dict[str, Any]:
+            strided: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write the library's ``results`` into the ``outputs`` passed (one copy each) and
     return the others as adopted outputs: C-contiguous (a copy only where the library's
     tensor is a strided view), a CuPy view for a CuPy caller (over the tensor's memory,
     which it keeps alive: no DLPack exchange, which costs ~28 us of host time per output on
-    the H200 and so would bias the tuner's timing of a short vendor call). ``strided``
-    (a ``strided_io`` kernel's torch caller): the library's layout as it is, no copy, as
-    torch's own op returns it. Call on the call's stream."""
+    the H200 and so would bias the tuner's timing of a short vendor call). The outputs
+    named in ``strided`` keep the library's layout for a torch caller (a ``strided_io``
+    kernel's), no copy, as torch's own op returns them. Call on the call's stream."""
     made = {}
     for name, val in results.items():
         dst = outputs.get(name)
@@ -87,7 +87,7 @@ def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool
             dst = tensor(dst)
             dst.copy_(val.reshape(dst.shape))
             continue
-        if not (strided and native) and not val.is_contiguous():
+        if not (native and name in strided) and not val.is_contiguous():
             val = val.contiguous()
         if not native:
             import cupy

@@ -96,11 +96,13 @@ class _TorchBase(CupyAttention):
             with on_stream(native):
                 out, lse = run(q, k, v, inputs, attn_scale(p, attrs))
                 return deliver(outputs, {"out": self.layout(p, out),
-                                         "lse": lse.reshape(lse_rows)}, native, strided=True)
+                                         "lse": lse.reshape(lse_rows)}, native,
+                               strided=("out",))
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         # torch's SDPA reads strides: a torch caller's q / k / v as they are (a packed qkv's
         # views), and its out in torch's own layout (B, S, H, D) memory, as SDPA returns it
+        # (lse dense: the backward's and the tests' row layout)
         kernel.strided_io = True  # type: ignore[attr-defined]
         kernel.adopts = True  # type: ignore[attr-defined]  # the library's out / lse
         return kernel
