@@ -24,8 +24,11 @@ from dnnctl.plan.io import read_plan
 from dnnctl.plan.schema import Plan, PlanEntry, Section
 from dnnctl.workloads import short_key
 
-# variants that call a vendor library (cuBLAS, cuDNN) rather than dnnctl's own kernels
-VENDOR_VARIANTS = frozenset({"cublas", "cublaslt", "cudnn"})
+
+def is_vendor(op: str, variant: str) -> bool:
+    """The variant calls a vendor library (cuBLAS, cuDNN, torch's backends) rather than
+    dnnctl's own kernels: its registry flag, on any backend."""
+    return any(v.vendor for v in registry.variants(op) if v.name == variant)
 
 
 def key_text(entry: PlanEntry) -> str:
@@ -44,10 +47,10 @@ def entry_row(entry: PlanEntry) -> dict[str, Any]:
                       "p20_us": entry.stats.p20_us, "p80_us": entry.stats.p80_us})
     for role, alt in (("runner-up", entry.runner_up), ("default", entry.default)):
         if alt is not None and alt.median_us:
-            cands.append({"role": "vendor" if alt.choice.variant in VENDOR_VARIANTS
+            cands.append({"role": "vendor" if is_vendor(entry.problem.op, alt.choice.variant)
                           else role, "label": alt.choice.label(), "median_us": alt.median_us})
     vendor = [c["median_us"] for c in cands if c["role"] == "vendor"]
-    if entry.choice.variant in VENDOR_VARIANTS and med:
+    if is_vendor(entry.problem.op, entry.choice.variant) and med:
         vendor.append(med)
     return {"op": entry.problem.op, "label": f"{entry.problem.op} {key_text(entry)}",
             "choice": entry.choice.label(), "median_us": med, "candidates": cands,

@@ -34,8 +34,6 @@ from dnnctl.torch._tensors import DNN_DTYPES, to_numpy
 
 # (op, pass) -> calls, per path ("dnnctl" / "torch")
 BACKWARD_PATHS: Counter[tuple[str, str, str]] = Counter()
-# variants that call a vendor library although not flagged ``vendor`` (torch runs the same)
-_LIBRARY_VARIANTS = {("matmul", "cublas")}
 
 Keys = dict[str, tuple[str, dict[str, Any]]]  # pass label -> (dnnctl op, key)
 
@@ -82,7 +80,7 @@ def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool
     else:
         choice = plan.lookup(problem, backend, device)
     own = False
-    if choice is not None and (op, choice.variant) not in _LIBRARY_VARIANTS:
+    if choice is not None:
         try:
             own = not get_variant(op, backend, choice.variant).vendor
         except DnnctlError:

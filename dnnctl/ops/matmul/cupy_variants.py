@@ -249,6 +249,7 @@ class CublasMatmul(CupyMatmul):
     """cuBLAS (through CuPy's bindings) with our epilogue kernel."""
 
     name = "cublas"
+    vendor = True  # cuBLAS's GEMM; our epilogue kernel after it
     source = "gemm/epilogue.cu"
     doc = "cublasGemmStridedBatchedEx (fp32 compute; TF32 if allowed) + our fused epilogue"
 
