@@ -22,7 +22,9 @@ ACT: dict[str, int] = {"none": 0, "relu": 1, "leaky_relu": 2, "gelu": 3, "gelu_t
 
 BIAS_MODE: dict[str, int] = {"none": 0, "col": 1, "row": 2}
 OUT_MODE: dict[str, int] = {"store": 0, "partial": 1, "atomic": 2, "fused": 3}
-EPI_FLAG: dict[str, int] = {"bias": 1, "residual": 2}
+EPI_FLAG: dict[str, int] = {"bias": 1, "residual": 2, "res_before_act": 4}
+# EPI_RES of the GEMM-core kernels (dnnctl::ResMode, epilogue.cuh)
+RES_MODE: dict[str, int] = {"none": 0, "after_act": 1, "before_act": 2}
 
 CUDA_R: dict[str, int] = {"float32": 0, "float16": 2, "complex64": 4, "bfloat16": 14}
 CUBLAS_COMPUTE: dict[str, int] = {"32F": 68, "32F_FAST_TF32": 77}

@@ -1,4 +1,5 @@
-// conv2d stand-alone epilogue, in place: y = residual + act(y + bias[k]).
+// conv2d stand-alone epilogue, in place: y = residual + act(y + bias[k]), or
+// act(y + bias[k] + residual) with conv::EPI_FLAG_RES_BEFORE_ACT.
 // Used after a library wrote the raw convolution into y (im2col_gemm's cuBLAS GEMM, the
 // cuDNN vendor variant). Defines: DNNCTL_DTYPE, NHWC (0/1), VEC (elements per access, default
 // 1). With VEC > 1 the host guarantees that y and residual are VEC-aligned and that one
@@ -28,14 +29,17 @@ conv_epilogue_inplace(elem_t* __restrict__ y, const elem_t* __restrict__ bias,
 #endif
     float v[VEC], r[VEC];
     conv::load_vec<VEC>(v, y + i);
-    if (flags & conv::EPI_FLAG_RESIDUAL) conv::load_vec<VEC>(r, residual + i);
+    const bool res = (flags & conv::EPI_FLAG_RESIDUAL) != 0;
+    const bool before = (flags & conv::EPI_FLAG_RES_BEFORE_ACT) != 0;
+    if (res) conv::load_vec<VEC>(r, residual + i);
+    const int rest = flags & ~(conv::EPI_FLAG_RESIDUAL | conv::EPI_FLAG_RES_BEFORE_ACT);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
       const int k = NHWC ? k0 + j : k0;
-      // the residual is added here from the vector already loaded (flag cleared below)
-      float o = conv::epilogue(v[j], k, 0, bias, residual, act,
-                               flags & ~conv::EPI_FLAG_RESIDUAL);
-      if (flags & conv::EPI_FLAG_RESIDUAL) o += r[j];
+      // the residual is added here from the vector already loaded (its flags cleared)
+      float o = conv::epilogue(res && before ? v[j] + r[j] : v[j], k, 0, bias, residual,
+                               act, rest);
+      if (res && !before) o += r[j];
       v[j] = o;
     }
     conv::store_vec<VEC>(y + i, v);

@@ -83,7 +83,7 @@ struct PixelGather {
 
 typedef MatLoader<Cfg, GEMM_BK, GEMM_BM, GEMM_VEC_A, false> LoaderA;
 typedef PixelGather<GEMM_VEC_B> LoaderB;
-typedef Epilogue<elem_t, 0, BIAS_NONE, false, EPI_OUT, 0, EPI_PAIR != 0> Epi;
+typedef Epilogue<elem_t, 0, BIAS_NONE, RES_NONE, EPI_OUT, 0, EPI_PAIR != 0> Epi;
 
 extern "C" __global__ void __launch_bounds__(Cfg::NT)
     conv_wgrad_implicit_gemm(const elem_t* x, const elem_t* dy, elem_t* dw, float* ws, int N,

@@ -58,6 +58,13 @@ CASES: list[tuple[str, dict]] = [
                              bias=True, residual=True)),
     ("effnet_dw_5x5_s2", dict(n=2, c=40, h=29, w=30, k=40, r=5, s=5, stride=2, pad=2,
                               groups=40, bias=True, activation="silu")),
+    # a ResNet block's end, relu(bn(conv(x)) + identity): the residual before the activation
+    ("1x1_residual_before_relu", dict(n=2, c=64, h=7, w=9, k=72, r=1, s=1, bias=True,
+                                      residual=True, activation="relu",
+                                      residual_before_act=True)),
+    ("3x3_s2_residual_before_silu", dict(n=2, c=24, h=15, w=13, k=40, r=3, s=3, stride=2,
+                                         pad=1, bias=True, residual=True, activation="silu",
+                                         residual_before_act=True)),
 ]
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("NCHW", "NHWC")

@@ -40,6 +40,7 @@ def test_epilogue_codes_match_the_header_enums() -> None:
     assert _enum("epilogue.cuh", "BiasMode", "BIAS_") == codes.BIAS_MODE
     assert _enum("epilogue.cuh", "OutMode", "OUT_") == codes.OUT_MODE
     assert _enum("conv.cuh", "EpiFlag", "EPI_FLAG_") == codes.EPI_FLAG
+    assert _enum("epilogue.cuh", "ResMode", "RES_") == codes.RES_MODE
 
 
 def test_no_run_time_flag_shares_a_name_with_an_epilogue_macro() -> None:

@@ -277,6 +277,27 @@ CASES = [
     ("depthwise_tile", dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, dilation=2, pad=2,
                             groups=16, bias=True, residual=True, activation="relu6"),
      "bfloat16", "NHWC"),
+    # act(conv + bias + residual), a ResNet block's end: the run-time flag of every kernel
+    # with the shared epilogue, and the stand-alone epilogue (vector and scalar)
+    *[(name, dict(key, residual=True, residual_before_act=True), dtype, layout)
+      for name, key, dtype, layout in (
+          ("direct", dict(n=1, c=5, h=9, w=7, k=3, r=3, s=2, stride=2, pad=1,
+                          activation="relu"), "float32", "NCHW"),
+          ("depthwise", dict(n=2, c=8, h=11, w=7, k=8, r=3, s=3, pad=1, groups=8, bias=True,
+                             activation="relu6"), "float16", "NHWC"),
+          ("depthwise_planes", dict(n=2, c=7, h=6, w=8, k=7, r=3, s=3, pad=1, groups=7,
+                                    activation="silu"), "float16", "NCHW"),
+          ("im2col_gemm", dict(n=2, c=8, h=5, w=3, k=16, r=3, s=3, pad=1, bias=True,
+                               activation="relu"), "float16", "NHWC"),
+          ("im2col_gemm", dict(n=2, c=9, h=5, w=6, k=7, r=1, s=1, bias=True,
+                               activation="gelu"), "float32", "NCHW"),
+          ("winograd", dict(n=2, c=5, h=9, w=7, k=6, r=3, s=3, pad=1, bias=True,
+                            activation="relu"), "float16", "NCHW"),
+          ("fft", dict(n=1, c=3, h=12, w=11, k=5, r=5, s=5, pad=2, activation="silu"),
+           "float32", "NCHW"),
+          ("depthwise_tile", dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, pad=1, groups=16,
+                                  bias=True, activation="hardswish"), "bfloat16", "NHWC"),
+      )],
 ]
 
 

@@ -38,4 +38,15 @@ CONV = [
     dict(n=2, c=192, h=6, w=5, k=20, r=1, s=1, stride=2, dtype="bfloat16", layout="NCHW",
          bias=True, residual=True),
     dict(n=2, c=160, h=3, w=5, k=18, r=1, s=1, dtype="float16", layout="NCHW", bias=True),
+    # act(conv + bias + residual): a ResNet block's end, in each epilogue path
+    dict(n=3, c=32, h=4, w=4, k=40, r=1, s=1, dtype="float16", layout="NHWC", bias=True,
+         residual=True, activation="relu", residual_before_act=True),
+    dict(n=1, c=128, h=4, w=4, k=24, r=3, s=3, pad=1, dtype="float16", layout="NCHW",
+         bias=True, residual=True, activation="relu", residual_before_act=True),
+    dict(n=2, c=16, h=9, w=7, k=24, r=3, s=3, pad=1, dtype="bfloat16", layout="NHWC",
+         bias=True, residual=True, activation="silu", residual_before_act=True),
+    dict(n=1, c=8, h=9, w=8, k=8, r=3, s=3, pad=1, dtype="float32", layout="NCHW",
+         residual=True, activation="relu", residual_before_act=True),
+    dict(n=2, c=8, h=7, w=7, k=8, r=3, s=3, pad=1, groups=8, dtype="float16", layout="NHWC",
+         residual=True, activation="relu6", residual_before_act=True),
 ]

@@ -32,6 +32,7 @@ CUFFT_FORWARD, CUFFT_INVERSE = -1, 1
 DTYPE_CODE = codes.DTYPE  # -DDNNCTL_DTYPE
 ACT_CODE = {a: codes.ACT[a] for a in ACTIVATIONS}
 EPI_FLAG_BIAS, EPI_FLAG_RESIDUAL = codes.EPI_FLAG["bias"], codes.EPI_FLAG["residual"]
+EPI_FLAG_RES_BEFORE_ACT = codes.EPI_FLAG["res_before_act"]
 
 
 def cuda_type(dtype: Any) -> int:
@@ -159,8 +160,16 @@ def grid1d(total: int, block: int, cap: int = 1 << 20) -> tuple[int, int, int]:
 
 def epilogue_codes(g: Any) -> tuple[np.int32, np.int32]:
     """(act, flags) kernel arguments of ``g``'s epilogue."""
-    flags = (EPI_FLAG_BIAS if g.bias else 0) | (EPI_FLAG_RESIDUAL if g.residual else 0)
+    flags = (EPI_FLAG_BIAS if g.bias else 0) | (EPI_FLAG_RESIDUAL if g.residual else 0) | (
+        EPI_FLAG_RES_BEFORE_ACT if g.residual_before_act else 0)
     return np.int32(ACT_CODE[g.activation]), np.int32(flags)
+
+
+def res_mode(g: Any) -> int:
+    """EPI_RES of the GEMM-core kernels (dnnctl::ResMode) for ``g``'s residual."""
+    if not g.residual:
+        return codes.RES_MODE["none"]
+    return codes.RES_MODE["before_act" if g.residual_before_act else "after_act"]
 
 
 def epilogue_args(g: Any, y: Any, inputs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:

@@ -47,7 +47,7 @@ def _shape(a: Any) -> tuple[int, ...]:
 
 
 def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
-    stride, padding, dilation, groups, activation, layout, tf32 = scalars
+    stride, padding, dilation, groups, activation, layout, tf32, before_act = scalars
     if layout not in LAYOUTS:
         raise UsageError(f"conv2d: layout={layout!r} is not one of {list(LAYOUTS)}")
     act = "none" if activation is None else str(activation)
@@ -98,6 +98,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     key = {"n": n, "c": c, "h": h, "w": wd, "k": k, "r": r, "s": s, "stride": st,
            "pad": pad, "dilation": dil, "groups": groups, "dtype": dtype, "layout": layout,
            "bias": ba is not None, "activation": act, "residual": ra is not None,
+           "residual_before_act": bool(before_act) and ra is not None and act != "none",
            "tf32": bool(tf32)}
     outputs = (("y", y_shape, xa.dtype),)
     if all(a is g for a, g in zip(copies, arrays)):  # no copies: pointers suffice
@@ -130,7 +131,7 @@ def _parse_channels_last(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: 
             raise ShapeError(f"conv2d: {name} has shape {_shape(a)}, expected 4 dims "
                              "(N, C, H, W) stored channels-last")
     views = (_nhwc(x), _nhwc(w), b, None if r is None else _nhwc(r))
-    parsed = _parse(views, (*scalars[:5], "NHWC", scalars[6]), xp)
+    parsed = _parse(views, (*scalars[:5], "NHWC", *scalars[6:]), xp)
     if parsed.prepare is None:
         inputs = (("x", 0, _nhwc), ("w", 1, _nhwc), ("bias", 2, None), ("residual", 3, _nhwc))
         return Parsed("conv2d", parsed.key, inputs, parsed.outputs,
@@ -149,19 +150,24 @@ _CONV2D_CL = CallSpec("conv2d", _parse_channels_last)
 def conv2d_channels_last(x: Any, w: Any, bias: Any = None, stride: Sequence[int] = (1, 1),
                          padding: Sequence[int] = (0, 0), dilation: Sequence[int] = (1, 1),
                          groups: int = 1, activation: str | None = None, residual: Any = None,
-                         tf32: bool = False, plan: PlanLike | None = None) -> Any:
+                         tf32: bool = False, residual_before_act: bool = False,
+                         plan: PlanLike | None = None) -> Any:
     """conv2d (layout NHWC) of logical (N, C, H, W) ``x``, ``w`` and ``residual`` stored
     channels-last, as torch's ``channels_last`` tensors are, with no view made per call:
     what :mod:`dnnctl.torch` calls. The result is y's (N, P, Q, K) array."""
     return call(_CONV2D_CL, (x, w, bias, residual),
-                (stride, padding, dilation, groups, activation, "NHWC", bool(tf32)), plan)
+                (stride, padding, dilation, groups, activation, "NHWC", bool(tf32),
+                 bool(residual_before_act)), plan)
 
 
 def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
            padding: int | str | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1, activation: str | None = None, residual: Any = None,
-           layout: str = "NCHW", tf32: bool = False, plan: PlanLike | None = None) -> Any:
-    """2-D convolution with fused ``+ bias -> activation -> + residual``.
+           layout: str = "NCHW", tf32: bool = False, residual_before_act: bool = False,
+           plan: PlanLike | None = None) -> Any:
+    """2-D convolution with fused ``+ bias -> activation -> + residual``, or with
+    ``residual_before_act`` ``+ bias -> + residual -> activation`` (a ResNet block's end:
+    ``relu(bn(conv(x)) + identity)``).
 
     ``x`` is (N, C, H, W) for layout NCHW or (N, H, W, C) for NHWC; ``w`` is (K, C/groups, R, S)
     or (K, R, S, C/groups). NumPy arrays run on the numpy backend, CuPy arrays and torch CUDA
@@ -170,4 +176,5 @@ def conv2d(x: Any, w: Any, bias: Any = None, stride: int | Sequence[int] = 1,
     one), else the default heuristic.
     """
     return call(_CONV2D, (x, w, bias, residual),
-                (stride, padding, dilation, groups, activation, layout, bool(tf32)), plan)
+                (stride, padding, dilation, groups, activation, layout, bool(tf32),
+                 bool(residual_before_act)), plan)

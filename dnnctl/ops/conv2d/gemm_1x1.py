@@ -18,7 +18,7 @@ import numpy as np
 from dnnctl.backends import cuda
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import Kernel, Problem, Support, unsupported
-from dnnctl.ops.conv2d._cuda import ACT_CODE
+from dnnctl.ops.conv2d._cuda import ACT_CODE, res_mode
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.conv2d.tiled import TiledConv, epilogue_defines, run_fused, split_k, tile_defines
 from dnnctl.ops.matmul.gemm_launch import (
@@ -57,12 +57,12 @@ def gemm_desc(g: ConvGeom) -> GemmDesc:
             dtype=g.dtype, m=g.npq, n=g.kg, k=g.cg, batch=g.groups, a_kmajor=True,
             b_kmajor=True, lda=g.c, ldb=g.cg, ldc=g.k, sa=g.cg, sb=g.kg * g.cg, sc=g.kg,
             act=act, bias_mode=BIAS_COL if g.bias else BIAS_NONE, s_bias=g.kg,
-            residual=g.residual)
+            residual=res_mode(g))
     hw = g.h * g.w
     return GemmDesc(
         dtype=g.dtype, m=g.k, n=hw, k=g.c, batch=g.n, a_kmajor=True, b_kmajor=False,
         lda=g.c, ldb=hw, ldc=hw, sa=0, sb=g.c * hw, sc=g.k * hw, act=act,
-        bias_mode=BIAS_ROW if g.bias else BIAS_NONE, s_bias=0, residual=g.residual)
+        bias_mode=BIAS_ROW if g.bias else BIAS_NONE, s_bias=0, residual=res_mode(g))
 
 
 @register_variant
@@ -147,7 +147,7 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
                **epilogue_defines(g, out_mode, pair, act, bias_mode)}
     smem = cfg.smem_bytes(g.dtype)
     main = load_kernel("conv2d/gemm_1x1.cu", "conv_gemm_1x1", defines, smem)
-    fin = finish_kernel(g.dtype, act, bias_mode, g.residual, 0) if splits > 1 else None
+    fin = finish_kernel(g.dtype, act, bias_mode, res_mode(g), 0) if splits > 1 else None
     grid = (-(-m // cfg.bm) * -(-n // cfg.bn), 1, batch * splits)
     # launches with geometry and scalar arguments fixed here: a call passes pointers
     main_run = mc.Launch(main, grid, (cfg.threads, 1, 1), smem)

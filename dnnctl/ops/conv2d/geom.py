@@ -83,6 +83,7 @@ class ConvGeom:
     residual: bool
     tf32: bool
     pass_: str = "forward"
+    residual_before_act: bool = False  # act(conv + bias + residual)
 
     @property
     def cg(self) -> int:
@@ -137,7 +138,8 @@ def geometry(problem: Problem) -> ConvGeom:
         dh=dh, dw=dw, groups=problem["groups"], p=p, q=q, dtype=problem["dtype"],
         layout=problem["layout"], bias=problem["bias"], activation=problem["activation"],
         residual=problem["residual"], tf32=problem["tf32"],
-        pass_=problem.get("pass", "forward"))
+        pass_=problem.get("pass", "forward"),
+        residual_before_act=bool(problem.get("residual_before_act", False)))
 
 
 # ----------------------------------------------------------------------------- reference

@@ -71,6 +71,9 @@ class ViaNhwc(CudaConv):
         if g.nhwc:
             return unsupported(f"the tensors are already NHWC: {self.inner_name} runs them "
                                "directly")
+        if g.residual_before_act:
+            return unsupported("the residual is added by the transpose back, after the "
+                               "activation: residual_before_act needs it before")
         no = self.layout_unsupported(g)
         if no is not None:
             return no

@@ -41,13 +41,15 @@ def erf32(x: np.ndarray) -> np.ndarray:
 
 
 def epilogue32(y: np.ndarray, g: ConvGeom, inputs: Mapping[str, Any], nhwc: bool) -> np.ndarray:
-    """+ bias, activation, + residual on a float32 result laid out NHWC (``nhwc``) or NCHW;
-    returns it in the problem's layout."""
+    """+ bias, activation, + residual (before the activation with residual_before_act) on a
+    float32 result laid out NHWC (``nhwc``) or NCHW; returns it in the problem's layout."""
     if nhwc != g.nhwc:
         y = y.transpose(0, 2, 3, 1) if g.nhwc else y.transpose(0, 3, 1, 2)
     if g.bias:
         b = inputs["bias"].astype(np.float32)
         y = y + (b if g.nhwc else b.reshape(g.k, 1, 1))
+    if g.residual_before_act:
+        y = y + inputs["residual"].astype(np.float32)
     if g.activation == "relu":
         y = np.where(y > 0, y, np.where(np.isnan(y), y, np.float32(0.0)))
     elif g.activation == "gelu":
@@ -60,7 +62,7 @@ def epilogue32(y: np.ndarray, g: ConvGeom, inputs: Mapping[str, Any], nhwc: bool
     elif g.activation == "hardswish":
         y = y * np.minimum(np.maximum(y + np.float32(3.0), np.float32(0.0)),
                            np.float32(6.0)) / np.float32(6.0)
-    if g.residual:
+    if g.residual and not g.residual_before_act:
         y = y + inputs["residual"].astype(np.float32)
     return y
 

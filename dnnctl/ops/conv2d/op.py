@@ -3,11 +3,13 @@
 Key (docs/ops.md): n, c, h, w, k, r, s, stride [2] = 1, pad [ph, pw] or [top, bottom, left,
 right] = 0 (canonical: 2 values when symmetric), dilation [2] = 1, groups = 1, dtype, layout,
 bias = false, activation (none, relu, gelu, silu, relu6, hardswish) = none, residual = false,
-tf32 = false.
+residual_before_act = false, tf32 = false.
 
 Tensors: x NCHW (N, C, H, W) or NHWC (N, H, W, C); w NCHW (K, C/g, R, S) or NHWC (K, R, S, C/g);
 bias (K,) and residual (shape of y) in the I/O dtype; y NCHW (N, K, P, Q) or NHWC (N, P, Q, K).
-Epilogue order: + bias, then the activation (gelu is the erf form), then + residual.
+Epilogue order: + bias, then the activation (gelu is the erf form), then + residual; with
+residual_before_act the residual goes in before the activation: act(conv + bias + residual),
+a ResNet block's end (canonicalized to false without a residual or an activation).
 """
 
 from __future__ import annotations
@@ -54,15 +56,18 @@ VENDOR_DEFAULT = "torch_cudnn"  # the un-tuned CUDA forward's variant where it r
 
 def epilogue_nchw(y: np.ndarray, g: ConvGeom, bias: np.ndarray | None,
                   residual_nchw: np.ndarray | None) -> np.ndarray:
-    """+ bias, activation, + residual on an NCHW result (in y's dtype)."""
+    """+ bias, activation, + residual (or + residual before the activation) on an NCHW
+    result (in y's dtype)."""
     if g.bias:
         if bias is None:
             raise UsageError("conv2d: the key says bias=true but no bias was given")
         y = y + bias.astype(y.dtype).reshape(1, g.k, 1, 1)
+    if g.residual and residual_nchw is None:
+        raise UsageError("conv2d: the key says residual=true but no residual was given")
+    if g.residual_before_act:
+        y = y + residual_nchw.astype(y.dtype)
     y = apply_activation(y, g.activation)
-    if g.residual:
-        if residual_nchw is None:
-            raise UsageError("conv2d: the key says residual=true but no residual was given")
+    if g.residual and not g.residual_before_act:
         y = y + residual_nchw.astype(y.dtype)
     return y
 
@@ -101,6 +106,9 @@ class Conv2d(Op):
         "bias": Field("bool", default=False),
         "activation": Field("str", default="none", choices=ACTIVATIONS),
         "residual": Field("bool", default=False),
+        "residual_before_act": Field("bool", default=False,
+                                     doc="act(conv + bias + residual) instead of "
+                                         "act(conv + bias) + residual"),
         "tf32": Field("bool", default=False, doc="allow TF32 math for float32 (as torch does)"),
         "pass": Field("str", default="forward", choices=CONV_PASSES,
                       doc="forward, dgrad (dx from dy and w) or wgrad (dw, db from x and dy)"),
@@ -126,6 +134,8 @@ class Conv2d(Op):
                 hint="the dilated filter must fit in the padded input")
         if key["dtype"] != "float32":
             key["tf32"] = False
+        if not key["residual"] or key["activation"] == "none":
+            key["residual_before_act"] = False  # the same sum either way
         if key.get("pass", "forward") != "forward":
             _bwd().check(key)
 

@@ -18,6 +18,7 @@ from dnnctl.backends import cuda
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import SUPPORTED, Support, np_dtype, unsupported
+from dnnctl.ops.conv2d._cuda import res_mode
 from dnnctl.ops.conv2d.cuda_base import CudaConv, Workspace
 from dnnctl.ops.conv2d.op import ConvGeom
 from dnnctl.ops.matmul.cupy_variants import TiledGemmParams
@@ -104,7 +105,7 @@ def epilogue_defines(g: ConvGeom, out_mode: int, pair: bool, act: int,
     store = out_mode == OUT_STORE
     return {"DNNCTL_DTYPE": DTYPE_CODES[g.dtype], "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
             "EPI_ACT": act if store else 0, "EPI_BIAS": bias_mode if store else BIAS_NONE,
-            "EPI_RES": int(g.residual and store)}
+            "EPI_RES": res_mode(g) if store else 0}
 
 
 def tile_defines(cfg: TileConfig, vec_a: int, vec_b: int) -> dict[str, int]:
@@ -164,7 +165,7 @@ def forward_finish(g: ConvGeom, splits: int, act: int, bias_mode: int,
     if splits == 1:
         return None
     pq = g.p * g.q
-    fn = finish_kernel(g.dtype, act, bias_mode, g.residual, 0 if g.nhwc else 1)
+    fn = finish_kernel(g.dtype, act, bias_mode, res_mode(g), 0 if g.nhwc else 1)
     return finish_launch(fn, m=g.npq, n=g.kg, batch=g.groups, splits=splits, ldc=g.k,
                          sc=g.kg if g.nhwc else g.kg * pq, s_bias=g.kg, pq=pq,
                          img_stride=g.k * pq, sm_count=sm_count)

@@ -144,7 +144,7 @@ class GemmDesc:
     act: int = 0
     bias_mode: int = BIAS_NONE
     s_bias: int = 0
-    residual: bool = False
+    residual: int = 0  # EPI_RES: a ResMode (True / 1: added after the activation)
 
     def vecs(self) -> tuple[int, int]:
         """Load widths: each divides its operand's leading dimension, its contiguous extent
@@ -215,8 +215,9 @@ def load_kernel(source: str, name: str, defines: Mapping[str, int], smem: int) -
     return fn
 
 
-def finish_kernel(dtype: str, act: int, bias_mode: int, residual: bool, layout: int) -> Any:
-    """The split-K finish kernel (sums fp32 slabs, applies the epilogue, stores)."""
+def finish_kernel(dtype: str, act: int, bias_mode: int, residual: int, layout: int) -> Any:
+    """The split-K finish kernel (sums fp32 slabs, applies the epilogue, stores);
+    ``residual`` is EPI_RES (a ResMode: True / 1 adds it after the activation)."""
     defines = {"DNNCTL_DTYPE": DTYPE_CODES[dtype], "EPI_ACT": act, "EPI_BIAS": bias_mode,
                "EPI_RES": int(residual), "EPI_LAYOUT": layout}
     return load_kernel("gemm/epilogue.cu", "splitk_finish", defines, 0)
@@ -305,7 +306,7 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         "GEMM_B_KMAJOR": int(desc.b_kmajor), "GEMM_VEC_A": va, "GEMM_VEC_B": vb,
         "EPI_ACT": desc.act if epi_here else 0,
         "EPI_BIAS": desc.bias_mode if epi_here else BIAS_NONE,
-        "EPI_RES": int(desc.residual and epi_here),
+        "EPI_RES": int(desc.residual) if epi_here else 0,
         "EPI_OUT": out_mode, "EPI_PAIR": int(pair),
     }
     if overlap and cfg.math == MATH_MMA16:

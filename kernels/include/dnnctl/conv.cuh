@@ -17,14 +17,19 @@ namespace conv {
 // Epilogue flags passed at run time (one compiled kernel serves every epilogue): the same
 // terms as the compile-time EPI_BIAS / EPI_RES macros of the GEMM kernels (gemm_macros.cuh),
 // named apart so no name means both a macro and a run-time bit.
-enum EpiFlag { EPI_FLAG_BIAS = 1, EPI_FLAG_RESIDUAL = 2 };
+// EPI_FLAG_RES_BEFORE_ACT (with EPI_FLAG_RESIDUAL): the residual goes in before the
+// activation (EPI_RES = RES_BEFORE_ACT of the GEMM kernels).
+enum EpiFlag { EPI_FLAG_BIAS = 1, EPI_FLAG_RESIDUAL = 2, EPI_FLAG_RES_BEFORE_ACT = 4 };
 
-// y = residual + act(acc + bias[k]); act is an ACT_* code (none, relu, gelu, silu, relu6,
-// hardswish).
+// y = residual + act(acc + bias[k]), or act(acc + bias[k] + residual) with
+// EPI_FLAG_RES_BEFORE_ACT; act is an ACT_* code (none, relu, gelu, silu, relu6, hardswish).
 // yi indexes the residual, which has y's shape and layout.
 __device__ __forceinline__ float epilogue(float v, int k, long long yi, const elem_t* bias,
                                           const elem_t* residual, int act, int flags) {
   if (flags & EPI_FLAG_BIAS) v += to_float(bias[k]);
+  const bool res = (flags & EPI_FLAG_RESIDUAL) != 0;
+  const bool before = (flags & EPI_FLAG_RES_BEFORE_ACT) != 0;
+  if (res && before) v += to_float(residual[yi]);
   switch (act) {
     case ACT_RELU: v = activate<ACT_RELU>(v); break;
     case ACT_GELU: v = activate<ACT_GELU>(v); break;
@@ -33,7 +38,7 @@ __device__ __forceinline__ float epilogue(float v, int k, long long yi, const el
     case ACT_HARDSWISH: v = activate<ACT_HARDSWISH>(v); break;
     default: break;
   }
-  if (flags & EPI_FLAG_RESIDUAL) v += to_float(residual[yi]);
+  if (res && !before) v += to_float(residual[yi]);
   return v;
 }
 

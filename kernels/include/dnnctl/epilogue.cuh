@@ -1,4 +1,5 @@
-// dnnctl fused GEMM / convolution epilogue: y = act(acc + bias) + residual, stored in the
+// dnnctl fused GEMM / convolution epilogue: y = act(acc + bias) + residual (RES_AFTER_ACT),
+// or y = act(acc + bias + residual) (RES_BEFORE_ACT: a ResNet block's end), stored in the
 // output dtype; or, for split-K, the raw fp32 partial sums (own slab, or atomically added).
 //
 // Coordinates are those of one GEMM "batch" (a matmul batch, a convolution group or an
@@ -13,11 +14,13 @@
 namespace dnnctl {
 
 enum BiasMode { BIAS_NONE = 0, BIAS_COL = 1, BIAS_ROW = 2 };
+// where the residual is added (EPI_RES): none, after the activation, before it
+enum ResMode { RES_NONE = 0, RES_AFTER_ACT = 1, RES_BEFORE_ACT = 2 };
 // OUT_FUSED: store the partial like OUT_PARTIAL; the kernel then lets the last split of
 // each tile sum the partials and run the OUT_STORE epilogue (splitk_fused_finish).
 enum OutMode { OUT_STORE = 0, OUT_PARTIAL = 1, OUT_ATOMIC = 2, OUT_FUSED = 3 };
 
-template <typename T, int ACT, int BIAS_MODE, bool HAS_RES, int OUT_MODE, int OUT_LAYOUT,
+template <typename T, int ACT, int BIAS_MODE, int RES, int OUT_MODE, int OUT_LAYOUT,
           bool PAIR>
 struct Epilogue {
   T* c;
@@ -41,8 +44,9 @@ struct Epilogue {
   __device__ __forceinline__ float finish(int row, int col, long long idx, float v) const {
     if (BIAS_MODE == BIAS_COL) v += to_float(ldg(bias + bias_off + col));
     if (BIAS_MODE == BIAS_ROW) v += to_float(ldg(bias + bias_off + row));
+    if (RES == RES_BEFORE_ACT) v += to_float(ldg(res + idx));
     v = activate<ACT>(v);
-    if (HAS_RES) v += to_float(ldg(res + idx));
+    if (RES == RES_AFTER_ACT) v += to_float(ldg(res + idx));
     return v;
   }
 
@@ -81,8 +85,10 @@ struct Epilogue {
           v0 += b;
           v1 += b;
         }
+        if (RES == RES_BEFORE_ACT) add_pair(idx, v0, v1);
         v0 = activate<ACT>(v0);
         v1 = activate<ACT>(v1);
+        if (RES == RES_AFTER_ACT) add_pair(idx, v0, v1);
         store_pair(idx, v0, v1);
         return;
       }
@@ -91,26 +97,29 @@ struct Epilogue {
     if (both) store1(row, col + 1, v1);
   }
 
-  // Two adjacent output elements (idx even, so 2-element aligned): + residual, one store.
+  // Two adjacent residual elements (idx even, so 2-element aligned) added, one load.
+  __device__ __forceinline__ void add_pair(long long idx, float& v0, float& v1) const {
+    if (sizeof(T) == 4) {
+      const float2 r = ldg(reinterpret_cast<const float2*>(res + idx));
+      v0 += r.x;
+      v1 += r.y;
+    } else {
+      const unsigned r = ldg(reinterpret_cast<const unsigned*>(res + idx));
+      const unsigned short lo = static_cast<unsigned short>(r & 0xffffu);
+      const unsigned short hi = static_cast<unsigned short>(r >> 16);
+      v0 += to_float(*reinterpret_cast<const T*>(&lo));
+      v1 += to_float(*reinterpret_cast<const T*>(&hi));
+    }
+  }
+
+  // Two adjacent output elements (idx even, so 2-element aligned): one store.
   __device__ __forceinline__ void store_pair(long long idx, float v0, float v1) const {
     if (sizeof(T) == 4) {
-      if (HAS_RES) {
-        const float2 r = ldg(reinterpret_cast<const float2*>(res + idx));
-        v0 += r.x;
-        v1 += r.y;
-      }
       float2 p;
       p.x = v0;
       p.y = v1;
       stg(reinterpret_cast<float2*>(c + idx), p);
     } else {
-      if (HAS_RES) {
-        const unsigned r = ldg(reinterpret_cast<const unsigned*>(res + idx));
-        const unsigned short lo = static_cast<unsigned short>(r & 0xffffu);
-        const unsigned short hi = static_cast<unsigned short>(r >> 16);
-        v0 += to_float(*reinterpret_cast<const T*>(&lo));
-        v1 += to_float(*reinterpret_cast<const T*>(&hi));
-      }
       stg(reinterpret_cast<unsigned*>(c + idx), pack2(from_float<T>(v0), from_float<T>(v1)));
     }
   }

@@ -6,7 +6,7 @@
 //
 //   EPI_ACT      activation code (ACT_*, dnnctl/common.cuh)
 //   EPI_BIAS     BIAS_NONE | BIAS_COL | BIAS_ROW          (dnnctl/epilogue.cuh)
-//   EPI_RES      1: add the residual
+//   EPI_RES      ResMode: 0 none, 1 add the residual after the activation, 2 before it
 //   EPI_OUT      OUT_STORE | OUT_PARTIAL | OUT_ATOMIC | OUT_FUSED
 //   EPI_PAIR     1: ldc and offsets even, stores two columns at once
 //   GEMM_MATH    MATH_MMA16 | MATH_TF32 | MATH_SIMT        (dnnctl/gemm_core.cuh)
@@ -68,6 +68,6 @@ namespace dnnctl {
 // The epilogue of the EPI_* macros with output mode OUT (EPI_OUT; OUT_STORE for a split-K
 // finish) and output layout LAYOUT (0 row-major, 1 NCHW conv output).
 template <int OUT = EPI_OUT, int LAYOUT = 0>
-using MacroEpilogue = Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES != 0, OUT, LAYOUT, EPI_PAIR != 0>;
+using MacroEpilogue = Epilogue<elem_t, EPI_ACT, EPI_BIAS, EPI_RES, OUT, LAYOUT, EPI_PAIR != 0>;
 
 }  // namespace dnnctl
