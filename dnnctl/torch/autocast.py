@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from dnnctl.torch.reference import ACTS
+
 # op -> "low" (the autocast dtype) or "fp32": torch's CUDA lists
 POLICY: dict[str, str] = {
     "conv2d": "low", "conv_transpose2d": "low", "linear": "low", "matmul": "low",
@@ -49,6 +51,8 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
 
     names = [a.name for a in op._schema.arguments]
     res = names.index("residual") if "residual" in names else -1
+    act = names.index("activation") if "activation" in names else -1
+    before = names.index("residual_before_act") if "residual_before_act" in names else -1
 
     def run(*args: Any) -> Any:
         dtype = (torch.get_autocast_dtype(device_type) if policy == "low"
@@ -58,6 +62,11 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
             if isinstance(r, torch.Tensor) and r.dtype is not dtype:
                 # eager adds the residual to the product in the autocast dtype with type
                 # promotion (a float32 residual stream stays float32): no fused add then
+                if 0 <= before < len(args) and args[before]:  # act(conv + bias + residual)
+                    fn = args[act] if 0 <= act < len(args) else "none"
+                    plain = list(args)
+                    plain[res], plain[act], plain[before] = None, "none", False
+                    return ACTS[fn](op(*_cast(tuple(plain), device_type, dtype)) + r)
                 out = op(*_cast((*args[:res], None, *args[res + 1:]), device_type, dtype))
                 return out + r
             return op(*_cast(args, device_type, dtype))

@@ -115,11 +115,15 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
 
 def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
            padding: Sequence[int], dilation: Sequence[int], groups: int, activation: str,
-           needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt, Opt]:
-    """Gradients of residual + act(conv(x, w) + bias) for (x, w, bias, residual)."""
+           needs: Sequence[bool], plan: int = 0, residual_before_act: bool = False
+           ) -> tuple[Opt, Opt, Opt, Opt]:
+    """Gradients of residual + act(conv(x, w) + bias) (or of act(conv(x, w) + bias +
+    residual), ``residual_before_act``) for (x, w, bias, residual)."""
     gz = grad
+    before = residual_before_act and residual is not None and activation != "none"
     if activation != "none":
-        z = ref.conv2d(x, w, bias, stride, padding, dilation, groups, "none", None)
+        z = ref.conv2d(x, w, bias, stride, padding, dilation, groups, "none",
+                       residual if before else None)
         gz = act_grad(activation, z, grad)
     need_x, need_w, need_b = needs[0], needs[1], bias is not None and needs[2]
     use = gp.decide("conv2d", plan, x, lambda: og.conv2d_keys(
@@ -140,7 +144,7 @@ def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
                           if on])
         tx, tw, tb = _conv2d_torch(gz, x, w, bias, stride, padding, dilation, groups, rest)
         gx, gw, gb = (tx if rest[0] else gx), (tw if rest[1] else gw), (tb if rest[2] else gb)
-    return gx, gw, gb, grad if residual is not None and needs[3] else None
+    return gx, gw, gb, (gz if before else grad) if residual is not None and needs[3] else None
 
 
 def _conv2d_torch(gz: T, x: T, w: T, bias: Opt, stride: Sequence[int],

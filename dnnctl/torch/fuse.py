@@ -1,4 +1,5 @@
-"""Fusion over a torch.fx graph: conv -> [bn] -> [act] -> [+ residual] and linear -> act.
+"""Fusion over a torch.fx graph: conv -> [bn] -> [act] -> [+ residual] (or conv -> [bn] ->
++ residual -> act, a ResNet block's end) and linear -> act.
 
 A chain becomes one ``dnnctl::conv2d`` (BatchNorm folded into the weights and bias in
 inference, the activation and the residual add in the epilogue: ``res + act(conv + b)``) or
@@ -50,6 +51,10 @@ class FusedConv:
     act: str
     residual: bool
     handle: int
+    residual_before_act: bool = False  # act(conv + residual) instead of act(conv) + residual
+    # the add was in place (``out += identity``): the sum keeps the conv's dtype, as eager's
+    # does under autocast with a float32 residual stream
+    keep_dtype: bool = False
     _fold: tuple[Any, ...] = field(default=(), repr=False)
 
     def _folded(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -79,14 +84,36 @@ class FusedConv:
             # switched to training: no folding; an unbatched (C, L) conv1d output is
             # (batch, features) to BatchNorm1d, not channels
             y = self.bn(conv(x))
+            if self.residual_before_act and residual is not None:
+                return ACTS[self.act](y + residual)
             y = ACTS[self.act](y)
             return y if residual is None else y + residual
         w, b = self._folded()
         if one_d:  # conv2d over (N, C, 1, L) views, as the Conv1d module route
             return conv1d_as_2d(x, w, b, conv1d_geometry(conv), conv.groups, self.act,
                                 residual, self.handle)
-        return run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
-                      list(conv.dilation), conv.groups, self.act, residual, self.handle)
+        if self.residual_before_act:
+            y = run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
+                       list(conv.dilation), conv.groups, self.act, residual, self.handle, True)
+        else:
+            y = run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
+                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
+        if self.keep_dtype and residual is not None:
+            want = _conv_dtype(x)
+            if y.dtype != want:
+                y = y.to(want)
+        return y
+
+
+def _conv_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype eager's convolution of x returns: autocast's where it is on."""
+    dev = x.device.type
+    try:
+        if torch.is_autocast_enabled(dev):
+            return torch.get_autocast_dtype(dev)
+    except (TypeError, RuntimeError):  # a device type autocast does not know
+        pass
+    return x.dtype
 
 
 def _needs_grad(*modules: nn.Module) -> bool:
@@ -212,11 +239,25 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
                 residual = other
                 chain.append(nxt)
                 parts.append("residual")
+                cur, nxt = nxt, _single_user(nxt)
+        before = False
+        # relu(bn(conv(x)) + identity): the activation after the add joins the epilogue
+        # (inference only, as above; a 2-D conv)
+        if (residual is not None and act == "none" and fold_bn_ok and type(head) is nn.Conv2d
+                and nxt is not None and nxt.args and nxt.args[0] is cur):
+            found = _act_node(nxt, modules, is_conv)
+            if found is not None:
+                act, before = found, True
+                chain.append(nxt)
+                if nxt.op == "call_module":
+                    folded.append(nxt.target)
+                parts.append(found)
         if len(chain) == 1:
             continue
         last = chain[-1]
         if is_conv:
-            fn: Any = FusedConv(head, bn, act, residual is not None, handle)
+            inplace = residual is not None and chain[-1 - int(before)].target is operator.iadd
+            fn: Any = FusedConv(head, bn, act, residual is not None, handle, before, inplace)
             fn._folded()  # fold now, in eager: a compiled graph reads this snapshot
             args = (node.args[0],) if residual is None else (node.args[0], residual)
         else:

@@ -161,26 +161,29 @@ def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dic
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            stride: Any = (1, 1), padding: Any = (0, 0), dilation: Any = (1, 1), groups: int = 1,
-           activation: str = "none", residual: torch.Tensor | None = None, plan: int = 0) -> torch.Tensor:
+           activation: str = "none", residual: torch.Tensor | None = None, plan: int = 0,
+           residual_before_act: bool = False) -> torch.Tensor:
     st, dil, pad = ints(stride, 2), ints(dilation, 2), ints(padding, 2)
     nhwc = is_nhwc(x)
     act = None if activation == "none" else activation
+    before = residual_before_act
 
     def run() -> torch.Tensor:
         if nhwc:  # the tensors as they are (no per-call views): channels-last memory
             y = call(conv2d_channels_last, (x, w, bias), stride=st, padding=pad,
                      dilation=dil, groups=groups, activation=act, residual=residual,
-                     plan=_plan(plan))
+                     residual_before_act=before, plan=_plan(plan))
             return nchw_of(y)
         res = None if residual is None else residual.contiguous()
         return call(dops.conv2d, (x.contiguous(), w.contiguous(), bias), stride=st,
                     padding=pad, dilation=dil, groups=groups, activation=act, residual=res,
-                    layout="NCHW", plan=_plan(plan))
+                    layout="NCHW", residual_before_act=before, plan=_plan(plan))
 
     return _dnn("conv2d", x, run,
                 lambda: keys.conv2d(x, w, bias is not None, st, pad, dil, groups, activation,
-                                    residual is not None, nhwc),
-                lambda: ref.conv2d(x, w, bias, st, pad, dil, groups, activation, residual))
+                                    residual is not None, nhwc, before),
+                lambda: ref.conv2d(x, w, bias, st, pad, dil, groups, activation, residual,
+                                   before))
 
 
 def transposed_size(x: torch.Tensor, w: torch.Tensor, stride: tuple[int, ...],

@@ -20,14 +20,16 @@ def _dt(x: torch.Tensor) -> str:
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: bool, stride: tuple[int, ...],
            padding: tuple[int, ...], dilation: tuple[int, ...], groups: int, activation: str,
-           residual: bool, nhwc: bool) -> dict[str, Any]:
+           residual: bool, nhwc: bool, residual_before_act: bool = False) -> dict[str, Any]:
     """x, w logical NCHW / KCRS (as torch); ``nhwc`` is the layout the call runs in."""
     n, c, h, wd = x.shape
     k, _, r, s = w.shape
     return {"n": n, "c": c, "h": h, "w": wd, "k": k, "r": r, "s": s, "stride": list(stride),
             "pad": list(padding), "dilation": list(dilation), "groups": groups,
             "dtype": _dt(x), "layout": "NHWC" if nhwc else "NCHW", "bias": bias,
-            "activation": activation, "residual": residual, "tf32": False}
+            "activation": activation, "residual": residual,
+            "residual_before_act": bool(residual_before_act and residual
+                                        and activation != "none"), "tf32": False}
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: bool, activation: str) -> dict[str, Any]:

@@ -28,7 +28,8 @@ ACTIVATIONS = ("relu", "silu", "sigmoid", "tanh", "relu6", "hardswish", "hardsig
 SCHEMAS: dict[str, str] = {
     "conv2d": "(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=[1, 1], "
               "int[] padding=[0, 0], int[2] dilation=[1, 1], int groups=1, "
-              "str activation=\"none\", Tensor? residual=None, int plan=0) -> Tensor",
+              "str activation=\"none\", Tensor? residual=None, int plan=0, "
+              "bool residual_before_act=False) -> Tensor",
     "linear": "(Tensor x, Tensor w, Tensor? bias=None, str activation=\"none\", int plan=0)"
               " -> Tensor",
     "conv_transpose2d": "(Tensor x, Tensor w, Tensor? bias=None, int[2] stride=[1, 1], "
@@ -77,7 +78,7 @@ def _like(x: torch.Tensor, shape: Any = None) -> torch.Tensor:
 
 
 def _conv2d_fake(x, w, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-                 activation="none", residual=None, plan=0):
+                 activation="none", residual=None, plan=0, residual_before_act=False):
     p, q = output_size(x.shape[2], x.shape[3], w.shape[2], w.shape[3], ints(stride, 2),
                        ints(padding, 2), ints(dilation, 2))
     return _like(x, (x.shape[0], w.shape[0], p, q))
@@ -186,11 +187,11 @@ def _args(ctx: Any) -> list[Any]:
 
 
 def _conv2d_bwd(ctx, grad):
-    x, w, bias, stride, padding, dilation, groups, act, residual, plan = _args(ctx)
+    x, w, bias, stride, padding, dilation, groups, act, residual, plan, before = _args(ctx)
     st, pad, dil = ints(stride, 2), ints(padding, 2), ints(dilation, 2)
     gx, gw, gb, gr = bw.conv2d(grad, x, w, bias, residual, st, pad, dil, groups, act,
-                               _needs(ctx)[:3] + (_needs(ctx)[8],), plan)
-    return gx, gw, gb, None, None, None, None, None, gr, None
+                               _needs(ctx)[:3] + (_needs(ctx)[8],), plan, before)
+    return gx, gw, gb, None, None, None, None, None, gr, None, None
 
 
 def _conv_transpose2d_bwd(ctx, grad):

@@ -25,12 +25,17 @@ def _act(op: str, activation: str) -> Any:
 
 def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: tuple[int, ...],
            padding: tuple[int, ...], dilation: tuple[int, ...], groups: int, activation: str,
-           residual: torch.Tensor | None) -> torch.Tensor:
-    """residual + act(conv(x, w) + bias), the conv2d epilogue order."""
+           residual: torch.Tensor | None, residual_before_act: bool = False) -> torch.Tensor:
+    """residual + act(conv(x, w) + bias), the conv2d epilogue order; with
+    ``residual_before_act`` act(conv(x, w) + bias + residual)."""
     if len(padding) == 4:  # (top, bottom, left, right)
         x = F.pad(x, (padding[2], padding[3], padding[0], padding[1]))
         padding = (0, 0)
-    y = _act("conv2d", activation)(F.conv2d(x, w, bias, stride, padding, dilation, groups))
+    act = _act("conv2d", activation)
+    y = F.conv2d(x, w, bias, stride, padding, dilation, groups)
+    if residual_before_act and residual is not None:
+        return act(y + residual)
+    y = act(y)
     return y if residual is None else y + residual
 
 

@@ -31,6 +31,9 @@ def _cases():
     return [
         ("conv2d", D.conv2d, (x4, w, b, [1, 1], [1, 1], [1, 1], 1, "relu", res),
          lambda: F.relu(F.conv2d(x4, w, b, padding=1)) + res),
+        ("conv2d_res_before_act", D.conv2d, (x4, w, b, [1, 1], [1, 1], [1, 1], 1, "silu", res,
+                                             0, True),
+         lambda: F.silu(F.conv2d(x4, w, b, padding=1) + res)),
         ("conv2d_cl", D.conv2d, (x4.contiguous(memory_format=CL), wg.contiguous(memory_format=CL),
                                  None, [2, 2], [0, 0], [1, 1], 2, "none", None),
          lambda: F.conv2d(x4, wg, None, 2, groups=2)),

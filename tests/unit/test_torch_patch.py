@@ -95,10 +95,10 @@ def test_bottleneck_report_names_the_fused_chains():
     report = dt.patch(model)
     try:
         fused = {f.head: f.parts for f in report.fusions}
-        # conv1/conv2 take their BN and the (shared) ReLU; conv3 its BN and the residual add
-        # (ReLU comes after the add, which the conv2d epilogue cannot express)
+        # conv1/conv2 take their BN and the (shared) ReLU; conv3 its BN, the residual add and
+        # the ReLU after it: relu(bn3(conv3(x)) + identity), residual_before_act
         assert fused == {"conv1": ["bn", "relu"], "conv2": ["bn", "relu"],
-                         "conv3": ["bn", "residual"]}
+                         "conv3": ["bn", "residual", "relu"]}
         assert {c.name for c in report.covered} >= {"conv1", "bn1", "relu", "conv3"}
         assert "fused conv3 + bn + residual" in report.summary()
         with torch.no_grad():
@@ -879,12 +879,27 @@ class _ConvResidual(nn.Module):
         return self.conv(x) + x
 
 
+class _ConvResidualRelu(nn.Module):
+    """A ResNet block's end: relu(conv(x) + x), one call with the residual before the ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.relu = nn.Conv2d(8, 8, 1), nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.conv(x)
+        out += x
+        return self.relu(out)
+
+
 @pytest.mark.parametrize("make, shape, dtype", [
     (lambda: nn.LayerNorm(16), (4, 16), torch.bfloat16),
     (lambda: nn.Softmax(-1), (4, 16), torch.bfloat16),
     (lambda: nn.GroupNorm(2, 8), (2, 8, 4, 4), torch.bfloat16),
     (_ConvResidual, (2, 8, 4, 4), torch.float32),
-], ids=["layer_norm", "softmax", "group_norm", "conv_fp32_residual"])
+    (_ConvResidualRelu, (2, 8, 4, 4), torch.float32),
+], ids=["layer_norm", "softmax", "group_norm", "conv_fp32_residual",
+        "conv_fp32_residual_before_relu"])
 def test_cpu_autocast_gives_eagers_dtypes(make, shape, dtype):
     """torch's CPU autocast has no float32 entry for norms and softmax (they stay bfloat16;
     the dnnctl ops returned float32), and a float32 residual added to an autocast conv
@@ -1009,3 +1024,18 @@ def test_conv1d_chains_fuse_like_conv2d():
         _assert_same_grads(ref, model, xa, xb, tol=(1e-4, 1e-6), param_tol=(1e-4, 1e-5))
         for p in (*model.parameters(), *ref.parameters()):
             p.grad = None
+
+
+def test_block_end_relu_joins_the_conv_and_undoes():
+    """relu(conv(x) + x) is one dnnctl conv2d call (residual before the activation), equal
+    to eager in eval; unpatched, the module runs its own three ops again."""
+    torch.manual_seed(0)
+    model = _ConvResidualRelu().eval()
+    x = torch.randn(2, 8, 5, 5)
+    with torch.no_grad():
+        want = model(x.clone())
+        report = dt.patch(model)
+        assert [f.parts for f in report.fusions] == [["residual", "relu"]]
+        torch.testing.assert_close(model(x.clone()), want, rtol=1e-5, atol=1e-6)
+        dt.unpatch(model)
+        torch.testing.assert_close(model(x.clone()), want, rtol=0, atol=0)

@@ -53,10 +53,12 @@ def test_counts_modes_and_state_are_restored():
     by_op = {}
     for it in wl.items:
         by_op[it.problem.op] = by_op.get(it.problem.op, 0) + it.count
-    # stem conv, 3 convs, 3 convs + a downsample conv, all with BN folded; the fc layer
-    assert by_op == {"conv2d": 8, "pool2d": 1, "activation": 2, "global_avg_pool2d": 1,
-                     "matmul": 1}
+    # stem conv, 3 convs, 3 convs + a downsample conv, all with BN folded; the fc layer; the
+    # ReLU after each block's residual add is in its last conv (residual_before_act)
+    assert by_op == {"conv2d": 8, "pool2d": 1, "global_avg_pool2d": 1, "matmul": 1}
     assert all(it.problem["bias"] for it in wl.items if it.problem.op == "conv2d")
+    assert sum(it.count for it in wl.items if it.problem.op == "conv2d"
+               and it.problem["residual_before_act"]) == 2
 
 
 def test_train_records_backward_only_for_ops_with_a_pass_field():
