@@ -63,9 +63,8 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
                 # eager adds the residual to the product in the autocast dtype with type
                 # promotion (a float32 residual stream stays float32): no fused add then
                 if 0 <= before < len(args) and args[before]:  # act(conv + bias + residual)
-                    fn = args[act] if 0 <= act < len(args) else "none"
-                    plain = list(args)
-                    plain[res], plain[act], plain[before] = None, "none", False
+                    plain = list(args)  # activation comes before residual_before_act
+                    fn, plain[res], plain[act], plain[before] = args[act], None, "none", False
                     return ACTS[fn](op(*_cast(tuple(plain), device_type, dtype)) + r)
                 out = op(*_cast((*args[:res], None, *args[res + 1:]), device_type, dtype))
                 return out + r

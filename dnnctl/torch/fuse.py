@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from dnnctl.torch.library import run_op
+from dnnctl.torch.library import autocast_active, run_op
 from dnnctl.torch.modules import act_call, act_of, conv1d_as_2d, conv1d_geometry, conv_padding
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
@@ -92,12 +92,9 @@ class FusedConv:
         if one_d:  # conv2d over (N, C, 1, L) views, as the Conv1d module route
             return conv1d_as_2d(x, w, b, conv1d_geometry(conv), conv.groups, self.act,
                                 residual, self.handle)
-        if self.residual_before_act:
-            y = run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
-                       list(conv.dilation), conv.groups, self.act, residual, self.handle, True)
-        else:
-            y = run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
-                       list(conv.dilation), conv.groups, self.act, residual, self.handle)
+        y = run_op("conv2d", x, w, b, list(conv.stride), list(conv_padding(conv)),
+                   list(conv.dilation), conv.groups, self.act, residual, self.handle,
+                   self.residual_before_act)
         if self.keep_dtype and residual is not None:
             want = _conv_dtype(x)
             if y.dtype != want:
@@ -108,12 +105,7 @@ class FusedConv:
 def _conv_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype eager's convolution of x returns: autocast's where it is on."""
     dev = x.device.type
-    try:
-        if torch.is_autocast_enabled(dev):
-            return torch.get_autocast_dtype(dev)
-    except (TypeError, RuntimeError):  # a device type autocast does not know
-        pass
-    return x.dtype
+    return torch.get_autocast_dtype(dev) if autocast_active(dev) else x.dtype
 
 
 def _needs_grad(*modules: nn.Module) -> bool:

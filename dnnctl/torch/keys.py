@@ -28,8 +28,7 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: bool, stride: tuple[int, ...]
             "pad": list(padding), "dilation": list(dilation), "groups": groups,
             "dtype": _dt(x), "layout": "NHWC" if nhwc else "NCHW", "bias": bias,
             "activation": activation, "residual": residual,
-            "residual_before_act": bool(residual_before_act and residual
-                                        and activation != "none"), "tf32": False}
+            "residual_before_act": residual_before_act, "tf32": False}
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: bool, activation: str) -> dict[str, Any]:

@@ -404,7 +404,7 @@ OPS = tuple(SCHEMAS)
 _OPS = torch.ops.dnnctl
 
 
-def _autocast(device_type: str) -> bool:
+def autocast_active(device_type: str) -> bool:
     """An autocast region is active for the device (its dispatcher kernel casts inputs)."""
     try:
         return torch.is_autocast_enabled(device_type)
@@ -417,6 +417,6 @@ def run_op(name: str, *args: Any) -> Any:
     eager tensors with no gradient, compiler or autocast watching run the eager kernel."""
     x = args[0]
     if (torch.is_grad_enabled() or type(x) is not torch.Tensor
-            or torch.compiler.is_compiling() or _autocast(x.device.type)):
+            or torch.compiler.is_compiling() or autocast_active(x.device.type)):
         return getattr(_OPS, name)(*args)
     return KERNELS[name](*args)

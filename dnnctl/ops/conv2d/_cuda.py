@@ -17,6 +17,7 @@ import numpy as np
 from dnnctl.backends import cublas, cuda
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import codes
+from dnnctl.ops.base import dtype_name
 from dnnctl.ops.conv2d.geom import ACTIVATIONS
 
 # CUDA data types (library_types.h) and cuBLAS enums, by value: stable ABI numbers.
@@ -38,12 +39,7 @@ EPI_FLAG_RES_BEFORE_ACT = codes.EPI_FLAG["res_before_act"]
 def cuda_type(dtype: Any) -> int:
     """cudaDataType of an array dtype (NumPy / CuPy, or torch's: a torch caller's tensors
     reach the pointer-only kernels as they are)."""
-    if isinstance(dtype, str):
-        name = dtype
-    elif type(dtype).__module__.startswith("torch"):
-        name = str(dtype).removeprefix("torch.")
-    else:
-        name = str(np.dtype(dtype))
+    name = dtype_name(dtype)
     table = {"float32": CUDA_R_32F, "float16": CUDA_R_16F, "bfloat16": CUDA_R_16BF,
              "complex64": CUDA_C_32F}
     if name not in table:

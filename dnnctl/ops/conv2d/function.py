@@ -98,7 +98,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     key = {"n": n, "c": c, "h": h, "w": wd, "k": k, "r": r, "s": s, "stride": st,
            "pad": pad, "dilation": dil, "groups": groups, "dtype": dtype, "layout": layout,
            "bias": ba is not None, "activation": act, "residual": ra is not None,
-           "residual_before_act": bool(before_act) and ra is not None and act != "none",
+           "residual_before_act": bool(before_act),
            "tf32": bool(tf32)}
     outputs = (("y", y_shape, xa.dtype),)
     if all(a is g for a, g in zip(copies, arrays)):  # no copies: pointers suffice

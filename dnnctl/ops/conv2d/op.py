@@ -233,7 +233,8 @@ class Conv2d(Op):
 
 
 def _cudnn_relu_default(problem: Problem) -> bool:
-    """The problems whose un-tuned default is cuDNN's fused conv + bias + ReLU."""
+    """The problems whose un-tuned default is cuDNN through torch (its fused conv + bias +
+    ReLU, or its convolution + our epilogue: cost.cudnn_fused_pays)."""
     return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
             and not problem["residual"] and problem["layout"] == "NHWC"
             and problem["dtype"] in ("float16", "bfloat16"))
