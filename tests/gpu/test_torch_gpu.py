@@ -143,3 +143,22 @@ def test_training_step_on_cuda_matches_torch():
     assert report.fallbacks() == {}
     for (n, a), b in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=2e-3, atol=2e-4, msg=n)
+
+
+def test_reduce_overhead_compile_of_a_classifier_head():
+    """ResNet-50's tail at batch 1 (a split-K GEMM whose tile counters live across calls):
+    torch.compile's CUDA-graph trees accept the patched model (no live tensor of ours in
+    their pool) and replay the eager result."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
+    model = model.eval().cuda().half()
+    x = torch.randn(1, 2048, 7, 7, device="cuda", dtype=torch.float16).contiguous(
+        memory_format=CL)
+    with torch.inference_mode(), dt.patched(model) as report:
+        want = model(x)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, fullgraph=True, mode="reduce-overhead")
+        for _ in range(4):
+            got = compiled(x).clone()
+    assert report.fallbacks() == {}
+    assert _rel(got, want) <= 1e-2

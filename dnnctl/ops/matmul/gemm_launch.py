@@ -356,7 +356,12 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
             key = cuda.current_stream()
             cnt = counters.get(key)
             if cnt is None:  # zero once per stream; each launch leaves them zero again
-                cnt = counters[key] = cuda.scratch_zeros((tiles * d.batch,), np.int32)
+                # kept for good, so from CuPy's own pool: never the caller's allocator, whose
+                # block may be a CUDA graph's private pool (torch.compile's cudagraph trees
+                # reject a live tensor they did not hand out)
+                cnt = mc.workspace(device, 4 * tiles * d.batch).view(np.int32)
+                cnt.fill(0)
+                counters[key] = cnt
         main_run((a, b, c_out, bias, res, ws, cnt, *consts))
         if fin_go is not None:
             fin_go(ws, c_out, bias, res)
