@@ -118,7 +118,8 @@ def _plain(x, *args, **kwargs):
 
 def _attention_fake(q, k, v, is_causal=False, scale=None, enable_gqa=False, plan=0):
     lse = torch.float64 if q.dtype == torch.float64 else torch.float32
-    return (q.new_empty((*q.shape[:-1], v.shape[-1])),
+    b, h, s = q.shape[:-1]  # out in (B, S, H, D) memory: kernels.sdpa_layout
+    return (q.new_empty((b, s, h, v.shape[-1])).transpose(1, 2),
             q.new_empty(q.shape[:-1], dtype=lse))
 
 
@@ -390,12 +391,50 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     return kernel
 
 
+_INDUCTOR_FALLBACKS: list[bool] = []  # [True] once inductor knows the ops
+
+
+def inductor_fallbacks() -> None:
+    """Tell inductor, once, that every dnnctl op runs as itself (an extern kernel call),
+    before it lowers a graph holding one.
+
+    Left to find that out, inductor's "implicit fallback" path formats each op's arguments
+    for a log line; torch 2.11 does so eagerly, and an argument's text holds its whole
+    producer graph, written out as a tree: a residual network's last op (its ``linear``)
+    took minutes, so ``torch.compile`` of a patched ResNet-50 never finished. Registered here
+    the same way that path does it (the op's layout-constraint tag), with no text made."""
+    if _INDUCTOR_FALLBACKS:
+        return
+    _INDUCTOR_FALLBACKS.append(True)
+    try:
+        from torch._inductor import lowering
+        from torch._library.utils import get_layout_constraint_tag
+    except Exception:  # noqa: BLE001 - no inductor in this torch: nothing to tell it
+        return
+    for name in SCHEMAS:
+        op = getattr(torch.ops.dnnctl, name).default
+        if op not in lowering.lowerings:
+            tag = get_layout_constraint_tag(op, with_default=True)
+            lowering.make_fallback(op, layout_constraint=lowering.tag_to_layout_constraint(tag),
+                                   warn=False)
+
+
+def _traced(fake: Callable[..., Any]) -> Callable[..., Any]:
+    """The fake kernel, first making sure inductor will lower the op (fake kernels run only
+    while a graph is traced: torch.compile, export, meta tensors)."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not _INDUCTOR_FALLBACKS:
+            inductor_fallbacks()
+        return fake(*args, **kwargs)
+    return run
+
+
 def _register() -> None:
     for name, schema in SCHEMAS.items():
         LIB.define(name + schema)
         LIB.impl(name, KERNELS[name], "CPU")
         LIB.impl(name, KERNELS[name], "CUDA")
-        torch.library.register_fake(f"{NS}::{name}", FAKES[name], lib=LIB)
+        torch.library.register_fake(f"{NS}::{name}", _traced(FAKES[name]), lib=LIB)
         LIB.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
 
 

@@ -194,6 +194,27 @@ def test_compile_fullgraph_traces_the_ops():
     torch.testing.assert_close(got, f(x, w))
 
 
+def test_tracing_registers_every_op_with_inductor_before_it_lowers():
+    """Inductor lowers each dnnctl op as an extern call registered ahead of its lowering:
+    its own "implicit fallback" path wrote every argument's producer graph out as text
+    (torch 2.11: minutes for a ResNet's last op)."""
+    from torch._inductor import lowering
+
+    from dnnctl.torch import library
+
+    def f(x, w):
+        return D.global_avg_pool2d(D.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "relu",
+                                            None))
+
+    x, w = _r(2, 3, 6, 6), _r(4, 3, 3, 3)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(x, w)
+    torch.testing.assert_close(got, f(x, w))
+    assert library._INDUCTOR_FALLBACKS == [True]
+    missing = [n for n in library.OPS
+               if getattr(torch.ops.dnnctl, n).default not in lowering.lowerings]
+    assert missing == []
+
+
 def test_import_dnnctl_never_imports_torch_and_dnnctl_torch_needs_it():
     import subprocess
     import sys
@@ -229,6 +250,21 @@ def test_attention_op_runs_on_dnnctl_with_its_lse():
     s = s.masked_fill(~torch.ones(9, 12, dtype=torch.bool).tril(), float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(s, -1), rtol=1e-4, atol=1e-4)
     assert lse.dtype == torch.float32 and out.dtype == torch.float16
+    # torch's fused SDPA layout, (B, S, H, D) memory, as the fake kernel declares it
+    assert out.stride() == (9 * 4 * 16, 16, 4 * 16, 1)
+
+
+def test_attention_under_inductor_keeps_the_promised_layout():
+    """Inductor's code checks each extern result's strides against the fake kernel's: the
+    op's out has one layout whichever kernel ran (a ViT's patched SDPA under torch.compile
+    failed on this), including a single query (decode)."""
+    def f(a, b, c):
+        return D.attention(a, b, c, False, None, True)[0] * 2
+
+    for s in (9, 1):
+        q, k, v = _qkv(s=s)
+        got = torch.compile(f, fullgraph=True)(q, k, v)
+        torch.testing.assert_close(got, f(q, k, v))
 
 
 def test_attention_opcheck_gradcheck_and_compile():
