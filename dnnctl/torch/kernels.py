@@ -453,5 +453,20 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool
                         return_lse=True, plan=_plan(plan))
         return out, lse
 
-    return _dnn("attention", q, run, lambda: keys.attention(q, k, v, is_causal, scale),
-                lambda: ref.attention(q, k, v, is_causal, scale, enable_gqa))
+    out, lse = _dnn("attention", q, run, lambda: keys.attention(q, k, v, is_causal, scale),
+                    lambda: ref.attention(q, k, v, is_causal, scale, enable_gqa))
+    return sdpa_layout(out), lse
+
+
+def sdpa_layout(out: torch.Tensor) -> torch.Tensor:
+    """out (B, H, S, D) in (B, S, H, D) memory: the layout torch's fused SDPA kernels give,
+    and the one the op's fake kernel declares, whichever kernel ran (torch.compile's code
+    checks the strides it was promised). A result in another layout (dnnctl's own kernels
+    write (B, H, S, D) memory) is copied into it."""
+    b, h, s, d = out.shape
+    want = (s * h * d, d, h * d, 1)
+    if out.stride() == want:
+        return out
+    fixed = out.new_empty((b, s, h, d)).transpose(1, 2)
+    fixed.copy_(out)
+    return fixed
