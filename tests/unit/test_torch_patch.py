@@ -201,6 +201,30 @@ def test_compile_fullgraph_over_a_patched_model():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_folded_weights_are_static_graph_inputs_under_compile():
+    """A folded conv + BN weight is a tensor of dnnctl's, not a parameter: dynamo sees it
+    as a graph input, and torch.compile's CUDA graphs would copy every non-static input
+    into place before each replay. Folded tensors carry the static-address mark."""
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 16, 1), nn.BatchNorm2d(16)).eval()
+    x = torch.randn(2, 8, 6, 6)
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend((tuple(t.shape), getattr(t, "_dynamo_static_input_type", None))
+                    for t in example_inputs if isinstance(t, torch.Tensor))
+        return gm
+
+    with torch.no_grad(), dt.patched(model):
+        want = model(x)
+        torch._dynamo.reset()
+        got = torch.compile(model, fullgraph=True, backend=backend)(x)
+    torch.testing.assert_close(got, want)
+    static = sorted(shape for shape, mark in seen if mark is not None)
+    assert static == [(16,), (16,), (16, 8, 3, 3), (16, 16, 1, 1)]
+    assert [mark for shape, mark in seen if shape == (2, 8, 6, 6)] == [None]
+
+
 def test_plan_argument_is_used_by_the_patched_calls():
     class Spy:
         def __init__(self):
