@@ -95,8 +95,10 @@ class Backend(ABC):
     @abstractmethod
     def time(self, fn: Callable[[], None], *, warmup_ms: float = 25.0,
              budget_ms: float = 100.0, min_samples: int = 5, max_samples: int = 2000,
-             flush_l2: bool = True) -> np.ndarray:
-        """Run ``fn`` after a time-based warm-up; return per-call times in microseconds."""
+             flush_l2: bool = True, host_ahead: bool = False) -> np.ndarray:
+        """Run ``fn`` after a time-based warm-up; return per-call times in microseconds
+        (``host_ahead``: the device's time alone, the host enqueueing ahead of it; a backend
+        whose host is its device times the call as it is)."""
 
     def use_device(self, index: int) -> None:
         """Make ``index`` the current device of this process."""

@@ -66,7 +66,7 @@ class NumpyBackend(Backend):
 
     def time(self, fn: Callable[[], None], *, warmup_ms: float = 25.0,
              budget_ms: float = 100.0, min_samples: int = 5, max_samples: int = 2000,
-             flush_l2: bool = True) -> np.ndarray:
+             flush_l2: bool = True, host_ahead: bool = False) -> np.ndarray:
         deadline = time.perf_counter() + warmup_ms / 1e3
         fn()  # at least one warm-up call
         while time.perf_counter() < deadline:

@@ -90,6 +90,10 @@ def tune(
              "dnnctl[ray]); alone: $RAY_ADDRESS or a local cluster.")] = None,
     keep_journal: Annotated[bool, typer.Option(
         "--keep-journal", help="Keep the journal after a complete run.")] = False,
+    gpu_time: Annotated[bool, typer.Option(
+        "--gpu-time", help="Time the GPU's work alone, the host enqueueing ahead: for plans "
+             "replayed from CUDA graphs (torch.compile mode='reduce-overhead'). Default: "
+             "a call's time as an eager caller waits for it.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Tune kernels for every problem of a workload on this GPU (or CPU) and write a plan."""
@@ -103,8 +107,9 @@ def tune(
     from dnnctl.workloads import WorkloadOptions
 
     policy = None
-    if sample_ms is not None:
-        policy = TimingPolicy.for_backend(parse_device(device)[0]).replace(budget_ms=sample_ms)
+    if sample_ms is not None or gpu_time:
+        policy = TimingPolicy.for_backend(parse_device(device)[0]).replace(
+            budget_ms=sample_ms, host_ahead=gpu_time or None)
     view = JsonLines() if json_out else View()
     try:
         options = TuneOptions(

@@ -1,7 +1,8 @@
 """Timing policy and statistics.
 
 Samples come from ``Backend.time`` (CUDA events around each call with the L2 flushed before
-it on the GPU; wall clock on the CPU) after a time-based warm-up, as many as fit in a budget.
+it on the GPU; wall clock on the CPU) after a time-based warm-up, as many as fit in a budget:
+what an eager caller waits for, or with ``host_ahead`` the GPU's time alone (graph replay).
 A candidate's result is the median with p20 / p80 and the sample count; the re-timing of
 the leaders also keeps the median of every interleaved round, whose spread is the noise a
 win must beat (see :mod:`dnnctl.tune.select`).
@@ -36,6 +37,10 @@ class TimingPolicy:
     retime_budget_ms: float = 20.0  # per leader per round
     tie_floor: float = 0.01  # wins below this fraction of the best time are always ties
     tie_cap: float = 0.03  # wins above this fraction are never ties, however noisy
+    # GPU time alone (the host enqueues ahead: Backend.time): for plans replayed from CUDA
+    # graphs (torch.compile mode="reduce-overhead", torch.cuda.graph), which pay no host
+    # time per call; off, a sample is what an eager caller waits for
+    host_ahead: bool = False
 
     @classmethod
     def for_backend(cls, backend: str) -> TimingPolicy:
@@ -85,7 +90,8 @@ class TimingPolicy:
         return {"warmup_ms": self.warmup_ms, "budget_ms": self.budget_ms, "statistic": "median",
                 "l2_flush": self.l2_flush, "retime_top": self.retime_top,
                 "retime_rounds": self.retime_rounds, "tie_floor": self.tie_floor,
-                "tie_cap": self.tie_cap, "harness": TIMING_HARNESS_VERSION}
+                "tie_cap": self.tie_cap, "host_ahead": self.host_ahead,
+                "harness": TIMING_HARNESS_VERSION}
 
 
 def measure(backend: Backend, fn: Callable[[], None], policy: TimingPolicy, *,
@@ -95,4 +101,4 @@ def measure(backend: Backend, fn: Callable[[], None], policy: TimingPolicy, *,
         fn, warmup_ms=policy.warmup_ms if warmup_ms is None else warmup_ms,
         budget_ms=policy.budget_ms if budget_ms is None else budget_ms,
         min_samples=policy.min_samples, max_samples=policy.max_samples,
-        flush_l2=policy.l2_flush)
+        flush_l2=policy.l2_flush, host_ahead=policy.host_ahead)

@@ -54,6 +54,19 @@ def test_one_problem_as_json(tmp_path, monkeypatch):
     assert read_plan(tmp_path / "mm.yaml").sections[0].entries[0].problem.as_dict() == p["key"]
 
 
+def test_gpu_time_is_recorded_in_the_plan(tmp_path, monkeypatch):
+    """--gpu-time (GPU work alone, for plans replayed from CUDA graphs) reaches the timing
+    policy and the plan says how its entries were measured; the default says eager."""
+    monkeypatch.chdir(tmp_path)
+    key = ["--op", "softmax", "--key", "rows=64,cols=128,dtype=float32", "--device", "cpu",
+           "--max-evals", "2", "--sample-ms", "2"]
+    for flag, want in ((["--gpu-time"], True), ([], False)):
+        out = f"p{int(want)}.yaml"
+        res = runner.invoke(app, ["tune", *key, *flag, "-o", out])
+        assert res.exit_code == 0, res.output
+        assert read_plan(tmp_path / out).sections[0].tuning["host_ahead"] is want
+
+
 @pytest.mark.parametrize("args,words", [
     (["nosuch_model"], "unknown workload 'nosuch_model'"),
     (["resnet50", "--seq", "128"], "has no option 'seq'"),

@@ -92,3 +92,26 @@ def test_illegal_address_candidate_is_survived(tmp_path):
     assert p["status"] == "planned" and p["tried"] == 4
     assert p["failed"]["crashed"] == 1 and p["failed"]["wrong"] == 1
     assert p["winner"]["variant"] == "good"
+
+
+def test_host_ahead_times_the_gpu_work_alone():
+    """A call whose host work (300 us of it) outlasts its kernel: the default sample is what
+    an eager caller waits for, host time included; host_ahead's is the kernel's time."""
+    import time
+
+    from dnnctl.backends.registry import get_backend
+
+    be = get_backend("cupy")
+    x = cp.zeros(1 << 16, dtype=cp.float32)
+
+    def call():
+        time.sleep(3e-4)
+        x.fill(1.0)
+
+    eager = np.median(be.time(call, warmup_ms=5, budget_ms=20, flush_l2=False))
+    alone = np.median(be.time(call, warmup_ms=5, budget_ms=20, flush_l2=False,
+                              host_ahead=True))
+    kernel = np.median(be.time(lambda: x.fill(1.0), warmup_ms=5, budget_ms=20,
+                               flush_l2=False, host_ahead=True))
+    assert eager > 250, eager
+    assert alone < 50 and alone < 3 * kernel + 10, (alone, kernel)
