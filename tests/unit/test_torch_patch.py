@@ -201,6 +201,22 @@ def test_compile_fullgraph_over_a_patched_model():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_fused_conv_follows_a_replaced_stride_or_padding():
+    """FusedConv keeps the op's geometry arguments between calls; assigning the conv's
+    stride / padding anew (a surgery after patch) is seen on the next call."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad(), dt.patched(model):
+        model(x)
+        model[0].stride, model[0].padding = (2, 2), (0, 0)
+        got = model(x)
+    with torch.no_grad():
+        want = model(x)
+    assert got.shape == want.shape == (2, 8, 4, 4)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_folded_weights_are_static_graph_inputs_under_compile():
     """A folded conv + BN weight is a tensor of dnnctl's, not a parameter: dynamo sees it
     as a graph input, and torch.compile's CUDA graphs would copy every non-static input
