@@ -67,6 +67,20 @@ def current_stream() -> int:
         return 0
 
 
+def capturing() -> bool:
+    """Whether the call in flight's stream is being captured into a CUDA graph (a torch
+    caller's ``torch.cuda.graph``). The legacy default stream never is: no query there."""
+    s = STATE.stream
+    if not s:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.streamIsCapturing(s) != 0
+    except Exception:  # noqa: BLE001 - no CUDA runtime (the CPU emulator): never captured
+        return False
+
+
 def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(shape)
 

@@ -43,7 +43,14 @@ def _models():
         memory_format=CL)
     vit = ViTBlock(64, 4).eval().to(dev, torch.float16)
     llama = LlamaBlock(64, 4, 176).eval().to(dev, torch.bfloat16)
+    # ResNet-50's tail at batch 1: a split-K GEMM whose tile counters are kept per stream
+    # (a capture's stream is new to it: counters of that call only, from the graph's pool)
+    head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000))
+    head = head.eval().to(dev, torch.float16)
+    x_h = torch.randn(1, 2048, 7, 7, device=dev, dtype=torch.float16).contiguous(
+        memory_format=CL)
     return [
+        ("classifier head fp16", head, x_h, 2e-2),
         ("resnet fp16 channels_last", resnet, x_r, 2e-2),
         ("resnet fp32", _bn_stats(SmallResNet()).eval().to(dev),
          torch.randn(2, 3, 32, 32, device=dev), 1e-3),

@@ -355,7 +355,11 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         if out_mode == OUT_FUSED:
             key = cuda.current_stream()
             cnt = counters.get(key)
-            if cnt is None:  # zero once per stream; each launch leaves them zero again
+            if cnt is None and cuda.capturing():
+                # a stream first seen inside a capture: counters of this call only, from the
+                # graph's pool, zeroed by a captured memset (no cudaMalloc while capturing)
+                cnt = cuda.scratch_zeros((tiles * d.batch,), np.int32)
+            elif cnt is None:  # zero once per stream; each launch leaves them zero again
                 # kept for good, so from CuPy's own pool: never the caller's allocator, whose
                 # block may be a CUDA graph's private pool (torch.compile's cudagraph trees
                 # reject a live tensor they did not hand out)
