@@ -241,6 +241,26 @@ def test_folded_weights_are_static_graph_inputs_under_compile():
     assert [mark for shape, mark in seen if shape == (2, 8, 6, 6)] == [None]
 
 
+@pytest.mark.parametrize("case", ["resnet channels_last", "llama"])
+def test_inductor_compiles_patched_models_and_checks_every_extern_layout(case):
+    """Inductor (not aot_eager) asserts each extern op's output strides against its fake
+    kernel's: every dnnctl op a patched model runs must return exactly the layout its fake
+    promises (conv2d channels-last, pooling, linear, norms, SDPA's attention)."""
+    torch.manual_seed(0)
+    if case == "llama":
+        model, x = LlamaBlock().eval(), torch.randn(2, 6, 32)
+    else:
+        model = _randomize_bn(SmallResNet()).eval().to(memory_format=torch.channels_last)
+        x = torch.randn(2, 3, 16, 16).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x)
+        with dt.patched(model) as report:
+            torch._dynamo.reset()
+            got = torch.compile(model, fullgraph=True)(x)
+    assert report.covered and report.fallbacks() == {}
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_plan_argument_is_used_by_the_patched_calls():
     class Spy:
         def __init__(self):
