@@ -14,8 +14,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from dnnctl.backends import cuda
 from dnnctl.errors import KernelLaunchError
 
@@ -81,7 +79,7 @@ class _Cublas:
             rc = self.lib.cublasCreate_v2(ctypes.byref(h))
             if rc:
                 raise KernelLaunchError(f"cublasCreate failed (status {rc})")
-            ws = self._cupy.empty(_CUBLAS_WORKSPACE, dtype=np.uint8)
+            ws = cuda.kept(_CUBLAS_WORKSPACE, device)
             self.lib.cublasSetWorkspace_v2(h, ctypes.c_void_p(ws.data.ptr),
                                            ctypes.c_size_t(_CUBLAS_WORKSPACE))
             self.lib.cublasSetPointerMode_v2(h, 0)  # host alpha / beta

@@ -23,6 +23,7 @@ import functools
 import threading
 from typing import Any
 
+from dnnctl.backends import cuda
 from dnnctl.backends.cublas import load_library
 from dnnctl.errors import KernelLaunchError
 
@@ -94,12 +95,9 @@ class _Lt:
             with self.lock:
                 got = self.handles.get(device)
                 if got is None:
-                    import cupy
-
                     h = ctypes.c_void_p()
                     _check(self.Create(ctypes.byref(h)), "cublasLtCreate")
-                    with cupy.cuda.Device(device):
-                        ws = cupy.empty(_WORKSPACE, dtype="uint8")
+                    ws = cuda.kept(_WORKSPACE, device)
                     got = self.handles[device] = (int(h.value or 0), int(ws.data.ptr), ws)
         return got[0], got[1]
 

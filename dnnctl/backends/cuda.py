@@ -113,6 +113,18 @@ def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
     return scratch(shape, dtype)
 
 
+def kept(nbytes: int, device: int | None = None) -> Any:
+    """A CuPy uint8 buffer a kernel or library handle keeps across calls (a workspace,
+    self-resetting counters): from CuPy's own pool, never from the allocator a call in
+    flight made current (a torch caller's, whose block may belong to a CUDA graph's
+    private pool and be reused once that graph is gone)."""
+    import cupy
+
+    with cupy.cuda.Device(cupy.cuda.runtime.getDevice() if device is None else device):
+        mem = cupy.get_default_memory_pool().malloc(max(1, int(nbytes)))
+        return cupy.ndarray((max(1, int(nbytes)),), dtype=np.uint8, memptr=mem)
+
+
 def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
     buf = scratch(shape, dtype)
     buf.fill(0)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from dnnctl.backends import cuda
 from dnnctl.backends.cuda import Launch, launch, ptr
 from dnnctl.errors import ShapeError
 from dnnctl.ops import codes
@@ -255,9 +256,7 @@ def workspace(device: Any, nbytes: int) -> Any:
         return np.empty(size, dtype=np.float32)
     # the kernel keeps it for good: from CuPy's pool whatever allocator the call in flight
     # has made current (a torch caller's, see adapters.enter_all)
-    with xp.cuda.Device(getattr(device, "index", 0)):
-        mem = xp.get_default_memory_pool().malloc(4 * size)
-        return xp.ndarray((size,), dtype=np.float32, memptr=mem)
+    return cuda.kept(4 * size, getattr(device, "index", 0)).view(np.float32)
 
 
 # ----------------------------------------------------------------------------- numpy
