@@ -111,6 +111,10 @@ class Epilogue:
     def __init__(self, rt: Any, g: ConvGeom):
         self.rt, self.g, self.vec = rt, g, epilogue_vec(g)
         self.total = g.n * g.k * g.p * g.q
+        self.step = self.vec * np_dtype(g.dtype).itemsize  # bytes per vector access
+        # the scalar arguments, fixed per problem: made once, not on every call
+        self.tail = (np.int64(self.total), *_cuda.i32(g.k, g.p * g.q),
+                     *_cuda.epilogue_codes(g))
         self.launches: dict[int, Any] = {}
         self.launch(self.vec)
 
@@ -128,12 +132,13 @@ class Epilogue:
         """y = residual + act(y + bias), in place over all of y (after a library's GEMM /
         convolution)."""
         g = self.g
-        bias, res, act, flags = _cuda.epilogue_args(g, y, inputs)
-        vec, step = self.vec, self.vec * np_dtype(g.dtype).itemsize
+        bias = inputs["bias"] if g.bias else y  # absent tensors: y (see epilogue_args)
+        res = inputs["residual"] if g.residual else y
+        vec, step = self.vec, self.step
         if vec > 1 and (cuda.ptr(y) % step or (g.residual and cuda.ptr(res) % step)):
             vec = 1  # a view at an odd offset: scalar accesses
-        self.launch(vec)((y, bias, res, np.int64(self.total), *_cuda.i32(g.k, g.p * g.q),
-                          act, flags))
+        launch = self.launches.get(vec) or self.launch(vec)
+        launch((y, bias, res, *self.tail))
 
 
 def epilogue_kernel(run: Any, g: ConvGeom, tail: tuple[Any, ...]) -> Any:
