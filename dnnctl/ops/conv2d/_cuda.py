@@ -76,7 +76,7 @@ class CudaRuntime:
 
         Offsets and strides count elements of each array's own dtype."""
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
-        one, beta_s = np.ones(1, scalar), np.full(1, beta, scalar)
+        one, beta_s = _host_scalar(scalar, 1.0), _host_scalar(scalar, beta)
         cublas.gemm_strided_batched(
             transa, transb, m, n, k, one.ctypes.data,
             self.ptr(a) + a_off * a.itemsize, cuda_type(a.dtype), lda, stride_a,
@@ -97,6 +97,19 @@ class CudaRuntime:
 
     def fft_exec(self, plan: Any, src: Any, dst: Any, direction: int) -> None:
         plan.fft(src, dst, direction)
+
+
+_HOST_SCALARS: dict[tuple[Any, float], np.ndarray] = {}
+
+
+def _host_scalar(scalar: Any, value: float) -> np.ndarray:
+    """A one-element host array holding ``value`` (cuBLAS's host-mode alpha / beta), made
+    once per (type, value): cuBLAS reads it when the call is made, so one array serves
+    every call (two fresh arrays a call cost ~2 us of host time)."""
+    got = _HOST_SCALARS.get((scalar, value))
+    if got is None:
+        got = _HOST_SCALARS[(scalar, value)] = np.full(1, value, scalar)
+    return got
 
 
 _OVERRIDE: list[Any] = []
