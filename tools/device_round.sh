@@ -103,7 +103,8 @@ for st in "$@"; do
       timeout 200 python3 benchmarks/bench_e2e.py --models "$M" --ways dnnctl --iters 2 \
         --record-workload "$L/wl" > "$L/e2e_record.md" 2>&1
       for f in "$L"/wl/*.workload.yaml; do
-        timeout "${TT:-120}" python3 -m dnnctl tune "$f" --budget "${B:-60}" \
+        # TUNE_FLAGS=--gpu-time: a plan for the compiled (CUDA-graph) ways
+        timeout "${TT:-120}" python3 -m dnnctl tune "$f" --budget "${B:-60}" ${TUNE_FLAGS:-} \
           -o "$L/e2e_plan.yaml" >> "$L/e2e_tune.txt" 2>&1; echo "tune $(basename "$f") rc=$?"
       done
       timeout "${T:-300}" python3 benchmarks/bench_e2e.py --models "$M" --plan "$L/e2e_plan.yaml" \
