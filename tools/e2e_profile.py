@@ -3,6 +3,7 @@
 and top host ops of each way (torch profiler).
 
     PYTHONPATH=. python3 tools/e2e_profile.py --models resnet50-b32,vit_b16-b32 [--plan P]
+    PYTHONPATH=. python3 tools/e2e_profile.py --models resnet50-b1 --compile  # compiled ways
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ def main() -> int:
     ap.add_argument("--cprofile", action="store_true",
                     help="also cProfile the patched forward (Python functions' own time)")
     ap.add_argument("--no-torch-profile", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="profile both ways under torch.compile (default mode: no CUDA "
+                         "graphs, so the profiler sees each kernel), to compare the GPU "
+                         "work of the compiled eager model and of the compiled patched one")
     args = ap.parse_args()
     _conv_route(args.conv)
     import torch
@@ -134,12 +139,18 @@ def main() -> int:
                     report = dt.patch(model, plan)
                     print(f"\n## {name} patched: {len(report.covered)} modules, "
                           f"{len(report.fusions)} fusions")
-                fn = lambda m=model, i=inputs: m(*i)  # noqa: E731
+                target = model
+                if args.compile:
+                    torch._dynamo.reset()
+                    target = torch.compile(model)
+                    way += "+compile"
+                fn = lambda m=target, i=inputs: m(*i)  # noqa: E731
+                fn()  # (compiles)
                 wall, gpu = _wall_ms(fn), _gpu_only_ms(fn)
                 print(f"\n## {name} {way}: wall {wall:.2f} ms/fwd, GPU-only {gpu:.2f} ms/fwd")
                 if not args.no_torch_profile:
                     _profile(fn, f"{name} {way}", args.top)
-                if args.cprofile and way == "dnnctl":
+                if args.cprofile and way.startswith("dnnctl"):
                     _cprofile(fn, f"{name} {way}", args.top)
             dt.unpatch(model)
         torch.cuda.empty_cache()
