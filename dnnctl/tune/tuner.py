@@ -75,6 +75,10 @@ def tune(workload: Workload, options: TuneOptions | None = None,
     for mod in registry.plugin_modules():
         importlib.import_module(mod)
     policy = opts.policy or TimingPolicy.for_backend(backend_name)
+    if policy.host_ahead and backend_name == "numpy":
+        raise UsageError("--gpu-time times a GPU's work alone; on the CPU the host is the "
+                         "device, so there is nothing to enqueue ahead",
+                         hint="leave --gpu-time out, or tune on a GPU (--device cuda:0)")
     get_strategy(opts.strategy, opts.seed, opts.max_evals)  # validate early
     work = workload.only_ops(opts.ops)
     if not work.items:

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from dnnctl.cli.app import app
 from dnnctl.plan import read_plan
+from dnnctl.tune.timer import TimingPolicy
 from dnnctl.workloads import default_workload
 
 runner = CliRunner()
@@ -54,17 +55,22 @@ def test_one_problem_as_json(tmp_path, monkeypatch):
     assert read_plan(tmp_path / "mm.yaml").sections[0].entries[0].problem.as_dict() == p["key"]
 
 
-def test_gpu_time_is_recorded_in_the_plan(tmp_path, monkeypatch):
-    """--gpu-time (GPU work alone, for plans replayed from CUDA graphs) reaches the timing
-    policy and the plan says how its entries were measured; the default says eager."""
+def test_gpu_time_is_recorded_in_the_plan_and_refused_on_the_cpu(tmp_path, monkeypatch):
+    """--gpu-time (GPU work alone, for plans replayed from CUDA graphs) is a GPU notion: on
+    the CPU it is a usage error naming the way out; the plan says how it was timed."""
     monkeypatch.chdir(tmp_path)
     key = ["--op", "softmax", "--key", "rows=64,cols=128,dtype=float32", "--device", "cpu",
            "--max-evals", "2", "--sample-ms", "2"]
-    for flag, want in ((["--gpu-time"], True), ([], False)):
-        out = f"p{int(want)}.yaml"
-        res = runner.invoke(app, ["tune", *key, *flag, "-o", out])
-        assert res.exit_code == 0, res.output
-        assert read_plan(tmp_path / out).sections[0].tuning["host_ahead"] is want
+    res = runner.invoke(app, ["tune", *key, "--gpu-time"], env={"COLUMNS": "300"})
+    assert res.exit_code == 2, res.output
+    assert "on the CPU the host is the device" in " ".join(res.output.split())
+    assert not (tmp_path / "plan.yaml").exists()
+    res = runner.invoke(app, ["tune", *key, "-o", "p.yaml"])
+    assert res.exit_code == 0, res.output
+    assert read_plan(tmp_path / "p.yaml").sections[0].tuning["host_ahead"] is False
+    policy = TimingPolicy().replace(host_ahead=True)
+    assert TimingPolicy.from_dict(policy.to_dict()) == policy
+    assert policy.plan_metadata()["host_ahead"] is True
 
 
 @pytest.mark.parametrize("args,words", [
