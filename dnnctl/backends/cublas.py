@@ -53,9 +53,6 @@ class _Cublas:
     handle has a workspace)."""
 
     def __init__(self) -> None:
-        import cupy
-
-        self._cupy = cupy
         lib = load_library("libcublas", ctypes.PyDLL)
         if lib is None:
             raise KernelLaunchError("libcublas cannot be loaded",

@@ -120,9 +120,10 @@ def kept(nbytes: int, device: int | None = None) -> Any:
     private pool and be reused once that graph is gone)."""
     import cupy
 
+    n = max(1, int(nbytes))
     with cupy.cuda.Device(cupy.cuda.runtime.getDevice() if device is None else device):
-        mem = cupy.get_default_memory_pool().malloc(max(1, int(nbytes)))
-        return cupy.ndarray((max(1, int(nbytes)),), dtype=np.uint8, memptr=mem)
+        return cupy.ndarray((n,), dtype=np.uint8,
+                            memptr=cupy.get_default_memory_pool().malloc(n))
 
 
 def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:

@@ -181,12 +181,15 @@ def res_mode(g: Any) -> int:
     return codes.RES_MODE["before_act" if g.residual_before_act else "after_act"]
 
 
+def epilogue_ptrs(g: Any, y: Any, inputs: Mapping[str, Any]) -> tuple[Any, Any]:
+    """(bias, residual) kernel arguments; absent tensors are passed as ``y`` (a valid
+    pointer the kernel never reads)."""
+    return (inputs["bias"] if g.bias else y, inputs["residual"] if g.residual else y)
+
+
 def epilogue_args(g: Any, y: Any, inputs: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """(bias, residual, act, flags) kernel arguments; absent tensors are passed as ``y``
-    (a valid pointer the kernel never reads)."""
-    bias = inputs["bias"] if g.bias else y
-    res = inputs["residual"] if g.residual else y
-    return (bias, res, *epilogue_codes(g))
+    """(bias, residual, act, flags) kernel arguments (see :func:`epilogue_ptrs`)."""
+    return (*epilogue_ptrs(g, y, inputs), *epilogue_codes(g))
 
 
 def i32(*vals: int) -> tuple[np.int32, ...]:

@@ -132,23 +132,21 @@ class Epilogue:
         """y = residual + act(y + bias), in place over all of y (after a library's GEMM /
         convolution)."""
         g = self.g
-        bias = inputs["bias"] if g.bias else y  # absent tensors: y (see epilogue_args)
-        res = inputs["residual"] if g.residual else y
+        bias, res = _cuda.epilogue_ptrs(g, y, inputs)
         vec, step = self.vec, self.step
         if vec > 1 and (cuda.ptr(y) % step or (g.residual and cuda.ptr(res) % step)):
             vec = 1  # a view at an odd offset: scalar accesses
-        launch = self.launches.get(vec) or self.launch(vec)
-        launch((y, bias, res, *self.tail))
+        self.launch(vec)((y, bias, res, *self.tail))
 
 
 def epilogue_kernel(run: Any, g: ConvGeom, tail: tuple[Any, ...]) -> Any:
     """The kernel of a launch ``run(x, w, y, bias, residual, *tail)`` with the epilogue
-    fused (absent bias / residual passed as y, see _cuda.epilogue_args)."""
+    fused (absent bias / residual passed as y, see _cuda.epilogue_ptrs)."""
 
     def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                attrs: Mapping[str, Any]) -> None:
         y = outputs["y"]
-        bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+        bias, res = _cuda.epilogue_ptrs(g, y, inputs)
         run((inputs["x"], inputs["w"], y, bias, res, *tail))
 
     return kernel

@@ -128,7 +128,7 @@ class CudaDepthwise(CudaConv):
                 if not scalar:
                     scalar.append(mc.Launch(*make(1, 32), (threads, 1, 1)))
                 run = scalar[0]
-            bias, res, _, _ = _cuda.epilogue_args(g, y, inputs)
+            bias, res = _cuda.epilogue_ptrs(g, y, inputs)
             run((x, inputs["w"], y, bias, res, *tail))
 
         return kernel
@@ -192,7 +192,7 @@ def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tupl
         if flip:
             bias = res = dst
         else:
-            bias, res, _, _ = _cuda.epilogue_args(g, dst, inputs)
+            bias, res = _cuda.epilogue_ptrs(g, dst, inputs)
         run((src, inputs[w_name], dst, bias, res, *tail))
 
     return kernel
