@@ -5,12 +5,13 @@ and then a separate elementwise gelu kernel, which reads and writes the whole ou
 more. dnnctl's candidates write the output once: ``cublaslt`` (cuBLASLt's GELU_BIAS
 epilogue, tanh-form gelu), ``wgmma_tma`` (our TMA Hopper GEMM, erf gelu in its staged
 epilogue; default parameters plus a few tiles), ``wgmma`` (the cp.async Hopper GEMM) and
-``cublas`` (cuBLAS into fp32 + our epilogue kernel). Every candidate is checked against
+``cublas`` (cuBLAS in bf16 + our in-place epilogue kernel, as torch). Every candidate is checked against
 torch's fp32 result once (relative error < 1e-2) before it is timed.
 
 Shapes (bf16, x @ W^T with W stored (out, in) as nn.Linear keeps it): GPT-style MLP up
 projection M=8192, N=4*4096, K=4096; LLaMA-7B up/gate M=4096, N=11008, K=4096; BERT-base
-MLP M=2048, N=3072, K=768; plus two large squares without an epilogue (plain GEMM rows,
+MLP M=2048, N=3072, K=768; LLaMA-7B's gate projection + SiLU at prefill 2048 (cuBLASLt has
+no SiLU epilogue); plus two large squares without an epilogue (plain GEMM rows,
 torch.matmul against wgmma_tma and cublaslt).
 
     PYTHONPATH=. python3 benchmarks/bench_linear_act.py [--quick]
@@ -37,6 +38,7 @@ SHAPES = [
     ("gpt mlp up 8192x16384x4096 +gelu", 8192, 16384, 4096, "gelu", True),
     ("llama7b up 4096x11008x4096 +gelu", 4096, 11008, 4096, "gelu", True),
     ("bert mlp 2048x3072x768 +gelu", 2048, 3072, 768, "gelu", True),
+    ("llama7b gate 2048x11008x4096 +silu", 2048, 11008, 4096, "silu", False),
     ("square 4096", 4096, 4096, 4096, "none", False),
     ("square 8192", 8192, 8192, 8192, "none", False),
 ]
@@ -86,13 +88,12 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(torch.bfloat16)
         b = torch.randn(n, device="cuda", generator=g).to(torch.bfloat16) if has_bias else None
 
-        def torch_fn(x=x, w=w, b=b, act=act):
-            y = F.linear(x, w, b)
-            return F.gelu(y) if act == "gelu" else y
+        fn = {"gelu": F.gelu, "silu": F.silu, "none": lambda t: t}[act]
 
-        ref = F.linear(x.float(), w.float(), None if b is None else b.float())
-        if act == "gelu":
-            ref = F.gelu(ref)
+        def torch_fn(x=x, w=w, b=b, fn=fn):
+            return fn(F.linear(x, w, b))
+
+        ref = fn(F.linear(x.float(), w.float(), None if b is None else b.float()))
         t_torch = common.time_us(torch_fn, budget_ms=80)["median_us"]
         problem = op.problem(dict(m=m, n=n, k=k, dtype="bfloat16", trans_b=True,
                                   bias=has_bias, activation=act))
@@ -158,6 +159,11 @@ def summary(rows: list[dict[str, Any]], ctx: common.Ctx) -> str:
                      f"{common.geomean([r['ratio'] for r in fused]):.2f} (goal >= 1.2); "
                      + ", ".join(f"{r['shape']}: {r['ratio']:.2f} ({r['best']})"
                                  for r in fused))
+    silu = [r for r in timed if "silu" in r["shape"]]
+    if silu:
+        lines.append("linear+silu, best dnnctl vs torch F.linear+F.silu: "
+                     + ", ".join(f"{r['shape']}: {r['ratio']:.2f} ({r['best']}; cublas "
+                                 f"{r['torch_us'] / r['cublas_us']:.2f})" for r in silu))
     sq = [r for r in timed if r["shape"].startswith("square")]
     if sq:
         lines.append("large bf16 squares, wgmma_tma vs torch.matmul: "

@@ -242,6 +242,13 @@ EMU_CASES = [
      dict(bm=32, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="fused")),
     ("matmul", "mma", dict(m=40, n=72, k=300, dtype="float16", trans_a=True, bias=True),
      dict(bm=32, bn=64, bk=32, warps=4, stages=2, splitk=1, reduce="fused", pipe="overlap")),
+    # the split-K finish kernel's four-wide path (n % 4 == 0, bias and gelu; a batch) and
+    # its one-element path (n odd)
+    ("matmul", "mma", dict(batch=2, m=21, n=72, k=300, dtype="bfloat16", bias=True,
+                           activation="gelu"),
+     dict(bm=16, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="separate")),
+    ("matmul", "mma", dict(m=21, n=71, k=300, dtype="float16", bias=True, activation="silu"),
+     dict(bm=16, bn=64, bk=32, warps=4, stages=3, splitk=4, reduce="separate")),
     ("matmul", "mma_atomic", dict(batch=2, m=9, n=40, k=257, dtype="float16", bias=True),
      dict(bm=16, bn=64, bk=32, warps=4, stages=2, splitk=2)),
     ("matmul", "simt", dict(m=30, n=33, k=41, dtype="float32", activation="silu"),
@@ -299,6 +306,58 @@ def test_fused_split_k_counters_reset_between_launches(emu):
         kern(prep.inputs, prep.outputs, {})
         err = rel_norm_error(prep.outputs["y"], prep.refs["y"])
         assert err < 1e-3, (seed, err)
+
+
+def _numpy_cublas(transa, transb, m, n, k, alpha, a, a_type, lda, stride_a, b, b_type, ldb,
+                  stride_b, beta, c, c_type, ldc, stride_c, batch, compute, algo=-1):
+    """cublasGemmStridedBatchedEx's documented column-major semantics on host pointers (the
+    emulator's arrays live in host memory), alpha = 1, beta = 0."""
+    import ctypes
+
+    from dnnctl.ops import codes
+    from dnnctl.ops.base import np_dtype
+
+    dt = {v: np_dtype(n_) for n_, v in codes.CUDA_R.items() if n_ != "complex64"}
+
+    def view(addr, code, rows, cols, ld, stride):  # column-major rows x cols, per batch
+        d = dt[code]
+        size = stride * (batch - 1) + ld * (cols - 1) + rows
+        flat = np.frombuffer((ctypes.c_char * (size * d.itemsize)).from_address(addr), d)
+        return [np.lib.stride_tricks.as_strided(flat[i * stride:], (rows, cols),
+                                                (d.itemsize, ld * d.itemsize))
+                for i in range(batch)]
+
+    av = view(a, a_type, *((m, k) if transa == 0 else (k, m)), lda, stride_a)
+    bv = view(b, b_type, *((k, n) if transb == 0 else (n, k)), ldb, stride_b)
+    cv = view(c, c_type, m, n, ldc, stride_c)
+    for i in range(batch):
+        aa = av[i].astype(np.float64)
+        bb = bv[i].astype(np.float64)
+        cv[i][...] = ((aa if transa == 0 else aa.T) @ (bb if transb == 0 else bb.T)).astype(
+            cv[i].dtype)
+    return None
+
+
+@needs_emu
+@pytest.mark.parametrize("key", [
+    dict(m=24, n=72, k=40, dtype="bfloat16", bias=True, activation="silu"),
+    dict(batch=2, m=9, n=36, k=20, dtype="float16", trans_a=True, activation="gelu"),
+    dict(m=7, n=13, k=9, dtype="float32", bias=True, activation="relu"),  # odd n: 1-wide
+], ids=["bf16-bias-silu", "fp16-batch-gelu", "fp32-odd"])
+def test_cublas_in_place_epilogue_on_cpu_emulator(emu, monkeypatch, key):
+    """cuBLAS's product in the output dtype, then bias + activation in place over it
+    (gemm_epilogue_inplace, its vector widths by n): within the op's tolerance of the
+    float64 reference, with cuBLAS replaced by numpy."""
+    from dnnctl.backends import cublas
+    from dnnctl.ops.check import check_variant
+
+    monkeypatch.setattr(cublas, "gemm_strided_batched", _numpy_cublas)
+    p = MM.problem(key)
+    v = get_variant("matmul", "cupy", "cublas")
+    assert v.workspace_bytes(p, {}) == 0  # no fp32 product any more
+    res = check_variant(MM, p, v, {}, emu, emu.device(0), seed=5)
+    assert res.ok, res.detail
+    assert res.max_rel_err < MM.tolerance(p, "y") / 2
 
 
 # ----------------------------------------------------------------------------- NVRTC

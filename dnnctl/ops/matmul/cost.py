@@ -1,7 +1,7 @@
 """Cost model of the CUDA matmul variants (see dnnctl/ops/costmodel.py).
 
 cuBLAS runs at its measured throughput with its own tile choice, and pays a separate
-epilogue pass (fp32 product written, then read back with bias + activation) whenever the key
+epilogue pass (its product read back and rewritten with bias + activation) whenever the key
 has a bias or an activation; our tiled kernels (mma, mma_atomic, simt, wgmma) fuse the
 epilogue but store from fragments and pay split-K partials. A variant without an entry in
 :data:`COSTS` is left to the fallback order in op.py; a new variant joins the model by adding
@@ -30,13 +30,13 @@ def cublas(variant: Any, problem: Any, params: Mapping[str, Any],
            dev: cm.DeviceFacts) -> cm.Estimate:
     m, n, k, bt, eb = _sizes(problem)
     epi = _epilogue(problem)
-    c_bytes = m * n * bt * (4 if epi else eb)
+    c_bytes = m * n * bt * eb
     cls = cm.cublas_class(problem["dtype"], problem["tf32"])
     compute, memory, waves = cm.cublas_us(m, n, k, bt, cls, dev,
                                           (m * k + k * n) * bt * eb + c_bytes, eb)
     extra, launches = 0.0, 1
-    if epi:  # our finish kernel: read the fp32 product, write y
-        extra = cm.pass_us(c_bytes + m * n * bt * eb, dev)
+    if epi:  # our in-place epilogue kernel: read y, write y
+        extra = cm.pass_us(2 * c_bytes, dev)
         launches = 2
     return cm.total(variant.name, params, compute, memory, extra=extra, launches=launches,
                     waves=waves, notes=(cls, "separate epilogue" if epi else "no epilogue"))

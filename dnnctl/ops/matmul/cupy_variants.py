@@ -1,8 +1,9 @@
 """CUDA matmul variants: cuBLAS through CuPy, and our own tiled kernels (kernels/gemm/gemm.cu).
 
 * ``cublas``: cublasGemmStridedBatchedEx with fp32 compute (TF32 when the key allows it);
-  with bias / activation it writes fp32 into a workspace and our finish kernel applies the
-  epilogue, so the output is rounded once.
+  with bias / activation it writes the output dtype and our in-place epilogue kernel adds
+  the bias and applies the activation (the product rounded before the epilogue, as torch's
+  linear + activation rounds it).
 * ``mma``: tensor cores (mma.sync m16n8k16 fp16/bf16; m16n8k8 TF32 for float32 with tf32),
   cp.async multi-stage pipeline, ldmatrix, fused epilogue; split-K with a deterministic
   two-pass reduction.
@@ -19,7 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dnnctl.backends import cublas, cuda
+from dnnctl.backends import cublas
 from dnnctl.errors import UnsupportedError
 from dnnctl.ops import codes
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, Variant, unsupported
@@ -32,8 +33,7 @@ from dnnctl.ops.matmul.gemm_launch import (
     GemmDesc,
     GemmKernel,
     counter_elems,
-    finish_kernel,
-    finish_launch,
+    inplace_epilogue,
     make_gemm,
     math_for,
     ptr,
@@ -251,7 +251,8 @@ class CublasMatmul(CupyMatmul):
     name = "cublas"
     vendor = True  # cuBLAS's GEMM; our epilogue kernel after it
     source = "gemm/epilogue.cu"
-    doc = "cublasGemmStridedBatchedEx (fp32 compute; TF32 if allowed) + our fused epilogue"
+    doc = ("cublasGemmStridedBatchedEx (fp32 compute; TF32 if allowed) + our in-place "
+           "bias / activation pass")
 
     def supports(self, problem: Problem, device: Any) -> Support:
         if problem["dtype"] == "bfloat16" and device.cc_tuple < (8, 0):
@@ -265,39 +266,35 @@ class CublasMatmul(CupyMatmul):
     def _epilogue(p: Problem) -> bool:
         return p["bias"] or p["activation"] != "none"
 
-    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
-        p = problem
-        return 4 * p["batch"] * p["m"] * p["n"] if self._epilogue(p) else 0
-
     def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
         p = problem
         m, n, k, bt = p["m"], p["n"], p["k"], p["batch"]
         ta, tb = p["trans_a"], p["trans_b"]
         dt = _CUDA_R[p["dtype"]]
         compute = _COMPUTE_32F_FAST_TF32 if p["tf32"] else _COMPUTE_32F
-        epi = self._epilogue(p)
-        fin = finish_kernel(p["dtype"], ACT_CODES[p["activation"]],
-                            BIAS_COL if p["bias"] else BIAS_NONE, False, 0) if epi else None
         one = np.ones((), dtype=np.float32)
         zero = np.zeros((), dtype=np.float32)
         one_ptr, zero_ptr = one.ctypes.data, zero.ctypes.data  # (kept alive: kernel.keep)
-        fin_go = None if fin is None else finish_launch(
-            fin, m=m, n=n, batch=bt, splits=1, ldc=n, sc=m * n, s_bias=0,
-            sm_count=device.sm_count or 132)
+        # the product in the output dtype, then bias + activation in place over it: 3 passes
+        # of the output's bytes, not an fp32 product written and read back (4 + 4 + 2 bytes
+        # an fp16 element); rounded before the epilogue, as torch's linear + activation is
+        fin_go = inplace_epilogue(p["dtype"], ACT_CODES[p["activation"]],
+                                  BIAS_COL if p["bias"] else BIAS_NONE, m=m, n=n, batch=bt,
+                                  s_bias=0, sm_count=device.sm_count or 132
+                                  ) if self._epilogue(p) else None
         gemm = cublas.gemm_strided_batched
         op_b, op_a = _OP_T if tb else _OP_N, _OP_T if ta else _OP_N
-        ld_b, ld_a, c_type = k if tb else n, m if ta else k, 0 if epi else dt
+        ld_b, ld_a = k if tb else n, m if ta else k
 
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> None:
             y = outputs["y"]
-            c = cuda.scratch((bt * m * n,), np.float32) if epi else y
             # row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b
             gemm(op_b, op_a, n, m, k, one_ptr, ptr(inputs["b"]), dt, ld_b, k * n,
-                 ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(c), c_type, n, m * n,
+                 ptr(inputs["a"]), dt, ld_a, m * k, zero_ptr, ptr(y), dt, n, m * n,
                  bt, compute, _GEMM_DEFAULT)
             if fin_go is not None:
-                fin_go(c, y, inputs.get("bias"), None)
+                fin_go(y, inputs.get("bias"))
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.keep = (one, zero)  # type: ignore[attr-defined]

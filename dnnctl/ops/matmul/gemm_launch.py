@@ -223,6 +223,41 @@ def finish_kernel(dtype: str, act: int, bias_mode: int, residual: int, layout: i
     return load_kernel("gemm/epilogue.cu", "splitk_finish", defines, 0)
 
 
+def inplace_epilogue(dtype: str, act: int, bias_mode: int, *, m: int, n: int, batch: int,
+                     s_bias: int, sm_count: int = 132) -> Callable[[Any, Any], None]:
+    """``go(y, bias)``: y = act(y + bias) in place over ``batch`` dense row-major m x n
+    products in ``dtype`` (gemm_epilogue_inplace, after a library GEMM that wrote y). 16-byte
+    accesses where n and the pointers allow them, else narrower."""
+    eb = np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
+    total = m * n * batch
+    launches: dict[int, Any] = {}
+    i64 = np.int64
+    tail = (i64(m * n), np.int32(n), i64(total), i64(s_bias))
+
+    def launch(vec: int) -> Any:
+        if vec not in launches:
+            fn = load_kernel("gemm/epilogue.cu", "gemm_epilogue_inplace",
+                             {"DNNCTL_DTYPE": DTYPE_CODES[dtype], "EPI_ACT": act,
+                              "EPI_BIAS": bias_mode, "VEC": vec}, 0)
+            blocks = max(1, min(-(-(total // vec) // 256), sm_count * 16))
+            launches[vec] = mc.Launch(fn, (blocks, 1, 1), (256, 1, 1))
+        return launches[vec]
+
+    widest = 16 // eb
+    while widest > 1 and n % widest:
+        widest //= 2
+    launch(widest)
+
+    def go(y: Any, bias: Any) -> None:
+        vec = widest
+        while vec > 1 and (ptr(y) % (vec * eb) or (bias is not None and ptr(bias) % (vec * eb))
+                           or (s_bias and s_bias % vec)):
+            vec //= 2
+        launch(vec)((y, bias, *tail))
+
+    return go
+
+
 def launch_finish(fn: Any, ws: Any, c: Any, bias: Any, res: Any, *, m: int, n: int,
                   batch: int, splits: int, ldc: int, sc: int, s_bias: int, pq: int = 1,
                   img_stride: int = 0, sm_count: int = 132) -> None:
