@@ -56,6 +56,9 @@ class FusedConv:
     # does under autocast with a float32 residual stream
     keep_dtype: bool = False
     _fold: tuple[Any, ...] = field(default=(), repr=False)
+    # the folded (weight, bias) alone, what a traced call reads: a compiled graph's guards
+    # then check these two tensors, not the staleness stamp's eight values
+    _wb: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
     # (the conv's stride, padding, dilation objects, then the op's arguments made of them):
     # rebuilt only when one of those attributes is replaced
     _geom: tuple[Any, ...] = field(default=(None, None, None), repr=False)
@@ -64,12 +67,13 @@ class FusedConv:
         conv, bn = self.conv, self.bn
         if bn is None:
             return conv.weight, conv.bias
-        if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
-            return (self._fold[1], self._fold[2]) if self._fold else fold_bn(conv, bn)
         if torch.is_grad_enabled() and _needs_grad(conv, bn):
             # an eval-mode model that back-propagates (frozen-BN fine-tuning, saliency,
-            # adversarial inputs): fold with autograd, so conv and BN parameters get gradients
+            # adversarial inputs): fold with autograd, so conv and BN parameters get
+            # gradients (compiled too: the snapshot below has no graph to them)
             return fold_bn(conv, bn)
+        if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
+            return self._wb if self._wb is not None else fold_bn(conv, bn)
         # cheap staleness check: in-place updates bump versions; .to() / .half() move the
         # weight's storage (every parameter moves with it). The modules' own dicts, not
         # their attributes: nn.Module.__getattr__ costs ~0.4 us a lookup, six per call
@@ -82,7 +86,15 @@ class FusedConv:
             with torch.no_grad():
                 w, b = fold_bn(conv, bn)
             self._fold = (stamp, static_address(w), static_address(b))
+            self._wb = (w, b)
         return self._fold[1], self._fold[2]
+
+    def snapshot(self) -> None:
+        """Fold now, without autograd (at patch time): the snapshot a compiled graph of
+        the inference model reads, whatever the grad mode the model was patched in."""
+        if self.bn is not None:
+            with torch.no_grad():
+                self._folded()
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         conv = self.conv
@@ -99,11 +111,18 @@ class FusedConv:
         if one_d:  # conv2d over (N, C, 1, L) views, as the Conv1d module route
             return conv1d_as_2d(x, w, b, conv1d_geometry(conv), conv.groups, self.act,
                                 residual, self.handle)
-        geo = self._geom
-        if geo[0] is not conv.stride or geo[1] is not conv.padding or geo[2] is not conv.dilation:
-            geo = self._geom = (conv.stride, conv.padding, conv.dilation, list(conv.stride),
-                                list(conv_padding(conv)), list(conv.dilation))
-        y = run_op("conv2d", x, w, b, geo[3], geo[4], geo[5], conv.groups, self.act, residual,
+        if torch.compiler.is_compiling():
+            # traced: the geometry read from the module as its own forward reads it (the
+            # guards a compiled eager model has), no cache to guard as well
+            stride, pad, dil = list(conv.stride), list(conv_padding(conv)), list(conv.dilation)
+        else:
+            geo = self._geom
+            if (geo[0] is not conv.stride or geo[1] is not conv.padding
+                    or geo[2] is not conv.dilation):
+                geo = self._geom = (conv.stride, conv.padding, conv.dilation, list(conv.stride),
+                                    list(conv_padding(conv)), list(conv.dilation))
+            stride, pad, dil = geo[3], geo[4], geo[5]
+        y = run_op("conv2d", x, w, b, stride, pad, dil, conv.groups, self.act, residual,
                    self.handle, self.residual_before_act)
         if self.keep_dtype and residual is not None:
             want = _conv_dtype(x)
@@ -270,7 +289,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if is_conv:
             inplace = residual is not None and chain[-1 - int(before)].target is operator.iadd
             fn: Any = FusedConv(head, bn, act, residual is not None, handle, before, inplace)
-            fn._folded()  # fold now, in eager: a compiled graph reads this snapshot
+            fn.snapshot()  # fold now, in eager: a compiled graph reads this snapshot
             args = (node.args[0],) if residual is None else (node.args[0], residual)
         else:
             fn = FusedLinear(head, act, handle)

@@ -241,6 +241,55 @@ def test_folded_weights_are_static_graph_inputs_under_compile():
     assert [mark for shape, mark in seen if shape == (2, 8, 6, 6)] == [None]
 
 
+def test_a_compiled_patched_model_compiles_once_with_few_guards():
+    """The traced conv reads the folded weight and bias alone (not the staleness stamp) and
+    the geometry from the module: the second call reuses the first graph (the eager cache
+    of the geometry, set by the first call, must not fail a guard and recompile), and a
+    model patched with grad enabled still has the inference snapshot a compiled graph
+    reads (no fold traced into the graph)."""
+    torch.manual_seed(0)
+    model = SmallResNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    want = model(x).detach()
+    with dt.patched(model):  # grad enabled, parameters require grad
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=backend)
+        with torch.no_grad():
+            for _ in range(3):
+                got = compiled(x)
+    torch._dynamo.reset()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert len(graphs) == 1
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "aten.rsqrt" not in " ".join(targets) and "rsqrt" not in " ".join(targets)
+
+
+def test_a_compiled_eval_model_back_propagates_through_a_folded_conv():
+    """Grad enabled under compile: the fold is traced with autograd, so the conv and BN
+    parameters get torch's gradients (the snapshot has no graph to them)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 7, 7)
+    model(x).square().sum().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    with torch.no_grad():  # patched without grad: the inference snapshot exists
+        dt.patch(model)
+    torch._dynamo.reset()
+    torch.compile(model, backend="aot_eager")(x).square().sum().backward()
+    torch._dynamo.reset()
+    dt.unpatch(model)
+    for p, w in zip(model.parameters(), want):
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad, w, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("case", ["resnet channels_last", "llama"])
 def test_inductor_compiles_patched_models_and_checks_every_extern_layout(case):
     """Inductor (not aot_eager) asserts each extern op's output strides against its fake
