@@ -675,6 +675,34 @@ def test_modules_with_hooks_are_not_fused_away():
     torch.testing.assert_close(seen["patched"], seen["ref"], rtol=1e-4, atol=1e-4)
 
 
+def test_traced_graph_calls_submodules_and_hooks_added_after_patch_still_fire():
+    """The traced graph runs a fused chain as a FusedConv submodule (the folded weight and
+    bias its buffers) and a covered module through a Routed submodule (what torch.compile
+    guards cheaply); a hook registered on a routed module after patch still fires, with
+    the patched forward's output."""
+    from dnnctl.torch.fuse import FusedConv, Routed
+
+    torch.manual_seed(0)
+    model = _randomize_bn(SmallResNet()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        want = model(x)
+        dt.patch(model)
+        gm = model.forward.gm
+        subs = {n.target: gm.get_submodule(n.target) for n in gm.graph.nodes
+                if n.op == "call_module"}
+        fused = [m for m in subs.values() if isinstance(m, FusedConv)]
+        assert fused and all(m.folded_weight is not None for m in fused if m.bn is not None)
+        assert any(isinstance(m, Routed) and m.mod is model.fc for m in subs.values())
+        seen = []
+        model.fc.register_forward_hook(lambda mod, i, o: seen.append(o.detach().clone()))
+        got = model(x)
+        dt.unpatch(model)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], got)
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
