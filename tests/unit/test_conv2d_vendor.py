@@ -118,3 +118,22 @@ def test_unaligned_cublas_rows_are_costed_as_the_fallback_they_run():
     aligned = dict(STEM, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1)
     est = {e.variant: e for e in reversed(ranked(OP.problem(aligned), "cupy", H200))}
     assert "cublas_fp16" in est["im2col_gemm"].notes
+
+
+@pytest.mark.parametrize(("change", "fused"), [
+    ({}, True),  # conv + bias + ReLU: cudnn_convolution_relu
+    ({"residual": True, "residual_before_act": True}, True),  # cudnn_convolution_add_relu
+    ({"residual": True}, False),  # + residual after the ReLU: no cuDNN graph for it
+    ({"activation": "gelu"}, False),
+    ({"activation": "none", "residual": True}, False),
+])
+def test_cudnn_fused_graphs_cover_a_resnet_blocks_end(change, fused, monkeypatch):
+    """fuse=1 is cuDNN's conv + bias + ReLU graph, and for relu(conv + bias + residual) (a
+    ResNet block's end) its conv + add + ReLU graph; other epilogues keep fuse=0."""
+    monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
+    monkeypatch.setattr(vendor, "_has_fused_relu", lambda: True)
+    monkeypatch.setattr(vendor, "_has_fused_add_relu", lambda: True)
+    p = OP.problem(dict(STEM, **change))
+    assert VENDOR.valid_params(p, {"fuse": 1}, H200) is fused
+    assert VENDOR.default_params(p, H200) == {"fuse": int(fused)}
+    assert VENDOR.valid_params(p, {"fuse": 0}, H200)

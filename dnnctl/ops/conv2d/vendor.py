@@ -5,8 +5,9 @@ The convolution runs through ``aten::convolution`` (cuDNN on a CUDA build, the a
 torch's own settings: ``torch.backends.cudnn.benchmark``) without its bias; the epilogue
 (bias -> activation -> residual, dnnctl's order) then runs in one in-place pass of
 kernels/conv2d/epilogue.cu, so its numerics are the other variants'. With ``fuse`` 1 a
-conv + bias + ReLU problem runs ``torch.cudnn_convolution_relu`` instead: one cuDNN fusion
-graph, no separate pass.
+conv + bias + ReLU problem runs ``torch.cudnn_convolution_relu`` instead, and a ResNet
+block's end, relu(conv + bias + residual) (``residual_before_act``),
+``torch.cudnn_convolution_add_relu``: one cuDNN fusion graph, no separate pass.
 
 NHWC problems hand torch the channels-last views of x (N, H, W, C) and w (K, R, S, C/g) (a
 torch caller's channels-last tensors as they are: ``attrs["channels_last"]``); the result
@@ -36,6 +37,12 @@ def _has_fused_relu() -> bool:
     return hasattr(torch, "cudnn_convolution_relu")
 
 
+def _has_fused_add_relu() -> bool:
+    import torch
+
+    return hasattr(torch, "cudnn_convolution_add_relu")
+
+
 @register_variant
 class TorchCudnnConv(CudaConv):
     """cuDNN through torch + dnnctl's one-pass epilogue (or cuDNN's conv + bias + ReLU)."""
@@ -45,8 +52,8 @@ class TorchCudnnConv(CudaConv):
     # not bitwise repeatable across processes: cuDNN's algorithm is torch's pick (its
     # benchmark mode may choose another one in the next run)
     deterministic = False
-    doc = ("cuDNN convolution through torch (aten::convolution, or cudnn_convolution_relu "
-           "with fuse=1) + dnnctl's in-place epilogue")
+    doc = ("cuDNN convolution through torch (aten::convolution, or cudnn_convolution_relu / "
+           "_add_relu with fuse=1) + dnnctl's in-place epilogue")
     params = {"fuse": (0, 1)}
 
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
@@ -59,7 +66,11 @@ class TorchCudnnConv(CudaConv):
         if not params["fuse"]:
             return True
         g = geometry(problem)
-        return g.activation == "relu" and not g.residual and _has_fused_relu()
+        if g.activation != "relu":
+            return False
+        if g.residual:  # relu(conv + bias + residual): cuDNN's conv + add + ReLU graph
+            return g.residual_before_act and _has_fused_add_relu()
+        return _has_fused_relu()
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         """cuDNN's fused conv + bias + ReLU where the problem is that: measured on the H100
@@ -84,7 +95,8 @@ class TorchCudnnConv(CudaConv):
         # torch's Python binding of aten::convolution: ~4 us less host time per call than
         # the torch.ops OpOverload (3.0 against 6.9 us on the CPU box)
         conv = torch.convolution
-        conv_relu = torch.cudnn_convolution_relu if fused else None
+        conv_relu = torch.cudnn_convolution_relu if fused and not g.residual else None
+        conv_add_relu = torch.cudnn_convolution_add_relu if fused and g.residual else None
         epi = Epilogue(_cuda.runtime(), g) if not fused and _cuda.needs_epilogue(g) else None
         tf32 = g.tf32 if g.dtype == "float32" else None
         cudnn = torch.backends.cudnn
@@ -99,6 +111,12 @@ class TorchCudnnConv(CudaConv):
             if conv_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
                 y = conv_relu(x, w, bias, stride, padding, dilation, groups)
+            elif conv_add_relu is not None:
+                bias = tensor(inputs["bias"]) if g.bias else None
+                z = tensor(inputs["residual"])
+                if nhwc and not cl:
+                    z = z.permute(0, 3, 1, 2)
+                y = conv_add_relu(x, w, z, 1.0, bias, stride, padding, dilation, groups)
             else:
                 y = conv(x, w, None, stride, padding, dilation, False, [0, 0], groups)
             if nhwc:
