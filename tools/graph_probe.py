@@ -20,21 +20,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _torch_bench as tb  # noqa: E402
 import models  # noqa: E402
 
-_TYPES = ("KERNEL", "MEMSET", "MEMCPY", "EVENT_RECORD", "WAIT_EVENT", "MEM_ALLOC",
-          "MEM_FREE", "EMPTY", "HOST", "GRAPH")
-
 
 def _nodes(dot: str) -> tuple[collections.Counter, collections.Counter]:
+    """Node kinds and kernel names of a cudaGraphDebugDotPrint file (record labels
+    ``{KERNEL | {ID | 3 (topoId: 86) | name<<<grid,block,smem>>>} ...``)."""
     kinds: collections.Counter = collections.Counter()
     kernels: collections.Counter = collections.Counter()
-    for label in re.findall(r'label="(.*?)"\]', dot, flags=re.S):
-        parts = [p for p in re.split(r"\\n|\n|\|", label) if p.strip()]
-        kind = next((t for t in _TYPES if any(p.strip().startswith(t) for p in parts)), "?")
+    for label in re.findall(r'label="\{(.*?)"\]', dot, flags=re.S):
+        kind = re.split(r"[\s|]", label.strip(), maxsplit=1)[0]
         kinds[kind] += 1
         if kind == "KERNEL":
-            name = next((p for p in parts if "(" in p or "_kernel" in p or "<" in p),
-                        parts[-1] if parts else "?")
-            kernels[name.strip()[:70]] += 1
+            name = re.search(r"topoId: \d+\) \| ([^\\<|}]+)", label)
+            kernels[(name.group(1).strip() if name else "?")[:70]] += 1
     return kinds, kernels
 
 
