@@ -19,14 +19,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnnctl.torch.library import autocast_active, run_op
-from dnnctl.torch.modules import (
-    act_call,
-    act_of,
-    conv1d_as_2d,
-    conv1d_geometry,
-    conv_padding,
-    op_of,
-)
+from dnnctl.torch.modules import act_call, act_of, conv1d_as_2d, conv1d_geometry, conv_padding
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
@@ -37,14 +30,6 @@ CONV_EPILOGUE_ACTS = EPILOGUE_ACTS | {"relu6", "hardswish"}
 _FN_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu",
             F.relu6: "relu6", F.hardswish: "hardswish"}
 _ADDS = {operator.add, operator.iadd, torch.add}
-# activations a GEMM library applies in its epilogue (cuBLASLt: RELU, GELU; see
-# dnnctl/backends/cublaslt.epilogue_code), so a fused linear + act is one kernel
-GEMM_EPILOGUE_ACTS = {"relu", "gelu"}
-# ops whose modules a compiled graph leaves to torch's own forward: memory-bound passes that
-# inductor fuses with their neighbours (a residual add into the norm that follows it, an
-# activation into the next elementwise op), which an opaque dnnctl op would prevent
-INDUCTOR_FUSES = {"activation", "batch_norm", "group_norm", "layer_norm", "rms_norm", "pool2d",
-                  "softmax"}
 
 
 def _version(t: torch.Tensor | None) -> int:
@@ -204,12 +189,6 @@ class FusedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lin = self._modules["linear"]
-        if self.act not in GEMM_EPILOGUE_ACTS and torch.compiler.is_compiling():
-            # an activation no GEMM library applies in its epilogue (SiLU) costs a pass of
-            # its own after the product either way; traced as torch's op, inductor fuses it
-            # with its neighbours (LLaMA's silu(gate) * up: one kernel, not two)
-            return ACTS[self.act](run_op("linear", x, lin.weight, lin.bias, "none",
-                                         self.handle))
         return run_op("linear", x, lin.weight, lin.bias, self.act, self.handle)
 
 
@@ -350,11 +329,9 @@ class Routed(nn.Module):
     attributes cost in one dictionary check); a module with hooks is still called itself,
     so its hooks run."""
 
-    def __init__(self, mod: nn.Module, fn: Any, op: str = "") -> None:
+    def __init__(self, mod: nn.Module, fn: Any) -> None:
         super().__init__()
         self.mod = mod
-        # under torch.compile: the module's own forward, for inductor to fuse (INDUCTOR_FUSES)
-        self.own_when_compiled = op in INDUCTOR_FUSES
         args = fn.args
         self.takes_module = bool(args) and args[0] is mod
         self.fn = fn.func
@@ -366,8 +343,6 @@ class Routed(nn.Module):
         if (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
                 or m._backward_pre_hooks or _global_hooks()):
             return m(*args, **kwargs)
-        if self.own_when_compiled and torch.compiler.is_compiling():
-            return type(m).forward(m, *args, **kwargs)
         if self.kw:
             kwargs = {**self.kw, **kwargs}
         if self.takes_module:
@@ -397,7 +372,7 @@ def _route_modules(gm: fx.GraphModule, modules: dict[str, nn.Module],
         name = routed.get(node.target)
         if name is None:
             name = routed[node.target] = _free_name(gm, "dnnctl_" + node.target.replace(".", "_"))
-            gm.add_submodule(name, Routed(m, fn, op_of(m)))
+            gm.add_submodule(name, Routed(m, fn))
         node.target = name
 
 
@@ -446,7 +421,7 @@ def _out_of_place_acts(gm: fx.GraphModule, modules: dict[str, nn.Module], covere
                 continue
             name = routed[node.target] = _free_name(
                 gm, "dnnctl_" + node.target.replace(".", "_") + "_out_of_place")
-            gm.add_submodule(name, Routed(m, fn, op_of(m)))
+            gm.add_submodule(name, Routed(m, fn))
         node.target = name
 
 

@@ -368,13 +368,6 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
 ]
 
 
-def op_of(m: nn.Module) -> str:
-    """The dnnctl op a module of a covered type runs ("" for none)."""
-    if act_of(m) is not None:
-        return "activation"
-    return next((op for cls, op, _ in MAKERS if type(m) is cls), "")
-
-
 def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, str, str]:
     """(dnnctl forward, dnnctl op, note) for a covered module; (None, op, reason) otherwise;
     (None, "", "") for a module type dnnctl has no op for."""

@@ -91,9 +91,6 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
     else each op's default. Inference (``model.eval()``) folds BatchNorm into the preceding
     convolution; training mode runs BatchNorm with batch statistics and keeps autograd.
-    Under ``torch.compile`` the traced graph keeps convolutions, GEMMs and attention on
-    dnnctl and leaves the memory-bound modules (norms, activations, pools, softmax) to
-    torch's own forward, for inductor to fuse with their neighbours.
     ``backward``: how gradients run: ``"plan"`` (dnnctl's backward kernel for a backward
     problem the plan has an entry for, torch's formula otherwise), ``"dnnctl"`` (dnnctl's
     backward kernels wherever they take the problem) or ``"torch"`` (torch's formulas); or a
