@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.nn.modules import module as _nn_module
 
 from dnnctl.torch.library import autocast_active, run_op
 from dnnctl.torch.modules import act_call, act_of, conv1d_as_2d, conv1d_geometry, conv_padding
@@ -351,8 +352,7 @@ class Routed(nn.Module):
 
 
 def _global_hooks() -> bool:
-    from torch.nn.modules import module as mm
-
+    mm = _nn_module
     return bool(mm._global_forward_hooks or mm._global_forward_pre_hooks
                 or mm._global_backward_hooks or mm._global_backward_pre_hooks)
 
