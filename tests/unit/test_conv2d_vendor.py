@@ -137,3 +137,20 @@ def test_cudnn_fused_graphs_cover_a_resnet_blocks_end(change, fused, monkeypatch
     assert VENDOR.valid_params(p, {"fuse": 1}, H200) is fused
     assert VENDOR.default_params(p, H200) == {"fuse": int(fused)}
     assert VENDOR.valid_params(p, {"fuse": 0}, H200)
+
+
+@pytest.mark.parametrize(("n", "cudnn"), [(1, False), (256, True)])
+def test_a_resnet_blocks_end_takes_cudnns_add_relu_graph_where_its_host_time_hides(n, cudnn,
+                                                                                  monkeypatch):
+    """relu(conv + bias + residual), ResNet-50's last 1x1 of a stage-1 block: cuDNN's conv +
+    add + ReLU graph at batch 256, whose GPU time hides the graph's host time; our own
+    kernels at batch 1 (never cuDNN's convolution + a separate pass for it)."""
+    monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
+    monkeypatch.setattr(vendor, "_has_fused_add_relu", lambda: True)
+    p = OP.problem(dict(STEM, n=n, c=64, h=56, w=56, k=256, r=1, s=1, stride=1, pad=0,
+                        residual=True, residual_before_act=True))
+    choice = OP.default_choice(p, "cupy", H200)
+    if cudnn:
+        assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 1})
+    else:
+        assert choice == own_choice(p, "cupy", H200)

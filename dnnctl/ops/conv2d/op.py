@@ -216,10 +216,16 @@ class Conv2d(Op):
         on the GPU than our cost model's pick on every one of them, and within rounding of
         torch's result through this variant; patched ResNet-50 on the H200 spent 0.6x
         eager's GPU time with it, but its host time (64 us per fused call) made the
-        forward host-bound. The other epilogues (no activation, a residual, GELU ...) and
-        dtypes keep our own kernels; the tuner times ``torch_cudnn`` on every problem, so a
-        tuned plan takes cuDNN wherever it is fastest."""
-        if backend != "numpy" and _cudnn_relu_default(problem):
+        forward host-bound. A ResNet block's end, relu(conv + bias + residual), takes
+        cuDNN's conv + add + ReLU graph where that graph's host time is hidden the same way
+        (fuse=1 only: a tuned ResNet-50 at batch 32 picked it over every other candidate on
+        most residual convs, 1.06-1.8x the runner-up on the GPU, benchmarks/RESULTS.md),
+        else our own kernels. The other epilogues (no activation, a residual after the
+        activation, GELU ...) and dtypes keep our own kernels; the tuner times
+        ``torch_cudnn`` on every problem, so a tuned plan takes cuDNN wherever it is
+        fastest."""
+        relu, block_end = _cudnn_relu_default(problem), _cudnn_block_end(problem)
+        if backend != "numpy" and (relu or block_end):
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
             vendor = next((v for v in variants(self.name, backend)
                            if v.name == VENDOR_DEFAULT), None)
@@ -227,7 +233,7 @@ class Conv2d(Op):
                 from dnnctl.ops.conv2d import cost
 
                 params = {"fuse": int(cost.cudnn_fused_pays(problem, device))}
-                if vendor.valid_params(problem, params, device):
+                if (relu or params["fuse"]) and vendor.valid_params(problem, params, device):
                     return Choice.of(vendor.name, params)
         return own_choice(problem, backend, device)
 
@@ -238,6 +244,14 @@ def _cudnn_relu_default(problem: Problem) -> bool:
     return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
             and not problem["residual"] and problem["layout"] == "NHWC"
             and problem["dtype"] in ("float16", "bfloat16"))
+
+
+def _cudnn_block_end(problem: Problem) -> bool:
+    """relu(conv + bias + residual) in fp16 / bf16 NHWC: cuDNN's conv + add + ReLU graph where
+    its host time is hidden (cost.cudnn_fused_pays), else our own kernels."""
+    return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
+            and bool(problem["residual"]) and bool(problem.get("residual_before_act"))
+            and problem["layout"] == "NHWC" and problem["dtype"] in ("float16", "bfloat16"))
 
 
 def own_choice(problem: Problem, backend: str, device: Any) -> Choice:
