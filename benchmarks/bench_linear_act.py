@@ -5,8 +5,8 @@ and then a separate elementwise gelu kernel, which reads and writes the whole ou
 more. dnnctl's candidates write the output once: ``cublaslt`` (cuBLASLt's GELU_BIAS
 epilogue, tanh-form gelu), ``wgmma_tma`` (our TMA Hopper GEMM, erf gelu in its staged
 epilogue; default parameters plus a few tiles), ``wgmma`` (the cp.async Hopper GEMM) and
-``cublas`` (cuBLAS in bf16 + our in-place epilogue kernel, as torch). Every candidate is checked against
-torch's fp32 result once (relative error < 1e-2) before it is timed.
+``cublas`` (cuBLAS in bf16 + our in-place epilogue kernel, as torch). Every candidate is
+checked against torch's fp32 result once (relative error < 1e-2) before it is timed.
 
 Shapes (bf16, x @ W^T with W stored (out, in) as nn.Linear keeps it): GPT-style MLP up
 projection M=8192, N=4*4096, K=4096; LLaMA-7B up/gate M=4096, N=11008, K=4096; BERT-base

@@ -14,6 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from dnnctl.backends import cuda
 from dnnctl.errors import KernelLaunchError
 
@@ -114,3 +116,15 @@ def gemm_strided_batched(transa: int, transb: int, m: int, n: int, k: int, alpha
                                 f"m={m} n={n} k={k} batch={batch}")
 
 
+_HOST_SCALARS: dict[tuple[Any, float], np.ndarray] = {}
+
+
+def host_scalar(scalar: Any, value: float) -> int:
+    """The address of a one-element host array holding ``value`` (a host-mode alpha /
+    beta), made once per (type, value) and kept for good: cuBLAS reads it when the call is
+    made, so one array serves every call (two fresh arrays a call cost ~2 us of host
+    time)."""
+    got = _HOST_SCALARS.get((scalar, value))
+    if got is None:
+        got = _HOST_SCALARS[(scalar, value)] = np.full(1, value, scalar)
+    return got.ctypes.data

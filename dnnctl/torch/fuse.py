@@ -53,17 +53,17 @@ class FusedConv(nn.Module):
     216 us a call), which a host-bound compiled model pays on every call."""
 
     def __init__(self, conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1d | None,
-                 act: str, residual: bool, handle: int, residual_before_act: bool = False,
+                 act: str, handle: int, residual_before_act: bool = False,
                  keep_dtype: bool = False) -> None:
         super().__init__()
         self.conv, self.bn = conv, bn
-        self.act, self.residual, self.handle = act, residual, handle
+        self.act, self.handle = act, handle
         # act(conv + residual) instead of act(conv) + residual
         self.residual_before_act = residual_before_act
         # the add was in place (``out += identity``): the sum keeps the conv's dtype, as
         # eager's does under autocast with a float32 residual stream
         self.keep_dtype = keep_dtype
-        self._fold: tuple[Any, ...] = ()  # (the staleness stamp of the folded buffers,)
+        self._stamp: tuple[Any, ...] | None = None  # the staleness stamp of the buffers
         # (the conv's stride, padding, dilation objects, then the op's arguments made of
         # them): rebuilt only when one of those attributes is replaced
         self._geom: tuple[Any, ...] = (None, None, None)
@@ -92,10 +92,10 @@ class FusedConv(nn.Module):
                  _version(bp.get("weight")), _version(bp.get("bias")),
                  _version(bb.get("running_mean")), _version(bb.get("running_var")))
         mine = self._buffers
-        if not self._fold or self._fold[0] != stamp:
+        if self._stamp != stamp:
             with torch.no_grad():
                 w, b = fold_bn(conv, bn)
-            self._fold = (stamp,)
+            self._stamp = stamp
             mine["folded_weight"], mine["folded_bias"] = static_address(w), static_address(b)
         return mine["folded_weight"], mine["folded_bias"]
 
@@ -300,14 +300,13 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         last = chain[-1]
         if is_conv:
             inplace = residual is not None and chain[-1 - int(before)].target is operator.iadd
-            fn: Any = FusedConv(head, bn, act, residual is not None, handle, before, inplace)
+            fn: Any = FusedConv(head, bn, act, handle, before, inplace)
             fn.snapshot()  # fold now, in eager: a compiled graph reads this snapshot
             args = (node.args[0],) if residual is None else (node.args[0], residual)
         else:
             fn = FusedLinear(head, act, handle)
             args = (node.args[0],)
-        name = _free_name(gm, "dnnctl_" + node.target.replace(".", "_"))
-        gm.add_submodule(name, fn)
+        name = _add_submodule(gm, node.target, fn)
         with graph.inserting_before(last):
             new = graph.call_module(name, args)
         last.replace_all_uses_with(new)
@@ -330,22 +329,19 @@ class Routed(nn.Module):
     attributes cost in one dictionary check); a module with hooks is still called itself,
     so its hooks run."""
 
-    def __init__(self, mod: nn.Module, fn: Any) -> None:
+    def __init__(self, mod: nn.Module, fn: functools.partial) -> None:
         super().__init__()
         self.mod = mod
         args = fn.args
         self.takes_module = bool(args) and args[0] is mod
         self.fn = fn.func
         self.rest = tuple(args[1:] if self.takes_module else args)
-        self.kw = dict(fn.keywords)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         m = self._modules["mod"]
         if (m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
                 or m._backward_pre_hooks or _global_hooks()):
             return m(*args, **kwargs)
-        if self.kw:
-            kwargs = {**self.kw, **kwargs}
         if self.takes_module:
             return self.fn(m, *self.rest, *args, **kwargs)
         return self.fn(*self.rest, *args, **kwargs)
@@ -359,20 +355,20 @@ def _global_hooks() -> bool:
 
 def _route_modules(gm: fx.GraphModule, modules: dict[str, nn.Module],
                    covered: set[str]) -> None:
-    """Each graph call of a covered module whose forward is a partial: a call of its
-    :class:`Routed` submodule instead (one per module, shared by its calls)."""
+    """Each graph call of a covered module whose forward is a partial (patch's, which
+    binds positional arguments only): a call of its :class:`Routed` submodule instead (one
+    per module, shared by its calls)."""
     routed: dict[str, str] = {}
     for node in list(gm.graph.nodes):
         if node.op != "call_module" or node.target not in covered:
             continue
         m = modules.get(node.target)
         fn = None if m is None else m.__dict__.get("forward")
-        if not isinstance(fn, functools.partial):
+        if not isinstance(fn, functools.partial) or fn.keywords:
             continue
         name = routed.get(node.target)
         if name is None:
-            name = routed[node.target] = _free_name(gm, "dnnctl_" + node.target.replace(".", "_"))
-            gm.add_submodule(name, Routed(m, fn))
+            name = routed[node.target] = _add_submodule(gm, node.target, Routed(m, fn))
         node.target = name
 
 
@@ -419,16 +415,18 @@ def _out_of_place_acts(gm: fx.GraphModule, modules: dict[str, nn.Module], covere
             fn = act_call(m, handle, inplace=False)
             if fn is None:
                 continue
-            name = routed[node.target] = _free_name(
-                gm, "dnnctl_" + node.target.replace(".", "_") + "_out_of_place")
-            gm.add_submodule(name, Routed(m, fn))
+            name = routed[node.target] = _add_submodule(gm, node.target + "_out_of_place",
+                                                        Routed(m, fn))
         node.target = name
 
 
-def _free_name(gm: fx.GraphModule, base: str) -> str:
-    """``base``, or ``base_2``, ``base_3`` ...: a submodule name gm does not use yet."""
+def _add_submodule(gm: fx.GraphModule, target: str, module: nn.Module) -> str:
+    """Add ``module`` to gm under a name made of ``target`` (``dnnctl_layer1_0_conv1``, or
+    ``..._2``, ``..._3`` where taken); returns the name."""
+    base = "dnnctl_" + target.replace(".", "_")
     name, i = base, 1
     while hasattr(gm, name):
         i += 1
         name = f"{base}_{i}"
+    gm.add_submodule(name, module)
     return name

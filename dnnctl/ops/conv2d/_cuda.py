@@ -76,12 +76,12 @@ class CudaRuntime:
 
         Offsets and strides count elements of each array's own dtype."""
         scalar = np.complex64 if str(c.dtype) == "complex64" else np.float32
-        one, beta_s = _host_scalar(scalar, 1.0), _host_scalar(scalar, beta)
+        one, beta_s = cublas.host_scalar(scalar, 1.0), cublas.host_scalar(scalar, beta)
         cublas.gemm_strided_batched(
-            transa, transb, m, n, k, one.ctypes.data,
+            transa, transb, m, n, k, one,
             self.ptr(a) + a_off * a.itemsize, cuda_type(a.dtype), lda, stride_a,
             self.ptr(b) + b_off * b.itemsize, cuda_type(b.dtype), ldb, stride_b,
-            beta_s.ctypes.data,
+            beta_s,
             self.ptr(c) + c_off * c.itemsize, cuda_type(c.dtype), ldc, stride_c,
             batch, compute, CUBLAS_GEMM_DEFAULT)
 
@@ -97,19 +97,6 @@ class CudaRuntime:
 
     def fft_exec(self, plan: Any, src: Any, dst: Any, direction: int) -> None:
         plan.fft(src, dst, direction)
-
-
-_HOST_SCALARS: dict[tuple[Any, float], np.ndarray] = {}
-
-
-def _host_scalar(scalar: Any, value: float) -> np.ndarray:
-    """A one-element host array holding ``value`` (cuBLAS's host-mode alpha / beta), made
-    once per (type, value): cuBLAS reads it when the call is made, so one array serves
-    every call (two fresh arrays a call cost ~2 us of host time)."""
-    got = _HOST_SCALARS.get((scalar, value))
-    if got is None:
-        got = _HOST_SCALARS[(scalar, value)] = np.full(1, value, scalar)
-    return got
 
 
 _OVERRIDE: list[Any] = []

@@ -224,8 +224,8 @@ class Conv2d(Op):
         activation, GELU ...) and dtypes keep our own kernels; the tuner times
         ``torch_cudnn`` on every problem, so a tuned plan takes cuDNN wherever it is
         fastest."""
-        relu, block_end = _cudnn_relu_default(problem), _cudnn_block_end(problem)
-        if backend != "numpy" and (relu or block_end):
+        kind = _cudnn_default(problem)
+        if backend != "numpy" and kind is not None:
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
             vendor = next((v for v in variants(self.name, backend)
                            if v.name == VENDOR_DEFAULT), None)
@@ -233,25 +233,25 @@ class Conv2d(Op):
                 from dnnctl.ops.conv2d import cost
 
                 params = {"fuse": int(cost.cudnn_fused_pays(problem, device))}
-                if (relu or params["fuse"]) and vendor.valid_params(problem, params, device):
+                # a block's end takes cuDNN's fused graph only (fuse=0 would be cuDNN's
+                # convolution + a separate pass): else our kernels
+                if ((kind == "relu" or params["fuse"])
+                        and vendor.valid_params(problem, params, device)):
                     return Choice.of(vendor.name, params)
         return own_choice(problem, backend, device)
 
 
-def _cudnn_relu_default(problem: Problem) -> bool:
-    """The problems whose un-tuned default is cuDNN through torch (its fused conv + bias +
-    ReLU, or its convolution + our epilogue: cost.cudnn_fused_pays)."""
-    return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
-            and not problem["residual"] and problem["layout"] == "NHWC"
-            and problem["dtype"] in ("float16", "bfloat16"))
-
-
-def _cudnn_block_end(problem: Problem) -> bool:
-    """relu(conv + bias + residual) in fp16 / bf16 NHWC: cuDNN's conv + add + ReLU graph where
-    its host time is hidden (cost.cudnn_fused_pays), else our own kernels."""
-    return (problem.get("pass", "forward") == "forward" and problem["activation"] == "relu"
-            and bool(problem["residual"]) and bool(problem.get("residual_before_act"))
-            and problem["layout"] == "NHWC" and problem["dtype"] in ("float16", "bfloat16"))
+def _cudnn_default(problem: Problem) -> str | None:
+    """Which un-tuned cuDNN route a forward fp16 / bf16 NHWC conv + ReLU takes: "relu" (no
+    residual: cuDNN's fused conv + bias + ReLU, or its convolution + our epilogue, by
+    cost.cudnn_fused_pays), "block_end" (relu(conv + bias + residual): cuDNN's conv + add +
+    ReLU graph where it pays), None for every other problem (our own kernels)."""
+    if (problem.get("pass", "forward") != "forward" or problem["activation"] != "relu"
+            or problem["layout"] != "NHWC" or problem["dtype"] not in ("float16", "bfloat16")):
+        return None
+    if not problem["residual"]:
+        return "relu"
+    return "block_end" if problem.get("residual_before_act") else None
 
 
 def own_choice(problem: Problem, backend: str, device: Any) -> Choice:

@@ -246,7 +246,7 @@ _GEMM_DEFAULT = -1
 
 @register_variant
 class CublasMatmul(CupyMatmul):
-    """cuBLAS (through CuPy's bindings) with our epilogue kernel."""
+    """cuBLAS (dnnctl.backends.cublas) with our in-place epilogue kernel."""
 
     name = "cublas"
     vendor = True  # cuBLAS's GEMM; our epilogue kernel after it
@@ -272,9 +272,8 @@ class CublasMatmul(CupyMatmul):
         ta, tb = p["trans_a"], p["trans_b"]
         dt = _CUDA_R[p["dtype"]]
         compute = _COMPUTE_32F_FAST_TF32 if p["tf32"] else _COMPUTE_32F
-        one = np.ones((), dtype=np.float32)
-        zero = np.zeros((), dtype=np.float32)
-        one_ptr, zero_ptr = one.ctypes.data, zero.ctypes.data  # (kept alive: kernel.keep)
+        one_ptr = cublas.host_scalar(np.float32, 1.0)
+        zero_ptr = cublas.host_scalar(np.float32, 0.0)
         # the product in the output dtype, then bias + activation in place over it: 3 passes
         # of the output's bytes, not an fp32 product written and read back (4 + 4 + 2 bytes
         # an fp16 element); rounded before the epilogue, as torch's linear + activation is
@@ -297,5 +296,4 @@ class CublasMatmul(CupyMatmul):
                 fin_go(y, inputs.get("bias"))
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
-        kernel.keep = (one, zero)  # type: ignore[attr-defined]
         return kernel

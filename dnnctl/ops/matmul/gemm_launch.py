@@ -24,6 +24,7 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.errors import KernelLaunchError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import codes
+from dnnctl.ops.base import dtype_name, np_dtype
 
 MATH_MMA16, MATH_TF32, MATH_SIMT = 0, 1, 2
 MATH_WGMMA = 3  # Hopper wgmma kernel (kernels/gemm/wgmma.cu): wm = 4 warps per warpgroup
@@ -201,8 +202,6 @@ def array_dtype(x: Any) -> Any:
     dt = x.dtype
     if isinstance(dt, np.dtype):
         return dt
-    from dnnctl.ops.base import dtype_name, np_dtype
-
     return np_dtype(dtype_name(dt))
 
 
@@ -228,7 +227,7 @@ def inplace_epilogue(dtype: str, act: int, bias_mode: int, *, m: int, n: int, ba
     """``go(y, bias)``: y = act(y + bias) in place over ``batch`` dense row-major m x n
     products in ``dtype`` (gemm_epilogue_inplace, after a library GEMM that wrote y). 16-byte
     accesses where n and the pointers allow them, else narrower."""
-    eb = np.dtype(np.float32 if dtype == "float32" else np.float16).itemsize
+    eb = np_dtype(dtype).itemsize
     total = m * n * batch
     launches: dict[int, Any] = {}
     i64 = np.int64
