@@ -162,7 +162,10 @@ class Matmul(Op):
                             backend, device)
 
 
-FALLBACK = ["cublas", "wgmma", "mma", "simt"]  # tie order: the vendor library first
+# tie order: the vendor libraries first; cuBLASLt before cuBLAS, as the same kernels with
+# less host time a call (the algorithm is looked up once per problem and cached, where
+# cublasGemmStridedBatchedEx chooses again on every call: see benchmarks/RESULTS.md)
+FALLBACK = ["cublaslt", "cublas", "wgmma", "mma", "simt"]
 
 
 def ranked(problem: Problem, backend: str, device: Any) -> list[Any]:
