@@ -108,6 +108,9 @@ def empty_like_format(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
 
 def ints(values: Any, n: int) -> tuple[int, ...]:
     """A tuple of ``n`` ints from an int or a sequence (hashable: dnnctl caches by it)."""
+    if (values.__class__ is tuple and len(values) == n == 2 and values[0].__class__ is int
+            and values[1].__class__ is int):  # already so (a patched module's, made once)
+        return values
     if isinstance(values, (int, torch.SymInt)):
         return (int(values),) * n
     out = tuple(map(int, values))  # (a generator costs ~0.4 us more per call)

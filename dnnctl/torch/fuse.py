@@ -130,8 +130,11 @@ class FusedConv(nn.Module):
             geo = self._geom
             if (geo[0] is not conv.stride or geo[1] is not conv.padding
                     or geo[2] is not conv.dilation):
-                geo = self._geom = (conv.stride, conv.padding, conv.dilation, list(conv.stride),
-                                    list(conv_padding(conv)), list(conv.dilation))
+                # tuples of ints: the op's kernel takes them as they are (no per-call ints())
+                geo = self._geom = (conv.stride, conv.padding, conv.dilation,
+                                    tuple(map(int, conv.stride)),
+                                    tuple(map(int, conv_padding(conv))),
+                                    tuple(map(int, conv.dilation)))
             stride, pad, dil = geo[3], geo[4], geo[5]
         y = run_op("conv2d", x, w, b, stride, pad, dil, conv.groups, self.act, residual,
                    self.handle, self.residual_before_act)
