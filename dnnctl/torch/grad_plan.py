@@ -27,17 +27,16 @@ from typing import Any
 import torch
 
 from dnnctl.errors import DnnctlError
-from dnnctl.ops.dispatch import active_plan, bind, problem_of
+from dnnctl.ops.dispatch import active_plan, problem_of
 from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.torch import kernels as K
-from dnnctl.torch._tensors import DNN_DTYPES, to_numpy
+from dnnctl.torch._tensors import DNN_DTYPES
 
 # (op, pass) -> calls, per path ("dnnctl" / "torch")
 BACKWARD_PATHS: Counter[tuple[str, str, str]] = Counter()
 
 Keys = dict[str, tuple[str, dict[str, Any]]]  # pass label -> (dnnctl op, key)
 
-_DEVICES: dict[Any, tuple[str, Any]] = {}
 _DECIDED: weakref.WeakKeyDictionary[Any, dict[tuple, bool]] = weakref.WeakKeyDictionary()
 
 
@@ -50,13 +49,9 @@ def mode_of(handle: int, op: str = "", label: str = "") -> str:
 
 
 def _device(t: torch.Tensor) -> tuple[str, Any]:
-    """(backend name, DeviceInfo) a tensor's calls run on (cached per torch device)."""
-    hit = _DEVICES.get(t.device)
-    if hit is None:
-        probe = t.detach().reshape(-1)[:1]
-        bound = bind(to_numpy(probe) if probe.is_cpu else probe)
-        hit = _DEVICES[t.device] = (bound.backend.name, bound.device)
-    return hit
+    """(backend name, DeviceInfo) a tensor's calls run on."""
+    backend, device = K.device_of(t)
+    return backend.name, device
 
 
 def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool:

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.conv2d.function import conv2d_channels_last
+from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
 from dnnctl.ops.registry import get_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
@@ -31,9 +32,13 @@ from dnnctl.torch._tensors import (
     nchw_of,
     nhwc_view,
     storage_view,
+    to_numpy,
 )
 
 FALLBACKS: Counter[tuple[str, str]] = Counter()  # (op, reason) -> calls run in torch
+# op -> calls whose chosen variant is the vendor library torch itself calls, with nothing
+# fused, run as torch's own call (see linear)
+VENDOR_VIA_TORCH: Counter[str] = Counter()
 PLANS: dict[int, Any] = {}  # plan handle (an int the op schemas carry) -> loaded plan
 RECORDERS: list[Callable[[str, dict[str, Any]], None]] = []  # active record() sessions
 
@@ -227,8 +232,60 @@ def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
                 lambda: ref.conv_transpose2d(x, w, bias, st, pad, opad, dil, groups))
 
 
+_DEVICES: dict[Any, tuple[Any, Any]] = {}
+
+
+def device_of(t: torch.Tensor) -> tuple[Any, Any]:
+    """(Backend, DeviceInfo) a tensor's calls run on (cached per torch device)."""
+    hit = _DEVICES.get(t.device)
+    if hit is None:
+        probe = t.detach().reshape(-1)[:1]
+        bound = bind(to_numpy(probe) if probe.is_cpu else probe)
+        hit = _DEVICES[t.device] = (bound.backend, bound.device)
+    return hit
+
+
+# the vendor GEMMs: cuBLAS / cuBLASLt, what torch's own F.linear (mm / addmm) calls
+VENDOR_GEMMS = frozenset({"cublas", "cublaslt"})
+_LINEAR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
+
+
+def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                      plan: int) -> bool:
+    """A CUDA linear with nothing fused (no activation) whose planned or default choice is
+    a vendor GEMM: torch's own ``F.linear`` calls the same library (cuBLAS / cuBLASLt, bias
+    in cuBLASLt's epilogue) on the same stream, through its C++ path, ~15 us less host time
+    a call than dnnctl's Python pipeline (benchmarks/RESULTS.md), for the same GPU time.
+    The choice is made once per call shape and plan; a plan entry naming one of dnnctl's
+    own kernels runs that kernel."""
+    p = _plan(plan) if plan else None
+    if p is None:
+        p = active_plan()
+    key = (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None, plan, id(p))
+    hit = _LINEAR_ROUTES.get(key)
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    try:
+        op = get_op("matmul")
+        problem = problem_of(op, keys.linear(x, w, bias is not None, "none"))
+        backend, device = device_of(x)
+        vendor = resolve(op, problem, backend, device, p).variant in VENDOR_GEMMS
+    except DnnctlError:  # a problem dnnctl refuses: its own path says so (and falls back)
+        vendor = False
+    if len(_LINEAR_ROUTES) > 4096:
+        _LINEAR_ROUTES.clear()
+    _LINEAR_ROUTES[key] = (p, vendor)
+    return vendor
+
+
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            activation: str = "none", plan: int = 0) -> torch.Tensor:
+    if (activation == "none" and x.is_cuda and x.dtype in DNN_DTYPES and x.numel()
+            and torch_runs_linear(x, w, bias, plan)):
+        VENDOR_VIA_TORCH["matmul"] += 1
+        if RECORDERS:
+            _note("matmul", keys.linear(x, w, bias is not None, activation))
+        return F.linear(x, w, bias)
     act = None if activation == "none" else activation
 
     def run() -> torch.Tensor:

@@ -169,3 +169,50 @@ def test_reduce_overhead_compile_of_a_classifier_head():
             got = compiled(x).clone()
     assert report.fallbacks() == {}
     assert _rel(got, want) <= 1e-2
+
+
+
+def test_plain_linear_with_a_vendor_choice_runs_as_torchs_own_call():
+    """A linear with nothing fused whose choice is cuBLAS / cuBLASLt runs as F.linear (the
+    same library, torch's host path, bit for bit torch's result); a plan naming one of
+    dnnctl's own kernels, or a fused activation, runs on dnnctl."""
+    import torch.nn.functional as F
+
+    from dnnctl.ops.base import Choice
+    from dnnctl.ops.dispatch import problem_of
+    from dnnctl.ops.matmul.op import ranked
+    from dnnctl.ops.registry import get_op
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+    from dnnctl.torch import keys
+    from dnnctl.torch.kernels import VENDOR_VIA_TORCH, device_of
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 768, device="cuda", dtype=torch.float16)
+    w = torch.randn(2304, 768, device="cuda", dtype=torch.float16) * 0.03
+    b = torch.randn(2304, device="cuda", dtype=torch.float16)
+    ops = torch.ops.dnnctl
+    problem = problem_of(get_op("matmul"), keys.linear(x, w, True, "none"))
+    _, dev = device_of(x)
+
+    def plan_of(variant: str, params: dict) -> LoadedPlan:
+        section = Section(dev.fingerprint(), kernels_digest(), "2026-12-06T00:00:00Z", {},
+                          [PlanEntry(problem, Choice.of(variant, params))])
+        return LoadedPlan(Plan([section]))
+
+    with torch.inference_mode():
+        before = VENDOR_VIA_TORCH["matmul"]
+        lt = dt.plan_handle(plan_of("cublaslt", {}))
+        got = ops.linear(x, w, b, "none", lt)
+        assert VENDOR_VIA_TORCH["matmul"] == before + 1
+        assert torch.equal(got, F.linear(x, w, b))
+        # one of dnnctl's own kernels, planned: runs on dnnctl
+        own = next(e for e in ranked(problem, "cupy", dev)
+                   if e.variant not in ("cublas", "cublaslt"))
+        mine = ops.linear(x, w, b, "none", dt.plan_handle(plan_of(own.variant,
+                                                                   dict(own.params))))
+        assert VENDOR_VIA_TORCH["matmul"] == before + 1
+        assert _rel(mine, F.linear(x, w, b)) <= 2e-2
+        # a fused activation: dnnctl's one call
+        fused = ops.linear(x, w, b, "gelu", lt)
+        assert VENDOR_VIA_TORCH["matmul"] == before + 1
+        assert _rel(fused, F.gelu(F.linear(x, w, b))) <= 2e-2
