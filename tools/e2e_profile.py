@@ -87,13 +87,14 @@ def _conv_route(route: str) -> None:
     print(f"conv route: {route}")
 
 
-def _cprofile(fn, label: str, top: int) -> None:
+def _cprofile(fn, label: str, top: int, n: int = 20, per: str = "fwd") -> None:
+    """Own and cumulative time per call of ``fn`` of the Python functions under it
+    (cProfile inflates each Python call about equally: read the shares)."""
     import cProfile
     import pstats
 
     import torch
 
-    n = 20
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(n):
@@ -101,8 +102,8 @@ def _cprofile(fn, label: str, top: int) -> None:
     prof.disable()
     torch.cuda.synchronize()
     st = pstats.Stats(prof)
-    print(f"\n### {label} cProfile: {st.total_tt / n * 1e3:.2f} ms per forward (inflated)")
-    print("| own us/fwd | cum us/fwd | calls/fwd | function |\n|---:|---:|---:|---|")
+    print(f"\n### {label} cProfile: {st.total_tt / n * 1e6:.1f} us per {per} (inflated)")
+    print(f"| own us/{per} | cum us/{per} | calls/{per} | function |\n|---:|---:|---:|---|")
     rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
     for (file, line, name), (_, nc, tt, ct, _) in rows:
         where = f"{Path(file).name}:{line}" if line else file

@@ -9,33 +9,21 @@ outer layer adds. torch's own call for the same problem is the first row.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.host_probe import held as _held  # noqa: E402
 
 PROFILE: list[tuple[str, Any]] = []  # (label, call) to cProfile after the timings
 SLEEP = 60_000_000  # cycles: ~35 ms, longer than the loops below
 
 
 def held(fn: Any, n: int = 100, reps: int = 9) -> float:
-    import torch
-
-    for _ in range(10):
-        fn()
-    out = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        torch.cuda._sleep(SLEEP)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        out.append((time.perf_counter() - t0) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(out)
+    """Median host us per call with the GPU held (tools/host_probe.py's, a shorter sleep)."""
+    return _held(fn, n, reps=reps, sleep=SLEEP, warm=10)
 
 
 def n_of(label: str) -> int:
@@ -271,26 +259,13 @@ def main() -> int:
 
 
 def cprofile(label: str, fn: Any, n: int = 200, top: int = 18) -> None:
-    """Own time per call of the Python functions under ``fn`` (cProfile inflates each
-    Python call about equally: read the shares)."""
-    import cProfile
-    import pstats
-
+    """tools/e2e_profile.py's cProfile table of ``fn``, per call, in inference mode."""
     import torch
 
-    prof = cProfile.Profile()
+    from tools.e2e_profile import _cprofile
+
     with torch.inference_mode():
-        prof.enable()
-        for _ in range(n):
-            fn()
-        prof.disable()
-        torch.cuda.synchronize()
-    st = pstats.Stats(prof)
-    print(f"\n### cProfile {label}: {st.total_tt / n * 1e6:.1f} us per call (inflated)")
-    print("| own us | calls | function |\n|---:|---:|---|")
-    for (file, line, name), (_, nc, tt, _, _) in sorted(st.stats.items(),
-                                                         key=lambda kv: -kv[1][2])[:top]:
-        print(f"| {tt / n * 1e6:.2f} | {nc / n:.1f} | {name} ({Path(file).name}:{line}) |")
+        _cprofile(fn, label, top, n=n, per="call")
 
 
 if __name__ == "__main__":

@@ -30,10 +30,12 @@ import models  # noqa: E402
 SLEEP = 400_000_000  # cycles: ~0.2 s, longer than any host-side forward here
 
 
-def held(fn: Any, n: int, reps: int = 7, sleep: int = SLEEP) -> float:
-    """Median host us per fn() with the GPU asleep behind them."""
+def held(fn: Any, n: int, reps: int = 7, sleep: int = SLEEP, warm: int = 0) -> float:
+    """Median host us per fn() with the GPU asleep behind them (``warm`` calls first)."""
     import torch
 
+    for _ in range(warm):
+        fn()
     out = []
     for _ in range(reps):
         torch.cuda.synchronize()
