@@ -21,10 +21,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.utils.hooks import RemovableHandle
 
 from dnnctl.errors import UsageError
 from dnnctl.torch import kernels
-from dnnctl.torch.fuse import fuse_graph
+from dnnctl.torch.fuse import fuse_graph, hooked
 from dnnctl.torch.modules import forward_for
 from dnnctl.torch.report import Covered, PatchReport, Skipped
 
@@ -216,7 +217,22 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
-    return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads)
+    members = tuple(m for f in report.fusions for n in (f.head, *f.folded)
+                    if (m := _submodule(model, n)) is not None)
+    return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members)
+
+
+def _submodule(model: nn.Module, name: str) -> nn.Module | None:
+    try:
+        return model.get_submodule(name)
+    except AttributeError:
+        return None
+
+
+def _hook_count() -> int:
+    """How many hook handles torch has ever made (module and tensor hooks alike): one
+    integer that moves whenever a hook is registered anywhere."""
+    return getattr(RemovableHandle, "next_id", 0)
 
 
 _PLAIN = (int, float, bool, str, type(None))
@@ -269,11 +285,15 @@ class _Traced:
     def __init__(self, model: nn.Module, gm: fx.GraphModule, own: Any,
                  sig: inspect.Signature | None, required: list[str], defaults: dict[str, Any],
                  covered: set[str], handle: int,
-                 reads: tuple[tuple[dict, str, Any], ...] = ()) -> None:
+                 reads: tuple[tuple[dict, str, Any], ...] = (),
+                 members: tuple[nn.Module, ...] = ()) -> None:
         self.model, self.gm, self.own, self.sig = model, gm, own, sig
         self.required, self.defaults, self.n_req = required, defaults, len(required)
         self.covered, self.handle, self.reads = covered, handle, reads
         self.mode, self.retraces = model.training, 0
+        # the modules fused chains run without calling them, and the hook count when they
+        # were last seen without hooks (patch leaves a hooked module out of every fusion)
+        self.members, self.hooks_seen = members, _hook_count()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.model.training != self.mode:
@@ -281,6 +301,10 @@ class _Traced:
         if not torch.compiler.is_compiling():  # (a compiled graph has dynamo's own guards)
             for where, key, value in self.reads:  # ~50-80 ns a step
                 if where.get(key) is not value:
+                    return self._retrace()(*args, **kwargs)
+            if _hook_count() != self.hooks_seen:  # a hook was registered somewhere since
+                self.hooks_seen = _hook_count()
+                if any(hooked(m) for m in self.members):  # on a fused module: unfuse it
                     return self._retrace()(*args, **kwargs)
         if not kwargs and len(args) == self.n_req:
             return self.gm(*args)

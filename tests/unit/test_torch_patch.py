@@ -703,6 +703,36 @@ def test_traced_graph_calls_submodules_and_hooks_added_after_patch_still_fire():
     torch.testing.assert_close(seen[0], got)
 
 
+def test_a_hook_registered_after_patch_on_a_fused_module_fires_and_counts():
+    """A fused chain never calls its conv, BN or activation module: a hook put on one after
+    patch (Grad-CAM, a feature extractor, a pruning pre-hook) makes the model trace again
+    with that module out of the fusion, so the hook fires and what it returns is used,
+    as in eager. Hooks elsewhere leave the fused graph as it is."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 36, 3), nn.GELU())
+    model = _randomize_bn(model).eval()
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        report = dt.patch(model)
+        assert [f.parts for f in report.fusions] == [["bn", "relu"], ["gelu"]]
+        graph = model.forward.gm
+        torch.zeros(1, requires_grad=True).register_hook(lambda g: g)  # not a module's
+        model(x)
+        assert model.forward.gm is graph
+        seen = []
+        for i in (0, 1, 2, 4, 5):
+            model[i].register_forward_hook(lambda m, a, o, i=i: seen.append(i))
+        model(x)
+        assert sorted(seen) == [0, 1, 2, 4, 5]
+        assert model.forward.gm is not graph
+        model[1].register_forward_hook(lambda m, a, o: o * 0.5)
+        got = model(x)
+        dt.unpatch(model)
+        want = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
