@@ -87,7 +87,11 @@ class FusedConv(nn.Module):
         # weight's storage (every parameter moves with it). The modules' own dicts, not
         # their attributes: nn.Module.__getattr__ costs ~0.4 us a lookup, six per call
         cp, bp, bb = conv._parameters, bn._parameters, bn._buffers
-        w = cp["weight"]
+        w = cp.get("weight")
+        if w is None:  # parametrized since patch (weight_norm, spectral_norm): a property
+            # computed on every read, so folded on every call (with autograd where grad
+            # is on), as eager computes it
+            return fold_bn(conv, bn)
         stamp = (w.data_ptr(), w.dtype, _version(w), _version(cp.get("bias")),
                  _version(bp.get("weight")), _version(bp.get("bias")),
                  _version(bb.get("running_mean")), _version(bb.get("running_var")))

@@ -733,6 +733,33 @@ def test_a_hook_registered_after_patch_on_a_fused_module_fires_and_counts():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm"])
+def test_a_conv_parametrized_after_patch_folds_its_computed_weight(kind):
+    """torch.nn.utils.parametrizations on a fused conv after patch: its weight becomes a
+    property computed on every read (no ``weight`` parameter left); the fused chain folds
+    that weight on each call, as eager computes it, and gradients reach the parametrization."""
+    from torch.nn.utils import parametrizations
+
+    torch.manual_seed(0)
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1, bias=False),
+                                        nn.BatchNorm2d(4), nn.ReLU())).eval()
+    x = torch.randn(2, 4, 6, 6)
+    dt.patch(model)
+    with torch.no_grad():
+        model(x)
+    getattr(parametrizations, kind)(model[0])
+    got = model(x)
+    got.square().sum().backward()
+    grads = [p.grad.clone() for p in model[0].parametrizations.parameters()]
+    model.zero_grad()
+    dt.unpatch(model)
+    want = model(x)
+    want.square().sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, p in zip(grads, model[0].parametrizations.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
