@@ -26,11 +26,11 @@ from dnnctl.torch import autocast, library
 from dnnctl.torch import patch as patch_module
 from dnnctl.torch.grad_plan import BACKWARD_PATHS
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
-from dnnctl.torch.patch import PatchReport, patch, patched, unpatch
+from dnnctl.torch.patch import PatchReport, is_patched, patch, patched, unpatch
 from dnnctl.torch.record import record
 
 OPS = library.OPS
 autocast.register(library.LIB)
 
-__all__ = ["BACKWARD_PATHS", "FALLBACKS", "OPS", "PatchReport", "patch", "patched", "patch_module", "plan_handle", "record",
-           "unpatch"]
+__all__ = ["BACKWARD_PATHS", "FALLBACKS", "OPS", "PatchReport", "is_patched", "patch", "patched",
+           "patch_module", "plan_handle", "record", "unpatch"]

@@ -121,7 +121,16 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     if trace and list(model.children()):
         _trace(model, covered, handle, report, saved)
     object.__setattr__(model, _MARK, _State(report, saved, plan))
+    if "__prepare_scriptable__" not in model.__dict__:  # torch.jit.script asks it first
+        object.__setattr__(model, "__prepare_scriptable__", _not_scriptable)
     return report
+
+
+def _not_scriptable() -> Any:
+    raise UsageError("torch.jit.script cannot compile a patched model: TorchScript compiles "
+                     "the model's Python source, and dnnctl's kernels are called from Python",
+                     hint="script the model before dnnctl.torch.patch (or after unpatch), or "
+                          "use torch.compile / torch.export, which keep the dnnctl ops")
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -320,6 +329,13 @@ class _Traced:
             return self.gm(*(given[n] for n in self.required))
         return self.own(*args, **kwargs)
 
+    @property
+    def __code__(self) -> Any:
+        """The model's own forward's code object: what tools that read a module's forward
+        as a function take from it (torch.export names its trace after it)."""
+        own = self.own
+        return getattr(getattr(own, "__func__", own), "__code__", None)
+
     def _retrace(self) -> Any:
         """A module or tensor the graph holds was replaced: trace the model as it is now."""
         return _trace_again(self.model, self.own, self.covered, self.handle,
@@ -382,6 +398,8 @@ def unpatch(model: nn.Module) -> PatchReport:
             m.__dict__.pop("forward", None)
         else:
             object.__setattr__(m, "forward", before)
+    if model.__dict__.get("__prepare_scriptable__") is _not_scriptable:
+        del model.__dict__["__prepare_scriptable__"]
     return state.report
 
 

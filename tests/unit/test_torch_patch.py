@@ -760,6 +760,31 @@ def test_a_conv_parametrized_after_patch_folds_its_computed_weight(kind):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_export_keeps_the_dnnctl_ops_and_script_says_why_it_cannot():
+    """torch.export of a patched model gives a program holding the dnnctl ops (their fake
+    kernels trace it) with eager's result; torch.jit.script, which compiles Python source,
+    refuses with a UsageError naming the ways out, and works again after unpatch."""
+    from dnnctl.errors import UsageError
+
+    torch.manual_seed(0)
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                        nn.ReLU(), nn.Flatten(), nn.Linear(144, 3))).eval()
+    x = torch.randn(2, 4, 6, 6)
+    want = model(x)
+    dt.patch(model)
+    assert dt.is_patched(model)
+    program = torch.export.export(model, (x,))
+    ops = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert {"dnnctl.conv2d.default", "dnnctl.linear.default"} <= ops
+    torch.testing.assert_close(program.module()(x), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(UsageError, match="torch.jit.script cannot compile a patched model"):
+        torch.jit.script(model)
+    dt.unpatch(model)
+    assert not dt.is_patched(model)
+    scripted = torch.jit.script(model)
+    torch.testing.assert_close(scripted(x), want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
