@@ -71,7 +71,8 @@ def _backward_on_dnnctl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_ca
 
     with kernels.recording_paused():  # the op's own backward notes it when it runs
         on = "backward" in gp.decide("attention", handle, q,
-                                     lambda: og.attention_keys(q, k, v, is_causal, scale))
+                                     lambda: og.attention_keys(q, k, v, is_causal, scale),
+                                     in_backward=False)
     if not on and kernels.RECORDERS:
         try:
             forward = keys.attention(q, k, v, is_causal, scale)

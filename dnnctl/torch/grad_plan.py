@@ -84,17 +84,23 @@ def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool
     return own
 
 
-def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys]
-           ) -> frozenset[str]:
+def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
+           in_backward: bool = True) -> frozenset[str]:
     """The pass labels of ``make_keys()`` to run on dnnctl for this backward call; records
-    every backward problem for active :func:`dnnctl.torch.record` sessions."""
+    every backward problem for active :func:`dnnctl.torch.record` sessions.
+
+    ``in_backward``: asked from inside the backward. Grad mode is on there only when the
+    gradient must itself be differentiable (``create_graph=True``: a gradient penalty,
+    Hessian-vector products, MAML); dnnctl's backward kernels are not, so torch's formulas
+    run (else the second-order terms through them would be silently missing)."""
     mode = K.BACKWARD_MODES.get(handle, "plan")
     keys: Keys | None = None
     if K.RECORDERS:
         keys = _safe_keys(make_keys)
         for kop, key in keys.values():
             K.note_problem(kop, dict(key))
-    if mode == "torch" or x.dtype not in DNN_DTYPES:
+    if (mode == "torch" or x.dtype not in DNN_DTYPES
+            or (in_backward and torch.is_grad_enabled())):
         return frozenset()
     plan = K.plan_of(handle)
     if plan is None:

@@ -785,6 +785,39 @@ def test_export_keeps_the_dnnctl_ops_and_script_says_why_it_cannot():
     torch.testing.assert_close(scripted(x), want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_gradient_that_must_be_differentiable_takes_torchs_formulas():
+    """create_graph=True (a gradient penalty): dnnctl's backward kernels give no graph, so
+    such a backward runs torch's formulas even with backward="dnnctl", and the second-order
+    gradients equal eager's (they were missing, or an error, before); an ordinary backward
+    still runs on dnnctl."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Softplus(),
+                        nn.Conv2d(8, 8, 3, padding=1), nn.GELU(), nn.Flatten(),
+                        nn.Linear(288, 1)).train()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 3, 6, 6)
+    dt.patch(model, backward="dnnctl")
+
+    def penalty(m: nn.Module) -> list[torch.Tensor]:
+        xi = x.clone().requires_grad_(True)
+        g, = torch.autograd.grad(m(xi).sum(), xi, create_graph=True)
+        ((g.flatten(1).norm(dim=1) - 1) ** 2).mean().backward()
+        grads = [p.grad.clone() for p in m.parameters() if p.grad is not None]
+        m.zero_grad()
+        return grads
+
+    before = dict(dt.BACKWARD_PATHS)
+    got, want = penalty(model), penalty(ref)
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    new = {k: v - before.get(k, 0) for k, v in dt.BACKWARD_PATHS.items()}
+    assert new.get(("conv2d", "dgrad", "torch"), 0) > 0
+    model(x).sum().backward()  # no graph wanted: dnnctl's kernels
+    after = {k: v - before.get(k, 0) for k, v in dt.BACKWARD_PATHS.items()}
+    assert after.get(("conv2d", "dgrad", "dnnctl"), 0) > 0
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
