@@ -97,7 +97,10 @@ class FusedConv(nn.Module):
                  _version(bb.get("running_mean")), _version(bb.get("running_var")))
         mine = self._buffers
         if self._stamp != stamp:
-            with torch.no_grad():
+            # normal tensors even inside inference_mode: the fold is kept, and a later call
+            # with autograd (an input that requires grad: saliency) saves it for backward,
+            # which an inference tensor cannot be
+            with torch.inference_mode(False), torch.no_grad():
                 w, b = fold_bn(conv, bn)
             self._stamp = stamp
             mine["folded_weight"], mine["folded_bias"] = static_address(w), static_address(b)

@@ -818,6 +818,29 @@ def test_a_gradient_that_must_be_differentiable_takes_torchs_formulas():
     assert after.get(("conv2d", "dgrad", "dnnctl"), 0) > 0
 
 
+def test_a_fold_made_inside_inference_mode_serves_a_later_backward():
+    """The folded conv + BN weight is kept across calls. Made (or remade after
+    load_state_dict) inside torch.inference_mode, it is still a normal tensor, so a later
+    call whose input requires grad (saliency on a frozen model) can save it for backward."""
+    torch.manual_seed(0)
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8),
+                                        nn.ReLU(), nn.Conv2d(8, 4, 1))).eval()
+    model.requires_grad_(False)
+    ref = copy.deepcopy(model)
+    with torch.inference_mode():
+        dt.patch(model)
+    state = {k: v + 0.01 for k, v in ref.state_dict().items()}
+    model.load_state_dict(state)
+    ref.load_state_dict(state)
+    x = torch.randn(2, 3, 6, 6)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-6)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    ref(xa).square().sum().backward()
+    model(xb).square().sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("backward", ["dnnctl", "plan"])
 def test_training_attention_takes_dnnctls_backward_only_where_it_runs_it(backward):
     """In training, a patched SDPA runs dnnctl's forward and backward when the backward mode
