@@ -264,10 +264,13 @@ class CallSpec:
 
     ``parse(arrays, scalars, xp)`` gets the backend arrays (NumPy or CuPy, None where the
     caller passed None), the scalar arguments and the array module, and raises a
-    :class:`~dnnctl.errors.ShapeError` / UsageError for bad input."""
+    :class:`~dnnctl.errors.ShapeError` / UsageError for bad input. ``required`` names the
+    leading arrays that may not be None (checked once per new call signature, before the
+    parse)."""
 
     name: str
     parse: Parser
+    required: tuple[str, ...] = ()
 
 
 # a built kernel as a site keeps it: (kernel, takes the caller's arrays as they are,
@@ -543,6 +546,10 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
 
 def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
                plan: PlanLike | None) -> Any:
+    for name, a in zip(spec.required, arrays):
+        if a is None:
+            raise ShapeError(f"{spec.name}: {name} is required, got None",
+                             hint=f"pass an array as {name}")
     try:
         sig: Any = (spec, scalars, *[signature(a) for a in arrays])
         hash(sig)

@@ -45,6 +45,13 @@ def _huge(*shape: int) -> np.ndarray:
 ops = dnnctl.ops
 API_CASES = {
     "None input": lambda: ops.softmax(None),
+    "None conv input": lambda: ops.conv2d(None, W),
+    "None matmul operand": lambda: ops.matmul(X2, None),
+    "None attention query": lambda: ops.attention(None, X4, X4),
+    "None softmax gradient": lambda: ops.softmax_backward(X2, None),
+    "None activation gradient": lambda: ops.relu_backward(None, X2),
+    "None norm gradient": lambda: ops.layer_norm_backward(None, X2),
+    "None matmul_backward operand": lambda: ops.matmul_backward(X2, None, X2.T.copy()),
     "list input": lambda: ops.softmax([[1.0, 2.0]]),
     "string input": lambda: ops.relu("abc"),
     "python scalar": lambda: ops.relu(3.0),

@@ -34,7 +34,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
                   result="dx" if bias is None else ("dx", "dbias"))
 
 
-_BACKWARD = CallSpec("activation_backward", _parse)
+_BACKWARD = CallSpec("activation_backward", _parse, ("dy",))
 
 
 def activation_backward(fn: str, dy: Any, x: Any, bias: Any = None, layout: str = "NCHW",

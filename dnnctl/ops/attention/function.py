@@ -193,7 +193,7 @@ def _pipeline(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> dis
                            result=result, prepare=prepare, finish=finish)
 
 
-_ATTENTION = CallSpec("attention", _pipeline)
+_ATTENTION = CallSpec("attention", _pipeline, ("q", "k", "v"))
 
 
 def attention(q: Any, k: Any, v: Any, causal: Any = False, scale: float | None = None,

@@ -112,7 +112,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
     return Parsed("conv2d", key, (), outputs, prepare=prepare)
 
 
-_CONV2D = CallSpec("conv2d", _parse)
+_CONV2D = CallSpec("conv2d", _parse, ("x", "w"))
 
 
 def _nhwc(a: Any) -> Any:
@@ -144,7 +144,7 @@ def _parse_channels_last(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: 
     return Parsed("conv2d", parsed.key, (), parsed.outputs, prepare=prepare_views)
 
 
-_CONV2D_CL = CallSpec("conv2d", _parse_channels_last)
+_CONV2D_CL = CallSpec("conv2d", _parse_channels_last, ("x", "w"))
 
 
 def conv2d_channels_last(x: Any, w: Any, bias: Any = None, stride: Sequence[int] = (1, 1),

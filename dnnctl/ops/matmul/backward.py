@@ -99,6 +99,10 @@ def matmul_backward(dy: Any, a: Any, b: Any, pre: Any = None, activation: str | 
     A 3-D ``a`` with a 2-D ``b`` (a linear layer over a batch of sequences) gives a 2-D
     ``db`` summed over the batch. ``dbias`` is None when ``bias_grad`` is false.
     """
+    for name, arr in (("dy", dy), ("a", a), ("b", b)):
+        if arr is None:
+            raise ShapeError(f"matmul_backward: {name} is required, got None",
+                             hint=f"pass an array as {name}")
     act = "none" if activation is None else str(activation)
     if act not in ACTIVATIONS:
         raise UsageError(f"matmul_backward: activation={activation!r} is not supported",

@@ -116,7 +116,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
                   prepare=prepare)
 
 
-_MATMUL = CallSpec("matmul", _parse)
+_MATMUL = CallSpec("matmul", _parse, ("a", "b"))
 
 
 def matmul(a: Any, b: Any, bias: Any = None, activation: str | None = None,

@@ -83,7 +83,7 @@ def _parse_backward(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) 
     return replace(parsed, prepare=prepare)
 
 
-_BACKWARD = CallSpec("rownorm_backward", _parse_backward)
+_BACKWARD = CallSpec("rownorm_backward", _parse_backward, ("dy",))
 
 
 def layer_norm_backward(dy: Any, x: Any, weight: Any = None, mean: Any = None,

@@ -43,7 +43,7 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
                   prepare=prepare, finish=finish)
 
 
-_BACKWARD = CallSpec("softmax_backward", _parse)
+_BACKWARD = CallSpec("softmax_backward", _parse, ("y", "dy"))
 
 
 def softmax_backward(y: Any, dy: Any, axis: int = -1, log: bool = False,
