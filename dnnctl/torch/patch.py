@@ -54,6 +54,16 @@ def _state(model: nn.Module) -> _State | None:
     return model.__dict__.get(_MARK)
 
 
+def _routed(fn: Any) -> bool:
+    """``fn`` (a module's instance forward) is one a dnnctl patch put there."""
+    if fn is None:
+        return False
+    if isinstance(fn, (_Traced, _Retrace)):
+        return True
+    mod = getattr(getattr(fn, "func", fn), "__module__", None) or ""
+    return mod.startswith("dnnctl.torch")
+
+
 def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
     saved.append((m, m.__dict__.get("forward", _MISSING)))
     object.__setattr__(m, "forward", fn)
@@ -102,6 +112,13 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     if _state(model) is not None:
         raise UsageError("patch: this model is already patched",
                          hint="call dnnctl.torch.unpatch(model) first")
+    for name, m in model.named_modules():
+        if _routed(m.__dict__.get("forward")):  # a part of (or around) another patch
+            raise UsageError(f"patch: module {name!r} is already routed by another "
+                             f"dnnctl.torch.patch (of a model that holds it, or that it "
+                             f"holds)",
+                             hint="unpatch that model first, then patch once, at the level "
+                                  "you want: patches do not nest")
     handle = kernels.plan_handle(plan, backward)
     report = PatchReport(training=model.training, _fallbacks_at=dict(kernels.FALLBACKS))
     saved: list[tuple[nn.Module, Any]] = []

@@ -189,6 +189,21 @@ def test_patch_twice_and_unpatch_unpatched_are_usage_errors():
         dt.unpatch(model)
 
 
+@pytest.mark.parametrize("first", ["outer", "inner"])
+def test_patches_do_not_nest(first):
+    """Patching a part of a patched model, or a model around a patched part, is refused
+    naming the module (unpatching them out of order left dnnctl forwards behind); after
+    unpatch the model is plain again and patches anew."""
+    inner = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+    model = nn.Sequential(inner, nn.Flatten(), nn.Linear(144, 3)).eval()
+    dt.patch(model if first == "outer" else inner)
+    with pytest.raises(UsageError, match="already routed by another dnnctl.torch.patch"):
+        dt.patch(inner if first == "outer" else model)
+    dt.unpatch(model if first == "outer" else inner)
+    assert not [n for n, m in model.named_modules() if "forward" in m.__dict__]
+    dt.patch(inner if first == "outer" else model)
+
+
 def test_compile_fullgraph_over_a_patched_model():
     torch.manual_seed(0)
     model = ViTBlock().eval()
