@@ -117,8 +117,9 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
             raise UsageError(f"patch: module {name!r} is already routed by another "
                              f"dnnctl.torch.patch (of a model that holds it, or that it "
                              f"holds)",
-                             hint="unpatch that model first, then patch once, at the level "
-                                  "you want: patches do not nest")
+                             hint="unpatch that model (or this copy of a part of one) first, "
+                                  "then patch once, at the level you want: patches do not "
+                                  "nest")
     handle = kernels.plan_handle(plan, backward)
     report = PatchReport(training=model.training, _fallbacks_at=dict(kernels.FALLBACKS))
     saved: list[tuple[nn.Module, Any]] = []
@@ -408,8 +409,15 @@ def unpatch(model: nn.Module) -> PatchReport:
     """Restore every forward ``patch`` replaced; returns the patch's report."""
     state = model.__dict__.pop(_MARK, None)
     if state is None:
-        raise UsageError("unpatch: this model is not patched",
-                         hint="call dnnctl.torch.patch(model) first")
+        # a copy of a part of a patched model (``copy.deepcopy(model.backbone)``) carries
+        # dnnctl forwards without a patch of its own: they are taken off
+        routed = [m for m in model.modules() if _routed(m.__dict__.get("forward"))]
+        if not routed:
+            raise UsageError("unpatch: this model is not patched",
+                             hint="call dnnctl.torch.patch(model) first")
+        for m in routed:
+            del m.__dict__["forward"]
+        return PatchReport(training=model.training)
     for m, before in reversed(state.forwards):
         if before is _MISSING:
             m.__dict__.pop("forward", None)

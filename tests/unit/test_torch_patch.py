@@ -204,6 +204,25 @@ def test_patches_do_not_nest(first):
     dt.patch(inner if first == "outer" else model)
 
 
+def test_a_copy_of_a_patched_part_can_be_unpatched_and_patched():
+    """copy.deepcopy(model.backbone) of a patched model carries dnnctl forwards without a
+    patch of its own: unpatch takes them off, and the copy patches anew."""
+    model = nn.Sequential(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4),
+                                        nn.ReLU()), nn.Flatten()).eval()
+    dt.patch(model)
+    part = copy.deepcopy(model[0])
+    with pytest.raises(UsageError, match="already routed"):
+        dt.patch(part)
+    dt.unpatch(part)
+    assert not [n for n, m in part.named_modules() if "forward" in m.__dict__]
+    x = torch.randn(1, 4, 6, 6)
+    want = part(x)
+    dt.patch(part)
+    torch.testing.assert_close(part(x), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(UsageError, match="not patched"):
+        dt.unpatch(nn.Linear(2, 2))
+
+
 def test_compile_fullgraph_over_a_patched_model():
     torch.manual_seed(0)
     model = ViTBlock().eval()
