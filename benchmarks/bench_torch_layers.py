@@ -13,23 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def _per_call(fn: Callable[[], Any], calls: int, repeats: int = 9) -> float:
-    for _ in range(max(50, calls // 10)):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(out)
+from bench_launch import per_call_us  # noqa: E402
 
 
 def rows(calls: int) -> list[dict[str, Any]]:
@@ -73,7 +63,7 @@ def rows(calls: int) -> list[dict[str, Any]]:
         kernels.call = stub
         try:
             for label, fn in cases:
-                found.append({"layer": label, "us": _per_call(fn, calls)})
+                found.append({"layer": label, "us": per_call_us(fn, lambda: None, calls, 9)})
         finally:
             kernels.call = real_call
     return found

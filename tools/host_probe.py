@@ -138,10 +138,8 @@ def probe(name: str, plan: Any, n_fwd: int, loop: int) -> None:
     import torch
 
     import dnnctl.torch as dt
-    from dnnctl.torch.patch import _state
 
     model, inputs = models.build(name)
-    rows: dict[str, dict[str, Any]] = {}
     with torch.inference_mode():
         for way in ("eager", "patched"):
             if way == "patched":
@@ -153,7 +151,7 @@ def probe(name: str, plan: Any, n_fwd: int, loop: int) -> None:
                 fn()
             fwd = held(fn, n_fwd)
             root = model
-            if way == "patched" and _state(model) is not None:
+            if way == "patched" and dt.is_patched(model):
                 traced = model.__dict__.get("forward")
                 root = getattr(traced, "gm", model)
             timers = Timers(root)
@@ -186,7 +184,6 @@ def probe(name: str, plan: Any, n_fwd: int, loop: int) -> None:
                 per = timers.total[label] / timers.calls[label]
                 a = statistics.median(alone[label]) if alone[label] else float("nan")
                 print(f"| {label} | {c:.0f} | {per:.1f} | {a:.1f} |")
-                rows.setdefault(label, {})[way] = per
             if acc:
                 print("\n| C call (patched) | calls/fwd | us/call | us/fwd |")
                 print("|---|---:|---:|---:|")

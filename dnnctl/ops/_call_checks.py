@@ -40,6 +40,14 @@ def array_name(names: Sequence[str] | None, index: int) -> str:
     return f"argument {index + 1}"
 
 
+def require(op: str, names: Sequence[str], arrays: Sequence[Any]) -> None:
+    """A ShapeError naming the first of ``names`` whose array (in the same order) is None."""
+    for name, a in zip(names, arrays):
+        if a is None:
+            raise ShapeError(f"{op}: {name} is required, got None",
+                             hint=f"pass an array as {name}")
+
+
 def float_dtype(x: Any, what: str) -> str:
     """dnnctl dtype name of ``x`` (float32 / float16 / bfloat16) or a ShapeError."""
     if x is None:

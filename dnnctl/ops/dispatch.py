@@ -546,10 +546,7 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
 
 def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
                plan: PlanLike | None) -> Any:
-    for name, a in zip(spec.required, arrays):
-        if a is None:
-            raise ShapeError(f"{spec.name}: {name} is required, got None",
-                             hint=f"pass an array as {name}")
+    checks.require(spec.name, spec.required, arrays)
     try:
         sig: Any = (spec, scalars, *[signature(a) for a in arrays])
         hash(sig)

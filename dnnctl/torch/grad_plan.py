@@ -48,19 +48,14 @@ def mode_of(handle: int, op: str = "", label: str = "") -> str:
     return mode.get(f"{op}/{label}", mode.get(op, mode.get("*", "plan")))
 
 
-def _device(t: torch.Tensor) -> tuple[str, Any]:
-    """(backend name, DeviceInfo) a tensor's calls run on."""
-    backend, device = K.device_of(t)
-    return backend.name, device
-
-
 def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool:
     """The plan has an exact entry for (op, key) choosing one of dnnctl's own variants."""
     try:
         problem = problem_of(get_op(op), key)
     except DnnctlError:
         return False
-    backend, device = _device(t)
+    bound_backend, device = K.device_of(t)
+    backend = bound_backend.name
     ck = (problem, backend, device.index)
     try:
         memo = _DECIDED.setdefault(plan, {})

@@ -20,7 +20,7 @@ import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.conv2d.function import conv2d_channels_last
 from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
-from dnnctl.ops.registry import get_op
+from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
@@ -245,15 +245,13 @@ def device_of(t: torch.Tensor) -> tuple[Any, Any]:
     return hit
 
 
-# the vendor GEMMs: cuBLAS / cuBLASLt, what torch's own F.linear (mm / addmm) calls
-VENDOR_GEMMS = frozenset({"cublas", "cublaslt"})
 _LINEAR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
 
 
 def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
                       plan: int) -> bool:
     """A CUDA linear with nothing fused (no activation) whose planned or default choice is
-    a vendor GEMM: torch's own ``F.linear`` calls the same library (cuBLAS / cuBLASLt, bias
+    a vendor variant (cuBLAS / cuBLASLt, what torch's own mm / addmm call): torch's own ``F.linear`` calls the same library (cuBLAS / cuBLASLt, bias
     in cuBLASLt's epilogue) on the same stream, through its C++ path, ~15 us less host time
     a call than dnnctl's Python pipeline (benchmarks/RESULTS.md), for the same GPU time.
     The choice is made once per call shape and plan; a plan entry naming one of dnnctl's
@@ -269,7 +267,8 @@ def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | Non
         op = get_op("matmul")
         problem = problem_of(op, keys.linear(x, w, bias is not None, "none"))
         backend, device = device_of(x)
-        vendor = resolve(op, problem, backend, device, p).variant in VENDOR_GEMMS
+        choice = resolve(op, problem, backend, device, p)
+        vendor = get_variant(op.name, backend.name, choice.variant).vendor
     except DnnctlError:  # a problem dnnctl refuses: its own path says so (and falls back)
         vendor = False
     if len(_LINEAR_ROUTES) > 4096:

@@ -55,13 +55,10 @@ def _state(model: nn.Module) -> _State | None:
 
 
 def _routed(fn: Any) -> bool:
-    """``fn`` (a module's instance forward) is one a dnnctl patch put there."""
-    if fn is None:
-        return False
-    if isinstance(fn, (_Traced, _Retrace)):
-        return True
-    mod = getattr(getattr(fn, "func", fn), "__module__", None) or ""
-    return mod.startswith("dnnctl.torch")
+    """``fn`` (a module's instance forward) is one a dnnctl patch put there: a partial of
+    a dnnctl.torch function, or this module's traced forward."""
+    mod = getattr(getattr(fn, "func", fn), "__module__", None) if fn is not None else None
+    return bool(mod) and mod.startswith("dnnctl.torch")
 
 
 def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
@@ -244,16 +241,8 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
-    members = tuple(m for f in report.fusions for n in (f.head, *f.folded)
-                    if (m := _submodule(model, n)) is not None)
+    members = tuple(model.get_submodule(n) for f in report.fusions for n in (f.head, *f.folded))
     return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members)
-
-
-def _submodule(model: nn.Module, name: str) -> nn.Module | None:
-    try:
-        return model.get_submodule(name)
-    except AttributeError:
-        return None
 
 
 def _hook_count() -> int:
@@ -329,8 +318,9 @@ class _Traced:
             for where, key, value in self.reads:  # ~50-80 ns a step
                 if where.get(key) is not value:
                     return self._retrace()(*args, **kwargs)
-            if _hook_count() != self.hooks_seen:  # a hook was registered somewhere since
-                self.hooks_seen = _hook_count()
+            hooks = _hook_count()
+            if hooks != self.hooks_seen:  # a hook was registered somewhere since
+                self.hooks_seen = hooks
                 if any(hooked(m) for m in self.members):  # on a fused module: unfuse it
                     return self._retrace()(*args, **kwargs)
         if not kwargs and len(args) == self.n_req:

@@ -21,6 +21,7 @@ import numpy as np
 
 from dnnctl.backends import cuda
 from dnnctl.errors import ShapeError, UsageError
+from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.base import dtype_name
 from dnnctl.ops.dispatch import PlanLike, bind
 from dnnctl.ops.matmul.function import matmul
@@ -99,10 +100,7 @@ def matmul_backward(dy: Any, a: Any, b: Any, pre: Any = None, activation: str | 
     A 3-D ``a`` with a 2-D ``b`` (a linear layer over a batch of sequences) gives a 2-D
     ``db`` summed over the batch. ``dbias`` is None when ``bias_grad`` is false.
     """
-    for name, arr in (("dy", dy), ("a", a), ("b", b)):
-        if arr is None:
-            raise ShapeError(f"matmul_backward: {name} is required, got None",
-                             hint=f"pass an array as {name}")
+    checks.require("matmul_backward", ("dy", "a", "b"), (dy, a, b))
     act = "none" if activation is None else str(activation)
     if act not in ACTIVATIONS:
         raise UsageError(f"matmul_backward: activation={activation!r} is not supported",
