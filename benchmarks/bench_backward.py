@@ -29,6 +29,7 @@ from bench_memory import _nchw, _rel_err, candidates, warm_kernel_cache  # noqa:
 
 TITLE = "Training (backward) memory-bound ops: dnnctl (best variant) vs PyTorch autograd, fp16"
 BUDGET_S = 240.0
+SHOW_ALL = False  # --all: every candidate's time, fastest first
 BW = {"pass": "backward"}
 
 # (label, op, key, torch setup: (F, torch, tensors, cupy inputs) -> (run, {output: want}))
@@ -251,6 +252,9 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
             rows.append({"case": label, "best variant": "(no candidate ran)"})
             continue
         results.sort(key=lambda r: r[0])
+        if SHOW_ALL:
+            for t, v, p in results:
+                print(f"    {t:9.1f} us  {v.name}({','.join(f'{k}={x}' for k, x in p.items())})")
         _, v, p = results[0]
         kern = v.build(problem, p, dev)
         t_best = common.time_us(lambda k=kern, i=ins, o=outs, a=attrs: k(i, o, a),
@@ -297,7 +301,9 @@ if __name__ == "__main__":
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--all", action="store_true", help="print every candidate's time")
     args = ap.parse_args()
+    SHOW_ALL = args.all
     c = common.measure_ceilings()
     print(c.header())
     res = run(c, args.quick)

@@ -14,7 +14,9 @@ kernels are compiled first by a process pool. Each candidate is checked once aga
 cuDNN's result (a wrong one cannot win), timed once (hopeless ones stop there) and briefly
 sampled; the three fastest, the default heuristic's pick and cuDNN are re-timed in three
 interleaved rounds (CUDA events, L2 flushed before every sample; median of the rounds).
-The summary's "best" geomean is what a tuned plan gets (cuDNN time / ours, > 1: faster).
+The summary's "best" geomean is what a tuned plan gets (cuDNN time / ours, > 1: faster);
+cuDNN through torch is a candidate there (dgrad_torch_cudnn / wgrad_torch_cudnn), as it is for
+the tuner, and "own" is the best of dnnctl's own kernels alone.
 
     PYTHONPATH=. python3 benchmarks/bench_conv_backward.py [--quick] [--passes dgrad,wgrad]
         [--configs fp16,fp32] [--batches 32]
@@ -282,6 +284,9 @@ def bench_row(row: Row) -> dict[str, Any]:
     dflt = next((cd for cd in cands if cd.label == default_label), None)
     if dflt is not None and dflt not in finals:
         finals.append(dflt)
+    own = next((cd for cd in cands if not _vendor(cd.variant)), None)  # dnnctl's kernels only
+    if own is not None and own not in finals:
+        finals.append(own)
     cudnn_rounds = []
     for _ in range(ROUNDS):
         cudnn_rounds.append(common.time_us(torch_fn, warmup_ms=2, budget_ms=12)["median_us"])
@@ -297,6 +302,10 @@ def bench_row(row: Row) -> dict[str, Any]:
     else:
         out.update(best=top.label, ours_us=top.us, cudnn_us=cudnn, ratio=cudnn / top.us,
                    ours_tflops=flops / top.us / 1e6, cudnn_tflops=flops / cudnn / 1e6)
+    own_top = min((cd for cd in finals if not _vendor(cd.variant)), key=lambda cd: cd.us,
+                  default=None)
+    if own_top is not None:
+        out.update(own=own_top.label, own_us=own_top.us, own_ratio=cudnn / own_top.us)
     if dflt is not None:
         out.update(default=default_label, default_us=dflt.us, default_ratio=cudnn / dflt.us)
     else:
@@ -305,6 +314,12 @@ def bench_row(row: Row) -> dict[str, Any]:
     out.update(err_vs_cudnn=top.err if top is not None else math.nan,
                tried=len(cands) + wrong + failed, wrong=wrong, failed=failed, pruned=pruned)
     return out
+
+
+def _vendor(variant: str) -> bool:
+    from dnnctl.ops.registry import get_variant
+
+    return get_variant("conv2d", "cupy", variant).vendor
 
 
 def run(ctx: Any, quick: bool, batches: Sequence[int] = (32,),
@@ -355,9 +370,12 @@ def summary(rows: list[dict[str, Any]], ctx: Any) -> str:
     for name, rs in groups.items():
         dr = [r["default_ratio"] for r in rs
               if isinstance(r.get("default_ratio"), float) and r["default_ratio"] > 0]
+        orr = [r["own_ratio"] for r in rs
+               if isinstance(r.get("own_ratio"), float) and r["own_ratio"] > 0]
         lines.append(f"- {name}: tuned geomean {common.geomean([r['ratio'] for r in rs]):.3f}"
-                     f" over {len(rs)} shapes, ours faster on "
-                     f"{sum(r['ratio'] >= 1 for r in rs)}; default heuristic geomean "
+                     f" over {len(rs)} shapes (cuDNN a candidate), dnnctl's own kernels "
+                     f"{common.geomean(orr):.3f}, own faster on "
+                     f"{sum(r >= 1 for r in orr)}; default heuristic geomean "
                      f"{common.geomean(dr):.3f}")
     misses = len(rows) - len(timed)
     if misses:

@@ -61,6 +61,13 @@ def vec_ok(problem: Problem, vec: int) -> bool:
     return inner % vec == 0
 
 
+def tile_lanes(problem: Problem, vec: int, tile: int = 128, block: int = 1024) -> int:
+    """NHWC channel-vector lanes of a last-block reduction's channel tile: ``tile`` bytes of
+    a row, at most a block (the TX of kernels/norm/bn_onepass.cu and bn_backward.cu)."""
+    return min(problem["c"] // vec, block,
+               max(1, tile // (vec * np_dtype(problem["dtype"]).itemsize)))
+
+
 def best_vec(problem: Problem) -> int:
     return max(v for v in mc.VECS if vec_ok(problem, v))
 

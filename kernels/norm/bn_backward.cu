@@ -8,7 +8,8 @@
 //     (split-major: part[(s * C + c) * 2 + {0, 1}]); the last block of each channel tile to
 //     finish folds the tile's partials in a fixed order (<dnnctl/lastblock.cuh>) and writes
 //     dweight / dbias and the dx coefficients (a, b, c0) of its channels;
-//   bn_bwd_dx: a vector stream over dy and x (and the channel's mean) writing dx.
+//   bn_bwd_dx: a vector stream over dy and x (and the channel's mean) writing dx, from the
+//     end when REV.
 // Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC). Host: the channel's inner extent
 // (hw for NCHW, C for NHWC) % VEC == 0 and VEC-aligned x / dy / dx (else VEC = 1); the
 // counters (one int per tile) zero before the first launch (each launch leaves them zero).
@@ -67,10 +68,12 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
     bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
 }
 
-// NHWC: x as M rows of C; grid (S, tiles). A tile is 128 bytes of a row: TX = min(C / VEC,
-// 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows, folded through
-// shared memory (2 * BLOCK * VEC floats, dynamic): <dnnctl/chanreduce.cuh>.
-template <int BLOCK, int VEC>
+// NHWC: x as M rows of C; grid (S, tiles). A tile is TB bytes of a row (128: a warp reads
+// several rows' 128-byte lines; 512: up to a whole row of 256 fp16 channels per warp, so DRAM
+// sees longer runs): TX = min(C / VEC, TB / (VEC * sizeof(elem_t)), BLOCK) channel-vector
+// lanes by RB = BLOCK / TX rows, folded through shared memory (2 * BLOCK * VEC floats, dynamic):
+// <dnnctl/chanreduce.cuh>. A trip loads U rows gridDim.x * RB apart (U pairs in flight).
+template <int BLOCK, int VEC, int U, int TB>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                    const float* __restrict__ mean, float* __restrict__ part, int* counter,
@@ -78,8 +81,9 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                    float* __restrict__ dw, float* __restrict__ db, float* __restrict__ coef) {
   DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC] pairs
   __shared__ int flag;
-  constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
-                                                            : 1;
+  constexpr int TB_LANES = TB / (VEC * (int)sizeof(elem_t)) > 0
+                               ? TB / (VEC * (int)sizeof(elem_t)) : 1;
+  constexpr int TXW = TB_LANES < BLOCK ? TB_LANES : BLOCK;
   const ChannelTile t = channel_tile<BLOCK>(C / VEC, TXW);
   float m[VEC];
   float2 s[VEC];
@@ -88,15 +92,29 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     m[i] = t.live ? mean[t.cv * VEC + i] : 0.f;
     s[i] = make_float2(0.f, 0.f);
   }
-  for_tile_rows(t, M, [&](i64 r) {
-    float g[VEC], v[VEC];
-    load_pair(dy, x, r * C + t.cv * VEC, g, v);
+  if (t.live) {
+    const i64 stride = (i64)gridDim.x * t.rb;
+    const elem_t* dyc = dy + t.cv * VEC;
+    const elem_t* xc = x + t.cv * VEC;
+    for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
+      float g[U][VEC], v[U][VEC];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) {
-      s[i].x += g[i];
-      s[i].y += g[i] * (v[i] - m[i]);
+      for (int u = 0; u < U; ++u) {
+        const i64 r = r0 + u * stride;
+        if (r < M) load_pair(dyc, xc, r * C, g[u], v[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (r0 + u * stride < M) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            s[i].x += g[u][i];
+            s[i].y += g[u][i] * (v[u][i] - m[i]);
+          }
+        }
+      }
     }
-  });
+  }
   constexpr int CT = TXW * VEC;  // channels of a full tile (the last tile may hold fewer)
   const int c0 = blockIdx.y * t.tx_n * VEC;
   if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
@@ -104,12 +122,13 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
 }
 
-// A grid-stride vector stream, two vectors of dy and x in flight per thread; vector k holds
-// VEC consecutive channels from (k * VEC) % C (NHWC) or the one channel (k * VEC / hw) % C
-// (NCHW). NHWC: when the grid's stride covers whole rows ((stride * VEC) % C == 0) a thread's
+// A grid-stride vector stream, two vectors of dy and x in flight per thread, walking the
+// vectors from the end when REV (what the reduction read last, still in L2, is read first);
+// vector k holds VEC consecutive channels from (k * VEC) % C (NHWC) or the one channel
+// (k * VEC / hw) % C (NCHW). NHWC: when the grid's stride covers whole rows ((stride * VEC) % C == 0) a thread's
 // vectors all hold the same channels and their coefficients are read once; otherwise once
 // per vector (planar arrays: a warp reads them contiguously), never an index per element.
-template <int BLOCK, int VEC, typename I>
+template <int BLOCK, int VEC, typename I, int REV>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ mean, const float* __restrict__ coef,
@@ -130,16 +149,19 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     }
   };
   const bool same = LAYOUT && (stride * VEC) % C == 0;
-  if (same && k_first < nvec) params(k_first);
+  if (same && k_first < nvec) params(REV ? nvec - 1 - k_first : k_first);
   for (I k0 = k_first; k0 < nvec; k0 += stride * U) {
     float g[U][VEC], v[U][VEC];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (k0 + u * stride < nvec) load_pair(dy, x, (k0 + u * stride) * VEC, g[u], v[u]);
-#pragma unroll
     for (int u = 0; u < U; ++u) {
       const I k = k0 + u * stride;
-      if (k >= nvec) break;
+      if (k < nvec) load_pair(dy, x, (REV ? nvec - 1 - k : k) * VEC, g[u], v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const I kf = k0 + u * stride;
+      if (kf >= nvec) break;
+      const I k = REV ? nvec - 1 - kf : kf;
       if (!same) params(k);
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {

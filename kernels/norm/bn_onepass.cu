@@ -42,20 +42,21 @@ __device__ __forceinline__ void bnt_finish(int c, float k, float s1, float s2, f
   scale[c] = AFFINE ? invstd * w[c] : invstd;
 }
 
-// NHWC: x as M rows of CH channels; grid (S, tiles). A tile is 128 bytes of a row: TX =
-// min(CH / VEC, 128 / (VEC * sizeof(elem_t))) channel-vector lanes by RB = BLOCK / TX rows (a
-// warp still reads whole 128-byte lines), so that a tile's last block folds few channels of
-// few partials; a trip loads U rows gridDim.x * RB apart. Partials are split-major
+// NHWC: x as M rows of CH channels; grid (S, tiles). A tile is TB bytes of a row: TX =
+// min(CH / VEC, TB / (VEC * sizeof(elem_t)), BLOCK) channel-vector lanes by RB = BLOCK / TX
+// rows (128: a warp still reads whole 128-byte lines, and a tile's last block folds few
+// channels of few partials; 512: a warp reads up to a whole row of 256 fp16 channels); a trip loads U rows gridDim.x * RB apart. Partials are split-major
 // (part[(s * CH + c) * 2 + {0, 1}]): the fold reads them coalesced. Dynamic shared memory:
 // 2 * BLOCK * VEC floats.
-template <int BLOCK, int VEC, int U>
+template <int BLOCK, int VEC, int U, int TB>
 __global__ void __launch_bounds__(BLOCK)
 bnt_stats_rows(const elem_t* __restrict__ x, float* __restrict__ part, int* counter, i64 M,
                BNT_OUT_PARAMS) {
   DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC] pairs
   __shared__ int flag;
-  constexpr int TXW = 128 / (VEC * (int)sizeof(elem_t)) > 0 ? 128 / (VEC * (int)sizeof(elem_t))
-                                                            : 1;
+  constexpr int TB_LANES = TB / (VEC * (int)sizeof(elem_t)) > 0
+                               ? TB / (VEC * (int)sizeof(elem_t)) : 1;
+  constexpr int TXW = TB_LANES < BLOCK ? TB_LANES : BLOCK;
   constexpr int TX = CH / VEC < TXW ? CH / VEC : TXW;
   const ChannelTile t = channel_tile<BLOCK>(CH / VEC, TXW);
   float k[VEC];

@@ -21,6 +21,7 @@ import pytest
 
 from dnnctl.backends import registry as backends
 from dnnctl.backends.base import DeviceInfo
+from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.registry import get_op, get_variant, variants
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -386,7 +387,8 @@ def test_round2_variants_geometry(recorder: RecordingBackend) -> None:
 
 
 def test_last_block_workspaces_and_tiles() -> None:
-    """train_lastblock / bwd_reduce_dx: 128-byte NHWC channel tiles (as the kernels' TX),
+    """train_lastblock / bwd_reduce_dx: 128-byte (bwd: 128 or 512-byte) NHWC channel tiles
+    (as the kernels' TX),
     16-byte aligned workspace regions, and workspace_bytes covering every vector width."""
     op = get_op("batch_norm")
     fwd = get_variant("batch_norm", "cupy", "train_lastblock")
@@ -397,12 +399,17 @@ def test_last_block_workspaces_and_tiles() -> None:
         size = 2 if dtype != "float32" else 4
         for params in fwd.param_space(p_f, H200):
             vec = params["vec"]
-            assert fwd.lanes(p_f, vec) * vec * size == min(128, c * size)
+            tx = sp.tile_lanes(p_f, vec, params["tile"], params["block"])
+            assert tx == min(params["tile"] // (vec * size), c // vec, params["block"])
             splits, tiles, s_off, k_off = fwd.layout(p_f, params, vec, 132)
-            assert tiles == -(-(c // vec) // fwd.lanes(p_f, vec))
+            assert tiles == -(-(c // vec) // tx)
             assert s_off % 4 == 0 and k_off % 4 == 0 and s_off >= 2 * c * splits
             assert fwd.workspace_bytes(p_f, params) >= 4 * (k_off + tiles)
         for params in bwd.param_space(p_b, H200):
-            s, tiles, coef, cnt = bwd.layout(p_b, params, params["vec"], 132)
+            vec = params["vec"]
+            tx = sp.tile_lanes(p_b, vec, params["tile"], params["block"])
+            assert tx == min(params["tile"] // (vec * size), c // vec, params["block"])
+            s, tiles, coef, cnt = bwd.layout(p_b, params, vec, 132)
+            assert tiles == -(-(c // vec) // tx)
             assert coef >= 2 * c * s and cnt >= coef + 3 * c and cnt % 4 == 0
             assert bwd.workspace_bytes(p_b, params) >= 4 * (cnt + tiles)

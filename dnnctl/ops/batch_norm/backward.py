@@ -70,7 +70,7 @@ class BatchNormBackward(sp.SpatialNormBackward):
 
     def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
         return Choice.of("bwd_reduce_dx", {"block": 256, "vec": sp.best_vec(problem),
-                                           "waves": 4})
+                                           "waves": 4, "tile": 128, "unroll": 1, "rev": 0})
 
 
 BATCH_NORM_BACKWARD = BatchNormBackward()

@@ -19,17 +19,19 @@ class BnBwdReduceDx(mc.CudaBackward):
     name = "bwd_reduce_dx"
     source = "norm/bn_backward.cu"
     doc = ("per-(split, channel) partial sums folded by the last block of each channel tile "
-           "(parameter gradients, dx coefficients), then a vector stream for dx: two "
+           "(parameter gradients, dx coefficients), then a vector stream for dx (walking "
+           "back from the end with rev=1: L2 still holds what the sums read last): two "
            "launches, x and dy read twice")
-    params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8)}
+    # tile: bytes of an NHWC row a block's channel tile spans; unroll: row pairs in flight
+    params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8),
+              "tile": (128, 512), "unroll": (1, 2, 4), "rev": (0, 1)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
-        return sp.vec_ok(problem, params["vec"])
+        if not sp.vec_ok(problem, params["vec"]):
+            return False
+        # NCHW: one channel per block, tile and unroll unused
+        return problem["layout"] == "NHWC" or (params["tile"] == 128 and params["unroll"] == 1)
 
-    @staticmethod
-    def lanes(problem: Problem, vec: int) -> int:
-        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's)."""
-        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
 
     def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
              sms: int) -> tuple[int, int]:
@@ -39,10 +41,10 @@ class BnBwdReduceDx(mc.CudaBackward):
         if problem["layout"] == "NCHW":
             return max(1, min(mc.cdiv(sms * waves, c), mc.cdiv(n * hw // vec, block),
                               65535)), c
-        tx = self.lanes(problem, vec)
+        tx = sp.tile_lanes(problem, vec, params["tile"], block)
         tiles = mc.cdiv(c // vec, tx)
-        return max(1, min(mc.cdiv(sms * waves, tiles), mc.cdiv(n * hw, block // tx),
-                          65535)), tiles
+        return max(1, min(mc.cdiv(sms * waves, tiles),
+                          mc.cdiv(n * hw, (block // tx) * params["unroll"]), 65535)), tiles
 
     def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
                sms: int) -> tuple[int, int, int, int]:
@@ -62,9 +64,15 @@ class BnBwdReduceDx(mc.CudaBackward):
         numel = sp.numel(problem)
         itype = mc.index_type(numel)
         block, nchw = params["block"], problem["layout"] == "NCHW"
-        kind = "planes" if nchw else "rows"
-        names = [f"bn_bwd_reduce_{kind}<{block},{v}>" for v in vecs]
-        names += [f"bn_bwd_dx<{block},{v},{itype}>" for v in vecs]
+        rev = int(params["rev"])
+
+        def reduce_name(v: int) -> str:
+            if nchw:
+                return f"bn_bwd_reduce_planes<{block},{v}>"
+            return f"bn_bwd_reduce_rows<{block},{v},{params['unroll']},{params['tile']}>"
+
+        names = [reduce_name(v) for v in vecs]
+        names += [f"bn_bwd_dx<{block},{v},{itype},{rev}>" for v in vecs]
         mod = mc.compile_cuda(self.source, {
             "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
             "LAYOUT": int(not nchw)}, names, device)
@@ -77,14 +85,14 @@ class BnBwdReduceDx(mc.CudaBackward):
             part, coef = ws[:2 * c * s], ws[coef_off:coef_off + 3 * c]
             counters = ws[cnt_off:cnt_off + tiles].view(np.int32)
             if nchw:
-                red = mc.launch(mod, f"bn_bwd_reduce_planes<{block},{v}>", (c, s), block)
+                red = mc.launch(mod, reduce_name(v), (c, s), block)
                 rdims = red.consts(np.int32(n), np.int32(c), np.int32(hw))
             else:
-                red = mc.launch(mod, f"bn_bwd_reduce_rows<{block},{v}>", (s, tiles), block,
-                                8 * block * v)
+                red = mc.launch(mod, reduce_name(v), (s, tiles), block, 8 * block * v)
                 rdims = red.consts(np.int64(n * hw), np.int32(c))
             nvec = numel // v
-            dx = mc.stream_launch(mod, f"bn_bwd_dx<{block},{v},{itype}>", nvec, block, device)
+            dx = mc.stream_launch(mod, f"bn_bwd_dx<{block},{v},{itype},{rev}>", nvec, block,
+                                  device)
             ddims = dx.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
 
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,

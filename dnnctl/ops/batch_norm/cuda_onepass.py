@@ -15,7 +15,7 @@ import numpy as np
 
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Problem, Support, dtype_size, unsupported
+from dnnctl.ops.base import Problem, Support, unsupported
 from dnnctl.ops.batch_norm.cuda_exact import _StreamBuild, exact_launch, exact_name
 from dnnctl.ops.batch_norm.cuda_variants import _BnCuda
 from dnnctl.ops.registry import register_variant
@@ -27,14 +27,16 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
     source = "norm/bn_onepass.cu"
     training = True
     doc = ("two launches: statistics (unroll loads in flight, shifted partial sums; the last "
-           "block of each 128-byte channel tile folds them and writes the statistics), then "
+           "block of each channel tile folds them and writes the statistics), then "
            "the exact-grid normalize walking x backwards")
+    # tile: bytes of an NHWC row a block's channel tile spans (NCHW: unused)
     params = {"block": (256, 512), "vec": mc.VECS, "unroll": (2, 4, 8),
-              "blocks_per_sm": (2, 4, 8)}
+              "blocks_per_sm": (2, 4, 8), "tile": (128, 512)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"]) and (
-            params["block"] * params["blocks_per_sm"] <= 2048)
+            params["block"] * params["blocks_per_sm"] <= 2048) and (
+            problem["layout"] == "NHWC" or params["tile"] == 128)
 
     def supports(self, problem: Problem, device: Any) -> Support:
         if mc.cdiv(sp.numel(problem), 128) >= 2**31:
@@ -50,15 +52,11 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         if problem["layout"] == "NCHW":
             return max(1, min(mc.cdiv(resident, c), mc.cdiv(n * hw // vec, block * u),
                               65535)), c
-        tx = self.lanes(problem, vec)
+        tx = sp.tile_lanes(problem, vec, params["tile"], block)
         tiles = mc.cdiv(c // vec, tx)
         return max(1, min(mc.cdiv(resident, tiles), mc.cdiv(n * hw, (block // tx) * u),
                           65535)), tiles
 
-    @staticmethod
-    def lanes(problem: Problem, vec: int) -> int:
-        """NHWC channel-vector lanes of a tile: 128 bytes of a row (as the kernel's TX)."""
-        return min(problem["c"] // vec, max(1, 128 // (vec * dtype_size(problem["dtype"]))))
 
     def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
                sms: int) -> tuple[int, int, int, int]:
@@ -79,8 +77,9 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         nhwc = problem["layout"] == "NHWC"
 
         def names(v: int) -> list[str]:
-            return [f"bnt_stats_{'rows' if nhwc else 'planes'}<{block},{v},{u}>",
-                    exact_name(problem, v)]
+            stats = (f"bnt_stats_rows<{block},{v},{u},{params['tile']}>" if nhwc
+                     else f"bnt_stats_planes<{block},{v},{u}>")
+            return [stats, exact_name(problem, v)]
 
         vecs = self.vecs(problem, params, device)
         mod = mc.compile_cuda(self.source, {**self.defines(problem, 1), "CH": c, "HW": hw},

@@ -26,6 +26,7 @@ from dnnctl.ops.conv2d import (  # noqa: F401
     numpy_backward,
     numpy_variants,
     vendor,
+    vendor_backward,
     wgrad_implicit_gemm,
     winograd,
 )
