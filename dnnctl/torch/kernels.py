@@ -21,7 +21,7 @@ from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.conv2d.function import conv2d_channels_last
 from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
 from dnnctl.ops.registry import get_op, get_variant
-from dnnctl.torch import keys
+from dnnctl.torch import keys, own_grads
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
     DNN_DTYPES,
@@ -108,6 +108,14 @@ def _note(op: str, key: dict[str, Any]) -> None:
         rec(op, key)
 
 
+def _note_backward(problems: Mapping[str, tuple[str, dict[str, Any]]]) -> None:
+    """The backward problems of a call torch runs (its own autograd), for record(): a
+    recorded training workload tunes them too, whichever path runs the backward."""
+    if torch.is_grad_enabled():
+        for op, key in problems.values():
+            _note(op, key)
+
+
 def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
     """The ``pass`` values to record for a backward that computed ``passes`` (dgrad /
     wgrad, or backward): those the op's key offers, else its ``backward``; none for an op
@@ -170,6 +178,21 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            residual_before_act: bool = False) -> torch.Tensor:
     st, dil, pad = ints(stride, 2), ints(dilation, 2), ints(padding, 2)
     nhwc = is_nhwc(x)
+    if (activation == "none" and residual is None and x.is_cuda and x.dtype in DNN_DTYPES
+            and x.numel() and w.numel()
+            and torch_runs("conv2d", lambda: keys.conv2d(
+                x, w, bias is not None, st, pad, dil, groups, "none", False, nhwc, False),
+                x, plan, (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
+                          st, pad, dil, groups, nhwc))):
+        # cuDNN chosen for a convolution with nothing fused (a bias is what torch adds too):
+        # torch's own call runs it (see torch_runs)
+        VENDOR_VIA_TORCH["conv2d"] += 1
+        if RECORDERS:
+            _note("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups, "none",
+                                        False, nhwc, False))
+            _note_backward(own_grads.conv2d_keys(x, w, bias is not None, st, pad, dil, groups,
+                                                 x.requires_grad, w.requires_grad))
+        return F.conv2d(x, w, bias, st, pad, dil, groups)
     act = None if activation == "none" else activation
     before = residual_before_act
 
@@ -245,36 +268,44 @@ def device_of(t: torch.Tensor) -> tuple[Any, Any]:
     return hit
 
 
-_LINEAR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
+_VENDOR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
 
 
-def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                      plan: int) -> bool:
-    """A CUDA linear with nothing fused (no activation) whose planned or default choice is
-    a vendor variant (cuBLAS / cuBLASLt, what torch's own mm / addmm call): torch's own ``F.linear`` calls the same library (cuBLAS / cuBLASLt, bias
-    in cuBLASLt's epilogue) on the same stream, through its C++ path, ~15 us less host time
-    a call than dnnctl's Python pipeline (benchmarks/RESULTS.md), for the same GPU time.
-    The choice is made once per call shape and plan; a plan entry naming one of dnnctl's
-    own kernels runs that kernel."""
+def torch_runs(op_name: str, make_key: Callable[[], dict[str, Any]], x: torch.Tensor,
+               plan: int, call_key: tuple) -> bool:
+    """Whether a call with nothing fused runs as torch's own op: its planned or default
+    choice is a vendor variant that calls the library torch's own op calls (cuBLAS /
+    cuBLASLt for a linear, cuDNN for a convolution), on the same stream, through torch's C++
+    path, ~15 us less host time a call than dnnctl's Python pipeline (benchmarks/RESULTS.md)
+    for the same GPU time. Decided once per ``call_key`` (the call's shapes and arguments)
+    and plan; a plan entry naming one of dnnctl's own kernels runs that kernel."""
     p = _plan(plan) if plan else None
     if p is None:
         p = active_plan()
-    key = (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None, plan, id(p))
-    hit = _LINEAR_ROUTES.get(key)
+    key = (op_name, call_key, plan, id(p))
+    hit = _VENDOR_ROUTES.get(key)
     if hit is not None and hit[0] is p:
         return hit[1]
     try:
-        op = get_op("matmul")
-        problem = problem_of(op, keys.linear(x, w, bias is not None, "none"))
+        op = get_op(op_name)
+        problem = problem_of(op, make_key())
         backend, device = device_of(x)
         choice = resolve(op, problem, backend, device, p)
         vendor = get_variant(op.name, backend.name, choice.variant).vendor
     except DnnctlError:  # a problem dnnctl refuses: its own path says so (and falls back)
         vendor = False
-    if len(_LINEAR_ROUTES) > 4096:
-        _LINEAR_ROUTES.clear()
-    _LINEAR_ROUTES[key] = (p, vendor)
+    if len(_VENDOR_ROUTES) > 4096:
+        _VENDOR_ROUTES.clear()
+    _VENDOR_ROUTES[key] = (p, vendor)
     return vendor
+
+
+def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                      plan: int) -> bool:
+    """A CUDA linear with no activation: :func:`torch_runs` (torch's ``F.linear`` calls
+    cuBLAS / cuBLASLt, the bias in cuBLASLt's epilogue)."""
+    return torch_runs("matmul", lambda: keys.linear(x, w, bias is not None, "none"), x, plan,
+                      (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None))
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
@@ -284,6 +315,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
         VENDOR_VIA_TORCH["matmul"] += 1
         if RECORDERS:
             _note("matmul", keys.linear(x, w, bias is not None, activation))
+            if x.requires_grad or w.requires_grad:
+                _note_backward(own_grads.linear_keys(x, w))
         return F.linear(x, w, bias)
     act = None if activation == "none" else activation
 

@@ -216,3 +216,50 @@ def test_plain_linear_with_a_vendor_choice_runs_as_torchs_own_call():
         fused = ops.linear(x, w, b, "gelu", lt)
         assert VENDOR_VIA_TORCH["matmul"] == before + 1
         assert _rel(fused, F.gelu(F.linear(x, w, b))) <= 2e-2
+
+
+def test_plain_conv_with_cudnn_chosen_runs_as_torchs_own_call():
+    """A convolution with nothing fused (a training-mode conv, BatchNorm not folded) whose
+    default or planned choice is cuDNN (torch_cudnn) runs as torch's own F.conv2d; a plan
+    entry naming one of dnnctl's own kernels, and a fused activation, still run on dnnctl."""
+    import torch.nn.functional as F
+
+    import dnnctl.torch as dt
+    from dnnctl.ops.base import Choice
+    from dnnctl.ops.conv2d.op import own_choice
+    from dnnctl.ops.dispatch import problem_of
+    from dnnctl.ops.registry import get_op
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+    from dnnctl.torch import keys
+    from dnnctl.torch.kernels import VENDOR_VIA_TORCH, device_of
+
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    x = torch.randn(8, 64, 28, 28, device="cuda", dtype=torch.float16).to(memory_format=cl)
+    w = (torch.randn(96, 64, 3, 3, device="cuda", dtype=torch.float16) * 0.05).to(
+        memory_format=cl)
+    ops = torch.ops.dnnctl
+    problem = problem_of(get_op("conv2d"), keys.conv2d(x, w, False, (1, 1), (1, 1), (1, 1), 1,
+                                                      "none", False, True, False))
+    _, dev = device_of(x)
+    assert get_op("conv2d").default_choice(problem, "cupy", dev).variant == "torch_cudnn"
+
+    def plan_of(choice: Choice) -> LoadedPlan:
+        section = Section(dev.fingerprint(), kernels_digest(), "2026-12-06T00:00:00Z", {},
+                          [PlanEntry(problem, choice)])
+        return LoadedPlan(Plan([section]))
+
+    want = F.conv2d(x, w, None, 1, 1)
+    with torch.inference_mode():
+        before = VENDOR_VIA_TORCH["conv2d"]
+        got = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", None, 0)
+        assert VENDOR_VIA_TORCH["conv2d"] == before + 1
+        assert torch.equal(got, want)
+        own = own_choice(problem, "cupy", dev)
+        mine = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "none", None,
+                          dt.plan_handle(plan_of(own)))
+        assert VENDOR_VIA_TORCH["conv2d"] == before + 1
+        assert _rel(mine, want) <= 2e-2
+        fused = ops.conv2d(x, w, None, [1, 1], [1, 1], [1, 1], 1, "relu", None, 0)
+        assert VENDOR_VIA_TORCH["conv2d"] == before + 1
+        assert _rel(fused, F.relu(want)) <= 2e-2

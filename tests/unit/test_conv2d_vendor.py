@@ -154,3 +154,25 @@ def test_a_resnet_blocks_end_takes_cudnns_add_relu_graph_where_its_host_time_hid
         assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 1})
     else:
         assert choice == own_choice(p, "cupy", H200)
+
+
+@pytest.mark.parametrize("change", [
+    {},  # fp16 NHWC
+    {"dtype": "bfloat16"},
+    {"dtype": "float32", "layout": "NCHW"},
+    {"r": 1, "s": 1, "stride": 2, "pad": 0},
+    {"c": 64, "k": 64, "groups": 64},  # depthwise
+])
+def test_a_conv_with_nothing_fused_defaults_to_cudnn(change, monkeypatch):
+    """Every conv of a model in training mode (BatchNorm not folded) has no bias, activation
+    or residual: un-tuned, it runs cuDNN's convolution alone (fuse=0) in any dtype and
+    layout; a bias alone keeps our fused kernels."""
+    monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
+    plain = dict(STEM, c=64, h=56, w=56, k=128, r=3, s=3, stride=1, pad=1, bias=False,
+                 activation="none")
+    p = OP.problem(dict(plain, **change))
+    choice = OP.default_choice(p, "cupy", H200)
+    assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 0})
+    biased = OP.problem(dict(plain, bias=True, **change))
+    assert OP.default_choice(biased, "cupy", H200) == own_choice(biased, "cupy", H200)
+    assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"

@@ -220,10 +220,15 @@ class Conv2d(Op):
         cuDNN's conv + add + ReLU graph where that graph's host time is hidden the same way
         (fuse=1 only: a tuned ResNet-50 at batch 32 picked it over every other candidate on
         most residual convs, 1.06-1.8x the runner-up on the GPU, benchmarks/RESULTS.md),
-        else our own kernels. The other epilogues (no activation, a residual after the
-        activation, GELU ...) and dtypes keep our own kernels; the tuner times
-        ``torch_cudnn`` on every problem, so a tuned plan takes cuDNN wherever it is
-        fastest."""
+        else our own kernels. A convolution with nothing fused (no bias, activation or
+        residual: every conv of a model in training mode, where BatchNorm cannot fold) takes
+        cuDNN's convolution in every dtype and layout: on 11 unseen real-model convolutions
+        our kernels reached 0.80x cuDNN even tuned and 0.51x by our cost model's pick
+        (benchmarks/RESULTS.md, issue 14), so an un-tuned call is never far behind cuDNN; a
+        patched model's call then runs as torch's own F.conv2d (dnnctl.torch.kernels
+        .torch_runs). The other epilogues (a bias alone, a residual after the activation,
+        GELU ...) keep our own fused kernels; the tuner times ``torch_cudnn`` on every
+        problem, so a tuned plan takes cuDNN wherever it is fastest and ours elsewhere."""
         kind = _cudnn_default(problem)
         if backend != "numpy" and kind is not None:
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
@@ -233,21 +238,28 @@ class Conv2d(Op):
                 from dnnctl.ops.conv2d import cost
 
                 params = {"fuse": int(cost.cudnn_fused_pays(problem, device))}
+                if kind == "plain":
+                    params = {"fuse": 0}
                 # a block's end takes cuDNN's fused graph only (fuse=0 would be cuDNN's
                 # convolution + a separate pass): else our kernels
-                if ((kind == "relu" or params["fuse"])
+                if ((kind != "block_end" or params["fuse"])
                         and vendor.valid_params(problem, params, device)):
                     return Choice.of(vendor.name, params)
         return own_choice(problem, backend, device)
 
 
 def _cudnn_default(problem: Problem) -> str | None:
-    """Which un-tuned cuDNN route a forward fp16 / bf16 NHWC conv + ReLU takes: "relu" (no
-    residual: cuDNN's fused conv + bias + ReLU, or its convolution + our epilogue, by
-    cost.cudnn_fused_pays), "block_end" (relu(conv + bias + residual): cuDNN's conv + add +
+    """Which un-tuned cuDNN route a forward convolution takes: "plain" (nothing fused, any
+    dtype and layout: cuDNN's convolution alone), for an fp16 / bf16 NHWC conv + ReLU "relu"
+    (no residual: cuDNN's fused conv + bias + ReLU, or its convolution + our epilogue, by
+    cost.cudnn_fused_pays) or "block_end" (relu(conv + bias + residual): cuDNN's conv + add +
     ReLU graph where it pays), None for every other problem (our own kernels)."""
-    if (problem.get("pass", "forward") != "forward" or problem["activation"] != "relu"
-            or problem["layout"] != "NHWC" or problem["dtype"] not in ("float16", "bfloat16")):
+    if problem.get("pass", "forward") != "forward":
+        return None
+    if problem["activation"] == "none" and not problem["bias"] and not problem["residual"]:
+        return "plain"
+    if (problem["activation"] != "relu" or problem["layout"] != "NHWC"
+            or problem["dtype"] not in ("float16", "bfloat16")):
         return None
     if not problem["residual"]:
         return "relu"
