@@ -21,7 +21,7 @@ from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.conv2d.function import conv2d_channels_last
 from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
 from dnnctl.ops.registry import get_op, get_variant
-from dnnctl.torch import keys, own_grads
+from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
     DNN_DTYPES,
@@ -108,14 +108,6 @@ def _note(op: str, key: dict[str, Any]) -> None:
         rec(op, key)
 
 
-def _note_backward(problems: Mapping[str, tuple[str, dict[str, Any]]]) -> None:
-    """The backward problems of a call torch runs (its own autograd), for record(): a
-    recorded training workload tunes them too, whichever path runs the backward."""
-    if torch.is_grad_enabled():
-        for op, key in problems.values():
-            _note(op, key)
-
-
 def backward_passes(fields: dict[str, Any], passes: list[str]) -> list[str]:
     """The ``pass`` values to record for a backward that computed ``passes`` (dgrad /
     wgrad, or backward): those the op's key offers, else its ``backward``; none for an op
@@ -185,13 +177,12 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                 x, plan, (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
                           st, pad, dil, groups, nhwc))):
         # cuDNN chosen for a convolution with nothing fused (a bias is what torch adds too):
-        # torch's own call runs it (see torch_runs)
+        # torch's own call runs it (see torch_runs); its backward problems are noted by the
+        # op's autograd formula, as every call's
         VENDOR_VIA_TORCH["conv2d"] += 1
         if RECORDERS:
             _note("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups, "none",
                                         False, nhwc, False))
-            _note_backward(own_grads.conv2d_keys(x, w, bias is not None, st, pad, dil, groups,
-                                                 x.requires_grad, w.requires_grad))
         return F.conv2d(x, w, bias, st, pad, dil, groups)
     act = None if activation == "none" else activation
     before = residual_before_act
@@ -315,8 +306,6 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
         VENDOR_VIA_TORCH["matmul"] += 1
         if RECORDERS:
             _note("matmul", keys.linear(x, w, bias is not None, activation))
-            if x.requires_grad or w.requires_grad:
-                _note_backward(own_grads.linear_keys(x, w))
         return F.linear(x, w, bias)
     act = None if activation == "none" else activation
 
