@@ -10,7 +10,8 @@
 //     dweight / dbias and the dx coefficients (a, b, c0) of its channels;
 //   bn_bwd_dx: a vector stream over dy and x (and the channel's mean) writing dx, from the
 //     end when REV.
-// Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC). Host: the channel's inner extent
+// Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC), BN_ACT (1: relu(batch_norm(x)), the
+// coefficients then also hold the mask's scale and beta). Host: the channel's inner extent
 // (hw for NCHW, C for NHWC) % VEC == 0 and VEC-aligned x / dy / dx (else VEC = 1); the
 // counters (one int per tile) zero before the first launch (each launch leaves them zero).
 #include <dnnctl/chanreduce.cuh>
@@ -21,13 +22,33 @@
 #ifndef LAYOUT
 #define LAYOUT 0
 #endif
+#ifndef BN_ACT
+#define BN_ACT 0
+#endif
 
 using namespace dnnctl;
+
+// BN_ACT (the forward was relu(batch_norm(x)), activation: relu): dy counts only where the
+// forward's pre-activation (x - mean) * scale + beta was positive, scale = invstd * w and
+// beta = bias as the forward computed them (the same fp32 arithmetic, so the same sign); the
+// mask is recomputed from x, which both passes read anyway.
+__device__ __forceinline__ float bn_relu_scale(const float* invstd, const float* w, int c) {
+  return AFFINE ? invstd[c] * w[c] : invstd[c];
+}
+
+__device__ __forceinline__ float bn_relu_beta(const float* bias, int c) {
+  return AFFINE ? bias[c] : 0.f;
+}
+
+__device__ __forceinline__ float bn_relu_gate(float g, float v, float m, float scale,
+                                              float beta) {
+  return BN_ACT && !((v - m) * scale + beta > 0.f) ? 0.f : g;
+}
 
 __device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
                                               const float* invstd,
                                               const float* w, float* dw, float* db,
-                                              float* coef) {
+                                              float* coef, const float* bias) {
   const float is = invstd[c];
   if (AFFINE) {
     dw[c] = s2 * is;
@@ -38,6 +59,10 @@ __device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, 
   coef[c] = a;  // planar: a[C], b[C], c0[C] (the dx pass reads each channel-contiguously)
   coef[C + c] = b;
   coef[2 * C + c] = -a * s1 / count;
+  if (BN_ACT) {  // and the mask's scale[C], beta[C]
+    coef[3 * C + c] = bn_relu_scale(invstd, w, c);
+    coef[4 * C + c] = bn_relu_beta(bias, c);
+  }
 }
 
 // NCHW: grid (C, S); a block walks vectors k = s*BLOCK + t, stride S*BLOCK, of the channel's
@@ -48,24 +73,28 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
                      const float* __restrict__ mean, float* __restrict__ part, int* counter,
                      int N, int C, int hw, const float* __restrict__ invstd,
                      const float* __restrict__ w, float* __restrict__ dw,
-                     float* __restrict__ db, float* __restrict__ coef) {
+                     float* __restrict__ db, float* __restrict__ coef,
+                     const float* __restrict__ bias) {
   __shared__ float red[32];
   __shared__ int flag;
   const int c = blockIdx.x;
   const float m = mean[c];
+  const float rs = BN_ACT ? bn_relu_scale(invstd, w, c) : 0.f;
+  const float rb = BN_ACT ? bn_relu_beta(bias, c) : 0.f;
   float2 s = make_float2(0.f, 0.f);
   for_channel_vecs<BLOCK, VEC>(N, C, c, hw / VEC, [&](i64 off) {
     float g[VEC], v[VEC];
     load_pair(dy, x, off, g, v);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      s.x += g[i];
-      s.y += g[i] * (v[i] - m);
+      const float gi = bn_relu_gate(g[i], v[i], m, rs, rb);
+      s.x += gi;
+      s.y += gi * (v[i] - m);
     }
   });
   if (!fold_plane_pairs<BLOCK>(s, part, counter, C, c, red, &flag)) return;
   if (threadIdx.x == 0)
-    bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef);
+    bn_bwd_finish(c, C, s.x, s.y, (float)((i64)N * hw), invstd, w, dw, db, coef, bias);
 }
 
 // NHWC: x as M rows of C; grid (S, tiles). A tile is TB bytes of a row (128: a warp reads
@@ -78,18 +107,22 @@ __global__ void __launch_bounds__(BLOCK)
 bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                    const float* __restrict__ mean, float* __restrict__ part, int* counter,
                    i64 M, int C, const float* __restrict__ invstd, const float* __restrict__ w,
-                   float* __restrict__ dw, float* __restrict__ db, float* __restrict__ coef) {
+                   float* __restrict__ dw, float* __restrict__ db, float* __restrict__ coef,
+                   const float* __restrict__ bias) {
   DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC] pairs
   __shared__ int flag;
   constexpr int TB_LANES = TB / (VEC * (int)sizeof(elem_t)) > 0
                                ? TB / (VEC * (int)sizeof(elem_t)) : 1;
   constexpr int TXW = TB_LANES < BLOCK ? TB_LANES : BLOCK;
   const ChannelTile t = channel_tile<BLOCK>(C / VEC, TXW);
-  float m[VEC];
+  float m[VEC], rs[VEC], rb[VEC];
   float2 s[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) {
-    m[i] = t.live ? mean[t.cv * VEC + i] : 0.f;
+    const int c = t.cv * VEC + i;
+    m[i] = t.live ? mean[c] : 0.f;
+    rs[i] = BN_ACT && t.live ? bn_relu_scale(invstd, w, c) : 0.f;
+    rb[i] = BN_ACT && t.live ? bn_relu_beta(bias, c) : 0.f;
     s[i] = make_float2(0.f, 0.f);
   }
   if (t.live) {
@@ -108,8 +141,9 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
         if (r0 + u * stride < M) {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            s[i].x += g[u][i];
-            s[i].y += g[u][i] * (v[u][i] - m[i]);
+            const float gi = bn_relu_gate(g[u][i], v[u][i], m[i], rs[i], rb[i]);
+            s[i].x += gi;
+            s[i].y += gi * (v[u][i] - m[i]);
           }
         }
       }
@@ -119,7 +153,7 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   const int c0 = blockIdx.y * t.tx_n * VEC;
   if (!fold_row_pairs<BLOCK, VEC, CT>(sw, t, s, part, counter, C, c0, &flag)) return;
   for (int j = threadIdx.x; j < t.tx_n * VEC && c0 + j < C; j += BLOCK)
-    bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef);
+    bn_bwd_finish(c0 + j, C, sw[j], sw[CT + j], (float)M, invstd, w, dw, db, coef, bias);
 }
 
 // A grid-stride vector stream, two vectors of dy and x in flight per thread, walking the
@@ -137,7 +171,7 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   constexpr int PV = LAYOUT ? VEC : 1;  // channels of a vector
   const I stride = (I)gridDim.x * BLOCK;
   const I k_first = (I)blockIdx.x * BLOCK + threadIdx.x;
-  float a[PV], b[PV], c0[PV], m[PV];
+  float a[PV], b[PV], c0[PV], m[PV], rs[PV], rb[PV];
   auto params = [&](I k) {
     const int cb = LAYOUT ? (int)((k * VEC) % C) : (int)((k * VEC / hw) % C);
 #pragma unroll
@@ -146,6 +180,8 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
       b[i] = __ldg(coef + C + cb + i);
       c0[i] = __ldg(coef + 2 * C + cb + i);
       m[i] = __ldg(mean + cb + i);
+      rs[i] = BN_ACT ? __ldg(coef + 3 * C + cb + i) : 0.f;
+      rb[i] = BN_ACT ? __ldg(coef + 4 * C + cb + i) : 0.f;
     }
   };
   const bool same = LAYOUT && (stride * VEC) % C == 0;
@@ -166,7 +202,8 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const int j = LAYOUT ? i : 0;
-        g[u][i] = a[j] * g[u][i] + b[j] * (v[u][i] - m[j]) + c0[j];
+        const float gi = bn_relu_gate(g[u][i], v[u][i], m[j], rs[j], rb[j]);
+        g[u][i] = a[j] * gi + b[j] * (v[u][i] - m[j]) + c0[j];
       }
       store_vec<ST_PLAIN, VEC>(dx + k * VEC, g[u]);
     }

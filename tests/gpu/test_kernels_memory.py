@@ -143,6 +143,18 @@ P["batch_norm"] += [
     dict(n=2, c=5, h=1, w=1, dtype="float32", layout="NHWC", training=True, affine=False,
          **_BW),
     dict(n=8, c=256, h=14, w=14, dtype="float16", layout="NHWC", training=True, **_BW),
+    # relu(batch_norm(x)) (activation: relu), forward and the backward's recomputed mask
+    dict(n=32, c=64, h=28, w=28, dtype="float16", layout="NHWC", activation="relu"),
+    dict(n=16, c=256, h=14, w=14, dtype="bfloat16", layout="NHWC", training=True,
+         activation="relu"),
+    dict(n=4, c=3, h=31, w=33, dtype="float32", layout="NCHW", training=True,
+         activation="relu"),
+    dict(n=8, c=256, h=14, w=14, dtype="float16", layout="NHWC", training=True,
+         activation="relu", **_BW),
+    dict(n=16, c=32, h=9, w=11, dtype="float16", layout="NCHW", training=True,
+         activation="relu", **_BW),
+    dict(n=4, c=96, h=7, w=7, dtype="bfloat16", layout="NHWC", training=True, affine=False,
+         activation="relu", **_BW),
 ]
 P["group_norm"] += [
     dict(n=2, c=6, h=5, w=7, groups=3, dtype="float32", layout="NCHW", **_BW),

@@ -187,3 +187,53 @@ def test_training_batch_norm_with_a_read_only_statistic_writes_neither():
     with pytest.raises(ShapeError, match="running_var is read-only"):
         o.batch_norm(np.random.rand(2, 6, 3, 3).astype(np.float32), rm, rv, training=True)
     assert not rm.any()
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_with_a_fused_relu_matches_torch(layout, affine):
+    """relu(batch_norm(x)) in one call, and its gradient from x, the saved statistics,
+    weight and bias (the ReLU's mask recomputed, no output kept), against torch.autograd."""
+    import dnnctl.ops as o
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 6, 5, 5)).astype(np.float32)
+    if layout == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    w = (rng.standard_normal(6) * 0.5 + 1).astype(np.float32) if affine else None
+    b = (rng.standard_normal(6) * 0.5).astype(np.float32) if affine else None
+    to_nchw = (lambda t: t.permute(0, 3, 1, 2)) if layout == "NHWC" else (lambda t: t)
+    to_x = (lambda t: t.permute(0, 2, 3, 1)) if layout == "NHWC" else (lambda t: t)
+    close = dict(rtol=2e-4, atol=2e-5)
+
+    def fwd(t, *ab):
+        return to_x(F.relu(F.batch_norm(to_nchw(t), None, None, *ab, training=True)))
+
+    dy, grads = _torch_grads(fwd, x, *((w, b) if affine else ()))
+    y, sm, si = o.batch_norm(x, weight=w, bias=b, training=True, layout=layout,
+                             return_stats=True, activation="relu")
+    want_y = fwd(*(torch.tensor(a, dtype=torch.float64) for a in (x, *((w, b) if affine
+                                                                      else ()))))
+    np.testing.assert_allclose(y, want_y.numpy(), **close)
+    assert (y >= 0).all() and (y == 0).mean() > 0.2  # the ReLU cut a good share
+    got = o.batch_norm_backward(_np(dy), x, sm, si, w, layout=layout, bias=b,
+                                activation="relu")
+    for g, want in zip(got, grads):
+        np.testing.assert_allclose(g, want, **close)
+    if not affine:
+        assert got[1] is None and got[2] is None
+
+
+def test_batch_norm_relu_backward_needs_the_bias_and_names_bad_activations():
+    import dnnctl.ops as o
+    from dnnctl.errors import ShapeError, UsageError
+
+    x = np.random.default_rng(0).standard_normal((2, 4, 3, 3)).astype(np.float32)
+    w, b = np.ones(4, np.float32), np.zeros(4, np.float32)
+    _, sm, si = o.batch_norm(x, weight=w, bias=b, training=True, return_stats=True)
+    with pytest.raises(ShapeError, match="needs the forward's bias"):
+        o.batch_norm_backward(x, x, sm, si, w, activation="relu")
+    with pytest.raises(UsageError, match="activation='gelu' is not fused"):
+        o.batch_norm(x, weight=w, bias=b, training=True, activation="gelu")
+    with pytest.raises(UsageError, match="activation='silu' is not fused"):
+        o.batch_norm_backward(x, x, sm, si, w, bias=b, activation="silu")

@@ -4,21 +4,40 @@ reference and default choice).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Choice, Op, Problem
+from dnnctl.ops.base import Choice, Op, Problem, TensorSpec
 from dnnctl.ops.passes import term_scale
 
 
+def relu_mask(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
+              mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+    """dy through the fused ReLU of an ``activation: relu`` key: zero where the forward's
+    pre-activation (x - mean) * invstd * w + b was not positive (recomputed from x)."""
+    if problem.get("activation", "none") != "relu":
+        return dy
+    shape = sp.channel_shape(problem)
+    scale = invstd if w is None else invstd * w
+    with np.errstate(all="ignore"):
+        pre = (x - mean.reshape(shape)) * scale.reshape(shape)
+        if b is not None:
+            pre = pre + b.reshape(shape)
+    return np.where(pre > 0, dy, np.zeros((), dy.dtype))
+
+
 def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
-                      mean: np.ndarray, invstd: np.ndarray) -> dict[str, np.ndarray]:
-    """dx, dweight, dbias of batch_norm training in the inputs' precision (sums in float64)."""
+                      mean: np.ndarray, invstd: np.ndarray,
+                      b: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """dx, dweight, dbias of batch_norm training (of relu(batch_norm) with ``activation:
+    relu``, b the forward's bias) in the inputs' precision (sums in float64)."""
     axes, shape = sp.reduce_axes(problem), sp.channel_shape(problem)
     count = x.size // problem["c"]
+    dy = relu_mask(problem, dy, x, w, mean, invstd, b)
     with np.errstate(all="ignore"):
         xh = (x - mean.reshape(shape)) * invstd.reshape(shape)
         sdy = dy.sum(axis=axes, dtype=np.float64)
@@ -30,11 +49,12 @@ def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.nda
 
 
 def bn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
-                mean: np.ndarray, invstd: np.ndarray) -> np.ndarray:
+                mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     """|invstd w| (|dy| + |mean(dy)| + |xhat mean(dy xhat)|): the terms dx is the sum of (two
     elements per channel give xhat = +-1 and dx ~ 0 from terms of size invstd |dy|)."""
     axes, shape = sp.reduce_axes(problem), sp.channel_shape(problem)
     count = x.size // problem["c"]
+    dy = relu_mask(problem, dy, x, w, mean, invstd, b)
     with np.errstate(all="ignore"):
         xh = (x - mean.reshape(shape)) * invstd.reshape(shape)
         sdy = dy.sum(axis=axes, dtype=np.float64) / count
@@ -56,6 +76,27 @@ class BatchNormBackward(sp.SpatialNormBackward):
 
     def stat_shape(self, problem: Problem) -> tuple[int, ...]:
         return (problem["c"],)
+
+    @staticmethod
+    def _relu_bias(problem: Problem) -> bool:
+        """The fused ReLU's mask needs the forward's bias (an affine key's)."""
+        return problem.get("activation", "none") == "relu" and problem["affine"]
+
+    def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        specs = super().input_specs(op, problem)
+        if self._relu_bias(problem):
+            specs["bias"] = TensorSpec((problem["c"],), "float32")
+        return specs
+
+    def make_inputs(self, op: Op, problem: Problem,
+                    rng: np.random.Generator) -> dict[str, np.ndarray]:
+        out = super().make_inputs(op, problem, rng)
+        if self._relu_bias(problem):  # about a third of the pre-activations below zero
+            out["bias"] = (rng.standard_normal(problem["c"]) * 0.5).astype(np.float32)
+        return out
+
+    def _args(self, inputs: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
+        return (*super()._args(inputs), inputs.get("bias"))
 
     def saved_stats(self, problem: Problem, x: np.ndarray,
                     eps: float) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,12 @@ class BnBwdReduceDx(mc.CudaBackward):
     params = {"block": (128, 256, 512), "vec": mc.VECS, "waves": (2, 4, 8),
               "tile": (128, 512), "unroll": (1, 2, 4), "rev": (0, 1)}
 
+    @staticmethod
+    def coef_floats(problem: Problem) -> int:
+        """The dx pass's per-channel coefficients: a, b, c0 (and the fused ReLU's mask scale
+        and beta)."""
+        return (5 if problem.get("activation", "none") == "relu" else 3) * problem["c"]
+
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         if not sp.vec_ok(problem, params["vec"]):
             return False
@@ -51,7 +57,7 @@ class BnBwdReduceDx(mc.CudaBackward):
         """(splits, tiles, float offset of the coefficients, of the counters)."""
         s, tiles = self.grid(problem, params, vec, sms)
         coef = sp.pad4(2 * problem["c"] * s)
-        return s, tiles, coef, coef + sp.pad4(3 * problem["c"])
+        return s, tiles, coef, coef + sp.pad4(self.coef_floats(problem))
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         return 4 * max(k + t for _, t, _, k in (self.layout(problem, params, v, 132)
@@ -75,14 +81,16 @@ class BnBwdReduceDx(mc.CudaBackward):
         names += [f"bn_bwd_dx<{block},{v},{itype},{rev}>" for v in vecs]
         mod = mc.compile_cuda(self.source, {
             "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
-            "LAYOUT": int(not nchw)}, names, device)
+            "LAYOUT": int(not nchw), "BN_ACT": int(problem.get("activation", "none") == "relu")},
+            names, device)
         sms = mc.sm_count(device)
 
         def program(v: int) -> Any:
             s, tiles, coef_off, cnt_off = self.layout(problem, params, v, sms)
             ws = mc.workspace(device, 4 * (cnt_off + tiles))
             ws.fill(0)  # the counters start at zero; every call leaves them at zero
-            part, coef = ws[:2 * c * s], ws[coef_off:coef_off + 3 * c]
+            part = ws[:2 * c * s]
+            coef = ws[coef_off:coef_off + self.coef_floats(problem)]
             counters = ws[cnt_off:cnt_off + tiles].view(np.int32)
             if nchw:
                 red = mc.launch(mod, reduce_name(v), (c, s), block)
@@ -96,14 +104,28 @@ class BnBwdReduceDx(mc.CudaBackward):
             ddims = dx.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
 
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
-                   db: Any) -> None:
-                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef))
+                   db: Any, bias: Any) -> None:
+                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef, bias))
                 dx((dy, x, mean, coef, dxa, *ddims))
 
             return go
 
-        return sp.NormBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
-                                  ("save_mean", "save_invstd"))
+        return BnBwdKernel(program(vec), program(1), vec * dtype_size(problem["dtype"]),
+                           ("save_mean", "save_invstd"))
+
+
+class BnBwdKernel(sp.NormBwdKernel):
+    """NormBwdKernel with the forward's bias passed on (the fused ReLU's mask; None
+    otherwise)."""
+
+    __slots__ = ()
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
+                 attrs: Mapping[str, Any]) -> None:
+        dy, x, dx = inputs["dy"], inputs["x"], outputs["dx"]
+        go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
+        go(dy, x, inputs.get("weight"), inputs[self.stats[0]], inputs[self.stats[1]], dx,
+           outputs.get("dweight"), outputs.get("dbias"), inputs.get("bias"))
 
 
 # ----------------------------------------------------------------------------- numpy

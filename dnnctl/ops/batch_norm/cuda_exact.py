@@ -45,6 +45,7 @@ class _ExactKernel(mc.VecKernel):
 @register_variant
 class BnInferExact(_BnCuda):
     name = "infer_exact"
+    fused_relu = True
     source = "norm/bn_exact.cu"
     doc = ("exact-grid vector stream, channel from the flat index (geometry compiled in), "
            "statistics read per thread: no prologue")
@@ -121,6 +122,7 @@ class _StreamBuild:
 @register_variant
 class BnTrainStream(_StreamBuild, _BnCuda):
     name = "train_stream"
+    fused_relu = True
     source = "norm/bn_stream.cu"
     training = True
     doc = ("statistics with `unroll` loads in flight per thread, finalize, then the exact-grid "

@@ -24,6 +24,7 @@ from dnnctl.ops.registry import register_variant
 @register_variant
 class BnTrainLastBlock(_StreamBuild, _BnCuda):
     name = "train_lastblock"
+    fused_relu = True
     source = "norm/bn_onepass.cu"
     training = True
     doc = ("two launches: statistics (unroll loads in flight, shifted partial sums; the last "

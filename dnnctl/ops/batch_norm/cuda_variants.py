@@ -42,11 +42,13 @@ class _BnKernel(mc.VecKernel):
 class _BnCuda(mc.CudaVariant):
     op = "batch_norm"
     training = False
+    fused_relu = False  # takes activation: relu (the exact-grid normalize of bn_exact.cuh)
 
     def defines(self, problem: Problem, params: int = 0) -> dict[str, Any]:
         return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
                 "AFFINE": int(problem["affine"]), "PARAMS": params,
-                "LAYOUT": int(problem["layout"] == "NHWC")}
+                "LAYOUT": int(problem["layout"] == "NHWC"),
+                "BN_ACT": int(problem.get("activation", "none") == "relu")}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"])
@@ -55,6 +57,9 @@ class _BnCuda(mc.CudaVariant):
         if problem["training"] != self.training:
             return unsupported("training-mode variant" if self.training
                                else "inference variant (training=false only)")
+        if problem.get("activation", "none") != "none" and not self.fused_relu:
+            return unsupported("no fused activation: infer_exact, train_stream and "
+                               "train_lastblock take activation: relu")
         return SUPPORTED
 
     def vecs(self, problem: Problem, params: Mapping[str, Any], device: Any) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import ShapeError
+from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops._spatial_norm import affine_pair, dims_of
 from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
@@ -16,8 +16,9 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 
 def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
     x, rm, rv, w, b, out = arrays
-    training, momentum, eps, layout, return_stats = scalars
+    training, momentum, eps, layout, return_stats, activation = scalars
     training = bool(training)
+    activation = check_activation(activation, "batch_norm")
     dtype = mc.float_dtype(x, "x")
     mc.contiguous(x, "x")
     layout = mc.check_layout(layout)
@@ -42,7 +43,7 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
         mc.check_vector(v, c, "float32", name)
     mc.check_out(out, shape, dtype)
     key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout,
-           "training": training, "affine": w2 is not None}
+           "training": training, "affine": w2 is not None, "activation": activation}
     attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0),
              "momentum": mc.as_float(momentum, "momentum")}
     x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
@@ -75,14 +76,26 @@ _BN = CallSpec("batch_norm", _parse_bn)
 def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                bias: Any = None, training: bool = False, momentum: float = 0.1,
                eps: float = 1e-5, layout: str = "NCHW", plan: Any = None, *, out: Any = None,
-               return_stats: bool = False) -> Any:
+               return_stats: bool = False, activation: str = "none") -> Any:
     """Batch normalization forward over x of rank 2..4 (channel axis per ``layout``).
 
     Parameters and statistics are fp32 (C,). Inference normalizes with the running
     statistics. Training normalizes with the batch statistics and updates ``running_mean`` /
     ``running_var`` in place (momentum, unbiased variance, as PyTorch); with
-    ``return_stats=True`` it returns ``(y, save_mean, save_invstd)``.
+    ``return_stats=True`` it returns ``(y, save_mean, save_invstd)``. ``activation="relu"``
+    returns relu(batch_norm(x)) from the same pass (its gradient:
+    ``batch_norm_backward(..., bias=bias, activation="relu")``).
     """
     return call(_BN, (x, running_mean, running_var, weight, bias, out),
-                (bool(training), momentum, eps, layout, bool(return_stats)), plan)
+                (bool(training), momentum, eps, layout, bool(return_stats), activation), plan)
+
+
+def check_activation(activation: Any, who: str) -> str:
+    """``activation`` of a batch_norm call: "none" (or None) or "relu"."""
+    if activation is None:
+        return "none"
+    if activation not in ("none", "relu"):
+        raise UsageError(f"{who}: activation={activation!r} is not fused; use 'none' or "
+                         "'relu'", hint="apply other activations after the call")
+    return activation
 

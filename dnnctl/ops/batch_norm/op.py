@@ -49,8 +49,8 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
             mean = ins["running_mean"]
             invstd = 1.0 / np.sqrt(ins["running_var"] + eps)
         scale = (invstd * w).astype(x.dtype).reshape(shape)
-        out["y"] = (x - mean.astype(x.dtype).reshape(shape)) * scale + b.astype(
-            x.dtype).reshape(shape)
+        y = (x - mean.astype(x.dtype).reshape(shape)) * scale + b.astype(x.dtype).reshape(shape)
+        out["y"] = np.maximum(y, 0) if problem.get("activation", "none") == "relu" else y
     return out
 
 
@@ -58,9 +58,15 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
 @with_backward(BATCH_NORM_BACKWARD)
 class BatchNormOp(mc.MemoryOp):
     name = "batch_norm"
-    doc = "batch normalization forward (inference or training), NCHW or NHWC"
+    doc = ("batch normalization forward (inference or training), NCHW or NHWC, optionally "
+           "with a fused ReLU")
+    # activation "relu": y = relu(batch_norm(x)) in the same pass (cuDNN's
+    # CUDNN_BATCHNORM_OPS_BN_ACTIVATION); its backward recomputes the ReLU's mask from x,
+    # the saved statistics, weight and bias, so it reads no more than batch_norm's own
     fields = {**sp.SPATIAL_FIELDS, **sp.TENSOR_FIELDS, "training": Field("bool", False),
-              "affine": Field("bool", True), "pass": PASS_FIELD}
+              "affine": Field("bool", True),
+              "activation": Field("str", "none", choices=("none", "relu")),
+              "pass": PASS_FIELD}
     attrs = {"eps": 1e-5, "momentum": 0.1}
 
     def check(self, key: dict[str, Any]) -> None:

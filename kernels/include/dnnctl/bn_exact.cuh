@@ -14,12 +14,15 @@
 //         of a thread has the same channels and the parameters are read once.
 //   NCHW: a vector lies in one plane (host: HW % VEC == 0): one channel per vector.
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS (see <dnnctl/batchnorm.cuh>), LAYOUT (0 NCHW,
-// 1 NHWC), CH, HW.
+// 1 NHWC), CH, HW, BN_ACT (1: a fused ReLU on y).
 #pragma once
 #include <dnnctl/batchnorm.cuh>
 
 #ifndef LAYOUT
 #define LAYOUT 0
+#endif
+#ifndef BN_ACT
+#define BN_ACT 0  // 1: relu(y), the fused ReLU (NaN stays NaN, as torch.relu)
 #endif
 
 namespace dnnctl {
@@ -80,13 +83,19 @@ bn_exact(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __re
         bn_params_vec<VEC>(mean, var_or_scale, w, b, eps, (int)((k * VEC) % (I)CH), m, scale,
                            beta);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - m[i]) * scale[i] + beta[i];
+      for (int i = 0; i < VEC; ++i) {
+        v[u][i] = (v[u][i] - m[i]) * scale[i] + beta[i];
+        if (BN_ACT && v[u][i] < 0.f) v[u][i] = 0.f;
+      }
 #else
       const int c = (int)((k * VEC / (I)HW) % (I)CH);
       float m, scale, beta;
       bn_params(mean, var_or_scale, w, b, eps, c, m, scale, beta);
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) v[u][i] = (v[u][i] - m) * scale + beta;
+      for (int i = 0; i < VEC; ++i) {
+        v[u][i] = (v[u][i] - m) * scale + beta;
+        if (BN_ACT && v[u][i] < 0.f) v[u][i] = 0.f;
+      }
 #endif
       store_vec<ST_PLAIN, VEC>(y + k * VEC, v[u]);
     }
