@@ -242,14 +242,27 @@ def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
     return fn(grad.to(dt), y.to(dt), dim, dt).to(y.dtype)
 
 
+def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T) -> T:
+    """grad through relu(batch_norm(x)): zero where the forward's pre-activation
+    (x - mean) * invstd * weight + bias (fp32, recomputed from x) was not positive."""
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    scale = invstd.float() if weight is None else invstd.float() * weight.float()
+    pre = (x.float() - mean.float().view(shape)) * scale.view(shape)
+    if bias is not None:
+        pre = pre + bias.float().view(shape)
+    return grad * (pre > 0).to(grad.dtype)
+
+
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
-               needs: Sequence[bool], plan: int = 0) -> tuple[Opt, Opt, Opt]:
+               needs: Sequence[bool], plan: int = 0,
+               activation: str = "none") -> tuple[Opt, Opt, Opt]:
     """Gradients for (x, weight, bias); ``mean`` / ``invstd`` per channel (the batch's in
     training, the running statistics' in inference: torch only, dnnctl's backward is the
-    training one)."""
+    training one). ``activation="relu"``: of relu(batch_norm(x)) (the fused op)."""
     if training:
-        got = _single("batch_norm", plan, x, lambda: og.batch_norm_keys(x, weight is not None),
-                      lambda: og.batch_norm(grad, x, weight, bias, mean, invstd))
+        got = _single("batch_norm", plan, x,
+                      lambda: og.batch_norm_keys(x, weight is not None, activation),
+                      lambda: og.batch_norm(grad, x, weight, bias, mean, invstd, activation))
         if got is not None:
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), (
@@ -257,6 +270,8 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     # torch's own kernel (as eager autograd runs it), in the wider of x's and grad's dtypes
     # with float32 (or wider) parameters and statistics; inference passes the running
     # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
+    if activation == "relu":
+        grad = relu_gate(grad, x, weight, bias, mean, invstd)
     dt = _common(x, grad)
     acc = torch.promote_types(dt, torch.float32)
     mean, invstd = mean.to(acc), invstd.to(acc)

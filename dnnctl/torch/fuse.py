@@ -1,5 +1,6 @@
 """Fusion over a torch.fx graph: conv -> [bn] -> [act] -> [+ residual] (or conv -> [bn] ->
-+ residual -> act, a ResNet block's end) and linear -> act.
++ residual -> act, a ResNet block's end), linear -> act, and a BatchNorm not folded into a
+convolution -> ReLU (batch_norm's fused ReLU: training mode, pre-activation blocks).
 
 A chain becomes one ``dnnctl::conv2d`` (BatchNorm folded into the weights and bias in
 inference, the activation and the residual add in the epilogue: ``res + act(conv + b)``) or
@@ -20,7 +21,14 @@ from torch import fx, nn
 from torch.nn.modules import module as _nn_module
 
 from dnnctl.torch.library import autocast_active, run_op
-from dnnctl.torch.modules import act_call, act_of, conv1d_as_2d, conv1d_geometry, conv_padding
+from dnnctl.torch.modules import (
+    act_call,
+    act_of,
+    bn_fwd,
+    conv1d_as_2d,
+    conv1d_geometry,
+    conv_padding,
+)
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 
@@ -323,6 +331,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         for n in reversed(chain):
             graph.erase_node(n)
         fusions.append(Fusion(node.target, folded, parts))
+    fusions += _bn_relu_chains(gm, modules, covered, handle, calls)
     _out_of_place_acts(gm, modules, covered, handle)
     _route_modules(gm, modules, covered)
     graph.lint()
@@ -361,6 +370,50 @@ def _global_hooks() -> bool:
     mm = _nn_module
     return bool(mm._global_forward_hooks or mm._global_forward_pre_hooks
                 or mm._global_backward_hooks or mm._global_backward_pre_hooks)
+
+
+class FusedBnAct(nn.Module):
+    """BatchNorm2d -> ReLU as one dnnctl batch_norm call with its fused ReLU (training: batch
+    statistics, running statistics updated; eval: the running ones), which a BatchNorm not
+    folded into a convolution takes: every one of a model in training mode (ResNet's
+    bn -> relu), pre-activation blocks in eval. The backward recomputes the ReLU's mask from
+    x, so neither the ReLU's output pass nor its backward pass runs."""
+
+    def __init__(self, bn: nn.BatchNorm2d, handle: int) -> None:
+        super().__init__()
+        self.bn, self.handle = bn, handle
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return bn_fwd(self.bn, self.handle, x, "relu")
+
+
+def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: set[str],
+                    handle: int, calls: dict[str, int]) -> list[Fusion]:
+    """Rewrite each BatchNorm2d that dnnctl runs, called once, whose only user is a ReLU of
+    its output (module or function), into one :class:`FusedBnAct` call."""
+    graph = gm.graph
+    fusions: list[Fusion] = []
+    for node in list(graph.nodes):
+        if (node.op != "call_module" or node.target not in covered
+                or calls[node.target] != 1 or len(node.args) != 1 or node.kwargs):
+            continue
+        bn = modules[node.target]
+        if type(bn) is not nn.BatchNorm2d or hooked(bn) or bn.momentum is None:
+            continue
+        nxt = _single_user(node)
+        if nxt is None or not nxt.args or nxt.args[0] is not node or len(nxt.args) != 1:
+            continue
+        if _act_node(nxt, modules, True) != "relu":
+            continue
+        name = _add_submodule(gm, node.target, FusedBnAct(bn, handle))
+        with graph.inserting_before(nxt):
+            new = graph.call_module(name, node.args)
+        nxt.replace_all_uses_with(new)
+        folded = [nxt.target] if nxt.op == "call_module" else []
+        graph.erase_node(nxt)
+        graph.erase_node(node)
+        fusions.append(Fusion(node.target, folded, ["relu"]))
+    return fusions
 
 
 def _route_modules(gm: fx.GraphModule, modules: dict[str, nn.Module],

@@ -370,26 +370,32 @@ def _spatial(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
 
 def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5, plan: int = 0) -> torch.Tensor:
-    """Inference: normalize with the running statistics."""
+               eps: float = 1e-5, plan: int = 0, activation: str = "none") -> torch.Tensor:
+    """Inference: normalize with the running statistics (then the fused ReLU of
+    ``activation="relu"``)."""
     xs, nhwc = _spatial(x)
 
     def run() -> torch.Tensor:
         y = call(dops.batch_norm, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
                                    fp32(bias)), training=False, eps=eps,
-                 layout="NHWC" if nhwc else "NCHW", plan=_plan(plan))
+                 layout="NHWC" if nhwc else "NCHW", plan=_plan(plan), activation=activation)
         return nchw_of(y) if nhwc else y
 
+    def reference() -> torch.Tensor:
+        y = F.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0, eps)
+        return torch.relu(y) if activation == "relu" else y
+
     return _dnn("batch_norm", x, run,
-                lambda: keys.batch_norm(x, nhwc, False, weight is not None),
-                lambda: F.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0,
-                                     eps))
+                lambda: keys.batch_norm(x, nhwc, False, weight is not None, activation),
+                reference)
 
 
 def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                     momentum: float = 0.1, eps: float = 1e-5, plan: int = 0) -> tuple[torch.Tensor, ...]:
-    """Training: (y, new_running_mean, new_running_var, save_mean, save_invstd)."""
+                     momentum: float = 0.1, eps: float = 1e-5, plan: int = 0,
+                     activation: str = "none") -> tuple[torch.Tensor, ...]:
+    """Training: (y, new_running_mean, new_running_var, save_mean, save_invstd); y is
+    relu(batch_norm(x)) with ``activation="relu"``."""
     xs, nhwc = _spatial(x)
 
     def run() -> tuple[torch.Tensor, ...]:
@@ -398,14 +404,18 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
         y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
                                training=True, momentum=momentum, eps=eps,
                                layout="NHWC" if nhwc else "NCHW", return_stats=True,
-                               plan=_plan(plan))
+                               plan=_plan(plan), activation=activation)
         return (nchw_of(y) if nhwc else y, rm.to(running_mean.dtype),
                 rv.to(running_var.dtype), mean, invstd)
 
+    def reference() -> tuple[torch.Tensor, ...]:
+        y, *rest = ref.batch_norm_train(x, running_mean, running_var, weight, bias, momentum,
+                                        eps)
+        return (torch.relu(y) if activation == "relu" else y, *rest)
+
     return _dnn("batch_norm", x, run,
-                lambda: keys.batch_norm(x, nhwc, True, weight is not None),
-                lambda: ref.batch_norm_train(x, running_mean, running_var, weight, bias,
-                                             momentum, eps))
+                lambda: keys.batch_norm(x, nhwc, True, weight is not None, activation),
+                reference)
 
 
 def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,

@@ -73,8 +73,12 @@ def _nchw(x: torch.Tensor, nhwc: bool) -> dict[str, Any]:
             "layout": "NHWC" if nhwc else "NCHW"}
 
 
-def batch_norm(x: torch.Tensor, nhwc: bool, training: bool, affine: bool) -> dict[str, Any]:
-    return {**_nchw(x, nhwc), "training": training, "affine": affine}
+def batch_norm(x: torch.Tensor, nhwc: bool, training: bool, affine: bool,
+               activation: str = "none") -> dict[str, Any]:
+    key = {**_nchw(x, nhwc), "training": training, "affine": affine}
+    if activation != "none":  # the key field's default is "none": keep such keys as they were
+        key["activation"] = activation
+    return key
 
 
 def group_norm(x: torch.Tensor, nhwc: bool, groups: int, affine: bool) -> dict[str, Any]:

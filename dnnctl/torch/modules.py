@@ -120,14 +120,17 @@ def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
     return partial(_linear_fwd, m, handle)
 
 
-def _bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
+def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor,
+           activation: str = "none") -> torch.Tensor:
+    """A BatchNorm2d's forward on dnnctl (training: batch statistics, its running ones
+    updated as torch does), with batch_norm's fused ReLU when ``activation="relu"``."""
     if x.dim() != 4:
         raise ValueError(f"expected 4D input (got {x.dim()}D input)")
     if not m.training:
         return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
-                      m.eps, handle)
+                      m.eps, handle, activation)
     y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
-                             m.weight, m.bias, m.momentum, m.eps, handle)
+                             m.weight, m.bias, m.momentum, m.eps, handle, activation)
     with torch.no_grad():
         m.running_mean.copy_(rm)
         m.running_var.copy_(rv)
@@ -136,7 +139,7 @@ def _bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor) -> torch.Tensor:
 
 
 def _bn(m: nn.BatchNorm2d, handle: int) -> Callable[..., Any]:
-    return partial(_bn_fwd, m, handle)
+    return partial(bn_fwd, m, handle)
 
 
 def _bn1d_fwd(m: nn.BatchNorm1d, handle: int, x: torch.Tensor) -> torch.Tensor:
@@ -144,7 +147,7 @@ def _bn1d_fwd(m: nn.BatchNorm1d, handle: int, x: torch.Tensor) -> torch.Tensor:
     if x.dim() not in (2, 3):
         raise ValueError(f"expected 2D or 3D input (got {x.dim()}D input)")
     x4 = x[:, :, None, None] if x.dim() == 2 else x.unsqueeze(2)
-    return _bn_fwd(m, handle, x4).reshape(x.shape)
+    return bn_fwd(m, handle, x4).reshape(x.shape)
 
 
 def _bn1d(m: nn.BatchNorm1d, handle: int) -> Callable[..., Any]:

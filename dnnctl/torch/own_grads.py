@@ -158,17 +158,21 @@ def _spatial(x: T, grad: T) -> tuple[T, T, bool]:
     return x.contiguous(), grad.contiguous(), False
 
 
-def batch_norm_keys(x: T, affine: bool) -> Keys:
-    return {"backward": ("batch_norm", {**keys.batch_norm(x, is_nhwc(x), True, affine),
-                                        "pass": "backward"})}
+def batch_norm_keys(x: T, affine: bool, activation: str = "none") -> Keys:
+    return {"backward": ("batch_norm", {**keys.batch_norm(x, is_nhwc(x), True, affine,
+                                                          activation), "pass": "backward"})}
 
 
-def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T
-               ) -> tuple[T, Opt, Opt]:
-    """Training-mode batch_norm from the forward's saved (fp32) batch statistics."""
+def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
+               activation: str = "none") -> tuple[T, Opt, Opt]:
+    """Training-mode batch_norm (relu(batch_norm) with ``activation="relu"``) from the
+    forward's saved (fp32) batch statistics."""
     xs, gs, nhwc = _spatial(x, grad)
+    relu = activation == "relu"
     dx, dw, db = call(dops.batch_norm_backward, (gs, xs, fp32(mean), fp32(invstd)),
-                      weight=fp32(weight), layout="NHWC" if nhwc else "NCHW")
+                      weight=fp32(weight), layout="NHWC" if nhwc else "NCHW",
+                      bias=fp32(bias) if relu and weight is not None else None,
+                      activation=activation)
     return (nchw_of(dx) if nhwc else dx), _cast(dw, weight), _cast(db, bias)
 
 

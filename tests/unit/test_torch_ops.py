@@ -47,6 +47,8 @@ def _cases():
         ("rms_norm", D.rms_norm, (xr, g, 1e-6), lambda: None),
         ("batch_norm", D.batch_norm, (x4, *bn, 1e-5),
          lambda: F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False)),
+        ("batch_norm_relu", D.batch_norm, (x4, *bn, 1e-5, 0, "relu"),
+         lambda: F.relu(F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False))),
         ("group_norm", D.group_norm, (x4, 3, _r(6), _r(6), 1e-5),
          lambda: None),
         ("softmax", D.softmax, (xr, 1), lambda: F.softmax(xr, 1)),
@@ -121,8 +123,9 @@ def _double(args):
         a, torch.Tensor) else a for a in args)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in ("batch_norm",)],
-                         ids=[i for i in IDS if i != "batch_norm"])
+@pytest.mark.parametrize("case", [c for c in CASES
+                                  if c[0] not in ("batch_norm", "batch_norm_relu")],
+                         ids=[i for i in IDS if i not in ("batch_norm", "batch_norm_relu")])
 def test_gradcheck_float64(case):
     name, op, args, _ = case
     args = _double(args)
@@ -150,6 +153,13 @@ def test_batch_norm_gradcheck_eval_and_train():
     assert torch.autograd.gradcheck(
         lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5)[0], (x, w, b),
         fast_mode=True)
+    # the fused ReLU (its mask recomputed in the backward), in both modes
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: D.batch_norm(x, rm, rv, w, b, 1e-5, 0, "relu"), (x, w, b),
+        fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5, 0, "relu")[0],
+        (x, w, b), fast_mode=True)
 
 
 def test_batch_norm_train_updates_statistics_like_torch():

@@ -1348,3 +1348,51 @@ def test_block_end_relu_joins_the_conv_and_undoes():
         torch.testing.assert_close(model(x.clone()), want, rtol=1e-5, atol=1e-6)
         dt.unpatch(model)
         torch.testing.assert_close(model(x.clone()), want, rtol=0, atol=0)
+
+
+class _PreActBlock(nn.Module):
+    """A pre-activation block (bn -> relu -> conv, twice) with an F.relu, an in-place ReLU
+    module, and a BatchNorm whose output is read twice (that one cannot take the ReLU)."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.bn1, self.bn2, self.bn3 = nn.BatchNorm2d(c), nn.BatchNorm2d(c), nn.BatchNorm2d(c)
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        h = self.conv1(F.relu(self.bn1(x)))
+        h = self.conv2(self.act(self.bn2(h)))
+        z = self.bn3(h)
+        return F.relu(z) + z
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_then_relu_runs_as_one_fused_batch_norm(train):
+    """A BatchNorm not folded into a convolution (pre-activation blocks; every one in
+    training) followed by a ReLU runs as one batch_norm with its fused ReLU: the same
+    outputs, running statistics and gradients as torch; a BatchNorm read twice stays apart."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(_PreActBlock()).train(train)
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 8, 6, 6)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want = ref(xa)
+    want.square().mean().backward()
+    with dt.patched(model, backward="dnnctl") as report:
+        got = model(xb)
+        got.square().mean().backward()
+    fused = {f.head: f.parts for f in report.fusions}
+    assert fused["bn1"] == ["relu"]
+    if train:
+        assert fused["bn2"] == ["relu"] and "bn3" not in fused
+    else:  # eval: bn2 and its ReLU fold into conv1, bn3 into conv2
+        assert fused["conv1"] == ["bn", "relu"] and fused["conv2"] == ["bn"]
+    assert report.fallbacks() == {}
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-3, atol=1e-4)
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    for (n, a), b in zip(ref.named_parameters(), model.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)
