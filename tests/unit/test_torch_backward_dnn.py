@@ -74,6 +74,22 @@ def test_conv2d_gradients_on_dnnctl_match_torch(fmt, stride, pad, dil, groups):
                      "conv2d/wgrad": {"dnnctl": 1, "torch": 0}}
 
 
+def _bn_train_case(relu: bool, channels_last: bool) -> tuple:
+    """Training batch_norm (with its fused ReLU) against torch's, channels-last or NCHW."""
+    act = "relu" if relu else "none"
+
+    def ref(x, w, b):
+        y = F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True, 0.1, 1e-5)
+        return F.relu(y) if relu else y
+
+    def make():
+        x = torch.randn(3, 8, 5, 7)
+        return (_cl(x) if channels_last else x), torch.randn(8), torch.randn(8)
+
+    return (lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
+                                                 1e-5, DNN, act)[0], ref, make)
+
+
 CASES = {
     "layer_norm": (lambda x, w, b: OPS.layer_norm(x, w, b, 1e-5, DNN),
                    lambda x, w, b: F.layer_norm(x, (32,), w, b, 1e-5),
@@ -85,28 +101,8 @@ CASES = {
                 lambda: (torch.randn(4, 7, 5),)),
     "log_softmax": (lambda x: OPS.log_softmax(x, -1, DNN), lambda x: F.log_softmax(x, -1),
                     lambda: (torch.randn(6, 33),)),
-    "batch_norm_train": (
-        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
-                                             1e-5, DNN)[0],
-        lambda x, w, b: F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True, 0.1, 1e-5),
-        lambda: (_cl(torch.randn(3, 8, 5, 7)), torch.randn(8), torch.randn(8))),
-    "batch_norm_train_relu": (
-        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
-                                             1e-5, DNN, "relu")[0],
-        lambda x, w, b: F.relu(F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True,
-                                            0.1, 1e-5)),
-        lambda: (_cl(torch.randn(3, 8, 5, 7)), torch.randn(8), torch.randn(8))),
-    "batch_norm_train_relu_nchw": (
-        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
-                                             1e-5, DNN, "relu")[0],
-        lambda x, w, b: F.relu(F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True,
-                                            0.1, 1e-5)),
-        lambda: (torch.randn(3, 8, 5, 7), torch.randn(8), torch.randn(8))),
-    "batch_norm_train_nchw": (
-        lambda x, w, b: OPS.batch_norm_train(x, torch.zeros(8), torch.ones(8), w, b, 0.1,
-                                             1e-5, DNN)[0],
-        lambda x, w, b: F.batch_norm(x, torch.zeros(8), torch.ones(8), w, b, True, 0.1, 1e-5),
-        lambda: (torch.randn(3, 8, 5, 7), torch.randn(8), torch.randn(8))),
+    **{f"batch_norm_train{relu}{fmt}": _bn_train_case(relu == "_relu", fmt == "")
+       for relu in ("", "_relu") for fmt in ("", "_nchw")},
     "group_norm": (lambda x, w, b: OPS.group_norm(x, 4, w, b, 1e-5, DNN),
                    lambda x, w, b: F.group_norm(x, 4, w, b, 1e-5),
                    lambda: (_cl(torch.randn(2, 8, 5, 6)), torch.randn(8), torch.randn(8))),
