@@ -177,8 +177,9 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                 x, plan, (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
                           st, pad, dil, groups, nhwc))):
         # cuDNN chosen for a convolution with nothing fused (a bias is what torch adds too):
-        # torch's own call runs it (see torch_runs); its backward problems are noted by the
-        # op's autograd formula, as every call's
+        # torch's own call runs it (see torch_runs), with torch's own settings (a float32
+        # conv as the unpatched model's: TF32 where torch.backends.cudnn.allow_tf32 says);
+        # its backward problems are noted by the op's autograd formula, as every call's
         VENDOR_VIA_TORCH["conv2d"] += 1
         if RECORDERS:
             _note("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups, "none",
