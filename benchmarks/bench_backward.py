@@ -7,7 +7,9 @@ kernels: cuDNN / native batch norm, softmax, layer norm, threshold / gelu backwa
 backward), and batch_norm training forward against ``F.batch_norm(training=True)``. As in
 bench_memory, each candidate is checked against torch's result first (a wrong kernel cannot
 win); the fastest is re-timed next to torch. Columns as bench_memory's; the summary states
-the batch_norm goals (training forward >= 1.2x torch, backward >= 1.0x).
+the batch_norm goals (training forward >= 1.2x torch, backward >= 1.0x), and batch_norm with
+its fused ReLU against torch's batch_norm followed by a ReLU (forward: ReLU in place, as
+ResNet's; backward: the threshold backward, then batch_norm's).
 
     PYTHONPATH=. python3 benchmarks/run.py --only backward [--quick]
     PYTHONPATH=. python3 benchmarks/bench_backward.py [--quick]
@@ -69,6 +71,24 @@ def _bn_bwd(F: Any, torch: Any, t: dict, ins: dict) -> tuple:
     b = torch.zeros_like(t["weight"])
     return _autograd(lambda x, w, c: F.batch_norm(_nchw(x), None, None, w, c, training=True),
                      [t["x"], t["weight"], b], ["dx", "dweight", "dbias"], _nchw(t["dy"]))
+
+
+def _bn_relu_train_fwd(F: Any, torch: Any, t: dict, ins: dict) -> tuple:
+    """Eager torch's BN -> ReLU(inplace=True) (ResNet's) against the fused call."""
+    def go() -> Any:
+        return torch.relu_(F.batch_norm(_nchw(t["x"]), t["running_mean"].clone(),
+                                        t["running_var"].clone(), t["weight"], t["bias"],
+                                        training=True))
+
+    return go, {"y": go()}
+
+
+def _bn_relu_bwd(F: Any, torch: Any, t: dict, ins: dict) -> tuple:
+    """torch's threshold backward, then its batch_norm backward, against the fused one."""
+    return _autograd(lambda x, w, c: F.relu(F.batch_norm(_nchw(x), None, None, w, c,
+                                                         training=True)),
+                     [t["x"], t["weight"], t["bias"]], ["dx", "dweight", "dbias"],
+                     _nchw(t["dy"]))
 
 
 def _relu_bwd(F: Any, torch: Any, t: dict, ins: dict) -> tuple:
@@ -153,6 +173,11 @@ def cases(quick: bool) -> list[Case]:
         dims = dict(n=64, c=c, h=h, w=w, training=True, **nhwc)
         out.append((f"bn train fwd 64x{h}x{w}x{c}", "batch_norm", dims, _bn_train_fwd))
         out.append((f"bn bwd 64x{h}x{w}x{c}", "batch_norm", dict(dims, **BW), _bn_bwd))
+        relu = dict(dims, activation="relu")
+        out.append((f"bn+relu train fwd 64x{h}x{w}x{c}", "batch_norm", relu,
+                    _bn_relu_train_fwd))
+        out.append((f"bn+relu bwd 64x{h}x{w}x{c}", "batch_norm", dict(relu, **BW),
+                    _bn_relu_bwd))
     out += [
         ("relu bwd 64x56x56x256", "activation",
          dict(fn="relu", shape=(64, 56, 56, 256), dtype="float16", **BW), _relu_bwd),
@@ -179,8 +204,8 @@ def cases(quick: bool) -> list[Case]:
          dict(n=32, c=256, h=56, w=56, groups=32, **nhwc, **BW), _gn_bwd(32)),
     ]
     if quick:
-        keep = ("bn train fwd 64x56", "bn bwd 64x56", "ViT layer_norm", "ViT softmax",
-                "relu bwd")
+        keep = ("bn train fwd 64x56", "bn bwd 64x56", "bn+relu train fwd 64x56",
+                "bn+relu bwd 64x56", "ViT layer_norm", "ViT softmax", "relu bwd")
         out = [c for c in out if c[0].startswith(keep)]
     return out
 
@@ -286,6 +311,8 @@ def summary(rows: list[dict[str, Any]], ctx: common.Ctx) -> str:
 
     fwd, nf = geo("bn train fwd")
     bwd, nb = geo("bn bwd")
+    rfwd, nrf = geo("bn+relu train fwd")
+    rbwd, nrb = geo("bn+relu bwd")
     slower = [r["case"] for r in done if r["torch/dnnctl"] < 1.0]
     return "\n".join([
         f"Geomean torch/dnnctl: {common.geomean([r['torch/dnnctl'] for r in done]):.2f}x "
@@ -293,6 +320,8 @@ def summary(rows: list[dict[str, Any]], ctx: common.Ctx) -> str:
         f"batch_norm training forward: {fwd:.2f}x torch over {nf} shapes (goal >= 1.2x: "
         f"{'met' if fwd >= 1.2 else 'missed'}); backward: {bwd:.2f}x over {nb} (goal >= 1.0x: "
         f"{'met' if bwd >= 1.0 else 'missed'}).",
+        f"batch_norm + ReLU fused, against torch's BN then ReLU: training forward {rfwd:.2f}x "
+        f"over {nrf} shapes, backward {rbwd:.2f}x over {nrb}.",
         "Slower than torch: " + (", ".join(slower) if slower else "none") + "."])
 
 
