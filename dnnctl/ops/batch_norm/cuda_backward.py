@@ -38,7 +38,6 @@ class BnBwdReduceDx(mc.CudaBackward):
         # NCHW: one channel per block, tile and unroll unused
         return problem["layout"] == "NHWC" or (params["tile"] == 128 and params["unroll"] == 1)
 
-
     def grid(self, problem: Problem, params: Mapping[str, Any], vec: int,
              sms: int) -> tuple[int, int]:
         """(splits, channel tiles) of the reduction kernel."""
