@@ -101,16 +101,23 @@ def check_stats(v: Any, count: int, what: str) -> bool:
     return bool(v.flags.c_contiguous) and dtype_name(v.dtype) == "float32"
 
 
+def check_like(a: Any, shape: tuple[int, ...], dtype: str, what: str) -> None:
+    """An array that must have ``shape`` and ``dtype`` and be contiguous (None passes)."""
+    if a is None:
+        return
+    if tuple(a.shape) != tuple(shape):
+        raise ShapeError(f"{what} has shape {tuple(a.shape)}, expected {tuple(shape)}")
+    got = dtype_name(a.dtype)
+    if got != dtype:
+        raise ShapeError(f"{what} has dtype {got}, expected {dtype}")
+    contiguous(a, what)
+
+
 def check_out(out: Any, shape: tuple[int, ...], dtype: str, what: str = "out") -> None:
     """``out=`` must have the result's shape and dtype, be contiguous and writeable."""
     if out is None:
         return
-    if tuple(out.shape) != tuple(shape):
-        raise ShapeError(f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}")
-    got = dtype_name(out.dtype)
-    if got != dtype:
-        raise ShapeError(f"{what} has dtype {got}, expected {dtype}")
-    contiguous(out, what)
+    check_like(out, shape, dtype, what)
     writeable(out, what)
 
 

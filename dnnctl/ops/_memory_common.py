@@ -31,6 +31,7 @@ from dnnctl.ops._call_checks import (  # noqa: F401 - the ops use them as mc.*
     as_float,
     axis_index,
     check_layout,
+    check_like,
     check_out,
     check_stats,
     check_vector,

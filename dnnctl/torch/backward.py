@@ -242,36 +242,44 @@ def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
     return fn(grad.to(dt), y.to(dt), dim, dt).to(y.dtype)
 
 
-def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T) -> T:
-    """grad through relu(batch_norm(x)): zero where the forward's pre-activation
-    (x - mean) * invstd * weight + bias (fp32, recomputed from x) was not positive."""
+def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
+              residual: Opt = None) -> T:
+    """grad through relu(batch_norm(x) [+ residual]): zero where the forward's
+    pre-activation (x - mean) * invstd * weight + bias [+ residual] (fp32, recomputed from
+    x) was not positive."""
     shape = (1, -1) + (1,) * (x.dim() - 2)
     scale = invstd.float() if weight is None else invstd.float() * weight.float()
     pre = (x.float() - mean.float().view(shape)) * scale.view(shape)
     if bias is not None:
         pre = pre + bias.float().view(shape)
+    if residual is not None:
+        pre = pre + residual.float()
     return grad * (pre > 0).to(grad.dtype)
 
 
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
-               needs: Sequence[bool], plan: int = 0,
-               activation: str = "none") -> tuple[Opt, Opt, Opt]:
-    """Gradients for (x, weight, bias); ``mean`` / ``invstd`` per channel (the batch's in
-    training, the running statistics' in inference: torch only, dnnctl's backward is the
-    training one). ``activation="relu"``: of relu(batch_norm(x)) (the fused op)."""
-    if training:
+               needs: Sequence[bool], plan: int = 0, activation: str = "none",
+               residual: Opt = None) -> tuple[Opt, Opt, Opt, Opt]:
+    """Gradients for (x, weight, bias, residual); ``mean`` / ``invstd`` per channel (the
+    batch's in training, the running statistics' in inference: torch only, dnnctl's
+    backward is the training one). ``activation="relu"``: of relu(batch_norm(x) [+
+    residual]) (the fused op); without the ReLU the residual's gradient is grad itself."""
+    if training and (residual is None or activation == "relu"):
         got = _single("batch_norm", plan, x,
-                      lambda: og.batch_norm_keys(x, weight is not None, activation),
-                      lambda: og.batch_norm(grad, x, weight, bias, mean, invstd, activation))
+                      lambda: og.batch_norm_keys(x, weight is not None, activation,
+                                                 residual is not None),
+                      lambda: og.batch_norm(grad, x, weight, bias, mean, invstd, activation,
+                                            residual))
         if got is not None:
-            gx, gw, gb = got
-            return (gx if needs[0] else None), (gw if needs[1] else None), (
-                gb if needs[2] else None)
+            gx, gw, gb, gz = got
+            return ((gx if needs[0] else None), (gw if needs[1] else None),
+                    (gb if needs[2] else None), (gz if needs[3] else None))
     # torch's own kernel (as eager autograd runs it), in the wider of x's and grad's dtypes
     # with float32 (or wider) parameters and statistics; inference passes the running
     # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
     if activation == "relu":
-        grad = relu_gate(grad, x, weight, bias, mean, invstd)
+        grad = relu_gate(grad, x, weight, bias, mean, invstd, residual)
+    gz = _cast(grad, residual) if residual is not None and needs[3] else None
     dt = _common(x, grad)
     acc = torch.promote_types(dt, torch.float32)
     mean, invstd = mean.to(acc), invstd.to(acc)
@@ -279,8 +287,8 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
         mean, invstd.double().pow(-2).to(acc), None, None)
     w = _to(weight, acc) if weight is not None or training else torch.ones_like(mean)
     gx, gw, gb = _ATEN.native_batch_norm_backward(grad.to(dt), x.to(dt), w, *stats, training,
-                                                  0.0, _mask(needs, weight, bias))
-    return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)
+                                                  0.0, _mask(needs[:3], weight, bias))
+    return _cast(gx, x), _cast(gw, weight), _cast(gb, bias), gz
 
 
 def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,

@@ -373,24 +373,38 @@ def _global_hooks() -> bool:
 
 
 class FusedBnAct(nn.Module):
-    """BatchNorm2d -> ReLU as one dnnctl batch_norm call with its fused ReLU (training: batch
-    statistics, running statistics updated; eval: the running ones), which a BatchNorm not
-    folded into a convolution takes: every one of a model in training mode (ResNet's
-    bn -> relu), pre-activation blocks in eval. The backward recomputes the ReLU's mask from
-    x, so neither the ReLU's output pass nor its backward pass runs."""
+    """BatchNorm2d -> [+ residual] -> ReLU as one dnnctl batch_norm call with its fused
+    residual and ReLU (training: batch statistics, running statistics updated; eval: the
+    running ones), which a BatchNorm not folded into a convolution takes: every one of a
+    model in training mode (ResNet's bn -> relu, and its block end relu(bn + identity)),
+    pre-activation blocks in eval. The backward recomputes the ReLU's mask from x (and the
+    residual), so neither the add's and ReLU's passes nor the ReLU's backward pass run."""
 
-    def __init__(self, bn: nn.BatchNorm2d, handle: int) -> None:
+    def __init__(self, bn: nn.BatchNorm2d, handle: int, residual: bool = False) -> None:
         super().__init__()
-        self.bn, self.handle = bn, handle
+        self.bn, self.handle, self.residual = bn, handle, residual
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return bn_fwd(self.bn, self.handle, x, "relu")
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return bn_fwd(self.bn, self.handle, x, "relu", residual)
+
+
+def _residual_add(node: fx.Node, cur: fx.Node) -> fx.Node | None:
+    """The other operand when ``node`` adds it to ``cur`` (out of place, or ``cur += r``,
+    which mutates only cur's own fresh value), else None."""
+    if (node.op != "call_function" or node.target not in _ADDS or node.kwargs
+            or len(node.args) != 2 or cur not in node.args):
+        return None
+    if node.target is operator.iadd and node.args[0] is not cur:
+        return None
+    other = node.args[1] if node.args[0] is cur else node.args[0]
+    return other if isinstance(other, fx.Node) and other is not cur else None
 
 
 def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: set[str],
                     handle: int, calls: dict[str, int]) -> list[Fusion]:
     """Rewrite each BatchNorm2d that dnnctl runs, called once, whose only user is a ReLU of
-    its output (module or function), into one :class:`FusedBnAct` call."""
+    its output (module or function), or an add whose only user is such a ReLU, into one
+    :class:`FusedBnAct` call."""
     graph = gm.graph
     fusions: list[Fusion] = []
     for node in list(graph.nodes):
@@ -400,19 +414,24 @@ def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: 
         bn = modules[node.target]
         if type(bn) is not nn.BatchNorm2d or hooked(bn) or bn.momentum is None:
             continue
-        nxt = _single_user(node)
-        if nxt is None or not nxt.args or nxt.args[0] is not node or len(nxt.args) != 1:
+        nxt, cur, residual, add = _single_user(node), node, None, None
+        if nxt is not None and (residual := _residual_add(nxt, node)) is not None:
+            add, cur, nxt = nxt, nxt, _single_user(nxt)
+        if nxt is None or len(nxt.args) != 1 or nxt.args[0] is not cur:
             continue
         if _act_node(nxt, modules, True) != "relu":
             continue
-        name = _add_submodule(gm, node.target, FusedBnAct(bn, handle))
+        name = _add_submodule(gm, node.target, FusedBnAct(bn, handle, residual is not None))
         with graph.inserting_before(nxt):
-            new = graph.call_module(name, node.args)
+            new = graph.call_module(name, (node.args[0],) if residual is None
+                                    else (node.args[0], residual))
         nxt.replace_all_uses_with(new)
         folded = [nxt.target] if nxt.op == "call_module" else []
-        graph.erase_node(nxt)
-        graph.erase_node(node)
-        fusions.append(Fusion(node.target, folded, ["relu"]))
+        for n in (nxt, add, node):
+            if n is not None:
+                graph.erase_node(n)
+        parts = ["relu"] if residual is None else ["residual", "relu"]
+        fusions.append(Fusion(node.target, folded, parts))
     return fusions
 
 

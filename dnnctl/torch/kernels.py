@@ -369,34 +369,52 @@ def _spatial(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return (nhwc_view(x) if nhwc else x.contiguous()), nhwc
 
 
+def _in_layout(t: torch.Tensor | None, nhwc: bool) -> torch.Tensor | None:
+    """A second 4-D input (a residual) as the kernels read x: NHWC view or contiguous."""
+    if t is None:
+        return None
+    return nhwc_view(t.contiguous(memory_format=torch.channels_last)) if nhwc else t.contiguous()
+
+
 def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5, plan: int = 0, activation: str = "none") -> torch.Tensor:
-    """Inference: normalize with the running statistics (then the fused ReLU of
-    ``activation="relu"``)."""
+               eps: float = 1e-5, plan: int = 0, activation: str = "none",
+               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Inference: normalize with the running statistics (+ ``residual``, then the fused ReLU
+    of ``activation="relu"``)."""
     xs, nhwc = _spatial(x)
 
     def run() -> torch.Tensor:
         y = call(dops.batch_norm, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
                                    fp32(bias)), training=False, eps=eps,
-                 layout="NHWC" if nhwc else "NCHW", plan=_plan(plan), activation=activation)
+                 layout="NHWC" if nhwc else "NCHW", plan=_plan(plan), activation=activation,
+                 residual=_in_layout(residual, nhwc))
         return nchw_of(y) if nhwc else y
 
     def reference() -> torch.Tensor:
         y = F.batch_norm(x, running_mean, running_var, weight, bias, False, 0.0, eps)
-        return torch.relu(y) if activation == "relu" else y
+        return _finish_bn(y, activation, residual)
 
     return _dnn("batch_norm", x, run,
-                lambda: keys.batch_norm(x, nhwc, False, weight is not None, activation),
+                lambda: keys.batch_norm(x, nhwc, False, weight is not None, activation,
+                                        residual is not None),
                 reference)
+
+
+def _finish_bn(y: torch.Tensor, activation: str, residual: torch.Tensor | None) -> torch.Tensor:
+    """torch's batch_norm output with the fused op's residual and ReLU (the fallback)."""
+    if residual is not None:
+        y = y + residual
+    return torch.relu(y) if activation == "relu" else y
 
 
 def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
                      momentum: float = 0.1, eps: float = 1e-5, plan: int = 0,
-                     activation: str = "none") -> tuple[torch.Tensor, ...]:
+                     activation: str = "none",
+                     residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Training: (y, new_running_mean, new_running_var, save_mean, save_invstd); y is
-    relu(batch_norm(x)) with ``activation="relu"``."""
+    relu(batch_norm(x) [+ residual]) with ``activation="relu"``."""
     xs, nhwc = _spatial(x)
 
     def run() -> tuple[torch.Tensor, ...]:
@@ -405,17 +423,19 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
         y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
                                training=True, momentum=momentum, eps=eps,
                                layout="NHWC" if nhwc else "NCHW", return_stats=True,
-                               plan=_plan(plan), activation=activation)
+                               plan=_plan(plan), activation=activation,
+                               residual=_in_layout(residual, nhwc))
         return (nchw_of(y) if nhwc else y, rm.to(running_mean.dtype),
                 rv.to(running_var.dtype), mean, invstd)
 
     def reference() -> tuple[torch.Tensor, ...]:
         y, *rest = ref.batch_norm_train(x, running_mean, running_var, weight, bias, momentum,
                                         eps)
-        return (torch.relu(y) if activation == "relu" else y, *rest)
+        return (_finish_bn(y, activation, residual), *rest)
 
     return _dnn("batch_norm", x, run,
-                lambda: keys.batch_norm(x, nhwc, True, weight is not None, activation),
+                lambda: keys.batch_norm(x, nhwc, True, weight is not None, activation,
+                                        residual is not None),
                 reference)
 
 

@@ -74,10 +74,13 @@ def _nchw(x: torch.Tensor, nhwc: bool) -> dict[str, Any]:
 
 
 def batch_norm(x: torch.Tensor, nhwc: bool, training: bool, affine: bool,
-               activation: str = "none") -> dict[str, Any]:
+               activation: str = "none", residual: bool = False) -> dict[str, Any]:
     key = {**_nchw(x, nhwc), "training": training, "affine": affine}
-    if activation != "none":  # the key field's default is "none": keep such keys as they were
+    # the fields' defaults ("none", no residual) are left out: such keys stay as they were
+    if activation != "none":
         key["activation"] = activation
+    if residual:
+        key["residual"] = True
     return key
 
 

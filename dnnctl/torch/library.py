@@ -41,11 +41,11 @@ SCHEMAS: dict[str, str] = {
     "rms_norm": "(Tensor x, Tensor? weight=None, float eps=1e-06, int plan=0) -> Tensor",
     "batch_norm": "(Tensor x, Tensor running_mean, Tensor running_var, Tensor? weight=None, "
                   "Tensor? bias=None, float eps=1e-05, int plan=0, "
-                  "str activation=\"none\") -> Tensor",
+                  "str activation=\"none\", Tensor? residual=None) -> Tensor",
     "batch_norm_train": "(Tensor x, Tensor running_mean, Tensor running_var, "
                         "Tensor? weight=None, Tensor? bias=None, float momentum=0.1, "
-                        "float eps=1e-05, int plan=0, str activation=\"none\") -> (Tensor, "
-                        "Tensor, Tensor, Tensor, Tensor)",
+                        "float eps=1e-05, int plan=0, str activation=\"none\", "
+                        "Tensor? residual=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     "group_norm": "(Tensor x, int groups, Tensor? weight=None, Tensor? bias=None, "
                   "float eps=1e-05, int plan=0) -> Tensor",
     "softmax": "(Tensor x, int dim=-1, int plan=0) -> Tensor",
@@ -106,7 +106,7 @@ def _matmul_fake(a, b, plan=0):
 
 
 def _bn_train_fake(x, running_mean, running_var, weight=None, bias=None, momentum=0.1,
-                   eps=1e-5, plan=0, activation="none"):
+                   eps=1e-5, plan=0, activation="none", residual=None):
     c = x.shape[1]
     stat = [running_mean.new_empty(c), running_var.new_empty(c)]
     return (_like(x), *stat, x.new_empty(c, dtype=torch.float32),
@@ -239,19 +239,21 @@ def _softmax_bwd(log: bool) -> Callable[..., Any]:
 
 
 def _bn_bwd(ctx, grad):
-    x, rm, rv, weight, bias, eps, _, act = _args(ctx)  # inference: torch's formula
+    x, rm, rv, weight, bias, eps, _, act, z = _args(ctx)  # inference: torch's formula
     invstd = torch.rsqrt(rv.double() + eps).to(torch.promote_types(rv.dtype, torch.float32))
-    gx, gw, gb = bw.batch_norm(grad, x, weight, bias, rm, invstd, False,
-                               _needs(ctx)[:1] + _needs(ctx)[3:5], activation=act)
-    return gx, None, None, gw, gb, None, None, None
+    n = _needs(ctx)
+    gx, gw, gb, gz = bw.batch_norm(grad, x, weight, bias, rm, invstd, False,
+                                   (n[0], n[3], n[4], n[8]), activation=act, residual=z)
+    return gx, None, None, gw, gb, None, None, None, gz
 
 
 def _bn_train_bwd(ctx, grad, *_unused):
-    x, _, _, weight, bias, momentum, eps, plan, act = _args(ctx)  # running stats: unused
+    x, _, _, weight, bias, momentum, eps, plan, act, z = _args(ctx)  # running stats: unused
     mean, invstd = ctx.saved_tensors[-2:]
-    gx, gw, gb = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
-                               _needs(ctx)[:1] + _needs(ctx)[3:5], plan, act)
-    return gx, None, None, gw, gb, None, None, None, None
+    n = _needs(ctx)
+    gx, gw, gb, gz = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
+                                   (n[0], n[3], n[4], n[9]), plan, act, z)
+    return gx, None, None, gw, gb, None, None, None, None, gz
 
 
 def _gn_bwd(ctx, grad):

@@ -120,17 +120,18 @@ def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
     return partial(_linear_fwd, m, handle)
 
 
-def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor,
-           activation: str = "none") -> torch.Tensor:
+def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "none",
+           residual: torch.Tensor | None = None) -> torch.Tensor:
     """A BatchNorm2d's forward on dnnctl (training: batch statistics, its running ones
-    updated as torch does), with batch_norm's fused ReLU when ``activation="relu"``."""
+    updated as torch does), + ``residual`` and batch_norm's fused ReLU when asked."""
     if x.dim() != 4:
         raise ValueError(f"expected 4D input (got {x.dim()}D input)")
     if not m.training:
         return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
-                      m.eps, handle, activation)
+                      m.eps, handle, activation, residual)
     y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
-                             m.weight, m.bias, m.momentum, m.eps, handle, activation)
+                             m.weight, m.bias, m.momentum, m.eps, handle, activation,
+                             residual)
     with torch.no_grad():
         m.running_mean.copy_(rm)
         m.running_var.copy_(rv)

@@ -158,22 +158,32 @@ def _spatial(x: T, grad: T) -> tuple[T, T, bool]:
     return x.contiguous(), grad.contiguous(), False
 
 
-def batch_norm_keys(x: T, affine: bool, activation: str = "none") -> Keys:
+def batch_norm_keys(x: T, affine: bool, activation: str = "none",
+                    residual: bool = False) -> Keys:
     return {"backward": ("batch_norm", {**keys.batch_norm(x, is_nhwc(x), True, affine,
-                                                          activation), "pass": "backward"})}
+                                                          activation, residual),
+                                        "pass": "backward"})}
 
 
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
-               activation: str = "none") -> tuple[T, Opt, Opt]:
-    """Training-mode batch_norm (relu(batch_norm) with ``activation="relu"``) from the
-    forward's saved (fp32) batch statistics."""
+               activation: str = "none", residual: Opt = None) -> tuple[T, Opt, Opt, Opt]:
+    """Training-mode batch_norm (relu(batch_norm [+ residual]) with ``activation="relu"``)
+    from the forward's saved (fp32) batch statistics: (dx, dweight, dbias, dresidual)."""
     xs, gs, nhwc = _spatial(x, grad)
     relu = activation == "relu"
-    dx, dw, db = call(dops.batch_norm_backward, (gs, xs, fp32(mean), fp32(invstd)),
-                      weight=fp32(weight), layout="NHWC" if nhwc else "NCHW",
-                      bias=fp32(bias) if relu and weight is not None else None,
-                      activation=activation)
-    return (nchw_of(dx) if nhwc else dx), _cast(dw, weight), _cast(db, bias)
+    zs = None
+    if residual is not None:  # in x's layout
+        zs = nhwc_view(residual.contiguous(memory_format=torch.channels_last)) if nhwc \
+            else residual.contiguous()
+    out = call(dops.batch_norm_backward, (gs, xs, fp32(mean), fp32(invstd)),
+               weight=fp32(weight), layout="NHWC" if nhwc else "NCHW",
+               bias=fp32(bias) if relu and weight is not None else None,
+               activation=activation, residual=zs)
+    dx, dw, db = out[:3]
+    dz = None
+    if residual is not None:
+        dz = nchw_of(out[3]) if nhwc else out[3]
+    return (nchw_of(dx) if nhwc else dx), _cast(dw, weight), _cast(db, bias), dz
 
 
 def _as4(t: T) -> T:

@@ -11,7 +11,9 @@
 //   bn_bwd_dx: a vector stream over dy and x (and the channel's mean) writing dx, from the
 //     end when REV.
 // Defines: DNNCTL_DTYPE, AFFINE, LAYOUT (0 NCHW, 1 NHWC), BN_ACT (1: relu(batch_norm(x)), the
-// coefficients then also hold the mask's scale and beta). Host: the channel's inner extent
+// coefficients then also hold the mask's scale and beta), BN_RESID (1: relu(batch_norm(x) +
+// z), ResNet's block end: both kernels read z for the mask, the dx pass also writes dz, the
+// gated dy; z and dz are the kernels' last arguments, null otherwise). Host: the channel's inner extent
 // (hw for NCHW, C for NHWC) % VEC == 0 and VEC-aligned x / dy / dx (else VEC = 1); the
 // counters (one int per tile) zero before the first launch (each launch leaves them zero).
 #include <dnnctl/chanreduce.cuh>
@@ -24,6 +26,9 @@
 #endif
 #ifndef BN_ACT
 #define BN_ACT 0
+#endif
+#ifndef BN_RESID
+#define BN_RESID 0
 #endif
 
 using namespace dnnctl;
@@ -41,8 +46,8 @@ __device__ __forceinline__ float bn_relu_beta(const float* bias, int c) {
 }
 
 __device__ __forceinline__ float bn_relu_gate(float g, float v, float m, float scale,
-                                              float beta) {
-  return BN_ACT && !((v - m) * scale + beta > 0.f) ? 0.f : g;
+                                              float beta, float z = 0.f) {
+  return BN_ACT && !((v - m) * scale + beta + z > 0.f) ? 0.f : g;
 }
 
 __device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
@@ -74,7 +79,7 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
                      int N, int C, int hw, const float* __restrict__ invstd,
                      const float* __restrict__ w, float* __restrict__ dw,
                      float* __restrict__ db, float* __restrict__ coef,
-                     const float* __restrict__ bias) {
+                     const float* __restrict__ bias, const elem_t* __restrict__ z) {
   __shared__ float red[32];
   __shared__ int flag;
   const int c = blockIdx.x;
@@ -83,11 +88,12 @@ bn_bwd_reduce_planes(const elem_t* __restrict__ dy, const elem_t* __restrict__ x
   const float rb = BN_ACT ? bn_relu_beta(bias, c) : 0.f;
   float2 s = make_float2(0.f, 0.f);
   for_channel_vecs<BLOCK, VEC>(N, C, c, hw / VEC, [&](i64 off) {
-    float g[VEC], v[VEC];
+    float g[VEC], v[VEC], r[VEC];
     load_pair(dy, x, off, g, v);
+    if (BN_RESID) load_vec<LD_NC, VEC>(z + off, r);
 #pragma unroll
     for (int i = 0; i < VEC; ++i) {
-      const float gi = bn_relu_gate(g[i], v[i], m, rs, rb);
+      const float gi = bn_relu_gate(g[i], v[i], m, rs, rb, BN_RESID ? r[i] : 0.f);
       s.x += gi;
       s.y += gi * (v[i] - m);
     }
@@ -108,7 +114,7 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
                    const float* __restrict__ mean, float* __restrict__ part, int* counter,
                    i64 M, int C, const float* __restrict__ invstd, const float* __restrict__ w,
                    float* __restrict__ dw, float* __restrict__ db, float* __restrict__ coef,
-                   const float* __restrict__ bias) {
+                   const float* __restrict__ bias, const elem_t* __restrict__ z) {
   DNNCTL_DYN_SMEM(float, sw);  // [BLOCK][VEC] pairs
   __shared__ int flag;
   constexpr int TB_LANES = TB / (VEC * (int)sizeof(elem_t)) > 0
@@ -129,19 +135,24 @@ bn_bwd_reduce_rows(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
     const i64 stride = (i64)gridDim.x * t.rb;
     const elem_t* dyc = dy + t.cv * VEC;
     const elem_t* xc = x + t.cv * VEC;
+    const elem_t* zc = BN_RESID ? z + t.cv * VEC : nullptr;
     for (i64 r0 = (i64)blockIdx.x * t.rb + t.ty; r0 < M; r0 += stride * U) {
-      float g[U][VEC], v[U][VEC];
+      float g[U][VEC], v[U][VEC], zr[BN_RESID ? U : 1][VEC];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const i64 r = r0 + u * stride;
-        if (r < M) load_pair(dyc, xc, r * C, g[u], v[u]);
+        if (r < M) {
+          load_pair(dyc, xc, r * C, g[u], v[u]);
+          if (BN_RESID) load_vec<LD_NC, VEC>(zc + r * C, zr[BN_RESID ? u : 0]);
+        }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (r0 + u * stride < M) {
 #pragma unroll
           for (int i = 0; i < VEC; ++i) {
-            const float gi = bn_relu_gate(g[u][i], v[u][i], m[i], rs[i], rb[i]);
+            const float gi = bn_relu_gate(g[u][i], v[u][i], m[i], rs[i], rb[i],
+                                          BN_RESID ? zr[BN_RESID ? u : 0][i] : 0.f);
             s[i].x += gi;
             s[i].y += gi * (v[u][i] - m[i]);
           }
@@ -166,7 +177,8 @@ template <int BLOCK, int VEC, typename I, int REV>
 __global__ void __launch_bounds__(BLOCK)
 bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
           const float* __restrict__ mean, const float* __restrict__ coef,
-          elem_t* __restrict__ dx, I nvec, int C, int hw) {
+          elem_t* __restrict__ dx, I nvec, int C, int hw, const elem_t* __restrict__ z,
+          elem_t* __restrict__ dz) {
   constexpr int U = 2;
   constexpr int PV = LAYOUT ? VEC : 1;  // channels of a vector
   const I stride = (I)gridDim.x * BLOCK;
@@ -187,11 +199,15 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
   const bool same = LAYOUT && (stride * VEC) % C == 0;
   if (same && k_first < nvec) params(REV ? nvec - 1 - k_first : k_first);
   for (I k0 = k_first; k0 < nvec; k0 += stride * U) {
-    float g[U][VEC], v[U][VEC];
+    float g[U][VEC], v[U][VEC], zr[BN_RESID ? U : 1][VEC];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const I k = k0 + u * stride;
-      if (k < nvec) load_pair(dy, x, (REV ? nvec - 1 - k : k) * VEC, g[u], v[u]);
+      if (k < nvec) {
+        load_pair(dy, x, (REV ? nvec - 1 - k : k) * VEC, g[u], v[u]);
+        if (BN_RESID) load_vec<LD_NC, VEC>(z + (REV ? nvec - 1 - k : k) * VEC,
+                                           zr[BN_RESID ? u : 0]);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -202,10 +218,13 @@ bn_bwd_dx(const elem_t* __restrict__ dy, const elem_t* __restrict__ x,
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         const int j = LAYOUT ? i : 0;
-        const float gi = bn_relu_gate(g[u][i], v[u][i], m[j], rs[j], rb[j]);
+        const float gi = bn_relu_gate(g[u][i], v[u][i], m[j], rs[j], rb[j],
+                                      BN_RESID ? zr[BN_RESID ? u : 0][i] : 0.f);
+        if (BN_RESID) zr[BN_RESID ? u : 0][i] = gi;  // the residual's gradient
         g[u][i] = a[j] * gi + b[j] * (v[u][i] - m[j]) + c0[j];
       }
       store_vec<ST_PLAIN, VEC>(dx + k * VEC, g[u]);
+      if (BN_RESID) store_vec<ST_PLAIN, VEC>(dz + k * VEC, zr[BN_RESID ? u : 0]);
     }
   }
 }

@@ -155,6 +155,15 @@ P["batch_norm"] += [
          activation="relu", **_BW),
     dict(n=4, c=96, h=7, w=7, dtype="bfloat16", layout="NHWC", training=True, affine=False,
          activation="relu", **_BW),
+    # relu(batch_norm(x) + residual), a ResNet block's end
+    dict(n=16, c=256, h=14, w=14, dtype="float16", layout="NHWC", training=True,
+         activation="relu", residual=True),
+    dict(n=8, c=64, h=9, w=9, dtype="float32", layout="NCHW", activation="relu",
+         residual=True),
+    dict(n=8, c=256, h=14, w=14, dtype="bfloat16", layout="NHWC", training=True,
+         activation="relu", residual=True, **_BW),
+    dict(n=4, c=32, h=9, w=11, dtype="float16", layout="NCHW", training=True,
+         activation="relu", residual=True, **_BW),
 ]
 P["group_norm"] += [
     dict(n=2, c=6, h=5, w=7, groups=3, dtype="float32", layout="NCHW", **_BW),

@@ -237,3 +237,39 @@ def test_batch_norm_relu_backward_needs_the_bias_and_names_bad_activations():
         o.batch_norm(x, weight=w, bias=b, training=True, activation="gelu")
     with pytest.raises(UsageError, match="activation='silu' is not fused"):
         o.batch_norm_backward(x, x, sm, si, w, bias=b, activation="silu")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_with_residual_and_relu_matches_torch(layout):
+    """relu(batch_norm(x) + z) (a ResNet block's end) in one call, and its gradients with
+    the residual's, against torch.autograd; a residual backward without the ReLU is
+    refused (its gradient would be dy itself)."""
+    import dnnctl.ops as o
+    from dnnctl.errors import UsageError
+
+    rng = np.random.default_rng(5)
+    x, z = (rng.standard_normal((4, 6, 5, 5)).astype(np.float32) for _ in range(2))
+    if layout == "NHWC":
+        x, z = (np.ascontiguousarray(a.transpose(0, 2, 3, 1)) for a in (x, z))
+    w = (rng.standard_normal(6) * 0.5 + 1).astype(np.float32)
+    b = (rng.standard_normal(6) * 0.5).astype(np.float32)
+    to_nchw = (lambda t: t.permute(0, 3, 1, 2)) if layout == "NHWC" else (lambda t: t)
+    to_x = (lambda t: t.permute(0, 2, 3, 1)) if layout == "NHWC" else (lambda t: t)
+    close = dict(rtol=2e-4, atol=2e-5)
+
+    def fwd(t, a, c, r):
+        return to_x(F.relu(F.batch_norm(to_nchw(t), None, None, a, c, training=True)
+                           + to_nchw(r)))
+
+    dy, grads = _torch_grads(fwd, x, w, b, z)
+    y, sm, si = o.batch_norm(x, weight=w, bias=b, training=True, layout=layout,
+                             return_stats=True, activation="relu", residual=z)
+    want = fwd(*(torch.tensor(a, dtype=torch.float64) for a in (x, w, b, z)))
+    np.testing.assert_allclose(y, want.numpy(), **close)
+    got = o.batch_norm_backward(_np(dy), x, sm, si, w, layout=layout, bias=b,
+                                activation="relu", residual=z)
+    assert len(got) == 4
+    for g, ref in zip(got, grads):
+        np.testing.assert_allclose(g, ref, **close)
+    with pytest.raises(UsageError, match="residual= is for activation='relu'"):
+        o.batch_norm_backward(_np(dy), x, sm, si, w, layout=layout, residual=z)

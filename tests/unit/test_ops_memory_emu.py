@@ -286,6 +286,17 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
          "training": True, "activation": "relu", "pass": "backward"},
         {"n": 2, "c": 8, "h": 3, "w": 3, "dtype": "bfloat16", "layout": "NHWC",
          "training": True, "affine": False, "activation": "relu", "pass": "backward"},
+        # relu(batch_norm(x) + residual): a ResNet block's end
+        dict(n=2, c=16, h=3, w=5, dtype="float16", layout="NHWC", activation="relu",
+             residual=True),
+        dict(n=4, c=24, h=4, w=4, dtype="bfloat16", layout="NHWC", training=True,
+             activation="relu", residual=True),
+        dict(n=2, c=3, h=4, w=8, dtype="float32", layout="NCHW", training=True,
+             residual=True),
+        {"n": 4, "c": 136, "h": 4, "w": 4, "dtype": "float16", "layout": "NHWC",
+         "training": True, "activation": "relu", "residual": True, "pass": "backward"},
+        {"n": 2, "c": 3, "h": 5, "w": 5, "dtype": "float32", "layout": "NCHW",
+         "training": True, "activation": "relu", "residual": True, "pass": "backward"},
     ],
     "group_norm": [
         dict(n=2, c=6, h=5, w=5, groups=3, dtype="float16", layout="NCHW"),

@@ -28,6 +28,7 @@ def _cases():
     res, wg = _r(2, 4, 9, 7), _r(4, 3, 3, 3)
     xr, g, bb = _r(3, 5, 16), _r(16), _r(16)
     bn = (_r(6), _r(6).abs() + 0.5, _r(6), _r(6))
+    zr = _r(2, 6, 9, 7)
     return [
         ("conv2d", D.conv2d, (x4, w, b, [1, 1], [1, 1], [1, 1], 1, "relu", res),
          lambda: F.relu(F.conv2d(x4, w, b, padding=1)) + res),
@@ -49,6 +50,8 @@ def _cases():
          lambda: F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False)),
         ("batch_norm_relu", D.batch_norm, (x4, *bn, 1e-5, 0, "relu"),
          lambda: F.relu(F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False))),
+        ("batch_norm_add_relu", D.batch_norm, (x4, *bn, 1e-5, 0, "relu", zr),
+         lambda: F.relu(F.batch_norm(x4, bn[0], bn[1], bn[2], bn[3], False) + zr)),
         ("group_norm", D.group_norm, (x4, 3, _r(6), _r(6), 1e-5),
          lambda: None),
         ("softmax", D.softmax, (xr, 1), lambda: F.softmax(xr, 1)),
@@ -123,9 +126,11 @@ def _double(args):
         a, torch.Tensor) else a for a in args)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES
-                                  if c[0] not in ("batch_norm", "batch_norm_relu")],
-                         ids=[i for i in IDS if i not in ("batch_norm", "batch_norm_relu")])
+_BN_CASES = ("batch_norm", "batch_norm_relu", "batch_norm_add_relu")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] not in _BN_CASES],
+                         ids=[i for i in IDS if i not in _BN_CASES])
 def test_gradcheck_float64(case):
     name, op, args, _ = case
     args = _double(args)
@@ -160,6 +165,14 @@ def test_batch_norm_gradcheck_eval_and_train():
     assert torch.autograd.gradcheck(
         lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5, 0, "relu")[0],
         (x, w, b), fast_mode=True)
+    # and with a residual added before the ReLU (its gradient too)
+    z = _r(3, 4, 5, 5, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda x, w, b, z: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5, 0, "relu", z)[0],
+        (x, w, b, z), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda x, w, b, z: D.batch_norm(x, rm, rv, w, b, 1e-5, 0, "relu", z), (x, w, b, z),
+        fast_mode=True)
 
 
 def test_batch_norm_train_updates_statistics_like_torch():

@@ -1133,12 +1133,21 @@ def test_inplace_activation_modules_mutate_their_input(act, trace):
 
 
 def test_inplace_relu_on_a_fresh_value_runs_out_of_place_in_the_graph():
-    """ResNet's bn -> ReLU(inplace=True): nothing else reads the BN output, so the graph
-    calls the out-of-place activation (no copy back into a dead tensor)."""
-    model = Bottleneck(16, 4).train()
+    """conv -> ReLU(inplace=True) in training (the activation stays its own op there):
+    nothing else reads the conv's output, so the graph calls the out-of-place activation (no
+    copy back into a dead tensor). ResNet's bn -> ReLU and relu(bn + identity) go further:
+    the ReLU runs inside batch_norm's call."""
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(inplace=True),
+                          nn.Conv2d(8, 4, 1)).train()
     dt.patch(model)
     code = model.forward.gm.code
-    assert "self.relu(" not in code and "dnnctl_relu" in code, code
+    assert "self.1(" not in code and "dnnctl_1_out_of_place" in code, code
+    block = Bottleneck(16, 4).train()
+    report = dt.patch(block)
+    code = block.forward.gm.code
+    assert "relu" not in code.replace("dnnctl_bn", ""), code
+    assert sorted(tuple(f.parts) for f in report.fusions) == [
+        ("relu",), ("relu",), ("residual", "relu")]
 
 
 class _AugmentedAssign(nn.Module):
@@ -1396,3 +1405,28 @@ def test_batchnorm_then_relu_runs_as_one_fused_batch_norm(train):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
     for (n, a), b in zip(ref.named_parameters(), model.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)
+
+
+def test_training_bottleneck_runs_its_block_end_as_one_batch_norm():
+    """relu(bn3(conv3(h)) + identity) in training: one batch_norm with the residual and ReLU
+    fused; outputs, running statistics, input and parameter gradients as eager torch, on
+    both backward paths (dnnctl's kernels and torch's formulas)."""
+    torch.manual_seed(0)
+    for backward in ("dnnctl", "torch"):
+        ref = _randomize_bn(Bottleneck(16, 4)).train()
+        model = copy.deepcopy(ref)
+        x = torch.randn(2, 16, 6, 6)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want = ref(xa)
+        want.square().mean().backward()
+        with dt.patched(model, backward=backward) as report:
+            got = model(xb)
+            got.square().mean().backward()
+        assert ["residual", "relu"] in [f.parts for f in report.fusions]
+        assert report.fallbacks() == {}
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-3, atol=1e-4)
+        for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+        for (n, a), b in zip(ref.named_parameters(), model.parameters()):
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)

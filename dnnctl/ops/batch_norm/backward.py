@@ -11,14 +11,16 @@ import numpy as np
 
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Choice, Op, Problem, TensorSpec
+from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import term_scale
 
 
 def relu_mask(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
-              mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+              mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None,
+              z: np.ndarray | None = None) -> np.ndarray:
     """dy through the fused ReLU of an ``activation: relu`` key: zero where the forward's
-    pre-activation (x - mean) * invstd * w + b was not positive (recomputed from x)."""
+    pre-activation (x - mean) * invstd * w + b (+ the residual z) was not positive
+    (recomputed from x)."""
     if problem.get("activation", "none") != "relu":
         return dy
     shape = sp.channel_shape(problem)
@@ -27,17 +29,21 @@ def relu_mask(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | N
         pre = (x - mean.reshape(shape)) * scale.reshape(shape)
         if b is not None:
             pre = pre + b.reshape(shape)
+        if z is not None:
+            pre = pre + z
     return np.where(pre > 0, dy, np.zeros((), dy.dtype))
 
 
 def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
-                      mean: np.ndarray, invstd: np.ndarray,
-                      b: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                      mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None = None,
+                      z: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """dx, dweight, dbias of batch_norm training (of relu(batch_norm) with ``activation:
-    relu``, b the forward's bias) in the inputs' precision (sums in float64)."""
+    relu``, b the forward's bias; of relu(batch_norm + z) with ``residual``, and dresidual)
+    in the inputs' precision (sums in float64)."""
     axes, shape = sp.reduce_axes(problem), sp.channel_shape(problem)
     count = x.size // problem["c"]
-    dy = relu_mask(problem, dy, x, w, mean, invstd, b)
+    dy = relu_mask(problem, dy, x, w, mean, invstd, b, z)
+    extra = {"dresidual": dy} if problem.get("residual") else {}
     with np.errstate(all="ignore"):
         xh = (x - mean.reshape(shape)) * invstd.reshape(shape)
         sdy = dy.sum(axis=axes, dtype=np.float64)
@@ -45,16 +51,17 @@ def bn_backward_numpy(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.nda
         scale = invstd if w is None else invstd * w
         dx = scale.reshape(shape) * (dy - (sdy / count).reshape(shape)
                                      - xh * (sdx / count).reshape(shape))
-    return {"dx": dx, "dweight": sdx, "dbias": sdy}
+    return {"dx": dx, "dweight": sdx, "dbias": sdy, **extra}
 
 
 def bn_dx_scale(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
-                mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+                mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None = None,
+                z: np.ndarray | None = None) -> np.ndarray:
     """|invstd w| (|dy| + |mean(dy)| + |xhat mean(dy xhat)|): the terms dx is the sum of (two
     elements per channel give xhat = +-1 and dx ~ 0 from terms of size invstd |dy|)."""
     axes, shape = sp.reduce_axes(problem), sp.channel_shape(problem)
     count = x.size // problem["c"]
-    dy = relu_mask(problem, dy, x, w, mean, invstd, b)
+    dy = relu_mask(problem, dy, x, w, mean, invstd, b, z)
     with np.errstate(all="ignore"):
         xh = (x - mean.reshape(shape)) * invstd.reshape(shape)
         sdy = dy.sum(axis=axes, dtype=np.float64) / count
@@ -73,6 +80,10 @@ class BatchNormBackward(sp.SpatialNormBackward):
         if not key["training"]:
             raise UsageError("batch_norm: the backward pass is of training mode (batch "
                              "statistics)", hint="set training: true in the key")
+        if key.get("residual") and key.get("activation", "none") != "relu":
+            raise UsageError("batch_norm: a backward with residual needs activation: relu "
+                             "(without it the residual's gradient is dy itself)",
+                             hint="use the key without residual and pass dy on as is")
 
     def stat_shape(self, problem: Problem) -> tuple[int, ...]:
         return (problem["c"],)
@@ -86,6 +97,14 @@ class BatchNormBackward(sp.SpatialNormBackward):
         specs = super().input_specs(op, problem)
         if self._relu_bias(problem):
             specs["bias"] = TensorSpec((problem["c"],), "float32")
+        if problem.get("residual"):
+            specs["residual"] = specs["x"]
+        return specs
+
+    def output_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
+        specs = super().output_specs(op, problem)
+        if problem.get("residual"):  # the gated dy, in the input's dtype
+            specs["dresidual"] = specs["dx"]
         return specs
 
     def make_inputs(self, op: Op, problem: Problem,
@@ -93,10 +112,13 @@ class BatchNormBackward(sp.SpatialNormBackward):
         out = super().make_inputs(op, problem, rng)
         if self._relu_bias(problem):  # about a third of the pre-activations below zero
             out["bias"] = (rng.standard_normal(problem["c"]) * 0.5).astype(np.float32)
+        if problem.get("residual"):
+            z = rng.standard_normal(sp.tensor_shape(problem)) * 0.5
+            out["residual"] = z.astype(np_dtype(problem["dtype"]))
         return out
 
     def _args(self, inputs: Mapping[str, np.ndarray]) -> tuple[Any, ...]:
-        return (*super()._args(inputs), inputs.get("bias"))
+        return (*super()._args(inputs), inputs.get("bias"), inputs.get("residual"))
 
     def saved_stats(self, problem: Problem, x: np.ndarray,
                     eps: float) -> tuple[np.ndarray, np.ndarray]:

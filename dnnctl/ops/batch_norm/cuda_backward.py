@@ -80,8 +80,8 @@ class BnBwdReduceDx(mc.CudaBackward):
         names += [f"bn_bwd_dx<{block},{v},{itype},{rev}>" for v in vecs]
         mod = mc.compile_cuda(self.source, {
             "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
-            "LAYOUT": int(not nchw), "BN_ACT": int(problem.get("activation", "none") == "relu")},
-            names, device)
+            "LAYOUT": int(not nchw), "BN_ACT": int(problem.get("activation", "none") == "relu"),
+            "BN_RESID": int(problem.get("residual", False))}, names, device)
         sms = mc.sm_count(device)
 
         def program(v: int) -> Any:
@@ -103,9 +103,9 @@ class BnBwdReduceDx(mc.CudaBackward):
             ddims = dx.consts(mc.index_scalar(nvec, itype), np.int32(c), np.int32(hw))
 
             def go(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
-                   db: Any, bias: Any) -> None:
-                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef, bias))
-                dx((dy, x, mean, coef, dxa, *ddims))
+                   db: Any, bias: Any, z: Any, dz: Any) -> None:
+                red((dy, x, mean, part, counters, *rdims, invstd, w, dw, db, coef, bias, z))
+                dx((dy, x, mean, coef, dxa, *ddims, z, dz))
 
             return go
 
@@ -114,17 +114,18 @@ class BnBwdReduceDx(mc.CudaBackward):
 
 
 class BnBwdKernel(sp.NormBwdKernel):
-    """NormBwdKernel with the forward's bias passed on (the fused ReLU's mask; None
-    otherwise)."""
+    """NormBwdKernel with the forward's bias and residual passed on (the fused ReLU's mask),
+    and the residual's gradient (None where the key has none)."""
 
     __slots__ = ()
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
         dy, x, dx = inputs["dy"], inputs["x"], outputs["dx"]
-        go = self.fast if mc.aligned(self.align, dy, x, dx) else self.safe
+        z, dz = inputs.get("residual"), outputs.get("dresidual")
+        go = self.fast if mc.aligned(self.align, dy, x, dx, z, dz) else self.safe
         go(dy, x, inputs.get("weight"), inputs[self.stats[0]], inputs[self.stats[1]], dx,
-           outputs.get("dweight"), outputs.get("dbias"), inputs.get("bias"))
+           outputs.get("dweight"), outputs.get("dbias"), inputs.get("bias"), z, dz)
 
 
 # ----------------------------------------------------------------------------- numpy

@@ -37,9 +37,10 @@ class _ExactKernel(mc.VecKernel):
         x, y = inputs["x"], outputs["y"]
         m, v = inputs["running_mean"], inputs["running_var"]
         w, b = inputs.get("weight"), inputs.get("bias")
-        ok = mc.aligned(self.align, x, y) and mc.aligned(self.palign, m, v, w, b)
+        z = inputs.get("residual")
+        ok = mc.aligned(self.align, x, y, z) and mc.aligned(self.palign, m, v, w, b)
         go = self.fast if ok else self.safe
-        go((x, y, m, v, w, b, self.n, go.f32(attrs.get("eps", 1e-5))))
+        go((x, y, m, v, w, b, self.n, go.f32(attrs.get("eps", 1e-5)), z))
 
 
 @register_variant
@@ -179,10 +180,10 @@ class BnTrainStream(_StreamBuild, _BnCuda):
         dims = fin.consts(np.int32(splits), np.int32(c))
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
-            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            x, y, rm, rv, w, b, nrm, nrv, smean, sinv, z = arrs
             stats((x, part, *stat_args))
             fin((part, *dims, rm, rv, nrm, nrv, smean, sinv, w, ws_mean, ws_scale, eps,
                  momentum))
-            norm((x, y, smean, ws_scale, w, b, *size, eps))
+            norm((x, y, smean, ws_scale, w, b, *size, eps, z))
 
         return go

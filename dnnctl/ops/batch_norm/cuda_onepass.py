@@ -99,10 +99,10 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         norm, nsize = exact_launch(mod, problem, vec)
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
-            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            x, y, rm, rv, w, b, nrm, nrv, smean, sinv, z = arrs
             eps32 = norm.f32(eps)
             stats((x, part, counters, *size, rm, rv, nrm, nrv, smean, sinv, w, scale, eps32,
                    norm.f32(momentum)))
-            norm((x, y, smean, scale, w, b, *nsize, eps32))
+            norm((x, y, smean, scale, w, b, *nsize, eps32, z))
 
         return go

@@ -25,8 +25,8 @@ class _BnKernel(mc.VecKernel):
         self.training = training
 
     def vector_ok(self, arrs: tuple) -> bool:
-        """The arrays allow the vector program (x and y aligned to its width)."""
-        return mc.aligned(self.align, arrs[0], arrs[1])
+        """The arrays allow the vector program (x, y and a residual aligned to its width)."""
+        return mc.aligned(self.align, arrs[0], arrs[1], arrs[-1])
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
@@ -35,6 +35,7 @@ class _BnKernel(mc.VecKernel):
         if self.training:
             arrs += (outputs["new_running_mean"], outputs["new_running_var"],
                      outputs["save_mean"], outputs["save_invstd"])
+        arrs += (inputs.get("residual"),)  # last: the fused variants' z (else None)
         go = self.fast if self.vector_ok(arrs) else self.safe
         go(arrs, np.float32(attrs.get("eps", 1e-5)), np.float32(attrs.get("momentum", 0.1)))
 
@@ -42,13 +43,15 @@ class _BnKernel(mc.VecKernel):
 class _BnCuda(mc.CudaVariant):
     op = "batch_norm"
     training = False
-    fused_relu = False  # takes activation: relu (the exact-grid normalize of bn_exact.cuh)
+    # takes activation: relu and residual (the exact-grid normalize of bn_exact.cuh)
+    fused_relu = False
 
     def defines(self, problem: Problem, params: int = 0) -> dict[str, Any]:
         return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
                 "AFFINE": int(problem["affine"]), "PARAMS": params,
                 "LAYOUT": int(problem["layout"] == "NHWC"),
-                "BN_ACT": int(problem.get("activation", "none") == "relu")}
+                "BN_ACT": int(problem.get("activation", "none") == "relu"),
+                "BN_RESID": int(problem.get("residual", False))}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"])
@@ -57,9 +60,10 @@ class _BnCuda(mc.CudaVariant):
         if problem["training"] != self.training:
             return unsupported("training-mode variant" if self.training
                                else "inference variant (training=false only)")
-        if problem.get("activation", "none") != "none" and not self.fused_relu:
-            return unsupported("no fused activation: infer_exact, train_stream and "
-                               "train_lastblock take activation: relu")
+        if ((problem.get("activation", "none") != "none" or problem.get("residual"))
+                and not self.fused_relu):
+            return unsupported("no fused activation or residual: infer_exact, train_stream "
+                               "and train_lastblock take them")
         return SUPPORTED
 
     def vecs(self, problem: Problem, params: Mapping[str, Any], device: Any) -> tuple[int, ...]:
@@ -154,7 +158,7 @@ class _BnTrain(_BnCuda):
         modes = self.modes
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
-            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs
+            x, y, rm, rv, w, b, nrm, nrv, smean, sinv = arrs[:10]
             eps32 = norm.f32(eps)
             fin_args = (part, *dims, rm, rv, nrm, nrv, smean, sinv, w, ws_mean, ws_scale,
                         eps32, norm.f32(momentum))

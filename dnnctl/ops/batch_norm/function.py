@@ -15,7 +15,7 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 
 
 def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
-    x, rm, rv, w, b, out = arrays
+    x, rm, rv, w, b, out, z = arrays
     training, momentum, eps, layout, return_stats, activation = scalars
     training = bool(training)
     activation = check_activation(activation, "batch_norm")
@@ -42,13 +42,18 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     for v, name in ((rm, "running_mean"), (rv, "running_var"), (w2, "weight"), (b2, "bias")):
         mc.check_vector(v, c, "float32", name)
     mc.check_out(out, shape, dtype)
+    if z is not None:
+        mc.check_like(z, shape, dtype, "residual")
     key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout,
-           "training": training, "affine": w2 is not None, "activation": activation}
+           "training": training, "affine": w2 is not None, "activation": activation,
+           "residual": z is not None}
     attrs = {"eps": mc.as_float(eps, "eps", minimum=0.0),
              "momentum": mc.as_float(momentum, "momentum")}
     x4 = (n, c, h, wd) if layout == "NCHW" else (n, h, wd, c)
     inputs = (("x", 0, None), ("running_mean", 1, None), ("running_var", 2, None),
               ("weight", 3, None), ("bias", 4, None))
+    if z is not None:
+        inputs = (*inputs, ("residual", 6, None))
     given: tuple[tuple[str, Any], ...] = ()
     if training:  # the running statistics are updated in place (kernels allow the alias)
         for v, name in ((rm, "running_mean"), (rv, "running_var")):
@@ -65,7 +70,7 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     result: Any = y
     if training and return_stats:
         result = ("y" if out is None else "y", "save_mean", "save_invstd")
-    views = {"x": x4, "y": x4}
+    views = {"x": x4, "y": x4, "residual": x4}
     return Parsed("batch_norm", key, inputs, outputs, given, attrs, consts, result,
                   kernel_shapes=views, like={"y": 0})
 
@@ -76,7 +81,8 @@ _BN = CallSpec("batch_norm", _parse_bn)
 def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight: Any = None,
                bias: Any = None, training: bool = False, momentum: float = 0.1,
                eps: float = 1e-5, layout: str = "NCHW", plan: Any = None, *, out: Any = None,
-               return_stats: bool = False, activation: str = "none") -> Any:
+               return_stats: bool = False, activation: str = "none",
+               residual: Any = None) -> Any:
     """Batch normalization forward over x of rank 2..4 (channel axis per ``layout``).
 
     Parameters and statistics are fp32 (C,). Inference normalizes with the running
@@ -84,9 +90,11 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
     ``running_var`` in place (momentum, unbiased variance, as PyTorch); with
     ``return_stats=True`` it returns ``(y, save_mean, save_invstd)``. ``activation="relu"``
     returns relu(batch_norm(x)) from the same pass (its gradient:
-    ``batch_norm_backward(..., bias=bias, activation="relu")``).
+    ``batch_norm_backward(..., bias=bias, activation="relu")``). ``residual`` (x's shape and
+    dtype) is added before the activation: relu(batch_norm(x) + residual), a ResNet block's
+    end, in the same pass.
     """
-    return call(_BN, (x, running_mean, running_var, weight, bias, out),
+    return call(_BN, (x, running_mean, running_var, weight, bias, out, residual),
                 (bool(training), momentum, eps, layout, bool(return_stats), activation), plan)
 
 

@@ -50,6 +50,8 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
             invstd = 1.0 / np.sqrt(ins["running_var"] + eps)
         scale = (invstd * w).astype(x.dtype).reshape(shape)
         y = (x - mean.astype(x.dtype).reshape(shape)) * scale + b.astype(x.dtype).reshape(shape)
+        if problem.get("residual"):
+            y = y + ins["residual"].astype(y.dtype)
         out["y"] = np.maximum(y, 0) if problem.get("activation", "none") == "relu" else y
     return out
 
@@ -62,11 +64,13 @@ class BatchNormOp(mc.MemoryOp):
            "with a fused ReLU")
     # activation "relu": y = relu(batch_norm(x)) in the same pass (cuDNN's
     # CUDNN_BATCHNORM_OPS_BN_ACTIVATION); its backward recomputes the ReLU's mask from x,
-    # the saved statistics, weight and bias, so it reads no more than batch_norm's own
+    # the saved statistics, weight and bias, so it reads no more than batch_norm's own.
+    # residual: y = act(batch_norm(x) + residual) (..._BN_ADD_ACTIVATION, a ResNet block's
+    # end); its backward reads the residual for the mask and writes its gradient too
     fields = {**sp.SPATIAL_FIELDS, **sp.TENSOR_FIELDS, "training": Field("bool", False),
               "affine": Field("bool", True),
               "activation": Field("str", "none", choices=("none", "relu")),
-              "pass": PASS_FIELD}
+              "residual": Field("bool", False), "pass": PASS_FIELD}
     attrs = {"eps": 1e-5, "momentum": 0.1}
 
     def check(self, key: dict[str, Any]) -> None:
@@ -85,6 +89,8 @@ class BatchNormOp(mc.MemoryOp):
         if problem["affine"]:
             specs["weight"] = TensorSpec((c,), "float32")
             specs["bias"] = TensorSpec((c,), "float32")
+        if problem.get("residual"):
+            specs["residual"] = TensorSpec(sp.tensor_shape(problem), problem["dtype"])
         return specs
 
     @mc.memo_per_problem
@@ -102,6 +108,9 @@ class BatchNormOp(mc.MemoryOp):
                "running_var": rng.uniform(0.5, 2.0, c).astype(np.float32)}
         if problem["affine"]:
             out.update(sp.affine_inputs(rng, c))
+        if problem.get("residual"):
+            z = rng.standard_normal(sp.tensor_shape(problem), dtype=np.float32)
+            out["residual"] = z.astype(np_dtype(problem["dtype"]))
         return out
 
     def reference(self, problem: Problem, inputs: Mapping[str, np.ndarray],

@@ -14,7 +14,8 @@
 //         of a thread has the same channels and the parameters are read once.
 //   NCHW: a vector lies in one plane (host: HW % VEC == 0): one channel per vector.
 // Defines: DNNCTL_DTYPE, AFFINE, PARAMS (see <dnnctl/batchnorm.cuh>), LAYOUT (0 NCHW,
-// 1 NHWC), CH, HW, BN_ACT (1: a fused ReLU on y).
+// 1 NHWC), CH, HW, BN_ACT (1: a fused ReLU on y), BN_RESID (1: z, x's shape, added to bn(x)
+// before the ReLU; the kernel's last argument, null otherwise).
 #pragma once
 #include <dnnctl/batchnorm.cuh>
 
@@ -23,6 +24,9 @@
 #endif
 #ifndef BN_ACT
 #define BN_ACT 0  // 1: relu(y), the fused ReLU (NaN stays NaN, as torch.relu)
+#endif
+#ifndef BN_RESID
+#define BN_RESID 0  // 1: y = act(bn(x) + z), z of x's shape (a ResNet block's end)
 #endif
 
 namespace dnnctl {
@@ -57,15 +61,19 @@ template <int BLOCK, int VEC, int UNROLL, int REV, typename I>
 __global__ void __launch_bounds__(BLOCK)
 bn_exact(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __restrict__ mean,
          const float* __restrict__ var_or_scale, const float* __restrict__ w,
-         const float* __restrict__ b, I n, float eps) {
+         const float* __restrict__ b, I n, float eps, const elem_t* __restrict__ z) {
   const I nvec = n / VEC;
   const I blk = REV ? (I)(gridDim.x - 1 - blockIdx.x) : (I)blockIdx.x;
   const I base = blk * (I)(BLOCK * UNROLL) + threadIdx.x;
   float v[UNROLL][VEC];
+  float r[BN_RESID ? UNROLL : 1][VEC];
 #pragma unroll
   for (int u = 0; u < UNROLL; ++u) {
     const I k = base + (I)(u * BLOCK);
-    if (k < nvec) load_vec<LD_NC, VEC>(x + k * VEC, v[u]);
+    if (k < nvec) {
+      load_vec<LD_NC, VEC>(x + k * VEC, v[u]);
+      if (BN_RESID) load_vec<LD_NC, VEC>(z + k * VEC, r[BN_RESID ? u : 0]);
+    }
   }
 #if LAYOUT == 1
   constexpr bool SAME = (BLOCK * VEC) % CH == 0;  // every vector of the thread: same channels
@@ -85,6 +93,7 @@ bn_exact(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __re
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         v[u][i] = (v[u][i] - m[i]) * scale[i] + beta[i];
+        if (BN_RESID) v[u][i] += r[BN_RESID ? u : 0][i];
         if (BN_ACT && v[u][i] < 0.f) v[u][i] = 0.f;
       }
 #else
@@ -94,6 +103,7 @@ bn_exact(const elem_t* __restrict__ x, elem_t* __restrict__ y, const float* __re
 #pragma unroll
       for (int i = 0; i < VEC; ++i) {
         v[u][i] = (v[u][i] - m) * scale + beta;
+        if (BN_RESID) v[u][i] += r[BN_RESID ? u : 0][i];
         if (BN_ACT && v[u][i] < 0.f) v[u][i] = 0.f;
       }
 #endif
