@@ -1377,56 +1377,44 @@ class _PreActBlock(nn.Module):
         return F.relu(z) + z
 
 
+def _patched_train_step(ref, backward):
+    """A deep copy of ref patched: one forward and backward of both on the same input,
+    outputs, input / parameter gradients and BatchNorm buffers checked equal; the report."""
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, *_INPUT[type(ref)])
+    with dt.patched(model, backward=backward) as report:
+        want, got, xa, xb = _forward_backward(ref, model, x)
+    assert report.fallbacks() == {}
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    _assert_same_grads(ref, model, xa, xb, (1e-3, 1e-4), (1e-3, 1e-4))
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    return report
+
+
+_INPUT = {_PreActBlock: (8, 6, 6), Bottleneck: (16, 6, 6)}
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_batchnorm_then_relu_runs_as_one_fused_batch_norm(train):
     """A BatchNorm not folded into a convolution (pre-activation blocks; every one in
     training) followed by a ReLU runs as one batch_norm with its fused ReLU: the same
     outputs, running statistics and gradients as torch; a BatchNorm read twice stays apart."""
     torch.manual_seed(0)
-    ref = _randomize_bn(_PreActBlock()).train(train)
-    model = copy.deepcopy(ref)
-    x = torch.randn(4, 8, 6, 6)
-    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    want = ref(xa)
-    want.square().mean().backward()
-    with dt.patched(model, backward="dnnctl") as report:
-        got = model(xb)
-        got.square().mean().backward()
+    report = _patched_train_step(_randomize_bn(_PreActBlock()).train(train), "dnnctl")
     fused = {f.head: f.parts for f in report.fusions}
     assert fused["bn1"] == ["relu"]
     if train:
         assert fused["bn2"] == ["relu"] and "bn3" not in fused
     else:  # eval: bn2 and its ReLU fold into conv1, bn3 into conv2
         assert fused["conv1"] == ["bn", "relu"] and fused["conv2"] == ["bn"]
-    assert report.fallbacks() == {}
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-3, atol=1e-4)
-    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
-    for (n, a), b in zip(ref.named_parameters(), model.parameters()):
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)
 
 
-def test_training_bottleneck_runs_its_block_end_as_one_batch_norm():
+@pytest.mark.parametrize("backward", ["dnnctl", "torch"])
+def test_training_bottleneck_runs_its_block_end_as_one_batch_norm(backward):
     """relu(bn3(conv3(h)) + identity) in training: one batch_norm with the residual and ReLU
     fused; outputs, running statistics, input and parameter gradients as eager torch, on
     both backward paths (dnnctl's kernels and torch's formulas)."""
     torch.manual_seed(0)
-    for backward in ("dnnctl", "torch"):
-        ref = _randomize_bn(Bottleneck(16, 4)).train()
-        model = copy.deepcopy(ref)
-        x = torch.randn(2, 16, 6, 6)
-        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-        want = ref(xa)
-        want.square().mean().backward()
-        with dt.patched(model, backward=backward) as report:
-            got = model(xb)
-            got.square().mean().backward()
-        assert ["residual", "relu"] in [f.parts for f in report.fusions]
-        assert report.fallbacks() == {}
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-3, atol=1e-4)
-        for (n, a), b in zip(ref.named_buffers(), model.buffers()):
-            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
-        for (n, a), b in zip(ref.named_parameters(), model.parameters()):
-            torch.testing.assert_close(b.grad, a.grad, rtol=1e-3, atol=1e-4, msg=n)
+    report = _patched_train_step(_randomize_bn(Bottleneck(16, 4)).train(), backward)
+    assert ["residual", "relu"] in [f.parts for f in report.fusions]
