@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dnnctl.ops.adapters import torch_to_cupy
@@ -69,6 +69,28 @@ def on_stream(native: bool) -> Any:
     """The stream context of a vendor call: none for a torch caller (torch's current stream
     is the call's), else CuPy's current stream as torch's (:func:`current_stream`)."""
     return contextlib.nullcontext() if native else current_stream()
+
+
+_KEEP = contextlib.nullcontext()  # reusable: a call that leaves torch's settings alone
+
+
+@contextlib.contextmanager
+def _tf32_set(value: bool) -> Iterator[None]:
+    import torch
+
+    cudnn = torch.backends.cudnn
+    old = cudnn.allow_tf32
+    cudnn.allow_tf32 = value
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32 = old
+
+
+def cudnn_tf32(value: bool | None) -> Any:
+    """cuDNN's TF32 switch set to ``value`` (a float32 problem key's ``tf32``) for the
+    block, restored after; None leaves torch's setting as it is."""
+    return _KEEP if value is None else _tf32_set(value)
 
 
 def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool,

@@ -83,6 +83,12 @@ def nhwc_view(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, 2, 3, 1).contiguous()
 
 
+def in_layout(t: torch.Tensor, nhwc: bool) -> torch.Tensor:
+    """A 4-D tensor as the NHWC / NCHW kernels read it: its (N, H, W, C) view (a copy unless
+    its memory is channels-last), or contiguous NCHW."""
+    return nhwc_view(t) if nhwc else t.contiguous()
+
+
 def nchw_of(y: torch.Tensor) -> torch.Tensor:
     """The logical (N, C, H, W) view of an (N, H, W, C) result: a channels-last tensor."""
     return y.permute(0, 3, 1, 2)

@@ -27,6 +27,7 @@ from dnnctl.torch._tensors import (
     DNN_DTYPES,
     call,
     fp32,
+    in_layout,
     ints,
     is_nhwc,
     nchw_of,
@@ -170,20 +171,22 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
            residual_before_act: bool = False) -> torch.Tensor:
     st, dil, pad = ints(stride, 2), ints(dilation, 2), ints(padding, 2)
     nhwc = is_nhwc(x)
+
+    def plain_key() -> dict[str, Any]:
+        return keys.conv2d(x, w, bias is not None, st, pad, dil, groups, "none", False, nhwc)
+
     if (activation == "none" and residual is None and x.is_cuda and x.dtype in DNN_DTYPES
             and x.numel() and w.numel()
-            and torch_runs("conv2d", lambda: keys.conv2d(
-                x, w, bias is not None, st, pad, dil, groups, "none", False, nhwc, False),
-                x, plan, (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
-                          st, pad, dil, groups, nhwc))):
+            and torch_runs("conv2d", plain_key, x, plan,
+                           (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
+                            st, pad, dil, groups, nhwc))):
         # cuDNN chosen for a convolution with nothing fused (a bias is what torch adds too):
         # torch's own call runs it (see torch_runs), with torch's own settings (a float32
         # conv as the unpatched model's: TF32 where torch.backends.cudnn.allow_tf32 says);
         # its backward problems are noted by the op's autograd formula, as every call's
         VENDOR_VIA_TORCH["conv2d"] += 1
         if RECORDERS:
-            _note("conv2d", keys.conv2d(x, w, bias is not None, st, pad, dil, groups, "none",
-                                        False, nhwc, False))
+            _note("conv2d", plain_key())
         return F.conv2d(x, w, bias, st, pad, dil, groups)
     act = None if activation == "none" else activation
     before = residual_before_act
@@ -366,14 +369,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
 def _spatial(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """(the tensor the NCHW / NHWC kernels read, is NHWC) of a 4-D input."""
     nhwc = is_nhwc(x)
-    return (nhwc_view(x) if nhwc else x.contiguous()), nhwc
-
-
-def _in_layout(t: torch.Tensor | None, nhwc: bool) -> torch.Tensor | None:
-    """A second 4-D input (a residual) as the kernels read x: NHWC view or contiguous."""
-    if t is None:
-        return None
-    return nhwc_view(t.contiguous(memory_format=torch.channels_last)) if nhwc else t.contiguous()
+    return in_layout(x, nhwc), nhwc
 
 
 def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
@@ -388,7 +384,7 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.T
         y = call(dops.batch_norm, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
                                    fp32(bias)), training=False, eps=eps,
                  layout="NHWC" if nhwc else "NCHW", plan=_plan(plan), activation=activation,
-                 residual=_in_layout(residual, nhwc))
+                 residual=None if residual is None else in_layout(residual, nhwc))
         return nchw_of(y) if nhwc else y
 
     def reference() -> torch.Tensor:
@@ -424,7 +420,7 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
                                training=True, momentum=momentum, eps=eps,
                                layout="NHWC" if nhwc else "NCHW", return_stats=True,
                                plan=_plan(plan), activation=activation,
-                               residual=_in_layout(residual, nhwc))
+                               residual=None if residual is None else in_layout(residual, nhwc))
         return (nchw_of(y) if nhwc else y, rm.to(running_mean.dtype),
                 rv.to(running_var.dtype), mean, invstd)
 

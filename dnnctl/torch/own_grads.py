@@ -16,7 +16,15 @@ import torch
 
 import dnnctl.ops as dops
 from dnnctl.torch import keys
-from dnnctl.torch._tensors import call, fp32, is_nhwc, nchw_of, nhwc_view, storage_view
+from dnnctl.torch._tensors import (
+    call,
+    fp32,
+    in_layout,
+    is_nhwc,
+    nchw_of,
+    nhwc_view,
+    storage_view,
+)
 
 T = torch.Tensor
 Opt = torch.Tensor | None
@@ -153,9 +161,8 @@ def softmax(grad: T, y: T, dim: int, log: bool) -> T:
 
 def _spatial(x: T, grad: T) -> tuple[T, T, bool]:
     """(x, grad) as the NCHW / NHWC kernels read them, and whether NHWC."""
-    if is_nhwc(x):
-        return nhwc_view(x), nhwc_view(grad), True
-    return x.contiguous(), grad.contiguous(), False
+    nhwc = is_nhwc(x)
+    return in_layout(x, nhwc), in_layout(grad, nhwc), nhwc
 
 
 def batch_norm_keys(x: T, affine: bool, activation: str = "none",
@@ -171,14 +178,11 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     from the forward's saved (fp32) batch statistics: (dx, dweight, dbias, dresidual)."""
     xs, gs, nhwc = _spatial(x, grad)
     relu = activation == "relu"
-    zs = None
-    if residual is not None:  # in x's layout
-        zs = nhwc_view(residual.contiguous(memory_format=torch.channels_last)) if nhwc \
-            else residual.contiguous()
     out = call(dops.batch_norm_backward, (gs, xs, fp32(mean), fp32(invstd)),
                weight=fp32(weight), layout="NHWC" if nhwc else "NCHW",
                bias=fp32(bias) if relu and weight is not None else None,
-               activation=activation, residual=zs)
+               activation=activation,
+               residual=None if residual is None else in_layout(residual, nhwc))
     dx, dw, db = out[:3]
     dz = None
     if residual is not None:

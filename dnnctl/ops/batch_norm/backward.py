@@ -15,13 +15,23 @@ from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import term_scale
 
 
+def fused_relu(problem: Problem) -> bool:
+    """The key fuses a ReLU (``activation: relu``)."""
+    return problem.get("activation", "none") == "relu"
+
+
+def epilogue_defines(problem: Problem) -> dict[str, int]:
+    """The fused ReLU and residual as the kernels' defines (bn_exact.cuh, bn_backward.cu)."""
+    return {"BN_ACT": int(fused_relu(problem)), "BN_RESID": int(problem.get("residual", False))}
+
+
 def relu_mask(problem: Problem, dy: np.ndarray, x: np.ndarray, w: np.ndarray | None,
               mean: np.ndarray, invstd: np.ndarray, b: np.ndarray | None,
               z: np.ndarray | None = None) -> np.ndarray:
     """dy through the fused ReLU of an ``activation: relu`` key: zero where the forward's
     pre-activation (x - mean) * invstd * w + b (+ the residual z) was not positive
     (recomputed from x)."""
-    if problem.get("activation", "none") != "relu":
+    if not fused_relu(problem):
         return dy
     shape = sp.channel_shape(problem)
     scale = invstd if w is None else invstd * w
@@ -91,7 +101,7 @@ class BatchNormBackward(sp.SpatialNormBackward):
     @staticmethod
     def _relu_bias(problem: Problem) -> bool:
         """The fused ReLU's mask needs the forward's bias (an affine key's)."""
-        return problem.get("activation", "none") == "relu" and problem["affine"]
+        return fused_relu(problem) and problem["affine"]
 
     def input_specs(self, op: Op, problem: Problem) -> dict[str, TensorSpec]:
         specs = super().input_specs(op, problem)

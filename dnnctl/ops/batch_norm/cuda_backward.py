@@ -10,6 +10,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Kernel, Problem, dtype_size
+from dnnctl.ops.batch_norm.backward import epilogue_defines, fused_relu
 from dnnctl.ops.registry import register_variant
 
 
@@ -30,7 +31,7 @@ class BnBwdReduceDx(mc.CudaBackward):
     def coef_floats(problem: Problem) -> int:
         """The dx pass's per-channel coefficients: a, b, c0 (and the fused ReLU's mask scale
         and beta)."""
-        return (5 if problem.get("activation", "none") == "relu" else 3) * problem["c"]
+        return (5 if fused_relu(problem) else 3) * problem["c"]
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         if not sp.vec_ok(problem, params["vec"]):
@@ -80,8 +81,7 @@ class BnBwdReduceDx(mc.CudaBackward):
         names += [f"bn_bwd_dx<{block},{v},{itype},{rev}>" for v in vecs]
         mod = mc.compile_cuda(self.source, {
             "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
-            "LAYOUT": int(not nchw), "BN_ACT": int(problem.get("activation", "none") == "relu"),
-            "BN_RESID": int(problem.get("residual", False))}, names, device)
+            "LAYOUT": int(not nchw), **epilogue_defines(problem)}, names, device)
         sms = mc.sm_count(device)
 
         def program(v: int) -> Any:

@@ -46,7 +46,7 @@ class _ExactKernel(mc.VecKernel):
 @register_variant
 class BnInferExact(_BnCuda):
     name = "infer_exact"
-    fused_relu = True
+    fused_epilogue = True
     source = "norm/bn_exact.cu"
     doc = ("exact-grid vector stream, channel from the flat index (geometry compiled in), "
            "statistics read per thread: no prologue")
@@ -123,7 +123,7 @@ class _StreamBuild:
 @register_variant
 class BnTrainStream(_StreamBuild, _BnCuda):
     name = "train_stream"
-    fused_relu = True
+    fused_epilogue = True
     source = "norm/bn_stream.cu"
     training = True
     doc = ("statistics with `unroll` loads in flight per thread, finalize, then the exact-grid "

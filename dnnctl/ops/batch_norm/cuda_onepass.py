@@ -24,7 +24,7 @@ from dnnctl.ops.registry import register_variant
 @register_variant
 class BnTrainLastBlock(_StreamBuild, _BnCuda):
     name = "train_lastblock"
-    fused_relu = True
+    fused_epilogue = True
     source = "norm/bn_onepass.cu"
     training = True
     doc = ("two launches: statistics (unroll loads in flight, shifted partial sums; the last "
@@ -57,7 +57,6 @@ class BnTrainLastBlock(_StreamBuild, _BnCuda):
         tiles = mc.cdiv(c // vec, tx)
         return max(1, min(mc.cdiv(resident, tiles), mc.cdiv(n * hw, (block // tx) * u),
                           65535)), tiles
-
 
     def layout(self, problem: Problem, params: Mapping[str, Any], vec: int,
                sms: int) -> tuple[int, int, int, int]:

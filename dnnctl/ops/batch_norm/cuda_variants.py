@@ -12,6 +12,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.batch_norm.backward import epilogue_defines
 from dnnctl.ops.registry import register_variant
 
 
@@ -44,14 +45,12 @@ class _BnCuda(mc.CudaVariant):
     op = "batch_norm"
     training = False
     # takes activation: relu and residual (the exact-grid normalize of bn_exact.cuh)
-    fused_relu = False
+    fused_epilogue = False
 
     def defines(self, problem: Problem, params: int = 0) -> dict[str, Any]:
         return {"DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]],
                 "AFFINE": int(problem["affine"]), "PARAMS": params,
-                "LAYOUT": int(problem["layout"] == "NHWC"),
-                "BN_ACT": int(problem.get("activation", "none") == "relu"),
-                "BN_RESID": int(problem.get("residual", False))}
+                "LAYOUT": int(problem["layout"] == "NHWC"), **epilogue_defines(problem)}
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"])
@@ -61,7 +60,7 @@ class _BnCuda(mc.CudaVariant):
             return unsupported("training-mode variant" if self.training
                                else "inference variant (training=false only)")
         if ((problem.get("activation", "none") != "none" or problem.get("residual"))
-                and not self.fused_relu):
+                and not self.fused_epilogue):
             return unsupported("no fused activation or residual: infer_exact, train_stream "
                                "and train_lastblock take them")
         return SUPPORTED

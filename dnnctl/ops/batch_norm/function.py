@@ -42,8 +42,7 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     for v, name in ((rm, "running_mean"), (rv, "running_var"), (w2, "weight"), (b2, "bias")):
         mc.check_vector(v, c, "float32", name)
     mc.check_out(out, shape, dtype)
-    if z is not None:
-        mc.check_like(z, shape, dtype, "residual")
+    mc.check_like(z, shape, dtype, "residual")
     key = {"n": n, "c": c, "h": h, "w": wd, "dtype": dtype, "layout": layout,
            "training": training, "affine": w2 is not None, "activation": activation,
            "residual": z is not None}

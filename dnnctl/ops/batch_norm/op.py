@@ -12,7 +12,7 @@ import numpy as np
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
-from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD
+from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD, fused_relu
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 
@@ -52,7 +52,7 @@ def bn_numpy(problem: Problem, x: np.ndarray, ins: Mapping[str, np.ndarray], eps
         y = (x - mean.astype(x.dtype).reshape(shape)) * scale + b.astype(x.dtype).reshape(shape)
         if problem.get("residual"):
             y = y + ins["residual"].astype(y.dtype)
-        out["y"] = np.maximum(y, 0) if problem.get("activation", "none") == "relu" else y
+        out["y"] = np.maximum(y, 0) if fused_relu(problem) else y
     return out
 
 

@@ -237,9 +237,8 @@ class Conv2d(Op):
             if vendor is not None and vendor.supports(problem, device):
                 from dnnctl.ops.conv2d import cost
 
-                params = {"fuse": int(cost.cudnn_fused_pays(problem, device))}
-                if kind == "plain":
-                    params = {"fuse": 0}
+                params = {"fuse": 0 if kind == "plain"
+                          else int(cost.cudnn_fused_pays(problem, device))}
                 # a block's end takes cuDNN's fused graph only (fuse=0 would be cuDNN's
                 # convolution + a separate pass): else our kernels
                 if ((kind != "block_end" or params["fuse"])

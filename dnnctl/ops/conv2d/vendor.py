@@ -28,7 +28,13 @@ from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import CudaConv, Epilogue
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
-from dnnctl.ops.torch_vendor import deliver, on_stream, tensor, torch_cuda_missing
+from dnnctl.ops.torch_vendor import (
+    cudnn_tf32,
+    deliver,
+    on_stream,
+    tensor,
+    torch_cuda_missing,
+)
 
 
 def _has_fused_relu() -> bool:
@@ -99,7 +105,6 @@ class TorchCudnnConv(CudaConv):
         conv_add_relu = torch.cudnn_convolution_add_relu if fused and g.residual else None
         epi = Epilogue(_cuda.runtime(), g) if not fused and _cuda.needs_epilogue(g) else None
         tf32 = g.tf32 if g.dtype == "float32" else None
-        cudnn = torch.backends.cudnn
         nhwc = g.nhwc
 
         def run(inputs: Mapping[str, Any], cl: bool) -> Any:
@@ -132,17 +137,8 @@ class TorchCudnnConv(CudaConv):
             native = isinstance(inputs["x"], torch.Tensor)
             # a channels-last call's torch tensors are already (N, C, H, W) views
             cl = native and bool(attrs.get("channels_last"))
-            with on_stream(native):
-                if tf32 is None:
-                    y = run(inputs, cl)
-                else:
-                    old = cudnn.allow_tf32
-                    cudnn.allow_tf32 = tf32
-                    try:
-                        y = run(inputs, cl)
-                    finally:
-                        cudnn.allow_tf32 = old
-                return deliver(outputs, {"y": y}, native)
+            with on_stream(native), cudnn_tf32(tf32):
+                return deliver(outputs, {"y": run(inputs, cl)}, native)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.adopts = True  # type: ignore[attr-defined]  # torch's output

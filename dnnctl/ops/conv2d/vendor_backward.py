@@ -26,7 +26,13 @@ from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d.cuda_base import CudaConv
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
-from dnnctl.ops.torch_vendor import deliver, on_stream, tensor, torch_cuda_missing
+from dnnctl.ops.torch_vendor import (
+    cudnn_tf32,
+    deliver,
+    on_stream,
+    tensor,
+    torch_cuda_missing,
+)
 
 
 class _TorchCudnnBackward(CudaConv):
@@ -57,7 +63,6 @@ class _TorchCudnnBackward(CudaConv):
         x_shape = (g.n, g.c, g.h, g.w)
         backward = torch.ops.aten.convolution_backward.default
         tf32 = g.tf32 if g.dtype == "float32" else None
-        cudnn = torch.backends.cudnn
         nhwc = g.nhwc
 
         def nchw(t: Any) -> Any:
@@ -82,17 +87,8 @@ class _TorchCudnnBackward(CudaConv):
         def kernel(inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                    attrs: Mapping[str, Any]) -> dict[str, Any]:
             native = isinstance(inputs["dy"], torch.Tensor)
-            with on_stream(native):
-                if tf32 is None:
-                    res = run(inputs)
-                else:
-                    old = cudnn.allow_tf32
-                    cudnn.allow_tf32 = tf32
-                    try:
-                        res = run(inputs)
-                    finally:
-                        cudnn.allow_tf32 = old
-                return deliver(outputs, res, native)
+            with on_stream(native), cudnn_tf32(tf32):
+                return deliver(outputs, run(inputs), native)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.adopts = True  # type: ignore[attr-defined]  # torch's outputs
