@@ -344,3 +344,26 @@ def test_torch_ops_refuse_what_torch_refuses_and_run_what_torch_runs():
     b = torch.randn(3)
     torch.testing.assert_close(ops.linear(torch.randn(4, 0), torch.randn(3, 0), b),
                                b.expand(4, 3))
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_vendor_route_decides_a_conv_and_a_linear_key(layout):
+    """torch_runs validates the call's key itself once (a conv key holds lists): on CPU the
+    choice is a numpy variant, so neither runs as torch's own op, and the answer is kept."""
+    from dnnctl.torch import kernels, keys
+    from dnnctl.torch._tensors import ints
+
+    x = torch.randn(2, 4, 9, 9)
+    w = torch.randn(6, 4, 3, 3)
+    if layout == "nhwc":
+        x = x.to(memory_format=torch.channels_last)
+    st, pad, dil = ints(2, 2), ints(1, 2), ints(1, 2)
+
+    def conv_key():
+        return keys.conv2d(x, w, False, st, pad, dil, 1, "none", False, layout == "nhwc")
+
+    call_key = (x.shape, w.shape, st, pad, dil, layout)
+    assert kernels.torch_runs("conv2d", conv_key, x, 0, call_key) is False
+    assert kernels.torch_runs("conv2d", conv_key, x, 0, call_key) is False  # the kept answer
+    a, lw = torch.randn(5, 8), torch.randn(3, 8)
+    assert kernels.torch_runs_linear(a, lw, None, 0) is False
