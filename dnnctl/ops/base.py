@@ -404,6 +404,9 @@ class Variant(ABC):
     params: ClassVar[dict[str, tuple[Any, ...]]] = {}
     deterministic: ClassVar[bool] = True
     vendor: ClassVar[bool] = False  # a library's kernel (cuBLAS, cuDNN, torch, flash-attn)
+    # the library is called through torch: a torch caller runs it on its own tensors and
+    # stream (dnnctl.ops.torch_vendor), and the tuner times it so (native_io)
+    via_torch: ClassVar[bool] = False
     source: ClassVar[str | None] = None  # kernels/<op>/<variant>.cu, relative to kernels/
     doc: ClassVar[str] = ""
 

@@ -117,3 +117,35 @@ def deliver(outputs: Mapping[str, Any], results: Mapping[str, Any], native: bool
             val = torch_to_cupy(val, cupy)
         made[name] = val
     return made
+
+
+@contextlib.contextmanager
+def native_io(variant: Any, inputs: Mapping[str, Any]) -> Iterator[tuple[dict[str, Any], Any]]:
+    """(inputs as the call should get them, results to backend arrays) for timing and
+    verifying ``variant`` as a torch caller runs it.
+
+    A variant that calls its library through torch (``via_torch``) is handed torch views of
+    backend arrays, made once here, inside CuPy's current stream as torch's: each call is
+    then the torch-native one (no per-call DLPack views, stream switch or output conversion),
+    which is what a patched model's call or torch's own formula for a planned vendor choice
+    costs. The second value turns such a call's results (torch tensors) into backend arrays
+    for verification. Any other variant gets ``inputs`` as they are and an identity."""
+    if not getattr(variant, "via_torch", False) or not inputs or any(
+            v is not None and v.__class__.__module__.split(".")[0] != "cupy"
+            for v in inputs.values()):
+        yield dict(inputs), _same
+        return
+    import cupy
+
+    with current_stream():
+        yield ({k: None if v is None else tensor(v) for k, v in inputs.items()},
+               lambda made: {k: torch_to_cupy(v, cupy) if _is_tensor(v) else v
+                             for k, v in (made or {}).items()})
+
+
+def _same(made: Any) -> Any:
+    return made
+
+
+def _is_tensor(v: Any) -> bool:
+    return v.__class__.__module__.split(".")[0] == "torch"

@@ -18,6 +18,7 @@ with NaN-poisoned outputs, then time); ``retime`` (the leaders, interleaved in r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import math
@@ -45,6 +46,7 @@ from dnnctl.ops.base import (
 )
 from dnnctl.ops.check import Prepared, prepare
 from dnnctl.ops.dispatch import adopting, adoption_error
+from dnnctl.ops.torch_vendor import native_io
 from dnnctl.tune.candidates import Candidate
 from dnnctl.tune.select import combine_rounds
 from dnnctl.tune.timer import TimingPolicy, measure, summarize
@@ -173,22 +175,25 @@ class Evaluator:
             # a kernel that adopts its outputs is verified and timed as the run-time
             # pipeline calls it: without outputs, on the ones it returns
             given: dict[str, Any] = {} if adopting(kernel) else outputs
-            made = kernel(inputs, given, prep.attrs)
-            self.backend.synchronize()
-            if given is not outputs:
-                bad = adoption_error(op.output_specs(problem), made)
-                if bad:
-                    return {"status": "wrong", "max_rel_err": None, "workspace_bytes": ws,
-                            "detail": bad, "elapsed_s": time.perf_counter() - t0}
-                outputs = made
-            check = self._verify(op, problem, outputs, prep)
-            err = check.max_rel_err if np.isfinite(check.max_rel_err) else None
-            if not check.ok:
-                return {"status": "wrong", "max_rel_err": err, "workspace_bytes": ws,
-                        "detail": check.detail or "output differs from the reference",
-                        "elapsed_s": time.perf_counter() - t0}
-            samples = measure(self.backend, lambda: kernel(inputs, given, prep.attrs),
-                              policy)
+            # a library called through torch is run as a torch caller runs it (native_io)
+            with native_io(variant, inputs) as (args, to_backend):
+                made = to_backend(kernel(args, given, prep.attrs))
+                self.backend.synchronize()
+                if given is not outputs:
+                    bad = adoption_error(op.output_specs(problem), made)
+                    if bad:
+                        return {"status": "wrong", "max_rel_err": None,
+                                "workspace_bytes": ws, "detail": bad,
+                                "elapsed_s": time.perf_counter() - t0}
+                    outputs = made
+                check = self._verify(op, problem, outputs, prep)
+                err = check.max_rel_err if np.isfinite(check.max_rel_err) else None
+                if not check.ok:
+                    return {"status": "wrong", "max_rel_err": err, "workspace_bytes": ws,
+                            "detail": check.detail or "output differs from the reference",
+                            "elapsed_s": time.perf_counter() - t0}
+                samples = measure(self.backend, lambda: kernel(args, given, prep.attrs),
+                                  policy)
             t = summarize(samples)
         except Exception as exc:  # becomes a failed candidate, never a failed run
             return self._failure(exc, ws, t0)
@@ -203,19 +208,22 @@ class Evaluator:
         cands = [Candidate.of(d["variant"], d.get("params") or {}) for d in req["candidates"]]
         runs = []
         try:
-            for cand in cands:
-                kernel = self._kernel(problem, cand)
-                inputs, outputs = self._fresh(op, problem, prep)
-                runs.append((cand, kernel, inputs, {} if adopting(kernel) else outputs))
-            rounds: dict[Candidate, list[list[float]]] = {c: [] for c in cands}
-            warm = min(policy.warmup_ms, 5.0)
-            for r in range(max(1, policy.retime_rounds)):
-                k = r % len(runs)
-                for cand, kernel, inputs, outputs in runs[k:] + runs[:k]:
-                    s = measure(self.backend, lambda kn=kernel, i=inputs, o=outputs:
-                                kn(i, o, prep.attrs), policy,
-                                budget_ms=policy.retime_budget_ms, warmup_ms=warm)
-                    rounds[cand].append([float(x) for x in s])
+            with contextlib.ExitStack() as stack:
+                for cand in cands:
+                    kernel = self._kernel(problem, cand)
+                    inputs, outputs = self._fresh(op, problem, prep)
+                    variant = registry.get_variant(problem.op, self.backend.name, cand.variant)
+                    args, _ = stack.enter_context(native_io(variant, inputs))
+                    runs.append((cand, kernel, args, {} if adopting(kernel) else outputs))
+                rounds: dict[Candidate, list[list[float]]] = {c: [] for c in cands}
+                warm = min(policy.warmup_ms, 5.0)
+                for r in range(max(1, policy.retime_rounds)):
+                    k = r % len(runs)
+                    for cand, kernel, inputs, outputs in runs[k:] + runs[:k]:
+                        s = measure(self.backend, lambda kn=kernel, i=inputs, o=outputs:
+                                    kn(i, o, prep.attrs), policy,
+                                    budget_ms=policy.retime_budget_ms, warmup_ms=warm)
+                        rounds[cand].append([float(x) for x in s])
         except Exception as exc:
             return self._failure(exc, 0, time.perf_counter())
         out = []

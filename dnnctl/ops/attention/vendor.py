@@ -52,6 +52,7 @@ def _bhsd(p: Problem, x: Any) -> Any:
 
 class _TorchBase(CupyAttention):
     vendor = True
+    via_torch = True
     deterministic = True
 
     def supports(self, problem: Problem, device: Any) -> Support:

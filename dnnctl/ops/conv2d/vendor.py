@@ -55,6 +55,7 @@ class TorchCudnnConv(CudaConv):
 
     name = "torch_cudnn"
     vendor = True
+    via_torch = True
     # not bitwise repeatable across processes: cuDNN's algorithm is torch's pick (its
     # benchmark mode may choose another one in the next run)
     deterministic = False

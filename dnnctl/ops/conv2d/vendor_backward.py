@@ -37,6 +37,7 @@ from dnnctl.ops.torch_vendor import (
 
 class _TorchCudnnBackward(CudaConv):
     vendor = True
+    via_torch = True
     deterministic = False  # torch's algorithm pick; wgrad's may accumulate with atomics
     params: dict[str, tuple] = {}
 
