@@ -26,6 +26,7 @@ compile); rows it cannot reach are listed as skipped, never silently dropped.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -181,6 +182,11 @@ def _one_call_us(fn: Callable[[], None]) -> float:
 
 
 def bench_row(row: Row) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:  # torch views of the inputs, for vendor calls
+        return _bench_row(row, stack)
+
+
+def _bench_row(row: Row, stack: contextlib.ExitStack) -> dict[str, Any]:
     import cupy as cp
     import torch
 
@@ -224,8 +230,8 @@ def bench_row(row: Row) -> dict[str, Any]:
         try:
             kern = variant.build(problem, params, dev)
             y.fill(float("nan"))
-            kern(inputs, {"y": y}, {})
-            err = float(cp.linalg.norm(y.astype(cp.float32) - ref_cp)) / ref_norm
+            run, got = common.candidate_call(stack, variant, kern, inputs, {"y": y})
+            err = float(cp.linalg.norm(got["y"].astype(cp.float32) - ref_cp)) / ref_norm
         except Exception as exc:  # a failed candidate is skipped, as the tuner does
             failed += 1
             notes.append(f"{name}: {type(exc).__name__}: {str(exc)[:120]}")
@@ -234,9 +240,6 @@ def bench_row(row: Row) -> dict[str, Any]:
             wrong += 1
             notes.append(f"{name}: wrong (rel err {err:.3g})")
             continue
-
-        def run(kern: Any = kern) -> None:
-            kern(inputs, {"y": y}, {})
 
         cand = Cand(name, variant.name, params, run, err)
         cands.append(cand)

@@ -240,9 +240,7 @@ def bench_row(row: Row) -> dict[str, Any]:
 def _bench_row(row: Row, stack: contextlib.ExitStack) -> dict[str, Any]:
     import cupy as cp
 
-    from dnnctl.ops.dispatch import adopting
     from dnnctl.ops.registry import get_op
-    from dnnctl.ops.torch_vendor import native_io
 
     op = get_op("conv2d")
     dev = common.backend().device(cp.cuda.Device().id)
@@ -261,10 +259,7 @@ def _bench_row(row: Row, stack: contextlib.ExitStack) -> dict[str, Any]:
             kern = variant.build(problem, params, dev)
             for o in outs.values():
                 o.fill(float("nan"))
-            # cuDNN through torch is timed as a torch caller (a patched model) runs it
-            args, to_backend = stack.enter_context(native_io(variant, inputs))
-            given = {} if adopting(kern) else outs
-            got = to_backend(kern(args, given, {})) if given is not outs else outs
+            run, got = common.candidate_call(stack, variant, kern, inputs, outs)
             err = max(float(cp.linalg.norm(got[n].astype(cp.float32) - ref))
                       / max(float(cp.linalg.norm(ref)), 1e-30) for n, ref in refs.items())
         except Exception as exc:  # a failed candidate is skipped, as the tuner does
@@ -277,9 +272,6 @@ def _bench_row(row: Row, stack: contextlib.ExitStack) -> dict[str, Any]:
             print(f"  [{row.config} {row.which} {row.layer}] {name}: wrong ({err:.3g})",
                   file=sys.stderr)
             continue
-
-        def run(kern: Any = kern, args: Any = args, given: Any = given) -> None:
-            kern(args, given, {})
 
         cand = bench_conv.Cand(name, variant.name, params, run, err)
         cands.append(cand)

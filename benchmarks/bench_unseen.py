@@ -31,6 +31,7 @@ pool. Rows past the time budget are listed as skipped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -147,6 +148,12 @@ def _torch_setup(case: Any) -> tuple[Callable[[], Any], dict[str, Any], Callable
 
 def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
     """One row: torch, default and tuned times (re-timed interleaved), ratios, TFLOP/s."""
+    with contextlib.ExitStack() as stack:  # torch views of the inputs, for vendor calls
+        return _bench_case(case, device, top_k, stack)
+
+
+def _bench_case(case: Any, device: Any, top_k: int, stack: contextlib.ExitStack
+                ) -> dict[str, Any]:
     import cupy as cp
 
     from dnnctl.ops.registry import get_op, get_variant
@@ -165,19 +172,17 @@ def bench_case(case: Any, device: Any, top_k: int) -> dict[str, Any]:
     for i, (name, params) in enumerate(candidates(problem, device, top_k)):
         label = candidate_label(name, params)
         try:
-            kern = get_variant(case.op, "cupy", name).build(problem, params, device)
+            variant = get_variant(case.op, "cupy", name)
+            kern = variant.build(problem, params, device)
             y.fill(float("nan"))
-            kern(inputs, {"y": y}, {})
-            err = float(cp.linalg.norm(y.astype(cp.float32) - ref)) / ref_norm
+            run, got = common.candidate_call(stack, variant, kern, inputs, {"y": y})
+            err = float(cp.linalg.norm(got["y"].astype(cp.float32) - ref)) / ref_norm
         except Exception as exc:  # a failed candidate is skipped, as the tuner does
             notes.append(f"{label}: {type(exc).__name__}: {str(exc)[:100]}")
             continue
         if not err <= tol:
             notes.append(f"{label}: wrong (rel err {err:.3g})")
             continue
-
-        def run(kern: Any = kern) -> None:
-            kern(inputs, {"y": y}, {})
 
         us = common.time_us(run, warmup_ms=2, budget_ms=10)["median_us"]
         timed.append((us if i else -1.0, label, run))  # -1: keeps the default first

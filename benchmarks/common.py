@@ -142,3 +142,23 @@ def precompile(record_jobs: Any, args: tuple, budget_s: float,
         return f"kernel pre-compilation stopped ({type(exc).__name__}: {exc})"
     return (f"pre-compiled {done}/{len(jobs)} kernel modules with {workers} processes in "
             f"{time.time() - t0:.0f} s ({len(failed)} failed to compile)")
+
+
+def candidate_call(stack: Any, variant: Any, kern: Any, inputs: dict[str, Any],
+                   outs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """(a timed call, its first results) of a built candidate, run as the tuner runs it: a
+    library called through torch on torch views made once, inside ``stack``
+    (dnnctl.ops.torch_vendor.native_io: what a patched model's call costs), and a kernel
+    that adopts its outputs called without them."""
+    from dnnctl.ops.dispatch import adopting
+    from dnnctl.ops.torch_vendor import native_io
+
+    args, to_backend = stack.enter_context(native_io(variant, inputs))
+    given = {} if adopting(kern) else outs
+    made = kern(args, given, {})
+    got = to_backend(made) if given is not outs else outs
+
+    def run() -> None:
+        kern(args, given, {})
+
+    return run, got
