@@ -134,13 +134,16 @@ class BatchNormOp(mc.MemoryOp):
         vec = sp.best_vec(problem)
         if problem["training"]:
             if mc.cdiv(sp.numel(problem), 128) < 2**31:
-                # two launches: statistics with 4 loads in flight per thread folded by the
+                # two launches: statistics with 8 loads in flight per thread folded by the
                 # last block of each channel tile (no finalize launch), then infer_exact's
                 # stream walking x backwards (L2 still holds what the statistics read last).
                 # Round 2 measured train_stream (three launches, a serial per-channel
-                # finalize) at 0.65x torch; bench_backward times both against torch.
-                return Choice.of("train_lastblock", {"block": 256, "vec": vec, "unroll": 4,
-                                                     "blocks_per_sm": 4, "tile": 128})
+                # finalize) at 0.65x torch. A sweep of 48 parameter sets on four ResNet-50
+                # b64 shapes (H100, 2026-12-06) found unroll 8 at 2 blocks per SM the
+                # fastest on three and within 5% on the fourth (unroll 4 at 4 per SM: up
+                # to 10% slower); bench_backward times it against torch.
+                return Choice.of("train_lastblock", {"block": 256, "vec": vec, "unroll": 8,
+                                                     "blocks_per_sm": 2, "tile": 128})
             return Choice.of("train_fused", {"block": 256, "vec": vec, "waves": 4})
         if mc.cdiv(sp.numel(problem), 128) < 2**31:
             # the activation kernels' exact-grid stream with the channel from the flat index
