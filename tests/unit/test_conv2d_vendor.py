@@ -37,30 +37,42 @@ def test_without_cuda_torch_it_says_why_and_the_default_is_our_own():
     assert OP.default_choice(p, "cupy", H200) == own_choice(p, "cupy", H200)
 
 
-@pytest.mark.parametrize(("change", "cudnn"), [
-    ({}, True),  # fp16 NHWC conv + bias + ReLU: cuDNN (its fused graph on this stem)
-    ({"bias": False}, True),
-    ({"dtype": "bfloat16"}, True),
-    ({"residual": True}, False),  # + residual after ReLU: our kernels
-    ({"activation": "gelu"}, False),
-    ({"activation": "none"}, False),
-    ({"layout": "NCHW"}, False),
-    ({"dtype": "float32"}, False),
+DEPTHWISE = {"c": 64, "k": 64, "groups": 64, "h": 56, "w": 56, "r": 3, "s": 3, "stride": 1,
+             "pad": 1}
+
+
+@pytest.mark.parametrize(("change", "route"), [
+    ({}, "relu"),  # fp16 NHWC conv + bias + ReLU: cuDNN (its fused graph on this stem)
+    ({"bias": False}, "relu"),
+    ({"dtype": "bfloat16"}, "relu"),
+    ({"residual": True}, "epilogue"),  # + residual after ReLU: cuDNN's conv + our pass
+    ({"activation": "gelu"}, "epilogue"),
+    ({"activation": "none"}, "epilogue"),  # a bias alone
+    ({"layout": "NCHW"}, "epilogue"),
+    ({"dtype": "float32"}, "epilogue"),
+    (DEPTHWISE, "own"),  # depthwise: our kernels
+    ({**DEPTHWISE, "dtype": "float32", "layout": "NCHW"}, "own"),
 ])
-def test_default_is_cudnns_fused_relu_where_measured(change, cudnn, monkeypatch):
+def test_default_route_of_a_fused_conv(change, route, monkeypatch):
     """The policy alone (no GPU here): where the probe says torch has CUDA, an un-tuned
-    fp16 / bf16 NHWC conv + ReLU runs cuDNN's fused graph; the rest, the backward passes and
-    the numpy backend keep our own choice."""
+    fp16 / bf16 NHWC conv + ReLU runs cuDNN's fused graph (or its convolution + our pass),
+    every other dense conv cuDNN's convolution + our one-pass epilogue, a depthwise conv our
+    own kernels; the backward passes and the numpy backend keep our own choice."""
     monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
     monkeypatch.setattr(vendor, "_has_fused_relu", lambda: True)
     p = OP.problem(dict(STEM, **change))
     choice = OP.default_choice(p, "cupy", H200)
-    if cudnn:
+    if route == "relu":
         assert choice.variant == "torch_cudnn"
+    elif route == "epilogue":
+        assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 0})
     else:
         assert choice == own_choice(p, "cupy", H200)
     assert own_choice(p, "cupy", H200).variant != "torch_cudnn"
     assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"
+    back = OP.problem({**STEM, **change, "pass": "dgrad", "bias": False, "activation": "none",
+                       "residual": False})
+    assert OP.default_choice(back, "cupy", H200).variant != "dgrad_torch_cudnn"
 
 
 @pytest.mark.parametrize(("n", "fused"), [(1, False), (32, False), (256, True)])
@@ -162,17 +174,23 @@ def test_a_resnet_blocks_end_takes_cudnns_add_relu_graph_where_its_host_time_hid
     {"dtype": "float32", "layout": "NCHW"},
     {"r": 1, "s": 1, "stride": 2, "pad": 0},
     {"c": 64, "k": 64, "groups": 64},  # depthwise
+    {"c": 64, "k": 128, "groups": 2},
 ])
-def test_a_conv_with_nothing_fused_defaults_to_cudnn(change, monkeypatch):
+def test_a_dense_conv_with_nothing_fused_or_a_bias_defaults_to_cudnn(change, monkeypatch):
     """Every conv of a model in training mode (BatchNorm not folded) has no bias, activation
-    or residual: un-tuned, it runs cuDNN's convolution alone (fuse=0) in any dtype and
-    layout; a bias alone keeps our fused kernels."""
+    or residual: un-tuned, a dense one runs cuDNN's convolution alone (fuse=0) in any dtype
+    and layout, and with a bias cuDNN's convolution + our pass; a depthwise one (with or
+    without a bias) our own kernels."""
     monkeypatch.setattr(vendor, "torch_cuda_missing", lambda: None)
     plain = dict(STEM, c=64, h=56, w=56, k=128, r=3, s=3, stride=1, pad=1, bias=False,
                  activation="none")
-    p = OP.problem(dict(plain, **change))
-    choice = OP.default_choice(p, "cupy", H200)
-    assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 0})
-    biased = OP.problem(dict(plain, bias=True, **change))
-    assert OP.default_choice(biased, "cupy", H200) == own_choice(biased, "cupy", H200)
-    assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"
+    depthwise = change.get("groups", 1) == change.get("c")
+    for bias in (False, True):
+        p = OP.problem(dict(plain, bias=bias, **change))
+        choice = OP.default_choice(p, "cupy", H200)
+        if depthwise:
+            assert choice == own_choice(p, "cupy", H200)
+            assert choice.variant.startswith("depthwise")
+        else:
+            assert (choice.variant, choice.param_dict) == ("torch_cudnn", {"fuse": 0})
+        assert OP.default_choice(p, "numpy", H200).variant != "torch_cudnn"

@@ -220,15 +220,16 @@ class Conv2d(Op):
         cuDNN's conv + add + ReLU graph where that graph's host time is hidden the same way
         (fuse=1 only: a tuned ResNet-50 at batch 32 picked it over every other candidate on
         most residual convs, 1.06-1.8x the runner-up on the GPU, benchmarks/RESULTS.md),
-        else our own kernels. A convolution with nothing fused (no bias, activation or
-        residual: every conv of a model in training mode, where BatchNorm cannot fold) takes
-        cuDNN's convolution in every dtype and layout: on 11 unseen real-model convolutions
-        our kernels reached 0.80x cuDNN even tuned and 0.51x by our cost model's pick
-        (benchmarks/RESULTS.md, issue 14), so an un-tuned call is never far behind cuDNN; a
-        patched model's call then runs as torch's own F.conv2d (dnnctl.torch.kernels
-        .torch_runs). The other epilogues (a bias alone, a residual after the activation,
-        GELU ...) keep our own fused kernels; the tuner times ``torch_cudnn`` on every
-        problem, so a tuned plan takes cuDNN wherever it is fastest and ours elsewhere."""
+        else our own kernels. Every other dense convolution (not depthwise) takes cuDNN's
+        convolution, then dnnctl's one-pass epilogue for what is fused (fuse=0: a bias, an
+        activation, a residual): on the unseen real-model convolutions of issue 14 our dense
+        kernels reached 0.60-0.94x cuDNN tuned on 12 of 14 (H200 and H100 runs,
+        benchmarks/RESULTS.md), and the cost model's pick less. With nothing fused (every
+        conv of a model in training mode, where BatchNorm cannot fold) a patched model's
+        call runs as torch's own F.conv2d (dnnctl.torch.kernels.torch_runs). Depthwise
+        convolutions keep our own kernels, which ran 1.1-2.3x torch on three of the four
+        unseen ones. The tuner times ``torch_cudnn`` on every problem, so a tuned plan takes
+        cuDNN wherever it is fastest and ours elsewhere."""
         kind = _cudnn_default(problem)
         if backend != "numpy" and kind is not None:
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
@@ -237,7 +238,7 @@ class Conv2d(Op):
             if vendor is not None and vendor.supports(problem, device):
                 from dnnctl.ops.conv2d import cost
 
-                params = {"fuse": 0 if kind == "plain"
+                params = {"fuse": 0 if kind in ("plain", "epilogue")
                           else int(cost.cudnn_fused_pays(problem, device))}
                 # a block's end takes cuDNN's fused graph only (fuse=0 would be cuDNN's
                 # convolution + a separate pass): else our kernels
@@ -248,21 +249,23 @@ class Conv2d(Op):
 
 
 def _cudnn_default(problem: Problem) -> str | None:
-    """Which un-tuned cuDNN route a forward convolution takes: "plain" (nothing fused, any
-    dtype and layout: cuDNN's convolution alone), for an fp16 / bf16 NHWC conv + ReLU "relu"
-    (no residual: cuDNN's fused conv + bias + ReLU, or its convolution + our epilogue, by
-    cost.cudnn_fused_pays) or "block_end" (relu(conv + bias + residual): cuDNN's conv + add +
-    ReLU graph where it pays), None for every other problem (our own kernels)."""
-    if problem.get("pass", "forward") != "forward":
+    """Which un-tuned cuDNN route a forward convolution takes, None for our own kernels (a
+    depthwise convolution, a backward pass). Dense ones: for an fp16 / bf16 NHWC conv + ReLU
+    "relu" (no residual: cuDNN's fused conv + bias + ReLU, or its convolution + our
+    epilogue, by cost.cudnn_fused_pays) or "block_end" (relu(conv + bias + residual):
+    cuDNN's conv + add + ReLU graph where it pays, else None); "plain" where nothing is fused
+    (cuDNN's convolution alone, any dtype and layout); "epilogue" for every other fusion
+    (cuDNN's convolution, then dnnctl's one-pass epilogue)."""
+    if problem.get("pass", "forward") != "forward" or problem["groups"] == problem["c"] > 1:
         return None
     if problem["activation"] == "none" and not problem["bias"] and not problem["residual"]:
         return "plain"
     if (problem["activation"] != "relu" or problem["layout"] != "NHWC"
             or problem["dtype"] not in ("float16", "bfloat16")):
-        return None
+        return "epilogue"
     if not problem["residual"]:
         return "relu"
-    return "block_end" if problem.get("residual_before_act") else None
+    return "block_end" if problem.get("residual_before_act") else "epilogue"
 
 
 def own_choice(problem: Problem, backend: str, device: Any) -> Choice:
