@@ -115,3 +115,46 @@ def test_host_ahead_times_the_gpu_work_alone():
                                flush_l2=False, host_ahead=True))
     assert eager > 250, eager
     assert alone < 50 and alone < 3 * kernel + 10, (alone, kernel)
+
+
+@pytest.mark.parametrize(("op", "key", "variants"), [
+    ("conv2d", {**CONV, "bias": False, "activation": "none"}, ("torch_cudnn", "implicit_gemm")),
+    ("conv2d", {**CONV, "bias": False, "activation": "none", "pass": "dgrad"},
+     ("dgrad_torch_cudnn",)),
+    ("conv2d", {**CONV, "bias": True, "activation": "none", "pass": "wgrad"},
+     ("wgrad_torch_cudnn",)),
+    ("attention", {"batch": 2, "heads_q": 4, "heads_kv": 4, "seq_q": 256, "seq_kv": 256,
+                   "head_dim": 64, "head_dim_v": 64, "dtype": "float16", "layout": "BSHD"},
+     ("torch_flash", "torch_cudnn")),
+])
+def test_a_library_called_through_torch_is_verified_and_timed_natively(op, key, variants):
+    """The tuner's worker runs a via_torch vendor on torch views made once (native_io): it
+    verifies against float64 and times, alone and re-timed beside our own kernels."""
+    pytest.importorskip("torch")
+    from dnnctl.backends.registry import require_backend
+    from dnnctl.tune.timer import TimingPolicy
+    from dnnctl.tune.worker import Evaluator
+
+    be = require_backend("cupy")
+    worker = Evaluator(be, be.device(0))
+    problem = registry.get_op(op).problem(key)
+    assert worker.handle({"cmd": "prepare", "op": op, "key": dict(problem.key),
+                          "seed": 3})["status"] == "ok"
+    policy = TimingPolicy(budget_ms=5.0, retime_rounds=2, retime_budget_ms=3.0).to_dict()
+    ran = []
+    for name in variants:
+        variant = registry.get_variant(op, "cupy", name)
+        if not variant.supports(problem, be.device(0)):
+            continue
+        default = getattr(variant, "default_params", None)  # the vendors have no params
+        params = (default(problem, be.device(0)) if default else None) or {}
+        res = worker.handle({"cmd": "eval", "op": op, "key": dict(problem.key),
+                             "variant": name, "params": params, "policy": policy})
+        assert res["status"] == "ok", res
+        assert res["median_us"] > 0 and res["max_rel_err"] is not None
+        ran.append({"variant": name, "params": params})
+    assert ran and registry.get_variant(op, "cupy", ran[0]["variant"]).via_torch
+    res = worker.handle({"cmd": "retime", "op": op, "key": dict(problem.key),
+                         "candidates": ran, "policy": policy})
+    assert res["status"] == "ok", res
+    assert all(r["median_us"] > 0 for r in res["leaders"])
