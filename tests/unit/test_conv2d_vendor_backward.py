@@ -46,10 +46,37 @@ def test_flags_and_support(which, monkeypatch):
                            **{"pass": which}))
     ans = v.supports(asym, H200)
     assert not ans and "asymmetric padding" in ans.reason
-    # the unplanned default stays with our kernels; --deterministic leaves cuDNN out
-    assert OP.default_choice(p, "cupy", H200).variant != v.name
+    # un-tuned, this fp32 3x3 gradient takes cuDNN; --deterministic leaves cuDNN out
+    assert OP.default_choice(p, "cupy", H200).variant == v.name
+    assert OP.default_choice(asym, "cupy", H200).variant != v.name
     with use_deterministic():
         assert v.name not in {x.name for x in variants("conv2d", "cupy")}
+        assert OP.default_choice(p, "cupy", H200).variant != v.name
+
+
+@pytest.mark.parametrize(("which", "change", "cudnn"), [
+    ("wgrad", {}, True),
+    ("wgrad", {"dtype": "float16", "layout": "NHWC"}, True),
+    ("wgrad", {"r": 1, "s": 1, "pad": 0}, True),
+    ("dgrad", {}, True),  # fp32 NCHW 3x3
+    ("dgrad", {"layout": "NHWC"}, True),  # fp32 NHWC
+    ("dgrad", {"dtype": "float16"}, True),  # 16-bit NCHW
+    ("dgrad", {"dtype": "float16", "layout": "NHWC"}, False),  # ours measured faster
+    ("dgrad", {"dtype": "bfloat16", "layout": "NHWC", "stride": 2}, False),
+    ("dgrad", {"r": 1, "s": 1, "pad": 0}, False),  # a 1x1: one GEMM of ours
+    ("dgrad", {"groups": 64, "k": 64}, False),  # depthwise: ours
+    ("wgrad", {"groups": 64, "k": 64}, False),
+])
+def test_untuned_gradient_route(which, change, cudnn, monkeypatch):
+    """Weight gradients default to cuDNN; data gradients too, except 16-bit NHWC and 1x1
+    layers; depthwise layers keep our kernels; the numpy backend never takes cuDNN."""
+    monkeypatch.setattr(vendor_backward, "torch_cuda_missing", lambda: None)
+    key = dict(n=8, c=64, h=28, w=28, k=128, r=3, s=3, pad=1, dtype="float32",
+               layout="NCHW", tf32=True, **{"pass": which})
+    p = OP.problem({**key, **change})
+    got = OP.default_choice(p, "cupy", H200).variant
+    assert (got == f"{which}_torch_cudnn") is cudnn, got
+    assert OP.default_choice(p, "numpy", H200).variant != f"{which}_torch_cudnn"
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])

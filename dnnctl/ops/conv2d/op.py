@@ -230,6 +230,11 @@ class Conv2d(Op):
         convolutions keep our own kernels, which ran 1.1-2.3x torch on three of the four
         unseen ones. The tuner times ``torch_cudnn`` on every problem, so a tuned plan takes
         cuDNN wherever it is fastest and ours elsewhere."""
+        if backend != "numpy" and _cudnn_gradient_default(problem):
+            vendor = next((v for v in variants(self.name, backend)
+                           if v.name == f"{problem['pass']}_{VENDOR_DEFAULT}"), None)
+            if vendor is not None and vendor.supports(problem, device):
+                return Choice.of(vendor.name, {})
         kind = _cudnn_default(problem)
         if backend != "numpy" and kind is not None:
             # variants(), not get_variant(): under use_deterministic it leaves cuDNN out
@@ -246,6 +251,28 @@ class Conv2d(Op):
                         and vendor.valid_params(problem, params, device)):
                     return Choice.of(vendor.name, params)
         return own_choice(problem, backend, device)
+
+
+def _cudnn_gradient_default(problem: Problem) -> bool:
+    """Whether an un-tuned data / weight gradient takes cuDNN through torch
+    (``dgrad_torch_cudnn`` / ``wgrad_torch_cudnn``), where it runs and determinism allows.
+
+    Measured on the H100 (bench_conv_backward --quick, 12 ResNet-50 / ViT-B/16 layers at
+    batch 32 per pass, fp16 NHWC and fp32 NCHW, benchmarks/RESULTS.md): cuDNN's weight
+    gradient was faster than every one of our wgrad kernels on all 12 (our default's pick
+    0.06-0.82x cuDNN); our data gradients beat cuDNN in fp16 NHWC (default 1.25x geomean
+    over 6, up to 5.8x on a 1x1) and on the 1x1 layers (one GEMM), and lost in fp32 NCHW
+    elsewhere (0.34-0.75x). So: weight gradients to cuDNN; data gradients to cuDNN unless
+    16-bit NHWC or a 1x1 stride-1 unpadded layer. Depthwise layers keep our own kernels
+    (as the forward's)."""
+    which = problem.get("pass", "forward")
+    if which == "forward" or problem["groups"] == problem["c"] > 1:
+        return False
+    if which == "wgrad":
+        return True
+    g = geometry(problem)
+    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+    return not identity and not (g.nhwc and g.dtype in ("float16", "bfloat16"))
 
 
 def _cudnn_default(problem: Problem) -> str | None:

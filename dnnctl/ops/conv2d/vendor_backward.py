@@ -11,8 +11,9 @@ dy and w. float32 problems set cuDNN's TF32 switch to the key's ``tf32`` for the
 They are candidates like ``torch_cudnn`` for the forward: a tuned plan names them where cuDNN
 is the fastest, so a plan is never slower than cuDNN on the backward problems it tuned, and a
 patched model's backward then runs torch's own formula for that problem (dnnctl.torch
-.grad_plan). Neither is the unplanned default: that stays with dnnctl's kernels
-(backward.preference). Weight gradients may use cuDNN's non-deterministic algorithms
+.grad_plan). Un-tuned, a weight gradient defaults to cuDNN, and so does a data gradient
+except in fp16 / bf16 NHWC and on a 1x1 layer, where ours measured faster (conv2d.op
+._cudnn_gradient_default). Weight gradients may use cuDNN's non-deterministic algorithms
 (``deterministic = False``): ``dnnctl.use_deterministic()`` and ``--deterministic`` leave
 them out.
 """
