@@ -137,15 +137,12 @@ def native_io(variant: Any, inputs: Mapping[str, Any]) -> Iterator[tuple[dict[st
         return
     import cupy
 
+    torch_tensor = torch_tensor_type()
     with current_stream():
         yield ({k: None if v is None else tensor(v) for k, v in inputs.items()},
-               lambda made: {k: torch_to_cupy(v, cupy) if _is_tensor(v) else v
+               lambda made: {k: torch_to_cupy(v, cupy) if isinstance(v, torch_tensor) else v
                              for k, v in (made or {}).items()})
 
 
 def _same(made: Any) -> Any:
     return made
-
-
-def _is_tensor(v: Any) -> bool:
-    return v.__class__.__module__.split(".")[0] == "torch"

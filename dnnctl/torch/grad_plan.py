@@ -31,6 +31,7 @@ from dnnctl.ops.dispatch import active_plan, problem_of
 from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import DNN_DTYPES
+from dnnctl.torch.keys import hashable
 
 # (op, pass) -> calls, per path ("dnnctl" / "torch")
 BACKWARD_PATHS: Counter[tuple[str, str, str]] = Counter()
@@ -123,11 +124,6 @@ def _safe_keys(make_keys: Callable[[], Keys]) -> Keys:
             continue
         out[label] = (op, key)
     return out
-
-
-def hashable(key: dict[str, Any]) -> dict[str, Any]:
-    """key with list values as tuples (the dispatcher's problem cache hashes keys)."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in key.items()}
 
 
 def count(op: str, label: str, path: str) -> None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.conv2d.function import conv2d_channels_last
-from dnnctl.ops.dispatch import active_plan, bind, intern, resolve
+from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
 from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
@@ -283,9 +283,7 @@ def torch_runs(op_name: str, make_key: Callable[[], dict[str, Any]], x: torch.Te
         return hit[1]
     try:
         op = get_op(op_name)
-        # once per call key: validated here (a conv key holds lists, which problem_of's
-        # memo cannot hash)
-        problem = intern(op.problem(make_key()))
+        problem = problem_of(op, keys.hashable(make_key()))
         backend, device = device_of(x)
         choice = resolve(op, problem, backend, device, p)
         vendor = get_variant(op.name, backend.name, choice.variant).vendor

@@ -126,3 +126,8 @@ def conv_transpose2d(x: torch.Tensor, w: torch.Tensor, out_hw: tuple[int, int],
             "groups": groups, "dtype": _dt(x), "layout": "NHWC" if nhwc else "NCHW",
             "bias": False, "activation": "none", "residual": False, "tf32": False,
             "pass": "dgrad"}
+
+
+def hashable(key: dict[str, Any]) -> dict[str, Any]:
+    """key with list values as tuples (the dispatcher's problem cache hashes keys)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in key.items()}

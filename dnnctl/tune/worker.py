@@ -39,6 +39,7 @@ from dnnctl.ops.base import (
     Kernel,
     Op,
     Problem,
+    Variant,
     VerifyResult,
     error_norm,
     np_dtype,
@@ -136,11 +137,10 @@ class Evaluator:
             outputs[name] = arr
         return inputs, outputs
 
-    def _kernel(self, problem: Problem, cand: Candidate) -> Kernel:
-        """Build ``cand``. Not kept: a built kernel may hold workspace or library plans, and
-        a problem has hundreds of candidates (compiled modules are memoized by the backend,
-        so building again for the re-timing is cheap)."""
-        variant = registry.get_variant(problem.op, self.backend.name, cand.variant)
+    def _kernel(self, variant: Variant, problem: Problem, cand: Candidate) -> Kernel:
+        """Build ``cand`` (of ``variant``). Not kept: a built kernel may hold workspace or
+        library plans, and a problem has hundreds of candidates (compiled modules are
+        memoized by the backend, so building again for the re-timing is cheap)."""
         return variant.build(problem, cand.param_dict, self.device)
 
     # ------------------------------------------------------------------ evaluation
@@ -170,7 +170,7 @@ class Evaluator:
                     "detail": f"needs {ws} bytes of workspace, {free} free",
                     "elapsed_s": time.perf_counter() - t0}
         try:
-            kernel = self._kernel(problem, cand)
+            kernel = self._kernel(variant, problem, cand)
             inputs, outputs = self._fresh(op, problem, prep)
             # a kernel that adopts its outputs is verified and timed as the run-time
             # pipeline calls it: without outputs, on the ones it returns
@@ -210,9 +210,9 @@ class Evaluator:
         try:
             with contextlib.ExitStack() as stack:
                 for cand in cands:
-                    kernel = self._kernel(problem, cand)
-                    inputs, outputs = self._fresh(op, problem, prep)
                     variant = registry.get_variant(problem.op, self.backend.name, cand.variant)
+                    kernel = self._kernel(variant, problem, cand)
+                    inputs, outputs = self._fresh(op, problem, prep)
                     args, _ = stack.enter_context(native_io(variant, inputs))
                     runs.append((cand, kernel, args, {} if adopting(kernel) else outputs))
                 rounds: dict[Candidate, list[list[float]]] = {c: [] for c in cands}

@@ -161,13 +161,12 @@ def preference(g: ConvGeom, backend: str) -> list[str]:
             return [pre + "direct", pre + "im2col_gemm"]
         return [pre + "im2col_gemm", pre + "direct"]
     tensor_cores = g.dtype in ("float16", "bfloat16") or g.tf32
-    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
     order: list[str] = []
     if g.depthwise:
         order.append("depthwise")
         if g.pass_ == "dgrad" and g.nhwc:
             order.append("depthwise_tile")
-    if identity and not g.depthwise:
+    if g.identity and not g.depthwise:
         order.append("im2col_gemm")
     if tensor_cores and not g.depthwise:
         big = 2.0 * g.npq * g.k * g.crs >= NCHW_TRANSPOSE_FLOPS

@@ -145,8 +145,7 @@ def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
     g = geometry(problem)
     x, w, y = _bytes(g)
     eb = ELEM[g.dtype]
-    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
-    col = 0.0 if identity else float(g.npq * g.crs * g.groups * eb)
+    col = 0.0 if g.identity else float(g.npq * g.crs * g.groups * eb)
     extra, launches = 0.0, 1
     if col:
         piece = eb * (params.get("vec", 1) if g.nhwc else 16)  # NCHW: not measured narrow
@@ -162,8 +161,8 @@ def im2col_gemm(variant: Any, problem: Any, params: Mapping[str, Any],
     m, n, batch = (g.npq, g.kg, g.groups) if g.nhwc else (g.kg, g.p * g.q, g.n * g.groups)
     # leading dimensions: w rows (C/g*R*S); NHWC the patch rows (x's C when 1x1) and y's K,
     # NCHW the pixel rows (P*Q, or H*W when 1x1)
-    lds = (g.crs, g.c if identity else g.crs, g.k) if g.nhwc else (
-        g.crs, g.h * g.w if identity else g.p * g.q, g.p * g.q)
+    lds = (g.crs, g.c if g.identity else g.crs, g.k) if g.nhwc else (
+        g.crs, g.h * g.w if g.identity else g.p * g.q, g.p * g.q)
     cls = cm.cublas_class(g.dtype, g.tf32, aligned=all(ld * eb % 16 == 0 for ld in lds))
     compute, memory, waves = cm.cublas_us(m, n, g.crs, batch, cls, dev, (col or x) + w + y, eb)
     return cm.total(variant.name, params, compute, memory, extra=extra, launches=launches,

@@ -100,6 +100,12 @@ class ConvGeom:
         return self.layout == "NHWC"
 
     @property
+    def identity(self) -> bool:
+        """1x1, stride 1, no padding: the patch matrix would be x itself (one GEMM)."""
+        return (self.r, self.s, self.sh, self.sw, self.pt, self.pb, self.pl, self.pr) == (
+            1, 1, 1, 1, 0, 0, 0, 0)
+
+    @property
     def depthwise(self) -> bool:
         """One group per input channel (K/C output channels each)."""
         return self.groups == self.c

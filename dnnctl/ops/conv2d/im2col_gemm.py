@@ -38,7 +38,7 @@ DEFAULT_WS_LIMIT = 1 << 30  # default_params keeps the patch matrix under 1 GiB
 
 def is_identity(g: ConvGeom) -> bool:
     """1x1, stride 1, no padding: the patch matrix would be x itself."""
-    return (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
+    return g.identity
 
 
 def col_elems(g: ConvGeom, chunk: int) -> int:

@@ -271,8 +271,7 @@ def _cudnn_gradient_default(problem: Problem) -> bool:
     if which == "wgrad":
         return True
     g = geometry(problem)
-    identity = (g.r, g.s, g.sh, g.sw, g.pt, g.pb, g.pl, g.pr) == (1, 1, 1, 1, 0, 0, 0, 0)
-    return not identity and not (g.nhwc and g.dtype in ("float16", "bfloat16"))
+    return not g.identity and not (g.nhwc and g.dtype in ("float16", "bfloat16"))
 
 
 def _cudnn_default(problem: Problem) -> str | None:
