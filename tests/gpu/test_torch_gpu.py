@@ -239,8 +239,8 @@ def test_plain_conv_with_cudnn_chosen_runs_as_torchs_own_call():
     w = (torch.randn(96, 64, 3, 3, device="cuda", dtype=torch.float16) * 0.05).to(
         memory_format=cl)
     ops = torch.ops.dnnctl
-    problem = problem_of(get_op("conv2d"), keys.conv2d(x, w, False, (1, 1), (1, 1), (1, 1), 1,
-                                                      "none", False, True, False))
+    problem = problem_of(get_op("conv2d"), keys.hashable(keys.conv2d(
+        x, w, False, (1, 1), (1, 1), (1, 1), 1, "none", False, True, False)))
     _, dev = device_of(x)
     assert get_op("conv2d").default_choice(problem, "cupy", dev).variant == "torch_cudnn"
 

@@ -79,8 +79,9 @@ def test_planned_dispatch_runs_the_winner_and_is_correct(tuned):
 
 
 def test_illegal_address_candidate_is_survived(tmp_path):
+    # the repository root too, absolute: the child runs in tmp_path, where PYTHONPATH=. is not it
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        [str(HERE), str(HERE.parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.pop("DNNCTL_PLUGINS", None)
     proc = subprocess.run(
         [sys.executable, "-c", "from dnnctl.cli.app import main; main()", "tune", "--op",
