@@ -1,10 +1,12 @@
 """conv2d backward: dnnctl dgrad / wgrad (best candidate, and the default heuristic's pick)
-vs torch/cuDNN (torch.nn.grad.conv2d_input / conv2d_weight, cudnn.benchmark = True).
+vs torch/cuDNN as autograd calls it (aten::convolution_backward with one output of its mask
+and the real x and w, cudnn.benchmark = True). Not torch.nn.grad.conv2d_input: its stride-0
+stand-in for x sends an NHWC data gradient through torch's NCHW path, 1.6-8x slower.
 
 Shapes: the training convolutions of ResNet-50 v1.5 (the 23 distinct layers of
 bench_conv.py, no bias: batch norm follows each) and the ViT-B/16 patch embedding (3 -> 768,
-16x16 stride 16 @224, with bias: its wgrad row also computes db, and torch's row adds
-dy.sum over N, H, W), at batch 32 (DNNCTL_BENCH_BWD_BATCHES), in fp16 NHWC (channels_last)
+16x16 stride 16 @224, with bias: its wgrad row also computes db, as torch's call does),
+at batch 32 (DNNCTL_BENCH_BWD_BATCHES), in fp16 NHWC (channels_last)
 and fp32 NCHW with TF32 allowed on both sides (DNNCTL_BENCH_TF32=0: strict fp32).
 
 Per row, every registered backward variant that supports the problem proposes its default
@@ -200,18 +202,20 @@ def _torch_case(row: Row) -> tuple[Callable[[], Any], dict[str, Any], Any]:
     dy = (torch.randn(n, kk, p, p, device=dev) / (1.0 if row.which == "dgrad" else
                                                   math.sqrt(n * p * p))).to(tdt)
     dy = dy.contiguous(memory_format=fmt)
-    grad = torch.nn.grad
+    backward = torch.ops.aten.convolution_backward.default
     perm = (lambda t: t.permute(0, 2, 3, 1)) if row.layout == "NHWC" else (lambda t: t)
     if row.which == "dgrad":
         def fn() -> Any:
-            return grad.conv2d_input(x.shape, w, dy, st, pad, 1, groups)
+            return backward(dy, x, w, None, [st, st], [pad, pad], [1, 1], False, [0, 0],
+                            groups, [True, False, False])[0]
 
         ins = {"dy": cp.from_dlpack(perm(dy).detach()), "w": cp.from_dlpack(perm(w).detach())}
         refs = {"dx": fn()}
     else:
         def fn() -> Any:
-            dw = grad.conv2d_weight(x, w.shape, dy, st, pad, 1, groups)
-            return (dw, dy.sum(dim=(0, 2, 3))) if k["bias"] else dw
+            _, dw, db = backward(dy, x, w, [kk] if k["bias"] else None, [st, st], [pad, pad],
+                                 [1, 1], False, [0, 0], groups, [False, True, k["bias"]])
+            return (dw, db) if k["bias"] else dw
 
         ins = {"x": cp.from_dlpack(perm(x).detach()), "dy": cp.from_dlpack(perm(dy).detach())}
         out = fn()

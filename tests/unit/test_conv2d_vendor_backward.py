@@ -61,15 +61,18 @@ def test_flags_and_support(which, monkeypatch):
     ("dgrad", {}, True),  # fp32 NCHW 3x3
     ("dgrad", {"layout": "NHWC"}, True),  # fp32 NHWC
     ("dgrad", {"dtype": "float16"}, True),  # 16-bit NCHW
-    ("dgrad", {"dtype": "float16", "layout": "NHWC"}, False),  # ours measured faster
-    ("dgrad", {"dtype": "bfloat16", "layout": "NHWC", "stride": 2}, False),
+    ("dgrad", {"dtype": "float16", "layout": "NHWC"}, True),
+    ("dgrad", {"dtype": "bfloat16", "layout": "NHWC", "stride": 2}, True),
     ("dgrad", {"r": 1, "s": 1, "pad": 0}, False),  # a 1x1: one GEMM of ours
+    ("dgrad", {"r": 1, "s": 1, "pad": 0, "dtype": "float16", "layout": "NHWC"}, False),
+    ("dgrad", {"r": 1, "s": 1, "pad": 0, "stride": 2}, True),  # strided 1x1: cuDNN
     ("dgrad", {"groups": 64, "k": 64}, False),  # depthwise: ours
     ("wgrad", {"groups": 64, "k": 64}, False),
 ])
 def test_untuned_gradient_route(which, change, cudnn, monkeypatch):
-    """Weight gradients default to cuDNN; data gradients too, except 16-bit NHWC and 1x1
-    layers; depthwise layers keep our kernels; the numpy backend never takes cuDNN."""
+    """A dense layer's gradients default to cuDNN, except the data gradient of a 1x1
+    stride-1 unpadded layer; depthwise layers keep our kernels; the numpy backend never
+    takes cuDNN."""
     monkeypatch.setattr(vendor_backward, "torch_cuda_missing", lambda: None)
     key = dict(n=8, c=64, h=28, w=28, k=128, r=3, s=3, pad=1, dtype="float32",
                layout="NCHW", tf32=True, **{"pass": which})

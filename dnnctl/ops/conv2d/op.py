@@ -257,21 +257,20 @@ def _cudnn_gradient_default(problem: Problem) -> bool:
     """Whether an un-tuned data / weight gradient takes cuDNN through torch
     (``dgrad_torch_cudnn`` / ``wgrad_torch_cudnn``), where it runs and determinism allows.
 
-    Measured on the H100 (bench_conv_backward --quick, 12 ResNet-50 / ViT-B/16 layers at
-    batch 32 per pass, fp16 NHWC and fp32 NCHW, benchmarks/RESULTS.md): cuDNN's weight
-    gradient was faster than every one of our wgrad kernels on all 12 (our default's pick
-    0.06-0.82x cuDNN); our data gradients beat cuDNN in fp16 NHWC (default 1.25x geomean
-    over 6, up to 5.8x on a 1x1) and on the 1x1 layers (one GEMM), and lost in fp32 NCHW
-    elsewhere (0.34-0.75x). So: weight gradients to cuDNN; data gradients to cuDNN unless
-    16-bit NHWC or a 1x1 stride-1 unpadded layer. Depthwise layers keep our own kernels
-    (as the forward's)."""
+    Measured on the H100 (benchmarks/RESULTS.md): cuDNN's weight gradient was faster than
+    every one of our wgrad kernels on all 12 ResNet-50 / ViT-B/16 layers of
+    bench_conv_backward --quick (our default's pick 0.06-0.82x cuDNN). On the 22 data
+    gradients of ResNet-50 at batch 64, fp16 NHWC, cuDNN as autograd calls it took 1.76 ms in
+    all against our default's 3.76 ms: ours lost 1.8-8.1x on every 3x3 and strided layer and
+    matched it (0.99-1.17x) on the 1x1 stride-1 ones, one GEMM (ours also won those in fp32
+    NCHW). So: a dense layer's gradients to cuDNN, except the data gradient of a 1x1 stride-1
+    unpadded layer. Depthwise layers keep our own kernels (as the forward's)."""
     which = problem.get("pass", "forward")
     if which == "forward" or problem["groups"] == problem["c"] > 1:
         return False
     if which == "wgrad":
         return True
-    g = geometry(problem)
-    return not g.identity and not (g.nhwc and g.dtype in ("float16", "bfloat16"))
+    return not geometry(problem).identity
 
 
 def _cudnn_default(problem: Problem) -> str | None:

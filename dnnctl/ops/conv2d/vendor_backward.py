@@ -4,15 +4,19 @@ weight gradients as torch's autograd runs them.
 Both call ``aten::convolution_backward`` with one output of its mask (dx; or dw, plus db when
 the key asks for it), the algorithm of torch's own settings (``torch.backends.cudnn
 .benchmark``). NHWC problems hand torch the channels-last views of dy / x / w, so cuDNN runs
-its NHWC kernels and the result's NHWC view needs no copy. dgrad gives torch x's shape through
-a stride-0 tensor of one element (as ``torch.nn.grad.conv2d_input`` does): cuDNN reads only
-dy and w. float32 problems set cuDNN's TF32 switch to the key's ``tf32`` for the call.
+its NHWC kernels and the result's NHWC view needs no copy. dgrad hands torch an unwritten x
+(and wgrad an unwritten w) of the real shape in the key's layout, from torch's caching
+allocator: cuDNN reads only dy and w (x and dy), but torch picks the layout of its kernels from
+x's and w's strides. With the stride-0 stand-in of ``torch.nn.grad.conv2d_input`` this
+variant ran 1.7-11x slower than autograd's own call on the 22 NHWC data gradients of
+ResNet-50 at batch 64 (H100, benchmarks/RESULTS.md). float32 problems set
+cuDNN's TF32 switch to the key's ``tf32`` for the call.
 
 They are candidates like ``torch_cudnn`` for the forward: a tuned plan names them where cuDNN
 is the fastest, so a plan is never slower than cuDNN on the backward problems it tuned, and a
 patched model's backward then runs torch's own formula for that problem (dnnctl.torch
-.grad_plan). Un-tuned, a weight gradient defaults to cuDNN, and so does a data gradient
-except in fp16 / bf16 NHWC and on a 1x1 layer, where ours measured faster (conv2d.op
+.grad_plan). Un-tuned, a dense layer's gradients default to cuDNN, except the data
+gradient of a 1x1 stride-1 unpadded layer, one GEMM, where ours measured as fast (conv2d.op
 ._cudnn_gradient_default). Weight gradients may use cuDNN's non-deterministic algorithms
 (``deterministic = False``): ``dnnctl.use_deterministic()`` and ``--deterministic`` leave
 them out.
@@ -66,18 +70,20 @@ class _TorchCudnnBackward(CudaConv):
         backward = torch.ops.aten.convolution_backward.default
         tf32 = g.tf32 if g.dtype == "float32" else None
         nhwc = g.nhwc
+        fmt = torch.channels_last if nhwc else torch.contiguous_format
 
         def nchw(t: Any) -> Any:
             return t.permute(0, 3, 1, 2) if nhwc else t
 
         def run(inputs: Mapping[str, Any]) -> dict[str, Any]:
             dy, w = nchw(tensor(inputs["dy"])), None
-            if dgrad:
+            if dgrad:  # x: its shape and layout only
                 w = nchw(tensor(inputs["w"]))
-                x = dy.new_empty(1).expand(x_shape)
-            else:
+                x = torch.empty(x_shape, dtype=dy.dtype, device=dy.device, memory_format=fmt)
+            else:  # w: likewise
                 x = nchw(tensor(inputs["x"]))
-                w = x.new_empty(1).expand(g.k, g.cg, g.r, g.s)  # its shape only
+                w = torch.empty((g.k, g.cg, g.r, g.s), dtype=x.dtype, device=x.device,
+                                memory_format=fmt)
             dx, dw, db = backward(dy, x, w, bias_sizes, *args)
             if dgrad:
                 return {"dx": dx.permute(0, 2, 3, 1) if nhwc else dx}
