@@ -11,6 +11,7 @@ About 20 s on a cold compile cache, 2 s warm.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -27,7 +28,7 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.ops.base import rel_norm_error
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.conv2d import _cuda
-from dnnctl.ops.conv2d.op import default_params
+from dnnctl.ops.conv2d.op import default_params, geometry
 from dnnctl.ops.registry import get_op, get_variant
 from dnnctl.resources import kernels_dir
 
@@ -437,26 +438,67 @@ def test_depthwise_tile_dgrad_on_cpu_emulation(runtime, shape, dtype):
             assert res.ok, f"{params} {problem.short()}: {res.detail}"
 
 
+@contextlib.contextmanager
+def _split(rows_per_chunk: int):
+    """The column sums' row split fixed at ``rows_per_chunk`` (small inputs, several chunks)."""
+    old = _cuda.colsum_split
+    _cuda.colsum_split = lambda rows, cols: (rows_per_chunk, -(-rows // rows_per_chunk))
+    try:
+        yield
+    finally:
+        _cuda.colsum_split = old
+
+
+def test_colsum_split_fills_the_gpu_and_depends_on_the_shape_alone():
+    for rows, cols in ((12608, 768), (12608, 3072), (64 * 56 * 56, 64), (7, 5), (1, 4096)):
+        per, chunks = _cuda.colsum_split(rows, cols)
+        assert per % 8 == 0 and per >= _cuda.COLSUM_MIN_ROWS
+        assert (chunks - 1) * per < rows <= chunks * per
+        if rows >= 64 * _cuda.COLSUM_MIN_ROWS:  # big enough: about COLSUM_BLOCKS blocks
+            assert chunks * -(-cols // 32) >= _cuda.COLSUM_BLOCKS * 0.9
+    assert _cuda.colsum_split(12608, 768) == (296, 43)
+
+
+@pytest.mark.parametrize(("layout", "hw"), [("NCHW", (1, 3)), ("NHWC", (1, 3)),
+                                            ("NCHW", (5, 4)), ("NHWC", (7, 6))])
+def test_conv_bias_grad_walks_rows_across_images_on_cpu_emulation(runtime, layout, hw):
+    """db = dy summed over N*P*Q (kernels/conv2d/bias_grad.cu through BiasGrad), in chunks
+    that cut images apart and run the unrolled loop and the tail; P*Q below the block's 8
+    row lanes (one step of a lane crosses several images) and above; both layouts."""
+    from dnnctl.ops.conv2d.cuda_backward import BiasGrad
+
+    h, w = hw
+    n, k = 24, 40
+    g = geometry(OP.problem(dict(n=n, c=8, h=h, w=w, k=k, r=1, s=1, dtype="float16",
+                                 layout=layout, bias=True, **{"pass": "wgrad"})))
+    dy = np.random.default_rng(7).standard_normal(
+        (n, h, w, k) if layout == "NHWC" else (n, k, h, w)).astype(np.float16)
+    with _split(67), _cuda.use_runtime(runtime):
+        grad = BiasGrad(runtime, g)
+        partial = np.zeros(grad.chunks * k, np.float32)
+        db = np.zeros(k, np.float16)
+        grad(dy, db, partial)
+    assert grad.chunks == -(-n * h * w // 67) > 1
+    want = dy.astype(np.float64).sum(axis=(0, 1, 2) if layout == "NHWC" else (0, 2, 3))
+    assert rel_norm_error(db.astype(np.float64), want) < 4e-3
+
+
 @pytest.mark.parametrize("activation", ["none", "relu", "gelu", "silu"])
 def test_matmul_backward_prepass_on_cpu_emulation(runtime, activation):
     """kernels/conv2d/bias_grad.cu as matmul_backward's fused pre-pass: dy * act'(pre) and
-    the column sums (several row chunks, a column tail past 32) against float64."""
+    the column sums (several row chunks, each running the unrolled loop and its tail; a
+    column tail past 32) against float64."""
     import ml_dtypes
 
     from dnnctl.ops.matmul import backward as mb
     from dnnctl.ops.matmul.op import activation_ref
 
     rng = np.random.default_rng(4)
-    m, n = 2 * 37 + 5, 45
+    m, n = 2 * 67 + 5, 45
     dy = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
     pre = rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16)
-    old = mb.ROWS_PER_CHUNK
-    mb.ROWS_PER_CHUNK = 37  # three chunks, the last partial
-    try:
-        with _cuda.use_runtime(runtime):
-            dyp, dbias = mb._prepass_cuda(dy, pre, activation, True, np)
-    finally:
-        mb.ROWS_PER_CHUNK = old
+    with _split(67), _cuda.use_runtime(runtime):  # three chunks, the last partial
+        dyp, dbias = mb._prepass_cuda(dy, pre, activation, True, np)
     p64 = pre.astype(np.float64)
     h = 1e-6
     deriv = (activation_ref(p64 + h, activation) - activation_ref(p64 - h, activation)) / (2 * h)

@@ -154,6 +154,22 @@ def grid1d(total: int, block: int, cap: int = 1 << 20) -> tuple[int, int, int]:
     return (max(1, min((total + block - 1) // block, cap)), 1, 1)
 
 
+COLSUM_BLOCKS = 1024  # blocks of 256 threads the column sums aim for: ~8 per SM on a Hopper
+COLSUM_MIN_ROWS = 256  # rows per chunk at least: 32 per thread, over the finish pass's cost
+
+
+def colsum_split(rows: int, cols: int) -> tuple[int, int]:
+    """(rows per chunk, chunks) of the deterministic column sums of a (rows, cols) gradient
+    (kernels/conv2d/bias_grad.cu: a block per 32 columns and chunk). From the shape alone, so
+    a shape's sum always has the same order: enough chunks for about COLSUM_BLOCKS blocks,
+    each at least COLSUM_MIN_ROWS rows (a multiple of 8, the block's row lanes)."""
+    col_blocks = -(-cols // 32)
+    want = max(1, -(-COLSUM_BLOCKS // col_blocks))
+    per = max(COLSUM_MIN_ROWS, -(-rows // want))
+    per = -(-per // 8) * 8
+    return per, max(1, -(-rows // per))
+
+
 def epilogue_codes(g: Any) -> tuple[np.int32, np.int32]:
     """(act, flags) kernel arguments of ``g``'s epilogue."""
     flags = (EPI_FLAG_BIAS if g.bias else 0) | (EPI_FLAG_RESIDUAL if g.residual else 0) | (

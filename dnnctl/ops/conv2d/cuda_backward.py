@@ -34,9 +34,6 @@ from dnnctl.ops.conv2d.im2col_gemm import (
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
-ROWS_PER_CHUNK = 4096  # column-sum rows per block (db): a fixed split keeps it deterministic
-
-
 def geo_args(g: ConvGeom) -> tuple[np.int32, ...]:
     return _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.p, g.q, g.sh, g.sw, g.pt, g.pl,
                      g.dh, g.dw, g.groups)
@@ -53,10 +50,10 @@ class BiasGrad:
                                "grad_colsum_finish")
         pq = g.p * g.q
         self.m, self.k = g.npq, g.k
-        self.chunks = -(-self.m // ROWS_PER_CHUNK)
+        per, self.chunks = _cuda.colsum_split(self.m, self.k)
         strides = (pq * g.k, 1, g.k) if g.nhwc else (g.k * pq, pq, 1)
         self.args = (np.int64(self.m), *_cuda.i32(g.k, pq), *(np.int64(v) for v in strides),
-                     np.int64(ROWS_PER_CHUNK))
+                     np.int64(per))
 
     def __call__(self, dy: Any, db: Any, partial: Any) -> None:
         self.part((-(-self.k // 32), self.chunks, 1), (32, 8, 1),
@@ -69,7 +66,7 @@ def wgrad_workspace(g: ConvGeom, *pieces: tuple[str, int, Any]) -> Workspace:
     """A wgrad variant's ``pieces``, then BiasGrad's partial sums when the key asks for db."""
     out = list(pieces)
     if g.bias:
-        out.append(("db_partial", -(-g.npq // ROWS_PER_CHUNK) * g.k, np.float32))
+        out.append(("db_partial", _cuda.colsum_split(g.npq, g.k)[1] * g.k, np.float32))
     return Workspace(out)
 
 

@@ -27,9 +27,6 @@ from dnnctl.ops.dispatch import PlanLike, bind
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS
 
-ROWS_PER_CHUNK = 4096
-
-
 def _shape(x: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
 
@@ -76,12 +73,12 @@ def _prepass_cuda(dy: Any, pre: Any, act: str, bias_grad: bool, xp: Any
     defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[dtype_name(dy.dtype)],
                "GRAD_ACT": ACT_CODES[act]}
     part = rt.function("conv2d/bias_grad.cu", defines, "grad_colsum_partial")
-    chunks = -(-m // ROWS_PER_CHUNK)
+    per, chunks = _cuda.colsum_split(m, n)
     dyp = dy if act == "none" else cuda.scratch(dy.shape, dy.dtype, xp)
     partial = cuda.scratch((chunks, n), np.float32, xp)
     part((-(-n // 32), chunks, 1), (32, 8, 1),
          (dy, dy if pre is None else pre, dyp, partial, np.int64(m), *_cuda.i32(n, m),
-          np.int64(0), np.int64(1), np.int64(n), np.int64(ROWS_PER_CHUNK)))
+          np.int64(0), np.int64(1), np.int64(n), np.int64(per)))
     dbias = None
     if bias_grad:
         fin = rt.function("conv2d/bias_grad.cu", defines, "grad_colsum_finish")
