@@ -8,26 +8,20 @@ the ReLU's ``threshold_backward`` that torch runs before it.
 
     PYTHONPATH=. python3 tools/bn_backward_probe.py
 """
+import sys
+from pathlib import Path
+
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import _torch_bench as tb  # noqa: E402
 
 SHAPES = ((64, 112), (64, 56), (256, 56), (128, 28), (512, 28), (256, 14), (1024, 14),
           (512, 7), (2048, 7))
 
 
-def median_us(fn, iters: int = 50) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    events = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        events.append((a, b))
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) * 1000 for a, b in events)
-    return t[len(t) // 2]
+def median_us(fn) -> float:
+    return tb.events_ms(fn, warmup=5, iters=50) * 1000
 
 
 def main() -> None:
