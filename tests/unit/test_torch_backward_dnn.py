@@ -146,6 +146,25 @@ def test_op_gradients_on_dnnctl_match_torch(name):
     assert _all_dnnctl(paths), paths
 
 
+@pytest.mark.parametrize("rms", [False, True])
+def test_row_stats_are_torchs_one_pass_statistics(rms):
+    """The statistics the dnnctl backward gets from torch's reductions: float64 truth for a
+    float32 tensor; none where torch would round them to 16 bits (the backward's own
+    float32 recompute then runs)."""
+    rows = torch.randn(37, 48, generator=torch.Generator().manual_seed(3)) * 3 + 1.5
+    mean, rstd = og.row_stats(rows, 1e-5, rms)
+    r64 = rows.double()
+    if rms:
+        assert mean is None
+        want = torch.rsqrt(r64.pow(2).mean(-1) + 1e-5)
+    else:
+        torch.testing.assert_close(mean.double(), r64.mean(-1), rtol=1e-6, atol=1e-6)
+        want = torch.rsqrt(r64.var(-1, unbiased=False) + 1e-5)
+    assert rstd.shape == (37,) and rstd.dtype == torch.float32
+    torch.testing.assert_close(rstd.double(), want, rtol=1e-5, atol=0)
+    assert og.row_stats(rows.bfloat16(), 1e-5, rms) == (None, None)
+
+
 def test_float64_runs_torch_formula_even_when_forced():
     x = torch.randn(4, 16, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: OPS.layer_norm(t, None, None, 1e-5, DNN), (x,))

@@ -34,6 +34,7 @@ from dnnctl.ops.conv2d.im2col_gemm import (
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
 
+
 def geo_args(g: ConvGeom) -> tuple[np.int32, ...]:
     return _cuda.i32(g.n, g.c, g.h, g.w, g.k, g.r, g.s, g.p, g.q, g.sh, g.sw, g.pt, g.pl,
                      g.dh, g.dw, g.groups)

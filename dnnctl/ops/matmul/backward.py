@@ -27,6 +27,7 @@ from dnnctl.ops.dispatch import PlanLike, bind
 from dnnctl.ops.matmul.function import matmul
 from dnnctl.ops.matmul.op import ACT_CODES, ACTIVATIONS
 
+
 def _shape(x: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in x.shape)
 
