@@ -7,8 +7,12 @@ linear / matmul). The op's ``plan`` handle carries a backward mode:
 * ``"plan"`` (default): a problem runs on dnnctl when the op's plan (or the active plan)
   has an exact entry for it whose choice is one of dnnctl's own variants; else torch's
   formula runs (no plan, no entry, a vendor variant chosen).
-* ``"dnnctl"``: every problem dnnctl takes runs on dnnctl (the default heuristic where the
-  plan has no entry).
+* ``"dnnctl"``: every problem dnnctl takes runs on dnnctl's own kernel the plan's entry or,
+  without one, the default heuristic picks. Where that pick is a vendor library torch's own
+  formula calls (cuDNN's conv gradients, cuBLAS's products), torch's formula runs: the same
+  library call without dnnctl's dispatch and wrapper (as the forward's
+  :func:`dnnctl.torch.kernels.torch_runs`). Through dnnctl, the 53 conv gradients of a
+  patched ResNet-50 training step took 19 ms of host time a step under cProfile (H100).
 * ``"torch"``: torch's formulas only.
 * a mapping ``{"op" | "op/pass" | "*": mode}`` (e.g. ``{"*": "dnnctl", "conv2d/wgrad":
   "torch"}``): per problem, the most specific selector's mode (``"plan"`` if none).
@@ -27,8 +31,8 @@ from typing import Any
 import torch
 
 from dnnctl.errors import DnnctlError
-from dnnctl.ops.dispatch import active_plan, problem_of
-from dnnctl.ops.registry import get_op, get_variant
+from dnnctl.ops.dispatch import active_plan, problem_of, resolve
+from dnnctl.ops.registry import deterministic_only, get_op, get_variant
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import DNN_DTYPES
 from dnnctl.torch.keys import hashable
@@ -80,6 +84,31 @@ def _own_entry(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool
     return own
 
 
+# (problem, backend, device, plan id, deterministic) -> (plan seen, vendor picked)
+_VENDOR: dict[tuple, tuple[Any, bool]] = {}
+
+
+def _vendor_pick(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bool:
+    """The choice dnnctl would run for (op, key) (the plan's entry, else the default
+    heuristic) is a vendor variant; False for a problem dnnctl refuses (its own path says
+    so and falls back)."""
+    try:
+        problem = problem_of(get_op(op), key)
+        backend, device = K.device_of(t)
+        ck = (problem, backend.name, device.index, id(plan), deterministic_only())
+        hit = _VENDOR.get(ck)
+        if hit is not None and hit[0] is plan:
+            return hit[1]
+        choice = resolve(get_op(op), problem, backend, device, plan)
+        vendor = bool(get_variant(op, backend.name, choice.variant).vendor)
+        if len(_VENDOR) > 4096:
+            _VENDOR.clear()
+        _VENDOR[ck] = (plan, vendor)
+        return vendor
+    except DnnctlError:
+        return False
+
+
 def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
            in_backward: bool = True) -> frozenset[str]:
     """The pass labels of ``make_keys()`` to run on dnnctl for this backward call; records
@@ -107,8 +136,8 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
     chosen = []
     for label, (kop, key) in keys.items():
         m = mode if isinstance(mode, str) else mode_of(handle, op, label)
-        if m == "dnnctl" or (m == "plan" and plan is not None
-                             and _own_entry(plan, kop, key, x)):
+        if ((m == "dnnctl" and not _vendor_pick(plan, kop, key, x))
+                or (m == "plan" and plan is not None and _own_entry(plan, kop, key, x))):
             chosen.append(label)
     return frozenset(chosen)
 

@@ -209,6 +209,33 @@ def test_plan_entry_switches_each_backward_problem():
     assert torch.allclose(xr.grad, ref.grad, atol=1e-5)
 
 
+def test_dnnctl_mode_runs_torchs_formula_where_a_vendor_is_picked(monkeypatch):
+    """backward="dnnctl": a problem whose pick (here the plan's entry) is a vendor variant
+    runs torch's own formula, the same library call, as the forward's torch_runs does; an
+    entry naming dnnctl's own kernel runs it. The vendor variant is registered for this
+    test only (the CPU has none: cuDNN's and cuBLAS's are CUDA variants)."""
+    from dnnctl.ops import registry
+
+    own = registry.get_variant("layer_norm", "numpy", "bwd_numpy")
+    vendor_cls = type("VendorLayerNormBwd", (type(own),),
+                      {"name": "bwd_vendor_test", "vendor": True, "__module__": __name__})
+    monkeypatch.setitem(registry._VARIANTS[("layer_norm", "numpy")], "bwd_vendor_test",
+                        vendor_cls())
+    x = torch.randn(3, 16)
+    problem = problem_of(get_op("layer_norm"), grad_plan.hashable(
+        og.rownorm_keys("layer_norm", x, False, False)["backward"][1]))
+
+    def paths(variant):
+        plan = LoadedPlan(Plan([numpy_section([entry(problem, variant, {})])]))
+        grad_plan.BACKWARD_PATHS.clear()
+        OPS.layer_norm(x.clone().requires_grad_(True), None, None, 1e-5,
+                       kernels.plan_handle(plan, "dnnctl")).sum().backward()
+        return grad_plan.paths_summary()["layer_norm/backward"]
+
+    assert paths("bwd_vendor_test") == {"dnnctl": 0, "torch": 1}
+    assert paths("bwd_numpy") == {"dnnctl": 1, "torch": 0}
+
+
 def test_no_plan_means_torch_and_active_plan_counts():
     x = torch.randn(3, 16)
     key = og.rownorm_keys("layer_norm", x, False, False)["backward"]
