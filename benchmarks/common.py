@@ -44,10 +44,12 @@ def backend():
 
 
 def time_us(fn, *, warmup_ms: float = 20.0, budget_ms: float = 60.0,
-            flush_l2: bool = True) -> dict[str, float]:
-    """Median / p20 / p80 in microseconds of ``fn`` (CUDA events, L2 flush)."""
+            flush_l2: bool = True, host_ahead: bool = False) -> dict[str, float]:
+    """Median / p20 / p80 in microseconds of ``fn`` (CUDA events, L2 flush). A sample is
+    what an eager caller waits for, host time included where it outlasts the GPU work;
+    ``host_ahead``: the GPU's work alone (the host enqueues the call ahead of it)."""
     s = sorted(backend().time(fn, warmup_ms=warmup_ms, budget_ms=budget_ms,
-                              flush_l2=flush_l2).tolist())
+                              flush_l2=flush_l2, host_ahead=host_ahead).tolist())
     q = statistics.quantiles(s, n=10) if len(s) >= 10 else [s[0]] * 9
     return {"median_us": statistics.median(s), "p20_us": q[1], "p80_us": q[7], "n": len(s)}
 
