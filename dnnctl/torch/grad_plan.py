@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from dnnctl.errors import DnnctlError
-from dnnctl.ops.dispatch import active_plan, problem_of, resolve
+from dnnctl.ops.dispatch import active_plan, problem_of
 from dnnctl.ops.registry import deterministic_only, get_op, get_variant
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import DNN_DTYPES
@@ -93,14 +93,14 @@ def _vendor_pick(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bo
     heuristic) is a vendor variant; False for a problem dnnctl refuses (its own path says
     so and falls back)."""
     try:
-        problem = problem_of(get_op(op), key)
+        the_op = get_op(op)
+        problem = problem_of(the_op, key)
         backend, device = K.device_of(t)
         ck = (problem, backend.name, device.index, id(plan), deterministic_only())
         hit = _VENDOR.get(ck)
         if hit is not None and hit[0] is plan:
             return hit[1]
-        choice = resolve(get_op(op), problem, backend, device, plan)
-        vendor = bool(get_variant(op, backend.name, choice.variant).vendor)
+        vendor = K.vendor_picked(the_op, problem, t, plan)
         if len(_VENDOR) > 4096:
             _VENDOR.clear()
         _VENDOR[ck] = (plan, vendor)

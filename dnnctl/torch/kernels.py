@@ -263,6 +263,15 @@ def device_of(t: torch.Tensor) -> tuple[Any, Any]:
     return hit
 
 
+def vendor_picked(op: Any, problem: Any, x: torch.Tensor, plan: Any) -> bool:
+    """The choice dnnctl runs for ``problem`` on x's device (``plan``'s entry, else the op's
+    default heuristic) is a vendor variant. Raises DnnctlError for a problem dnnctl
+    refuses."""
+    backend, device = device_of(x)
+    choice = resolve(op, problem, backend, device, plan)
+    return bool(get_variant(op.name, backend.name, choice.variant).vendor)
+
+
 _VENDOR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
 
 
@@ -283,10 +292,7 @@ def torch_runs(op_name: str, make_key: Callable[[], dict[str, Any]], x: torch.Te
         return hit[1]
     try:
         op = get_op(op_name)
-        problem = problem_of(op, keys.hashable(make_key()))
-        backend, device = device_of(x)
-        choice = resolve(op, problem, backend, device, p)
-        vendor = get_variant(op.name, backend.name, choice.variant).vendor
+        vendor = vendor_picked(op, problem_of(op, keys.hashable(make_key())), x, p)
     except DnnctlError:  # a problem dnnctl refuses: its own path says so (and falls back)
         vendor = False
     if len(_VENDOR_ROUTES) > 4096:

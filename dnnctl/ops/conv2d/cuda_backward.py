@@ -29,7 +29,6 @@ from dnnctl.ops.conv2d.im2col_gemm import (
     col_elems,
     col_geo,
     im2col,
-    is_identity,
 )
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
 from dnnctl.ops.registry import register_variant
@@ -138,11 +137,11 @@ class CudaDgradIm2col(_ColumnGemm):
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
-        return 0 if is_identity(g) else self.workspace(g, params["chunk"]).nbytes
+        return 0 if g.identity else self.workspace(g, params["chunk"]).nbytes
 
     def chunked(self, g: ConvGeom, rt: Any, chunks: list[tuple[int, int]],
                 ws: Workspace) -> Kernel:
-        ident = is_identity(g)
+        ident = g.identity
         fn = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "NHWC": int(g.nhwc)}, "col2im")
         pq, hw, crs = g.p * g.q, g.h * g.w, g.cg * g.r * g.s
@@ -198,7 +197,7 @@ class CudaWgradIm2col(_ColumnGemm):
 
     def chunked(self, g: ConvGeom, rt: Any, chunks: list[tuple[int, int]],
                 ws: Workspace) -> Kernel:
-        ident = is_identity(g)
+        ident = g.identity
         code = _cuda.DTYPE_CODE[g.dtype]
         patches = None if ident else rt.function(self.source, {
             "DNNCTL_DTYPE": code, "NHWC": int(g.nhwc), "VEC": 1},

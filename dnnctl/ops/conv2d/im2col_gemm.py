@@ -36,14 +36,9 @@ from dnnctl.ops.registry import register_variant
 DEFAULT_WS_LIMIT = 1 << 30  # default_params keeps the patch matrix under 1 GiB
 
 
-def is_identity(g: ConvGeom) -> bool:
-    """1x1, stride 1, no padding: the patch matrix would be x itself."""
-    return g.identity
-
-
 def col_elems(g: ConvGeom, chunk: int) -> int:
     """Elements of the patch (column) matrix of ``chunk`` images; 0 when x is its own."""
-    return 0 if is_identity(g) else batch_chunk(g, chunk) * g.p * g.q * g.c * g.r * g.s
+    return 0 if g.identity else batch_chunk(g, chunk) * g.p * g.q * g.c * g.r * g.s
 
 
 def col_geo(g: ConvGeom) -> tuple[np.int32, ...]:
@@ -92,7 +87,7 @@ class CudaIm2colGemm(CudaConv):
         chunk, vec = params["chunk"], params["vec"]
         if chunk and chunk >= g.n:
             return False  # same as chunk 0
-        if is_identity(g):
+        if g.identity:
             return chunk == 0 and vec == 1  # no patch matrix: nothing to tune
         if not g.nhwc:
             return vec == 1 and batch_chunk(g, chunk) * g.groups <= 65535
@@ -100,13 +95,13 @@ class CudaIm2colGemm(CudaConv):
         return vec * esize <= 16 and g.cg % vec == 0
 
     def workspace(self, g: ConvGeom, chunk: int) -> Workspace:
-        if is_identity(g):
+        if g.identity:
             return Workspace([])
         return Workspace([("col", col_elems(g, chunk), io_dtype(g))])
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         g = geometry(problem)
-        return 0 if is_identity(g) else self.workspace(g, params["chunk"]).nbytes
+        return 0 if g.identity else self.workspace(g, params["chunk"]).nbytes
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         picks = ({"chunk": chunk, "vec": vec} for chunk in (0, 64, 16, 4, 1)
@@ -118,7 +113,7 @@ class CudaIm2colGemm(CudaConv):
         rt = _cuda.runtime()
         chunks = image_chunks(g, params["chunk"])
         ws = self.workspace(g, params["chunk"])
-        identity = is_identity(g)
+        identity = g.identity
         vec = params["vec"]
         fns: dict[int, Any] = {}
 

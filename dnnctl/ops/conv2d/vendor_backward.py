@@ -9,8 +9,8 @@ its NHWC kernels and the result's NHWC view needs no copy. dgrad hands torch an 
 allocator: cuDNN reads only dy and w (x and dy), but torch picks the layout of its kernels from
 x's and w's strides. With the stride-0 stand-in of ``torch.nn.grad.conv2d_input`` this
 variant ran 1.7-11x slower than autograd's own call on the 22 NHWC data gradients of
-ResNet-50 at batch 64 (H100, benchmarks/RESULTS.md). float32 problems set
-cuDNN's TF32 switch to the key's ``tf32`` for the call.
+ResNet-50 at batch 64 (H100, benchmarks/RESULTS.md). float32 problems set cuDNN's TF32
+switch to the key's ``tf32`` for the call.
 
 They are candidates like ``torch_cudnn`` for the forward: a tuned plan names them where cuDNN
 is the fastest, so a plan is never slower than cuDNN on the backward problems it tuned, and a
