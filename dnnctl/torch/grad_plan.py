@@ -142,6 +142,66 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
     return frozenset(chosen)
 
 
+_TRAINS: dict[tuple, tuple[Any, bool]] = {}  # call -> (plan seen, torch trains it)
+
+
+def low_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a product (conv, linear) of x runs in: the autocast region's for x's
+    device when one is active (torch casts every floating input but float64), else x's."""
+    dev = x.device.type
+    if (x.dtype is not torch.float64 and x.is_floating_point()
+            and torch.is_autocast_enabled(dev)):
+        return torch.get_autocast_dtype(dev)
+    return x.dtype
+
+
+def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_key: tuple,
+                 make_key: Callable[[torch.Tensor, torch.Tensor], dict[str, Any]],
+                 make_keys: Callable[[torch.Tensor, torch.Tensor], Keys]) -> bool:
+    """Whether a product with nothing fused, under autograd, runs torch's own calls in both
+    passes: the forward's pick (plan entry, else default) is the vendor library torch's
+    own op calls (see :func:`dnnctl.torch.kernels.torch_runs`) and :func:`decide` would give
+    every gradient to torch too. The caller then runs torch's function itself and leaves
+    the backward to torch's autograd: the same library calls as through the dnnctl op, less
+    its dispatcher, autograd Function and backward Python (~0.1-0.3 ms a layer and step on
+    a training step's host). ``make_key`` / ``make_keys`` build the forward key and the
+    backward keys from (x, w) as the call will see them (meta tensors in the autocast
+    dtype); decided once per call signature, autocast dtype, plan and backward mode."""
+    if K.RECORDERS:  # a recording session wants the problems noted by the op's own path
+        return False
+    dt = low_dtype(x)
+    if dt not in DNN_DTYPES:
+        return False
+    mode = K.BACKWARD_MODES.get(handle, "plan")
+    plan = K.plan_of(handle)
+    if plan is None:
+        plan = active_plan()
+    ck = (op, call_key, dt, handle, id(plan), id(mode), deterministic_only())
+    hit = _TRAINS.get(ck)
+    if hit is not None and hit[0] is plan:
+        return hit[1]
+    xm = torch.empty_strided(x.shape, x.stride(), dtype=dt, device="meta")
+    wm = torch.empty_strided(w.shape, w.stride(), dtype=dt, device="meta")
+    try:
+        the_op = get_op(op)
+        trains = K.vendor_picked(the_op, problem_of(the_op, hashable(make_key(xm, wm))), x,
+                                 plan)
+        if trains and mode != "torch" and not (mode == "plan" and plan is None):
+            for label, (kop, key) in _safe_keys(lambda: make_keys(xm, wm)).items():
+                m = mode if isinstance(mode, str) else mode_of(handle, op, label)
+                if ((m == "dnnctl" and not _vendor_pick(plan, kop, key, x))
+                        or (m == "plan" and plan is not None
+                            and _own_entry(plan, kop, key, x))):
+                    trains = False
+                    break
+    except DnnctlError:  # a problem dnnctl refuses: the op's own path says so, falls back
+        trains = False
+    if len(_TRAINS) > 4096:
+        _TRAINS.clear()
+    _TRAINS[ck] = (plan, trains)
+    return trains
+
+
 def _safe_keys(make_keys: Callable[[], Keys]) -> Keys:
     """The backward keys, leaving out those dnnctl does not define (e.g. inference BN)."""
     out: Keys = {}

@@ -13,9 +13,14 @@ from functools import partial
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from dnnctl.torch import attention
+from dnnctl.torch import attention, keys
+from dnnctl.torch import grad_plan as gp
+from dnnctl.torch import kernels as K
+from dnnctl.torch import own_grads as og
+from dnnctl.torch._tensors import is_nhwc
 from dnnctl.torch.library import run_op
 
 
@@ -41,8 +46,41 @@ def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
 # own module, where a closure would keep computing with the original's parameters.
 
 
+def _training_torch(x: torch.Tensor) -> bool:
+    """A call autograd records, eager, on CUDA: where :func:`dnnctl.torch.grad_plan.
+    torch_trains` may hand a whole product (forward and gradients) to torch."""
+    return (_grad_on() and x.is_cuda and type(x) is torch.Tensor and not _compiling()
+            and not _modes())
+
+
+_grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
+_modes = torch._C._len_torch_dispatch_stack
+
+
+def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """Count a product torch trains: its forward as a vendor call through torch, its
+    gradients as torch's (what the op's own path would count)."""
+    K.VENDOR_VIA_TORCH[op] += 1
+    if x.requires_grad:
+        gp.count(op, "dgrad", "torch")
+    if w.requires_grad or (bias is not None and bias.requires_grad):
+        gp.count(op, "wgrad", "torch")
+
+
 def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil: list[int],
               x: torch.Tensor) -> torch.Tensor:
+    w, b = m.weight, m.bias
+    if (len(pad) == 2 and _training_torch(x) and x.dim() == 4 and x.numel()
+            and gp.torch_trains(
+                "conv2d", handle, x, w,
+                (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, b is None, is_nhwc(x),
+                 tuple(stride), tuple(pad), tuple(dil), m.groups),
+                lambda xm, wm: keys.conv2d(xm, wm, b is not None, stride, pad, dil, m.groups,
+                                           "none", False, is_nhwc(xm)),
+                lambda xm, wm: og.conv2d_keys(xm, wm, b is not None, stride, pad, dil,
+                                              m.groups, True, True))):
+        _note_torch("conv2d", x, w, b)
+        return F.conv2d(x, w, b, stride, pad, dil, m.groups)
     return run_op("conv2d", x, m.weight, m.bias, stride, pad, dil, m.groups, "none", None,
                   handle)
 
@@ -113,6 +151,15 @@ def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
 
 
 def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
+    w, b = m.weight, m.bias
+    if (_training_torch(x) and x.dim() >= 2 and x.numel() and w.numel()
+            and gp.torch_trains(
+                "matmul", handle, x, w,
+                (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, b is None),
+                lambda xm, wm: keys.linear(xm, wm, b is not None, "none"),
+                lambda xm, wm: og.linear_keys(xm, wm))):
+        _note_torch("matmul", x, w, b)
+        return F.linear(x, w, b)
     return run_op("linear", x, m.weight, m.bias, "none", handle)
 
 

@@ -7,6 +7,8 @@ channels-last; every backward call must run on dnnctl (no refusal, no torch form
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -93,3 +95,54 @@ def test_linear(dtype):
     _check(lambda x, w, b: OPS.linear(x, w, b, "none", DNN), F.linear,
            (torch.randn(8, 197, 768), torch.randn(3072, 768) * 0.03, torch.randn(3072)),
            dtype)
+
+
+def _node_names(fn):
+    """Names of every autograd node reachable from ``fn``."""
+    seen, stack, names = set(), [fn], []
+    while stack:
+        f = stack.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        names.append(f.name())
+        stack.extend(g for g, _ in f.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("mode", ["plan", "dnnctl"])
+def test_patched_training_hands_a_vendor_conv_and_linear_to_torch_whole(mode):
+    """Under autograd a conv / linear whose forward and gradients dnnctl would all give to
+    cuDNN / cuBLAS runs torch's own function (torch's autograd node, no dnnctl op), counted
+    as a vendor call and torch gradients; the gradients are eager's."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Flatten(),
+                         nn.Linear(32 * 8 * 8, 64)).cuda().to(memory_format=CL)
+    x = torch.randn(4, 16, 8, 8, device="cuda").to(memory_format=CL).requires_grad_(True)
+    patched = copy.deepcopy(base)
+    dt.patch(patched, None, backward=mode)
+    grads = []
+    for model in (base, patched):
+        grad_plan.BACKWARD_PATHS.clear()
+        via = dict(kernels.VENDOR_VIA_TORCH)
+        x.grad = None
+        model.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            y = model(x)
+        y.float().square().sum().backward()
+        grads.append([x.grad.clone(), *(p.grad.clone() for p in model.parameters())])
+        if model is patched:
+            assert kernels.VENDOR_VIA_TORCH["conv2d"] == via.get("conv2d", 0) + 1
+            assert kernels.VENDOR_VIA_TORCH["matmul"] == via.get("matmul", 0) + 1
+            assert grad_plan.paths_summary() == {
+                "conv2d/dgrad": {"dnnctl": 0, "torch": 1},
+                "conv2d/wgrad": {"dnnctl": 0, "torch": 1},
+                "matmul/dgrad": {"dnnctl": 0, "torch": 1},
+                "matmul/wgrad": {"dnnctl": 0, "torch": 1}}
+        names = _node_names(y.grad_fn)
+        assert any(n.startswith("Convolution") for n in names), names
+        assert not any(n.startswith("Dnnctl") for n in names), names
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)

@@ -325,3 +325,74 @@ def test_backward_mode_mapping_per_pass():
                                          "conv2d/wgrad": {"dnnctl": 0, "torch": 1}}
     with pytest.raises(UsageError, match="cudnn"):
         dt.plan_handle(None, {"conv2d": "cudnn"})
+
+
+def _vendor_conv_variants(monkeypatch):
+    """Vendor copies of the numpy conv2d forward / dgrad / wgrad variants, registered for
+    one test (the CPU has no vendor conv: cuDNN's are CUDA variants)."""
+    from dnnctl.ops import registry
+
+    table = registry._VARIANTS[("conv2d", "numpy")]
+    for own in ("im2col_gemm", "dgrad_im2col_gemm", "wgrad_im2col_gemm"):
+        cls = type(f"Vendor_{own}", (type(table[own]),),
+                   {"name": own + "_vendor", "vendor": True, "__module__": __name__})
+        monkeypatch.setitem(table, own + "_vendor", cls())
+
+
+def _trains(x, w, handle):
+    keyfn = lambda xm, wm: dt_keys.conv2d(xm, wm, False, (1, 1), (1, 1), (1, 1), 1,  # noqa: E731
+                                          "none", False, False)
+    return grad_plan.torch_trains(
+        "conv2d", handle, x, w, (x.shape, w.shape, id(handle)), keyfn,
+        lambda xm, wm: og.conv2d_keys(xm, wm, False, (1, 1), (1, 1), (1, 1), 1, True, True))
+
+
+from dnnctl.torch import keys as dt_keys  # noqa: E402
+
+
+def test_torch_trains_a_conv_only_when_forward_and_every_gradient_pick_torchs_library(
+        monkeypatch):
+    """A product with nothing fused goes to torch whole under autograd (forward, dgrad,
+    wgrad) only where dnnctl would hand each of them to the vendor library torch calls:
+    one gradient planned on dnnctl's own kernel keeps the dnnctl op; mode "torch" asks the
+    forward only; an autocast region decides on the autocast dtype's keys."""
+    from dnnctl.ops import registry
+
+    _vendor_conv_variants(monkeypatch)
+    x, w = torch.randn(2, 4, 8, 8), torch.randn(6, 4, 3, 3)
+    keyfn = lambda t, u: dt_keys.conv2d(t, u, False, (1, 1), (1, 1), (1, 1), 1,  # noqa: E731
+                                        "none", False, False)
+    grads = og.conv2d_keys(x, w, False, (1, 1), (1, 1), (1, 1), 1, True, True)
+
+    def plan(fwd, dgrad, wgrad, tensors=(x, w)):
+        ks = og.conv2d_keys(*tensors, False, (1, 1), (1, 1), (1, 1), 1, True, True)
+        items = [("conv2d", keyfn(*tensors), fwd), (*ks["dgrad"], dgrad),
+                 (*ks["wgrad"], wgrad)]
+        table = registry._VARIANTS[("conv2d", "numpy")]
+        entries = []
+        for op, k, v in items:
+            problem = problem_of(get_op(op), grad_plan.hashable(k))
+            entries.append(entry(problem, v, table[v].default_params(
+                problem, get_backend("numpy").device(0))))
+        return LoadedPlan(Plan([numpy_section(entries)]))
+
+    assert grads["dgrad"][1]["pass"] == "dgrad"
+    vendor = plan("im2col_gemm_vendor", "dgrad_im2col_gemm_vendor", "wgrad_im2col_gemm_vendor")
+    assert _trains(x, w, kernels.plan_handle(vendor)) is True
+    assert _trains(x, w, kernels.plan_handle(vendor, "dnnctl")) is True
+    own_dgrad = plan("im2col_gemm_vendor", "dgrad_im2col_gemm", "wgrad_im2col_gemm_vendor")
+    assert _trains(x, w, kernels.plan_handle(own_dgrad)) is False
+    assert _trains(x, w, kernels.plan_handle(own_dgrad, "torch")) is True
+    own_fwd = plan("im2col_gemm", "dgrad_im2col_gemm_vendor", "wgrad_im2col_gemm_vendor")
+    assert _trains(x, w, kernels.plan_handle(own_fwd, "torch")) is False
+    # no plan: the default heuristic picks dnnctl's own numpy kernels
+    assert _trains(x, w, kernels.plan_handle(None, "dnnctl")) is False
+    # under CPU autocast the call runs in bfloat16: the float32 entries do not apply
+    low = plan("im2col_gemm_vendor", "dgrad_im2col_gemm_vendor", "wgrad_im2col_gemm_vendor",
+               (x.bfloat16(), w.bfloat16()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert grad_plan.low_dtype(x) is torch.bfloat16
+        assert _trains(x, w, kernels.plan_handle(low)) is True
+        assert _trains(x, w, kernels.plan_handle(vendor)) is False
+    assert _trains(x, w, kernels.plan_handle(low)) is False
+    assert grad_plan.low_dtype(x.double()) is torch.float64
