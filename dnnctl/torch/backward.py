@@ -26,6 +26,7 @@ from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch import reference as ref
+from dnnctl.torch._tensors import is_nhwc
 
 T = torch.Tensor
 Opt = torch.Tensor | None
@@ -257,13 +258,32 @@ def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     return grad * (pre > 0).to(grad.dtype)
 
 
+def _cudnn_bn(x: T, grad: T, weight: Opt, bias: Opt, mean: T, invstd: T, eps: float) -> bool:
+    """torch would run this training batch_norm on cuDNN (its own backend choice, which
+    takes the statistics' presence for the running ones'), with no reserve to hand back
+    (cuDNN's training forward reserves none without a fused activation)."""
+    return (x.is_cuda and weight is not None and bias is not None
+            and grad.dtype is x.dtype and x.dim() == 4
+            and torch._C._select_batch_norm_backend(x, weight, bias, mean, invstd, True, eps)
+            == torch._C._BatchNormBackend.Cudnn
+            and torch._C._get_cudnn_batch_norm_reserve_space_size(x, True) == 0)
+
+
+_NO_RESERVE: dict[torch.device, T] = {}
+
+
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
                needs: Sequence[bool], plan: int = 0, activation: str = "none",
-               residual: Opt = None) -> tuple[Opt, Opt, Opt, Opt]:
+               residual: Opt = None, y: Opt = None, eps: float = 1e-5
+               ) -> tuple[Opt, Opt, Opt, Opt]:
     """Gradients for (x, weight, bias, residual); ``mean`` / ``invstd`` per channel (the
     batch's in training, the running statistics' in inference: torch only, dnnctl's
     backward is the training one). ``activation="relu"``: of relu(batch_norm(x) [+
-    residual]) (the fused op); without the ReLU the residual's gradient is grad itself."""
+    residual]) (the fused op), ``y`` its output when saved (torch's path then gates the
+    gradient by it, as the ReLU's own backward does); without the ReLU the residual's
+    gradient is grad itself. torch's path runs the kernels eager autograd runs: the ReLU's
+    threshold_backward, then cuDNN's batch_norm backward where torch would pick cuDNN
+    (``eps``: the forward's), else torch's native one."""
     if training and (residual is None or activation == "relu"):
         got = _single("batch_norm", plan, x,
                       lambda: og.batch_norm_keys(x, weight is not None, activation,
@@ -278,8 +298,19 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     # with float32 (or wider) parameters and statistics; inference passes the running
     # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
     if activation == "relu":
-        grad = relu_gate(grad, x, weight, bias, mean, invstd, residual)
+        grad = (relu_gate(grad, x, weight, bias, mean, invstd, residual) if y is None
+                else _ATEN.threshold_backward(grad, y.to(grad.dtype), 0))
     gz = _cast(grad, residual) if residual is not None and needs[3] else None
+    if training and _cudnn_bn(x, grad, weight, bias, mean, invstd, eps):
+        fmt = torch.channels_last if is_nhwc(x) else torch.contiguous_format
+        empty = _NO_RESERVE.get(x.device)
+        if empty is None:
+            empty = _NO_RESERVE[x.device] = torch.empty(0, dtype=torch.uint8, device=x.device)
+        gx, gw, gb = _ATEN.cudnn_batch_norm_backward(
+            x.contiguous(memory_format=fmt), grad.contiguous(memory_format=fmt), weight, None,
+            None, mean, invstd, eps, empty)
+        return ((gx if needs[0] else None), (gw if needs[1] else None),
+                (gb if needs[2] else None), gz)
     dt = _common(x, grad)
     acc = torch.promote_types(dt, torch.float32)
     mean, invstd = mean.to(acc), invstd.to(acc)

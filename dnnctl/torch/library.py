@@ -250,10 +250,21 @@ def _bn_bwd(ctx, grad):
 def _bn_train_bwd(ctx, grad, *_unused):
     x, _, _, weight, bias, momentum, eps, plan, act, z = _args(ctx)  # running stats: unused
     mean, invstd = ctx.saved_tensors[-2:]
+    y = ctx.saved_tensors[-3] if act == "relu" else None
     n = _needs(ctx)
     gx, gw, gb, gz = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
-                                   (n[0], n[3], n[4], n[9]), plan, act, z)
+                                   (n[0], n[3], n[4], n[9]), plan, act, z, y, eps)
     return gx, None, None, gw, gb, None, None, None, None, gz
+
+
+def _bn_train_setup(ctx, inputs, output):
+    """The batch statistics, and with the fused ReLU its output too (what the ReLU's own
+    autograd node keeps), after the inputs; the running statistics are not kept (the
+    forward's caller updates them in place)."""
+    relu = inputs[8] == "relu"
+    _save(ctx, inputs, output,
+          (lambda out: (out[0], out[3], out[4])) if relu else (lambda out: (out[3], out[4])),
+          skip=(1, 2))
 
 
 def _gn_bwd(ctx, grad):
@@ -326,7 +337,7 @@ AUTOGRAD: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
     "softmax": (_softmax_bwd(False), _setup(lambda y: (y,))),
     "log_softmax": (_softmax_bwd(True), _setup(lambda y: (y,))),
     "batch_norm": (_bn_bwd, _setup()),
-    "batch_norm_train": (_bn_train_bwd, _setup(lambda out: (out[3], out[4]), skip=(1, 2))),
+    "batch_norm_train": (_bn_train_bwd, _bn_train_setup),
     "group_norm": (_gn_bwd, _setup()),
     "max_pool2d": (_pool_bwd("max"), _setup()),
     "avg_pool2d": (_pool_bwd("avg"), _setup()),

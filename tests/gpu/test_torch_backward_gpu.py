@@ -28,7 +28,7 @@ CL = torch.channels_last
 TOL = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 
 
-def _check(fn, ref, inputs, dtype):
+def _check(fn, ref, inputs, dtype, path="dnnctl"):
     torch.manual_seed(1)
     a = [t.to("cuda", dtype).requires_grad_(True) for t in inputs]
     b = [t.detach().double().requires_grad_(True) for t in a]  # the same values, exact
@@ -40,7 +40,8 @@ def _check(fn, ref, inputs, dtype):
     torch.cuda.synchronize()
     paths = grad_plan.paths_summary()
     ref(*b).backward(g.double())
-    assert paths and all(v["torch"] == 0 for v in paths.values()), paths
+    other = "torch" if path == "dnnctl" else "dnnctl"
+    assert paths and all(v[other] == 0 for v in paths.values()), paths
     assert dict(kernels.FALLBACKS) == fallbacks
     for u, v in zip(a, b):
         err = float((u.grad.double() - v.grad).abs().max() / v.grad.abs().max())
@@ -88,6 +89,37 @@ def test_memory_ops(dtype):
            (x4,), dtype)
     _check(lambda x: OPS.relu(x, DNN), F.relu, (x4,), dtype)
     _check(lambda x: OPS.gelu(x, "none", DNN), F.gelu, (rows,), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["nchw", "nhwc"])
+def test_batch_norm_train_on_torchs_path(dtype, fmt):
+    """backward="torch": the fused BN + ReLU [+ residual] gradient gated by the saved
+    output, then cuDNN's batch_norm backward (fp16 / fp32, what torch picks) or torch's
+    native one (bf16), against float64."""
+    torch_handle = kernels.plan_handle(None, "torch")
+    x4 = _distinct_planes(4, 32, 14, 14)
+    if fmt == "nhwc":
+        x4 = x4.contiguous(memory_format=CL)
+    c = torch.randn(32)
+    stats = (torch.zeros(32, device="cuda"), torch.ones(32, device="cuda"))
+    _check(lambda x, w, b: OPS.batch_norm_train(x, *stats, w.float(), b.float(), 0.1, 1e-5,
+                                                torch_handle)[0],
+           lambda x, w, b: F.batch_norm(x, None, None, w, b, True), (x4, c, c.clone()), dtype,
+           "torch")
+    seen = []  # the ReLU's mask from the op's own output: a float64 pre-activation within
+    # rounding of 0 may fall on the other side
+
+    def fused(x, w, b, z):
+        y = OPS.batch_norm_train(x, *stats, w.float(), b.float(), 0.1, 1e-5, torch_handle,
+                                 "relu", z)[0]
+        seen.append(y.detach() > 0)
+        return y
+
+    _check(fused,
+           lambda x, w, b, z: (F.batch_norm(x, None, None, w, b, True) + z) * seen[-1],
+           (x4, c, c.clone(), torch.randn(x4.shape).contiguous(memory_format=CL)), dtype,
+           "torch")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

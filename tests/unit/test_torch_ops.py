@@ -158,7 +158,8 @@ def test_batch_norm_gradcheck_eval_and_train():
     assert torch.autograd.gradcheck(
         lambda x, w, b: D.batch_norm_train(x, rm, rv, w, b, 0.1, 1e-5)[0], (x, w, b),
         fast_mode=True)
-    # the fused ReLU (its mask recomputed in the backward), in both modes
+    # the fused ReLU (training: its gradient gated by the saved output, as torch's ReLU
+    # does; inference: the mask recomputed in the backward)
     assert torch.autograd.gradcheck(
         lambda x, w, b: D.batch_norm(x, rm, rv, w, b, 1e-5, 0, "relu"), (x, w, b),
         fast_mode=True)
