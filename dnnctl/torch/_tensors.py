@@ -49,7 +49,9 @@ def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwarg
     """``fn(*tensors, **kwargs)`` with CPU tensors as NumPy views; results as torch tensors."""
     if not tensors[0].is_cpu:
         return fn(*tensors, **kwargs)
-    kw = {k: to_numpy(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    kw = {k: to_numpy(v) if isinstance(v, torch.Tensor) else
+          tuple(map(to_numpy, v)) if isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor)
+          else v for k, v in kwargs.items()}
     return from_numpy(fn(*(to_numpy(t) for t in tensors), **kw))
 
 

@@ -420,15 +420,18 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
     xs, nhwc = _spatial(x)
 
     def run() -> tuple[torch.Tensor, ...]:
-        rm = running_mean.to(torch.float32, copy=True)
-        rv = running_var.to(torch.float32, copy=True)
+        # the updated running statistics into fresh arrays: the inputs stay as they were
+        # (a functional op), with no copy of them first
+        rm, rv = fp32(running_mean).contiguous(), fp32(running_var).contiguous()
+        nm, nv = torch.empty_like(rm), torch.empty_like(rv)
         y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
                                training=True, momentum=momentum, eps=eps,
                                layout="NHWC" if nhwc else "NCHW", return_stats=True,
                                plan=_plan(plan), activation=activation,
-                               residual=None if residual is None else in_layout(residual, nhwc))
-        return (nchw_of(y) if nhwc else y, rm.to(running_mean.dtype),
-                rv.to(running_var.dtype), mean, invstd)
+                               residual=None if residual is None else in_layout(residual, nhwc),
+                               new_running=(nm, nv))
+        return (nchw_of(y) if nhwc else y, nm.to(running_mean.dtype),
+                nv.to(running_var.dtype), mean, invstd)
 
     def reference() -> tuple[torch.Tensor, ...]:
         y, *rest = ref.batch_norm_train(x, running_mean, running_var, weight, bias, momentum,

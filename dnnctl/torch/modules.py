@@ -180,8 +180,7 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
                              m.weight, m.bias, m.momentum, m.eps, handle, activation,
                              residual)
     with torch.no_grad():
-        m.running_mean.copy_(rm)
-        m.running_var.copy_(rv)
+        torch._foreach_copy_([m.running_mean, m.running_var], [rm, rv])  # one launch
         m.num_batches_tracked.add_(1)
     return y
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dnnctl import ops as dops
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UsageError
@@ -186,6 +187,29 @@ def test_batch_norm_training_reference_updates_running_stats_like_pytorch() -> N
     np.testing.assert_allclose(out["new_running_var"], 0.75 * rv + 0.25 * var * 40 / 39)
     with pytest.raises(UsageError, match="more than one value per channel"):
         bn.problem(n=1, c=3, h=1, w=1, dtype="float32", training=True)
+
+
+def test_batch_norm_training_new_running_leaves_the_running_statistics_alone() -> None:
+    """new_running=(mean, var) takes the updated statistics (as the in-place update would
+    write them); running_mean / running_var keep their values; it needs both arrays and
+    training."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 3, 2, 5)) * 2 + 1).astype(np.float32)
+    rm = np.array([0.1, 0.2, 0.3], np.float32)
+    rv = np.array([1.0, 2.0, 3.0], np.float32)
+    nm, nv = np.full(3, np.nan, np.float32), np.full(3, np.nan, np.float32)
+    y = dops.batch_norm(x, rm, rv, training=True, momentum=0.25, new_running=(nm, nv))
+    im, iv = rm.copy(), rv.copy()
+    y2 = dops.batch_norm(x, im, iv, training=True, momentum=0.25)
+    np.testing.assert_array_equal(y, y2)
+    np.testing.assert_array_equal(nm, im)
+    np.testing.assert_array_equal(nv, iv)
+    assert rm.tolist() == np.float32([0.1, 0.2, 0.3]).tolist()
+    assert rv.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(UsageError, match="both new running statistics"):
+        dops.batch_norm(x, rm, rv, training=True, new_running=(nm, None))
+    with pytest.raises(UsageError, match="only in training"):
+        dops.batch_norm(x, rm, rv, new_running=(nm, nv))
 
 
 # ----------------------------------------------------------------------------- CPU variants

@@ -15,7 +15,7 @@ from dnnctl.ops.dispatch import CallSpec, Parsed, call, spec_outputs
 
 
 def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed:
-    x, rm, rv, w, b, out, z = arrays
+    x, rm, rv, w, b, out, z, nrm, nrv = arrays
     training, momentum, eps, layout, return_stats, activation = scalars
     training = bool(training)
     activation = check_activation(activation, "batch_norm")
@@ -54,7 +54,16 @@ def _parse_bn(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Par
     if z is not None:
         inputs = (*inputs, ("residual", 6, None))
     given: tuple[tuple[str, Any], ...] = ()
-    if training:  # the running statistics are updated in place (kernels allow the alias)
+    if (nrm is None) != (nrv is None) or (nrm is not None and not training):
+        raise UsageError("batch_norm: new_running takes both new running statistics, and "
+                         "only in training", hint="pass (new_mean, new_var) with "
+                         "training=True, or leave it out")
+    if training and nrm is not None:  # the updated statistics into the caller's arrays
+        for v, name in ((nrm, "new_running_mean"), (nrv, "new_running_var")):
+            mc.check_vector(v, c, "float32", name)
+            mc.writeable(v, name)
+        given = (("new_running_mean", 7), ("new_running_var", 8))
+    elif training:  # the running statistics are updated in place (kernels allow the alias)
         for v, name in ((rm, "running_mean"), (rv, "running_var")):
             mc.writeable(v, name)  # both before either is written
         given = (("new_running_mean", 1 if "running_mean" not in consts else "running_mean"),
@@ -81,7 +90,7 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
                bias: Any = None, training: bool = False, momentum: float = 0.1,
                eps: float = 1e-5, layout: str = "NCHW", plan: Any = None, *, out: Any = None,
                return_stats: bool = False, activation: str = "none",
-               residual: Any = None) -> Any:
+               residual: Any = None, new_running: tuple[Any, Any] | None = None) -> Any:
     """Batch normalization forward over x of rank 2..4 (channel axis per ``layout``).
 
     Parameters and statistics are fp32 (C,). Inference normalizes with the running
@@ -91,9 +100,12 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
     returns relu(batch_norm(x)) from the same pass (its gradient:
     ``batch_norm_backward(..., bias=bias, activation="relu")``). ``residual`` (x's shape and
     dtype) is added before the activation: relu(batch_norm(x) + residual), a ResNet block's
-    end, in the same pass.
+    end, in the same pass. ``new_running=(new_mean, new_var)`` (training; fp32 (C,) arrays)
+    takes the updated running statistics instead, leaving ``running_mean`` /
+    ``running_var`` as they were (a functional caller's: no copy of them first).
     """
-    return call(_BN, (x, running_mean, running_var, weight, bias, out, residual),
+    nrm, nrv = (None, None) if new_running is None else new_running
+    return call(_BN, (x, running_mean, running_var, weight, bias, out, residual, nrm, nrv),
                 (bool(training), momentum, eps, layout, bool(return_stats), activation), plan)
 
 
