@@ -31,6 +31,7 @@ that passed verification re-measured; no dispatch probes), e.g. ResNet-50 at bat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import statistics
@@ -81,12 +82,20 @@ def _subsets(quick: bool) -> list[tuple[str, Any]]:
 def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
                ) -> dict[Any, float]:
     """Median over interleaved rounds of each candidate's per-round median time (us)."""
+    with contextlib.ExitStack() as stack:
+        return _remeasure_in(stack, problem, cands, rounds, budget_ms)
+
+
+def _remeasure_in(stack: Any, problem: Any, cands: list[Any], rounds: int, budget_ms: float
+                  ) -> dict[Any, float]:
     import numpy as np
 
     from dnnctl.backends.registry import get_backend, parse_device
     from dnnctl.ops.base import np_dtype
     from dnnctl.ops.check import prepare
+    from dnnctl.ops.dispatch import adopting
     from dnnctl.ops.registry import get_op, get_variant
+    from dnnctl.ops.torch_vendor import native_io
 
     backend, index = parse_device(DEVICE)
     be = get_backend(backend)
@@ -104,7 +113,11 @@ def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
         inputs = {k: be.xp.array(v, copy=True) for k, v in prep.inputs.items()}
         outputs = {n: be.empty(s.shape, np_dtype(s.dtype)) for n, s in
                    op.output_specs(problem).items()}
-        runs.append((c, kern, inputs, outputs))
+        # as the tuner's worker times it: a library called through torch gets torch views
+        # made once (native_io), a kernel that adopts its outputs gets none
+        args, _ = stack.enter_context(native_io(get_variant(problem.op, backend, c.variant),
+                                                inputs))
+        runs.append((c, kern, args, {} if adopting(kern) else outputs))
     meds: dict[Any, list[float]] = {c: [] for c, *_ in runs}
     for r in range(rounds):
         k = r % max(1, len(runs))
@@ -126,7 +139,7 @@ def whole(workload: str, batch: int | None = None) -> list[tuple[str, Any]]:
 
 def _tune_subset(name: str, wl: Any, quick: bool, evals: int | None = None,
                  budget_s: float | None = None) -> list[dict[str, Any]]:
-    from dnnctl.cli.tune import short_problem
+    from dnnctl.cli.render import short_problem
     from dnnctl.plan import read_plan
     from dnnctl.tune.candidates import Candidate
     from dnnctl.tune.journal import problem_id, read_journal

@@ -34,3 +34,23 @@ def test_cli_parses_the_whole_workload_options(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--workload" in out and "--evals" in out and "--budget" in out
+
+
+def test_tune_subset_rows_on_the_cpu(monkeypatch):
+    """The decision-quality path end to end on the numpy backend: tune two small problems,
+    re-measure every verified candidate, one row per problem with the plan's choice, the
+    re-measured best and their ratio."""
+    from dnnctl.ops.registry import get_op
+    from dnnctl.workloads import Workload
+
+    monkeypatch.setattr(bench_tune, "DEVICE", "cpu")
+    wl = Workload("tiny")
+    wl.add(get_op("conv2d").problem({"n": 1, "c": 4, "h": 6, "w": 6, "k": 4, "r": 3, "s": 3,
+                                      "pad": 1, "dtype": "float32", "layout": "NCHW"}))
+    wl.add(get_op("matmul").problem({"m": 8, "n": 8, "k": 8, "dtype": "float32"}), count=2)
+    rows = bench_tune._tune_subset("tiny", wl, quick=True, evals=3, budget_s=20.0)
+    assert [r["count"] for r in rows] == [1, 2]
+    for r in rows:
+        assert r["status"] == "planned", r
+        assert r["best_us"] > 0 and r["ratio"] >= 1.0
+        assert r["within_3pct"] == (r["ratio"] <= 1.03)
