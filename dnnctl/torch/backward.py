@@ -299,7 +299,8 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     # statistics as (mean, 1 / invstd**2) with eps 0, which gives back invstd
     if activation == "relu":
         grad = (relu_gate(grad, x, weight, bias, mean, invstd, residual) if y is None
-                else _ATEN.threshold_backward(grad, y.to(grad.dtype), 0))
+                else _ATEN.threshold_backward(grad, y if y.dtype is grad.dtype
+                                              else y.to(grad.dtype), 0))
     gz = _cast(grad, residual) if residual is not None and needs[3] else None
     if training and _cudnn_bn(x, grad, weight, bias, mean, invstd, eps):
         fmt = torch.channels_last if is_nhwc(x) else torch.contiguous_format

@@ -430,8 +430,9 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
                                plan=_plan(plan), activation=activation,
                                residual=None if residual is None else in_layout(residual, nhwc),
                                new_running=(nm, nv))
-        return (nchw_of(y) if nhwc else y, nm.to(running_mean.dtype),
-                nv.to(running_var.dtype), mean, invstd)
+        if running_mean.dtype is not torch.float32:  # a no-op .to is a C call too
+            nm, nv = nm.to(running_mean.dtype), nv.to(running_var.dtype)
+        return nchw_of(y) if nhwc else y, nm, nv, mean, invstd
 
     def reference() -> tuple[torch.Tensor, ...]:
         y, *rest = ref.batch_norm_train(x, running_mean, running_var, weight, bias, momentum,
