@@ -81,13 +81,9 @@ def _subsets(quick: bool) -> list[tuple[str, Any]]:
 
 def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
                ) -> dict[Any, float]:
-    """Median over interleaved rounds of each candidate's per-round median time (us)."""
-    with contextlib.ExitStack() as stack:
-        return _remeasure_in(stack, problem, cands, rounds, budget_ms)
-
-
-def _remeasure_in(stack: Any, problem: Any, cands: list[Any], rounds: int, budget_ms: float
-                  ) -> dict[Any, float]:
+    """Median over interleaved rounds of each candidate's per-round median time (us), each
+    called as the tuner's worker calls it: a library called through torch on torch views
+    made once (native_io), a kernel that adopts its outputs with none given."""
     import numpy as np
 
     from dnnctl.backends.registry import get_backend, parse_device
@@ -103,28 +99,27 @@ def _remeasure_in(stack: Any, problem: Any, cands: list[Any], rounds: int, budge
     dev = be.device(index)
     op = get_op(problem.op)
     prep = prepare(op, problem, be, np.random.default_rng(1), with_reference=False)
-    runs = []
-    for c in cands:
-        try:
-            kern = get_variant(problem.op, backend, c.variant).build(problem, c.param_dict, dev)
-        except Exception as exc:  # noqa: BLE001 - reported, never fatal
-            _NOTES.append(f"rebuild failed for {problem.short()} {c.label()}: {exc}")
-            continue
-        inputs = {k: be.xp.array(v, copy=True) for k, v in prep.inputs.items()}
-        outputs = {n: be.empty(s.shape, np_dtype(s.dtype)) for n, s in
-                   op.output_specs(problem).items()}
-        # as the tuner's worker times it: a library called through torch gets torch views
-        # made once (native_io), a kernel that adopts its outputs gets none
-        args, _ = stack.enter_context(native_io(get_variant(problem.op, backend, c.variant),
-                                                inputs))
-        runs.append((c, kern, args, {} if adopting(kern) else outputs))
-    meds: dict[Any, list[float]] = {c: [] for c, *_ in runs}
-    for r in range(rounds):
-        k = r % max(1, len(runs))
-        for c, kern, inputs, outputs in runs[k:] + runs[:k]:
-            s = be.time(lambda kn=kern, i=inputs, o=outputs: kn(i, o, prep.attrs),
-                        warmup_ms=3.0, budget_ms=budget_ms, flush_l2=True)
-            meds[c].append(float(np.median(s)))
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for c in cands:
+            variant = get_variant(problem.op, backend, c.variant)
+            try:
+                kern = variant.build(problem, c.param_dict, dev)
+            except Exception as exc:  # noqa: BLE001 - reported, never fatal
+                _NOTES.append(f"rebuild failed for {problem.short()} {c.label()}: {exc}")
+                continue
+            inputs = {k: be.xp.array(v, copy=True) for k, v in prep.inputs.items()}
+            outputs = {n: be.empty(s.shape, np_dtype(s.dtype)) for n, s in
+                       op.output_specs(problem).items()}
+            args, _ = stack.enter_context(native_io(variant, inputs))
+            runs.append((c, kern, args, {} if adopting(kern) else outputs))
+        meds: dict[Any, list[float]] = {c: [] for c, *_ in runs}
+        for r in range(rounds):
+            k = r % max(1, len(runs))
+            for c, kern, inputs, outputs in runs[k:] + runs[:k]:
+                s = be.time(lambda kn=kern, i=inputs, o=outputs: kn(i, o, prep.attrs),
+                            warmup_ms=3.0, budget_ms=budget_ms, flush_l2=True)
+                meds[c].append(float(np.median(s)))
     return {c: statistics.median(v) for c, v in meds.items() if v}
 
 

@@ -172,11 +172,11 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     dt = low_dtype(x)
     if dt not in DNN_DTYPES:
         return False
-    mode = K.BACKWARD_MODES.get(handle, "plan")
     plan = K.plan_of(handle)
     if plan is None:
         plan = active_plan()
-    ck = (op, call_key, dt, handle, id(plan), id(mode), deterministic_only())
+    ck = (op, call_key, dt, handle, id(plan), id(K.BACKWARD_MODES.get(handle)),
+          deterministic_only())
     hit = _TRAINS.get(ck)
     if hit is not None and hit[0] is plan:
         return hit[1]
@@ -184,16 +184,9 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     wm = torch.empty_strided(w.shape, w.stride(), dtype=dt, device="meta")
     try:
         the_op = get_op(op)
-        trains = K.vendor_picked(the_op, problem_of(the_op, hashable(make_key(xm, wm))), x,
-                                 plan)
-        if trains and mode != "torch" and not (mode == "plan" and plan is None):
-            for label, (kop, key) in _safe_keys(lambda: make_keys(xm, wm)).items():
-                m = mode if isinstance(mode, str) else mode_of(handle, op, label)
-                if ((m == "dnnctl" and not _vendor_pick(plan, kop, key, x))
-                        or (m == "plan" and plan is not None
-                            and _own_entry(plan, kop, key, x))):
-                    trains = False
-                    break
+        trains = (K.vendor_picked(the_op, problem_of(the_op, hashable(make_key(xm, wm))), x,
+                                  plan)
+                  and not decide(op, handle, x, lambda: make_keys(xm, wm), in_backward=False))
     except DnnctlError:  # a problem dnnctl refuses: the op's own path says so, falls back
         trains = False
     if len(_TRAINS) > 4096:
