@@ -22,7 +22,7 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
         "dnnctl.torch needs PyTorch, which is not installed",
         hint="pip install 'dnnctl[torch]'") from exc
 
-from dnnctl.torch import autocast, library
+from dnnctl.torch import library
 from dnnctl.torch import patch as patch_module
 from dnnctl.torch.grad_plan import BACKWARD_PATHS
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
@@ -30,7 +30,6 @@ from dnnctl.torch.patch import PatchReport, is_patched, patch, patched, unpatch
 from dnnctl.torch.record import record
 
 OPS = library.OPS
-autocast.register(library.LIB)
 
 __all__ = ["BACKWARD_PATHS", "FALLBACKS", "OPS", "PatchReport", "is_patched", "patch", "patched",
            "patch_module", "plan_handle", "record", "unpatch"]

@@ -44,12 +44,17 @@ def _cast(value: Any, device_type: str, dtype: torch.dtype) -> Any:
     return value
 
 
-def _kernel(op: Any, policy: str, device_type: str) -> Any:
-    key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(
-        device_type))
-    keyset = torch._C.DispatchKeySet(key)
+def autocast_key(device_type: str) -> Any:
+    """The device's Autocast dispatch key (AutocastCUDA, AutocastCPU)."""
+    return getattr(torch._C.DispatchKey,
+                   "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
-    names = [a.name for a in op._schema.arguments]
+
+def runner(names: list[str], call: Any, policy: str, device_type: str) -> Any:
+    """What autocast does for an op with arguments ``names``: its inputs cast by ``policy``,
+    then ``call(*args)`` with the device's autocast key excluded (the op's own torch calls
+    run as the casts left them, as under torch's autocast kernels)."""
+    keyset = torch._C.DispatchKeySet(autocast_key(device_type))
     res = names.index("residual") if "residual" in names else -1
     act = names.index("activation") if "activation" in names else -1
     before = names.index("residual_before_act") if "residual_before_act" in names else -1
@@ -65,24 +70,30 @@ def _kernel(op: Any, policy: str, device_type: str) -> Any:
                 if 0 <= before < len(args) and args[before]:  # act(conv + bias + residual)
                     plain = list(args)  # activation comes before residual_before_act
                     fn, plain[res], plain[act], plain[before] = args[act], None, "none", False
-                    return ACTS[fn](op(*_cast(tuple(plain), device_type, dtype)) + r)
-                out = op(*_cast((*args[:res], None, *args[res + 1:]), device_type, dtype))
+                    return ACTS[fn](call(*_cast(tuple(plain), device_type, dtype)) + r)
+                out = call(*_cast((*args[:res], None, *args[res + 1:]), device_type, dtype))
                 return out + r
-            return op(*_cast(args, device_type, dtype))
+            return call(*_cast(args, device_type, dtype))
 
-    def kernel(_keyset: Any, *args: Any) -> Any:
-        return run(*args)
-
-    return key, run, kernel
+    return run
 
 
-def register(lib: torch.library.Library) -> None:
-    """Register the autocast kernels of the ops in :data:`POLICY` on ``lib``."""
+def register(lib: torch.library.Library, direct: dict[str, Any]
+             ) -> dict[tuple[str, str], Any]:
+    """Register the autocast kernels of the ops in :data:`POLICY` on ``lib``; return the
+    same casts around each op's ``direct`` entry (plain eager tensors, no dispatcher), by
+    (device type, op)."""
+    runs: dict[tuple[str, str], Any] = {}
     for device_type, policies in POLICIES.items():
         if not torch._C._is_autocast_available(device_type):
             continue
+        key = autocast_key(device_type)
         for name, policy in policies.items():
             op = getattr(torch.ops.dnnctl, name).default
-            key, run, kernel = _kernel(op, policy, device_type)
-            lib.impl(name, kernel, key.name, with_keyset=True)
+            names = [a.name for a in op._schema.arguments]
+            run = runner(names, op, policy, device_type)
+            lib.impl(name, (lambda r: lambda _keyset, *args: r(*args))(run), key.name,
+                     with_keyset=True)
             op.py_impl(key)(run)  # the Python dispatcher (torch.compile) takes this one
+            runs[(device_type, name)] = runner(names, direct[name], policy, device_type)
+    return runs

@@ -17,6 +17,7 @@ import torch
 
 from dnnctl.ops.conv2d.op import output_size
 from dnnctl.ops.pool.pool2d import out_size
+from dnnctl.torch import autocast
 from dnnctl.torch import backward as bw
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import ints, is_nhwc
@@ -402,7 +403,20 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
             return fn.apply(keyset, *args)
         return run(keyset, args)
 
+    def direct(*args: Any) -> Any:
+        """This kernel's work without the dispatcher's round trip (boxing every argument
+        into the C++ dispatcher and back into Python): only for plain eager tensors with no
+        dispatch mode active (``run`` then never reads the keyset)."""
+        if grad_on() and any_grad(*args):
+            return fn.apply(None, *args)
+        return eager(*args)
+
+    DIRECT[name] = direct
     return kernel
+
+
+# op -> its Autograd kernel's work called directly (see run_op); filled by _autograd_kernel
+DIRECT: dict[str, Callable[..., Any]] = {}
 
 
 _INDUCTOR_FALLBACKS: list[bool] = []  # [True] once inductor knows the ops
@@ -449,8 +463,11 @@ def _register() -> None:
         LIB.impl(name, KERNELS[name], "CUDA")
         torch.library.register_fake(f"{NS}::{name}", _traced(FAKES[name]), lib=LIB)
         LIB.impl(name, _autograd_kernel(name), "Autograd", with_keyset=True)
+    AUTOCAST_DIRECT.update(autocast.register(LIB, DIRECT))
 
 
+# (device type, op) -> its autocast casts around DIRECT[op], for the ops autocast casts
+AUTOCAST_DIRECT: dict[tuple[str, str], Callable[..., Any]] = {}
 _register()
 OPS = tuple(SCHEMAS)
 _OPS = torch.ops.dnnctl
@@ -465,15 +482,27 @@ def autocast_active(device_type: str) -> bool:
 
 
 def run_op(name: str, *args: Any) -> Any:
-    """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it: plain
-    eager tensors with no gradient, compiler or autocast watching run the eager kernel."""
-    if (_grad_on() or type(args[0]) is not torch.Tensor or _compiling()
-            or _any_autocast()):
+    """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it.
+
+    Plain eager tensors with no compiler or dispatch mode watching do what the dispatcher
+    would route them to, called from here: under an autocast region for their device the
+    op's casts (ops autocast casts), with gradients the op's autograd Function, else its
+    eager kernel. Anything else (tensor subclasses, fake tensors under torch.compile, modes)
+    takes the dispatcher."""
+    x = args[0]
+    if type(x) is not torch.Tensor or _compiling() or _modes():
         return getattr(_OPS, name)(*args)
+    if _any_autocast():
+        cast = AUTOCAST_DIRECT.get((x.device.type, name))
+        if cast is not None and autocast_active(x.device.type):
+            return cast(*args)
+    if _grad_on():
+        return DIRECT[name](*args)
     return KERNELS[name](*args)
 
 
 _grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
+_modes = torch._C._len_torch_dispatch_stack
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us
 # more): a region for another device than x's only costs the dispatcher's route
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
