@@ -368,3 +368,51 @@ def test_vendor_route_decides_a_conv_and_a_linear_key(layout):
     assert kernels.torch_runs("conv2d", conv_key, x, 0, call_key) is False  # the kept answer
     a, lw = torch.randn(5, 8), torch.randn(3, 8)
     assert kernels.torch_runs_linear(a, lw, None, 0) is False
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[0] != "conv_transpose2d"],
+                         ids=[i for i in IDS if i != "conv_transpose2d"])
+@pytest.mark.parametrize("amp", [False, True], ids=["fp32", "autocast-bf16"])
+def test_run_op_direct_path_equals_the_dispatchers(case, amp):
+    """run_op calls an op's autograd Function (and its autocast casts) itself for plain eager
+    tensors: the result, its dtype and every gradient equal the torch.ops call's."""
+    from dnnctl.torch.library import run_op
+
+    name, op, args, _ = case
+    ins = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor)
+           and a.is_floating_point() else a for a in args]
+    outs, grads = [], []
+    for way in ("dispatcher", "direct"):
+        leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor)
+                  else a for a in ins]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            y = op(*leaves) if way == "dispatcher" else run_op(op._qualified_op_name.split(
+                "::")[1], *leaves)
+        assert y.requires_grad and y.grad_fn is not None
+        y.float().square().sum().backward()
+        outs.append(y)
+        grads.append([a.grad for a in leaves if isinstance(a, torch.Tensor)])
+    assert outs[0].dtype == outs[1].dtype
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    for g_disp, g_direct in zip(*grads):
+        if g_disp is None:
+            assert g_direct is None
+        else:
+            torch.testing.assert_close(g_direct, g_disp, rtol=0, atol=0)
+
+
+def test_run_op_direct_path_records_the_forward_for_a_training_batch_norm():
+    """The training batch_norm through run_op's direct path returns the functional op's
+    five results and keeps the running statistics as they were."""
+    from dnnctl.torch.library import run_op
+
+    x = _r(4, 3, 5, 5).requires_grad_(True)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y, nm, nv, mean, invstd = run_op("batch_norm_train", x, rm, rv, None, None, 0.1, 1e-5, 0,
+                                     "relu", None)
+    want = F.relu(F.batch_norm(x, rm.clone(), rv.clone(), None, None, True, 0.1, 1e-5))
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(rm, torch.zeros(3)) and torch.equal(rv, torch.ones(3))
+    torch.testing.assert_close(nm, 0.1 * x.detach().mean((0, 2, 3)))
+    y.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
