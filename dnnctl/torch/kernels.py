@@ -416,28 +416,61 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
                      activation: str = "none",
                      residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Training: (y, new_running_mean, new_running_var, save_mean, save_invstd); y is
-    relu(batch_norm(x) [+ residual]) with ``activation="relu"``."""
+    relu(batch_norm(x) [+ residual]) with ``activation="relu"``. The running statistics
+    stay as they were (a functional op: :func:`batch_norm_train_` updates them in place)."""
+    return _bn_train(x, running_mean, running_var, weight, bias, momentum, eps, plan,
+                     activation, residual, False)
+
+
+def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                      weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                      momentum: float = 0.1, eps: float = 1e-5, plan: int = 0,
+                      activation: str = "none", residual: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`batch_norm_train` updating ``running_mean`` / ``running_var`` (float32,
+    contiguous) in place, as torch's own batch_norm does, from the same pass: (y, save_mean,
+    save_invstd), with no new statistics to allocate and copy back."""
+    return _bn_train(x, running_mean, running_var, weight, bias, momentum, eps, plan,
+                     activation, residual, True)
+
+
+def _bn_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+              weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
+              eps: float, plan: int, activation: str, residual: torch.Tensor | None,
+              inplace: bool) -> tuple[torch.Tensor, ...]:
     xs, nhwc = _spatial(x)
 
     def run() -> tuple[torch.Tensor, ...]:
+        z = None if residual is None else in_layout(residual, nhwc)
+        layout = "NHWC" if nhwc else "NCHW"
+        if inplace:  # the kernels read each channel's old statistics, then write the new
+            y, mean, invstd = call(dops.batch_norm, (xs, running_mean, running_var,
+                                                     fp32(weight), fp32(bias)),
+                                   training=True, momentum=momentum, eps=eps, layout=layout,
+                                   return_stats=True, plan=_plan(plan),
+                                   activation=activation, residual=z)
+            return nchw_of(y) if nhwc else y, mean, invstd
         # the updated running statistics into fresh arrays: the inputs stay as they were
         # (a functional op), with no copy of them first
         rm, rv = fp32(running_mean).contiguous(), fp32(running_var).contiguous()
         nm, nv = torch.empty_like(rm), torch.empty_like(rv)
         y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
-                               training=True, momentum=momentum, eps=eps,
-                               layout="NHWC" if nhwc else "NCHW", return_stats=True,
-                               plan=_plan(plan), activation=activation,
-                               residual=None if residual is None else in_layout(residual, nhwc),
-                               new_running=(nm, nv))
+                               training=True, momentum=momentum, eps=eps, layout=layout,
+                               return_stats=True, plan=_plan(plan), activation=activation,
+                               residual=z, new_running=(nm, nv))
         if running_mean.dtype is not torch.float32:  # a no-op .to is a C call too
             nm, nv = nm.to(running_mean.dtype), nv.to(running_var.dtype)
         return nchw_of(y) if nhwc else y, nm, nv, mean, invstd
 
     def reference() -> tuple[torch.Tensor, ...]:
-        y, *rest = ref.batch_norm_train(x, running_mean, running_var, weight, bias, momentum,
-                                        eps)
-        return (_finish_bn(y, activation, residual), *rest)
+        y, nm, nv, mean, invstd = ref.batch_norm_train(x, running_mean, running_var, weight,
+                                                       bias, momentum, eps)
+        y = _finish_bn(y, activation, residual)
+        if not inplace:
+            return y, nm, nv, mean, invstd
+        with torch.no_grad():
+            torch._foreach_copy_([running_mean, running_var], [nm, nv])
+        return y, mean, invstd
 
     return _dnn("batch_norm", x, run,
                 lambda: keys.batch_norm(x, nhwc, True, weight is not None, activation,

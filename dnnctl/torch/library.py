@@ -419,6 +419,56 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
 DIRECT: dict[str, Callable[..., Any]] = {}
 
 
+class _BatchNormTrainInPlace(torch.autograd.Function):
+    """An eager module's training batch_norm (plain tensors, no compiler or mode watching):
+    the kernel updates the running statistics in place, as torch's own batch_norm does, so
+    nothing is allocated for new ones or copied back; gradients as batch_norm_train's."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: Any, bias: Any, residual: Any,
+                running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float,
+                eps: float, plan: int, activation: str) -> torch.Tensor:
+        y, mean, invstd = K.batch_norm_train_(x, running_mean, running_var, weight, bias,
+                                              momentum, eps, plan, activation, residual)
+        y = _unview(y)
+        # the fused ReLU's output gates the gradient (what the ReLU's own node keeps)
+        ctx.save_for_backward(x, weight, bias, residual, mean, invstd,
+                              y if activation == "relu" else None)
+        ctx.hyper = (eps, plan, activation)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight, bias, z, mean, invstd, y = ctx.saved_tensors
+        eps, plan, act = ctx.hyper
+        n = ctx.needs_input_grad
+        gx, gw, gb, gz = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
+                                       (n[0], n[1], n[2], n[3]), plan, act, z, y, eps)
+        return gx, gw, gb, gz, None, None, None, None, None, None
+
+
+_BatchNormTrainInPlace.__name__ = "DnnctlBackward_batch_norm_train_"
+
+
+def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                      weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
+                      eps: float, plan: int, activation: str = "none",
+                      residual: torch.Tensor | None = None) -> torch.Tensor:
+    """relu(batch_norm(x) [+ residual]) (``activation="relu"``) in training, the running
+    statistics (float32, contiguous) updated in place; autograd records it when a gradient
+    is wanted. For plain eager tensors with no compiler or dispatch mode watching (the
+    ``torch.ops.dnnctl.batch_norm_train`` op is the functional form everything else
+    takes)."""
+    if _grad_on() and _any_grad(x, weight, bias, residual):
+        return _BatchNormTrainInPlace.apply(x, weight, bias, residual, running_mean,
+                                            running_var, momentum, eps, plan, activation)
+    return K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps,
+                               plan, activation, residual)[0]
+
+
+_any_grad = torch._C._any_requires_grad
+
+
 _INDUCTOR_FALLBACKS: list[bool] = []  # [True] once inductor knows the ops
 
 

@@ -21,7 +21,7 @@ from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import is_nhwc
-from dnnctl.torch.library import run_op
+from dnnctl.torch.library import batch_norm_train_, run_op
 
 
 def _same_pads(m: nn.Conv1d | nn.Conv2d) -> list[tuple[int, int]]:
@@ -176,13 +176,23 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     if not m.training:
         return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
                       m.eps, handle, activation, residual)
-    y, rm, rv, _, _ = run_op("batch_norm_train", x, m.running_mean, m.running_var,
-                             m.weight, m.bias, m.momentum, m.eps, handle, activation,
-                             residual)
-    with torch.no_grad():
-        torch._foreach_copy_([m.running_mean, m.running_var], [rm, rv])  # one launch
-        m.num_batches_tracked.add_(1)
+    rm, rv = m.running_mean, m.running_var
+    if (type(x) is torch.Tensor and not _compiling() and not _modes()
+            and rm.dtype is _F32 and rv.dtype is _F32 and rm.is_contiguous()
+            and rv.is_contiguous()):
+        # eager: the kernel updates the running statistics in place, as torch's does
+        y = batch_norm_train_(x, rm, rv, m.weight, m.bias, m.momentum, m.eps, handle,
+                              activation, residual)
+    else:  # the functional op (torch.compile, modes): new statistics, copied back
+        y, nm, nv, _, _ = run_op("batch_norm_train", x, rm, rv, m.weight, m.bias,
+                                 m.momentum, m.eps, handle, activation, residual)
+        with torch.no_grad():
+            torch._foreach_copy_([rm, rv], [nm, nv])  # one launch
+    m.num_batches_tracked.add_(1)  # a buffer with no gradient, as torch's module does
     return y
+
+
+_F32 = torch.float32
 
 
 def _bn(m: nn.BatchNorm2d, handle: int) -> Callable[..., Any]:
