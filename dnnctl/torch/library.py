@@ -534,13 +534,13 @@ def autocast_active(device_type: str) -> bool:
 def run_op(name: str, *args: Any) -> Any:
     """torch.ops.dnnctl.<name>(*args), skipping the dispatcher where nothing needs it.
 
-    Plain eager tensors with no compiler or dispatch mode watching do what the dispatcher
-    would route them to, called from here: under an autocast region for their device the
-    op's casts (ops autocast casts), with gradients the op's autograd Function, else its
-    eager kernel. Anything else (tensor subclasses, fake tensors under torch.compile, modes)
-    takes the dispatcher."""
+    Plain eager tensors (:func:`plain_eager`) do what the dispatcher would route them to,
+    called from here: under an autocast region for their device the op's casts (ops
+    autocast casts), with gradients the op's autograd Function, else its eager kernel.
+    Anything else (tensor subclasses, fake tensors under torch.compile, dispatch modes,
+    torch.jit.trace) takes the dispatcher."""
     x = args[0]
-    if type(x) is not torch.Tensor or _compiling() or _modes():
+    if not plain_eager(x):
         return getattr(_OPS, name)(*args)
     if _any_autocast():
         cast = AUTOCAST_DIRECT.get((x.device.type, name))
@@ -551,8 +551,16 @@ def run_op(name: str, *args: Any) -> Any:
     return KERNELS[name](*args)
 
 
+def plain_eager(x: torch.Tensor) -> bool:
+    """x is a plain tensor in eager mode: no torch.compile tracing, no dispatch mode and no
+    torch.jit.trace watching, so a call may skip the dispatcher (a trace records only what
+    reaches it: a direct call would be baked into the trace as a constant)."""
+    return (type(x) is torch.Tensor and not _compiling() and not _modes()
+            and not _tracing())
+
+
 _grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
-_modes = torch._C._len_torch_dispatch_stack
+_modes, _tracing = torch._C._len_torch_dispatch_stack, torch._C._is_tracing
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us
 # more): a region for another device than x's only costs the dispatcher's route
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (

@@ -21,7 +21,7 @@ from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import is_nhwc
-from dnnctl.torch.library import batch_norm_train_, run_op
+from dnnctl.torch.library import batch_norm_train_, plain_eager, run_op
 
 
 def _same_pads(m: nn.Conv1d | nn.Conv2d) -> list[tuple[int, int]]:
@@ -49,12 +49,10 @@ def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
 def _training_torch(x: torch.Tensor) -> bool:
     """A call autograd records, eager, on CUDA: where :func:`dnnctl.torch.grad_plan.
     torch_trains` may hand a whole product (forward and gradients) to torch."""
-    return (_grad_on() and x.is_cuda and type(x) is torch.Tensor and not _compiling()
-            and not _modes())
+    return _grad_on() and x.is_cuda and plain_eager(x)
 
 
-_grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
-_modes = torch._C._len_torch_dispatch_stack
+_grad_on = torch.is_grad_enabled
 
 
 def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -177,8 +175,7 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
         return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
                       m.eps, handle, activation, residual)
     rm, rv = m.running_mean, m.running_var
-    if (type(x) is torch.Tensor and not _compiling() and not _modes()
-            and rm.dtype is _F32 and rv.dtype is _F32 and rm.is_contiguous()
+    if (plain_eager(x) and rm.dtype is _F32 and rv.dtype is _F32 and rm.is_contiguous()
             and rv.is_contiguous()):
         # eager: the kernel updates the running statistics in place, as torch's does
         y = batch_norm_train_(x, rm, rv, m.weight, m.bias, m.momentum, m.eps, handle,

@@ -1418,3 +1418,24 @@ def test_training_bottleneck_runs_its_block_end_as_one_batch_norm(backward):
     torch.manual_seed(0)
     report = _patched_train_step(_randomize_bn(Bottleneck(16, 4)).train(), backward)
     assert ["residual", "relu"] in [f.parts for f in report.fusions]
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_jit_trace_of_a_patched_model_records_the_dnnctl_ops(mode):
+    """torch.jit.trace sees only what reaches the dispatcher: a patched model's calls take
+    it while a trace runs, so the trace holds dnnctl's ops (not their results baked in as
+    constants) and gives the model's output on new inputs."""
+    torch.manual_seed(0)
+    model = _randomize_bn(SmallResNet())
+    model = model.train() if mode == "train" else model.eval()
+    dt.patch(model)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, x, check_trace=False)
+    kinds = {n.kind() for n in traced.inlined_graph.nodes()}
+    assert any(k.startswith("dnnctl::") for k in kinds), sorted(kinds)
+    assert all(v.node().kind() != "prim::Constant" for v in traced.inlined_graph.outputs())
+    if mode == "eval":
+        x2 = torch.randn(2, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(traced(x2), model(x2), rtol=1e-4, atol=1e-4)
