@@ -552,15 +552,18 @@ def run_op(name: str, *args: Any) -> Any:
 
 
 def plain_eager(x: torch.Tensor) -> bool:
-    """x is a plain tensor in eager mode: no torch.compile tracing, no dispatch mode and no
-    torch.jit.trace watching, so a call may skip the dispatcher (a trace records only what
-    reaches it: a direct call would be baked into the trace as a constant)."""
+    """x is a plain tensor in eager mode: no torch.compile tracing, no dispatch mode, no
+    torch.jit.trace and no torch.func transform (vmap, grad, jacrev: their wrapped tensors
+    look plain) watching, so a call may skip the dispatcher. A trace records only what
+    reaches the dispatcher (a direct call would be baked in as a constant), and a transform
+    runs its batching / gradient rules there."""
     return (type(x) is torch.Tensor and not _compiling() and not _modes()
-            and not _tracing())
+            and not _tracing() and not _functorch())
 
 
 _grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
 _modes, _tracing = torch._C._len_torch_dispatch_stack, torch._C._is_tracing
+_functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us
 # more): a region for another device than x's only costs the dispatcher's route
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (

@@ -1439,3 +1439,17 @@ def test_jit_trace_of_a_patched_model_records_the_dnnctl_ops(mode):
         x2 = torch.randn(2, 3, 16, 16)
         with torch.no_grad():
             torch.testing.assert_close(traced(x2), model(x2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_torch_func_vmap_over_a_patched_model_gives_the_models_output(grad):
+    """torch.func.vmap's wrapped tensors look like plain ones: a patched model's calls
+    take the dispatcher under a transform, where vmap runs them per example."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 6), nn.GELU(), nn.LayerNorm(6)).eval()
+    ref = copy.deepcopy(model)
+    dt.patch(model)
+    x = torch.randn(5, 3, 8)
+    with torch.set_grad_enabled(grad):
+        got = torch.func.vmap(model)(x)
+    torch.testing.assert_close(got, ref(x), rtol=1e-4, atol=1e-5)
