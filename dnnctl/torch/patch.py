@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import operator
 from collections.abc import Iterator
@@ -43,6 +44,9 @@ class _State:
     forwards: list[tuple[nn.Module, Any]]  # (module, its instance 'forward' before, or _MISSING)
     plan: Any
 
+    def __reduce__(self) -> Any:  # a pickled patched model comes back unpatched
+        return _no_patch, ()
+
     def __deepcopy__(self, memo: dict[int, Any]) -> _State:
         forwards = [(memo.get(id(m), m),
                      before if before is _MISSING else copy.deepcopy(before, memo))
@@ -62,8 +66,53 @@ def _routed(fn: Any) -> bool:
 
 
 def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
-    saved.append((m, m.__dict__.get("forward", _MISSING)))
+    before = m.__dict__.get("forward", _MISSING)
+    saved.append((m, before))
+    if isinstance(fn, functools.partial):
+        fn = _PatchForward.of(fn, m, before)
     object.__setattr__(m, "forward", fn)
+
+
+# Pickling a patched model (torch.save(model), a checkpoint of the whole model object)
+# stores the model as it was before the patch: a patch's forwards name a plan by a handle
+# of this process, which means nothing in the one that loads it. Each object a patch puts on
+# a model pickles as what was there before (or as nothing that changes the model), while a
+# deep copy stays a patched model of its own.
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _own_forward(m: nn.Module, before: Any) -> Any:
+    """The forward a module had before its patch: the instance one it had, else its
+    class's (bound to it)."""
+    return type(m).forward.__get__(m) if before is _MISSING else before
+
+
+class _PatchForward(functools.partial):
+    """A module's dnnctl forward (:func:`forward_for`'s partial) as patch installs it:
+    pickled as the module's forward before the patch; deep-copied as the partial (bound to
+    the copy's module)."""
+
+    @classmethod
+    def of(cls, fn: functools.partial, m: nn.Module, before: Any) -> _PatchForward:
+        new = cls(fn.func, *fn.args, **fn.keywords)
+        new.owner, new.before = m, before
+        return new
+
+    def __reduce__(self) -> Any:
+        return _as_is, (_own_forward(self.owner, self.before),)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _PatchForward:
+        plain = functools.partial(self.func, *copy.deepcopy(self.args, memo),
+                                  **copy.deepcopy(self.keywords, memo))
+        before = self.before if self.before is _MISSING else copy.deepcopy(self.before, memo)
+        return _PatchForward.of(plain, copy.deepcopy(self.owner, memo), before)
+
+
+def _no_patch() -> None:
+    return None
 
 
 def _calls(gm: fx.GraphModule) -> dict[str, int]:
@@ -137,15 +186,40 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
         _trace(model, covered, handle, report, saved)
     object.__setattr__(model, _MARK, _State(report, saved, plan))
     if "__prepare_scriptable__" not in model.__dict__:  # torch.jit.script asks it first
-        object.__setattr__(model, "__prepare_scriptable__", _not_scriptable)
+        object.__setattr__(model, "__prepare_scriptable__", _NotScriptable(model))
     return report
 
 
-def _not_scriptable() -> Any:
-    raise UsageError("torch.jit.script cannot compile a patched model: TorchScript compiles "
-                     "the model's Python source, and dnnctl's kernels are called from Python",
-                     hint="script the model before dnnctl.torch.patch (or after unpatch), or "
-                          "use torch.compile / torch.export, which keep the dnnctl ops")
+class _NotScriptable:
+    """A patched model's ``__prepare_scriptable__``: torch.jit.script's error; pickled as a
+    no-op one (the model comes back unpatched, and scriptable)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self) -> Any:
+        raise UsageError("torch.jit.script cannot compile a patched model: TorchScript "
+                         "compiles the model's Python source, and dnnctl's kernels are "
+                         "called from Python",
+                         hint="script the model before dnnctl.torch.patch (or after "
+                              "unpatch), or use torch.compile / torch.export, which keep "
+                              "the dnnctl ops")
+
+    def __reduce__(self) -> Any:
+        return _Scriptable, (self.model,)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _NotScriptable:
+        return _NotScriptable(copy.deepcopy(self.model, memo))
+
+
+class _Scriptable:
+    """The ``__prepare_scriptable__`` of an unpickled patched model: the model as it is."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def __call__(self) -> nn.Module:
+        return self.model
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -344,6 +418,9 @@ class _Traced:
         own = self.own
         return getattr(getattr(own, "__func__", own), "__code__", None)
 
+    def __reduce__(self) -> Any:  # pickled as the model's own forward
+        return _as_is, (self.own,)
+
     def _retrace(self) -> Any:
         """A module or tensor the graph holds was replaced: trace the model as it is now."""
         return _trace_again(self.model, self.own, self.covered, self.handle,
@@ -390,6 +467,9 @@ class _Retrace:
                               self.handle, 0)
         return traced(*args, **kwargs)
 
+    def __reduce__(self) -> Any:  # pickled as the model's own forward
+        return _as_is, (type(self.model).forward.__get__(self.model),)
+
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))
         return self if new is None else _Retrace(new, self.covered, self.handle)
@@ -413,7 +493,7 @@ def unpatch(model: nn.Module) -> PatchReport:
             m.__dict__.pop("forward", None)
         else:
             object.__setattr__(m, "forward", before)
-    if model.__dict__.get("__prepare_scriptable__") is _not_scriptable:
+    if isinstance(model.__dict__.get("__prepare_scriptable__"), _NotScriptable):
         del model.__dict__["__prepare_scriptable__"]
     return state.report
 

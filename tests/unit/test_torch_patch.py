@@ -1453,3 +1453,37 @@ def test_torch_func_vmap_over_a_patched_model_gives_the_models_output(grad):
     with torch.set_grad_enabled(grad):
         got = torch.func.vmap(model)(x)
     torch.testing.assert_close(got, ref(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("trace", [True, False], ids=["traced", "modules"])
+def test_a_pickled_patched_model_loads_as_the_model_before_the_patch(trace):
+    """torch.save of the whole patched model (a checkpoint of the model object) stores it
+    as it was before the patch: its plan handle means nothing in another process. The copy
+    loads, runs its own forwards, scripts, and can be patched again; the patched original
+    and a deep copy of it stay patched."""
+    import io
+
+    torch.manual_seed(0)
+    model = _randomize_bn(SmallResNet()).eval()
+    ref = copy.deepcopy(model)
+    dt.patch(model, trace=trace)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not dt.is_patched(loaded) and dt.is_patched(model)
+    assert not any(type(m.__dict__.get("forward")).__module__.startswith("dnnctl")
+                   for m in loaded.modules())
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), ref(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+    torch.jit.script(loaded)  # no longer the patched model's refusal
+    with pytest.raises(UsageError, match="cannot compile a patched model"):
+        torch.jit.script(model)
+    twin = copy.deepcopy(model)
+    assert dt.is_patched(twin)
+    dt.unpatch(twin)
+    dt.patch(loaded)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), ref(x), rtol=1e-4, atol=1e-4)
