@@ -16,6 +16,7 @@ from dnnctl.ops.batch_norm import (  # noqa: F401
     cuda_onepass,
     cuda_variants,
     numpy_variants,
+    vendor_backward,
 )
 from dnnctl.ops.batch_norm.backward import bn_backward_numpy
 from dnnctl.ops.batch_norm.backward_function import batch_norm_backward
