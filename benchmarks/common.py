@@ -147,20 +147,22 @@ def precompile(record_jobs: Any, args: tuple, budget_s: float,
 
 
 def candidate_call(stack: Any, variant: Any, kern: Any, inputs: dict[str, Any],
-                   outs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+                   outs: dict[str, Any], attrs: dict[str, Any] | None = None
+                   ) -> tuple[Any, dict[str, Any]]:
     """(a timed call, its first results) of a built candidate, run as the tuner runs it: a
     library called through torch on torch views made once, inside ``stack``
     (dnnctl.ops.torch_vendor.native_io: what a patched model's call costs), and a kernel
-    that adopts its outputs called without them."""
+    that adopts its outputs called without them. ``attrs``: the op's (eps, momentum...)."""
     from dnnctl.ops.dispatch import adopting
     from dnnctl.ops.torch_vendor import native_io
 
+    attrs = {} if attrs is None else attrs
     args, to_backend = stack.enter_context(native_io(variant, inputs))
     given = {} if adopting(kern) else outs
-    made = kern(args, given, {})
+    made = kern(args, given, attrs)
     got = to_backend(made) if given is not outs else outs
 
     def run() -> None:
-        kern(args, given, {})
+        kern(args, given, attrs)
 
     return run, got
