@@ -15,7 +15,7 @@ states batch_norm with its fused ReLU against torch's batch_norm followed by a R
 (forward: ReLU in place, as ResNet's; backward: the threshold backward, then batch_norm's).
 
     PYTHONPATH=. python3 benchmarks/run.py --only backward [--quick]
-    PYTHONPATH=. python3 benchmarks/bench_backward.py [--quick]
+    PYTHONPATH=. python3 benchmarks/bench_backward.py [--quick] [--only 'bn bwd,bn+relu bwd']
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from bench_memory import _nchw, _rel_err, candidates, warm_kernel_cache  # noqa:
 TITLE = "Training (backward) memory-bound ops: dnnctl (best variant) vs PyTorch autograd, fp16"
 BUDGET_S = 240.0
 SHOW_ALL = False  # --all: every candidate's time, fastest first
+ONLY: tuple[str, ...] = ()  # --only: the cases whose labels start with one of these
 BW = {"pass": "backward"}
 
 # (label, op, key, torch setup: (F, torch, tensors, cupy inputs) -> (run, {output: want}))
@@ -211,6 +212,8 @@ def cases(quick: bool) -> list[Case]:
         keep = ("bn train fwd 64x56", "bn bwd 64x56", "bn+relu train fwd 64x56",
                 "bn+relu bwd 64x56", "ViT layer_norm", "ViT softmax", "relu bwd")
         out = [c for c in out if c[0].startswith(keep)]
+    if ONLY:
+        out = [c for c in out if c[0].startswith(ONLY)]
     return out
 
 
@@ -350,8 +353,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--all", action="store_true", help="print every candidate's time")
+    ap.add_argument("--only", default="",
+                    help="comma-separated case-label prefixes, e.g. 'bn bwd,bn+relu bwd'")
     args = ap.parse_args()
     SHOW_ALL = args.all
+    ONLY = tuple(p for p in args.only.split(",") if p)
     c = common.measure_ceilings()
     print(c.header())
     res = run(c, args.quick)
