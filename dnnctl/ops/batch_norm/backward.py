@@ -13,6 +13,7 @@ from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
 from dnnctl.ops.passes import term_scale
+from dnnctl.ops.registry import variants
 
 
 def fused_relu(problem: Problem) -> bool:
@@ -142,6 +143,19 @@ class BatchNormBackward(sp.SpatialNormBackward):
         return 7.0 * sp.numel(problem)
 
     def cuda_choice(self, op: Op, problem: Problem, device: Any) -> Choice:
+        """torch's own backward (``bwd_torch``: cuDNN's, where torch picks it) for a plain
+        affine key, where torch with CUDA runs and determinism allows; dnnctl's
+        ``bwd_reduce_dx`` for the rest (the fused ReLU and residual keys, which only ours
+        take). On the six ResNet-50 shapes at batch 64, fp16 NHWC (H100,
+        benchmarks/RESULTS.md, GPU time), cuDNN's semi-persistent backward beat our two-pass
+        kernel on five (ours 0.79-0.90x), ours won one (1.09x at 28x28x512); with the fused
+        ReLU ours won four of six (1.01-1.26x against torch's threshold + batch_norm
+        backward). The tuner times both, so a tuned plan takes each where it is faster."""
+        if not fused_relu(problem) and not problem.get("residual") and problem["affine"]:
+            vendor = next((v for v in variants(op.name, "cupy") if v.name == "bwd_torch"),
+                          None)  # variants(): under use_deterministic it is left out
+            if vendor is not None and vendor.supports(problem, device):
+                return Choice.of(vendor.name, {})
         return Choice.of("bwd_reduce_dx", {"block": 256, "vec": sp.best_vec(problem),
                                            "waves": 4, "tile": 128, "unroll": 1, "rev": 0})
 
