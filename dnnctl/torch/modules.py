@@ -333,8 +333,13 @@ def _act_fwd(name: str, extra: tuple[Any, ...], handle: int, x: torch.Tensor) ->
 def _act_inplace_fwd(name: str, extra: tuple[Any, ...], handle: int,
                      x: torch.Tensor) -> torch.Tensor:
     """An ``inplace=True`` activation module: the result is written back into x, as the
-    module's own forward does (code may read x afterwards). The fx path calls the
-    out-of-place form where nothing else can see x (see fuse.py)."""
+    module's own forward does (code may read x afterwards). Where autograd records it, the
+    op reads a copy of x, which its backward keeps (as torch's autograd keeps the original
+    of an in-place op whose gradient needs its input): x itself is overwritten, and a
+    backward reading the saved x would refuse to run. The fx path calls the out-of-place
+    form where nothing else can see x (see fuse.py)."""
+    if x.requires_grad and _grad_on():
+        return x.copy_(run_op(name, x.clone(), *extra, handle))
     return x.copy_(run_op(name, x, *extra, handle))
 
 

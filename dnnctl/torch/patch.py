@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import math
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import fx, nn
 from torch.utils.hooks import RemovableHandle
 
@@ -292,9 +294,18 @@ class _Tracer(fx.Tracer):
 
 
 def _symbolic_trace(model: nn.Module, defaults: dict[str, Any]) -> fx.GraphModule:
-    """``fx.symbolic_trace`` with in-place augmented assignments kept in place."""
-    tracer = _Tracer()
+    """``fx.symbolic_trace`` with in-place augmented assignments kept in place, and
+    activation checkpointing kept: a ``torch.utils.checkpoint`` call is one node of the
+    graph, its function (a module, patched module by module) run by checkpoint as in eager.
+    Traced through, it would be inlined and the checkpointing silently gone (every
+    activation kept: the memory it was there to save, and BatchNorm statistics updated once
+    where eager's recomputation updates them again)."""
+    tracer = _Tracer(autowrap_modules=(math, torch.utils.checkpoint))
     graph = tracer.trace(model, concrete_args=defaults or None)
+    for node in graph.nodes:
+        # fx would write a wrap("torch.utils.checkpoint.checkpoint") line into the
+        # GraphModule's code for it, whose dotted name breaks every later fx trace
+        node.meta.pop("is_wrapped", None)
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
 
 

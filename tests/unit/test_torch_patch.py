@@ -1487,3 +1487,51 @@ def test_a_pickled_patched_model_loads_as_the_model_before_the_patch(trace):
     dt.patch(loaded)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), ref(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("act", [nn.ReLU, nn.SiLU, nn.Hardswish])
+def test_in_place_activation_trains_module_by_module(act):
+    """An inplace=True activation patched module by module (a model fx cannot trace, or
+    trace=False) in training: its backward keeps a copy of the input it overwrites, so
+    backward runs and equals eager's (it used to refuse: the saved input was modified)."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), act(inplace=True),
+                        nn.Conv2d(8, 4, 3)).train()
+    model = copy.deepcopy(ref)
+    dt.patch(model, trace=False)
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 3, 10, 10))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
+
+
+class _Checkpointed(nn.Module):
+    """Two blocks under activation checkpointing, one in each of torch's modes."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = Bottleneck(16, 4), Bottleneck(16, 4)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        x = checkpoint(self.a, x, use_reentrant=False)
+        return torch.utils.checkpoint.checkpoint(self.b, x, use_reentrant=True)
+
+
+def test_activation_checkpointing_survives_the_patch():
+    """torch.utils.checkpoint in a patched model stays checkpointing (one graph node whose
+    blocks run patched module by module), not inlined by the trace: gradients equal eager's,
+    and each BatchNorm's statistics are updated again by the recomputation, as eager's are."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(_Checkpointed()).train()
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert report.traced
+    targets = [str(n.target) for n in model.forward.gm.graph.nodes if n.op == "call_function"]
+    assert sum("checkpoint" in t for t in targets) == 2, targets
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 16, 8, 8))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    assert int(model.b.bn1.num_batches_tracked) == 2  # forward + recomputation
