@@ -14,7 +14,6 @@ import contextlib
 import copy
 import functools
 import inspect
-import math
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -295,18 +294,50 @@ class _Tracer(fx.Tracer):
 
 def _symbolic_trace(model: nn.Module, defaults: dict[str, Any]) -> fx.GraphModule:
     """``fx.symbolic_trace`` with in-place augmented assignments kept in place, and
-    activation checkpointing kept: a ``torch.utils.checkpoint`` call is one node of the
-    graph, its function (a module, patched module by module) run by checkpoint as in eager.
-    Traced through, it would be inlined and the checkpointing silently gone (every
-    activation kept: the memory it was there to save, and BatchNorm statistics updated once
-    where eager's recomputation updates them again)."""
-    tracer = _Tracer(autowrap_modules=(math, torch.utils.checkpoint))
-    graph = tracer.trace(model, concrete_args=defaults or None)
-    for node in graph.nodes:
-        # fx would write a wrap("torch.utils.checkpoint.checkpoint") line into the
-        # GraphModule's code for it, whose dotted name breaks every later fx trace
-        node.meta.pop("is_wrapped", None)
+    activation checkpointing kept (:func:`_checkpoint_leaf`)."""
+    tracer = _Tracer()
+    with _checkpoint_leaf(model, tracer):
+        graph = tracer.trace(model, concrete_args=defaults or None)
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+_CHECKPOINTS = (torch.utils.checkpoint.checkpoint, torch.utils.checkpoint.checkpoint_sequential)
+
+
+@contextlib.contextmanager
+def _checkpoint_leaf(model: nn.Module, tracer: fx.Tracer) -> Iterator[None]:
+    """While ``model`` is traced, a ``torch.utils.checkpoint`` call (``checkpoint`` /
+    ``checkpoint_sequential``, by module attribute or by a name the model's forwards import)
+    becomes one graph node that calls it, its function (a module, patched module by module)
+    run by checkpoint as in eager. Traced through, it would be inlined and the checkpointing
+    silently gone: every activation kept (the memory it was there to save), and BatchNorm
+    statistics updated once where eager's recomputation updates them again. (fx's own
+    ``autowrap_modules`` wraps every callable of the module, some of which are not
+    functions: the trace then fails on Python 3.12.)"""
+    spaces = {id(torch.utils.checkpoint.__dict__): torch.utils.checkpoint.__dict__}
+    for m in model.modules():
+        fwd = getattr(type(m).forward, "__globals__", None)
+        if isinstance(fwd, dict):
+            spaces.setdefault(id(fwd), fwd)
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+    for space in spaces.values():
+        for name, value in list(space.items()):
+            if any(value is fn for fn in _CHECKPOINTS):
+                saved.append((space, name, value))
+                space[name] = _leaf(value, tracer)
+    try:
+        yield
+    finally:
+        for space, name, value in reversed(saved):
+            space[name] = value
+
+
+def _leaf(fn: Any, tracer: fx.Tracer) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(a, fx.Proxy) for a in (*args, *kwargs.values())):
+            return tracer.create_proxy("call_function", fn, args, kwargs)
+        return fn(*args, **kwargs)
+    return call
 
 
 class _NotTraceable(Exception):

@@ -1522,11 +1522,14 @@ def test_activation_checkpointing_survives_the_patch():
     """torch.utils.checkpoint in a patched model stays checkpointing (one graph node whose
     blocks run patched module by module), not inlined by the trace: gradients equal eager's,
     and each BatchNorm's statistics are updated again by the recomputation, as eager's are."""
+    import torch.utils.checkpoint as tuc
+
+    real = tuc.checkpoint
     torch.manual_seed(0)
     ref = _randomize_bn(_Checkpointed()).train()
     model = copy.deepcopy(ref)
     report = dt.patch(model)
-    assert report.traced
+    assert report.traced and tuc.checkpoint is real  # put back after the trace
     targets = [str(n.target) for n in model.forward.gm.graph.nodes if n.op == "call_function"]
     assert sum("checkpoint" in t for t in targets) == 2, targets
     want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 16, 8, 8))
