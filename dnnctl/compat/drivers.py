@@ -64,12 +64,31 @@ def driver_need(matrix: Matrix, cuda: Version, *, windows: bool = False) -> Driv
     return DriverNeed(cuda.trunc(2), floor, full, mvc, major, rel)
 
 
-def with_gpu(need: DriverNeed, arch: Row | None) -> DriverNeed:
-    """``need`` raised to what the GPU architecture itself needs (``min_driver``)."""
-    gpu = Version.maybe(arch.get("min_driver")) if arch is not None else None
+def arch_min_driver(matrix: Matrix, arch: Row | None, *, windows: bool = False) -> Version | None:
+    """The driver a GPU architecture needs whatever the CUDA: its ``min_driver``, the driver
+    bundled with its ``min_cuda`` (Linux numbering); on Windows that release's Windows driver."""
+    if arch is None or not arch.get("min_driver"):
+        return None
+    if not windows:
+        return Version.maybe(arch["min_driver"])
+    rel = matrix.cuda_release(Version.parse(arch["min_cuda"]))
+    return Version.maybe(rel.get("driver_windows")) if rel is not None and not rel.uncertain \
+        else None
+
+
+def with_gpu(need: DriverNeed, arch: Row | None, *, matrix: Matrix | None = None,
+             windows: bool = False) -> DriverNeed:
+    """``need`` raised to what the GPU architecture itself needs (:func:`arch_min_driver`;
+    ``windows`` needs the matrix to number it as Windows drivers are)."""
+    if windows and matrix is not None:
+        gpu = arch_min_driver(matrix, arch, windows=True)
+    else:
+        gpu = Version.maybe(arch.get("min_driver")) if arch is not None else None
     if gpu is None:
         return need
-    lo = need.minimum if need.minimum is not None and need.minimum >= gpu else gpu
+    # an unknown CUDA floor stays unknown (the GPU's own minimum is not the whole answer)
+    lo = need.minimum if need.minimum is not None and need.minimum >= gpu else (
+        gpu if need.minimum is not None else None)
     hi = need.full if need.full is not None and need.full >= gpu else (
         gpu if need.full is not None else None)
     return DriverNeed(need.cuda, lo, hi, need.mvc, need.major_row, need.release_row)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dnnctl.compat.drivers import driver_need, driver_status, with_gpu
+from dnnctl.compat.drivers import arch_min_driver, driver_need, driver_status, with_gpu
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Target, Version, VersionRange, parse_arch_list
@@ -91,9 +91,10 @@ def torch_install(row: Row) -> str:
 
 def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
                   platform: str | None = None, allow_ptx: bool = False,
-                  python: Version | None = None) -> list[TorchOption]:
+                  python: Version | None = None, windows: bool = False) -> list[TorchOption]:
     """Torch wheels with real code for ``cc`` (cubins; PTX-only when allowed), newest
-    release line first, stable before experimental, newest CUDA first."""
+    release line first, stable before experimental, newest CUDA first. ``windows``: the
+    driver is numbered as Windows drivers are (native Windows and WSL)."""
     out = []
     for row in matrix.rows("torch"):
         if row.uncertain:
@@ -107,8 +108,9 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
                 not VersionRange.parse(row["python"]).contains(python.trunc(2)):
             continue
         cuda = Version.parse(row["cuda"])
-        need = with_gpu(driver_need(matrix, cuda), matrix.arch(cc)).to_dict()
-        out.append(TorchOption(row, got, driver_status(matrix, driver, cuda),
+        need = with_gpu(driver_need(matrix, cuda, windows=windows), matrix.arch(cc),
+                        matrix=matrix, windows=windows).to_dict()
+        out.append(TorchOption(row, got, driver_status(matrix, driver, cuda, windows=windows),
                                need["min_driver"], need["full_driver"]))
     rank = {"full": 0, "mvc": 1, "unknown": 2, "too-old": 3}
     out.sort(key=lambda o: (-_vkey(o.row["torch"]), o.row["status"] != "stable",
@@ -119,15 +121,16 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
 
 
 def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: str | None,
-                   same_line: str | None = None) -> str | None:
+                   same_line: str | None = None, windows: bool = False) -> str | None:
     """The install command to suggest for a torch build that cannot run on ``cc``: the same
     release line if it has a wheel for the GPU, else the newest wheel that works with this
-    driver; with the driver it needs when the driver must change anyway."""
+    driver; with the driver it needs when the driver must change anyway (in Windows
+    numbering when ``windows``)."""
     arch = matrix.arch(cc)
-    gpu_need = Version.maybe(arch.get("min_driver")) if arch else None
+    gpu_need = arch_min_driver(matrix, arch, windows=windows)
     if driver is not None and gpu_need is not None and driver < gpu_need:
         driver = None  # the driver must be upgraded for this GPU anyway: rank newest first
-    options = torch_options(matrix, cc, driver=driver, platform=platform)
+    options = torch_options(matrix, cc, driver=driver, platform=platform, windows=windows)
     if not options:
         return None
     pick = options[0]
@@ -136,7 +139,8 @@ def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: 
                 Version.parse(same_line).trunc(2) and o.driver_ok in ("full", "mvc", "unknown")]
         pick = line[0] if line else pick
     text = pick.install
-    need = with_gpu(driver_need(matrix, Version.parse(pick.row["cuda"])), arch).minimum
+    need = with_gpu(driver_need(matrix, Version.parse(pick.row["cuda"]), windows=windows), arch,
+                    matrix=matrix, windows=windows).minimum
     if need is not None and (driver is None or pick.driver_ok == "too-old"):
         text += f" (with driver >= {need})"
     return text

@@ -19,6 +19,7 @@ from dnnctl.errors import UsageError
 _NUM = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 MAX_PART_DIGITS = 9  # no real version has a longer component; bounds int() on hostile text
 MAX_TEXT = 200
+MAX_MINOR = 10**MAX_PART_DIGITS - 1  # above every real minor: "the end of major X"
 
 
 _PARSED: dict[str, Version] = {}  # parse() results by text (Versions are immutable)
@@ -96,6 +97,12 @@ class Version(_Parsed):
     def minor(self) -> int:
         return self.parts[1] if len(self.parts) > 1 else 0
 
+    @property
+    def major_only(self) -> bool:
+        """Only the major is known (``"12"`` from a ``jax-cuda12-plugin`` or ``cupy-cuda12x``
+        name): not the same fact as ``"12.0"``, so it must not meet a minor bound as 12.0."""
+        return len(self.parts) == 1
+
     def trunc(self, n: int) -> Version:
         """The first ``n`` components (``9.10.2.21`` -> ``9.10`` for n=2)."""
         parts = (self.parts + (0,) * n)[:n]
@@ -140,6 +147,21 @@ class VersionRange:
     def contains(self, version: Version | str) -> bool:
         v = version if isinstance(version, Version) else Version.parse(version)
         return all(_holds(op, v, ref, star) for op, ref, star in self.clauses)
+
+    def admits(self, version: Version | str) -> bool:
+        """``contains``, except that a major-only version (``"12"``) means "some 12.x": true
+        when any release of that major can be in the range (">=12.1, <13" admits 12)."""
+        v = version if isinstance(version, Version) else Version.parse(version)
+        if not v.major_only:
+            return self.contains(v)
+        # the range's edges inside this major, and the points just above them, are the only
+        # places where membership can change: testing those and both ends of X.y is exact
+        major = v.major
+        points = [Version((major, 0)), Version((major, MAX_MINOR))]
+        for _, ref, _ in self.clauses:
+            if ref.major == major:
+                points += [ref, Version(ref.parts + (1,) if len(ref.parts) > 1 else (major, 0, 1))]
+        return any(self.contains(p) for p in points)
 
     def __str__(self) -> str:
         return self.text

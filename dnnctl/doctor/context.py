@@ -57,6 +57,19 @@ class Context:
         return "windows" in text or "wsl" in text
 
     @property
+    def os_kind(self) -> str | None:
+        """'windows' (native), 'macos', 'linux' (WSL included), or None when the snapshot's
+        ``os`` does not say (most hand-written ones: rules then keep their Linux defaults)."""
+        text = (self.env.os or "").lower()
+        if "linux" in text or "wsl" in text:
+            return "linux"
+        if "windows" in text or text.startswith("win"):
+            return "windows"
+        if "darwin" in text or "macos" in text or "mac os" in text:
+            return "macos"
+        return None
+
+    @property
     def tegra(self) -> bool:
         """Jetson boards: the L4T driver's version (e.g. 580.00 on Thor) is not on the desktop
         driver's scale, and CUDA support follows the JetPack release instead."""

@@ -70,6 +70,8 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
               "device_count": "int", "capability": "str"},
     "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "strlist",
                    "cuda_build": "bool", "gpus_visible": "int"},
+    # jax: cuda / cudnn are the build's (a jaxlib +cuda11.cudnn86 tag: "11" is the major only,
+    # cuDNN 8.6 is what it was compiled with); cuda_runtime / cudnn_runtime are what it loads
     "jax": {**_COMMON, "jaxlib": "version", "plugin": "str", "plugin_version": "version",
             "arch_list": "strlist",
             "plugins": "strlist", "cuda_runtime": "version", "cudnn_runtime": "version",

@@ -109,12 +109,11 @@ def jax_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
         info["version"] = jax.version
     if jaxlib:
         info["jaxlib"] = jaxlib.version
-        # before the plugin split: jaxlib 0.4.23+cuda12.cudnn89
-        m = re.search(r"\+cuda(\d+)(?:\.cudnn(\d)(\d+))?", jaxlib.version)
-        if m:
-            info["cuda"] = m.group(1)
-            if m.group(2):
-                info["cudnn"] = f"{m.group(2)}.{m.group(3)}"
+        cuda, cudnn = jaxlib_tag(jaxlib.version)
+        if cuda:
+            info["cuda"] = cuda
+        if cudnn:  # what the build was compiled with (its minimum), not the copy that loads
+            info["cudnn"] = cudnn
     plugins = sorted(n for n in dists if re.fullmatch(r"jax-(cuda|rocm)\d+-plugin", n))
     if plugins:
         info["plugin"] = plugins[0]
@@ -125,6 +124,25 @@ def jax_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
         if len(plugins) > 1:
             info["plugins"] = plugins
     return info
+
+
+def jaxlib_tag(version: str) -> tuple[str | None, str | None]:
+    """(CUDA, cuDNN) of a jaxlib CUDA build from its local tag, as far as the tag says.
+
+    Before the plugin split the wheels carried the build in the tag: ``+cuda112`` (CUDA 11.2),
+    ``+cuda11.cudnn86`` (CUDA 11, any minor; built with cuDNN 8.6), ``+cuda11.cudnn805``
+    (cuDNN 8.0.5). A two-digit ``cudaNN`` names only the major ("11"): judged as major only."""
+    m = re.search(r"\+cuda(\d+)(?:\.cudnn(\d+))?", version)
+    if not m:
+        return None, None
+    digits, cudnn = m.group(1), m.group(2)
+    cuda = f"{digits[:-1]}.{digits[-1]}" if len(digits) == 3 or (
+        len(digits) == 2 and digits[0] == "9") else digits
+    if cudnn and len(cudnn) >= 2:
+        cudnn = ".".join([cudnn[0], cudnn[1]] + ([cudnn[2:]] if len(cudnn) > 2 else []))
+    else:
+        cudnn = None
+    return cuda, cudnn
 
 
 def _cupy_cuda(dist: Dist) -> str | None:

@@ -7,6 +7,14 @@ from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 
 SHADOW_SOURCES = ("env:", "system:")  # copies found through LD_LIBRARY_PATH / the system
+BUNDLED_SOURCES = ("pip:", "torch:")  # the framework's own copy (a wheel's nvidia-cudnn)
+# cuDNN's documented promise (x.y runs apps built against x.z, z <= y) is the same for 8 and 9;
+# what differs is how the library finds its sub-libraries.
+CUDNN8_MIX_SOURCE = (
+    "pytorch/pytorch#119989 (torch 2.2.0 with its 8.9.2.26 + system 8.9.4 on LD_LIBRARY_PATH; "
+    "ptrblck: 'a dlopen call inside libcudnn preferring the system-wide libs over the ones "
+    "coming from the PyPI package ... The change landed in cuDNN9'); pytorch/pytorch#104808 "
+    "(built with 8.8.1, crashes with 8.9.2 on the system)")
 
 
 def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: Version,
@@ -64,14 +72,29 @@ def loaded_copy(ctx: Context, major: int) -> Component | None:
     return None
 
 
+def _bundled_copy(ctx: Context, major: int) -> Component | None:
+    """The framework's own cuDNN of this major (a pip wheel's, torch's bundled one)."""
+    for c in ctx.env.cudnn:
+        v = parse_cudnn(c.version)
+        if v is not None and v.major == major and (c.source or "").startswith(BUNDLED_SOURCES):
+            return c
+    return None
+
+
+def _same_release(a: Version | None, b: Version | None) -> bool:
+    """8.9.2.26 and 8.9.2 are one release (the fourth part is a build number)."""
+    return a is not None and b is not None and a.trunc(3) == b.trunc(3)
+
+
 def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
                loaded: Version | None = None, fix: str | None = None) -> list[Finding]:
     """The framework was built against ``compiled``: the cuDNN that loads must have the same
     major and an equal or higher minor (the check torch, TF/XLA and JAX all do at start)."""
     copy = loaded_copy(ctx, compiled.major)
     source = None
-    if loaded is None and copy is not None:
-        loaded, source = parse_cudnn(copy.version), copy.source
+    if copy is not None and (loaded is None or _same_release(parse_cudnn(copy.version), loaded)):
+        # the framework's own report (cudnn_runtime) names the version; the copy, where from
+        loaded, source = loaded or parse_cudnn(copy.version), copy.source
     if loaded is None:
         majors = sorted({v.major for c in ctx.env.cudnn if (v := parse_cudnn(c.version))})
         if majors and compiled.major not in majors:
@@ -93,6 +116,9 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
             "('cuDNN version incompatibility' / 'CuDNN library needs to have matching major "
             "version and equal or higher minor version')",
             fix=hint, cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=src)]
+    mixed = _cudnn8_mix(ctx, what, compiled, loaded, copy) if shadow and copy else []
+    if mixed:
+        return mixed
     if shadow:
         return [finding(
             "cudnn-shadowed", "info", "cudnn",
@@ -100,3 +126,24 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
             f"compatible (same major, minor >= {compiled.trunc(2)}) but not the tested copy",
             cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=src)]
     return []
+
+
+def _cudnn8_mix(ctx: Context, what: str, compiled: Version, loaded: Version,
+                copy: Component) -> list[Finding]:
+    """A cuDNN 8 from LD_LIBRARY_PATH / the system loads before a different bundled copy:
+    compatible on paper, but cuDNN 8 dlopens its sub-libraries by name and the copies mix."""
+    bundled = _bundled_copy(ctx, compiled.major)
+    if compiled.major != 8 or bundled is None or \
+            _same_release(parse_cudnn(bundled.version), loaded):
+        return []
+    return [finding(
+        "cudnn-shadowed", "error", "cudnn",
+        f"{what}: cuDNN {loaded} ({copy.source}) loads before the bundled {bundled.version} "
+        f"({bundled.source}); cuDNN 8 loads its sub-libraries (libcudnn_cnn_train.so.8, ...) "
+        "by name, so the two copies mix: 'Could not load library libcudnn_cnn_train.so.8 ... "
+        "undefined symbol' or 'GET was unable to find an engine', although the versions are "
+        "compatible on paper",
+        fix=f"remove the directory of {copy.path or copy.source} from LD_LIBRARY_PATH (or "
+        "uninstall that cuDNN) so the bundled copy loads", source=CUDNN8_MIX_SOURCE,
+        cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=copy.source,
+        bundled=bundled.version)]

@@ -14,7 +14,7 @@ from dnnctl.compat.versions import (
     parse_cudnn,
     tag_from_cuda,
 )
-from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor import rules_cudnn, rules_platform
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_driver import runtime_findings
@@ -26,6 +26,11 @@ from dnnctl.doctor.rules_libraries import (
     loaded_runtime,
 )
 from dnnctl.errors import UsageError
+
+JAX_BUILT_CUDNN = ("the build's own cuDNN (jaxlib +cudnnXY tag or --deep): XLA requires the "
+                   "same major and an equal or higher minor; jax-ml/jax#15268 ('we found a "
+                   "CuDNN v8.5, but JAX was built against CuDNN v8.6. You need to update "
+                   "CuDNN')")
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -66,14 +71,10 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         if cc0 is None:
             return None
         return best_torch_fix(ctx.matrix, cc0, driver=driver, platform=ctx.platform,
-                              same_line=ver.line if same_line else None)
+                              same_line=ver.line if same_line else None, windows=ctx.windows)
 
     if local == "cpu" or info.get("cuda_build") is False:
-        if ctx.gpus or ctx.driver_present:
-            return [finding("cuda-mismatch", "warning", "torch",
-                            f"{what} is a CPU-only build: it will not use the NVIDIA GPU",
-                            fix=fix(), build="cpu")]
-        return []
+        return rules_platform.cpu_only(ctx, "torch", what, fix=fix())
     if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
         return [finding("cuda-mismatch", "error", "torch",
                         f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix())]
@@ -90,6 +91,8 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     variant = local if local and local.startswith("cu") else (tag_from_cuda(cuda) if cuda else None)
     if variant is None:
         default = [r for r in rows if r.get("pypi_default")]
+        if ctx.os_kind in rules_platform.OS_NAMES:  # PyPI's CUDA default is Linux's only
+            return rules_platform.torch_pypi(ctx, what, default[0] if default else None, fix())
         if not default:
             return [unknown("torch", f"{what}: no CUDA tag and the matrix does not know which "
                             "CUDA the PyPI wheel of this line uses", torch=ver.text)]
@@ -119,7 +122,8 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     cudnn_fix = fix()
     if not any(f.code == "arch-unsupported" for f in out):
         out += rules_cudnn.gpu_support(ctx, "torch", what, compiled, cuda, fix=cudnn_fix)
-    loaded = parse_cudnn(info.get("cudnn_loaded") or info.get("cudnn_runtime"))
+    # cudnn_runtime: the version torch reports; cudnn_loaded (--deep) is the library path
+    loaded = parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn_loaded"))
     pip_fix = f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'"
     out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix)
     if not any(f.severity in ("error", "warning") for f in out):
@@ -136,6 +140,17 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     ver = Version.maybe(info["version"])
     row = ctx.matrix.tensorflow_row(ver) if ver else None
     what = f"tensorflow {info['version']}"
+    windows = rules_platform.tensorflow_windows(
+        ctx, what, ver, ctx.matrix.tensorflow_row(rules_platform.TF_WINDOWS_LAST_GPU))
+    if windows:
+        return windows
+    if info.get("cuda_build") is False:  # tensorflow-cpu, or is_built_with_cuda() False
+        extra = "[and-cuda]" if row is None or row.get("pip_extra") else ""
+        pin = f"=={row['tensorflow']}.*" if row is not None else ""
+        fix = f'`pip install "tensorflow{extra}{pin}"`'  # double quotes: cmd.exe too
+        if info.get("package") == "tensorflow-cpu":
+            fix = f"`pip uninstall -y tensorflow-cpu`, then {fix}"
+        return rules_platform.cpu_only(ctx, "tensorflow", what, fix=fix)
     if row is None or row.uncertain:
         reason = f"no {'certain ' if row else ''}tested configuration in the matrix"
         return explicit_build(ctx, "tensorflow", what, info, reason) or [
@@ -175,39 +190,56 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     row = rows[0]
     what = f"jax {info['version']} (cuda{row['plugin']} plugin)"
     install = row["install"].format(version=info["version"])
-    cuda = _cuda_of(info, "cuda_runtime") or _cuda_of(info)
     need = VersionRange.parse(row["cuda"])
+    # The runtime it runs with: --deep's report, else the plugin's CUDA major found here,
+    # else the build's own field (detection knows only the major of jax-cuda12-plugin or
+    # +cuda11: then only the major is judged, never as 12.0 against ">=12.1").
+    cuda = _cuda_of(info, "cuda_runtime") or loaded_runtime(ctx, row["plugin"]) or _cuda_of(info)
     out: list[Finding] = []
-    if cuda is not None and not need.contains(cuda):
+    if cuda is not None and not need.admits(cuda):
         out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
                            f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
-    runtime = cuda or loaded_runtime(ctx, row["plugin"]) or min(
-        c[1] for c in need.clauses if c[0] in (">=", "=="))
+    floor = min(c[1] for c in need.clauses if c[0] in (">=", "=="))
+    runtime = cuda if cuda is not None and not cuda.major_only else floor
     arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), _jax_fix(ctx))
     out += arch
     out += library_major(ctx, "jax", what, row["plugin"], "libcublas", fix=(
         f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
         "libraries as pip packages)"), row=row)
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
-    minimum = Version.parse(row["cudnn"])
-    loaded = parse_cudnn(info.get("cudnn_runtime") or info.get("cudnn"))
+    return out + _jax_cudnn(ctx, info, row, what, runtime)
+
+
+def _jax_cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
+               runtime: Version) -> list[Finding]:
+    """The cuDNN that loads against the one the build needs. ``cudnn`` is what the build was
+    compiled with (a jaxlib ``+cudnn86`` tag, --deep's cudnnGetVersion of the build), which
+    XLA checks at start (same major, equal or higher minor); without it the row's minimum."""
+    built = parse_cudnn(info.get("cudnn"))
+    minimum = built or Version.parse(row["cudnn"])
+    loaded = parse_cudnn(info.get("cudnn_runtime"))
     if loaded is None:
         copy = rules_cudnn.loaded_copy(ctx, minimum.major)
         loaded = parse_cudnn(copy.version) if copy else None
     if loaded is None:  # no copy of the needed major: any other copy found is the wrong one
         others = sorted((v for c in ctx.env.cudnn if (v := parse_cudnn(c.version))), reverse=True)
         loaded = others[0] if others else None
-    if loaded is not None and (loaded < minimum or loaded.major != minimum.major):
-        out.append(finding(
-            "cudnn-mismatch", "error", "cudnn",
-            f"{what} needs cuDNN >= {minimum} (< {minimum.major + 1}), and cuDNN {loaded} loads: "
-            "JAX refuses to start ('Loaded runtime CuDNN library ... but source was compiled "
-            "with ...')", fix=f"pip install 'nvidia-cudnn-cu{row['plugin']}>={minimum}' "
-            "(and unset LD_LIBRARY_PATH entries with an older cuDNN)", row=row,
-            cudnn_min=minimum, cudnn_loaded=loaded))
-    elif loaded is not None:
-        out += rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
-    return out
+    if loaded is None:
+        return []
+    older = loaded.trunc(2) < built.trunc(2) if built else loaded < minimum
+    if loaded.major == minimum.major and not older:
+        return rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
+    need = (f"was built against cuDNN {built} (it needs {built.major}.x, minor >= "
+            f"{built.minor})" if built else
+            f"needs cuDNN >= {minimum} (< {minimum.major + 1})")
+    return [finding(
+        "cudnn-mismatch", "error", "cudnn",
+        f"{what} {need}, and cuDNN {loaded} loads: JAX refuses to start ('Loaded runtime "
+        "CuDNN library ... but source was compiled with ...')",
+        fix=f"pip install 'nvidia-cudnn-cu{row['plugin']}>={minimum}' (and unset "
+        "LD_LIBRARY_PATH entries with an older cuDNN)", row=row,
+        source=JAX_BUILT_CUDNN if built else None, cudnn_min=minimum, cudnn_built=built,
+        cudnn_loaded=loaded)]
 
 
 def _jax_fix(ctx: Context) -> str | None:
@@ -247,11 +279,15 @@ def _cupy(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [unknown("cupy", f"{what}: {package} has no release {ver} in the matrix "
                         f"({row['cupy']})", row=row)]
     need = VersionRange.parse(row["cuda"])
-    cuda = _cuda_of(info, "nvrtc") or _cuda_of(info) or _cuda_of(info, "runtime")
+    # a wheel's name or _wheel.json ("12.x") gives only the major: prefer a full version
+    found = [v for k in ("nvrtc", "cuda", "runtime") if (v := _cuda_of(info, k)) is not None]
+    cuda = next((v for v in found if not v.major_only), found[0] if found else None)
     out: list[Finding] = []
-    if cuda is not None and not need.contains(cuda):
+    if cuda is not None and not need.admits(cuda):
         out.append(finding("cuda-mismatch", "error", "cupy", f"{what} is built for CUDA {need}; "
                            f"the CUDA it uses is {cuda}", fix=row["install"], row=row, cuda=cuda))
+    if cuda is not None and cuda.major_only:
+        cuda = None  # the minor is unknown: judged by the major below, never as X.0
     runtime = cuda or min(c[1] for c in need.clauses if c[0] in (">=", "=="))
     for gpu in ctx.known_ccs:
         out += _cupy_arch(ctx, gpu, what, row, ver, cuda, runtime)

@@ -22,8 +22,14 @@ def check(ctx: Context) -> list[Finding]:
             versions = {n: (ctx.env.packages or {}).get(n) for n in hits}
             out.append(finding("duplicate-package", row["severity"], "packages",
                                f"{' and '.join(hits)} are installed together: {row['why']}",
-                               fix=row["fix"], row=row, packages=versions))
+                               fix=_fill(row["fix"], versions), row=row, packages=versions))
     return out
+
+
+def _fill(fix: str, versions: dict[str, str | None]) -> str:
+    """``{installed[NAME]}`` in a fix -> the installed version of NAME (to reinstall it)."""
+    return re.sub(r"\{installed\[([\w.-]+)\]\}",
+                  lambda m: versions.get(_norm(m.group(1))) or "VERSION", fix)
 
 
 def _norm(name: str) -> str:

@@ -96,3 +96,22 @@ def test_this_machine_without_a_driver():
     assert env.to_dict()["gpus"] == []  # detected: an empty list, not "unknown"
     assert "insufficient" not in json.dumps(env.to_dict()).lower()
     assert env.python and env.os
+
+
+def test_a_detected_jax_cuda12_install_is_judged_by_its_runtime(tmp_path):
+    """jax-cuda12-plugin tells detection only the major ("12"): the pip CUDA runtime next to
+    it is what is judged, never "12" as 12.0 against ">=12.1" (a false cuda-mismatch)."""
+    from dnnctl.compat.matrix import load_matrix
+    from dnnctl.doctor.model import Gpu
+    from dnnctl.doctor.rules import judge
+    site = tmp_path / "site"
+    for name, version in (("jax", "0.6.0"), ("jaxlib", "0.6.0"), ("jax-cuda12-plugin", "0.6.0"),
+                          ("jax-cuda12-pjrt", "0.6.0"), ("nvidia-cudnn-cu12", "9.10.2.21"),
+                          ("nvidia-cuda-runtime-cu12", "12.9.79")):
+        fakes.make_dist(site, name, version)
+    env = detect(host=fakes.make_host(tmp_path, site=site))
+    assert env.frameworks["jax"]["cuda"] == "12"  # the major only, as the plugin's name says
+    assert [c.version for c in env.cuda_runtimes] == ["12.9.79"]
+    env.driver, env.gpus = {"version": "575.57.08"}, [Gpu(name="NVIDIA H100 80GB HBM3")]
+    jax = [f for f in judge(env, load_matrix()) if f.component in ("jax", "cudnn")]
+    assert [(f.severity, f.code) for f in jax] == [("info", "ok")], jax

@@ -38,3 +38,25 @@ def test_gpu_minimum_raises_the_cuda_floor() -> None:
     cu128 = next(c for c in sug["combinations"] if c.get("variant") == "cu128")
     # CUDA 12.x MVC floor is 525.60.13, but Blackwell itself needs R570
     assert cu128["min_driver"] == sug["gpu_min_driver"] == "570.26"
+
+
+def test_windows_fixes_use_the_windows_driver_numbers() -> None:
+    from dnnctl.compat.drivers import arch_min_driver
+    from dnnctl.compat.suggest import best_torch_fix, torch_options
+    from dnnctl.compat.versions import CC
+    m = load_matrix()
+    # Table 2: the CUDA 12.x floor is 525.60.13 on Linux and 527.41 on Windows
+    assert str(driver_need(m, Version.parse("12.6"), windows=True).minimum) == "527.41"
+    # a GPU's own minimum is the driver of the first CUDA that targets it: 12.8 for sm_120
+    assert str(arch_min_driver(m, m.arch(CC(12, 0)))) == "570.26"
+    assert str(arch_min_driver(m, m.arch(CC(12, 0)), windows=True)) == "570.65"
+    assert arch_min_driver(m, m.arch(CC(6, 1)), windows=True) is None  # no GPU floor
+    win = best_torch_fix(m, CC(6, 1), driver=None, platform=None, same_line="2.9", windows=True)
+    lin = best_torch_fix(m, CC(6, 1), driver=None, platform=None, same_line="2.9")
+    assert win is not None and win.endswith("whl/cu126 (with driver >= 527.41)")
+    assert lin is not None and lin.endswith("whl/cu126 (with driver >= 525.60.13)")
+    opts = torch_options(m, CC(12, 0), driver=Version.parse("572.16"), windows=True)
+    assert opts[0].min_driver == "570.65" and opts[0].driver_ok in ("full", "mvc")
+    # the CUDA 13 Windows floor is not in the matrix: unknown, not the GPU's 570.65
+    cu130 = [o for o in torch_options(m, CC(12, 0), windows=True) if o.row["variant"] == "cu130"]
+    assert cu130 and all(o.min_driver is None for o in cu130)

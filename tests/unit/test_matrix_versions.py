@@ -106,3 +106,19 @@ def test_arch_list_formats() -> None:
     got = [str(t) for t in parse_arch_list("7.5;8.0;9.0a;12.0+PTX")]
     assert got == ["sm_75", "sm_80", "sm_90a", "sm_120", "compute_120"]
     assert [str(t) for t in parse_arch_list(["sm_80", "compute_90"])] == ["sm_80", "compute_90"]
+
+
+@pytest.mark.parametrize("rng, version, admitted", [
+    (">=12.1, <13", "12", True),  # jax-cuda12-plugin: "some 12.x", never 12.0
+    (">=12.1, <13", "12.0", False),  # a real 12.0 is below the bound
+    (">=11.8, <12", "11", True), (">=11.8, <12", "12", False), (">=12.1, <13", "13", False),
+    (">=11.2, <12", "11", True), ("==12.8.*", "12", True), ("<12.0", "12", False),
+    ("<=12.0", "12", True), (">12.9", "12", True), (">=13.0, <14", "12", False),
+])
+def test_a_major_only_version_is_judged_by_its_major(rng: str, version: str,
+                                                     admitted: bool) -> None:
+    v = Version.parse(version)
+    assert v.major_only == ("." not in version)
+    assert VersionRange.parse(rng).admits(v) is admitted
+    assert VersionRange.parse(rng).contains(Version.parse("12.0")) is (
+        VersionRange.parse(rng).admits(Version.parse("12.0")))

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dnnctl.doctor.host import Host
-from dnnctl.doctor.probe_python import probe_python, relevant
+from dnnctl.doctor.probe_python import jaxlib_tag, probe_python, relevant
 
 
 def _load_fakes():
@@ -129,3 +129,13 @@ def test_relevant_filter():
     assert relevant("nvidia-cudnn-cu12") and relevant("jax-cuda12-pjrt")
     assert relevant("cupy-cuda13x") and relevant("tensorflow-cpu")
     assert not relevant("torchmetrics") and not relevant("tensorflow-estimator")
+
+
+def test_jaxlib_tags_name_the_build():
+    # jaxlib wheel tags (jax_cuda_releases.html): +cuda112 is CUDA 11.2; +cuda11 only the
+    # major; cudnn86 / cudnn805 the cuDNN the build was compiled with (8.6, 8.0.5)
+    assert jaxlib_tag("0.1.65+cuda112") == ("11.2", None)
+    assert jaxlib_tag("0.1.52+cuda92") == ("9.2", None)
+    assert jaxlib_tag("0.4.13+cuda11.cudnn86") == ("11", "8.6")
+    assert jaxlib_tag("0.3.10+cuda11.cudnn805") == ("11", "8.0.5")
+    assert jaxlib_tag("0.4.30") == (None, None)

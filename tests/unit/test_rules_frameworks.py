@@ -149,3 +149,68 @@ def test_cudnn_wrong_major_for_framework(m) -> None:
                       frameworks={"tensorflow": {"version": "2.18.0"}})
     f = judge(env, m)
     assert "cudnn-mismatch" in codes(f) and "9.x" in " ".join(x.message for x in f)
+
+
+H100 = [Gpu(name="NVIDIA H100 80GB HBM3")]
+
+
+def test_jax_major_only_cuda_is_judged_by_its_major(m) -> None:
+    plugin = {"version": "0.6.0", "plugin": "jax-cuda12-plugin"}
+    env = EnvSnapshot(driver={"version": "570.124.06"}, gpus=H100,
+                      frameworks={"jax": {**plugin, "cuda": "12"}})
+    assert codes(judge(env, m)) == []  # "12" is some 12.x, not 12.0 < 12.1
+    env.frameworks["jax"]["cuda"] = "11"
+    assert "cuda-mismatch" in codes(judge(env, m))
+    # a full runtime version found next to it is judged before the build's major
+    env = EnvSnapshot(driver={"version": "570.124.06"}, gpus=H100,
+                      cuda_runtimes=[Component("12.0.140", "pip:nvidia-cuda-runtime-cu12")],
+                      frameworks={"jax": {**plugin, "cuda": "12"}})
+    f = judge(env, m)
+    assert codes(f) == ["cuda-mismatch"] and "the runtime is 12.0.140" in f[-1].message
+
+
+def test_jax_build_cudnn_is_the_minimum_not_the_loaded_copy(m) -> None:
+    # jaxlib +cuda11.cudnn86: built with 8.6, so 8.6.x works (the cuda11_pip extra's 8.8 is
+    # another build's minimum) and 8.5 fails; "cudnn" is never read as the loaded copy
+    jax = {"version": "0.4.13", "jaxlib": "0.4.13+cuda11.cudnn86", "cuda": "11", "cudnn": "8.6"}
+    ok = EnvSnapshot(cuda_runtimes=[Component("11.8")], frameworks={"jax": jax},
+                     cudnn=[Component("8.6.0", "system:ldconfig", loaded_first=True)])
+    assert codes(judge(ok, m)) == ["no-gpu"]
+    old = EnvSnapshot(cuda_runtimes=[Component("11.8")], frameworks={"jax": jax},
+                      cudnn=[Component("8.5.0", "system:ldconfig", loaded_first=True)])
+    f = [x for x in judge(old, m) if x.code == "cudnn-mismatch"]
+    assert f and "built against cuDNN 8.6" in f[0].message and "8.5.0 loads" in f[0].message
+    assert "jax-ml/jax#15268" in f[0].source
+    # a conda-forge build compiled with 9.13.1 (jaxlib-feedstock#329) on 9.10.1 fails, though
+    # the pip plugin's row minimum is 9.8
+    conda = {"version": "0.7.2", "plugin": "jax-cuda12-plugin", "cudnn": "9.13.1",
+             "cudnn_runtime": "9.10.1"}
+    assert "cudnn-mismatch" in codes(judge(EnvSnapshot(frameworks={"jax": conda}), m))
+
+
+def test_cupy_wheel_name_gives_only_the_major(m) -> None:
+    cupy = {"version": "13.3.0", "package": "cupy-cuda11x", "cuda": "11"}
+    env = EnvSnapshot(driver={"version": "535.104.05"}, gpus=[Gpu(name="NVIDIA A100-SXM4-40GB")],
+                      frameworks={"cupy": cupy})
+    assert codes(judge(env, m)) == []  # cupy-cuda11x covers 11.2-11.8: "11" is not 11.0
+    env.gpus = H100  # sm_90 needs CUDA >= 11.8 components, and the minor is unknown
+    f = judge(env, m)
+    assert codes(f) == ["unknown-version"] and "11.8" in f[-1].message
+
+
+def test_cudnn8_copies_mix_but_cudnn9_newer_is_compatible(m) -> None:
+    def env(system: str, bundled: str, major: int = 8, torch: str = "2.2.0") -> EnvSnapshot:
+        return EnvSnapshot(cudnn=[
+            Component(system, "env:LD_LIBRARY_PATH", "/usr/local/cuda/lib64/libcudnn.so."
+                      f"{major}", loaded_first=True),
+            Component(bundled, "pip:nvidia-cudnn-cu12", loaded_first=False)],
+            frameworks={"torch": {"version": torch}})
+    # pytorch/pytorch#119989: 8.9.4 on LD_LIBRARY_PATH before torch 2.2's own 8.9.2.26
+    f = [x for x in judge(env("8.9.4", "8.9.2.26"), m) if x.code == "cudnn-shadowed"]
+    assert f and f[0].severity == "error" and "sub-libraries" in f[0].message
+    assert "LD_LIBRARY_PATH" in f[0].fix and "pytorch/pytorch#119989" in f[0].source
+    same = [x for x in judge(env("8.9.2", "8.9.2.26"), m) if x.code == "cudnn-shadowed"]
+    assert [x.severity for x in same] == ["info"]  # the same release: nothing mixes
+    nine = [x for x in judge(env("9.5.1", "9.1.0.70", 9, "2.4.1+cu121"), m)
+            if x.code == "cudnn-shadowed"]
+    assert [x.severity for x in nine] == ["info"]  # cuDNN 9 loads its own sub-libraries
