@@ -11,7 +11,8 @@ Per problem, three ways on the same tensors:
 * **torch**: F.conv2d with cudnn.benchmark = True (channels_last for NHWC, TF32 allowed for
   fp32 as torch does by default), or F.linear / matmul (cuBLAS) then F.gelu;
 * **default**: what an un-tuned dnnctl call runs (the op's default_choice: the cost model);
-* **tuned**: the fastest of the default and TOP_K more cost-model candidates (the best
+* **tuned**: the fastest of the default, the vendor libraries' candidates (cuDNN, cuBLAS:
+  the tuner always measures them) and TOP_K more cost-model candidates (the best
   estimate of each other variant first, then the next best overall), each timed briefly: a
   quick tune without the tuner's worker processes (``--top-k`` sets K). The depthwise
   variants also try DEPTHWISE_EXTRA block shapes of benchmarks/conv_candidates.py (the cost
@@ -57,21 +58,29 @@ DEPTHWISE_EXTRA = 4  # block shapes per depthwise variant (benchmarks/conv_candi
 
 
 def candidates(problem: Any, device: Any, top_k: int) -> list[tuple[str, dict[str, Any]]]:
-    """The default choice first, then the cost model's best candidate of each other variant
-    (within HOPELESS of the best estimate), then its next best overall, up to ``top_k``
-    besides the default."""
+    """The default choice first, then every vendor candidate (as the tuner: it always
+    measures them), then the cost model's best candidate of each other variant (within
+    HOPELESS of the best estimate), then its next best overall, up to ``top_k`` besides
+    the default and the vendors."""
     from dnnctl.ops.explain import ranked_estimates
-    from dnnctl.ops.registry import get_op
+    from dnnctl.ops.registry import get_op, variants
 
     default = get_op(problem.op).default_choice(problem, "cupy", device)
     out = [(default.variant, default.param_dict)]
+    # the vendor libraries' candidates (cuDNN, cuBLAS), as the tuner measures them: always,
+    # right after the default (dnnctl/tune/candidates.py: the bar a plan must clear)
+    for v in variants(problem.op, "cupy"):
+        if v.vendor and v.supports(problem, device):
+            out += [(v.name, p) for p in v.param_space(problem, device)
+                    if (v.name, p) not in out]
     est = ranked_estimates(problem, "cupy", device)
     ranked = [(e.variant, dict(e.params)) for e in est]
     # another variant's best is worth a try when estimated within HOPELESS of the best
     firsts = [c for i, (c, e) in enumerate(zip(ranked, est))
               if all(c[0] != d[0] for d in ranked[:i]) and e.us <= HOPELESS * est[0].us]
+    limit = len(out) + top_k
     for cand in firsts + ranked:
-        if len(out) > top_k:
+        if len(out) >= limit:
             break
         if cand not in out:
             out.append(cand)
