@@ -325,11 +325,45 @@ def _checkpoint_leaf(model: nn.Module, tracer: fx.Tracer) -> Iterator[None]:
             if any(value is fn for fn in _CHECKPOINTS):
                 saved.append((space, name, value))
                 space[name] = _leaf(value, tracer)
+    # checkpoint reached some other way (a functools.partial made before the trace, as
+    # Hugging Face's gradient checkpointing holds it) would be traced through: its inner
+    # entry points refuse traced values, so the model is patched module by module, where
+    # its own forward runs checkpoint as in eager
+    inner = torch.utils.checkpoint.__dict__
+    for name in ("CheckpointFunction", "_checkpoint_without_reentrant_generator"):
+        if name in inner:
+            saved.append((inner, name, inner[name]))
+            inner[name] = _Untraceable(inner[name])
     try:
         yield
     finally:
         for space, name, value in reversed(saved):
             space[name] = value
+
+
+class _Untraceable:
+    """An entry point of torch.utils.checkpoint that refuses fx's traced values (see
+    :func:`_checkpoint_leaf`) and passes everything else through."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def _check(self, args: tuple, kwargs: dict) -> None:
+        if any(isinstance(a, fx.Proxy) for a in (*args, *kwargs.values())):
+            raise TypeError("activation checkpointing reached through a reference made "
+                            "before the trace (a functools.partial of checkpoint): "
+                            "patched module by module, so it stays checkpointing")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check(args, kwargs)
+        return self.real(*args, **kwargs)
+
+    def apply(self, *args: Any, **kwargs: Any) -> Any:
+        self._check(args, kwargs)
+        return self.real.apply(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
 
 def _leaf(fn: Any, tracer: fx.Tracer) -> Any:

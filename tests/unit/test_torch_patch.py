@@ -1538,3 +1538,34 @@ def test_activation_checkpointing_survives_the_patch():
     for (n, a), b in zip(ref.named_buffers(), model.buffers()):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
     assert int(model.b.bn1.num_batches_tracked) == 2  # forward + recomputation
+
+
+def test_checkpointing_through_a_partial_patches_module_by_module():
+    """A checkpoint function bound before the trace (Hugging Face's
+    ``functools.partial(checkpoint, use_reentrant=False)``) cannot become a graph node: the
+    patch goes module by module, where the model's own forward keeps checkpointing (BN
+    statistics updated again by the recomputation, as eager's)."""
+    import functools
+
+    import torch.utils.checkpoint as tuc
+
+    class HFStyle(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Bottleneck(16, 4)
+            self.ckpt = functools.partial(tuc.checkpoint, use_reentrant=False)
+
+        def forward(self, x):
+            return self.ckpt(self.block.__call__, x)
+
+    torch.manual_seed(0)
+    ref = _randomize_bn(HFStyle()).train()
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert not report.traced and "checkpoint" in report.trace_error
+    assert report.covered  # its modules are still on dnnctl
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 16, 8, 8))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
+    assert int(model.block.bn1.num_batches_tracked) == 2
+    assert isinstance(tuc.CheckpointFunction, type)  # the class itself, put back
