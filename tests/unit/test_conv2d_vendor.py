@@ -39,6 +39,7 @@ def test_without_cuda_torch_it_says_why_and_the_default_is_our_own():
 
 DEPTHWISE = {"c": 64, "k": 64, "groups": 64, "h": 56, "w": 56, "r": 3, "s": 3, "stride": 1,
              "pad": 1}
+ONE_BY_ONE = {"dtype": "float32", "layout": "NCHW", "r": 1, "s": 1, "stride": 1, "pad": 0}
 
 
 @pytest.mark.parametrize(("change", "route"), [
@@ -51,6 +52,10 @@ DEPTHWISE = {"c": 64, "k": 64, "groups": 64, "h": 56, "w": 56, "r": 3, "s": 3, "
     ({"layout": "NCHW"}, "epilogue"),
     ({"dtype": "float32"}, "epilogue"),
     (DEPTHWISE, "own"),  # depthwise: our kernels
+    # a TF32 NCHW 1x1 GEMM with an epilogue: our gemm_1x1 fuses it (cuDNN's route is two
+    # passes); without TF32, or plain (nothing fused), cuDNN's
+    ({**ONE_BY_ONE, "tf32": True}, "own"),
+    ({**ONE_BY_ONE, "tf32": False}, "epilogue"),
     ({**DEPTHWISE, "dtype": "float32", "layout": "NCHW"}, "own"),
 ])
 def test_default_route_of_a_fused_conv(change, route, monkeypatch):

@@ -222,7 +222,8 @@ class Conv2d(Op):
         most residual convs, 1.06-1.8x the runner-up on the GPU, benchmarks/RESULTS.md),
         else our own kernels. Every other dense convolution (not depthwise) takes cuDNN's
         convolution, then dnnctl's one-pass epilogue for what is fused (fuse=0: a bias, an
-        activation, a residual): on the unseen real-model convolutions of issue 14 our dense
+        activation, a residual), except a TF32 NCHW 1x1 one, a GEMM our ``gemm_1x1`` runs
+        with the epilogue fused (:func:`_tf32_nchw_gemm`): on the unseen real-model convolutions of issue 14 our dense
         kernels reached 0.60-0.94x cuDNN tuned on 12 of 14 (H200 and H100 runs,
         benchmarks/RESULTS.md), and the cost model's pick less. With nothing fused (every
         conv of a model in training mode, where BatchNorm cannot fold) a patched model's
@@ -280,17 +281,34 @@ def _cudnn_default(problem: Problem) -> str | None:
     epilogue, by cost.cudnn_fused_pays) or "block_end" (relu(conv + bias + residual):
     cuDNN's conv + add + ReLU graph where it pays, else None); "plain" where nothing is fused
     (cuDNN's convolution alone, any dtype and layout); "epilogue" for every other fusion
-    (cuDNN's convolution, then dnnctl's one-pass epilogue)."""
+    (cuDNN's convolution, then dnnctl's one-pass epilogue), but None for a TF32 NCHW 1x1
+    GEMM with an epilogue (:func:`_tf32_nchw_gemm`: ours fuses it)."""
     if problem.get("pass", "forward") != "forward" or problem["groups"] == problem["c"] > 1:
         return None
     if problem["activation"] == "none" and not problem["bias"] and not problem["residual"]:
         return "plain"
+    if _tf32_nchw_gemm(problem):
+        return None
     if (problem["activation"] != "relu" or problem["layout"] != "NHWC"
             or problem["dtype"] not in ("float16", "bfloat16")):
         return "epilogue"
     if not problem["residual"]:
         return "relu"
     return "block_end" if problem.get("residual_before_act") else "epilogue"
+
+
+def _tf32_nchw_gemm(problem: Problem) -> bool:
+    """A float32 (TF32) NCHW dense 1x1 stride-1 unpadded convolution with an epilogue: one
+    GEMM per image on the NCHW tensors as they are (W[K, C] x X[C, H*W]), which our
+    ``gemm_1x1`` runs with the epilogue fused and no layout change, where cuDNN's route is
+    its convolution plus a separate epilogue pass. On the H200 (benchmarks/RESULTS.md, the
+    unseen list of issue 14, two runs) the tuned pick of all four such convolutions
+    (EfficientNet-B0, ConvNeXt-T, YOLOv8-s, 7x7 to 80x80, 40 to 672 channels) was
+    ``gemm_1x1``, 6-18% faster than cuDNN + epilogue; the cost model's own pick matched the
+    tuned parameters on three of the four."""
+    return (problem["dtype"] == "float32" and bool(problem["tf32"])
+            and problem["layout"] == "NCHW" and problem["groups"] == 1
+            and geometry(problem).identity)
 
 
 def own_choice(problem: Problem, backend: str, device: Any) -> Choice:
