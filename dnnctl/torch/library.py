@@ -565,6 +565,6 @@ _grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
 _modes, _tracing = torch._C._len_torch_dispatch_stack, torch._C._is_tracing
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us
-# more): a region for another device than x's only costs the dispatcher's route
+# more, and runs only when some region is active)
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
     lambda: autocast_active("cuda") or autocast_active("cpu"))
