@@ -1569,3 +1569,16 @@ def test_checkpointing_through_a_partial_patches_module_by_module():
     _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
     assert int(model.block.bn1.num_batches_tracked) == 2
     assert isinstance(tuc.CheckpointFunction, type)  # the class itself, put back
+
+
+def test_compiled_patched_model_keeps_its_checkpoint_node():
+    """torch.compile over a patched model whose graph holds checkpoint nodes (dynamo takes
+    them as its checkpoint operator): the same output and input gradient as eager."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(_Checkpointed()).train()
+    model = copy.deepcopy(ref)
+    dt.patch(model)
+    compiled = torch.compile(model, backend="aot_eager")
+    want, got, xa, xb = _forward_backward(ref, compiled, torch.randn(2, 16, 8, 8))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
