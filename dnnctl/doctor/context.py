@@ -14,6 +14,7 @@ from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor.model import EnvSnapshot, Finding
+from dnnctl.doctor.parse import wsl_version
 
 __all__ = ["Context", "GpuInfo", "build_context", "finding", "flag", "unknown"]
 
@@ -54,7 +55,18 @@ class Context:
     def windows(self) -> bool:
         """Windows and WSL report the Windows driver, numbered apart from Linux's."""
         text = (self.env.os or "").lower()
-        return "windows" in text or "wsl" in text
+        return "windows" in text or self.wsl is not None
+
+    @property
+    def wsl(self) -> int | None:
+        """1 or 2 inside WSL 1 / WSL 2, 0 inside WSL of unknown generation, None elsewhere."""
+        return wsl_version(self.env.os)
+
+    @property
+    def container(self) -> bool:
+        """Detection marks a container (/.dockerenv, /run/.containerenv) in ``os``."""
+        text = (self.env.os or "").lower()
+        return "container" in text or "docker" in text or "podman" in text
 
     @property
     def os_kind(self) -> str | None:

@@ -122,8 +122,9 @@ def os_name(host: Host) -> str | None:
     kernel = (kernel_text or "").strip() or platform.release()
     parts = [p for p in (name, f"{platform.system()} {kernel} {platform.machine()}".strip())
              if p]
-    if "microsoft" in kernel.lower():
-        parts.append("WSL2")
+    wsl = parse.wsl_version(kernel)  # WSL 1's kernel is "4.4.0-19041-Microsoft": no GPU there
+    if wsl is not None:
+        parts.append(f"WSL{wsl or ''}")
     if host.exists("/.dockerenv") or host.exists("/run/.containerenv"):
         parts.append("container")
     return "; ".join(parts) or None

@@ -267,3 +267,22 @@ def proc_gpu_information(text: str | None) -> dict[str, Any]:
         elif key == "Device Minor" and value.isdigit():
             out["minor"] = int(value)
     return out
+
+
+def wsl_version(text: str | None) -> int | None:
+    """1 or 2 for WSL 1 / WSL 2, 0 for WSL of unknown generation, None when not WSL.
+
+    ``text`` is a kernel release or an ``os`` line. WSL 1 has no Linux kernel and reports
+    ``4.4.0-<Windows build>-Microsoft`` (capital M); WSL 2 kernels are lower case,
+    ``5.15.153.1-microsoft-standard-WSL2`` (microsoft/WSL#5554: "That kernel version indicates
+    that you are using WSL1"; 4U6U57/wsl-open#4, DMOJ/judge-server#874). The kernel wins over
+    a "WSL2" label written next to it."""
+    text = text or ""
+    if re.search(r"\d+\.\d+\.\d+-\d+-Microsoft\b", text):
+        return 1
+    low = text.lower()
+    if re.search(r"\bwsl ?1\b", low):
+        return 1
+    if re.search(r"\bwsl ?2\b", low) or re.search(r"\d-microsoft", text):
+        return 2
+    return 0 if "wsl" in low else None

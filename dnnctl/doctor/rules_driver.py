@@ -5,6 +5,7 @@ from __future__ import annotations
 from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
+from dnnctl.doctor import rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Finding
 
@@ -30,11 +31,16 @@ def check(ctx: Context) -> list[Finding]:
 
 def _check(ctx: Context) -> list[Finding]:
     driver = ctx.env.driver or {}
+    wsl1 = rules_platform.wsl1(ctx)
+    if wsl1:
+        return wsl1
     if ctx.driver_present is False:
-        return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=(
+        fix, source = rules_platform.no_driver_fix(ctx) or (
             "install the NVIDIA driver (R580 LTSB or newer, e.g. `sudo apt install "
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
-            "and the NVIDIA Container Toolkit"), error=driver.get("error"))]
+            "and the NVIDIA Container Toolkit", None)
+        return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=fix, source=source,
+                        error=driver.get("error"))]
     out: list[Finding] = []
     if ctx.driver_present is None and ctx.driver is None and not driver.get("cuda") \
             and not ctx.env.gpus:
@@ -138,8 +144,12 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
             return [finding("driver-mvc", "warning" if jit or ptx_only else "info", component,
                             f"{what} uses CUDA {cuda}; the driver supports CUDA {have}: "
                             "minor-version compatibility only", cuda=cuda, driver_cuda=have)]
+        need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
+        need = need_row.full or need_row.minimum
         return [finding("driver-too-old", "error", component, f"{what} needs CUDA {cuda}; the "
-                        f"driver supports CUDA {have}", cuda=cuda, driver_cuda=have)]
+                        f"driver supports CUDA {have}", fix=driver_fix(ctx, need) if need else
+                        None, row=need_row.release_row or need_row.major_row or row, cuda=cuda,
+                        driver_cuda=have, required=need)]
     need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
     rel, major = need_row.release_row, need_row.major_row
     if major is None:

@@ -17,6 +17,8 @@ from dnnctl.compat.versions import (
 from dnnctl.doctor import rules_cudnn, rules_platform
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.probe_python import jaxlib_tag
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
@@ -39,7 +41,10 @@ def check(ctx: Context) -> list[Finding]:
     for name, fn in (("torch", _torch), ("tensorflow", _tensorflow), ("jax", _jax),
                      ("cupy", _cupy)):
         info = fw.get(name)
-        if not info or not info.get("version"):
+        if not info:
+            continue
+        if not info.get("version"):  # judge what the build alone says (ROCm, CPU-only)
+            out += _build_only(ctx, name, info)
             continue
         found = fn(ctx, info)
         if not any(f.severity in ("error", "warning") or f.code == "ok" for f in found):
@@ -55,7 +60,48 @@ def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
     return Version.maybe(info.get(key))
 
 
+def _build_only(ctx: Context, name: str, info: dict[str, Any]) -> list[Finding]:
+    """A framework whose version is unknown: its build type is still judged; otherwise it is
+    said to be not judged (never a silent pass)."""
+    found: list[Finding] = []
+    if name == "torch":
+        local = (info.get("local_tag") or "").lower() or None
+        fix = _torch_fix(ctx, None)
+        found = _torch_build(ctx, "torch (version unknown)", info, local, fix)
+    elif name == "jax" and _jax_cpu_only(ctx, info):
+        found = _jax_cpu(ctx, "jax (version unknown)", None)
+    elif info.get("cuda_build") is False:
+        found = rules_platform.cpu_only(ctx, name, f"{name} (version unknown)")
+    return found or [finding("ok", "info", name, f"{name}: version unknown, not judged against "
+                             "the matrix")]
+
+
 # -- torch ------------------------------------------------------------------------------------
+
+TORCH_ROCM_SOURCE = (
+    "https://pytorch.org/get-started/locally/ (ROCm builds, index whl/rocmX.Y, are for AMD "
+    "GPUs); modal-labs/modal-examples#681 (a whl/nightly/rocm6.0 torch on an NVIDIA T4: 'No "
+    "HIP GPUs are available')")
+
+
+def _torch_fix(ctx: Context, line: str | None) -> str | None:
+    cc0 = ctx.known_ccs[0].cc if ctx.known_ccs else None
+    if cc0 is None:
+        return None
+    return best_torch_fix(ctx.matrix, cc0, driver=ctx.driver, platform=ctx.platform,
+                          same_line=line, windows=ctx.windows)
+
+
+def _torch_build(ctx: Context, what: str, info: dict[str, Any], local: str | None,
+                 fix: str | None) -> list[Finding]:
+    """What the build type alone decides: a CPU-only or a ROCm (AMD) build."""
+    if local == "cpu" or info.get("cuda_build") is False:
+        return rules_platform.cpu_only(ctx, "torch", what, fix=fix)
+    if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
+        return [finding("cuda-mismatch", "error", "torch",
+                        f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix,
+                        source=TORCH_ROCM_SOURCE, build="rocm")]
+    return []
 
 def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     try:
@@ -64,20 +110,13 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [unknown("torch", f"torch version {info['version']!r} could not be read")]
     what = f"torch {ver.text}"
     local = (info.get("local_tag") or ver.local or "").lower() or None
-    cc0 = ctx.known_ccs[0].cc if ctx.known_ccs else None
-    driver = ctx.driver
 
     def fix(same_line: bool = True) -> str | None:
-        if cc0 is None:
-            return None
-        return best_torch_fix(ctx.matrix, cc0, driver=driver, platform=ctx.platform,
-                              same_line=ver.line if same_line else None, windows=ctx.windows)
+        return _torch_fix(ctx, ver.line if same_line else None)
 
-    if local == "cpu" or info.get("cuda_build") is False:
-        return rules_platform.cpu_only(ctx, "torch", what, fix=fix())
-    if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
-        return [finding("cuda-mismatch", "error", "torch",
-                        f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix())]
+    build = _torch_build(ctx, what, info, local, fix())
+    if build:
+        return build
     rows = ctx.matrix.torch_rows(ver.line)
     jetson = jetson_wheels(ctx, info, None)
     if jetson:
@@ -179,11 +218,15 @@ def _jax(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     what = f"jax {info['version']}"
     plugin = _plugin_major(info)
     rows = ctx.matrix.jax_rows(ver) if ver else []
-    if plugin is not None:
-        rows = [r for r in rows if r["plugin"] == plugin]
-    if plugin is None and len({r["plugin"] for r in rows}) > 1:
-        return [unknown("jax", f"{what}: which CUDA plugin (cuda12/cuda13) is installed is "
-                        "unknown", jax=info["version"])]
+    if plugin is None:  # never judged as if a plugin were there: jax without one is CPU-only
+        if _jax_cpu_only(ctx, info):
+            return _jax_cpu(ctx, what, ver)
+        names = "/".join(f"cuda{p}" for p in sorted({r["plugin"] for r in rows})) or "CUDA"
+        return [unknown("jax", f"{what}: which {names} plugin is installed is unknown (without "
+                        "one, or a jaxlib +cuda build, jax runs on the CPU only)",
+                        fix="name it (frameworks.jax.plugin: jax-cuda12-plugin), or run "
+                        "`dnnctl doctor` where jax is installed", jax=info["version"])]
+    rows = [r for r in rows if r["plugin"] == plugin]
     if not rows or rows[0].uncertain:
         return [unknown("jax", f"{what}: no {'cuda' + str(plugin) if plugin else 'CUDA'} "
                         "plugin row in the matrix", jax=info["version"])]
@@ -262,8 +305,43 @@ def _plugin_major(info: dict[str, Any]) -> int | None:
         for major in (12, 13, 11):
             if f"cuda{major}" in str(name).lower():
                 return major
-    cuda = _cuda_of(info, "cuda_runtime") or _cuda_of(info)
+    cuda = (_cuda_of(info, "cuda_runtime") or _cuda_of(info)
+            or Version.maybe(jaxlib_tag(str(info.get("jaxlib") or ""))[0]))
     return cuda.major if cuda else None
+
+
+JAX_CPU_SOURCE = (
+    "https://docs.jax.dev/en/latest/installation.html ('CPU-only (Linux/macOS/Windows) pip "
+    "install -U jax'; NVIDIA GPU: pip install -U \"jax[cuda13]\" / \"jax[cuda12]\"); "
+    "JeffSHF/ColabDock#28 ('a CUDA-enabled jaxlib is not installed. Falling back to cpu')")
+
+
+def _jax_cpu_only(ctx: Context, info: dict[str, Any]) -> bool:
+    """Known CPU-only: no CUDA plugin or jaxlib +cuda build among the packages listed (a
+    detected snapshot lists every jax-cuda*-plugin it finds), or ``cuda_build: false``."""
+    if info.get("cuda_build") is False:
+        return True
+    if _plugin_major(info) is not None or info.get("plugin") or info.get("plugins"):
+        return False
+    names = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    if not names or any(re.fullmatch(r"jax-(cuda|rocm)\d+-(plugin|pjrt)", n) for n in names):
+        return False  # what is installed is not listed, or a plugin is
+    jaxlib = str(info.get("jaxlib") or names.get("jaxlib") or "")
+    return bool(jaxlib) and jaxlib_tag(jaxlib)[0] is None
+
+
+def _jax_cpu(ctx: Context, what: str, ver: Version | None) -> list[Finding]:
+    """The CPU-only finding with the install of the newest CUDA plugin the driver supports."""
+    rows = [r for r in (ctx.matrix.jax_rows(ver) if ver else []) if not r.uncertain]
+    have, _ = ctx.driver_cuda
+    usable = [r for r in rows if have is None or have.major >= r["plugin"]] or rows
+    if usable:
+        best = max(usable, key=lambda r: r["plugin"])
+        fix = best["install"].format(version=ver)
+    else:
+        fix = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" with a driver older than R580)'
+    return rules_platform.cpu_only(ctx, "jax", what, why=" (no jax-cuda*-plugin and no jaxlib "
+                                   "+cuda build is installed)", fix=fix, source=JAX_CPU_SOURCE)
 
 
 # -- CuPy -------------------------------------------------------------------------------------

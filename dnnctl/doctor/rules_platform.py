@@ -4,6 +4,10 @@
   Windows wheels are CPU-only (GPU through WSL2, which is Linux to doctor).
 - The torch wheels on PyPI are CUDA builds on Linux only; on Windows and macOS a torch with
   no ``+cuXXX`` tag from PyPI is CPU-only (CUDA builds come from download.pytorch.org).
+- CUDA on WSL runs in WSL 2 only, through the NVIDIA driver for Windows: inside WSL the fix
+  for a missing driver is never a Linux driver install; WSL 1 has no GPU access at all.
+- In a container the driver comes from the host: a container started without the GPU
+  (``--gpus all`` and the NVIDIA Container Toolkit) sees no driver.
 - A CPU-only build (torch ``+cpu``, ``tensorflow-cpu``, ``is_built_with_cuda()`` False) never
   uses the GPU, so its arch list, CUDA and cuDNN are not judged.
 """
@@ -28,6 +32,25 @@ TORCH_PYPI_SOURCE = (
     "for Windows and macOS, CUDA wheels for Linux); opendatalab/MinerU#240 "
     "(torch-2.3.1-cp310-cp310-win_amd64.whl from PyPI: 'Torch not compiled with CUDA enabled')")
 OS_NAMES = {"windows": "Windows", "macos": "macOS"}
+WSL_SOURCE = (
+    "https://docs.nvidia.com/cuda/wsl-user-guide/index.html ('CUDA support in this user guide "
+    "is specifically for WSL 2'; Step 1: Install NVIDIA Driver for GPU Support, the Windows "
+    "driver); https://docs.nvidia.com/cuda/archive/11.2.2/wsl-user-guide/index.html ('Install "
+    "the driver using the executable. This is the only driver you need to install'); "
+    "vllm-project/vllm#6184 (an old WSL 2 kernel, fixed by `wsl --update`)")
+WSL1_SOURCE = (
+    "microsoft/WSL#5554 ('That kernel version [4.4.0-19041-Microsoft] indicates that you are "
+    "using WSL1'); CompVis/stable-diffusion#161 ('Found no NVIDIA driver': 'I was running WSL "
+    "1, updated to WSL2 and its working fine'); " + WSL_SOURCE)
+CONTAINER_SOURCE = (
+    "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html "
+    "(the driver is installed on the host; the toolkit passes the GPU into containers); "
+    "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/"
+    "sample-workload.html (the check command); NVIDIA/nvidia-docker#400")
+WSL_FIX = ("in Windows (PowerShell): `wsl -l -v` must show VERSION 2 for this distro (else "
+           "`wsl --set-version <distro> 2`), `wsl --update` for a current WSL kernel, and "
+           "install or update the NVIDIA driver for Windows; do not install a Linux NVIDIA "
+           "driver inside WSL (the Windows driver is the only one needed)")
 
 
 def cpu_only(ctx: Context, component: str, what: str, *, why: str = "", fix: str | None = None,
@@ -74,3 +97,29 @@ def torch_pypi(ctx: Context, what: str, default: Row | None, fix: str | None) ->
     return cpu_only(ctx, "torch", what, why=f" (PyPI's {OS_NAMES[kind]} wheels carry no CUDA; "
                     "CUDA builds come from download.pytorch.org with a +cuXXX tag)", fix=fix,
                     source=TORCH_PYPI_SOURCE, os=kind)
+
+
+def wsl1(ctx: Context) -> list[Finding]:
+    """WSL 1 (kernel ``4.4.0-<build>-Microsoft``): no GPU is reachable, whatever is installed."""
+    if ctx.wsl != 1:
+        return []
+    return [finding("no-driver", "error", "driver", "this is WSL 1, which has no GPU support: "
+                    "CUDA on WSL runs in WSL 2 only ('Found no NVIDIA driver' here means WSL 1)",
+                    fix="in Windows (PowerShell): `wsl -l -v` shows VERSION 1 for this distro; "
+                    "convert it with `wsl --set-version <distro> 2`, then `wsl --update`; CUDA in "
+                    "WSL 2 uses the NVIDIA driver for Windows, no Linux driver",
+                    source=WSL1_SOURCE, os="wsl1")]
+
+
+def no_driver_fix(ctx: Context) -> tuple[str, str] | None:
+    """(fix, source) for a missing driver inside WSL or a container, where installing a Linux
+    driver is the wrong step; None elsewhere (the host driver install is the fix)."""
+    if ctx.wsl is not None:
+        return WSL_FIX, WSL_SOURCE
+    if ctx.container:
+        return ("in a container the driver comes from the host: start the container with "
+                "--gpus all on a host with the NVIDIA driver (R580 LTSB or newer) and the "
+                "NVIDIA Container Toolkit, which on the host "
+                "`sudo docker run --rm --runtime=nvidia --gpus all ubuntu nvidia-smi` checks; "
+                "installing a driver in the container does not help", CONTAINER_SOURCE)
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import sys
 from pathlib import Path
 
@@ -86,6 +87,18 @@ def test_os_markers(tmp_path):
         "/run/.containerenv": None})
     assert os_name(host).startswith("Ubuntu 22.04.4 LTS; Linux 5.15.153.1-microsoft")
     assert os_name(host).endswith("; WSL2; container")
+
+
+@pytest.mark.parametrize("kernel, marker", [
+    ("4.4.0-19041-Microsoft", "WSL1"),  # microsoft/WSL#5554: this kernel means WSL 1
+    ("4.19.67-microsoft-standard", "WSL2"),  # an early WSL 2 kernel, no "WSL2" suffix yet
+    ("5.10.16.3-microsoft-standard-WSL2", "WSL2"),
+])
+def test_os_marks_wsl1_apart_from_wsl2(tmp_path, kernel, marker):
+    host = fakes.make_host(tmp_path, files={
+        "/etc/os-release": 'PRETTY_NAME="Ubuntu 18.04.6 LTS"\n',
+        "/proc/sys/kernel/osrelease": kernel + "\n"})
+    assert os_name(host).endswith(f"{kernel} {platform.machine()}; {marker}")
 
 
 @pytest.mark.skipif(os.path.exists("/proc/driver/nvidia/version") or
