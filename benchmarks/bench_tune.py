@@ -82,16 +82,13 @@ def _subsets(quick: bool) -> list[tuple[str, Any]]:
 def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
                ) -> dict[Any, float]:
     """Median over interleaved rounds of each candidate's per-round median time (us), each
-    called as the tuner's worker calls it: a library called through torch on torch views
-    made once (native_io), a kernel that adopts its outputs with none given."""
+    called as the tuner's worker calls it (common.candidate_call)."""
     import numpy as np
 
     from dnnctl.backends.registry import get_backend, parse_device
     from dnnctl.ops.base import np_dtype
     from dnnctl.ops.check import prepare
-    from dnnctl.ops.dispatch import adopting
     from dnnctl.ops.registry import get_op, get_variant
-    from dnnctl.ops.torch_vendor import native_io
 
     backend, index = parse_device(DEVICE)
     be = get_backend(backend)
@@ -111,14 +108,14 @@ def _remeasure(problem: Any, cands: list[Any], rounds: int, budget_ms: float
             inputs = {k: be.xp.array(v, copy=True) for k, v in prep.inputs.items()}
             outputs = {n: be.empty(s.shape, np_dtype(s.dtype)) for n, s in
                        op.output_specs(problem).items()}
-            args, _ = stack.enter_context(native_io(variant, inputs))
-            runs.append((c, kern, args, {} if adopting(kern) else outputs))
-        meds: dict[Any, list[float]] = {c: [] for c, *_ in runs}
+            call, _ = common.candidate_call(stack, variant, kern, inputs, outputs,
+                                            prep.attrs)
+            runs.append((c, call))
+        meds: dict[Any, list[float]] = {c: [] for c, _ in runs}
         for r in range(rounds):
             k = r % max(1, len(runs))
-            for c, kern, inputs, outputs in runs[k:] + runs[:k]:
-                s = be.time(lambda kn=kern, i=inputs, o=outputs: kn(i, o, prep.attrs),
-                            warmup_ms=3.0, budget_ms=budget_ms, flush_l2=True)
+            for c, call in runs[k:] + runs[:k]:
+                s = be.time(call, warmup_ms=3.0, budget_ms=budget_ms, flush_l2=True)
                 meds[c].append(float(np.median(s)))
     return {c: statistics.median(v) for c, v in meds.items() if v}
 

@@ -64,7 +64,8 @@ def driver_need(matrix: Matrix, cuda: Version, *, windows: bool = False) -> Driv
     return DriverNeed(cuda.trunc(2), floor, full, mvc, major, rel)
 
 
-def arch_min_driver(matrix: Matrix, arch: Row | None, *, windows: bool = False) -> Version | None:
+def arch_min_driver(matrix: Matrix | None, arch: Row | None, *,
+                    windows: bool = False) -> Version | None:
     """The driver a GPU architecture needs whatever the CUDA: its ``min_driver``, the driver
     bundled with its ``min_cuda`` (Linux numbering); on Windows that release's Windows driver."""
     if arch is None or not arch.get("min_driver"):
@@ -80,10 +81,7 @@ def with_gpu(need: DriverNeed, arch: Row | None, *, matrix: Matrix | None = None
              windows: bool = False) -> DriverNeed:
     """``need`` raised to what the GPU architecture itself needs (:func:`arch_min_driver`;
     ``windows`` needs the matrix to number it as Windows drivers are)."""
-    if windows and matrix is not None:
-        gpu = arch_min_driver(matrix, arch, windows=True)
-    else:
-        gpu = Version.maybe(arch.get("min_driver")) if arch is not None else None
+    gpu = arch_min_driver(matrix, arch, windows=windows and matrix is not None)
     if gpu is None:
         return need
     # an unknown CUDA floor stays unknown (the GPU's own minimum is not the whole answer)

@@ -13,6 +13,7 @@ from typing import Any
 
 from dnnctl.doctor import parse
 from dnnctl.doctor.host import Dist, Host
+from dnnctl.doctor.parse import jaxlib_tag
 
 _EXACT = {
     "torch", "torchvision", "torchaudio", "triton", "pytorch-triton", "jax", "jaxlib",
@@ -124,25 +125,6 @@ def jax_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
         if len(plugins) > 1:
             info["plugins"] = plugins
     return info
-
-
-def jaxlib_tag(version: str) -> tuple[str | None, str | None]:
-    """(CUDA, cuDNN) of a jaxlib CUDA build from its local tag, as far as the tag says.
-
-    Before the plugin split the wheels carried the build in the tag: ``+cuda112`` (CUDA 11.2),
-    ``+cuda11.cudnn86`` (CUDA 11, any minor; built with cuDNN 8.6), ``+cuda11.cudnn805``
-    (cuDNN 8.0.5). A two-digit ``cudaNN`` names only the major ("11"): judged as major only."""
-    m = re.search(r"\+cuda(\d+)(?:\.cudnn(\d+))?", version)
-    if not m:
-        return None, None
-    digits, cudnn = m.group(1), m.group(2)
-    cuda = f"{digits[:-1]}.{digits[-1]}" if len(digits) == 3 or (
-        len(digits) == 2 and digits[0] == "9") else digits
-    if cudnn and len(cudnn) >= 2:
-        cudnn = ".".join([cudnn[0], cudnn[1]] + ([cudnn[2:]] if len(cudnn) > 2 else []))
-    else:
-        cudnn = None
-    return cuda, cudnn
 
 
 def _cupy_cuda(dist: Dist) -> str | None:

@@ -17,8 +17,7 @@ from dnnctl.compat.versions import (
 from dnnctl.doctor import rules_cudnn, rules_platform
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.probe_python import jaxlib_tag
+from dnnctl.doctor.parse import canonical_name, jaxlib_tag
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from dnnctl.errors import DnnctlError
+from dnnctl.ops.batch_norm.vendor_backward import cudnn_backward
 from dnnctl.ops.dispatch import use_plan
 from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
@@ -258,20 +259,6 @@ def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     return grad * (pre > 0).to(grad.dtype)
 
 
-def _cudnn_bn(x: T, grad: T, weight: Opt, bias: Opt, mean: T, invstd: T, eps: float) -> bool:
-    """torch would run this training batch_norm on cuDNN (its own backend choice, which
-    takes the statistics' presence for the running ones'), with no reserve to hand back
-    (cuDNN's training forward reserves none without a fused activation)."""
-    return (x.is_cuda and weight is not None and bias is not None
-            and grad.dtype is x.dtype and x.dim() == 4
-            and torch._C._select_batch_norm_backend(x, weight, bias, mean, invstd, True, eps)
-            == torch._C._BatchNormBackend.Cudnn
-            and torch._C._get_cudnn_batch_norm_reserve_space_size(x, True) == 0)
-
-
-_NO_RESERVE: dict[torch.device, T] = {}
-
-
 def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, training: bool,
                needs: Sequence[bool], plan: int = 0, activation: str = "none",
                residual: Opt = None, y: Opt = None, eps: float = 1e-5
@@ -302,14 +289,10 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
                 else _ATEN.threshold_backward(grad, y if y.dtype is grad.dtype
                                               else y.to(grad.dtype), 0))
     gz = _cast(grad, residual) if residual is not None and needs[3] else None
-    if training and _cudnn_bn(x, grad, weight, bias, mean, invstd, eps):
-        fmt = torch.channels_last if is_nhwc(x) else torch.contiguous_format
-        empty = _NO_RESERVE.get(x.device)
-        if empty is None:
-            empty = _NO_RESERVE[x.device] = torch.empty(0, dtype=torch.uint8, device=x.device)
-        gx, gw, gb = _ATEN.cudnn_batch_norm_backward(
-            x.contiguous(memory_format=fmt), grad.contiguous(memory_format=fmt), weight, None,
-            None, mean, invstd, eps, empty)
+    got = (cudnn_backward(x, grad, weight, bias, mean, invstd, eps, is_nhwc(x))
+           if training else None)
+    if got is not None:
+        gx, gw, gb = got
         return ((gx if needs[0] else None), (gw if needs[1] else None),
                 (gb if needs[2] else None), gz)
     dt = _common(x, grad)

@@ -544,7 +544,7 @@ class _Retrace:
         return traced(*args, **kwargs)
 
     def __reduce__(self) -> Any:  # pickled as the model's own forward
-        return _as_is, (type(self.model).forward.__get__(self.model),)
+        return _as_is, (_own_forward(self.model, _MISSING),)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))

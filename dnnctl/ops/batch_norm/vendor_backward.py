@@ -55,9 +55,6 @@ class BnBwdTorch(CudaBackward):
 
         aten = torch.ops.aten
         nhwc = problem["layout"] == "NHWC"
-        cudnn = torch._C._BatchNormBackend.Cudnn
-        picked: list[bool] = []  # torch's backend choice, made on the first call
-        empties: dict[Any, Any] = {}
 
         def nchw(t: Any) -> Any:
             return t.permute(0, 3, 1, 2) if nhwc else t
@@ -66,22 +63,11 @@ class BnBwdTorch(CudaBackward):
             dy, x = nchw(tensor(inputs["dy"])), nchw(tensor(inputs["x"]))
             w = tensor(inputs["weight"])
             mean, invstd = tensor(inputs["save_mean"]), tensor(inputs["save_invstd"])
-            if not picked:
-                picked.append(
-                    torch._C._select_batch_norm_backend(x, w, w, mean, invstd, True, eps)
-                    == cudnn and torch._C._get_cudnn_batch_norm_reserve_space_size(x, True)
-                    == 0)
-            if picked[0]:
-                empty = empties.get(x.device)
-                if empty is None:
-                    empty = empties[x.device] = torch.empty(0, dtype=torch.uint8,
-                                                            device=x.device)
-                dx, dw, db = aten.cudnn_batch_norm_backward(x, dy, w, None, None, mean,
-                                                            invstd, eps, empty)
-            else:
-                dx, dw, db = aten.native_batch_norm_backward(dy, x, w, None, None, mean,
-                                                             invstd, True, eps,
-                                                             [True, True, True])
+            got = cudnn_backward(x, dy, w, w, mean, invstd, eps, nhwc)
+            if got is None:
+                got = aten.native_batch_norm_backward(dy, x, w, None, None, mean, invstd,
+                                                      True, eps, [True, True, True])
+            dx, dw, db = got
             return {"dx": dx.permute(0, 2, 3, 1) if nhwc else dx, "dweight": dw,
                     "dbias": db}
 
@@ -94,3 +80,31 @@ class BnBwdTorch(CudaBackward):
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.adopts = True  # type: ignore[attr-defined]  # torch's outputs
         return kernel
+
+
+_NO_RESERVE: dict[Any, Any] = {}  # device -> the empty reserve cuDNN's backward is handed
+
+
+def cudnn_backward(x: Any, dy: Any, weight: Any, bias: Any, mean: Any, invstd: Any,
+                   eps: float, channels_last: bool) -> tuple[Any, Any, Any] | None:
+    """(dx, dweight, dbias) of a training batch_norm by cuDNN's backward, as torch's
+    autograd runs it, on torch tensors (x, dy logical NCHW, 4-D, one dtype; both made dense
+    channels-last or contiguous, as ``channels_last`` says x is stored); None where torch would not pick cuDNN for these tensors (its own
+    backend choice, which takes the saved statistics' presence for the running ones') or
+    where a reserve would have to be handed back (cuDNN's training forward reserves none
+    without a fused activation)."""
+    import torch
+
+    if (not x.is_cuda or weight is None or bias is None or dy.dtype is not x.dtype
+            or x.dim() != 4
+            or torch._C._select_batch_norm_backend(x, weight, bias, mean, invstd, True, eps)
+            != torch._C._BatchNormBackend.Cudnn
+            or torch._C._get_cudnn_batch_norm_reserve_space_size(x, True) != 0):
+        return None
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    empty = _NO_RESERVE.get(x.device)
+    if empty is None:
+        empty = _NO_RESERVE[x.device] = torch.empty(0, dtype=torch.uint8, device=x.device)
+    return torch.ops.aten.cudnn_batch_norm_backward(
+        x.contiguous(memory_format=fmt), dy.contiguous(memory_format=fmt), weight, None, None,
+        mean, invstd, eps, empty)

@@ -223,9 +223,9 @@ class Conv2d(Op):
         else our own kernels. Every other dense convolution (not depthwise) takes cuDNN's
         convolution, then dnnctl's one-pass epilogue for what is fused (fuse=0: a bias, an
         activation, a residual), except a TF32 NCHW 1x1 one, a GEMM our ``gemm_1x1`` runs
-        with the epilogue fused (:func:`_tf32_nchw_gemm`): on the unseen real-model convolutions of issue 14 our dense
-        kernels reached 0.60-0.94x cuDNN tuned on 12 of 14 (H200 and H100 runs,
-        benchmarks/RESULTS.md), and the cost model's pick less. With nothing fused (every
+        with the epilogue fused (:func:`_tf32_nchw_gemm`): on the unseen real-model
+        convolutions of issue 14 our dense kernels reached 0.60-0.94x cuDNN tuned on 12 of 14
+        (H200 and H100 runs, benchmarks/RESULTS.md), and the cost model's pick less. With nothing fused (every
         conv of a model in training mode, where BatchNorm cannot fold) a patched model's
         call runs as torch's own F.conv2d (dnnctl.torch.kernels.torch_runs). Depthwise
         convolutions keep our own kernels, which ran 1.1-2.3x torch on three of the four
