@@ -5,8 +5,8 @@
 filled from the matrix (a torch wheel's arch list and cuDNN from its version and CUDA tag).
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
-rules_frameworks.py (with rules_platform.py: what the OS rules out), rules_cudnn.py and
-rules_packages.py (none imports this module).
+rules_frameworks.py and rules_jax.py (with rules_platform.py: what the OS rules out),
+rules_cudnn.py, rules_libraries.py and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations

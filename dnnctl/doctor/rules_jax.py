@@ -1,0 +1,162 @@
+"""JAX rules: the CUDA plugin (or jaxlib +cuda build) against the driver, GPUs and cuDNN.
+
+``check`` judges a jax with a known CUDA plugin; a jax with none is CPU-only (``cpu_only`` /
+``cpu_finding``), never judged as if a plugin were installed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import reach_row
+from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
+from dnnctl.doctor import rules_cudnn, rules_platform
+from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name, jaxlib_tag
+from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_libraries import arch_findings, library_major, loaded_runtime
+
+
+def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
+    return Version.maybe(info.get(key))
+
+
+JAX_BUILT_CUDNN = ("the build's own cuDNN (jaxlib +cudnnXY tag or --deep): XLA requires the "
+                   "same major and an equal or higher minor; jax-ml/jax#15268 ('we found a "
+                   "CuDNN v8.5, but JAX was built against CuDNN v8.6. You need to update "
+                   "CuDNN')")
+
+
+def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    """A jax of known version: its plugin's CUDA, code for each GPU, driver and cuDNN."""
+    ver = Version.maybe(info.get("jaxlib") or info.get("plugin_version") or info["version"])
+    what = f"jax {info['version']}"
+    plugin = _plugin_major(info)
+    rows = ctx.matrix.jax_rows(ver) if ver else []
+    if plugin is None:  # never judged as if a plugin were there: jax without one is CPU-only
+        if cpu_only(ctx, info):
+            return cpu_finding(ctx, what, ver)
+        names = "/".join(f"cuda{p}" for p in sorted({r["plugin"] for r in rows})) or "CUDA"
+        return [unknown("jax", f"{what}: which {names} plugin is installed is unknown (without "
+                        "one, or a jaxlib +cuda build, jax runs on the CPU only)",
+                        fix="name it (frameworks.jax.plugin: jax-cuda12-plugin), or run "
+                        "`dnnctl doctor` where jax is installed", jax=info["version"])]
+    rows = [r for r in rows if r["plugin"] == plugin]
+    if not rows or rows[0].uncertain:
+        return [unknown("jax", f"{what}: no {'cuda' + str(plugin) if plugin else 'CUDA'} "
+                        "plugin row in the matrix", jax=info["version"])]
+    row = rows[0]
+    what = f"jax {info['version']} (cuda{row['plugin']} plugin)"
+    install = row["install"].format(version=info["version"])
+    need = VersionRange.parse(row["cuda"])
+    # The runtime it runs with: --deep's report, else the plugin's CUDA major found here,
+    # else the build's own field (detection knows only the major of jax-cuda12-plugin or
+    # +cuda11: then only the major is judged, never as 12.0 against ">=12.1").
+    cuda = _cuda_of(info, "cuda_runtime") or loaded_runtime(ctx, row["plugin"]) or _cuda_of(info)
+    out: list[Finding] = []
+    if cuda is not None and not need.admits(cuda):
+        out.append(finding("cuda-mismatch", "error", "jax", f"{what} needs CUDA {need}; the "
+                           f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
+    floor = min(c[1] for c in need.clauses if c[0] in (">=", "=="))
+    runtime = cuda if cuda is not None and not cuda.major_only else floor
+    arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), _fix(ctx))
+    out += arch
+    out += library_major(ctx, "jax", what, row["plugin"], "libcublas", fix=(
+        f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
+        "libraries as pip packages)"), row=row)
+    out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
+    return out + _cudnn(ctx, info, row, what, runtime)
+
+
+def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
+               runtime: Version) -> list[Finding]:
+    """The cuDNN that loads against the one the build needs. ``cudnn`` is what the build was
+    compiled with (a jaxlib ``+cudnn86`` tag, --deep's cudnnGetVersion of the build), which
+    XLA checks at start (same major, equal or higher minor); without it the row's minimum."""
+    built = parse_cudnn(info.get("cudnn"))
+    minimum = built or Version.parse(row["cudnn"])
+    loaded = parse_cudnn(info.get("cudnn_runtime"))
+    if loaded is None:
+        copy = rules_cudnn.loaded_copy(ctx, minimum.major)
+        loaded = parse_cudnn(copy.version) if copy else None
+    if loaded is None:  # no copy of the needed major: any other copy found is the wrong one
+        others = sorted((v for c in ctx.env.cudnn if (v := parse_cudnn(c.version))), reverse=True)
+        loaded = others[0] if others else None
+    if loaded is None:
+        return []
+    older = loaded.trunc(2) < built.trunc(2) if built else loaded < minimum
+    if loaded.major == minimum.major and not older:
+        return rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
+    need = (f"was built against cuDNN {built} (it needs {built.major}.x, minor >= "
+            f"{built.minor})" if built else
+            f"needs cuDNN >= {minimum} (< {minimum.major + 1})")
+    return [finding(
+        "cudnn-mismatch", "error", "cudnn",
+        f"{what} {need}, and cuDNN {loaded} loads: JAX refuses to start ('Loaded runtime "
+        "CuDNN library ... but source was compiled with ...')",
+        fix=f"pip install 'nvidia-cudnn-cu{row['plugin']}>={minimum}' (and unset "
+        "LD_LIBRARY_PATH entries with an older cuDNN)", row=row,
+        source=JAX_BUILT_CUDNN if built else None, cudnn_min=minimum, cudnn_built=built,
+        cudnn_loaded=loaded)]
+
+
+def _fix(ctx: Context) -> str | None:
+    """The newest JAX build with cubins for every GPU here (never one without code)."""
+    def newest(r: Row) -> Version:
+        return max(v for _, v, _ in VersionRange.parse(r["jax"]).clauses)
+    for r in sorted(ctx.matrix.rows("jax"), key=lambda r: (newest(r), r["plugin"]),
+                    reverse=True):
+        if r.uncertain or not ctx.known_ccs:
+            continue
+        if all(reach_row(g.cc, r, ctx.platform)[0] == "cubin" for g in ctx.known_ccs):
+            spec = str(VersionRange.parse(r["jax"])).replace(" ", "")
+            return f'pip install -U "jax[cuda{r["plugin"]}]{spec}"'
+    return None
+
+
+def _plugin_major(info: dict[str, Any]) -> int | None:
+    names = [info.get("plugin") or "", *(info.get("plugins") or [])]
+    for name in names:
+        for major in (12, 13, 11):
+            if f"cuda{major}" in str(name).lower():
+                return major
+    cuda = (_cuda_of(info, "cuda_runtime") or _cuda_of(info)
+            or Version.maybe(jaxlib_tag(str(info.get("jaxlib") or ""))[0]))
+    return cuda.major if cuda else None
+
+
+JAX_CPU_SOURCE = (
+    "https://docs.jax.dev/en/latest/installation.html ('CPU-only (Linux/macOS/Windows) pip "
+    "install -U jax'; NVIDIA GPU: pip install -U \"jax[cuda13]\" / \"jax[cuda12]\"); "
+    "JeffSHF/ColabDock#28 ('a CUDA-enabled jaxlib is not installed. Falling back to cpu')")
+
+
+def cpu_only(ctx: Context, info: dict[str, Any]) -> bool:
+    """Known CPU-only: no CUDA plugin or jaxlib +cuda build among the packages listed (a
+    detected snapshot lists every jax-cuda*-plugin it finds), or ``cuda_build: false``."""
+    if info.get("cuda_build") is False:
+        return True
+    if _plugin_major(info) is not None or info.get("plugin") or info.get("plugins"):
+        return False
+    names = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    if not names or any(re.fullmatch(r"jax-(cuda|rocm)\d+-(plugin|pjrt)", n) for n in names):
+        return False  # what is installed is not listed, or a plugin is
+    jaxlib = str(info.get("jaxlib") or names.get("jaxlib") or "")
+    return bool(jaxlib) and jaxlib_tag(jaxlib)[0] is None
+
+
+def cpu_finding(ctx: Context, what: str, ver: Version | None) -> list[Finding]:
+    """The CPU-only finding with the install of the newest CUDA plugin the driver supports."""
+    rows = [r for r in (ctx.matrix.jax_rows(ver) if ver else []) if not r.uncertain]
+    have, _ = ctx.driver_cuda
+    usable = [r for r in rows if have is None or have.major >= r["plugin"]] or rows
+    if usable:
+        best = max(usable, key=lambda r: r["plugin"])
+        fix = best["install"].format(version=ver)
+    else:
+        fix = 'pip install -U "jax[cuda13]" (or "jax[cuda12]" with a driver older than R580)'
+    return rules_platform.cpu_only(ctx, "jax", what, why=" (no jax-cuda*-plugin and no jaxlib "
+                                   "+cuda build is installed)", fix=fix, source=JAX_CPU_SOURCE)
