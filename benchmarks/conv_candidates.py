@@ -155,11 +155,13 @@ def _depthwise(variant: Any, problem: Any, g: Any, default: dict[str, Any],
 
 def _tile(variant: Any, problem: Any, default: dict[str, Any],
           device: Any) -> list[dict[str, Any]]:
-    """depthwise_tile: the output tile and outputs per thread around the default."""
-    changes = [dict(cb=cb, th=th, tw=tw, tq=tq) for cb, th, tw, tq in (
+    """depthwise_tile: tiles a block (one, two, four), then the output tile and outputs per
+    thread around the default."""
+    other = [dict(tpb=t) for t in (1, 2, 4) if t != default.get("tpb")]
+    changes = [*other, *(dict(cb=cb, th=th, tw=tw, tq=tq) for cb, th, tw, tq in (
         (32, 8, 16, 2), (32, 4, 16, 4), (32, 8, 32, 4), (64, 4, 16, 4), (16, 8, 16, 4),
-        (32, 16, 8, 2), (32, 4, 32, 4))]
-    return _around(variant, problem, default, device, changes)[:5]
+        (32, 16, 8, 2), (32, 4, 32, 4)))]
+    return _around(variant, problem, default, device, changes)[:6]
 
 
 def _planes(variant: Any, problem: Any, default: dict[str, Any],

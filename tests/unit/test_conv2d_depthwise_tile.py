@@ -1,16 +1,23 @@
 """conv2d ``depthwise_tile`` (NHWC depthwise through shared memory): what it supports, its
-parameter space against the 48 KB static shared-memory limit, and a clean sm_90a build of its
-defaults on real models' layers (the CPU emulator checks its numbers in
-test_conv2d_emulated.py; the GPU tests in tests/gpu/test_conv2d.py)."""
+parameter space against its shared-memory limit, a clean sm_90a build of its defaults on real
+models' layers, and the kernel on the CPU emulator (tools/cuda_emu: cp.async copies pending
+until waited for) against the float64 reference, forward and data gradient, one tile and
+several a block (the GPU tests are in tests/gpu/test_conv2d.py)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+from _emu_helpers import needs_emu
 from _nvrtc_helpers import nvrtc, sm90a_clean_build
 
 from dnnctl.backends.base import DeviceInfo
-from dnnctl.ops.conv2d.depthwise import SMEM_LIMIT, _tile_bytes
-from dnnctl.ops.conv2d.op import geometry
+from dnnctl.ops.check import check_variant
+from dnnctl.ops.conv2d import _cuda
+from dnnctl.ops.conv2d.depthwise import TILE_SMEM_LIMIT, _tile_bytes
+from dnnctl.ops.conv2d.op import default_params, geometry
 from dnnctl.ops.registry import get_op, get_variant
 
 OP = get_op("conv2d")
@@ -59,7 +66,8 @@ def test_every_parameter_set_fits_and_the_default_exists(name, dtype):
     for params in space:
         threads = params["cb"] // vec * params["th"] * params["tw"] // params["tq"]
         assert 32 <= threads <= 1024
-        assert _tile_bytes(g, params["cb"], params["th"], params["tw"]) <= SMEM_LIMIT
+        assert _tile_bytes(g, params["cb"], params["th"], params["tw"],
+                           params["tpb"]) <= TILE_SMEM_LIMIT
 
 
 @pytest.mark.parametrize("name", ["convnext_7x7_96@56", "effnet_5x5s2_144@56",
@@ -72,7 +80,7 @@ def test_defaults_build_clean_for_sm90a(name):
     regs, _ = sm90a_clean_build(compile_, "conv2d/depthwise_tile.cu", {
         "DNNCTL_DTYPE": 1, "KR": g.r, "KS": g.s, "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh,
         "DIL_W": g.dw, "VEC": 8, "CB": params["cb"], "TH": params["th"], "TW": params["tw"],
-        "TQ": params["tq"]})
+        "TQ": params["tq"], "TPB": params["tpb"]})
     assert regs <= 128
 
 
@@ -105,3 +113,95 @@ def test_the_data_gradient_variant_takes_stride_one_only():
                               **{"pass": "dgrad"}))
     assert "stride 1 only" in D.supports(strided, H200).reason
     assert OP.default_choice(p, "cupy", H200).variant == "dgrad_depthwise"
+
+
+def test_default_runs_two_tiles_a_block_on_large_grids_only():
+    """The next window is staged during this tile's taps where the grid is large (every SM
+    keeps 8 blocks); a batch-1 layer keeps one tile a block (more blocks)."""
+    big = V.default_params(_problem(LAYERS["convnext_7x7_96@56"]), H200)
+    small = V.default_params(_problem(dict(LAYERS["convnext_7x7_96@56"], n=1)), H200)
+    assert big["tpb"] == 2 and small["tpb"] == 1
+
+
+# ----------------------------------------------------------------------------- emulator
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    """tools/cuda_emu as the cupy backend (the tile kernel, its cp.async copies checked)
+    and the conv2d runtime of test_conv2d_emulated (pointers)."""
+    from dnnctl.backends import registry as base
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "unit"))
+    from test_conv2d_emulated import EmulatedRuntime, _toolchain
+
+    from tools.cuda_emu.emu import EmuBackend
+
+    be = EmuBackend()
+    monkeypatch.setitem(base._BACKENDS, "cupy", be)
+    with _cuda.use_runtime(EmulatedRuntime(_toolchain())):
+        yield be
+    sys.modules.pop("tools.cuda_emu.emu", None)
+
+
+# partial tiles, halos, strides, dilation, every epilogue flag, channels past the last block
+FORWARD = [
+    (dict(n=2, c=24, h=13, w=11, k=24, r=7, s=7, pad=3, groups=24, bias=True,
+          activation="gelu"), "float16"),
+    (dict(n=3, c=8, h=12, w=9, k=8, r=5, s=5, stride=2, pad=[2, 1, 2, 0], groups=8,
+          residual=True, activation="silu"), "float32"),
+    (dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, dilation=2, pad=2, groups=16, bias=True,
+          residual=True, activation="relu6"), "bfloat16"),
+    (dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, pad=1, groups=16, bias=True,
+          residual=True, residual_before_act=True, activation="hardswish"), "bfloat16"),
+    (dict(n=3, c=40, h=9, w=9, k=40, r=5, s=5, stride=2, pad=2, groups=40, bias=True),
+     "float16"),
+]
+DGRAD = [
+    dict(n=2, c=24, h=11, w=13, k=24, r=7, s=7, pad=3, groups=24),  # ConvNeXt-like
+    dict(n=1, c=16, h=9, w=10, k=16, r=3, s=3, dilation=2, pad=[2, 1, 2, 0], groups=16),
+    dict(n=2, c=8, h=6, w=7, k=8, r=3, s=5, pad=[3, 0, 4, 1], groups=8),  # pads past the filter
+]
+
+
+def _picks(variant, problem, dev):
+    """The default, the smallest tile with one, two and four tiles a block (windows that
+    alternate, blocks that start mid-image and a last block with fewer tiles)."""
+    out = [default_params(variant, problem, dev)]
+    for tpb in (1, 2, 4):
+        cand = dict(cb=16, th=4, tw=8, tq=2, tpb=tpb)
+        if variant.valid_params(problem, cand, dev) and cand not in out:
+            out.append(cand)
+    return out
+
+
+@needs_emu
+@pytest.mark.parametrize("case", range(len(FORWARD)))
+def test_forward_on_cpu_emulator(emu, case):
+    key, dtype = FORWARD[case]
+    problem = OP.problem(dict(key, dtype=dtype, layout="NHWC"))
+    dev = emu.device(0)
+    assert V.supports(problem, dev), V.supports(problem, dev).reason
+    picks = _picks(V, problem, dev)
+    assert any(p["tpb"] > 1 for p in picks)
+    for params in picks:
+        res = check_variant(OP, problem, V, params, emu, dev, seed=case)
+        assert res.ok, f"{params} {problem.short()}: {res.detail}"
+
+
+@needs_emu
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("shape", range(len(DGRAD)))
+def test_dgrad_on_cpu_emulator(emu, shape, dtype):
+    """dgrad_depthwise_tile (the forward tile kernel on dy with the filter turned 180
+    degrees): odd sizes, dilation, asymmetric pads and pads larger than the filter's reach."""
+    variant = get_variant("conv2d", "cupy", "dgrad_depthwise_tile")
+    problem = OP.problem(dict(DGRAD[shape], dtype=dtype, layout="NHWC", **{"pass": "dgrad"}))
+    dev = emu.device(0)
+    assert variant.supports(problem, dev), variant.supports(problem, dev).reason
+    for params in _picks(variant, problem, dev):
+        res = check_variant(OP, problem, variant, params, emu, dev, seed=shape)
+        assert res.ok, f"{params} {problem.short()}: {res.detail}"

@@ -270,14 +270,6 @@ CASES = [
                          residual=True, activation="silu"), "float16", "NHWC"),
     ("im2col_gemm", dict(n=2, c=6, h=4, w=6, k=5, r=3, s=3, pad=1, bias=True,
                          residual=True, activation="gelu"), "bfloat16", "NCHW"),
-    # the shared-memory tiled depthwise kernel: partial tiles, halos, strides, dilation
-    ("depthwise_tile", dict(n=2, c=24, h=13, w=11, k=24, r=7, s=7, pad=3, groups=24,
-                            bias=True, activation="gelu"), "float16", "NHWC"),
-    ("depthwise_tile", dict(n=1, c=8, h=12, w=9, k=8, r=5, s=5, stride=2, pad=[2, 1, 2, 0],
-                            groups=8, residual=True, activation="silu"), "float32", "NHWC"),
-    ("depthwise_tile", dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, dilation=2, pad=2,
-                            groups=16, bias=True, residual=True, activation="relu6"),
-     "bfloat16", "NHWC"),
     # act(conv + bias + residual), a ResNet block's end: the run-time flag of every kernel
     # with the shared epilogue, and the stand-alone epilogue (vector and scalar)
     *[(name, dict(key, residual=True, residual_before_act=True), dtype, layout)
@@ -296,8 +288,6 @@ CASES = [
                             activation="relu"), "float16", "NCHW"),
           ("fft", dict(n=1, c=3, h=12, w=11, k=5, r=5, s=5, pad=2, activation="silu"),
            "float32", "NCHW"),
-          ("depthwise_tile", dict(n=2, c=16, h=10, w=7, k=16, r=3, s=3, pad=1, groups=16,
-                                  bias=True, activation="hardswish"), "bfloat16", "NHWC"),
       )],
 ]
 
@@ -409,33 +399,6 @@ def test_cuda_backward_variant_on_cpu_emulation(runtime, name, shape, dtype, lay
             res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV,
                                 seed=shape)
             assert res.ok, f"{name}{params} {problem.short()}: {res.detail}"
-
-
-TILE_DGRAD = [
-    dict(n=2, c=24, h=11, w=13, k=24, r=7, s=7, pad=3, groups=24),  # ConvNeXt-like
-    dict(n=1, c=16, h=9, w=10, k=16, r=3, s=3, dilation=2, pad=[2, 1, 2, 0], groups=16),
-    dict(n=2, c=8, h=6, w=7, k=8, r=3, s=5, pad=[3, 0, 4, 1], groups=8),  # pads past the filter
-]
-
-
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-@pytest.mark.parametrize("shape", range(len(TILE_DGRAD)))
-def test_depthwise_tile_dgrad_on_cpu_emulation(runtime, shape, dtype):
-    """dgrad_depthwise_tile (the forward tile kernel on dy with the filter turned 180
-    degrees): odd sizes, dilation, asymmetric pads and pads larger than the filter's reach,
-    at its default and at two other parameter sets (the whole space of one problem was
-    checked when the variant was written)."""
-    variant = get_variant("conv2d", "cupy", "dgrad_depthwise_tile")
-    problem = OP.problem(dict(TILE_DGRAD[shape], dtype=dtype, layout="NHWC",
-                              **{"pass": "dgrad"}))
-    assert variant.supports(problem, DEV), variant.supports(problem, DEV).reason
-    space = list(variant.param_space(problem, DEV))
-    picks = [default_params(variant, problem, DEV)] + space[1::max(1, len(space) // 2)][:2]
-    with _cuda.use_runtime(runtime):
-        for params in picks:
-            res = check_variant(OP, problem, variant, params, get_backend("numpy"), DEV,
-                                seed=shape)
-            assert res.ok, f"{params} {problem.short()}: {res.detail}"
 
 
 @contextlib.contextmanager

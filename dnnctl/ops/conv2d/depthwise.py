@@ -15,6 +15,7 @@ from dnnctl.ops.base import Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import SUPPORTED, CudaConv, epilogue_kernel, next_pow2
 from dnnctl.ops.conv2d.op import ConvGeom, geometry
+from dnnctl.ops.matmul.gemm_launch import load_kernel
 from dnnctl.ops.registry import register_variant
 
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
@@ -134,27 +135,43 @@ class CudaDepthwise(CudaConv):
         return kernel
 
 
-def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int) -> int:
-    """Static shared memory of dw_tile_nhwc: the staged input window (I/O type, a 16-byte
-    pad per pixel) and the block's taps (float)."""
+TILE_SMEM_LIMIT = 96 * 1024  # dw_tile_nhwc's dynamic shared memory: two blocks an SM (H100)
+
+
+def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int, tpb: int = 1) -> int:
+    """Dynamic shared memory of dw_tile_nhwc (as the kernel lays it out): the block's taps
+    (float), then one staged input window (I/O type, a 16-byte pad per pixel), two when a
+    block runs several tiles (``tpb`` > 1: the next window is staged during this one)."""
     ih = (th - 1) * g.sh + (g.r - 1) * g.dh + 1
     iw = (tw - 1) * g.sw + (g.s - 1) * g.dw + 1
     e = _esize(g)
-    return ih * iw * (cb + 16 // e) * e + 4 * g.r * g.s * cb
+    return 4 * g.r * g.s * cb + (2 if tpb > 1 else 1) * ih * iw * (cb + 16 // e) * e
 
 
-def _tile_valid(g: ConvGeom, params: Mapping[str, Any], out_h: int, out_w: int) -> bool:
+def _tile_smem_limit(device: Any) -> int:
+    """What a dw_tile_nhwc block may take: TILE_SMEM_LIMIT, or the device's opt-in limit
+    per block where that is lower (48 KB where it is not known)."""
+    optin = int(getattr(device, "smem_per_block_optin", 0) or 0)
+    return min(TILE_SMEM_LIMIT, optin) if optin else SMEM_LIMIT
+
+
+def _tile_valid(g: ConvGeom, params: Mapping[str, Any], out_h: int, out_w: int,
+                device: Any = None) -> bool:
     """A dw_tile_nhwc block shape over an out_h x out_w output: 16-byte vectors that divide
-    the block's channels, 32 to 1024 threads, tiles no larger than the output needs, the
-    static shared-memory limit."""
+    the block's channels, 32 to 1024 threads, tiles no larger than the output needs, more
+    tiles than one block runs, the shared-memory limit."""
     cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+    tpb = params.get("tpb", 1)
     vec = 16 // _esize(g)
     if cb % vec or tw % tq or (cb > 16 and cb > next_pow2(g.k)):
         return False
     if (th > 4 and th > next_pow2(out_h)) or (tw > 8 and tw > next_pow2(out_w)):
         return False
+    if tpb > 1 and g.n * -(-out_h // th) * -(-out_w // tw) < 2 * tpb:
+        return False
     threads = cb // vec * th * tw // tq
-    return 32 <= threads <= 1024 and _tile_bytes(g, cb, th, tw) <= SMEM_LIMIT
+    return (32 <= threads <= 1024
+            and _tile_bytes(g, cb, th, tw, tpb) <= _tile_smem_limit(device))
 
 
 def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tuple[str, ...],
@@ -165,15 +182,19 @@ def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tupl
     tensors (a DLPack view) run the same tiles with scalar accesses."""
     rt = _cuda.runtime()
     cb, th, tw, tq = params["cb"], params["th"], params["tw"], params["tq"]
+    tpb = params.get("tpb", 1)
     n, c, _, _, k, p, q, _, _ = dims
     tiles = n * -(-p // th) * -(-q // tw)
+    smem = _tile_bytes(g, cb, th, tw, tpb)
 
     def make(v: int) -> mc.Launch:
         defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
                    "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
-                   "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq, "FLIP": int(flip)}
-        fn = rt.function("conv2d/depthwise_tile.cu", defines, "dw_tile_nhwc")
-        return mc.Launch(fn, (tiles, -(-k // cb), 1), (cb // v * th * tw // tq, 1, 1))
+                   "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq, "TPB": tpb,
+                   "FLIP": int(flip)}
+        fn = load_kernel("conv2d/depthwise_tile.cu", "dw_tile_nhwc", defines, smem)
+        return mc.Launch(fn, (-(-tiles // tpb), -(-k // cb), 1),
+                         (cb // v * th * tw // tq, 1, 1), smem)
 
     fast = make(16 // _esize(g))
     codes = _cuda.i32(0, 0) if flip else _cuda.epilogue_codes(g)
@@ -200,7 +221,8 @@ def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tupl
 
 class _TileBase(CudaConv):
     source = "conv2d/depthwise_tile.cu"
-    params = {"cb": (16, 32, 64), "th": (4, 8, 16), "tw": (8, 16, 32), "tq": (1, 2, 4)}
+    params = {"cb": (16, 32, 64), "th": (4, 8, 16), "tw": (8, 16, 32), "tq": (1, 2, 4),
+              "tpb": (1, 2, 4)}
 
     def supports_geom(self, g: ConvGeom, device: Any) -> Support:
         if g.groups != g.c or g.k != g.c:
@@ -221,12 +243,22 @@ class _TileBase(CudaConv):
 
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         g = geometry(problem)
-        return _tile_valid(g, params, *self.out_hw(g))
+        return _tile_valid(g, params, *self.out_hw(g), device)
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
-        wants = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2},
-                 {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
+        shapes = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2},
+                  {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
+        out_h, out_w = self.out_hw(g)
+        sms = int(getattr(device, "sm_count", 0) or 132)
+        wants = []
+        for sh in shapes:
+            # two tiles a block (the next window staged during this one) where the grid
+            # still gives every SM 8 blocks; else one
+            blocks = (g.n * -(-out_h // sh["th"]) * -(-out_w // sh["tw"])
+                      * -(-g.k // sh["cb"]))
+            wants += [dict(sh, tpb=2), dict(sh, tpb=1)] if blocks >= 16 * sms else \
+                [dict(sh, tpb=1)]
         return self.first_valid(problem, device, wants)
 
 
