@@ -18,8 +18,8 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "torch",
-              "tensorflow", "jax", "cupy", "packages")
+COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink",
+              "torch", "tensorflow", "jax", "cupy", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]"}
 

@@ -104,6 +104,16 @@ class Matrix:
                 return best, False
         return best, unsure
 
+    def cusparse_cuda(self, version: Version) -> Row | None:
+        """The CUDA release a cuSPARSE version comes from, at least: the row whose first
+        cuSPARSE version is the newest not above ``version`` (None before CUDA 12)."""
+        best: tuple[Version, Row] | None = None
+        for row in self.tables["cusparse"]:
+            first = Version.parse(row["cusparse"])
+            if first <= version and (best is None or first > best[0]):
+                best = (first, row)
+        return best[1] if best else None
+
     def forward_compat(self) -> Row | None:
         rows = self.tables["forward_compat"]
         return rows[0] if rows else None

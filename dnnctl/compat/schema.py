@@ -57,6 +57,8 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "updates": F("version_map"), "targets": F("cc_list", True), "arch_specific": F("cc_list"),
         "family": F("cc_list"), "deprecated": F("cc_list"), "dropped": F("cc_list"),
         "renamed": F("cc_map")}),
+    "cusparse": (("cusparse",), {
+        "cusparse": F("version", True), "cuda": F("version", True)}),
     "forward_compat": (("name",), {
         "name": F("text", True), "package": F("text", True), "gpu_classes": F("list_text", True),
         "error": F("text"), "branch_types": F("list_text")}),

@@ -15,7 +15,7 @@ DOCTOR_SCHEMA = "dnnctl-doctor/1"
 SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "libraries",
              "frameworks", "live", "packages", "notes")
-LIBRARIES = ("cublas", "nccl")  # other libraries whose copies and load order are judged
+LIBRARIES = ("cublas", "nccl", "nvjitlink")  # other libraries whose copies and load order are judged
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {
@@ -33,8 +33,8 @@ CODES = {
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",
-    "library-shadowed": "an older cuBLAS / NCCL earlier on the search path wins over the "
-                        "framework's own copy",
+    "library-shadowed": "an older cuBLAS / NCCL / nvJitLink earlier on the search path wins "
+                        "over the framework's own copy",
     "live-cudnn": "the cuDNN torch really loaded is not the one its build expects",
     "live-sdpa": "a scaled-dot-product-attention backend failed on a tiny bf16 call",
     "live-launch": "a one-op kernel launch failed on a visible GPU",

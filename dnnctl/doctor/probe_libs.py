@@ -1,4 +1,4 @@
-"""cuBLAS and NCCL copies, and which one the dynamic loader finds first (no library loaded).
+"""cuBLAS, NCCL and nvJitLink copies, and which one the dynamic loader finds first (no library loaded).
 
 Where a copy is decides the order: ``LD_LIBRARY_PATH`` first (in its order), then the wheel's
 own copy (``nvidia-cublas-cu12``, ``nvidia-nccl-cu12``, ..., found by the framework's
@@ -20,6 +20,8 @@ LIBS = {  # name -> (file stem, pip distributions)
     "cublas": ("libcublas", ("nvidia-cublas", "nvidia-cublas-cu11", "nvidia-cublas-cu12",
                              "nvidia-cublas-cu13")),
     "nccl": ("libnccl", ("nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13")),
+    "nvjitlink": ("libnvJitLink", ("nvidia-nvjitlink-cu12", "nvidia-nvjitlink",
+                                   "nvidia-nvjitlink-cu13")),
 }
 
 

@@ -6,7 +6,7 @@ filled from the matrix (a torch wheel's arch list and cuDNN from its version and
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_frameworks.py and rules_jax.py (with rules_platform.py: what the OS rules out),
-rules_cudnn.py, rules_libraries.py and rules_packages.py (none imports this module).
+rules_cudnn.py, rules_libraries.py, rules_nvjitlink.py and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dnnctl.doctor import (
     rules_frameworks,
     rules_libraries,
     rules_live,
+    rules_nvjitlink,
     rules_packages,
 )
 from dnnctl.doctor.context import build_context
@@ -30,6 +31,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_driver.check(ctx)
     findings += rules_frameworks.check(ctx)
     findings += rules_libraries.duplicates(ctx)
+    findings += rules_nvjitlink.check(ctx)
     findings += rules_live.check(ctx)
     findings += rules_packages.check(ctx)
     return _dedupe(findings)

@@ -147,9 +147,12 @@ def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any]
 
 
 def duplicates(ctx: Context) -> list[Finding]:
-    """A copy of cuBLAS / NCCL earlier on the search path than the framework's own."""
+    """A copy of cuBLAS / NCCL earlier on the search path than the framework's own
+    (nvJitLink is judged against what cuSPARSE needs: rules_nvjitlink)."""
     out: list[Finding] = []
     for lib, copies in sorted((ctx.env.libraries or {}).items()):
+        if lib == "nvjitlink":
+            continue
         for major in sorted({v.major for c in copies if (v := Version.maybe(c.version))}):
             same = [c for c in copies if (v := Version.maybe(c.version)) and v.major == major]
             first = next((c for c in same if c.loaded_first), None)

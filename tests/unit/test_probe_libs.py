@@ -53,3 +53,23 @@ def test_copies_versions_and_order(tmp_path: Path) -> None:
     shadowed = [f for f in judge(env, load_matrix()) if f.code == "library-shadowed"]
     assert [(f.component, f.severity) for f in shadowed] == [("cublas", "error")]
     assert "/usr/local/cuda-12.1/lib64" in (shadowed[0].fix or "")
+
+
+def test_nvjitlink_copies_and_the_toolkit_one_first(tmp_path: Path) -> None:
+    fakes = _fakes()
+    files = {"/usr/local/cuda-12.1/lib64/libnvJitLink.so.12.1.105": None,
+             "/usr/local/cuda-12.1/lib64/libnvJitLink.so.12":
+                 fakes.Link("libnvJitLink.so.12.1.105")}
+    host = fakes.make_host(tmp_path, files=files, environ={
+        "PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64"})
+    fakes.make_dist(tmp_path / "site", "nvidia-nvjitlink-cu12", "12.9.41",
+                    {"nvidia/nvjitlink/lib/libnvJitLink.so.12": None})
+    dists, _ = host.distributions(lambda n: n.startswith("nvidia-"))
+    libs = probe_libraries(host, dists, {})
+    assert [(c.version, c.source, c.loaded_first) for c in libs["nvjitlink"]] == [
+        ("12.1.105", "env:LD_LIBRARY_PATH", True), ("12.9.41", "pip:nvidia-nvjitlink-cu12", False)]
+    env = EnvSnapshot(driver={"version": "570.124.06"}, gpus=[Gpu(name="NVIDIA H100 80GB HBM3")],
+                      libraries=libs, packages={"nvidia-cusparse-cu12": "12.5.9.5"})
+    found = [(f.component, f.severity, f.code) for f in judge(env, load_matrix())
+             if f.component == "nvjitlink"]
+    assert found == [("nvjitlink", "error", "library-shadowed")]
