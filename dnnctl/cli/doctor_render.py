@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
 COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink",
-              "torch", "tensorflow", "jax", "cupy", "packages")
+              "torch", "tensorflow", "jax", "cupy", "ctranslate2", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]"}
 
@@ -41,12 +41,13 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
     by_comp: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_comp.setdefault(f.component, []).append(f)
+    comps = list(COMPONENTS) + sorted(c for c in by_comp if c not in COMPONENTS)
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=1)
-    grid.add_column(width=10, no_wrap=True)
+    grid.add_column(width=max([10] + [len(c) for c in comps if c in by_comp]), no_wrap=True)
     grid.add_column(overflow="fold")
     commands: list[tuple[str, str]] = []
-    for comp in list(COMPONENTS) + sorted(c for c in by_comp if c not in COMPONENTS):
+    for comp in comps:
         lines = summary(env, comp)
         found = sorted(by_comp.get(comp, []), key=_rank)
         if not lines and not found:
@@ -132,6 +133,8 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
                 for c in items]
     if comp in env.frameworks:
         return [(escape(_framework_line(comp, env.frameworks[comp])), True)]
+    if comp in env.packages:  # a package judged on its own (ctranslate2)
+        return [(f"{escape(env.packages[comp])}  [dim]package[/]", True)]
     return []
 
 

@@ -141,6 +141,10 @@ class Matrix:
     def jax_rows(self, version: Version) -> list[Row]:
         return [r for r in self.tables["jax"] if VersionRange.parse(r["jax"]).contains(version)]
 
+    def ctranslate2_row(self, version: Version) -> Row | None:
+        return next((r for r in self.tables["ctranslate2"]
+                     if VersionRange.parse(r["ctranslate2"]).contains(version)), None)
+
     def cupy_row(self, package: str) -> Row | None:
         return next((r for r in self.tables["cupy"] if r["package"] == package.lower()), None)
 

@@ -90,6 +90,9 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "jax": F("range", True), "plugin": F("int", True), "cuda": F("range", True),
         "cudnn": F("version", True), "cudnn_max": F("version"), "arch_list": F("target_list", True),
         "install": F("text", True)}),
+    "ctranslate2": (("ctranslate2",), {
+        "ctranslate2": F("range", True), "cuda": F("version", True),
+        "uses_cudnn": F("bool", True), "cudnn": F("version")}),
     "cupy": (("package",), {
         "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
         "blackwell_min_cupy": F("version"), "install": F("text", True)}),

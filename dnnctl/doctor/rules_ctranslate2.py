@@ -1,0 +1,116 @@
+"""CTranslate2 (faster-whisper, whisperX): its wheel's cuDNN major against the cuDNN installed.
+
+A CTranslate2 wheel built with cuDNN loads ``libcudnn*.so.<major>`` of that one major: 3.x-4.4
+cuDNN 8, 4.5-4.6.2 cuDNN 9, 4.6.3+ none (matrix table ``ctranslate2``). Next to a torch that
+brings the other major (torch >= 2.4 pins nvidia-cudnn-cu12 9.x), the first Whisper call fails.
+"""
+
+from __future__ import annotations
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
+from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_libraries import library_major, loadable_majors
+
+SYMPTOM = {8: "'Could not load library libcudnn_ops_infer.so.8' (or libcudnn_cnn_infer.so.8)",
+           9: "'Unable to load any of {libcudnn_cnn.so.9.1.0, ...}' / 'Invalid handle. Cannot "
+              "load symbol cudnnCreateConvolutionDescriptor'"}
+USERS = ("faster-whisper", "whisperx")
+
+
+def check(ctx: Context) -> list[Finding]:
+    """The installed ctranslate2 wheel against the CUDA and cuDNN majors found here."""
+    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    text = packages.get("ctranslate2")
+    if not text or ctx.os_kind == "macos" or ctx.platform == "aarch64":
+        return []  # macOS and aarch64 Linux wheels are CPU-only
+    users = [f"{u} {packages[u]}" for u in USERS if u in packages]
+    what = f"ctranslate2 {text}" + (f" (used by {', '.join(users)})" if users else "")
+    ver = Version.maybe(text)
+    row = ctx.matrix.ctranslate2_row(ver) if ver else None
+    if row is None:
+        known = sorted(ctx.matrix.rows("ctranslate2"), key=_low)
+        span = (f" (it knows {_low(known[0])}-{_high(known[-1])})" if known else "")
+        return [finding("ok", "info", "ctranslate2", f"{what}: not in the matrix{span}; its "
+                        "CUDA and cuDNN needs were not judged", version=text)]
+    if row.uncertain:
+        return [unknown("ctranslate2", f"{what}: the matrix row is uncertain", row=row)]
+    cuda = Version.parse(row["cuda"])
+    have = _cudnn_majors(ctx, packages)
+    out = library_major(ctx, "ctranslate2", what, cuda.major, "libcublas",
+                        fix=_fix(ctx, have, row), row=row)
+    if not row["uses_cudnn"]:
+        return out or [finding("ok", "info", "ctranslate2", f"{what}: a CUDA {cuda} wheel built "
+                               "without cuDNN", row=row)]
+    need = Version.parse(row["cudnn"])
+    if have and need.major not in have:
+        found = ", ".join(f"{m}.x" for m in sorted(have))
+        out.append(finding(
+            "cudnn-mismatch", "error", "ctranslate2",
+            f"{what} is built against cuDNN {need.major} ({need}, CUDA {cuda}) and loads "
+            f"libcudnn*.so.{need.major}, but the cuDNN installed here is {found}: models with "
+            f"convolutions (Whisper) fail with {SYMPTOM.get(need.major, 'a cuDNN load error')}",
+            fix=_fix(ctx, have, row), row=row, cudnn_needed=need.major, cudnn_found=sorted(have)))
+    if not out:
+        out.append(finding("ok", "info", "ctranslate2", f"{what}: a CUDA {cuda} / cuDNN "
+                           f"{need.major} wheel, and cuDNN {need.major} is installed"
+                           if have else f"{what}: a CUDA {cuda} / cuDNN {need.major} wheel "
+                           "(which cuDNN is installed is not known)", row=row))
+    return out
+
+
+def _cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
+    """cuDNN majors installed: the copies found, the nvidia-cudnn wheels, torch's pin."""
+    texts = [c.version for c in ctx.env.cudnn]
+    texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
+    texts.append((ctx.env.frameworks.get("torch") or {}).get("cudnn"))
+    return {v.major for t in texts if (v := parse_cudnn(t)) is not None}
+
+
+def _low(row: Row) -> Version:
+    return min(v for op, v, _ in VersionRange.parse(row["ctranslate2"]).clauses if op == ">=")
+
+
+def _high(row: Row) -> Version | None:
+    highs = [v for op, v, _ in VersionRange.parse(row["ctranslate2"]).clauses if op == "<"]
+    return min(highs) if highs else None
+
+
+def _fix(ctx: Context, have: set[int], current: Row) -> str:
+    """The newest run of ctranslate2 releases built for a cuDNN major installed here (and a
+    CUDA major found here), extended by later releases that need no cuDNN."""
+    cuda_have = loadable_majors(ctx)
+    rows = sorted(ctx.matrix.rows("ctranslate2"), key=_low)
+
+    def cuda_ok(r: Row) -> bool:
+        return cuda_have is None or Version.parse(r["cuda"]).major in cuda_have
+
+    def cudnn_ok(r: Row) -> bool:
+        return r["uses_cudnn"] and Version.parse(r["cudnn"]).major in have
+
+    exact = [i for i, r in enumerate(rows) if cudnn_ok(r) and cuda_ok(r) and not r.uncertain]
+    if not exact:
+        if not (have and current["uses_cudnn"]):
+            return "pip install -U ctranslate2"
+        major = Version.parse(current["cudnn"]).major
+        cuda = Version.parse(current["cuda"]).major
+        return (f"install cuDNN {major} for CUDA {cuda}.x (pip install "
+                f"'nvidia-cudnn-cu{cuda}=={major}.*'), or a ctranslate2 built for the cuDNN "
+                "installed here")
+    last = exact[-1]
+    major, cuda_major = (Version.parse(rows[last][k]).major for k in ("cudnn", "cuda"))
+    first = last
+    while first > 0 and cudnn_ok(rows[first - 1]) and \
+            Version.parse(rows[first - 1]["cudnn"]).major == major and \
+            Version.parse(rows[first - 1]["cuda"]).major == cuda_major:
+        first -= 1
+    end = last
+    while end + 1 < len(rows) and cuda_ok(rows[end + 1]) and \
+            Version.parse(rows[end + 1]["cuda"]).major == cuda_major and \
+            (cudnn_ok(rows[end + 1]) or not rows[end + 1]["uses_cudnn"]):
+        end += 1
+    high = _high(rows[end]) if end + 1 < len(rows) else None
+    spec = f">={_low(rows[first])}" + (f",<{high}" if high else "")
+    return f"pip install 'ctranslate2{spec}'"

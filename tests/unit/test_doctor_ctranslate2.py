@@ -1,0 +1,86 @@
+"""CTranslate2 wheels (faster-whisper, whisperX) against the cuDNN installed beside them
+(m-bain/whisperX#1158, SYSTRAN/faster-whisper#1086), judged through `doctor --from`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from dnnctl.cli.app import app
+from dnnctl.doctor.probe_python import relevant
+
+H100 = "driver: {version: 570.124.06}\ngpus: [{name: NVIDIA H100 80GB HBM3}]\n"
+
+
+def _snapshot(ct2: str, cudnn: str | None, torch: str = "2.5.1", os: str = "Linux",
+              extra: str = "") -> str:
+    text = f"schema: dnnctl-env/1\nos: {os}\n{H100}"
+    if cudnn:
+        text += f'cudnn: [{{version: "{cudnn}", source: "pip:nvidia-cudnn-cu12"}}]\n'
+    text += f'frameworks: {{torch: {{version: "{torch}"}}}}\n{extra}'
+    return text + (f'packages: {{torch: "{torch}", ctranslate2: "{ct2}", faster-whisper: '
+                   f'"1.1.0"}}\n')
+
+
+def _doctor(tmp_path: Path, text: str) -> tuple[int, str, list[tuple[str, str, str]]]:
+    snap = tmp_path / "env.yaml"
+    snap.write_text(text)
+    runner = CliRunner()
+    human = runner.invoke(app, ["doctor", "--from", str(snap)], env={"COLUMNS": "80"})
+    data = json.loads(runner.invoke(app, ["doctor", "--from", str(snap), "--json"]).stdout)
+    assert max(len(line) for line in human.output.splitlines()) <= 80
+    assert (human.exit_code == 1) == (data["verdict"] == "fail")
+    ct2 = [(f["severity"], f["code"], f["fix"] or "") for f in data["findings"]
+           if f["component"] == "ctranslate2"]
+    return human.exit_code, human.output, ct2
+
+
+def test_a_cudnn8_wheel_beside_torchs_cudnn9_fails(tmp_path: Path) -> None:
+    code, out, ct2 = _doctor(tmp_path, _snapshot("4.4.0", "9.1.0.70"))
+    assert code == 1 and ct2 == [("error", "cudnn-mismatch", "pip install 'ctranslate2>=4.5'")]
+    assert "libcudnn_ops_infer.so.8" in out and "faster-whisper 1.1.0" in out
+    assert "✗ ctranslate2" in out  # the component name is not cut to the column
+
+
+def test_a_cudnn9_wheel_beside_a_cudnn8_torch_fails_the_other_way(tmp_path: Path) -> None:
+    # torch 2.3.1 pins nvidia-cudnn-cu12 8.9.2.26 (faster-whisper#1086: torch <2.4 -> ct2 <4.5)
+    code, out, ct2 = _doctor(tmp_path, _snapshot("4.5.0", "8.9.2.26", torch="2.3.1"))
+    assert code == 1 and ct2 == [("error", "cudnn-mismatch",
+                                  "pip install 'ctranslate2>=4.0,<4.5'")]
+    assert "libcudnn_cnn.so.9" in out
+
+
+def test_matching_majors_and_wheels_without_cudnn_pass(tmp_path: Path) -> None:
+    for ct2, cudnn, torch in (("4.5.0", "9.1.0.70", "2.5.1"), ("4.4.0", "8.9.2.26", "2.3.1"),
+                              ("4.6.3", "8.9.2.26", "2.3.1"), ("4.8.1", "9.10.2.21", "2.8.0")):
+        code, _, found = _doctor(tmp_path, _snapshot(ct2, cudnn, torch=torch))
+        assert code == 0 and [(s, c) for s, c, _ in found] == [("info", "ok")], ct2
+
+
+def test_a_release_newer_than_the_matrix_is_said_not_judged(tmp_path: Path) -> None:
+    code, _, ct2 = _doctor(tmp_path, _snapshot("4.8.5", "8.9.2.26", torch="2.3.1"))
+    assert code == 0 and [(s, c) for s, c, _ in ct2] == [("info", "ok")]
+
+
+def test_cpu_only_wheels_and_unknown_cudnn(tmp_path: Path) -> None:
+    mac = _snapshot("4.4.0", "9.1.0.70", os="Darwin 23.1.0 arm64").replace(H100, "")
+    assert _doctor(tmp_path, mac)[2] == []
+    # no cuDNN copy, no torch pin: nothing to compare with, said so
+    bare = _snapshot("4.4.0", None).replace('{torch: {version: "2.5.1"}}', "{}")
+    code, out, ct2 = _doctor(tmp_path, bare)
+    assert code == 0 and [(s, c) for s, c, _ in ct2] == [("info", "ok")]
+    assert "not known" in out
+
+
+def test_a_cuda11_wheel_without_a_cuda11_runtime(tmp_path: Path) -> None:
+    runtimes = 'cuda_runtimes: [{version: "12.4.127", source: "pip:nvidia-cuda-runtime-cu12"}]\n'
+    code, out, ct2 = _doctor(tmp_path, _snapshot("3.24.0", "9.1.0.70", extra=runtimes))
+    assert code == 1 and ("error", "cuda-mismatch", "pip install 'ctranslate2>=4.5'") in ct2
+    assert ("error", "cudnn-mismatch", "pip install 'ctranslate2>=4.5'") in ct2
+    assert "libcublas.so.11" in out
+
+
+def test_detection_lists_ctranslate2_and_its_users() -> None:
+    assert all(relevant(n) for n in ("ctranslate2", "faster-whisper", "whisperx"))
