@@ -7,6 +7,7 @@ through an int16 view, which DLPack cannot carry) and the result comes back the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -78,6 +79,15 @@ def _channels_last_strides(sizes: Sequence[int], strides: Sequence[int]) -> bool
             return False
         low = strides[d] * (sizes[d] if sizes[d] > 1 else 1)
     return True
+
+
+def as_4d(x: torch.Tensor) -> torch.Tensor:
+    """An (N, C, *spatial) tensor as (N, C, prod(spatial), 1) (4-D as it is): the view the
+    4-D norm kernels take. The spatial size is spelled out: an empty batch has no size to
+    infer a -1 from."""
+    if x.dim() == 4:
+        return x
+    return x.reshape(x.shape[0], x.shape[1], math.prod(x.shape[2:]), 1)
 
 
 def nhwc_view(x: torch.Tensor) -> torch.Tensor:

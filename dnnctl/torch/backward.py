@@ -229,8 +229,11 @@ def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
     xhat = xf * rstd
     dxhat = g if w is None else g * w
     gx = rstd * (dxhat - xhat * (dxhat * xhat).mean(-1, keepdim=True))
-    lead = tuple(range(x.dim() - 1))
-    gw = (g * xhat).sum(lead).to(weight.dtype) if weight is not None and needs[1] else None
+    gw = None
+    if weight is not None and needs[1]:
+        gw = g * xhat  # summed over the leading dims; a single row (1-D x) has none, and
+        # sum(()) would reduce every dim
+        gw = (gw.sum(tuple(range(x.dim() - 1))) if x.dim() > 1 else gw).to(weight.dtype)
     return (gx.to(x.dtype) if needs[0] else None), gw, None
 
 
@@ -271,6 +274,11 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
     gradient is grad itself. torch's path runs the kernels eager autograd runs: the ReLU's
     threshold_backward, then cuDNN's batch_norm backward where torch would pick cuDNN
     (``eps``: the forward's), else torch's native one."""
+    if x.numel() == 0:  # an empty batch: no gradient flows (torch's kernels refuse it)
+        return ((torch.zeros_like(x) if needs[0] else None),
+                (torch.zeros_like(weight) if weight is not None and needs[1] else None),
+                (torch.zeros_like(bias) if bias is not None and needs[2] else None),
+                (torch.zeros_like(residual) if residual is not None and needs[3] else None))
     if training and (residual is None or activation == "relu"):
         got = _single("batch_norm", plan, x,
                       lambda: og.batch_norm_keys(x, weight is not None, activation,

@@ -25,6 +25,7 @@ from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
     DNN_DTYPES,
+    as_4d,
     call,
     fp32,
     in_layout,
@@ -484,7 +485,7 @@ def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
         raise RuntimeError("group_norm: expected the input's channels to be divisible by "
                            f"num_groups, got input of shape {tuple(x.shape)} and num_groups="
                            f"{groups}")
-    x4 = x if x.dim() == 4 else x.reshape(x.shape[0], x.shape[1], -1, 1)
+    x4 = as_4d(x)
     xs, nhwc = _spatial(x4)
 
     def run() -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 import dnnctl.ops as dops
 from dnnctl.torch import keys
 from dnnctl.torch._tensors import (
+    as_4d,
     call,
     fp32,
     in_layout,
@@ -209,19 +210,15 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     return (nchw_of(dx) if nhwc else dx), _cast(dw, weight), _cast(db, bias), dz
 
 
-def _as4(t: T) -> T:
-    return t if t.dim() == 4 else t.reshape(t.shape[0], t.shape[1], -1, 1)
-
-
 def group_norm_keys(x: T, groups: int, affine: bool) -> Keys:
-    x4 = _as4(x)
+    x4 = as_4d(x)
     return {"backward": ("group_norm", {**keys.group_norm(x4, is_nhwc(x4), groups, affine),
                                         "pass": "backward"})}
 
 
 def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float
                ) -> tuple[T, Opt, Opt]:
-    xs, gs, nhwc = _spatial(_as4(x), _as4(grad))
+    xs, gs, nhwc = _spatial(as_4d(x), as_4d(grad))
     dx, dw, db = call(dops.group_norm_backward, (gs, xs), groups=groups, weight=fp32(weight),
                       eps=eps, layout="NHWC" if nhwc else "NCHW")
     dx = nchw_of(dx) if nhwc else dx

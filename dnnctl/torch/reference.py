@@ -57,10 +57,16 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
                      weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
                      eps: float) -> tuple[torch.Tensor, ...]:
     """(y, new_running_mean, new_running_var, save_mean, save_invstd)."""
-    if x.dim() >= 2 and x.numel() // max(x.shape[1], 1) <= 1:  # torch's check (the
-        # statistics of one value make the running variance NaN)
+    if x.dim() >= 2 and x.numel() == x.shape[1]:  # torch's check (the statistics of one
+        # value make the running variance NaN)
         raise ValueError("Expected more than 1 value per channel when training, got input "
                          f"size {list(x.shape)}")
+    if x.numel() == 0:  # an empty batch (a detection head with no boxes): torch's empty
+        # result, the running statistics as they were
+        c = x.shape[1] if x.dim() >= 2 else 0
+        y = F.batch_norm(x, None, None, weight, bias, True, momentum, eps)
+        return (y, running_mean.clone(), running_var.clone(), x.new_zeros(c, dtype=torch.float32),
+                x.new_ones(c, dtype=torch.float32))
     rm, rv = running_mean.clone(), running_var.clone()
     y, save_mean, save_invstd = torch.ops.aten.native_batch_norm(
         x, weight, bias, rm, rv, True, momentum, eps)
