@@ -84,6 +84,20 @@ def _mask(needs: Sequence[bool], weight: Opt, bias: Opt) -> list[bool]:
     return [needs[0], weight is not None and needs[1], bias is not None and needs[2]]
 
 
+def differentiated(forward: Callable[[], T], inputs: Sequence[Opt], needs: Sequence[bool],
+                   grad: T) -> tuple[Opt, ...]:
+    """The gradients of ``forward()`` (torch's own ops over ``inputs``, the saved tensors
+    themselves) for the inputs ``needs`` asks, with a graph of their own: for a backward
+    that must itself be differentiable (``create_graph=True``) where torch's fused backward
+    kernel has no derivative, as eager autograd does there."""
+    wanted = [t for t, n in zip(inputs, needs) if n and t is not None]
+    got = iter(torch.autograd.grad(forward(), wanted, grad, create_graph=True,
+                                   allow_unused=True) if wanted else ())
+    out = [next(got) if n and t is not None else None for t, n in zip(inputs, needs)]
+    return tuple(torch.zeros_like(t) if g is None and t is not None and n else g
+                 for g, t, n in zip(out, inputs, needs))
+
+
 def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
              approximate: str = "none") -> T:
     """d act(z) / dz * grad by torch's own backward kernel (as eager autograd runs it), in
@@ -99,7 +113,12 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
     elif fn == "gelu":
         out = _ATEN.gelu_backward(g, zz, approximate=approximate)
     elif fn == "silu":
-        out = _ATEN.silu_backward(g, zz)
+        if torch.is_grad_enabled():  # create_graph: silu_backward has no derivative; eager
+            # autograd takes this formula then too
+            sig = torch.sigmoid(zz)
+            out = g * sig * (1 + zz * (1 - sig))
+        else:
+            out = _ATEN.silu_backward(g, zz)
     elif fn == "sigmoid":
         out = _ATEN.sigmoid_backward(g, torch.sigmoid(zz))
     elif fn == "tanh":
@@ -324,6 +343,10 @@ def group_norm(grad: T, x: T, groups: int, weight: Opt, bias: Opt, eps: float,
             gx, gw, gb = got
             return (gx if needs[0] else None), (gw if needs[1] else None), (
                 gb if needs[2] else None)
+    if torch.is_grad_enabled():  # create_graph: native_group_norm_backward has no
+        # derivative
+        return differentiated(lambda: F.group_norm(x, groups, weight, bias, eps),
+                              (x, weight, bias), needs, grad)  # type: ignore[return-value]
     n, c = x.shape[:2]  # torch's own kernels, in the widest dtype of the tensors
     dt = _common(x, grad, weight)
     xc, hw = x.to(dt).contiguous(), math.prod(x.shape[2:])
@@ -401,9 +424,18 @@ def attention(grad: T, q: T, k: T, v: T, out: T, lse: T, is_causal: bool,
                       lambda: og.attention(grad, q, k, v, out, lse, is_causal, scale))
         if got is not None:
             return tuple(g if n else None for g, n in zip(got, needs))  # type: ignore[return-value]
+    kw = {"enable_gqa": True} if enable_gqa else {}
+    if torch.is_grad_enabled():  # create_graph: gradients with a graph to q, k, v; torch's
+        # math SDPA, whose backward is differentiable (the fused kernels' are not)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def forward() -> T:
+            with sdpa_kernel(SDPBackend.MATH):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal,
+                                                      scale=scale, **kw)
+        return differentiated(forward, (q, k, v), needs[:3], grad)  # type: ignore[return-value]
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(bool(n)) for t, n in zip((q, k, v), needs)]
-        kw = {"enable_gqa": True} if enable_gqa else {}
         o = F.scaled_dot_product_attention(*leaves, is_causal=is_causal, scale=scale, **kw)
         wanted = [t for t in leaves if t.requires_grad]
         grads = iter(torch.autograd.grad(o, wanted, grad.to(o.dtype)) if wanted else ())

@@ -21,6 +21,7 @@ from dnnctl.torch import autocast
 from dnnctl.torch import backward as bw
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import ints, is_nhwc
+from dnnctl.torch.reference import stat_dtype
 
 NS = "dnnctl"
 LIB = torch.library.Library(NS, "DEF")
@@ -110,8 +111,8 @@ def _bn_train_fake(x, running_mean, running_var, weight=None, bias=None, momentu
                    eps=1e-5, plan=0, activation="none", residual=None):
     c = x.shape[1]
     stat = [running_mean.new_empty(c), running_var.new_empty(c)]
-    return (_like(x), *stat, x.new_empty(c, dtype=torch.float32),
-            x.new_empty(c, dtype=torch.float32))
+    return (_like(x), *stat, x.new_empty(c, dtype=stat_dtype(x)),
+            x.new_empty(c, dtype=stat_dtype(x)))
 
 
 def _plain(x, *args, **kwargs):
@@ -266,6 +267,10 @@ def _bn_train_setup(ctx, inputs, output):
     _save(ctx, inputs, output,
           (lambda out: (out[0], out[3], out[4])) if relu else (lambda out: (out[3], out[4])),
           skip=(1, 2))
+    # new running statistics and the batch's: no gradient flows through them (as torch's
+    # batch_norm); a backward with create_graph=True would otherwise ask for derivatives
+    # through the saved statistics, which torch's batch_norm backward does not have
+    ctx.mark_non_differentiable(*output[1:])
 
 
 def _gn_bwd(ctx, grad):

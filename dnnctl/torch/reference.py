@@ -53,10 +53,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.
     return (y if weight is None else y * weight.to(xf.dtype)).to(x.dtype)
 
 
+def stat_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of a training batch_norm's saved batch statistics for x: float32, or
+    float64 for a float64 x."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                      weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
                      eps: float) -> tuple[torch.Tensor, ...]:
-    """(y, new_running_mean, new_running_var, save_mean, save_invstd)."""
+    """(y, new_running_mean, new_running_var, save_mean, save_invstd); the batch's
+    statistics in float32 (float64 for a float64 x: a double model keeps its precision,
+    and second derivatives through them stay exact)."""
+    acc = stat_dtype(x)
     if x.dim() >= 2 and x.numel() == x.shape[1]:  # torch's check (the statistics of one
         # value make the running variance NaN)
         raise ValueError("Expected more than 1 value per channel when training, got input "
@@ -65,12 +74,12 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
         # result, the running statistics as they were
         c = x.shape[1] if x.dim() >= 2 else 0
         y = F.batch_norm(x, None, None, weight, bias, True, momentum, eps)
-        return (y, running_mean.clone(), running_var.clone(), x.new_zeros(c, dtype=torch.float32),
-                x.new_ones(c, dtype=torch.float32))
+        return (y, running_mean.clone(), running_var.clone(), x.new_zeros(c, dtype=acc),
+                x.new_ones(c, dtype=acc))
     rm, rv = running_mean.clone(), running_var.clone()
     y, save_mean, save_invstd = torch.ops.aten.native_batch_norm(
         x, weight, bias, rm, rv, True, momentum, eps)
-    return y, rm, rv, save_mean.float(), save_invstd.float()
+    return y, rm, rv, save_mean.to(acc), save_invstd.to(acc)
 
 
 def activation(fn: str, x: torch.Tensor, negative_slope: float = 0.01,
