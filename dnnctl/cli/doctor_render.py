@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.render import console, print_commands, split_commands
+from dnnctl.doctor.parse import mig_profile
 from dnnctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -119,8 +120,11 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
             if failed else []
     if comp == "gpu":
+        visible = (env.environment or {}).get("CUDA_VISIBLE_DEVICES")
+        extra = [(f"[dim]CUDA_VISIBLE_DEVICES={escape(visible)}[/]", True)] \
+            if visible is not None else []
         if env.gpus:
-            return [(escape(_gpu_line(g)), True) for g in env.gpus]
+            return [(escape(_gpu_line(g)), True) for g in env.gpus] + extra
         if env.driver.get("present") is True:
             return [("no GPU visible to the driver", False)]
         return []
@@ -155,7 +159,15 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
 
 
 def _gpu_line(g: Any) -> str:
-    parts = [f"GPU {g.index}:" if g.index is not None else "GPU:", g.name or "unknown model"]
+    mig = g.mig or {}
+    profile = mig.get("profile") or mig_profile(g.name)
+    if profile:  # a MIG device, listed under its GPU as nvidia-smi -L does
+        parts = ["  MIG device:" if mig.get("parent") else "MIG device:",
+                 g.name or f"MIG {profile}"]
+    else:
+        parts = [f"GPU {g.index}:" if g.index is not None else "GPU:", g.name or "unknown model"]
+        if mig.get("mode"):
+            parts.append("(MIG mode)")
     if g.compute_capability:
         parts.append(f"sm_{g.compute_capability.replace('.', '')} "
                      f"({g.compute_capability})")

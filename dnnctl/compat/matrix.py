@@ -73,6 +73,15 @@ class Matrix:
                 return row
         return None
 
+    def mig_enumeration(self, driver: Version | None) -> list[Row]:
+        """How many MIG devices CUDA enumerates per process with ``driver``: the row of the
+        newest driver not above it, or every row when the driver is unknown."""
+        rows = sorted(self.tables["mig_enumeration"], key=lambda r: Version.parse(r["driver"]))
+        if driver is None:
+            return rows
+        fit = [r for r in rows if Version.parse(r["driver"]) <= driver]
+        return fit[-1:]
+
     # -- CUDA and drivers ---------------------------------------------------------------------
 
     def cuda_release(self, version: Version) -> Row | None:

@@ -73,6 +73,8 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "model": F("text", True), "match": F("regex_list", True), "cc": F("cc", True),
         "class": F("choice", True, "datacenter", "workstation", "consumer", "jetson"),
         "platform": F("choice", False, "x86_64", "aarch64"), "examples": F("list_text", True)}),
+    "mig_enumeration": (("driver",), {
+        "driver": F("version", True), "per": F("choice", True, "process", "gpu_instance")}),
     "cudnn": (("versions", "cuda_major"), {
         "versions": F("range", True), "cuda_major": F("int", True), "cuda": F("range", True),
         "driver_linux": F("version", True), "cc": F("cc_list", True), "cc_uncertain": F("cc_list"),

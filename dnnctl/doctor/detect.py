@@ -72,8 +72,11 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
 
     env.driver = drv.driver
     env.gpus = drv.gpus
-    if drv.gpus_known:
-        env.driver["gpu_count"] = len(drv.gpus)
+    if drv.gpus_known:  # physical GPUs: a MIG device is listed beside its GPU
+        env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
+    visible = host.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        env.environment = {"CUDA_VISIBLE_DEVICES": visible}
     env.frameworks = frameworks
     env.packages = packages
     cupy = frameworks.get("cupy")

@@ -26,8 +26,10 @@ from dnnctl.doctor.model import (
     DOCTOR_SCHEMA,
     DRIVER_FIELDS,
     ENV_SCHEMA,
+    ENVIRONMENT_FIELDS,
     FRAMEWORK_FIELDS,
     LIBRARIES,
+    MIG_FIELDS,
     Component,
     EnvSnapshot,
     Gpu,
@@ -37,10 +39,10 @@ from dnnctl.errors import InputFileError, UsageError
 _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map",
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
-              "uuid": "str"}
+              "uuid": "str", "mig": MIG_FIELDS}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
-TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn",
-              "libraries", "frameworks", "live", "packages", "notes")
+TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes",
+              "cudnn", "libraries", "frameworks", "live", "packages", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -123,10 +125,15 @@ class _Reader:
             return cc
         raise AssertionError(kind)
 
-    def record(self, node: yaml.Node, where: str, spec: dict[str, str]) -> dict[str, Any]:
+    def record(self, node: yaml.Node, where: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """A mapping of typed fields; a field whose kind is a dict is a nested record."""
         out = {}
         for key, vnode in self.mapping(node, where, spec).items():
-            value = self.value(vnode, spec[key], _join(where, key))
+            kind = spec[key]
+            if isinstance(vnode, yaml.ScalarNode) and vnode.tag.endswith(":null"):
+                continue  # absent = unknown
+            value = (self.record(vnode, _join(where, key), kind) if isinstance(kind, dict)
+                     else self.value(vnode, kind, _join(where, key)))
             if value is not None:
                 out[key] = value
         return out
@@ -220,6 +227,8 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
     if "gpus" in top:
         env.gpus = [Gpu(**_shorthand(r, n, f"gpus[{i}]", GPU_FIELDS, "name"))
                     for i, n in enumerate(r.items(top["gpus"], "gpus"))]
+    if "environment" in top:
+        env.environment = r.record(top["environment"], "environment", ENVIRONMENT_FIELDS)
     for key in ("cuda_runtimes", "cudnn"):
         if key in top:
             setattr(env, key, [

@@ -13,8 +13,8 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
-ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "cuda_runtimes", "cudnn", "libraries",
-             "frameworks", "live", "packages", "notes")
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
+             "libraries", "frameworks", "live", "packages", "notes")
 LIBRARIES = ("cublas", "nccl", "nvjitlink")  # other libraries whose copies and load order are judged
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
@@ -39,6 +39,7 @@ CODES = {
     "live-sdpa": "a scaled-dot-product-attention backend failed on a tiny bf16 call",
     "live-launch": "a one-op kernel launch failed on a visible GPU",
     "live-failed": "the live check itself could not run (import error, crash, timeout)",
+    "mig-enumeration": "more MIG devices are visible to one process than CUDA enumerates",
     "ok": "a component checked and fine",
 }
 
@@ -60,6 +61,18 @@ DRIVER_FIELDS = {
     "source": "str",  # nvml | nvidia-smi | libcuda | proc
     "error": "str",  # a present driver that could not be read fully (probe problem)
     "reason": "str",  # why no driver was found (present: false)
+}
+# A MIG device is an entry of ``gpus`` with ``mig.profile``; its physical GPU has ``mig.mode``.
+MIG_FIELDS = {
+    "mode": "bool",  # on a physical GPU: MIG mode is enabled (CUDA uses its MIG devices instead)
+    "profile": "str",  # on a MIG device: "3g.40gb", "1c.3g.40gb" (nvidia-smi -L's name)
+    "parent": "str",  # on a MIG device: its GPU's UUID (or index)
+    "gpu_instance": "int",  # GPU instance (GI) id
+    "compute_instance": "int",  # compute instance (CI) id within the GI
+}
+# Variables of the process environment that rules read (never the whole environment).
+ENVIRONMENT_FIELDS = {
+    "CUDA_VISIBLE_DEVICES": "str",  # "0,1", "GPU-<uuid>", "MIG-<uuid>,MIG-<uuid>"
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
@@ -90,6 +103,7 @@ class Gpu:
     compute_capability: str | None = None  # "9.0"
     memory_mib: int | None = None
     uuid: str | None = None
+    mig: dict[str, Any] | None = None  # keys: MIG_FIELDS
 
 
 @dataclass
@@ -110,6 +124,7 @@ class EnvSnapshot:
     python: str | None = None
     driver: dict[str, Any] = field(default_factory=dict)  # keys: DRIVER_FIELDS
     gpus: list[Gpu] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)  # keys: ENVIRONMENT_FIELDS
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
     libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES

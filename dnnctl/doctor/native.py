@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # importing host costs ~20 ms; the command line imports this 
     from dnnctl.doctor.host import Host
 
 NVML_TIMEOUT = 2.0
+NVML_NOT_SUPPORTED, NVML_NOT_FOUND = 3, 6
 MARK = "DNNCTL_NVML "
 
 # Runs as `python -I -S`: no site, nothing imported but ctypes/json (a fast start). The same
@@ -60,6 +61,27 @@ class Mem(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
                 ("used", ctypes.c_ulonglong)]
 by_index = getattr(L, "nvmlDeviceGetHandleByIndex_v2", None) or L.nvmlDeviceGetHandleByIndex
+def ask(name, h):  # an unsigned-int query that older libraries may not have
+    f, v = getattr(L, name, None), ctypes.c_uint(0)
+    return v.value if f is not None and f(h, ctypes.byref(v)) == 0 else None
+def migs(h):  # the MIG devices of a GPU in MIG mode, by slot
+    out, n = [], ask("nvmlDeviceGetMaxMigDeviceCount", h)
+    by_slot = getattr(L, "nvmlDeviceGetMigDeviceHandleByIndex", None)
+    for j in range(n or 0):
+        m = ctypes.c_void_p()
+        if by_slot is None or by_slot(h, ctypes.c_uint(j), ctypes.byref(m)):
+            continue
+        d = {"slot": j, "gi": ask("nvmlDeviceGetGpuInstanceId", m),
+             "ci": ask("nvmlDeviceGetComputeInstanceId", m)}
+        if L.nvmlDeviceGetName(m, buf, 96) == 0:
+            d["name"] = buf.value.decode(errors="replace")
+        if L.nvmlDeviceGetUUID(m, buf, 96) == 0:
+            d["uuid"] = buf.value.decode(errors="replace")
+        mem = Mem()
+        if L.nvmlDeviceGetMemoryInfo(m, ctypes.byref(mem)) == 0:
+            d["memory"] = mem.total
+        out.append(d)
+    return out
 gpus = []
 for i in range(out["count"] or 0):
     g = {}
@@ -76,6 +98,12 @@ for i in range(out["count"] or 0):
         m = Mem()
         if call("gpu%d.memory" % i, L.nvmlDeviceGetMemoryInfo, h, ctypes.byref(m)):
             g["memory"] = m.total
+        mode = getattr(L, "nvmlDeviceGetMigMode", None)
+        cur, pend = ctypes.c_uint(0), ctypes.c_uint(0)
+        if mode is not None and mode(h, ctypes.byref(cur), ctypes.byref(pend)) == 0:
+            g["mig_mode"] = cur.value
+            if cur.value == 1:
+                g["migs"] = migs(h)
     gpus.append(g)
 out["gpus"] = gpus
 L.nvmlShutdown()
@@ -159,7 +187,11 @@ class SubprocessNvml:
     def nvmlDeviceGetCount(self) -> int:  # noqa: N802
         return self._get("count", (self._data or {}).get("count") or 0)
 
-    def _gpu(self, i: int) -> dict[str, Any]:
+    def _gpu(self, i: int | tuple[int, int]) -> dict[str, Any]:
+        """A GPU's answer, or a MIG device's for a (GPU, MIG) handle."""
+        if isinstance(i, tuple):
+            migs = self._gpu(i[0]).get("migs") or []
+            return migs[i[1]] if i[1] < len(migs) and isinstance(migs[i[1]], dict) else {}
         gpus = (self._data or {}).get("gpus") or []
         return gpus[i] if i < len(gpus) and isinstance(gpus[i], dict) else {}
 
@@ -182,6 +214,34 @@ class SubprocessNvml:
         from types import SimpleNamespace
 
         return SimpleNamespace(total=self._get(f"gpu{h}.memory", self._gpu(h).get("memory")))
+
+    def nvmlDeviceGetMigMode(self, h: int) -> list[int]:  # noqa: N802
+        mode = self._gpu(h).get("mig_mode")
+        if not isinstance(mode, int):
+            raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:  # noqa: N802
+        slots = [m.get("slot") for m in self._gpu(h).get("migs") or [] if isinstance(m, dict)]
+        return max((s for s in slots if isinstance(s, int)), default=-1) + 1
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, slot: int) -> tuple[int, int]:  # noqa: N802
+        for k, m in enumerate(self._gpu(h).get("migs") or []):
+            if isinstance(m, dict) and m.get("slot") == slot:
+                return (h, k)
+        raise NVMLError(NVML_NOT_FOUND, "Not Found")
+
+    def _mig_id(self, h: tuple[int, int], key: str) -> int:
+        value = self._gpu(h).get(key)
+        if not isinstance(value, int):
+            raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
+        return value
+
+    def nvmlDeviceGetGpuInstanceId(self, h: tuple[int, int]) -> int:  # noqa: N802
+        return self._mig_id(h, "gi")
+
+    def nvmlDeviceGetComputeInstanceId(self, h: tuple[int, int]) -> int:  # noqa: N802
+        return self._mig_id(h, "ci")
 
 
 def libcuda_version(host: Host, path: str, timeout: float = NVML_TIMEOUT) -> int:

@@ -256,6 +256,33 @@ def nvidia_smi_query(text: str | None) -> list[dict[str, Any]]:
     return rows
 
 
+MIG_PROFILE = re.compile(r"\bMIG[\s-]+((?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)?)", re.IGNORECASE)
+
+
+def mig_profile(name: str | None) -> str | None:
+    """``"NVIDIA A100-SXM4-80GB MIG 3g.40gb"`` -> ``"3g.40gb"`` (a MIG device's name), else None."""
+    m = MIG_PROFILE.search(name or "")
+    return m.group(1).lower() if m else None
+
+
+def nvidia_smi_list(text: str | None) -> list[dict[str, Any]]:
+    """``nvidia-smi -L`` -> one dict per GPU ({index, name, uuid, migs: [{profile, device,
+    uuid}]}); MIG lines (``  MIG 3g.40gb Device 0: (UUID: MIG-...)``) belong to the GPU above."""
+    gpus: list[dict[str, Any]] = []
+    for line in (text or "").splitlines():
+        gpu = re.match(r"GPU\s+(\d+):\s*(.+?)\s*\(UUID:\s*(GPU-[^)\s]+)\)", line.strip())
+        if gpu:
+            gpus.append({"index": int(gpu.group(1)), "name": gpu.group(2), "uuid": gpu.group(3),
+                         "migs": []})
+            continue
+        mig = re.match(r"MIG\s+(\S+)\s+Device\s+(\d+):\s*\(UUID:\s*(MIG-[^)\s]+)\)",
+                       line.strip())
+        if mig and gpus:
+            gpus[-1]["migs"].append({"profile": mig.group(1).lower(),
+                                     "device": int(mig.group(2)), "uuid": mig.group(3)})
+    return gpus
+
+
 def proc_gpu_information(text: str | None) -> dict[str, Any]:
     """/proc/driver/nvidia/gpus/<bus>/information -> {name, minor} (no compute capability)."""
     out: dict[str, Any] = {}

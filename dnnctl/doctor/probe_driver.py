@@ -96,7 +96,10 @@ def probe_nvml(host: Host, out: DriverProbe) -> tuple[int, str] | None:
         count = nvml.nvmlDeviceGetCount()
         out.gpus_known = True
         for i in range(int(count)):
-            out.gpus.append(_nvml_gpu(nvml, error_cls, i, out.notes))
+            gpu, handle = _nvml_gpu(nvml, error_cls, i, out.notes)
+            out.gpus.append(gpu)
+            if handle is not None:
+                out.gpus += _nvml_migs(nvml, error_cls, handle, gpu, out.notes)
     except error_cls as exc:
         out.driver["error"] = f"NVML: {_nvml_text(exc)}"
         out.notes.append(f"NVML query failed: {_nvml_text(exc)}")
@@ -108,13 +111,14 @@ def probe_nvml(host: Host, out: DriverProbe) -> tuple[int, str] | None:
     return None
 
 
-def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> Gpu:
+def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> tuple[Gpu, Any]:
+    """One physical GPU and its NVML handle (None when it cannot be reached)."""
     gpu = Gpu(index=index)
     try:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
     except error_cls as exc:  # e.g. a GPU that fell off the bus
         notes.append(f"NVML: GPU {index}: {_nvml_text(exc)}")
-        return gpu
+        return gpu, None
     for attr, call in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
         try:
             setattr(gpu, attr, _nvml_text(getattr(nvml, call)(handle)))
@@ -129,7 +133,53 @@ def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> Gpu:
         gpu.memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1 << 20)
     except error_cls as exc:
         notes.append(f"NVML: GPU {index} memory: {_nvml_text(exc)}")
-    return gpu
+    return gpu, handle
+
+
+def _nvml_migs(nvml: Any, error_cls: type, handle: Any, parent: Gpu,
+               notes: list[str]) -> list[Gpu]:
+    """The MIG devices of a GPU in MIG mode (what CUDA enumerates instead of the GPU)."""
+    get_mode = getattr(nvml, "nvmlDeviceGetMigMode", None)
+    try:
+        if get_mode is None or int(get_mode(handle)[0]) != 1:
+            return []
+    except error_cls:  # NVML_ERROR_NOT_SUPPORTED: a GPU without MIG
+        return []
+    parent.mig = {"mode": True}
+    out: list[Gpu] = []
+    try:
+        slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+    except (error_cls, AttributeError) as exc:
+        notes.append(f"NVML: GPU {parent.index} MIG devices: {_nvml_text(exc)}")
+        return out
+    for slot in range(slots):
+        try:
+            mig_handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except error_cls:  # an empty slot
+            continue
+        dev = Gpu(compute_capability=parent.compute_capability,
+                  mig={"parent": parent.uuid or str(parent.index)})
+        for attr, call in (("name", "nvmlDeviceGetName"), ("uuid", "nvmlDeviceGetUUID")):
+            try:
+                setattr(dev, attr, _nvml_text(getattr(nvml, call)(mig_handle)))
+            except error_cls as exc:
+                notes.append(f"NVML: GPU {parent.index} MIG device {slot} {attr}: "
+                             f"{_nvml_text(exc)}")
+        for key, call in (("gpu_instance", "nvmlDeviceGetGpuInstanceId"),
+                          ("compute_instance", "nvmlDeviceGetComputeInstanceId")):
+            try:
+                dev.mig[key] = int(getattr(nvml, call)(mig_handle))
+            except (error_cls, AttributeError):
+                pass  # older bindings: the profile in the name still tells the slice
+        try:
+            dev.memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(mig_handle).total) // (1 << 20)
+        except error_cls:
+            pass
+        profile = parse.mig_profile(dev.name)
+        if profile:
+            dev.mig["profile"] = profile
+        out.append(dev)
+    return out
 
 
 def probe_libcuda(host: Host, path: str) -> str | None:
@@ -165,9 +215,28 @@ def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
         out.gpus.append(Gpu(index=row["index"], name=row["name"],
                             compute_capability=row["compute_capability"],
                             memory_mib=row["memory_mib"], uuid=row["uuid"]))
+    listed = host.run([smi, "-L"])  # MIG devices appear only in this listing
+    out.gpus = _with_smi_migs(out.gpus, parse.nvidia_smi_list(listed.stdout if listed and
+                                                                listed.ok else None))
     if rows[0]["driver"] and "version" not in out.driver:
         out.driver["version"] = rows[0]["driver"]
         out.driver["source"] = "nvidia-smi"
+
+
+def _with_smi_migs(gpus: list[Gpu], listing: list[dict[str, Any]]) -> list[Gpu]:
+    """Each GPU followed by the MIG devices ``nvidia-smi -L`` lists under it."""
+    migs = {g["index"]: g["migs"] for g in listing if g["migs"]}
+    out: list[Gpu] = []
+    for gpu in gpus:
+        out.append(gpu)
+        if gpu.index not in migs:
+            continue
+        gpu.mig = {"mode": True}
+        out += [Gpu(name=f"{gpu.name} MIG {m['profile']}" if gpu.name else None, uuid=m["uuid"],
+                    compute_capability=gpu.compute_capability,
+                    mig={"profile": m["profile"], "parent": gpu.uuid or str(gpu.index)})
+                for m in migs[gpu.index]]
+    return out
 
 
 def probe_proc_gpus(host: Host, out: DriverProbe) -> None:

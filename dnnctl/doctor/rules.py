@@ -5,9 +5,9 @@
 filled from the matrix (a torch wheel's arch list and cuDNN from its version and CUDA tag).
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
-rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with rules_platform.py: what the
-OS rules out), rules_cudnn.py, rules_libraries.py, rules_nvjitlink.py and rules_packages.py
-(none imports this module).
+rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
+rules_platform.py: what the OS rules out), rules_cudnn.py, rules_libraries.py,
+rules_nvjitlink.py and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dnnctl.doctor import (
     rules_frameworks,
     rules_libraries,
     rules_live,
+    rules_mig,
     rules_nvjitlink,
     rules_packages,
 )
@@ -31,6 +32,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     ctx = build_context(env, matrix)
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
+    findings += rules_mig.check(ctx)
     findings += rules_frameworks.check(ctx)
     findings += rules_ctranslate2.check(ctx)
     findings += rules_libraries.duplicates(ctx)
