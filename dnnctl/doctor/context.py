@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.gpus import GpuInfo, resolve_gpu
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
@@ -45,11 +46,43 @@ class Context:
 
     @property
     def fc_eligible(self) -> bool:
-        """Whether every GPU may use the forward-compatibility package."""
+        """Whether every GPU may use the forward-compatibility package in use (its class, and
+        the driver branch its libcuda comes from: see :meth:`fc_too_new`)."""
+        return self.fc_usable(self.forward_compat)
+
+    def fc_usable(self, cuda: Version | None) -> bool:
+        """Whether every GPU may use cuda-compat for ``cuda`` (None: the class alone)."""
         row = self.matrix.forward_compat()
         if row is None or not self.gpus:
             return False
-        return all(g.gpu_class in row["gpu_classes"] for g in self.gpus)
+        return all(g.gpu_class in row["gpu_classes"] for g in self.gpus) and \
+            not self.fc_too_new(cuda)
+
+    def fc_branch(self, cuda: Version | None) -> int | None:
+        """The driver branch of cuda-compat for ``cuda``: the package is built from the driver
+        that fully supports that CUDA release (11.7 -> R515), None when that is unknown."""
+        if cuda is None or cuda.major == 0:
+            return None
+        full = driver_need(self.matrix, cuda).full
+        return full.major if full is not None else None
+
+    def fc_too_new(self, cuda: Version | None) -> list[tuple[GpuInfo, int]]:
+        """(GPU, its last driver branch) for each GPU whose architecture the cuda-compat libcuda
+        for ``cuda`` no longer supports (Kepler's last branch is R470: compat 11.5+ fails)."""
+        branch = self.fc_branch(cuda)
+        if branch is None:
+            return []
+        return [(g, g.arch["last_driver_branch"]) for g in self.gpus
+                if g.arch is not None and g.arch.get("last_driver_branch") is not None
+                and branch > g.arch["last_driver_branch"]]
+
+    def newest_cuda_of_branch(self, branch: int) -> Version | None:
+        """The newest CUDA release whose own (full-support) Linux driver is of ``branch`` or
+        older: what a GPU whose last branch is ``branch`` can still run (R470 -> 11.4)."""
+        fit = [Version.parse(r["version"]).trunc(2) for r in self.matrix.rows("cuda_releases")
+               if r.get("driver_linux") and not r.uncertain
+               and Version.parse(r["driver_linux"]).major <= branch]
+        return max(fit) if fit else None
 
     @property
     def windows(self) -> bool:

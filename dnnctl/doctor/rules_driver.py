@@ -52,6 +52,8 @@ def _check(ctx: Context) -> list[Finding]:
     lib = Version.maybe(driver.get("library")) or ctx.driver
     mismatch = flag(driver.get("mismatch")) is True or (
         kmod is not None and lib is not None and kmod != lib)
+    if mismatch and _compat_libcuda(ctx, kmod, lib):
+        mismatch = False  # the newer libcuda is cuda-compat's: judged by _forward_compat
     listed = not mismatch and str(driver.get("gpu_count", 0)) == "0"
     if flag(driver.get("present")) is True and not ctx.env.gpus and listed:
         out.append(finding("no-gpu", "error", "gpu",
@@ -184,14 +186,20 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                " PTX it JIT-compiles can fail with 'the provided PTX was compiled with an "
                "unsupported toolchain' (cudaErrorUnsupportedPtxVersion)." if jit else
                " Prebuilt kernels work; features needing the newer driver do not.")
+        fix = driver_fix(ctx, full_need) if full_need else None
+        stuck = _stuck(ctx, full_need)
+        if fix and stuck:  # the driver that would fully support it does not exist here
+            last = stuck[0].arch["last_driver_branch"]
+            fix = (f"use CUDA <= {ctx.newest_cuda_of_branch(last)} for full support (a driver >= "
+                   f"{full_need} does not support {stuck[0].arch['name']}: R{last} is its last "
+                   "branch)")
         return [finding("driver-mvc", sev, component,
                         f"{what} uses CUDA {cuda}, but driver {ctx.driver} fully supports CUDA "
                         f"{have} only, so it runs through minor-version compatibility.{why}",
-                        fix=driver_fix(ctx, full_need) if full_need else None, row=cite, **ev)]
+                        fix=fix, row=cite, **ev)]
     need = full_need or floor
     fix = driver_fix(ctx, need)
-    stuck = [g for g in ctx.gpus if g.arch and g.arch.get("last_driver_branch") is not None
-             and need.major > g.arch["last_driver_branch"]]
+    stuck = _stuck(ctx, need)
     if stuck and alt_fix:  # the newer driver does not exist for this GPU: lead with the build
         g = stuck[0]
         fix = (f"{alt_fix} (a driver >= {need} does not support {g.arch['name']}: "
@@ -199,7 +207,7 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
         alt_fix = None
     if have is None or cuda.major > have.major:
         fc = ctx.matrix.forward_compat()
-        if ctx.fc_eligible and fc is not None:
+        if ctx.fc_usable(cuda) and fc is not None:
             pkg = fc["package"].format(major=cuda.major, minor=cuda.minor)
             fix += f"; or, on these data-center GPUs, install {pkg} (forward compatibility)"
         elif fc is not None and ctx.gpus:
@@ -214,6 +222,13 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                     if ctx.driver < floor else
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
                     fix=fix, row=cite, required=need, **ev)]
+
+
+def _stuck(ctx: Context, need: Version | None) -> list[GpuInfo]:
+    """GPUs whose architecture no driver >= ``need`` supports (past its last branch)."""
+    return [g for g in ctx.gpus if need is not None and g.arch
+            and g.arch.get("last_driver_branch") is not None
+            and need.major > g.arch["last_driver_branch"]]
 
 
 def _runtimes(ctx: Context) -> list[Finding]:
@@ -274,8 +289,11 @@ def _forward_compat(ctx: Context) -> list[Finding]:
             fix="install a long-term (LTSB) or production (PB) data-center driver branch, e.g. "
             "R580, or upgrade the driver to the CUDA version needed instead",
             row=row, driver=ctx.driver, branch_type=branch["type"]))
+    too_new = dict((g.label, last) for g, last in ctx.fc_too_new(ctx.forward_compat))
     for gpu in ctx.gpus:
-        if gpu.gpu_class is None:
+        if gpu.label in too_new:
+            out.append(_fc_too_new(ctx, row, gpu, too_new[gpu.label]))
+        elif gpu.gpu_class is None:
             out.append(unknown("driver", f"cuda-compat {ctx.forward_compat} is in use and the class "
                                f"of {gpu.label} is unknown", row=row))
         elif gpu.gpu_class not in row["gpu_classes"]:
@@ -291,3 +309,41 @@ def _forward_compat(ctx: Context) -> list[Finding]:
                                f"cuda-compat {ctx.forward_compat} extends driver {ctx.driver} to "
                                f"CUDA {ctx.forward_compat} on {gpu.label}", row=row))
     return out
+
+
+FC_BRANCH_SOURCE = (
+    "https://gitlab.com/nvidia/container-images/cuda/-/issues/182 ('Tesla K80 supports up to "
+    "CUDA 11.5 Forward Compatibility packages according to the table ... While we can start "
+    "CUDA images with a version >= 11.5, they fail in action with a cudaErrorNoDevice error. "
+    "Therefore, Kepler devices can only successfully run CUDA images <=11.4'); "
+    "https://docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html (the package "
+    "'is generated from the NVIDIA driver that matches with the CUDA release'); "
+    "NVIDIA/nvidia-docker#1704 (K80 on R470: the 11.7.1 image fails, 11.4.3 works)")
+
+
+def _compat_libcuda(ctx: Context, kmod: Version | None, lib: Version | None) -> bool:
+    """A user-space driver newer than the kernel module that is cuda-compat's libcuda (of the
+    compat package's branch, or any newer one when that branch is unknown)."""
+    if ctx.forward_compat is None or kmod is None or lib is None or lib <= kmod:
+        return False
+    branch = ctx.fc_branch(ctx.forward_compat)
+    return branch is None or lib.major == branch
+
+
+def _fc_too_new(ctx: Context, row: Row, gpu: GpuInfo, last: int) -> Finding:
+    """cuda-compat's libcuda comes from a driver branch that dropped this GPU's architecture."""
+    branch = ctx.fc_branch(ctx.forward_compat)
+    newest = ctx.newest_cuda_of_branch(last)
+    name = gpu.arch["name"]
+    kmod = Version.maybe((ctx.env.driver or {}).get("kernel_module")) or ctx.driver
+    return finding(
+        "forward-compat", "error", "driver",
+        f"cuda-compat {ctx.forward_compat} is in use: its libcuda is the R{branch} driver's, "
+        f"which does not support {name} GPUs ({gpu.label}; R{last} is their last branch), so "
+        f"cuInit fails with CUDA_ERROR_NO_DEVICE ('kernel version {kmod or 'R' + str(last)} "
+        f"does not match DSO version {branch}...'); a reboot does not help",
+        fix=f"use a CUDA <= {newest} image or runtime (the newest CUDA R{last} fully supports) "
+        f"with builds that still carry {name} code, or remove the cuda-compat libraries (e.g. "
+        f"/usr/local/cuda/compat) so the host's R{last} libcuda loads",
+        source=FC_BRANCH_SOURCE, row=row, gpu=gpu.label, compat_branch=branch,
+        last_branch=last, cuda_max=newest)

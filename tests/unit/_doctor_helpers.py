@@ -1,0 +1,53 @@
+"""Run a snapshot through the real `dnnctl doctor --from` (human at 80 columns and --json)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from dnnctl.cli.app import app
+
+
+@dataclass
+class Doctor:
+    code: int  # exit status of the human run
+    text: str  # the human report
+    data: dict[str, Any]  # the --json document
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return self.data["findings"]
+
+    def codes(self, component: str | None = None, *, info: bool = False) -> set[str]:
+        """The codes of errors and warnings (and info with ``info``), of one component."""
+        return {f["code"] for f in self.findings
+                if (component is None or f["component"] == component)
+                and (info or f["severity"] != "info")}
+
+    def of(self, code: str, component: str | None = None) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["code"] == code
+                and (component is None or f["component"] == component)]
+
+    @property
+    def fixes(self) -> str:
+        return " | ".join(f["fix"] or "" for f in self.findings)
+
+
+def doctor(tmp_path: Path, text: str) -> Doctor:
+    """Judge the snapshot ``text``; the human report must fit 80 columns and agree with the
+    JSON verdict."""
+    snap = tmp_path / "env.yaml"
+    snap.write_text(text if text.startswith("schema:") else "schema: dnnctl-env/1\n" + text)
+    runner = CliRunner()
+    human = runner.invoke(app, ["doctor", "--from", str(snap)], env={"COLUMNS": "80"})
+    result = runner.invoke(app, ["doctor", "--from", str(snap), "--json"])
+    data = json.loads(result.stdout)
+    assert data["schema"] == "dnnctl-doctor/1"
+    width = max(len(line.rstrip()) for line in human.output.splitlines())
+    assert width <= 80, human.output
+    assert (human.exit_code == 1) == (data["verdict"] == "fail"), human.output
+    return Doctor(human.exit_code, human.output, data)
