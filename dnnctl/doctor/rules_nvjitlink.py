@@ -17,7 +17,7 @@ from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import canonical_name
 
 SHADOW_SOURCES = ("env:", "system:", "conda:")
-CONSUMER = re.compile(r"nvidia-(cusparse|cusolver)(-cu\d+)?")
+CUSPARSE = re.compile(r"nvidia-cusparse(-cu\d+)?")
 SOURCE = (
     "https://docs.nvidia.com/cuda/nvjitlink/index.html#compatibility ('The library version "
     "itself must be >= the maximum version of the inputs, and the shared library version must "
@@ -56,7 +56,7 @@ def _need(ctx: Context) -> tuple[Version | None, str | None]:
     for name, text in (ctx.env.packages or {}).items():
         name = canonical_name(name)
         version = Version.maybe(text)
-        if not CONSUMER.fullmatch(name) or version is None or "cusparse" not in name:
+        if not CUSPARSE.fullmatch(name) or version is None:
             continue  # cuSOLVER's version has no table; its wheel pulls cuSPARSE in anyway
         row = ctx.matrix.cusparse_cuda(version)
         if row is not None and (best is None or Version.parse(row["cuda"]) > best[0]):
