@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink",
               "torch", "tensorflow", "jax", "cupy", "ctranslate2", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
-         "none": "[dim]–[/]"}
+         "none": "[dim]–[/]", "not-judged": "[bold]?[/]"}
 
 
 def exit_code(verdict: str, strict: bool) -> ExitCode:
@@ -54,6 +54,8 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
         if not lines and not found:
             continue
         worst = found[0].severity if found else ("info" if lines[0][1] else "none")
+        if found and all(f.code == "not-judged" for f in found):
+            worst = "not-judged"  # found but not judged: never shown as a pass
         body = [text for text, _ in lines] or ["[dim]unknown[/]"]
         grid.add_row(MARKS.get(worst, MARKS["none"]), f"[bold]{comp}[/]", "\n".join(body))
         for f in found:
@@ -81,7 +83,8 @@ def _finding(f: Finding, commands: list[tuple[str, str]]) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=1)
     grid.add_column(overflow="fold")
-    grid.add_row(MARKS.get(f.severity, MARKS["none"]),
+    grid.add_row(MARKS["not-judged"] if f.code == "not-judged" else
+                 MARKS.get(f.severity, MARKS["none"]),
                  f"{escape(f.message)} [dim]\\[{escape(f.code)}][/]")
     if f.fix:
         prose, cmds = split_commands(f.fix, len(commands) + 1)

@@ -14,7 +14,7 @@ from dnnctl.compat.versions import (
     parse_cudnn,
     tag_from_cuda,
 )
-from dnnctl.doctor import rules_cudnn, rules_jax, rules_platform
+from dnnctl.doctor import rules_cudnn, rules_jax, rules_platform, rules_reach
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_driver import runtime_findings
@@ -33,7 +33,7 @@ def check(ctx: Context) -> list[Finding]:
     for name, fn in (("torch", _torch), ("tensorflow", _tensorflow), ("jax", rules_jax.check),
                      ("cupy", _cupy)):
         info = fw.get(name)
-        if not info:
+        if info is None:  # listed with nothing known ({}) is still installed
             continue
         if not info.get("version"):  # judge what the build alone says (ROCm, CPU-only)
             out += _build_only(ctx, name, info)
@@ -56,16 +56,22 @@ def _build_only(ctx: Context, name: str, info: dict[str, Any]) -> list[Finding]:
     """A framework whose version is unknown: its build type is still judged; otherwise it is
     said to be not judged (never a silent pass)."""
     found: list[Finding] = []
+    what = f"{name} (version unknown)"
     if name == "torch":
         local = (info.get("local_tag") or "").lower() or None
         fix = _torch_fix(ctx, None)
-        found = _torch_build(ctx, "torch (version unknown)", info, local, fix)
+        found = _torch_build(ctx, what, info, local, fix)
     elif name == "jax" and rules_jax.cpu_only(ctx, info):
-        found = rules_jax.cpu_finding(ctx, "jax (version unknown)", None)
+        found = rules_jax.cpu_finding(ctx, what, None)
     elif info.get("cuda_build") is False:
-        found = rules_platform.cpu_only(ctx, name, f"{name} (version unknown)")
-    return found or [finding("ok", "info", name, f"{name}: version unknown, not judged against "
-                             "the matrix")]
+        found = rules_platform.cpu_only(ctx, name, what)
+    if not found:  # the build's own arch list / CUDA, as for a version the matrix lacks
+        found = explicit_build(ctx, name, what, info, "",
+                               release_fix=rules_reach.release_fix(ctx, name), note="not-judged")
+    if not found:  # no release build at all has code for the GPU
+        found = rules_reach.no_build(ctx, name, what)
+    return found or [finding("not-judged", "info", name, f"{name}: version unknown, not judged "
+                             "against the matrix")]
 
 
 # -- torch ------------------------------------------------------------------------------------
@@ -80,6 +86,9 @@ def _torch_fix(ctx: Context, line: str | None) -> str | None:
     cc0 = ctx.known_ccs[0].cc if ctx.known_ccs else None
     if cc0 is None:
         return None
+    gone = rules_reach.unreached(ctx, "torch")
+    if gone:  # no wheel has code for one of the GPUs: only a source build works
+        return rules_reach.source_build_fix(ctx, "torch", gone[0])
     return best_torch_fix(ctx.matrix, cc0, driver=ctx.driver, platform=ctx.platform,
                           same_line=line, windows=ctx.windows)
 
@@ -116,7 +125,7 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if not rows:
         known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
         reason = f"torch {ver.line} has no rows in the matrix (it knows {known[0]}-{known[-1]})"
-        return explicit_build(ctx, "torch", what, info, reason) or [
+        return explicit_build(ctx, "torch", what, info, reason, release_fix=fix(False)) or [
             unknown("torch", reason, torch=ver.text)]
     cuda = _cuda_of(info)
     variant = local if local and local.startswith("cu") else (tag_from_cuda(cuda) if cuda else None)
@@ -132,7 +141,7 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if row is None:
         have = ", ".join(r["variant"] for r in rows)
         reason = f"the matrix has no {variant} wheel of torch {ver.line} (it knows {have})"
-        return explicit_build(ctx, "torch", what, info, reason) or [
+        return explicit_build(ctx, "torch", what, info, reason, release_fix=fix(False)) or [
             unknown("torch", f"{what}: {reason}; a custom build without an arch list is not "
                     "judged", torch=ver.text, variant=variant)]
     if row.uncertain:
@@ -184,12 +193,14 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return rules_platform.cpu_only(ctx, "tensorflow", what, fix=fix)
     if row is None or row.uncertain:
         reason = f"no {'certain ' if row else ''}tested configuration in the matrix"
-        return explicit_build(ctx, "tensorflow", what, info, reason) or [
+        return explicit_build(ctx, "tensorflow", what, info, reason,
+                              release_fix=rules_reach.release_fix(ctx, "tensorflow")) or [
             unknown("tensorflow", f"{what}: {reason}", row=row)]
     cuda = _cuda_of(info) or Version.parse(row["cuda"])
     compiled = parse_cudnn(info.get("cudnn")) or Version.parse(row["cudnn"])
     install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
-    out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"), None)
+    out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"),
+                                  rules_reach.release_fix(ctx, "tensorflow"))
     out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
                             row=row)
     out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(

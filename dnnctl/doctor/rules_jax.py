@@ -62,7 +62,7 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                            f"runtime is {cuda}", fix=install, row=row, cuda=cuda))
     floor = min(c[1] for c in need.clauses if c[0] in (">=", "=="))
     runtime = cuda if cuda is not None and not cuda.major_only else floor
-    arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), _fix(ctx))
+    arch, ptx_only = arch_findings(ctx, "jax", what, row, info.get("arch_list"), newest_fix(ctx))
     out += arch
     out += library_major(ctx, "jax", what, row["plugin"], "libcublas", fix=(
         f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
@@ -103,7 +103,7 @@ def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
         cudnn_loaded=loaded)]
 
 
-def _fix(ctx: Context) -> str | None:
+def newest_fix(ctx: Context) -> str | None:
     """The newest JAX build with cubins for every GPU here (never one without code)."""
     def newest(r: Row) -> Version:
         return max(v for _, v, _ in VersionRange.parse(r["jax"]).clauses)

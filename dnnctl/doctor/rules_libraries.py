@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dnnctl.compat.schema import Row
@@ -23,7 +24,8 @@ from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules_driver import runtime_findings
 
 EXPLICIT_SOURCE = ("the build's own arch list (the snapshot's arch_list: torch.cuda.get_arch_list(), "
-                   "TORCH_CUDA_ARCH_LIST, a build's targets)")
+                   "a build's TORCH_CUDA_ARCH_LIST / TF_CUDA_COMPUTE_CAPABILITIES, cuobjdump of "
+                   "its library)")
 SHADOW_SOURCES = ("env:", "system:", "conda:")
 LIBRARY_SOURCE = {
     "cublas": "pytorch/pytorch#174320 and #91067 (a cuBLAS found first on the path wins over "
@@ -119,25 +121,40 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
         needs_cuda_major=major, cuda_majors_found=sorted(have))]
 
 
+# The variable each framework's source build reads its target list from (TensorFlow's: the
+# release build scripts cited in compat/frameworks.yaml; CuPy's: its installation docs).
+ARCH_VARIABLE = {"torch": "TORCH_CUDA_ARCH_LIST", "tensorflow": "TF_CUDA_COMPUTE_CAPABILITIES",
+                 "cupy": "CUPY_NVCC_GENERATE_CODE"}
+
+
 def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any],
-                   reason: str) -> list[Finding]:
-    """A build the matrix has no row for, judged by the arch list and CUDA it reports."""
+                   reason: str, *, release_fix: str | None = None,
+                   note: str = "unknown-version") -> list[Finding]:
+    """A build the matrix has no row for, judged by the arch list and CUDA it reports;
+    ``release_fix``: the release build to install instead, when the caller knows one;
+    ``note``: the code of the finding that says what was not checked ("not-judged" when
+    only the version is unknown, an info: the build itself is judged)."""
     arch_list = info.get("arch_list")
     cuda = Version.maybe(info.get("cuda"))
     if not arch_list and cuda is None:
         return []
-    out: list[Finding] = [unknown(component, f"{what}: {reason}; judged only by what the build "
-                                  "reports (" + ", ".join(
-                                      p for p in (("arch list" if arch_list else ""),
-                                                  (f"CUDA {cuda}" if cuda else "")) if p)
-                                  + "); its cuDNN and Python were not checked",
-                                  version=info.get("version"))]
+    said = (f"{what}: " + (f"{reason}; " if reason else "") + "judged only by what the build "
+            "reports (" + ", ".join(
+        p for p in (("arch list" if arch_list else ""), (f"CUDA {cuda}" if cuda else "")) if p)
+        + "); its cuDNN and Python were not checked")
+    out: list[Finding] = [finding("not-judged", "info", component, said) if note == "not-judged"
+                          else unknown(component, said, version=info.get("version"))]
     ptx_only = False
     if arch_list:
         ccs = " ".join(str(g.cc) for g in ctx.known_ccs)
-        fix = (f"rebuild with these GPUs in the arch list (e.g. TORCH_CUDA_ARCH_LIST=\"{ccs}\"), "
-               f"or install a release build with code for them (`dnnctl compat suggest --gpu "
-               f"{ctx.known_ccs[0].cc}`)") if ctx.known_ccs else None
+        var = ARCH_VARIABLE.get(component)
+        if release_fix and "`" not in release_fix:  # a bare command: mark it for the renderer
+            release_fix = re.sub(r"^((?:pip|conda|uv) [^(;]+?)(\s*[(;].*|$)", r"`\1`\2",
+                                 release_fix)
+        fix = ("rebuild with these GPUs in the arch list ("
+               + (f"e.g. {var}=\"{ccs}\"" if var else f"compute capability {ccs}") + "), or "
+               + (release_fix or "install a release build with code for them (`dnnctl compat "
+                  f"suggest --gpu {ctx.known_ccs[0].cc}`)")) if ctx.known_ccs else None
         found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), fix,
                                         source=EXPLICIT_SOURCE)
         out += found
