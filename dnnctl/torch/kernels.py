@@ -146,10 +146,27 @@ def note_backward(op: str, key: dict[str, Any], passes: list[str]) -> None:
             _note(op, {**key, "pass": p})
 
 
+# the dtypes a call runs on dnnctl: DNN_DTYPES, or none inside torch_forms()
+_RUNS: frozenset[torch.dtype] = DNN_DTYPES
+
+
+@contextlib.contextmanager
+def torch_forms() -> Iterator[None]:
+    """The ops called in the block compute their meaning in torch's own ops (what a call
+    dnnctl refuses runs), uncounted: what ``torch.onnx.export`` records in place of a
+    dnnctl op, which no ONNX runtime has. Process-wide while it lasts (an export's trace)."""
+    global _RUNS
+    saved, _RUNS = _RUNS, frozenset()
+    try:
+        yield
+    finally:
+        _RUNS = saved
+
+
 def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dict],
          fallback: Callable[[], Any]) -> Any:
     """run() on dnnctl when x's dtype is one of its dtypes, else / on refusal fallback()."""
-    if x.dtype in DNN_DTYPES:
+    if x.dtype in _RUNS:
         try:
             out = run()
         except DnnctlError as exc:
@@ -158,7 +175,7 @@ def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dic
             if RECORDERS:
                 _note(op, key())
             return out
-    else:
+    elif _RUNS:
         _fallback(op)
     return fallback()
 

@@ -546,6 +546,12 @@ def run_op(name: str, *args: Any) -> Any:
     torch.jit.trace) takes the dispatcher."""
     x = args[0]
     if not plain_eager(x):
+        if _onnx_exporting():
+            # an ONNX file holds standard operators only, and no runtime has dnnctl's: the
+            # op's meaning in torch's own ops is what gets exported (the model as it was
+            # before the patch, numerically)
+            with K.torch_forms():
+                return KERNELS[name](*args)
         return getattr(_OPS, name)(*args)
     if _any_autocast():
         cast = AUTOCAST_DIRECT.get((x.device.type, name))
@@ -567,6 +573,7 @@ def plain_eager(x: torch.Tensor) -> bool:
 
 
 _grad_on, _compiling = torch.is_grad_enabled, torch.compiler.is_compiling
+_onnx_exporting = getattr(torch.onnx, "is_in_onnx_export", lambda: False)
 _modes, _tracing = torch._C._len_torch_dispatch_stack, torch._C._is_tracing
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us

@@ -183,8 +183,9 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     else:  # the functional op (torch.compile, modes): new statistics, copied back
         y, nm, nv, _, _ = run_op("batch_norm_train", x, rm, rv, m.weight, m.bias,
                                  m.momentum, m.eps, handle, activation, residual)
-        with torch.no_grad():
-            torch._foreach_copy_([rm, rv], [nm, nv])  # one launch
+        # one launch; the new statistics carry no gradient (no torch.no_grad block, which
+        # torch.export writes as a subgraph its verifier refused in a training ResNet)
+        torch._foreach_copy_([rm, rv], [nm.detach(), nv.detach()])
     m.num_batches_tracked.add_(1)  # a buffer with no gradient, as torch's module does
     return y
 

@@ -186,22 +186,41 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     if trace and list(model.children()):
         _trace(model, covered, handle, report, saved)
     object.__setattr__(model, _MARK, _State(report, saved, plan))
-    if "__prepare_scriptable__" not in model.__dict__:  # torch.jit.script asks it first
-        object.__setattr__(model, "__prepare_scriptable__", _NotScriptable(model))
+    _mark_unscriptable(model, saved)
     return report
 
 
+def _mark_unscriptable(model: nn.Module, saved: list[tuple[nn.Module, Any]]) -> None:
+    """The model and every module whose forward patch replaced get a
+    ``__prepare_scriptable__`` that raises torch.jit.script's error: script asks it of
+    each module it compiles, so a part of a patched model scripted alone (``script(
+    model.backbone)``) says so too, instead of failing deep inside TorchScript on the
+    forward patch put there."""
+    routed = {id(m) for m, _ in saved}
+    for name, m in model.named_modules():
+        if (m is model or id(m) in routed) and "__prepare_scriptable__" not in m.__dict__:
+            object.__setattr__(m, "__prepare_scriptable__", _NotScriptable(m, name))
+
+
+def _unmark_unscriptable(model: nn.Module) -> None:
+    for m in model.modules():
+        if isinstance(m.__dict__.get("__prepare_scriptable__"), _NotScriptable):
+            del m.__dict__["__prepare_scriptable__"]
+
+
 class _NotScriptable:
-    """A patched model's ``__prepare_scriptable__``: torch.jit.script's error; pickled as a
+    """A patched module's ``__prepare_scriptable__``: torch.jit.script's error; pickled as a
     no-op one (the model comes back unpatched, and scriptable)."""
 
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
+    def __init__(self, model: nn.Module, name: str = "") -> None:
+        self.model, self.name = model, name
 
     def __call__(self) -> Any:
-        raise UsageError("torch.jit.script cannot compile a patched model: TorchScript "
-                         "compiles the model's Python source, and dnnctl's kernels are "
-                         "called from Python",
+        what = "a patched model" if not self.name else (
+            f"module {self.name!r} ({type(self.model).__name__}) of a patched model")
+        raise UsageError(f"torch.jit.script cannot compile {what}: TorchScript compiles "
+                         "the model's Python source, and dnnctl's kernels are called from "
+                         "Python",
                          hint="script the model before dnnctl.torch.patch (or after "
                               "unpatch), or use torch.compile / torch.export, which keep "
                               "the dnnctl ops")
@@ -210,7 +229,7 @@ class _NotScriptable:
         return _Scriptable, (self.model,)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _NotScriptable:
-        return _NotScriptable(copy.deepcopy(self.model, memo))
+        return _NotScriptable(copy.deepcopy(self.model, memo), self.name)
 
 
 class _Scriptable:
@@ -240,6 +259,13 @@ def _signature(fn: Any) -> tuple[inspect.Signature | None, list[str], dict[str, 
     if len(required) != sum(p.default is p.empty for p in params):
         return None, [], {}  # a required keyword-only parameter
     return sig, required, {p.name: p.default for p in params if p.default is not p.empty}
+
+
+def _own_signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -494,6 +520,13 @@ class _Traced:
         own = self.own
         return getattr(getattr(own, "__func__", own), "__code__", None)
 
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """The model's own forward's signature (inspect.signature reads it): torch.export
+        binds the inputs and ``dynamic_shapes`` to its parameter names, not to this
+        object's ``*args, **kwargs``."""
+        return _own_signature(self.own)
+
     def __reduce__(self) -> Any:  # pickled as the model's own forward
         return _as_is, (self.own,)
 
@@ -543,6 +576,11 @@ class _Retrace:
                               self.handle, 0)
         return traced(*args, **kwargs)
 
+    @property
+    def __signature__(self) -> inspect.Signature | None:
+        """As :attr:`_Traced.__signature__`."""
+        return _own_signature(_own_forward(self.model, _MISSING))
+
     def __reduce__(self) -> Any:  # pickled as the model's own forward
         return _as_is, (_own_forward(self.model, _MISSING),)
 
@@ -563,14 +601,14 @@ def unpatch(model: nn.Module) -> PatchReport:
                              hint="call dnnctl.torch.patch(model) first")
         for m in routed:
             del m.__dict__["forward"]
+        _unmark_unscriptable(model)
         return PatchReport(training=model.training)
     for m, before in reversed(state.forwards):
         if before is _MISSING:
             m.__dict__.pop("forward", None)
         else:
             object.__setattr__(m, "forward", before)
-    if isinstance(model.__dict__.get("__prepare_scriptable__"), _NotScriptable):
-        del model.__dict__["__prepare_scriptable__"]
+    _unmark_unscriptable(model)
     return state.report
 
 
