@@ -84,7 +84,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "cudnn": F("version"), "status": F("choice", True, "stable", "experimental"),
         "pypi_default": F("bool"), "python": F("range"), "arch_list": F("target_list", True),
         "arch_list_aarch64": F("target_list"), "arch_uncertain": F("target_list"),
-        "index_url": F("text")}),
+        "index_url": F("text"), "nccl": F("version")}),
     "tensorflow": (("tensorflow",), {
         "tensorflow": F("version", True), "python": F("range"), "cuda": F("version", True),
         "cudnn": F("version", True), "arch_list": F("target_list", True), "pip_extra": F("text")}),
@@ -95,6 +95,13 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "ctranslate2": (("ctranslate2",), {
         "ctranslate2": F("range", True), "cuda": F("version", True),
         "uses_cudnn": F("bool", True), "cudnn": F("version")}),
+    "onnxruntime": (("onnxruntime", "cuda"), {
+        "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
+        "pypi": F("bool", True)}),
+    "gpu_minimums": (("package", "versions"), {
+        "package": F("text", True), "versions": F("range", True), "min_cc": F("cc", True),
+        "severity": F("choice", True, "error", "warning"), "feature": F("text", True),
+        "symptom": F("text", True), "fix": F("text", True)}),
     "cupy": (("package",), {
         "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
         "blackwell_min_cupy": F("version"), "install": F("text", True)}),

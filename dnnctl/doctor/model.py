@@ -90,6 +90,9 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
             "arch_list": "strlist",
             "plugins": "strlist", "cuda_runtime": "version", "cudnn_runtime": "version",
             "backend": "str"},
+    # onnxruntime: the onnxruntime-gpu wheel; cuda is its build's (capi/build_and_package_info.py
+    # cuda_version, written from 1.21 on), else the matrix's onnxruntime table says
+    "onnxruntime": {**_COMMON, "package": "str"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
              "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",
