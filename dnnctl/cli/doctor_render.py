@@ -140,8 +140,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
                 for c in items]
     if comp in env.frameworks:
         return [(escape(_framework_line(comp, env.frameworks[comp])), True)]
-    if comp in env.packages:  # a package judged on its own (ctranslate2)
-        return [(f"{escape(env.packages[comp])}  [dim]package[/]", True)]
+    for name in (comp, f"{comp}-gpu"):  # a package judged on its own (ctranslate2,
+        if name in env.packages:         # onnxruntime-gpu)
+            return [(f"{escape(env.packages[name])}  [dim]package {escape(name)}[/]", True)]
     return []
 
 

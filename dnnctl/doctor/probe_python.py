@@ -166,6 +166,20 @@ def cupy_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
     return info
 
 
+def onnxruntime_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
+    """onnxruntime-gpu: its version and, where the wheel records it (1.21 on), the CUDA of its
+    build (onnxruntime/capi/build_and_package_info.py ``cuda_version``)."""
+    dist = dists.get("onnxruntime-gpu")
+    if dist is None:
+        return None
+    info: dict[str, Any] = {"version": dist.version, "package": dist.name, "source": "metadata"}
+    fields = parse.py_assignments(_read(dist, "onnxruntime/capi/build_and_package_info.py"))
+    cuda = fields.get("cuda_version")
+    if isinstance(cuda, str) and parse.version_tuple(cuda):
+        info["cuda"] = cuda
+    return info
+
+
 def probe_python(host: Host) -> tuple[dict[str, dict[str, Any]], dict[str, str],
                                       dict[str, Dist], list[str]]:
     """(frameworks, packages, the distributions found, notes)."""
@@ -173,7 +187,8 @@ def probe_python(host: Host) -> tuple[dict[str, dict[str, Any]], dict[str, str],
     frameworks: dict[str, dict[str, Any]] = {}
     if "torch" in dists:
         frameworks["torch"] = torch_info(dists["torch"])
-    for name, fn in (("tensorflow", tensorflow_info), ("jax", jax_info), ("cupy", cupy_info)):
+    for name, fn in (("tensorflow", tensorflow_info), ("jax", jax_info), ("cupy", cupy_info),
+                     ("onnxruntime", onnxruntime_info)):
         info = fn(dists)
         if info:
             frameworks[name] = info

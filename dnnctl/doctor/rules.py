@@ -6,8 +6,8 @@ filled from the matrix (a torch wheel's arch list and cuDNN from its version and
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_cudnn.py, rules_libraries.py,
-rules_nvjitlink.py and rules_packages.py (none imports this module).
+rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_cudnn.py,
+rules_libraries.py, rules_nvjitlink.py and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dnnctl.doctor import (
     rules_live,
     rules_mig,
     rules_nvjitlink,
+    rules_onnxruntime,
     rules_packages,
 )
 from dnnctl.doctor.context import build_context
@@ -35,6 +36,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_mig.check(ctx)
     findings += rules_frameworks.check(ctx)
     findings += rules_ctranslate2.check(ctx)
+    findings += rules_onnxruntime.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_live.check(ctx)

@@ -1,0 +1,224 @@
+"""onnxruntime-gpu: the CUDA and cuDNN its CUDA execution provider loads, against what is here.
+
+An onnxruntime-gpu build loads the CUDA libraries of one major (before CUDA 11: one
+major.minor, libcudart.so.10.2) and the cuDNN of one major: 8.x and 9.x are not
+interchangeable (ONNX Runtime's CUDA EP requirements). From 1.19 PyPI carries the CUDA 12 /
+cuDNN 9 build; ONNX Runtime's own feed has the others (matrix table ``onnxruntime``). A torch
+in the same environment brings its CUDA and cuDNN, which ONNX Runtime reuses. When the libraries
+do not match, the provider fails to load and sessions fall back to the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import TorchVersion, Version, VersionRange, parse_cudnn
+from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_libraries import loadable_majors
+from dnnctl.errors import UsageError
+
+PACKAGE = "onnxruntime-gpu"
+INSTALL_DOCS = "https://onnxruntime.ai/docs/install/"
+REQUIRE_MESSAGE = Version.parse("1.19")  # the release whose provider names what it requires
+
+
+def check(ctx: Context) -> list[Finding]:
+    """The installed onnxruntime-gpu against the CUDA runtimes and cuDNN majors found here."""
+    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    info = (ctx.env.frameworks or {}).get("onnxruntime") or {}
+    text = str(info.get("version") or packages.get(PACKAGE) or "")
+    if not text or ctx.os_kind == "macos":
+        return []
+    ver = Version.maybe(text)
+    what = f"{PACKAGE} {text}"
+    rows = [r for r in ctx.matrix.rows("onnxruntime") if ver is not None and not r.uncertain
+            and VersionRange.parse(r["onnxruntime"]).contains(ver)]
+    built = Version.maybe(info.get("cuda"))  # the build's own record beats the table
+    if built is not None:
+        rows = [r for r in rows if _cuda_fits(built, Version.parse(r["cuda"]))] or \
+            [_row_of(built, info)]
+    if not rows:
+        known = sorted(ctx.matrix.rows("onnxruntime"), key=_low)
+        span = f" (it knows {_low(known[0])} to below {_high(known[-1])})" if known else ""
+        return [finding("not-judged", "info", "onnxruntime", f"{what}: not in the matrix{span}; "
+                        "which CUDA and cuDNN it loads was not judged", version=text)]
+    cudas, cudnns = _cudas(ctx), _cudnn_majors(ctx, packages)
+    fits = [r for r in rows if _fits(r, cudas, cudnns)]
+    # which build is installed: its own record, else the one pip gets from PyPI
+    installed = rows if built is not None else [r for r in rows if r["pypi"]] or rows
+    if any(r in installed for r in fits):
+        r = next(r for r in fits if r in installed)
+        return [finding("ok", "info", "onnxruntime", f"{what}: {_build(r)}; "
+                        + _found(cudas, cudnns), row=r or None)]
+    row = installed[0]
+    need_cuda, need_cudnn = Version.parse(row["cuda"]), _major(row["cudnn"])
+    cuda_bad = cudas is not None and not any(_cuda_fits(v, need_cuda) for v in cudas)
+    code = "cuda-mismatch" if cuda_bad else "cudnn-mismatch"
+    said = ("'Failed to create CUDAExecutionProvider. Require "
+            + (f"cuDNN {need_cudnn}.* and " if need_cudnn else "")
+            + f"CUDA {need_cuda.major}.*', " if ver is not None and ver >= REQUIRE_MESSAGE else "")
+    symptom = (f"the CUDA execution provider fails to load ({said}"
+               + _missing(ctx, need_cuda if cuda_bad else None, need_cudnn)
+               + ") and sessions run on the CPU")
+    other = [r for r in fits if r not in installed]
+    note = (f" ({text} also exists as {_build(other[0])}, on ONNX Runtime's own feed, which "
+            "would fit)" if other else "")
+    return [finding(
+        code, "error", "onnxruntime",
+        f"{what} is {_build(row)}, but {_found(cudas, cudnns)}: {symptom}{note}",
+        fix=_fix(ctx, cudas, cudnns, row), row=row or None, needs_cuda=str(need_cuda),
+        needs_cudnn=need_cudnn, cuda_found=[str(v) for v in cudas or []],
+        cudnn_found=sorted(cudnns) if cudnns is not None else None)]
+
+
+def _row_of(cuda: Version, info: dict[str, Any]) -> Row:
+    """A build the table has no row for, described by its own record (cuDNN unknown)."""
+    row = Row({"onnxruntime": f"=={info.get('version')}", "cuda": str(cuda),
+               "cudnn": str(info.get("cudnn") or ""), "pypi": False, "certainty": "V",
+               "source": "the wheel's own record (onnxruntime/capi/build_and_package_info.py "
+                         "cuda_version)"})
+    row.file = "snapshot"
+    return row
+
+
+def _build(row: Row) -> str:
+    where = "the PyPI build" if row["pypi"] else "a build"
+    cudnn = f", cuDNN {_major(row['cudnn'])}" if _major(row["cudnn"]) else ""
+    return f"{where} for CUDA {_cuda_text(Version.parse(row['cuda']))}{cudnn}"
+
+
+def _cuda_text(v: Version) -> str:
+    return f"{v.major}.x" if v.major >= 11 else str(v.trunc(2))
+
+
+def _missing(ctx: Context, cuda: Version | None, cudnn: int | None) -> str:
+    """The library load that fails: the CUDA runtime when ``cuda``, else cuDNN."""
+    if ctx.os_kind == "windows":  # cudart64_12.dll / cudart64_102.dll, cudnn64_9.dll
+        name = (f"cudart64_{cuda.major}{'' if cuda.major >= 11 else cuda.minor}.dll" if cuda
+                else f"cudnn64_{cudnn}.dll")
+        return f"'LoadLibrary failed with error 126' for {name}"
+    name = (f"libcudart.so.{cuda.major if cuda.major >= 11 else cuda.trunc(2)}" if cuda
+            else f"libcudnn.so.{cudnn}")
+    return f"'{name}: cannot open shared object file'"
+
+
+def _major(text: Any) -> int | None:
+    v = parse_cudnn(text) if text else None
+    return v.major if v is not None else None
+
+
+def _cuda_fits(have: Version, need: Version) -> bool:
+    """CUDA 11 and later: the same major (minor-version compatibility); before: major.minor."""
+    if need.major >= 11:
+        return have.major == need.major
+    return have.trunc(2) == need.trunc(2)
+
+
+def _fits(row: Row, cudas: list[Version] | None, cudnns: set[int] | None) -> bool:
+    """Whether the libraries found here fit the row (unknown counts as fitting)."""
+    need = Version.parse(row["cuda"])
+    cuda_ok = cudas is None or any(_cuda_fits(v, need) for v in cudas)
+    major = _major(row["cudnn"])
+    return cuda_ok and (cudnns is None or major is None or major in cudnns)
+
+
+def _found(cudas: list[Version] | None, cudnns: set[int] | None) -> str:
+    parts = []
+    if cudas is not None:
+        parts.append("the CUDA here is " + (", ".join(_cuda_text(v) if v.major >= 11 else
+                                                      str(v.trunc(2)) for v in cudas) or "none"))
+    if cudnns is not None:
+        parts.append("the cuDNN here is " + (", ".join(f"{m}.x" for m in sorted(cudnns))
+                                             or "none"))
+    return " and ".join(parts) or "which CUDA and cuDNN are installed here is not known"
+
+
+def _torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
+    """The CUDA and cuDNN a torch in the same environment brings (its own or its row's)."""
+    info = (ctx.env.frameworks or {}).get("torch") or {}
+    if not info.get("version") or info.get("cuda_build") is False:
+        return Version.maybe(info.get("cuda")), parse_cudnn(info.get("cudnn"))
+    try:
+        ver = TorchVersion.parse(info["version"])
+    except UsageError:
+        return None, None
+    local = (info.get("local_tag") or ver.local or "").lower()
+    if local and not local.startswith("cu"):
+        return None, None  # a CPU or ROCm build brings no CUDA
+    row = None
+    if local:
+        row = ctx.matrix.torch_row(ver.line, local)
+    elif ctx.os_kind in (None, "linux"):  # PyPI's Linux wheel is the default CUDA variant
+        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
+    cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
+             or (parse_cudnn(row.get("cudnn")) if row else None))
+    return cuda, cudnn
+
+
+def _cudas(ctx: Context) -> list[Version] | None:
+    """CUDA runtimes that would load (None: none listed and no torch to bring one)."""
+    found = [v for rt in ctx.env.cuda_runtimes
+             if not f"{rt.source or ''} {rt.path or ''}".lower().startswith("pip:cupy")
+             and "compat" not in f"{rt.source or ''} {rt.path or ''}".lower()
+             and (v := Version.maybe(rt.version)) is not None]
+    torch_cuda, _ = _torch_stack(ctx)
+    if torch_cuda is not None:
+        found.append(torch_cuda)
+    if not found and loadable_majors(ctx) is None:
+        return None
+    return sorted(set(found))
+
+
+def _cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int] | None:
+    """cuDNN majors installed: the copies found, nvidia-cudnn wheels, torch's own."""
+    texts = [c.version for c in ctx.env.cudnn]
+    texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
+    _, torch_cudnn = _torch_stack(ctx)
+    majors = {v.major for t in texts if (v := parse_cudnn(t)) is not None}
+    if torch_cudnn is not None:
+        majors.add(torch_cudnn.major)
+    return majors or None
+
+
+def _low(row: Row) -> Version:
+    return min(v for op, v, _ in VersionRange.parse(row["onnxruntime"]).clauses
+               if op in (">=", "=="))
+
+
+def _high(row: Row) -> Version:
+    highs = [v for op, v, _ in VersionRange.parse(row["onnxruntime"]).clauses if op == "<"]
+    return min(highs) if highs else _low(row)
+
+
+def _spec(row: Row) -> str:
+    return str(VersionRange.parse(row["onnxruntime"])).replace(" ", "")
+
+
+def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
+         current: Row) -> str:
+    """The onnxruntime-gpu builds that fit the CUDA and cuDNN here (the newest, and the newest
+    on PyPI), else the libraries the installed one needs."""
+    rows = sorted((r for r in ctx.matrix.rows("onnxruntime") if not r.uncertain
+                   and cudas is not None and _fits(r, cudas, cudnns)),
+                  key=lambda r: (_low(r), r["pypi"]), reverse=True)
+    need_cuda, need_cudnn = Version.parse(current["cuda"]), _major(current["cudnn"])
+    _, torch_cudnn = _torch_stack(ctx)
+    keep = (f" (torch here uses cuDNN {torch_cudnn.major}: keep that major)"
+            if torch_cudnn is not None and need_cudnn and torch_cudnn.major != need_cudnn else "")
+    libs = (f"install CUDA {_cuda_text(need_cuda)}" + (f" and cuDNN {need_cudnn}" if need_cudnn
+                                                       else "") + " for the installed one")
+    if not keep and need_cudnn and need_cuda.major >= 11:
+        libs += f" (`pip install 'nvidia-cudnn-cu{need_cuda.major}=={need_cudnn}.*'`)"
+    picks = rows[:1] + [r for r in rows[1:] if r["pypi"] and not rows[0]["pypi"]][:1]
+    options = []
+    for r in picks:
+        if r["pypi"]:
+            options.append(f"`pip install '{PACKAGE}{_spec(r)}'` ({_build(r)})")
+        else:
+            options.append(f"{_build(r)} of {PACKAGE} {_spec(r)} from ONNX Runtime's own "
+                           f"package feed (see {INSTALL_DOCS})")
+    return "; or ".join(options + [libs]) + keep
