@@ -6,16 +6,19 @@ filled from the matrix (a torch wheel's arch list and cuDNN from its version and
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_cudnn.py,
-rules_libraries.py, rules_nvjitlink.py and rules_packages.py (none imports this module).
+rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
+torch's CUDA), rules_addons.py (add-ons' GPU minimums), rules_cudnn.py, rules_libraries.py,
+rules_nvjitlink.py and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
 
 from dnnctl.compat.matrix import Matrix
 from dnnctl.doctor import (
+    rules_addons,
     rules_ctranslate2,
     rules_driver,
+    rules_extensions,
     rules_frameworks,
     rules_libraries,
     rules_live,
@@ -37,6 +40,8 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_frameworks.check(ctx)
     findings += rules_ctranslate2.check(ctx)
     findings += rules_onnxruntime.check(ctx)
+    findings += rules_extensions.check(ctx)
+    findings += rules_addons.check(ctx, findings)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_live.check(ctx)

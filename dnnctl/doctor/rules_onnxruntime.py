@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import TorchVersion, Version, VersionRange, parse_cudnn
+from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import loadable_majors
-from dnnctl.errors import UsageError
+from dnnctl.doctor.stack import torch_stack
 
 PACKAGE = "onnxruntime-gpu"
 INSTALL_DOCS = "https://onnxruntime.ai/docs/install/"
@@ -136,36 +136,13 @@ def _found(cudas: list[Version] | None, cudnns: set[int] | None) -> str:
     return " and ".join(parts) or "which CUDA and cuDNN are installed here is not known"
 
 
-def _torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
-    """The CUDA and cuDNN a torch in the same environment brings (its own or its row's)."""
-    info = (ctx.env.frameworks or {}).get("torch") or {}
-    if not info.get("version") or info.get("cuda_build") is False:
-        return Version.maybe(info.get("cuda")), parse_cudnn(info.get("cudnn"))
-    try:
-        ver = TorchVersion.parse(info["version"])
-    except UsageError:
-        return None, None
-    local = (info.get("local_tag") or ver.local or "").lower()
-    if local and not local.startswith("cu"):
-        return None, None  # a CPU or ROCm build brings no CUDA
-    row = None
-    if local:
-        row = ctx.matrix.torch_row(ver.line, local)
-    elif ctx.os_kind in (None, "linux"):  # PyPI's Linux wheel is the default CUDA variant
-        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
-    cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
-    cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
-             or (parse_cudnn(row.get("cudnn")) if row else None))
-    return cuda, cudnn
-
-
 def _cudas(ctx: Context) -> list[Version] | None:
     """CUDA runtimes that would load (None: none listed and no torch to bring one)."""
     found = [v for rt in ctx.env.cuda_runtimes
              if not f"{rt.source or ''} {rt.path or ''}".lower().startswith("pip:cupy")
              and "compat" not in f"{rt.source or ''} {rt.path or ''}".lower()
              and (v := Version.maybe(rt.version)) is not None]
-    torch_cuda, _ = _torch_stack(ctx)
+    torch_cuda, _ = torch_stack(ctx)
     if torch_cuda is not None:
         found.append(torch_cuda)
     if not found and loadable_majors(ctx) is None:
@@ -177,7 +154,7 @@ def _cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int] | None:
     """cuDNN majors installed: the copies found, nvidia-cudnn wheels, torch's own."""
     texts = [c.version for c in ctx.env.cudnn]
     texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
-    _, torch_cudnn = _torch_stack(ctx)
+    _, torch_cudnn = torch_stack(ctx)
     majors = {v.major for t in texts if (v := parse_cudnn(t)) is not None}
     if torch_cudnn is not None:
         majors.add(torch_cudnn.major)
@@ -206,7 +183,7 @@ def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
                    and cudas is not None and _fits(r, cudas, cudnns)),
                   key=lambda r: (_low(r), r["pypi"]), reverse=True)
     need_cuda, need_cudnn = Version.parse(current["cuda"]), _major(current["cudnn"])
-    _, torch_cudnn = _torch_stack(ctx)
+    _, torch_cudnn = torch_stack(ctx)
     keep = (f" (torch here uses cuDNN {torch_cudnn.major}: keep that major)"
             if torch_cudnn is not None and need_cudnn and torch_cudnn.major != need_cudnn else "")
     libs = (f"install CUDA {_cuda_text(need_cuda)}" + (f" and cuDNN {need_cudnn}" if need_cudnn

@@ -1,0 +1,38 @@
+"""What a torch in the environment brings: the CUDA and cuDNN of its build.
+
+Its own fields win (``cuda`` from torch/version.py, the cuDNN it pins or reports); otherwise
+the matrix row of its wheel (the ``+cuXYZ`` tag, or PyPI's default variant on Linux). Other
+rules compare add-ons with it (onnxruntime-gpu reuses torch's CUDA and cuDNN; an extension
+built here must use torch's CUDA major).
+"""
+
+from __future__ import annotations
+
+from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn
+from dnnctl.doctor.context import Context
+from dnnctl.errors import UsageError
+
+
+def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
+    """(CUDA, cuDNN) of the torch build here; (None, None) for a CPU / ROCm build or none."""
+    info = (ctx.env.frameworks or {}).get("torch") or {}
+    if info.get("cuda_build") is False:
+        return None, None
+    if not info.get("version"):
+        return Version.maybe(info.get("cuda")), parse_cudnn(info.get("cudnn"))
+    try:
+        ver = TorchVersion.parse(info["version"])
+    except UsageError:
+        return None, None
+    local = (info.get("local_tag") or ver.local or "").lower()
+    if local and not local.startswith("cu"):
+        return None, None  # a CPU or ROCm build brings no CUDA
+    row = None
+    if local:
+        row = ctx.matrix.torch_row(ver.line, local)
+    elif ctx.os_kind in (None, "linux"):  # PyPI's Linux wheel is the default CUDA variant
+        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
+    cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
+             or (parse_cudnn(row.get("cudnn")) if row else None))
+    return cuda, cudnn
