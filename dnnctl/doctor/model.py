@@ -40,6 +40,7 @@ CODES = {
     "live-launch": "a one-op kernel launch failed on a visible GPU",
     "live-failed": "the live check itself could not run (import error, crash, timeout)",
     "mig-enumeration": "more MIG devices are visible to one process than CUDA enumerates",
+    "python-version": "the framework release has no wheels for this Python version",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

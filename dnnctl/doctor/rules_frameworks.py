@@ -14,7 +14,7 @@ from dnnctl.compat.versions import (
     parse_cudnn,
     tag_from_cuda,
 )
-from dnnctl.doctor import rules_cudnn, rules_jax, rules_platform, rules_reach
+from dnnctl.doctor import rules_cudnn, rules_jax, rules_platform, rules_python, rules_reach
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_driver import runtime_findings
@@ -148,7 +148,7 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [unknown("torch", f"{what}: the matrix row is uncertain", row=row)]
     what = f"torch {ver.text}" + ("" if local else f" ({variant})")
     cuda = cuda or Version.parse(row["cuda"])
-    out = jetson_wheels(ctx, info, row)
+    out = jetson_wheels(ctx, info, row) + rules_python.check(ctx, "torch", what, row)
     arch, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
     out += arch
     alt = fix(same_line=False) if ctx.known_ccs else None
@@ -201,6 +201,7 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
     out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"),
                                   rules_reach.release_fix(ctx, "tensorflow"))
+    out = rules_python.check(ctx, "tensorflow", what, row) + out
     out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
                             row=row)
     out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
