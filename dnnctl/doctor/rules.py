@@ -42,6 +42,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_onnxruntime.check(ctx)
     findings += rules_extensions.check(ctx)
     findings += rules_addons.check(ctx, findings)
+    findings += rules_addons.cuda_python(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_live.check(ctx)

@@ -1,10 +1,12 @@
-"""Add-ons whose kernels need a newer GPU than the framework they extend.
+"""Add-on packages: GPU minimums of their kernels, and the CUDA of cuda-python's bindings.
 
-FlashAttention-2 runs on compute capability 8.0 and newer only; torch.compile's default
-backend (TorchInductor) generates Triton kernels, which torch refuses below 7.0 while eager
-torch still runs there (matrix table ``gpu_minimums``). Each installed package in a row's
-version range is judged against every GPU here; a torch of unknown version is judged as the
-releases the matrix knows are (all but 1.13 have torch.compile).
+- FlashAttention-2 runs on compute capability 8.0 and newer only; torch.compile's default
+  backend (TorchInductor) generates Triton kernels, which torch refuses below 7.0 while eager
+  torch still runs there (matrix table ``gpu_minimums``). Each installed package in a row's
+  version range is judged against every GPU here; a torch of unknown version is judged as the
+  releases the matrix knows are (all but 1.13 have torch.compile).
+- cuda-python / cuda-bindings M.x are the CUDA M driver and runtime bindings: they need a driver
+  that runs CUDA M (its minor-version-compatibility floor), like any CUDA M runtime.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_driver import runtime_findings
+
+CUDA_PYTHON_SOURCE = (
+    "https://nvidia.github.io/cuda-python/cuda-bindings/12.9.11/install.html (cuda-bindings 12.x: "
+    "'Driver: Linux (525.60.13 or later), Windows (528.33 or later)', 'the CUDA 12 "
+    "minor-version compatibility baseline'); brandon-yujie-sun (NVIDIA) in NVIDIA/cutlass#2866 "
+    "('13.0+ cuda-python requires 580+ driver. You would need to install a 12.9 cuda-python')")
 
 
 def _installed(ctx: Context) -> dict[str, str | None]:
@@ -64,3 +73,19 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
             f"is older: it fails with {row['symptom']}", fix=row["fix"], row=row,
             min_cc=str(need), compute_capability=[str(g.cc) for g in low]))
     return out
+
+
+def cuda_python(ctx: Context) -> list[Finding]:
+    """cuda-bindings (or the cuda-python metapackage) of CUDA major M against the driver."""
+    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    name = next((n for n in ("cuda-bindings", "cuda-python") if n in packages), None)
+    ver = Version.maybe(packages[name]) if name else None
+    if ver is None or ver.major < 11:
+        return []
+    what = f"{name} {packages[name]} (the CUDA {ver.major} bindings)"
+    found = runtime_findings(ctx, name, Version.parse(f"{ver.major}.0"), what=what, jit=False,
+                             alt_fix=f"`pip install 'cuda-python<{ver.major}'` (bindings for "
+                             "the CUDA this driver runs)")
+    for f in found:
+        f.source = CUDA_PYTHON_SOURCE + (f"; {f.source}" if f.source else "")
+    return found

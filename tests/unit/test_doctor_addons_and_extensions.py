@@ -61,3 +61,17 @@ def test_a_toolkit_of_another_major_than_torch(tmp_path: Path) -> None:
     # pip's runtime wheels and the ld cache's libcudart are not toolkits
     pip = ('cuda_runtimes: [{version: "12.4.127", source: "pip:nvidia-cuda-runtime-cu12"}]\n')
     assert not doctor(tmp_path, AMPERE + pip + torch).of("cuda-mismatch", "cuda")
+
+
+def test_cuda_python_bindings_need_a_driver_for_their_cuda_major(tmp_path: Path) -> None:
+    # NVIDIA/cutlass#2866: cuda-python 13 on driver 570.133.20 -> cudaErrorInsufficientDriver
+    got = doctor(tmp_path, "os: Linux\ndriver: {version: 570.133.20}\n"
+                 'packages: {cuda-python: "13.0.0"}\n')
+    [f] = got.of("driver-too-old", "cuda-python")
+    assert f["severity"] == "error" and f["evidence"]["required"] == "580.65.06"
+    assert "580.65.06" in f["fix"] and "pip install 'cuda-python<13'" in got.text
+    assert "cutlass#2866" in f["source"]
+    # the 12.x bindings run on that driver; cuda-bindings' own version wins over the metapackage
+    ok = doctor(tmp_path, "os: Linux\ndriver: {version: 570.133.20}\n"
+                'packages: {cuda-python: "12.9.0", cuda-bindings: "12.9.0"}\n')
+    assert not ok.of("driver-too-old")
