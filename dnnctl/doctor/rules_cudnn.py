@@ -107,8 +107,7 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
     shadow = source is not None and source.startswith(SHADOW_SOURCES)
     code = "cudnn-shadowed" if shadow else "cudnn-mismatch"
     if loaded.major != compiled.major or loaded.trunc(2) < compiled.trunc(2):
-        hint = (f"remove the directory of {copy.path or copy.source} from LD_LIBRARY_PATH (or "
-                "uninstall that cuDNN) so the bundled copy loads" if shadow and copy else fix)
+        hint = _unshadow(ctx, copy, compiled.major, fix) if shadow and copy else fix
         return [finding(
             code, "error", "cudnn",
             f"{what} was built against cuDNN {compiled}, but the copy that loads first is "
@@ -143,7 +142,19 @@ def _cudnn8_mix(ctx: Context, what: str, compiled: Version, loaded: Version,
         "by name, so the two copies mix: 'Could not load library libcudnn_cnn_train.so.8 ... "
         "undefined symbol' or 'GET was unable to find an engine', although the versions are "
         "compatible on paper",
-        fix=f"remove the directory of {copy.path or copy.source} from LD_LIBRARY_PATH (or "
-        "uninstall that cuDNN) so the bundled copy loads", source=CUDNN8_MIX_SOURCE,
+        fix=_unshadow(ctx, copy, compiled.major, None), source=CUDNN8_MIX_SOURCE,
         cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=copy.source,
         bundled=bundled.version)]
+
+
+def _unshadow(ctx: Context, copy: Component, major: int, fix: str | None) -> str:
+    """Take the copy found first off the search path: LD_LIBRARY_PATH on Linux, PATH on native
+    Windows (where DLLs are found through PATH); the bundled copy then loads if there is one,
+    else the framework's own fix is still needed."""
+    var = "PATH" if ctx.os_kind == "windows" else "LD_LIBRARY_PATH"
+    where = copy.path or copy.source
+    text = f"remove the directory of {where} from {var} (or uninstall that cuDNN)"
+    if _bundled_copy(ctx, major) is not None or not fix:
+        return text + " so the bundled copy loads"
+    return f"{fix}, replacing the copy in the directory of {where} (or in a directory earlier " \
+           f"on {var})"
