@@ -7,8 +7,10 @@ A version the matrix has no row for, or a row marked uncertain, gives ``unknown-
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
-torch's CUDA), rules_addons.py (add-ons' GPU minimums), rules_cudnn.py, rules_libraries.py,
-rules_nvjitlink.py and rules_packages.py (none imports this module).
+torch's CUDA), rules_addons.py (add-ons' GPU minimums, cuda-python), rules_python.py and
+rules_reach.py (used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_nccl.py (the
+NCCL loaded first vs torch's pin), rules_nvjitlink.py and rules_packages.py (none imports this
+module).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dnnctl.doctor import (
     rules_libraries,
     rules_live,
     rules_mig,
+    rules_nccl,
     rules_nvjitlink,
     rules_onnxruntime,
     rules_packages,
@@ -44,6 +47,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_libraries.duplicates(ctx)
+    findings += rules_nccl.check(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_live.check(ctx)
     findings += rules_packages.check(ctx)

@@ -8,9 +8,28 @@ built here must use torch's CUDA major).
 
 from __future__ import annotations
 
+from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn
 from dnnctl.doctor.context import Context
 from dnnctl.errors import UsageError
+
+
+def torch_row(ctx: Context) -> Row | None:
+    """The matrix row of the torch wheel here (its +cuXYZ tag, or PyPI's default variant on
+    Linux); None for a CPU / ROCm build, an unknown version or a wheel the matrix lacks."""
+    info = (ctx.env.frameworks or {}).get("torch") or {}
+    if info.get("cuda_build") is False or not info.get("version"):
+        return None
+    try:
+        ver = TorchVersion.parse(info["version"])
+    except UsageError:
+        return None
+    local = (info.get("local_tag") or ver.local or "").lower()
+    if local:
+        return ctx.matrix.torch_row(ver.line, local) if local.startswith("cu") else None
+    if ctx.os_kind in (None, "linux"):  # PyPI's Linux wheel is the default CUDA variant
+        return next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    return None
 
 
 def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
@@ -20,18 +39,11 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
         return None, None
     if not info.get("version"):
         return Version.maybe(info.get("cuda")), parse_cudnn(info.get("cudnn"))
-    try:
-        ver = TorchVersion.parse(info["version"])
-    except UsageError:
-        return None, None
-    local = (info.get("local_tag") or ver.local or "").lower()
+    local = str(info.get("local_tag") or "").lower() or \
+        (str(info["version"]).split("+", 1)[1].lower() if "+" in str(info["version"]) else "")
     if local and not local.startswith("cu"):
         return None, None  # a CPU or ROCm build brings no CUDA
-    row = None
-    if local:
-        row = ctx.matrix.torch_row(ver.line, local)
-    elif ctx.os_kind in (None, "linux"):  # PyPI's Linux wheel is the default CUDA variant
-        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    row = torch_row(ctx)
     cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
     cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
              or (parse_cudnn(row.get("cudnn")) if row else None))
