@@ -17,10 +17,10 @@
 // feeds every (output, tap) pair that uses them (the pairing is resolved at compile time,
 // as in dw_nhwc). fp32 accumulation, then the conv2d epilogue (bias, activation, residual).
 //
-// Shared memory (dynamic, the host passes dw_tile_smem_bytes): taps[KR * KS][CB] (float),
-// then NBUF windows tile[IH][IW][CBP], CBP = CB + PADC elements per pixel: the pad moves the
-// pixel TQ columns over (the next thread group of a quarter warp) off the banks of the first
-// (16-byte accesses are served a quarter warp at a time).
+// Shared memory (dynamic, the host computes its size): taps[KR * KS][CB] (float), then NBUF
+// windows tile[IH][IW][CBP], CBP = CB + PADC elements per pixel: the pad (tile_pad_bytes)
+// moves the pixel TQ columns over (the next thread group of a quarter warp) off the banks of
+// the first (16-byte accesses are served a quarter warp at a time).
 //
 // The same kernel is the data gradient of a stride-1 depthwise convolution (FLIP = 1): dx is
 // dy correlated with the filter turned 180 degrees, padded by (KR - 1) * DIL_H - pt on top
@@ -65,11 +65,38 @@ using namespace dnnctl;
 #define IH ((TH - 1) * STR_H + (KR - 1) * DIL_H + 1)     // input rows the tile reads
 #define IW ((TW - 1) * STR_W + (KS - 1) * DIL_W + 1)     // input columns the tile reads
 #define SPAN ((TQ - 1) * STR_W + (KS - 1) * DIL_W + 1)   // input columns one thread reads
-#define PADC (16 / (int)sizeof(elem_t))                  // one 16-byte pad per pixel
+#define PADC (PAD_BYTES / (int)sizeof(elem_t))          // pad elements per pixel
 #define CBP (CB + PADC)
 #define NBUF (TPB > 1 ? 2 : 1)                           // windows in flight
 #define WIN_ELEMS (IH * IW * CBP)
 #define TAP_BYTES (KR * KS * CB * 4)                     // a multiple of 16 (CB % 4 == 0)
+
+// The pad (0 to 112 bytes, a multiple of 16) after each pixel's CB channels that spreads the
+// 16-byte window reads of a quarter warp (8 threads: CB * size / 16 channel pieces of 8 / that
+// many thread columns, TQ * STR_W window columns apart) over the most banks; the smallest such
+// pad. The host's _tile_pad_bytes (dnnctl/ops/conv2d/depthwise.py) computes the same.
+__host__ __device__ constexpr int tile_pad_bytes() {
+  const int es = (int)sizeof(elem_t);
+  const int pieces = CB * es / 16 < 8 ? CB * es / 16 : 8;  // 16-byte pieces a pixel, <= 8
+  int best = 0, best_load = 1 << 30;
+  for (int pad = 0; pad < 128; pad += 16) {
+    const int col = TQ * STR_W * (CB * es + pad);  // bytes between adjacent thread columns
+    int hits[32] = {};
+    for (int t = 0; t < 8; ++t) {
+      const int addr = (t / pieces) * col + (t % pieces) * 16;
+      for (int b = 0; b < 4; ++b) hits[(addr / 4 + b) % 32] += 1;
+    }
+    int load = 0;
+    for (int b = 0; b < 32; ++b) load = hits[b] > load ? hits[b] : load;
+    if (load < best_load) {
+      best_load = load;
+      best = pad;
+    }
+  }
+  return best;
+}
+
+enum : int { PAD_BYTES = tile_pad_bytes() };  // a compile-time constant, no storage
 
 static_assert(CB % VEC == 0 && TW % TQ == 0, "CB % VEC and TW % TQ must be 0");
 static_assert(CB % 4 == 0, "CB must be a multiple of 4 (16-byte aligned windows)");

@@ -7,6 +7,7 @@ stride and dilation are compiled in, so every tap loop is unrolled.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,14 +139,35 @@ class CudaDepthwise(CudaConv):
 TILE_SMEM_LIMIT = 96 * 1024  # dw_tile_nhwc's dynamic shared memory: two blocks an SM (H100)
 
 
-def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int, tpb: int = 1) -> int:
+def _tile_bytes(g: ConvGeom, cb: int, th: int, tw: int, tq: int, tpb: int = 1) -> int:
     """Dynamic shared memory of dw_tile_nhwc (as the kernel lays it out): the block's taps
     (float), then one staged input window (I/O type, a 16-byte pad per pixel), two when a
     block runs several tiles (``tpb`` > 1: the next window is staged during this one)."""
     ih = (th - 1) * g.sh + (g.r - 1) * g.dh + 1
     iw = (tw - 1) * g.sw + (g.s - 1) * g.dw + 1
     e = _esize(g)
-    return 4 * g.r * g.s * cb + (2 if tpb > 1 else 1) * ih * iw * (cb + 16 // e) * e
+    row = cb * e + _tile_pad_bytes(cb * e, tq * g.sw)
+    return 4 * g.r * g.s * cb + (2 if tpb > 1 else 1) * ih * iw * row
+
+
+@functools.cache
+def _tile_pad_bytes(pixel_bytes: int, step: int) -> int:
+    """The pad after each staged pixel's channels (0 to 112 bytes, a multiple of 16) that
+    spreads a quarter warp's 16-byte window reads (``pixel_bytes`` / 16 channel pieces, up to
+    8, of 8 / that many thread columns ``step`` window columns apart) over the most banks;
+    the smallest such pad. As tile_pad_bytes() in kernels/conv2d/depthwise_tile.cu."""
+    pieces = min(pixel_bytes // 16, 8)
+    best, best_load = 0, 1 << 30
+    for pad in range(0, 128, 16):
+        col = step * (pixel_bytes + pad)
+        hits = [0] * 32
+        for t in range(8):
+            addr = (t // pieces) * col + (t % pieces) * 16
+            for b in range(4):
+                hits[(addr // 4 + b) % 32] += 1
+        if max(hits) < best_load:
+            best, best_load = pad, max(hits)
+    return best
 
 
 def _tile_smem_limit(device: Any) -> int:
@@ -171,7 +193,7 @@ def _tile_valid(g: ConvGeom, params: Mapping[str, Any], out_h: int, out_w: int,
         return False
     threads = cb // vec * th * tw // tq
     return (32 <= threads <= 1024
-            and _tile_bytes(g, cb, th, tw, tpb) <= _tile_smem_limit(device))
+            and _tile_bytes(g, cb, th, tw, tq, tpb) <= _tile_smem_limit(device))
 
 
 def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tuple[str, ...],
@@ -185,7 +207,7 @@ def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tupl
     tpb = params.get("tpb", 1)
     n, c, _, _, k, p, q, _, _ = dims
     tiles = n * -(-p // th) * -(-q // tw)
-    smem = _tile_bytes(g, cb, th, tw, tpb)
+    smem = _tile_bytes(g, cb, th, tw, tq, tpb)
 
     def make(v: int) -> mc.Launch:
         defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
@@ -249,16 +271,10 @@ class _TileBase(CudaConv):
         g = geometry(problem)
         shapes = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2},
                   {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
-        out_h, out_w = self.out_hw(g)
-        sms = int(getattr(device, "sm_count", 0) or 132)
-        wants = []
-        for sh in shapes:
-            # two tiles a block (the next window staged during this one) where the grid
-            # still gives every SM 8 blocks; else one
-            blocks = (g.n * -(-out_h // sh["th"]) * -(-out_w // sh["tw"])
-                      * -(-g.k // sh["cb"]))
-            wants += [dict(sh, tpb=2), dict(sh, tpb=1)] if blocks >= 16 * sms else \
-                [dict(sh, tpb=1)]
+        # one tile a block: on the H200 two (the next window staged during this one's taps)
+        # ran slower on every layer of bench_depthwise (ConvNeXt-T 7x7 96 @56: 83 us against
+        # 72, benchmarks/RESULTS.md); the tuner still times tpb 2 and 4
+        wants = [dict(sh, tpb=1) for sh in shapes]
         return self.first_valid(problem, device, wants)
 
 
