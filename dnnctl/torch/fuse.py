@@ -24,6 +24,7 @@ from dnnctl.torch.library import autocast_active, run_op
 from dnnctl.torch.modules import (
     act_call,
     act_of,
+    base_type,
     bn_fwd,
     conv1d_as_2d,
     conv1d_geometry,
@@ -54,11 +55,12 @@ class FusedConv(nn.Module):
     """conv [-> bn folded] [-> act] [-> + residual] as one dnnctl::conv2d call (a Conv1d
     [-> BatchNorm1d] as conv2d over (N, C, 1, L) views).
 
-    A submodule of the traced graph (conv and bn its own submodules, the folded weight and
-    bias its buffers), not a plain object the graph's code closes over: torch.compile
-    guards an unchanged module's attributes and buffers at the cost of one dictionary
-    check (on torch 2.11, ResNet-50's 53 fused convs as closures took its guards from 46 to
-    216 us a call), which a host-bound compiled model pays on every call."""
+    A submodule of the traced graph (conv and bn its own submodules, the fold an eager call
+    keeps its buffers; a compiled graph folds in the graph), not a plain object the graph's
+    code closes over: torch.compile guards an unchanged module's attributes and buffers at
+    the cost of one dictionary check (on torch 2.11, ResNet-50's 53 fused convs as closures
+    took its guards from 46 to 216 us a call), which a host-bound compiled model pays on
+    every call."""
 
     def __init__(self, conv: nn.Conv2d | nn.Conv1d, bn: nn.BatchNorm2d | nn.BatchNorm1d | None,
                  act: str, handle: int, residual_before_act: bool = False,
@@ -66,6 +68,7 @@ class FusedConv(nn.Module):
         super().__init__()
         self.conv, self.bn = conv, bn
         self.act, self.handle = act, handle
+        self.one_d = base_type(conv) is nn.Conv1d  # (a parametrized Conv1d too)
         # act(conv + residual) instead of act(conv) + residual
         self.residual_before_act = residual_before_act
         # the add was in place (``out += identity``): the sum keeps the conv's dtype, as
@@ -83,26 +86,31 @@ class FusedConv(nn.Module):
         conv, bn = mods["conv"], mods.get("bn")
         if bn is None:
             return conv.weight, conv.bias
+        if torch.compiler.is_compiling():
+            # traced: the graph folds the parameters as they are at each call (with
+            # autograd where it is on). A fold kept from outside the graph stays what it
+            # was when taken, whatever load_state_dict, an EMA update, .to() or fine-tuning
+            # made of the weights since: no eager code runs between compiled calls to
+            # refresh it. torch._inductor.config.freezing = True computes the fold once,
+            # at compile time, for models whose weights no longer change
+            return fold_bn(conv, bn)
         if torch.is_grad_enabled() and _needs_grad(conv, bn):
             # an eval-mode model that back-propagates (frozen-BN fine-tuning, saliency,
             # adversarial inputs): fold with autograd, so conv and BN parameters get
-            # gradients (compiled too: the snapshot below has no graph to them)
+            # gradients
             return fold_bn(conv, bn)
-        if torch.compiler.is_compiling():  # the inference snapshot (refreshed in eager)
-            w = self.folded_weight
-            return (w, self.folded_bias) if w is not None else fold_bn(conv, bn)
-        # cheap staleness check: in-place updates bump versions; .to() / .half() move the
-        # weight's storage (every parameter moves with it). The modules' own dicts, not
-        # their attributes: nn.Module.__getattr__ costs ~0.4 us a lookup, six per call
+        # cheap staleness check: in-place updates bump versions; .to() / .half() / a
+        # ``.data =`` assignment move a tensor's storage (keeping its version). The
+        # modules' own dicts, not their attributes: nn.Module.__getattr__ costs ~0.4 us a
+        # lookup, six per call
         cp, bp, bb = conv._parameters, bn._parameters, bn._buffers
         w = cp.get("weight")
-        if w is None:  # parametrized since patch (weight_norm, spectral_norm): a property
-            # computed on every read, so folded on every call (with autograd where grad
-            # is on), as eager computes it
+        if w is None:  # parametrized (weight_norm, spectral_norm): a property computed on
+            # every read, so folded on every call (with autograd where grad is on), as
+            # eager computes it
             return fold_bn(conv, bn)
-        stamp = (w.data_ptr(), w.dtype, _version(w), _version(cp.get("bias")),
-                 _version(bp.get("weight")), _version(bp.get("bias")),
-                 _version(bb.get("running_mean")), _version(bb.get("running_var")))
+        stamp = _stamp(w, cp.get("bias"), bp.get("weight"), bp.get("bias"),
+                       bb.get("running_mean"), bb.get("running_var"))
         mine = self._buffers
         if self._stamp != stamp:
             # normal tensors even inside inference_mode: the fold is kept, and a later call
@@ -111,20 +119,13 @@ class FusedConv(nn.Module):
             with torch.inference_mode(False), torch.no_grad():
                 w, b = fold_bn(conv, bn)
             self._stamp = stamp
-            mine["folded_weight"], mine["folded_bias"] = static_address(w), static_address(b)
+            mine["folded_weight"], mine["folded_bias"] = w, b
         return mine["folded_weight"], mine["folded_bias"]
-
-    def snapshot(self) -> None:
-        """Fold now, without autograd (at patch time): the snapshot a compiled graph of
-        the inference model reads, whatever the grad mode the model was patched in."""
-        if self._modules.get("bn") is not None:
-            with torch.no_grad():
-                self._folded()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         mods = self._modules
         conv, bn = mods["conv"], mods.get("bn")
-        one_d = type(conv) is nn.Conv1d
+        one_d = self.one_d
         if bn is not None and (bn.training or (one_d and x.dim() == 2)):
             # switched to training: no folding; an unbatched (C, L) conv1d output is
             # (batch, features) to BatchNorm1d, not channels
@@ -160,16 +161,6 @@ class FusedConv(nn.Module):
         return y
 
 
-def static_address(t: torch.Tensor) -> torch.Tensor:
-    """t, marked as a tensor whose address stays put across calls (what
-    ``torch._dynamo.mark_static_address(t, guard=False)`` does, without importing dynamo,
-    ~1.2 s, on the eager path): torch.compile's CUDA graphs read a folded weight where it
-    lies instead of copying it into a static buffer before every replay (ResNet-50's 53
-    folded convs: 106 copies per forward); a re-fold (new weights) re-records the graph."""
-    t._dynamo_static_input_type = "unguarded"  # type: ignore[attr-defined]
-    return t
-
-
 def _conv_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype eager's convolution of x returns: autocast's where it is on."""
     dev = x.device.type
@@ -177,25 +168,48 @@ def _conv_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def _needs_grad(*modules: nn.Module) -> bool:
-    return any(p.requires_grad for m in modules for p in m.parameters(recurse=False))
+    """A parameter of the modules requires grad (a parametrized weight's originals, held
+    by the module's ``parametrizations``, included)."""
+    return any(p.requires_grad for m in modules for p in m.parameters())
+
+
+def _stamp(w: torch.Tensor, *rest: torch.Tensor | None) -> tuple[Any, ...]:
+    """What changes when the fold's inputs do: w's storage, dtype and version, and each
+    other tensor's version and storage (``.data =`` keeps the version, moves the storage).
+    Read directly (~70 ns a read); an inference tensor, which has no version, through
+    :func:`_version`."""
+    b, g, beta, rm, rv = rest
+    try:
+        return (w.data_ptr(), w.dtype, w._version,
+                None if b is None else (b._version, b.data_ptr()),
+                None if g is None else (g._version, g.data_ptr()),
+                None if beta is None else (beta._version, beta.data_ptr()),
+                rm._version, rm.data_ptr(), rv._version, rv.data_ptr())
+    except (RuntimeError, AttributeError):
+        return (w.data_ptr(), w.dtype, _version(w),
+                *((_version(t), None if t is None else t.data_ptr()) for t in rest))
 
 
 def fold_bn(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weight, bias) of conv followed by inference BatchNorm, computed in float32."""
-    scale = torch.rsqrt(bn.running_var.float() + bn.eps)
-    if bn.weight is not None:
-        scale = scale * bn.weight.float()
-    shift = -bn.running_mean.float() * scale
-    if bn.bias is not None:
-        shift = shift + bn.bias.float()
-    if conv.bias is not None:
-        shift = shift + conv.bias.float() * scale
-    w = conv.weight.float() * scale.reshape(-1, *[1] * (conv.weight.dim() - 1))
-    fmt = (torch.channels_last if conv.weight.dim() == 4
-           and conv.weight.is_contiguous(memory_format=torch.channels_last)
-           and not conv.weight.is_contiguous() else torch.contiguous_format)
-    return (w.to(conv.weight.dtype).contiguous(memory_format=fmt),
-            shift.to(conv.weight.dtype))
+    """(weight, bias) of conv followed by inference BatchNorm, computed in float32
+    (float64 for a float64 weight). Each parameter is read once: a parametrized one
+    (spectral_norm in training runs a power iteration on each read) is computed once."""
+    weight, conv_bias = conv.weight, conv.bias
+    acc = torch.promote_types(weight.dtype, torch.float32)
+    bn_weight, bn_bias = bn.weight, bn.bias
+    scale = torch.rsqrt(bn.running_var.to(acc) + bn.eps)
+    if bn_weight is not None:
+        scale = scale * bn_weight.to(acc)
+    shift = -bn.running_mean.to(acc) * scale
+    if bn_bias is not None:
+        shift = shift + bn_bias.to(acc)
+    if conv_bias is not None:
+        shift = shift + conv_bias.to(acc) * scale
+    w = weight.to(acc) * scale.reshape(-1, *[1] * (weight.dim() - 1))
+    fmt = (torch.channels_last if weight.dim() == 4
+           and weight.is_contiguous(memory_format=torch.channels_last)
+           and not weight.is_contiguous() else torch.contiguous_format)
+    return w.to(weight.dtype).contiguous(memory_format=fmt), shift.to(weight.dtype)
 
 
 class FusedLinear(nn.Module):
@@ -257,7 +271,8 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if node.op != "call_module" or node.target not in covered or calls[node.target] != 1:
             continue
         head = modules[node.target]
-        if type(head) not in (nn.Conv2d, nn.Conv1d, nn.Linear) or len(node.args) != 1 \
+        kind = base_type(head)  # a parametrized conv's weight is computed on each read
+        if kind not in (nn.Conv2d, nn.Conv1d, nn.Linear) or len(node.args) != 1 \
                 or node.kwargs \
                 or hooked(head):
             continue
@@ -265,8 +280,8 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         bn = None
         cur = node
         nxt = _single_user(cur)
-        is_conv = type(head) is not nn.Linear
-        bn_type = nn.BatchNorm1d if type(head) is nn.Conv1d else nn.BatchNorm2d
+        is_conv = kind is not nn.Linear
+        bn_type = nn.BatchNorm1d if kind is nn.Conv1d else nn.BatchNorm2d
         if (is_conv and fold_bn_ok and nxt is not None
                 and nxt.op == "call_module" and type(modules[nxt.target]) is bn_type
                 and nxt.target in covered and calls[nxt.target] == 1
@@ -304,7 +319,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         before = False
         # relu(bn(conv(x)) + identity): the activation after the add joins the epilogue
         # (inference only, as above; a 2-D conv)
-        if (residual is not None and act == "none" and fold_bn_ok and type(head) is nn.Conv2d
+        if (residual is not None and act == "none" and fold_bn_ok and kind is nn.Conv2d
                 and nxt is not None and nxt.args and nxt.args[0] is cur):
             found = _act_node(nxt, modules, is_conv)
             if found is not None:
@@ -319,7 +334,6 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if is_conv:
             inplace = residual is not None and chain[-1 - int(before)].target is operator.iadd
             fn: Any = FusedConv(head, bn, act, handle, before, inplace)
-            fn.snapshot()  # fold now, in eager: a compiled graph reads this snapshot
             args = (node.args[0],) if residual is None else (node.args[0], residual)
         else:
             fn = FusedLinear(head, act, handle)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.parametrize import type_before_parametrizations
 
 from dnnctl.torch import attention, keys
 from dnnctl.torch import grad_plan as gp
@@ -67,6 +68,8 @@ def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | 
 
 def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil: list[int],
               x: torch.Tensor) -> torch.Tensor:
+    # read once: a parametrized weight (spectral_norm in training updates its power
+    # iteration on each read) is computed once a call, as the module's own forward does
     w, b = m.weight, m.bias
     if (len(pad) == 2 and _training_torch(x) and x.dim() == 4 and x.numel()
             and gp.torch_trains(
@@ -79,8 +82,7 @@ def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil:
                                               m.groups, True, True))):
         _note_torch("conv2d", x, w, b)
         return F.conv2d(x, w, b, stride, pad, dil, m.groups)
-    return run_op("conv2d", x, m.weight, m.bias, stride, pad, dil, m.groups, "none", None,
-                  handle)
+    return run_op("conv2d", x, w, b, stride, pad, dil, m.groups, "none", None, handle)
 
 
 def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
@@ -149,7 +151,7 @@ def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
 
 
 def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
-    w, b = m.weight, m.bias
+    w, b = m.weight, m.bias  # read once (see _conv_fwd)
     if (_training_torch(x) and x.dim() >= 2 and x.numel() and w.numel()
             and gp.torch_trains(
                 "matmul", handle, x, w,
@@ -158,7 +160,7 @@ def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
                 lambda xm, wm: og.linear_keys(xm, wm))):
         _note_torch("matmul", x, w, b)
         return F.linear(x, w, b)
-    return run_op("linear", x, m.weight, m.bias, "none", handle)
+    return run_op("linear", x, w, b, "none", handle)
 
 
 def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
@@ -431,14 +433,21 @@ MAKERS: list[tuple[type, str, Callable[[Any, int], Callable[..., Any]]]] = [
 ]
 
 
+def base_type(m: nn.Module) -> type:
+    """The module's class, a parametrized one's (weight_norm, spectral_norm: torch makes a
+    subclass that only computes the parameter) as the class it was."""
+    return type_before_parametrizations(m)
+
+
 def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, str, str]:
     """(dnnctl forward, dnnctl op, note) for a covered module; (None, op, reason) otherwise;
     (None, "", "") for a module type dnnctl has no op for."""
     fn = act_call(m, handle, inplace=getattr(m, "inplace", False))
     if fn is not None:
         return fn, "activation", fn.args[0]  # the partial's first argument: the op name
+    kind = base_type(m)
     for cls, op, make in MAKERS:
-        if type(m) is cls:  # subclasses may change forward: leave them alone
+        if kind is cls:  # subclasses may change forward: leave them alone
             reason = why_not(m)
             if reason is not None:
                 return None, op, reason

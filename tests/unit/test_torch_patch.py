@@ -251,18 +251,17 @@ def test_a_fused_conv_follows_a_replaced_stride_or_padding():
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_folded_weights_are_static_graph_inputs_under_compile():
-    """A folded conv + BN weight is a tensor of dnnctl's, not a parameter: dynamo sees it
-    as a graph input, and torch.compile's CUDA graphs would copy every non-static input
-    into place before each replay. Folded tensors carry the static-address mark."""
+def test_a_compiled_graph_folds_from_the_parameters():
+    """A compiled graph computes the conv + BN fold from the conv and BN tensors at each
+    call: its inputs are the model's own parameters and buffers, never a fold dnnctl kept
+    (which no eager code refreshes between compiled calls)."""
     model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
                           nn.Conv2d(16, 16, 1), nn.BatchNorm2d(16)).eval()
     x = torch.randn(2, 8, 6, 6)
     seen = []
 
     def backend(gm, example_inputs):
-        seen.extend((tuple(t.shape), getattr(t, "_dynamo_static_input_type", None))
-                    for t in example_inputs if isinstance(t, torch.Tensor))
+        seen.extend(t for t in example_inputs if isinstance(t, torch.Tensor))
         return gm
 
     with torch.no_grad(), dt.patched(model):
@@ -270,17 +269,15 @@ def test_folded_weights_are_static_graph_inputs_under_compile():
         torch._dynamo.reset()
         got = torch.compile(model, fullgraph=True, backend=backend)(x)
     torch.testing.assert_close(got, want)
-    static = sorted(shape for shape, mark in seen if mark is not None)
-    assert static == [(16,), (16,), (16, 8, 3, 3), (16, 16, 1, 1)]
-    assert [mark for shape, mark in seen if shape == (2, 8, 6, 6)] == [None]
+    own = {t.data_ptr() for t in (*model.parameters(), *model.buffers())}
+    assert {t.data_ptr() for t in seen if t.shape != x.shape} <= own
 
 
 def test_a_compiled_patched_model_compiles_once_with_few_guards():
-    """The traced conv reads the folded weight and bias alone (not the staleness stamp) and
-    the geometry from the module: the second call reuses the first graph (the eager cache
-    of the geometry, set by the first call, must not fail a guard and recompile), and a
-    model patched with grad enabled still has the inference snapshot a compiled graph
-    reads (no fold traced into the graph)."""
+    """The traced conv folds from the parameters (not the eager staleness stamp) and reads
+    the geometry from the module: the second call reuses the first graph (the eager caches
+    of the fold and the geometry, set by the first call, must not fail a guard and
+    recompile)."""
     torch.manual_seed(0)
     model = SmallResNet().eval()
     x = torch.randn(2, 3, 16, 16)
@@ -300,8 +297,6 @@ def test_a_compiled_patched_model_compiles_once_with_few_guards():
     torch._dynamo.reset()
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert len(graphs) == 1
-    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert "aten.rsqrt" not in " ".join(targets) and "rsqrt" not in " ".join(targets)
 
 
 def test_a_compiled_eval_model_back_propagates_through_a_folded_conv():
@@ -710,8 +705,8 @@ def test_modules_with_hooks_are_not_fused_away():
 
 
 def test_traced_graph_calls_submodules_and_hooks_added_after_patch_still_fire():
-    """The traced graph runs a fused chain as a FusedConv submodule (the folded weight and
-    bias its buffers) and a covered module through a Routed submodule (what torch.compile
+    """The traced graph runs a fused chain as a FusedConv submodule (the fold an eager call
+    keeps its buffers) and a covered module through a Routed submodule (what torch.compile
     guards cheaply); a hook registered on a routed module after patch still fires, with
     the patched forward's output."""
     from dnnctl.torch.fuse import FusedConv, Routed
@@ -726,11 +721,11 @@ def test_traced_graph_calls_submodules_and_hooks_added_after_patch_still_fire():
         subs = {n.target: gm.get_submodule(n.target) for n in gm.graph.nodes
                 if n.op == "call_module"}
         fused = [m for m in subs.values() if isinstance(m, FusedConv)]
-        assert fused and all(m.folded_weight is not None for m in fused if m.bn is not None)
         assert any(isinstance(m, Routed) and m.mod is model.fc for m in subs.values())
         seen = []
         model.fc.register_forward_hook(lambda mod, i, o: seen.append(o.detach().clone()))
         got = model(x)
+        assert fused and all(m.folded_weight is not None for m in fused if m.bn is not None)
         dt.unpatch(model)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert len(seen) == 1
