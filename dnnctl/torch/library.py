@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from dnnctl.errors import UsageError
 from dnnctl.ops.conv2d.op import output_size
 from dnnctl.ops.pool.pool2d import out_size
 from dnnctl.torch import autocast
@@ -378,8 +379,9 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
 
     def run(keyset: Any, args: tuple) -> Any:
         """Below autograd: plain eager tensors with no mode run the eager kernel directly,
-        anything else (fake / functional tensors, modes) the redispatch."""
-        if args[0].__class__ is plain and not modes():
+        anything else (fake / functional tensors, modes, torch.func's wrapped tensors) the
+        redispatch."""
+        if args[0].__class__ is plain and not modes() and not _functorch():
             return eager(*args)
         with below():
             return op.redispatch(keyset & after, *args)
@@ -403,8 +405,29 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
     fn = type(f"DnnctlBackward_{name}", (torch.autograd.Function,),
               {"forward": staticmethod(forward), "backward": staticmethod(backward_fn)})
 
+    def func_forward(*args: Any) -> Any:
+        return op(*args)  # grad is off in a Function's forward: the op runs below autograd
+
+    def func_setup(ctx: Any, inputs: tuple, output: Any) -> None:
+        setup(ctx, (*inputs, *defaults[len(inputs):]), output)
+
+    # the same gradients in the form torch.func's transforms take (forward without ctx,
+    # then setup_context; vmap's rule generated), applied above the dispatcher (run_op):
+    # torch.func.grad / jacrev / per-sample gradients of a patched model
+    FUNC[name] = type(f"DnnctlFunc_{name}", (torch.autograd.Function,),
+                      {"forward": staticmethod(func_forward),
+                       "setup_context": staticmethod(func_setup),
+                       "backward": staticmethod(backward), "generate_vmap_rule": True})
+
     def kernel(keyset: Any, *args: Any) -> Any:
         if grad_on() and any_grad(*args):
+            if _functorch():
+                raise UsageError(
+                    f"torch.ops.dnnctl.{name} called directly under a torch.func transform "
+                    "that takes its gradient",
+                    hint="call it through dnnctl.torch.library.run_op (a patched model "
+                         "does), which applies the op's gradients in the form torch.func "
+                         "takes")
             return fn.apply(keyset, *args)
         return run(keyset, args)
 
@@ -422,6 +445,8 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
 
 # op -> its Autograd kernel's work called directly (see run_op); filled by _autograd_kernel
 DIRECT: dict[str, Callable[..., Any]] = {}
+# op -> its autograd.Function in torch.func's form (see run_op); filled by _autograd_kernel
+FUNC: dict[str, Any] = {}
 
 
 class _BatchNormTrainInPlace(torch.autograd.Function):
@@ -546,6 +571,8 @@ def run_op(name: str, *args: Any) -> Any:
     torch.jit.trace) takes the dispatcher."""
     x = args[0]
     if not plain_eager(x):
+        if _functorch():  # torch.func: gradients through the Function above the dispatcher
+            return FUNC[name].apply(*args)
         if _onnx_exporting():
             # an ONNX file holds standard operators only, and no runtime has dnnctl's: the
             # op's meaning in torch's own ops is what gets exported (the model as it was
