@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 from torch.nn.utils.parametrize import type_before_parametrizations
 
 from dnnctl.torch import attention, keys
@@ -457,4 +458,12 @@ def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, s
                                      "layer as one fused op (its fast path); the Linear / "
                                      "LayerNorm / attention inside run on dnnctl in training "
                                      "or with gradients")
+    for cls, op, _ in MAKERS:  # said, so a model's own Conv2d / Linear classes are not
+        # silently left out of the coverage (MultiheadAttention's out_proj class is a
+        # Linear in all but name, read by the attention's own forward)
+        if isinstance(m, cls) and type(m) is not NonDynamicallyQuantizableLinear:
+            return None, op, (f"a subclass of {cls.__name__}, whose forward may differ "
+                              "from it")
+    if isinstance(m, nn.SyncBatchNorm):
+        return None, "batch_norm", "SyncBatchNorm (statistics across processes)"
     return None, "", ""

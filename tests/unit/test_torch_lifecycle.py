@@ -210,3 +210,26 @@ def test_inductor_freezing_folds_once_and_equals_eager():
     torch._dynamo.reset()
     with torch.no_grad():
         torch.testing.assert_close(got, ref(x), rtol=1e-4, atol=1e-5)
+
+
+def test_subclasses_of_covered_modules_are_reported_as_left_to_torch():
+    """A model's own Conv2d / Linear subclass (timm's Conv2dSame, a LoRA Linear) and
+    SyncBatchNorm run torch's forward: they were missing from the report altogether, as if
+    the model had no such layer; now report.skipped says why."""
+    class StdConv2d(nn.Conv2d):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            w = (self.weight - self.weight.mean((1, 2, 3), keepdim=True))
+            return self._conv_forward(x, w, self.bias)
+
+    model = nn.Sequential(StdConv2d(3, 4, 3), nn.SyncBatchNorm(4), nn.ReLU(),
+                          nn.MultiheadAttention(4, 2)).eval()
+    report = dt.patch(model)
+    skipped = {s.name: s.reason for s in report.skipped}
+    assert "subclass of Conv2d" in skipped["0"]
+    assert "SyncBatchNorm" in skipped["1"]
+    assert "3.out_proj" not in skipped  # MultiheadAttention's own Linear: not a layer of its own
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        got = model[:3](x)
+        dt.unpatch(model)
+        torch.testing.assert_close(got, model[:3](x))
