@@ -426,7 +426,7 @@ def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: 
                 or calls[node.target] != 1 or len(node.args) != 1 or node.kwargs):
             continue
         bn = modules[node.target]
-        if type(bn) is not nn.BatchNorm2d or hooked(bn) or bn.momentum is None:
+        if type(bn) is not nn.BatchNorm2d or hooked(bn):
             continue
         nxt, cur, residual, add = _single_user(node), node, None, None
         if nxt is not None and (residual := _residual_add(nxt, node)) is not None:

@@ -177,15 +177,18 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     if not m.training:
         return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
                       m.eps, handle, activation, residual)
-    rm, rv = m.running_mean, m.running_var
+    rm, rv, momentum = m.running_mean, m.running_var, m.momentum
+    if momentum is None:  # a cumulative average (BN recalibration: swa_utils.update_bn sets
+        # it): torch's factor, 1 / the batches seen with this one
+        momentum = 1.0 / float(m.num_batches_tracked + 1)
     if (plain_eager(x) and rm.dtype is _F32 and rv.dtype is _F32 and rm.is_contiguous()
             and rv.is_contiguous()):
         # eager: the kernel updates the running statistics in place, as torch's does
-        y = batch_norm_train_(x, rm, rv, m.weight, m.bias, m.momentum, m.eps, handle,
+        y = batch_norm_train_(x, rm, rv, m.weight, m.bias, momentum, m.eps, handle,
                               activation, residual)
     else:  # the functional op (torch.compile, modes): new statistics, copied back
         y, nm, nv, _, _ = run_op("batch_norm_train", x, rm, rv, m.weight, m.bias,
-                                 m.momentum, m.eps, handle, activation, residual)
+                                 momentum, m.eps, handle, activation, residual)
         # one launch; the new statistics carry no gradient (no torch.no_grad block, which
         # torch.export writes as a subgraph its verifier refused in a training ResNet)
         torch._foreach_copy_([rm, rv], [nm.detach(), nv.detach()])
@@ -390,8 +393,8 @@ def why_not(m: nn.Module) -> str | None:
         if m.track_running_stats:
             return "track_running_stats=True (inference would use running statistics)"
     elif isinstance(m, (nn.BatchNorm2d, nn.BatchNorm1d)):
-        if m.training and (not m.track_running_stats or m.momentum is None):
-            return "training without running statistics or with a cumulative (None) momentum"
+        if m.training and not m.track_running_stats:
+            return "training without running statistics"
         if not m.track_running_stats:
             return "no running statistics (track_running_stats=False)"
     elif isinstance(m, nn.MaxPool2d):
