@@ -8,6 +8,7 @@ operator when autograd or a compiler is watching, and the eager kernel directly 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -43,6 +44,63 @@ def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
     return tuple(int(p) for p in m.padding)
 
 
+class Geometry:
+    """A forward's arguments made from some of its module's attributes (a conv's stride,
+    padding and dilation; a pool's window): made again when one of those attributes is
+    replaced after patch (``conv.stride = (2, 2)``, dilating a backbone for segmentation),
+    so nothing about the module is baked into its dnnctl forward. Checked by one C
+    lookup of the attributes and a tuple comparison a call (~0.2 us); under torch.compile
+    made from the module directly (the reads a compiled eager module has, no cache to
+    guard)."""
+
+    __slots__ = ("names", "get", "make", "seen", "args")
+
+    def __init__(self, names: tuple[str, ...], make: Callable[[Any], tuple]) -> None:
+        self.names, self.get, self.make = names, operator.itemgetter(*names), make
+        self.seen: tuple | None = None
+        self.args: tuple = ()
+
+    def of(self, m: nn.Module) -> tuple:
+        if _compiling():
+            return self.make(m)
+        now = self.get(m.__dict__)
+        if now != self.seen:
+            self.args, self.seen = self.make(m), now
+        return self.args
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Geometry:
+        return Geometry(self.names, self.make)
+
+
+_compiling = torch.compiler.is_compiling
+
+
+def _tuples(*values: Any) -> tuple:
+    """Each value a tuple of ints (what the ops take as they are, see _tensors.ints)."""
+    return tuple(tuple(int(e) for e in v) for v in values)
+
+
+def _conv_args(m: nn.Conv2d) -> tuple:
+    return _tuples(m.stride, conv_padding(m), m.dilation)
+
+
+def _conv1d_args(m: nn.Conv1d) -> tuple:
+    return _tuples(*conv1d_geometry(m))
+
+
+def _conv_t_args(m: nn.ConvTranspose2d) -> tuple:
+    return _tuples(m.stride, m.padding, m.output_padding, m.dilation)
+
+
+def _pool_args(m: Any) -> tuple:
+    k = _pair(m.kernel_size)
+    st = _pair(m.stride if m.stride is not None else m.kernel_size)
+    return _tuples(k, st, _pair(m.padding), _pair(getattr(m, "dilation", 1)))
+
+
+_CONV_ATTRS = ("stride", "padding", "dilation")
+
+
 # Each forward is a functools.partial of a module-level function over the module: a deep
 # copy of the model (copy.deepcopy: EMA weights, an evaluation copy) rebinds it to the copy's
 # own module, where a closure would keep computing with the original's parameters.
@@ -67,8 +125,9 @@ def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | 
         gp.count(op, "wgrad", "torch")
 
 
-def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil: list[int],
+def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
               x: torch.Tensor) -> torch.Tensor:
+    stride, pad, dil = geometry.of(m)
     # read once: a parametrized weight (spectral_norm in training updates its power
     # iteration on each read) is computed once a call, as the module's own forward does
     w, b = m.weight, m.bias
@@ -76,7 +135,7 @@ def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil:
             and gp.torch_trains(
                 "conv2d", handle, x, w,
                 (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, b is None, is_nhwc(x),
-                 tuple(stride), tuple(pad), tuple(dil), m.groups),
+                 stride, pad, dil, m.groups),
                 lambda xm, wm: keys.conv2d(xm, wm, b is not None, stride, pad, dil, m.groups,
                                            "none", False, is_nhwc(xm)),
                 lambda xm, wm: og.conv2d_keys(xm, wm, b is not None, stride, pad, dil,
@@ -87,8 +146,7 @@ def _conv_fwd(m: nn.Conv2d, handle: int, stride: list[int], pad: list[int], dil:
 
 
 def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
-    return partial(_conv_fwd, m, handle, list(m.stride), list(conv_padding(m)),
-                   list(m.dilation))
+    return partial(_conv_fwd, m, handle, Geometry(_CONV_ATTRS, _conv_args))
 
 
 def conv1d_padding(m: nn.Conv1d) -> list[int]:
@@ -122,29 +180,29 @@ def conv1d_as_2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
     return y.squeeze(2)
 
 
-def _conv1d_fwd(m: nn.Conv1d, handle: int, geometry: tuple[list[int], list[int], list[int]],
+def _conv1d_fwd(m: nn.Conv1d, handle: int, geometry: Geometry,
                 x: torch.Tensor) -> torch.Tensor:
-    return conv1d_as_2d(x, m.weight, m.bias, geometry, m.groups, "none", None, handle)
+    return conv1d_as_2d(x, m.weight, m.bias, geometry.of(m), m.groups, "none", None, handle)
 
 
 def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
-    return partial(_conv1d_fwd, m, handle, conv1d_geometry(m))
+    return partial(_conv1d_fwd, m, handle, Geometry(_CONV_ATTRS, _conv1d_args))
 
 
-def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, stride: list[int], pad: list[int],
-                opad: list[int], dil: list[int], x: torch.Tensor,
+def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, geometry: Geometry, x: torch.Tensor,
                 output_size: Any = None) -> torch.Tensor:
     """A transposed convolution as dnnctl's conv2d data gradient; an explicit output_size or
     an unbatched input runs the module's own forward."""
     if output_size is not None or x.dim() != 4:
         return type(m).forward(m, x, output_size)
+    stride, pad, opad, dil = geometry.of(m)
     return run_op("conv_transpose2d", x, m.weight, m.bias, stride, pad, opad, dil, m.groups,
                   handle)
 
 
 def _conv_t(m: nn.ConvTranspose2d, handle: int) -> Callable[..., Any]:
-    return partial(_conv_t_fwd, m, handle, list(m.stride), list(m.padding),
-                   list(m.output_padding), list(m.dilation))
+    return partial(_conv_t_fwd, m, handle,
+                   Geometry(("stride", "padding", "output_padding", "dilation"), _conv_t_args))
 
 
 def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
@@ -277,24 +335,27 @@ def _pair(v: Any) -> list[int]:
     return [int(v), int(v)] if isinstance(v, int) else [int(a) for a in v]
 
 
-def _max_pool_fwd(m: nn.MaxPool2d, handle: int, k: list[int], st: list[int], pad: list[int],
-                  dil: list[int], x: torch.Tensor) -> torch.Tensor:
+_POOL_ATTRS = ("kernel_size", "stride", "padding")
+
+
+def _max_pool_fwd(m: nn.MaxPool2d, handle: int, geometry: Geometry,
+                  x: torch.Tensor) -> torch.Tensor:
+    k, st, pad, dil = geometry.of(m)
     return run_op("max_pool2d", x, k, st, pad, dil, m.ceil_mode, handle)
 
 
 def _max_pool(m: nn.MaxPool2d, handle: int) -> Callable[..., Any]:
-    k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
-    return partial(_max_pool_fwd, m, handle, k, st, _pair(m.padding), _pair(m.dilation))
+    return partial(_max_pool_fwd, m, handle, Geometry((*_POOL_ATTRS, "dilation"), _pool_args))
 
 
-def _avg_pool_fwd(m: nn.AvgPool2d, handle: int, k: list[int], st: list[int], pad: list[int],
+def _avg_pool_fwd(m: nn.AvgPool2d, handle: int, geometry: Geometry,
                   x: torch.Tensor) -> torch.Tensor:
+    k, st, pad, _ = geometry.of(m)
     return run_op("avg_pool2d", x, k, st, pad, m.ceil_mode, m.count_include_pad, handle)
 
 
 def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
-    k, st = _pair(m.kernel_size), _pair(m.stride if m.stride is not None else m.kernel_size)
-    return partial(_avg_pool_fwd, m, handle, k, st, _pair(m.padding))
+    return partial(_avg_pool_fwd, m, handle, Geometry(_POOL_ATTRS, _pool_args))
 
 
 def _adaptive_size(m: Any) -> tuple[Any, Any] | None:
@@ -350,11 +411,21 @@ def _act_inplace_fwd(name: str, extra: tuple[Any, ...], handle: int,
     return x.copy_(run_op(name, x, *extra, handle))
 
 
+def _act_set_fwd(m: nn.Module, name: str, handle: int, inplace: bool,
+                 x: torch.Tensor) -> torch.Tensor:
+    """An activation with a setting (GELU's approximate, LeakyReLU's negative_slope), read
+    at each call: one changed after patch is used."""
+    extra = (m.approximate,) if name == "gelu" else (float(m.negative_slope),)
+    return (_act_inplace_fwd if inplace else _act_fwd)(name, extra, handle, x)
+
+
 def act_call(m: nn.Module, handle: int, inplace: bool) -> Callable[..., Any] | None:
     """The dnnctl forward of an activation module (in place or not), None if it is none."""
     found = act_of(m)
     if found is None:
         return None
+    if found[1]:
+        return partial(_act_set_fwd, m, found[0], handle, inplace)
     return partial(_act_inplace_fwd if inplace else _act_fwd, found[0], found[1], handle)
 
 
@@ -448,7 +519,7 @@ def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, s
     (None, "", "") for a module type dnnctl has no op for."""
     fn = act_call(m, handle, inplace=getattr(m, "inplace", False))
     if fn is not None:
-        return fn, "activation", fn.args[0]  # the partial's first argument: the op name
+        return fn, "activation", act_of(m)[0]  # type: ignore[index]
     kind = base_type(m)
     for cls, op, make in MAKERS:
         if kind is cls:  # subclasses may change forward: leave them alone

@@ -312,6 +312,10 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
     members = tuple(model.get_submodule(n) for f in report.fusions for n in (f.head, *f.folded))
+    # a fused GELU's form is baked into its chain's epilogue: changed, the graph is traced
+    # again (the modules a fused chain holds read their own settings at each call)
+    reads += tuple((m.__dict__, "approximate", m.approximate) for m in members
+                   if type(m) is nn.GELU)
     return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members)
 
 

@@ -233,3 +233,36 @@ def test_subclasses_of_covered_modules_are_reported_as_left_to_torch():
         got = model[:3](x)
         dt.unpatch(model)
         torch.testing.assert_close(got, model[:3](x))
+
+
+_SETTINGS = {
+    "conv_stride": lambda m: setattr(m[3], "stride", (2, 2)),
+    "conv_dilation": lambda m: (setattr(m[3], "dilation", (2, 2)), setattr(m[3], "padding", (2, 2))),
+    "fused_conv_stride": lambda m: setattr(m[0], "stride", (2, 2)),
+    "fused_gelu_approximate": lambda m: setattr(m[1], "approximate", "tanh"),
+    "leaky_relu_slope": lambda m: setattr(m[4], "negative_slope", 0.5),
+    "max_pool_window": lambda m: (setattr(m[2], "kernel_size", 3), setattr(m[2], "stride", 1)),
+    "avg_pool_window": lambda m: (setattr(m[5], "kernel_size", 4), setattr(m[5], "stride", 4)),
+}
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("trace", [True, False], ids=["traced", "modules"])
+@pytest.mark.parametrize("setting", list(_SETTINGS))
+def test_module_settings_changed_after_patch_are_used(setting, trace, mode):
+    """A conv's stride / padding / dilation, a pool's window and an activation's setting
+    were baked into the module's dnnctl forward when patched: changed afterwards (a
+    backbone dilated for segmentation), the patched model kept the old ones (another
+    output shape, or 0.3 off); a fused GELU kept its form."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.GELU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 8, 3, padding=1), nn.LeakyReLU(0.1), nn.AvgPool2d(2))
+    ref.train(mode == "train")
+    model = copy.deepcopy(ref)
+    dt.patch(model, trace=trace)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        model(x)
+        for m in (ref, model):
+            _SETTINGS[setting](m)
+        torch.testing.assert_close(model(x), ref(x))
