@@ -20,16 +20,9 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.nn.modules import module as _nn_module
 
+from dnnctl.torch.geometry import conv1d_geometry, conv_padding
 from dnnctl.torch.library import autocast_active, run_op
-from dnnctl.torch.modules import (
-    act_call,
-    act_of,
-    base_type,
-    bn_fwd,
-    conv1d_as_2d,
-    conv1d_geometry,
-    conv_padding,
-)
+from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 

@@ -8,7 +8,6 @@ operator when autograd or a compiler is watching, and the eager kernel directly 
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -24,82 +23,16 @@ from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import is_nhwc
+from dnnctl.torch.geometry import (
+    CONV_ATTRS,
+    POOL_ATTRS,
+    Geometry,
+    conv1d_args,
+    conv_args,
+    conv_t_args,
+    pool_args,
+)
 from dnnctl.torch.library import batch_norm_train_, plain_eager, run_op
-
-
-def _same_pads(m: nn.Conv1d | nn.Conv2d) -> list[tuple[int, int]]:
-    """padding='same' per spatial dim as torch splits it: (before, after), the extra element
-    after."""
-    return [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2)
-            for d, k in zip(m.dilation, m.kernel_size)]
-
-
-def conv_padding(m: nn.Conv2d) -> tuple[int, ...]:
-    """The conv's padding as 2 or 4 ints ('same' as torch splits it: the extra pixel after)."""
-    if m.padding == "valid":
-        return (0, 0)
-    if m.padding == "same":
-        (t, b), (lf, r) = _same_pads(m)
-        return (t, lf) if (t, lf) == (b, r) else (t, b, lf, r)
-    return tuple(int(p) for p in m.padding)
-
-
-class Geometry:
-    """A forward's arguments made from some of its module's attributes (a conv's stride,
-    padding and dilation; a pool's window): made again when one of those attributes is
-    replaced after patch (``conv.stride = (2, 2)``, dilating a backbone for segmentation),
-    so nothing about the module is baked into its dnnctl forward. Checked by one C
-    lookup of the attributes and a tuple comparison a call (~0.2 us); under torch.compile
-    made from the module directly (the reads a compiled eager module has, no cache to
-    guard)."""
-
-    __slots__ = ("names", "get", "make", "seen", "args")
-
-    def __init__(self, names: tuple[str, ...], make: Callable[[Any], tuple]) -> None:
-        self.names, self.get, self.make = names, operator.itemgetter(*names), make
-        self.seen: tuple | None = None
-        self.args: tuple = ()
-
-    def of(self, m: nn.Module) -> tuple:
-        if _compiling():
-            return self.make(m)
-        now = self.get(m.__dict__)
-        if now != self.seen:
-            self.args, self.seen = self.make(m), now
-        return self.args
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Geometry:
-        return Geometry(self.names, self.make)
-
-
-_compiling = torch.compiler.is_compiling
-
-
-def _tuples(*values: Any) -> tuple:
-    """Each value a tuple of ints (what the ops take as they are, see _tensors.ints)."""
-    return tuple(tuple(int(e) for e in v) for v in values)
-
-
-def _conv_args(m: nn.Conv2d) -> tuple:
-    return _tuples(m.stride, conv_padding(m), m.dilation)
-
-
-def _conv1d_args(m: nn.Conv1d) -> tuple:
-    return _tuples(*conv1d_geometry(m))
-
-
-def _conv_t_args(m: nn.ConvTranspose2d) -> tuple:
-    return _tuples(m.stride, m.padding, m.output_padding, m.dilation)
-
-
-def _pool_args(m: Any) -> tuple:
-    k = _pair(m.kernel_size)
-    st = _pair(m.stride if m.stride is not None else m.kernel_size)
-    return _tuples(k, st, _pair(m.padding), _pair(getattr(m, "dilation", 1)))
-
-
-_CONV_ATTRS = ("stride", "padding", "dilation")
-
 
 # Each forward is a functools.partial of a module-level function over the module: a deep
 # copy of the model (copy.deepcopy: EMA weights, an evaluation copy) rebinds it to the copy's
@@ -146,24 +79,7 @@ def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
 
 
 def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
-    return partial(_conv_fwd, m, handle, Geometry(_CONV_ATTRS, _conv_args))
-
-
-def conv1d_padding(m: nn.Conv1d) -> list[int]:
-    """A Conv1d's padding as conv2d's (top, bottom, left, right) over an (N, C, 1, L) view
-    ('same' as torch splits it: the extra element after)."""
-    if m.padding == "valid":
-        return [0, 0, 0, 0]
-    if m.padding == "same":
-        ((lf, r),) = _same_pads(m)
-        return [0, 0, lf, r]
-    p = int(m.padding[0])
-    return [0, 0, p, p]
-
-
-def conv1d_geometry(m: nn.Conv1d) -> tuple[list[int], list[int], list[int]]:
-    """(stride, padding, dilation) of a Conv1d as conv2d's over an (N, C, 1, L) view."""
-    return [1, int(m.stride[0])], conv1d_padding(m), [1, int(m.dilation[0])]
+    return partial(_conv_fwd, m, handle, Geometry(CONV_ATTRS, conv_args))
 
 
 def conv1d_as_2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
@@ -186,7 +102,7 @@ def _conv1d_fwd(m: nn.Conv1d, handle: int, geometry: Geometry,
 
 
 def _conv1d(m: nn.Conv1d, handle: int) -> Callable[..., Any]:
-    return partial(_conv1d_fwd, m, handle, Geometry(_CONV_ATTRS, _conv1d_args))
+    return partial(_conv1d_fwd, m, handle, Geometry(CONV_ATTRS, conv1d_args))
 
 
 def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, geometry: Geometry, x: torch.Tensor,
@@ -202,7 +118,7 @@ def _conv_t_fwd(m: nn.ConvTranspose2d, handle: int, geometry: Geometry, x: torch
 
 def _conv_t(m: nn.ConvTranspose2d, handle: int) -> Callable[..., Any]:
     return partial(_conv_t_fwd, m, handle,
-                   Geometry(("stride", "padding", "output_padding", "dilation"), _conv_t_args))
+                   Geometry(("stride", "padding", "output_padding", "dilation"), conv_t_args))
 
 
 def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
@@ -331,13 +247,6 @@ def _group_norm(m: nn.GroupNorm, handle: int) -> Callable[..., Any]:
     return partial(_group_norm_fwd, m, handle)
 
 
-def _pair(v: Any) -> list[int]:
-    return [int(v), int(v)] if isinstance(v, int) else [int(a) for a in v]
-
-
-_POOL_ATTRS = ("kernel_size", "stride", "padding")
-
-
 def _max_pool_fwd(m: nn.MaxPool2d, handle: int, geometry: Geometry,
                   x: torch.Tensor) -> torch.Tensor:
     k, st, pad, dil = geometry.of(m)
@@ -345,7 +254,7 @@ def _max_pool_fwd(m: nn.MaxPool2d, handle: int, geometry: Geometry,
 
 
 def _max_pool(m: nn.MaxPool2d, handle: int) -> Callable[..., Any]:
-    return partial(_max_pool_fwd, m, handle, Geometry((*_POOL_ATTRS, "dilation"), _pool_args))
+    return partial(_max_pool_fwd, m, handle, Geometry((*POOL_ATTRS, "dilation"), pool_args))
 
 
 def _avg_pool_fwd(m: nn.AvgPool2d, handle: int, geometry: Geometry,
@@ -355,7 +264,7 @@ def _avg_pool_fwd(m: nn.AvgPool2d, handle: int, geometry: Geometry,
 
 
 def _avg_pool(m: nn.AvgPool2d, handle: int) -> Callable[..., Any]:
-    return partial(_avg_pool_fwd, m, handle, Geometry(_POOL_ATTRS, _pool_args))
+    return partial(_avg_pool_fwd, m, handle, Geometry(POOL_ATTRS, pool_args))
 
 
 def _adaptive_size(m: Any) -> tuple[Any, Any] | None:
