@@ -102,8 +102,8 @@ class FusedConv(nn.Module):
             # every read, so folded on every call (with autograd where grad is on), as
             # eager computes it
             return fold_bn(conv, bn)
-        stamp = _stamp(w, cp.get("bias"), bp.get("weight"), bp.get("bias"),
-                       bb.get("running_mean"), bb.get("running_var"))
+        stamp = (_stamp(w, cp.get("bias"), bp.get("weight"), bp.get("bias"),
+                        bb.get("running_mean"), bb.get("running_var")), bn.eps)
         mine = self._buffers
         if self._stamp != stamp:
             # normal tensors even inside inference_mode: the fold is kept, and a later call

@@ -266,3 +266,18 @@ def test_module_settings_changed_after_patch_are_used(setting, trace, mode):
         for m in (ref, model):
             _SETTINGS[setting](m)
         torch.testing.assert_close(model(x), ref(x))
+
+
+def test_a_batch_norm_eps_changed_after_patch_is_folded_in():
+    """The eager fold's staleness stamp had the tensors only: a BN eps set after patch (a
+    model loaded with another framework's eps) kept the old fold."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(SmallResNet()).eval()
+    model = copy.deepcopy(ref)
+    dt.patch(model)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        model(x)
+        for m in (ref, model):
+            m.stem[1].eps = 0.5
+        torch.testing.assert_close(model(x), ref(x))
