@@ -17,7 +17,12 @@ from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name, jaxlib_tag
 from dnnctl.doctor.rules_driver import runtime_findings
-from dnnctl.doctor.rules_libraries import arch_findings, library_major, loaded_runtime
+from dnnctl.doctor.rules_libraries import (
+    arch_findings,
+    built_cudnn,
+    library_major,
+    loaded_runtime,
+)
 
 
 def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
@@ -45,9 +50,10 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                         fix="name it (frameworks.jax.plugin: jax-cuda12-plugin), or run "
                         "`dnnctl doctor` where jax is installed", jax=info["version"])]
     rows = [r for r in rows if r["plugin"] == plugin]
-    if not rows or rows[0].uncertain:
+    if not rows or rows[0].uncertain:  # the build's own cuDNN is still checked
         return [unknown("jax", f"{what}: no {'cuda' + str(plugin) if plugin else 'CUDA'} "
-                        "plugin row in the matrix", jax=info["version"])]
+                        "plugin row in the matrix", jax=info["version"])] + built_cudnn(
+            ctx, "jax", what, info)
     row = rows[0]
     what = f"jax {info['version']} (cuda{row['plugin']} plugin)"
     install = row["install"].format(version=info["version"])

@@ -6,7 +6,8 @@
 - A second copy of cuBLAS or NCCL earlier on the search path than the framework's own wins
   the ``dlopen``; an older one lacks symbols the framework was built against.
 - An explicit arch list (``TORCH_CUDA_ARCH_LIST``, a build's ``arch_list``) is the truth about
-  a build, so a framework version the matrix does not know is still judged by it.
+  a build, so a framework version the matrix does not know is still judged by it; so is the
+  cuDNN a build was compiled with, against the copy that loads.
 - Jetson boards run only wheels built for JetPack: the aarch64 server (SBSA) wheels of
   CUDA 12 do not see their integrated GPU.
 """
@@ -18,9 +19,11 @@ from typing import Any
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import reach_row
-from dnnctl.compat.versions import Version
+from dnnctl.compat.versions import Version, parse_cudnn
+from dnnctl.doctor import rules_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
+from dnnctl.doctor.parse import jaxlib_tag
 from dnnctl.doctor.rules_driver import runtime_findings
 
 EXPLICIT_SOURCE = ("the build's own arch list (the snapshot's arch_list: torch.cuda.get_arch_list(), "
@@ -130,18 +133,21 @@ ARCH_VARIABLE = {"torch": "TORCH_CUDA_ARCH_LIST", "tensorflow": "TF_CUDA_COMPUTE
 def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any],
                    reason: str, *, release_fix: str | None = None,
                    note: str = "unknown-version") -> list[Finding]:
-    """A build the matrix has no row for, judged by the arch list and CUDA it reports;
+    """A build the matrix has no row for, judged by the arch list, CUDA and cuDNN it reports;
     ``release_fix``: the release build to install instead, when the caller knows one;
     ``note``: the code of the finding that says what was not checked ("not-judged" when
     only the version is unknown, an info: the build itself is judged)."""
     arch_list = info.get("arch_list")
     cuda = Version.maybe(info.get("cuda"))
-    if not arch_list and cuda is None:
+    compiled = built_cudnn_version(info)
+    judged_cudnn = compiled is not None and bool(ctx.env.cudnn or _reported_cudnn(info))
+    if not arch_list and cuda is None and not judged_cudnn:
         return []
+    parts = [("arch list" if arch_list else ""), (f"CUDA {cuda}" if cuda else ""),
+             (f"cuDNN {compiled} against the copy that loads" if judged_cudnn else "")]
     said = (f"{what}: " + (f"{reason}; " if reason else "") + "judged only by what the build "
-            "reports (" + ", ".join(
-        p for p in (("arch list" if arch_list else ""), (f"CUDA {cuda}" if cuda else "")) if p)
-        + "); its cuDNN and Python were not checked")
+            "reports (" + ", ".join(p for p in parts if p) + "); its "
+            + ("Python was" if judged_cudnn else "cuDNN and Python were") + " not checked")
     out: list[Finding] = [finding("not-judged", "info", component, said) if note == "not-judged"
                           else unknown(component, said, version=info.get("version"))]
     ptx_only = False
@@ -160,7 +166,55 @@ def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any]
         out += found
     if cuda is not None:
         out += runtime_findings(ctx, component, cuda, what=what, jit=False, ptx_only=ptx_only)
-    return out
+    return out + built_cudnn(ctx, component, what, info)
+
+
+# The check each framework does itself at start, which needs no release table.
+BUILT_CUDNN_SOURCE = {
+    "tensorflow": "TensorFlow / XLA cuda_dnn.cc: 'Loaded runtime CuDNN library: X but source "
+                  "was compiled with: Y. CuDNN library needs to have matching major version "
+                  "and equal or higher minor version'",
+    "jax": "XLA cuda_dnn.cc (the same check as TensorFlow's); jax-ml/jax#15268 ('we found a "
+           "CuDNN v8.5, but JAX was built against CuDNN v8.6. You need to update CuDNN')",
+    "torch": "torch/backends/cudnn/__init__.py: 'cuDNN version incompatibility: PyTorch was "
+             "compiled against ... but linked against ...'",
+}
+
+
+def built_cudnn_version(info: dict[str, Any]) -> Version | None:
+    """The cuDNN a framework build was compiled with, as far as the snapshot says: torch's
+    ``cudnn_compiled`` (--deep), a build's ``cudnn`` (TF build_info, torch's pinned or bundled
+    copy, a jaxlib tag), or the ``+cudaNN.cudnnXY`` tag of a jaxlib."""
+    for key in ("cudnn_compiled", "cudnn"):
+        v = parse_cudnn(info.get(key))
+        if v is not None:
+            return v
+    return parse_cudnn(jaxlib_tag(str(info.get("jaxlib") or ""))[1])
+
+
+def _reported_cudnn(info: dict[str, Any]) -> Version | None:
+    """The cuDNN the framework itself reports loading (torch's cudnn.version(), JAX's)."""
+    return parse_cudnn(info.get("cudnn_runtime"))
+
+
+def built_cudnn(ctx: Context, component: str, what: str,
+                info: dict[str, Any]) -> list[Finding]:
+    """The build's own cuDNN against the copy that loads first: the framework's own check
+    (same major, minor at least the compiled one) needs no matrix row."""
+    compiled = built_cudnn_version(info)
+    if compiled is None:
+        return []
+    fix = f"install cuDNN {compiled.trunc(2)} or newer of major {compiled.major}"
+    found = rules_cudnn.need_check(ctx, component, what, compiled,
+                                   loaded=_reported_cudnn(info), fix=fix)
+    var = "PATH" if ctx.os_kind == "windows" else "LD_LIBRARY_PATH"
+    for f in found:
+        if f.fix == fix:  # where the older copy lives is not known
+            f.fix += (f" and make it the copy that loads first (take the older one off {var} "
+                      "or uninstall it)")
+        if f.severity == "error" and not f.source:
+            f.source = BUILT_CUDNN_SOURCE.get(component)
+    return found
 
 
 def duplicates(ctx: Context) -> list[Finding]:
