@@ -115,6 +115,14 @@ class FusedConv(nn.Module):
             mine["folded_weight"], mine["folded_bias"] = w, b
         return mine["folded_weight"], mine["folded_bias"]
 
+    def fold_now(self) -> None:
+        """Fold now, without autograd (at patch time): the first eager call reads the kept
+        fold as every later one does (torch.jit.trace runs the model twice and wants the
+        same graph from both runs)."""
+        if self._modules.get("bn") is not None:
+            with torch.no_grad():
+                self._folded()
+
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         mods = self._modules
         conv, bn = mods["conv"], mods.get("bn")
@@ -327,6 +335,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         if is_conv:
             inplace = residual is not None and chain[-1 - int(before)].target is operator.iadd
             fn: Any = FusedConv(head, bn, act, handle, before, inplace)
+            fn.fold_now()
             args = (node.args[0],) if residual is None else (node.args[0], residual)
         else:
             fn = FusedLinear(head, act, handle)

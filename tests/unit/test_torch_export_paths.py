@@ -142,3 +142,16 @@ def test_scripting_a_part_of_a_patched_model_names_it():
     x = torch.randn(1, 16, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(scripted(x), model.block1(x))
+
+
+def test_jit_trace_right_after_patch_passes_its_own_check():
+    """torch.jit.trace runs the model twice and compares the graphs: the first call after
+    patch must read the kept conv + BN fold as the second does (folding then, the two
+    runs' graphs differed: "Tracing failed sanity checks")."""
+    ref = _resnet().eval()
+    model = copy.deepcopy(ref)
+    dt.patch(model)
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x,))
+        torch.testing.assert_close(traced(x), ref(x))
