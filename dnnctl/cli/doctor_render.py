@@ -108,10 +108,14 @@ def _short(value: Any) -> str:
 def _verdict(report: DoctorReport) -> None:
     n_err = sum(f.severity == "error" for f in report.findings)
     n_warn = sum(f.severity == "warning" for f in report.findings)
+    n_not = sum(f.code == "not-judged" for f in report.findings)
     style = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red"}[report.verdict]
-    console.print(f"verdict: [{style}]{report.verdict.upper()}[/] "
+    shown = report.verdict.upper() + (" for what was judged" if n_not and
+                                       report.verdict == "pass" else "")
+    console.print(f"verdict: [{style}]{shown}[/] "
                   f"[dim]({n_err} error{'s' * (n_err != 1)}, "
-                  f"{n_warn} warning{'s' * (n_warn != 1)})[/]")
+                  f"{n_warn} warning{'s' * (n_warn != 1)}"
+                  + (f", {n_not} not judged" if n_not else "") + ")[/]")
 
 
 def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:

@@ -39,7 +39,8 @@ def check(ctx: Context) -> list[Finding]:
             out += _build_only(ctx, name, info)
             continue
         found = fn(ctx, info)
-        if not any(f.severity in ("error", "warning") or f.code == "ok" for f in found):
+        if not any(f.severity in ("error", "warning") or f.code in ("ok", "not-judged")
+                   for f in found):  # nothing found is no pass where part was not judged
             found.append(finding("ok", "info", name, f"{name} {info['version']}: no problem "
                                  "found against the matrix", version=info["version"]))
         out += found
@@ -97,7 +98,9 @@ def _torch_build(ctx: Context, what: str, info: dict[str, Any], local: str | Non
                  fix: str | None) -> list[Finding]:
     """What the build type alone decides: a CPU-only or a ROCm (AMD) build."""
     if local == "cpu" or info.get("cuda_build") is False:
-        return rules_platform.cpu_only(ctx, "torch", what, fix=fix)
+        ver = TorchVersion.parse(info["version"]) if info.get("version") else None
+        return rules_platform.cpu_only(ctx, "torch", what, fix=fix,
+                                       line=ver.line if ver else None)
     if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
         return [finding("cuda-mismatch", "error", "torch",
                         f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix,

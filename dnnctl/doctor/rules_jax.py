@@ -21,6 +21,7 @@ from dnnctl.doctor.rules_libraries import (
     arch_findings,
     built_cudnn,
     library_major,
+    loadable_majors,
     loaded_runtime,
 )
 
@@ -74,7 +75,23 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
         "libraries as pip packages)"), row=row)
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
-    return out + _cudnn(ctx, info, row, what, runtime)
+    return out + _cudnn(ctx, info, row, what, runtime) + _libraries_unknown(ctx, info, row, what,
+                                                                           install)
+
+
+def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,
+                       install: str) -> list[Finding]:
+    """A CUDA jax whose CUDA libraries and cuDNN are both absent from the snapshot: what it
+    loads was not judged (never "no problem found"); the row's install brings them."""
+    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    if loadable_majors(ctx) is not None or ctx.env.cudnn or info.get("cuda_runtime") \
+            or info.get("cudnn_runtime") or any(n.startswith("nvidia-") for n in names):
+        return []
+    return [finding(
+        "not-judged", "info", "jax", f"{what}: the snapshot lists no CUDA {row['plugin']} "
+        "runtime, cuDNN or nvidia-* package, so what it loads was not judged; it needs CUDA "
+        f"{row['cuda']} and cuDNN {row['cudnn']}, which the [cuda{row['plugin']}] extra "
+        "installs as pip packages", fix=f"if they are missing: {install}", row=row)]
 
 
 def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,

@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import torch_install
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
@@ -55,13 +57,45 @@ WSL_FIX = ("in Windows (PowerShell): `wsl -l -v` must show VERSION 2 for this di
 
 def cpu_only(ctx: Context, component: str, what: str, *, why: str = "", fix: str | None = None,
              source: str | None = None, **evidence: Any) -> list[Finding]:
-    """A build with no CUDA code: a warning when a GPU or driver is here, else a note."""
-    if ctx.gpus or ctx.driver_present:
+    """A build with no CUDA code: a warning when the snapshot shows CUDA is meant to be used
+    (a GPU, a driver, a CUDA toolkit or runtime, a +cuXXX or nvidia-* package), else a note."""
+    evident = cuda_evidence(ctx)
+    if evident:
         return [finding("cuda-mismatch", "warning", component, f"{what} is a CPU-only build"
-                        f"{why}: it will not use the NVIDIA GPU", fix=fix, source=source,
-                        build="cpu", **evidence)]
+                        f"{why}: it will not use the NVIDIA GPU ({evident} here)",
+                        fix=fix or _cpu_fix(ctx, component, evidence.pop("line", None)), source=source, build="cpu",
+                        **evidence)]
     return [finding("ok", "info", component, f"{what} is a CPU-only build{why}: it cannot use "
                     "an NVIDIA GPU", fix=fix, source=source, build="cpu", **evidence)]
+
+
+def cuda_evidence(ctx: Context) -> str | None:
+    """What in the snapshot says this machine is meant to run CUDA, if anything."""
+    if ctx.gpus or ctx.driver_present:
+        return "a GPU or an NVIDIA driver is listed"
+    if ctx.env.cuda_runtimes:
+        return f"a CUDA {ctx.env.cuda_runtimes[0].version or ''} toolkit/runtime is installed"
+    for name, ver in sorted((ctx.env.packages or {}).items()):
+        if re.search(r"\+cu\d+", str(ver)) or name.lower().startswith("nvidia-"):
+            return f"{name} {ver} is a CUDA package"
+    return None
+
+
+def _cpu_fix(ctx: Context, component: str, line: str | None = None) -> str | None:
+    """For torch: the wheel of the same line for the newest CUDA not newer than the CUDA
+    installed here (the PyTorch install selector's per-CUDA index)."""
+    if component != "torch":
+        return None
+    have = [v for rt in ctx.env.cuda_runtimes if (v := Version.maybe(rt.version))]
+    rows = [r for r in ctx.matrix.rows("torch") if not r.uncertain
+            and (line is None or r["torch"] == line)
+            and (not have or Version.parse(r["cuda"]).trunc(2) <= max(have).trunc(2)
+                 and Version.parse(r["cuda"]).major == max(have).major)]
+    if not rows:
+        return ("install a CUDA build of torch (https://pytorch.org/get-started/locally/ "
+                "gives the command)")
+    best = max(rows, key=lambda r: (Version.parse(r["torch"]), Version.parse(r["cuda"])))
+    return torch_install(best)
 
 
 def tensorflow_windows(ctx: Context, what: str, version: Version | None,
