@@ -1,7 +1,9 @@
 """MIG: a MIG device is a slice of a GPU, and one process sees fewer of them than may be listed.
 
-A MIG device is an entry of ``gpus`` with ``mig.profile`` (detection) or a name such as
-"NVIDIA A100-SXM4-80GB MIG 3g.40gb" (``nvidia-smi -L``, a bug report). Which of them one
+A MIG device is an entry of ``gpus`` with a ``mig`` field other than ``mode`` alone
+(``profile``, ``parent``, ``gpu_instance``, ``compute_instance``; the profile may be unknown) or
+a name such as "NVIDIA A100-SXM4-80GB MIG 3g.40gb" (``nvidia-smi -L``, a bug report); a GPU
+with ``mig.mode: true`` is in MIG mode, and CUDA sees its MIG devices instead of it. Which of them one
 process can use: those ``CUDA_VISIBLE_DEVICES`` names (all when it is unset), and of those,
 with drivers before R570 only one, from R570 one compute instance per GPU instance (matrix
 table ``mig_enumeration``, from NVIDIA's MIG user guide).
@@ -26,9 +28,9 @@ SYMPTOM = ("code that uses them as several GPUs (DDP, device_map, --devices 0,1)
 
 def check(ctx: Context) -> list[Finding]:
     """MIG devices said to be slices; more visible to one process than CUDA enumerates."""
-    migs = [g for g in ctx.env.gpus if _profile(g)]
+    migs = [g for g in ctx.env.gpus if _is_mig(g)]
     if not migs:
-        return []
+        return _mode_only(ctx.env)
     out = [_slices(ctx.env, migs)]
     visible = _visible(ctx.env, migs)
     if len(visible) < 2:
@@ -56,6 +58,22 @@ def check(ctx: Context) -> list[Finding]:
     return out
 
 
+def _is_mig(gpu: Gpu) -> bool:
+    """A MIG device: a profile (in ``mig`` or the name), or any MIG-device field."""
+    return bool(_profile(gpu)) or any(k != "mode" for k in (gpu.mig or {}))
+
+
+def _mode_only(env: EnvSnapshot) -> list[Finding]:
+    """GPUs in MIG mode whose MIG devices are not listed: CUDA sees those, not the GPU."""
+    on = [g for g in env.gpus if (g.mig or {}).get("mode") is True]
+    if not on:
+        return []
+    names = ", ".join(g.name or f"GPU {g.index}" for g in on)
+    return [finding("ok", "info", "gpu", f"{names}: in MIG mode, so CUDA sees its MIG devices "
+                    "(none listed here), not the whole GPU, and one process uses only one of "
+                    "them", source=f"{GUIDE} (MIG device names)", mig_mode=True)]
+
+
 def _profile(gpu: Gpu) -> str | None:
     return (gpu.mig or {}).get("profile") or mig_profile(gpu.name)
 
@@ -65,7 +83,7 @@ def _base_name(env: EnvSnapshot, gpu: Gpu) -> str:
     the MIG part."""
     parent = (gpu.mig or {}).get("parent")
     for g in env.gpus:
-        if parent and parent in (g.uuid, str(g.index)) and not _profile(g) and g.name:
+        if parent and parent in (g.uuid, str(g.index)) and not _is_mig(g) and g.name:
             return g.name
     return re.sub(r"[\s-]+MIG[\s-].*$", "", gpu.name or "") or "a GPU"
 
@@ -90,7 +108,7 @@ def _visible(env: EnvSnapshot, migs: list[Gpu]) -> list[Gpu]:
     if named:
         return [next((g for g in migs if _names(e, g)), Gpu(uuid=e)) for e in named]
     index_of = {g.uuid: str(g.index) for g in env.gpus
-                if g.uuid and g.index is not None and not _profile(g)}
+                if g.uuid and g.index is not None and not _is_mig(g)}
     return [g for g in migs if any(_on_gpu(e, g, index_of) for e in entries)]
 
 
