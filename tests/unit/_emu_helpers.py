@@ -48,3 +48,23 @@ def emu_fixture(tensor_maps: bool = False) -> Any:
         yield from install_emulator(monkeypatch, tensor_maps)
 
     return _emu
+
+
+def conv_emu_fixture() -> Any:
+    """A conv2d module's ``emu`` fixture: tools/cuda_emu as the cupy backend (kernels built
+    through it, cp.async checked) plus the conv2d runtime of test_conv2d_emulated (pointers,
+    the kernels it builds itself, cuFFT, cuBLAS)."""
+
+    @pytest.fixture(name="emu")
+    def _emu(monkeypatch: Any) -> Iterator[Any]:
+        from dnnctl.ops.conv2d import _cuda
+
+        monkeypatch.syspath_prepend(str(ROOT / "tests" / "unit"))
+        from test_conv2d_emulated import EmulatedRuntime, _toolchain
+
+        runtime = EmulatedRuntime(_toolchain())
+        for be in install_emulator(monkeypatch):
+            with _cuda.use_runtime(runtime):
+                yield be
+
+    return _emu

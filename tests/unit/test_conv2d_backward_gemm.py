@@ -7,21 +7,16 @@ fixed order and by atomics)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-from _emu_helpers import needs_emu
+from _emu_helpers import conv_emu_fixture, needs_emu
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.check import check_variant
-from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.dgrad_phase import axis_phases, phases
 from dnnctl.ops.conv2d.op import default_params, geometry
 from dnnctl.ops.registry import get_op, get_variant
 
 OP = get_op("conv2d")
-ROOT = Path(__file__).resolve().parents[2]
 H200 = DeviceInfo(backend="cupy", index=0, name="H200 (emulated)", compute_capability="9.0",
                   sm_count=132, smem_per_block_optin=232448)
 
@@ -76,23 +71,7 @@ def test_support_answers():
     assert sum(p.problem is None for p in ph) == 3
 
 
-@pytest.fixture
-def emu(monkeypatch):
-    """tools/cuda_emu as the cupy backend (the GEMM kernels) plus the conv2d runtime of
-    test_conv2d_emulated (the phase kernels, cuFFT, cuBLAS)."""
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "unit"))
-    from test_conv2d_emulated import EmulatedRuntime, _toolchain
-
-    from tools.cuda_emu.emu import EmuBackend
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    with _cuda.use_runtime(EmulatedRuntime(_toolchain())):
-        yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = conv_emu_fixture()
 
 
 EMU_CASES = [

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
-from _emu_helpers import needs_emu
+from _emu_helpers import conv_emu_fixture, needs_emu
 from _nvrtc_helpers import nvrtc
 
 from dnnctl.backends.base import DeviceInfo
 from dnnctl.ops.check import check_variant
-from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.depthwise import TILE_SMEM_LIMIT, _tile_bytes, _tile_pad_bytes
 from dnnctl.ops.conv2d.op import default_params, geometry
 from dnnctl.ops.registry import get_op, get_variant
@@ -148,26 +146,7 @@ def test_window_pad_spreads_a_quarter_warp_over_the_banks(pixel_bytes, step, pad
 
 # ----------------------------------------------------------------------------- emulator
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def emu(monkeypatch):
-    """tools/cuda_emu as the cupy backend (the tile kernel, its cp.async copies checked)
-    and the conv2d runtime of test_conv2d_emulated (pointers)."""
-    from dnnctl.backends import registry as base
-
-    monkeypatch.syspath_prepend(str(ROOT))
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "unit"))
-    from test_conv2d_emulated import EmulatedRuntime, _toolchain
-
-    from tools.cuda_emu.emu import EmuBackend
-
-    be = EmuBackend()
-    monkeypatch.setitem(base._BACKENDS, "cupy", be)
-    with _cuda.use_runtime(EmulatedRuntime(_toolchain())):
-        yield be
-    sys.modules.pop("tools.cuda_emu.emu", None)
+emu = conv_emu_fixture()
 
 
 # partial tiles, halos, strides, dilation, every epilogue flag, channels past the last block
