@@ -87,7 +87,7 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "index_url": F("text"), "nccl": F("version")}),
     "tensorflow": (("tensorflow",), {
         "tensorflow": F("version", True), "python": F("range"), "cuda": F("version", True),
-        "cudnn": F("version", True), "arch_list": F("target_list", True), "pip_extra": F("text")}),
+        "cudnn": F("version", True), "arch_list": F("target_list"), "pip_extra": F("text")}),
     "jax": (("jax", "plugin"), {
         "jax": F("range", True), "plugin": F("int", True), "cuda": F("range", True),
         "cudnn": F("version", True), "cudnn_max": F("version"), "arch_list": F("target_list", True),

@@ -23,6 +23,7 @@ from dnnctl.doctor.rules_libraries import (
     explicit_build,
     jetson_wheels,
     library_major,
+    rebuild_fix,
 )
 from dnnctl.errors import UsageError
 
@@ -202,15 +203,18 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     cuda = _cuda_of(info) or Version.parse(row["cuda"])
     compiled = parse_cudnn(info.get("cudnn")) or Version.parse(row["cudnn"])
     install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
+    release = rules_reach.release_fix(ctx, "tensorflow")
     out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"),
-                                  rules_reach.release_fix(ctx, "tensorflow"))
+                                  rebuild_fix(ctx, "tensorflow", release)
+                                  if info.get("arch_list") else release)
     out = rules_python.check(ctx, "tensorflow", what, row) + out
     out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
                             row=row)
     out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
         f"{install} (it installs the CUDA {cuda.major} libraries as pip packages)"
-        if row.get("pip_extra") else f"install the CUDA {cuda.major}.x runtime libraries"),
-        row=row)
+        if row.get("pip_extra") else "install the CUDA "
+        + (f"{cuda.major}.x" if cuda.major >= 11 else str(cuda.trunc(2)))
+        + " runtime libraries"), row=row, built=cuda)
     out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
     out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled, fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"

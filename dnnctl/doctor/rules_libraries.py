@@ -58,7 +58,7 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
         sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
         got, unsure, used = reach_row(gpu.cc, row, ctx.platform, arch_list)
         if used is None:
-            out.append(unknown(component, f"{what}: the matrix has no {ctx.platform} arch list "
+            out.append(unknown(component, f"{what}: the matrix has no {ctx.platform + ' ' if ctx.platform else ''}arch list "
                                "for this build", row=row, platform=ctx.platform))
             continue
         if unsure:
@@ -109,16 +109,22 @@ def loaded_runtime(ctx: Context, major: int) -> Version | None:
 
 
 def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
-                  fix: str, row: Row | None = None) -> list[Finding]:
-    """``what`` dlopens ``lib``.so.``major``: is a CUDA ``major`` runtime there to load?"""
+                  fix: str, row: Row | None = None,
+                  built: Version | None = None) -> list[Finding]:
+    """``what`` dlopens ``lib``.so.``major``: is a CUDA ``major`` runtime there to load?
+    ``built``: the CUDA release of the build; before CUDA 11 the sonames carry the minor
+    too (libcudart.so.10.0), so the message names it."""
     have = loadable_majors(ctx)
     if have is None or major in have:
         return []
     found = ", ".join(f"{m}.x" for m in sorted(have)) or "none with a readable version"
+    tag = (f"{built.major}.{built.minor}" if built is not None and built.major == major
+           and major < 11 else str(major))
+    libs = f"{tag}.x" if tag == str(major) else tag
     return [finding(
         "cuda-mismatch", "error", component,
-        f"{what} loads the CUDA {major}.x libraries ({lib}.so.{major}), but the CUDA runtimes "
-        f"installed here are {found}: it fails with '{lib}.so.{major}: cannot open shared "
+        f"{what} loads the CUDA {libs} libraries ({lib}.so.{tag}), but the CUDA runtimes "
+        f"installed here are {found}: it fails with '{lib}.so.{tag}: cannot open shared "
         "object file'" + (" and TensorFlow silently runs on the CPU only"
                           if component == "tensorflow" else ""), fix=fix, row=row,
         needs_cuda_major=major, cuda_majors_found=sorted(have))]
@@ -128,6 +134,22 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
 # release build scripts cited in compat/frameworks.yaml; CuPy's: its installation docs).
 ARCH_VARIABLE = {"torch": "TORCH_CUDA_ARCH_LIST", "tensorflow": "TF_CUDA_COMPUTE_CAPABILITIES",
                  "cupy": "CUPY_NVCC_GENERATE_CODE"}
+
+
+def rebuild_fix(ctx: Context, component: str, release_fix: str | None) -> str | None:
+    """The fix for a build whose own arch list lacks the GPUs: rebuild with them (the
+    framework's variable), or install ``release_fix`` / a release build that has them."""
+    if not ctx.known_ccs:
+        return None
+    ccs = " ".join(str(g.cc) for g in ctx.known_ccs)
+    var = ARCH_VARIABLE.get(component)
+    if release_fix and "`" not in release_fix:  # a bare command: mark it for the renderer
+        release_fix = re.sub(r"^((?:pip|conda|uv) [^(;]+?)(\s*[(;].*|$)", r"`\1`\2",
+                             release_fix)
+    return ("rebuild with these GPUs in the arch list ("
+            + (f"e.g. {var}=\"{ccs}\"" if var else f"compute capability {ccs}") + "), or "
+            + (release_fix or "install a release build with code for them (`dnnctl compat "
+               f"suggest --gpu {ctx.known_ccs[0].cc}`)"))
 
 
 def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any],
@@ -152,16 +174,8 @@ def explicit_build(ctx: Context, component: str, what: str, info: dict[str, Any]
                           else unknown(component, said, version=info.get("version"))]
     ptx_only = False
     if arch_list:
-        ccs = " ".join(str(g.cc) for g in ctx.known_ccs)
-        var = ARCH_VARIABLE.get(component)
-        if release_fix and "`" not in release_fix:  # a bare command: mark it for the renderer
-            release_fix = re.sub(r"^((?:pip|conda|uv) [^(;]+?)(\s*[(;].*|$)", r"`\1`\2",
-                                 release_fix)
-        fix = ("rebuild with these GPUs in the arch list ("
-               + (f"e.g. {var}=\"{ccs}\"" if var else f"compute capability {ccs}") + "), or "
-               + (release_fix or "install a release build with code for them (`dnnctl compat "
-                  f"suggest --gpu {ctx.known_ccs[0].cc}`)")) if ctx.known_ccs else None
-        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list), fix,
+        found, ptx_only = arch_findings(ctx, component, what, Row(), list(arch_list),
+                                        rebuild_fix(ctx, component, release_fix),
                                         source=EXPLICIT_SOURCE)
         out += found
     if cuda is not None:
