@@ -24,6 +24,8 @@ from dnnctl.errors import InputFileError
 from dnnctl.resources import compat_dir
 
 ENV_VAR = "DNNCTL_MATRIX"
+# torch lines older than this are judged when installed, never suggested (Matrix.current)
+LEGACY_TORCH_BEFORE = Version.parse("1.13")
 
 
 @functools.lru_cache(maxsize=1)
@@ -54,6 +56,15 @@ class Matrix:
 
     def rows(self, table: str) -> list[Row]:
         return self.tables[table]
+
+    def current(self, table: str) -> list[Row]:
+        """The rows that suggestions and "no release build has code for this GPU" draw on:
+        torch lines before ``LEGACY_TORCH_BEFORE`` (2019-2022 wheels, rows from secondary
+        sources) judge an installed build of that line but are never offered as the fix."""
+        if table != "torch":
+            return self.tables[table]
+        return [r for r in self.tables[table]
+                if Version.parse(r["torch"]).trunc(2) >= LEGACY_TORCH_BEFORE]
 
     # -- GPUs and architectures -------------------------------------------------------------
 

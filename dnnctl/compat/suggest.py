@@ -96,7 +96,7 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
     release line first, stable before experimental, newest CUDA first. ``windows``: the
     driver is numbered as Windows drivers are (native Windows and WSL)."""
     out = []
-    for row in matrix.rows("torch"):
+    for row in matrix.current("torch"):
         if row.uncertain:
             continue
         got, unsure, _ = reach_row(cc, row, platform)
@@ -150,7 +150,7 @@ def torch_arch_history(matrix: Matrix, cc: CC, platform: str | None = None) -> l
     """Per wheel variant: the torch line that dropped code for ``cc``, or that it never had."""
     notes = []
     by_variant: dict[str, list[Row]] = {}
-    for row in matrix.rows("torch"):
+    for row in matrix.current("torch"):
         by_variant.setdefault(row["variant"], []).append(row)
     for variant, rows in sorted(by_variant.items(), key=lambda kv: _vkey(kv[1][0]["cuda"])):
         rows.sort(key=lambda r: _vkey(r["torch"]))

@@ -87,9 +87,12 @@ def _same_release(a: Version | None, b: Version | None) -> bool:
 
 
 def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
-               loaded: Version | None = None, fix: str | None = None) -> list[Finding]:
+               loaded: Version | None = None, fix: str | None = None,
+               bundled: bool = False) -> list[Finding]:
     """The framework was built against ``compiled``: the cuDNN that loads must have the same
-    major and an equal or higher minor (the check torch, TF/XLA and JAX all do at start)."""
+    major and an equal or higher minor (the check torch, TF/XLA and JAX all do at start).
+    ``bundled``: the build carries its own copy, so only a copy of the same major found first
+    can stand in for it; no copy of that major elsewhere is no problem."""
     copy = loaded_copy(ctx, compiled.major)
     source = None
     if copy is not None and (loaded is None or _same_release(parse_cudnn(copy.version), loaded)):
@@ -97,7 +100,7 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
         loaded, source = loaded or parse_cudnn(copy.version), copy.source
     if loaded is None:
         majors = sorted({v.major for c in ctx.env.cudnn if (v := parse_cudnn(c.version))})
-        if majors and compiled.major not in majors:
+        if majors and compiled.major not in majors and not bundled:
             return [finding("cudnn-mismatch", "error", "cudnn",
                             f"{what} needs cuDNN {compiled.major}.x (built against {compiled}); "
                             f"only cuDNN {', '.join(f'{m}.x' for m in majors)} was found",

@@ -168,8 +168,12 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         out += rules_cudnn.gpu_support(ctx, "torch", what, compiled, cuda, fix=cudnn_fix)
     # cudnn_runtime: the version torch reports; cudnn_loaded (--deep) is the library path
     loaded = parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn_loaded"))
-    pip_fix = f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'"
-    out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix)
+    pip_fix = (f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'" if cuda.major >= 11
+               else f"install cuDNN {compiled.trunc(2)} or newer of major {compiled.major} "
+               "(no pip package of cuDNN exists for CUDA < 11)")
+    # wheels before CUDA 11 carry libcudnn in torch/lib (no nvidia-cudnn pip package yet)
+    out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix,
+                                  bundled=cuda.major < 11)
     if not any(f.severity in ("error", "warning") for f in out):
         sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs) or "no GPU given"
         out.append(finding("ok", "info", "torch", f"{what}: wheel {row['variant']} (CUDA "

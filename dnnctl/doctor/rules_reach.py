@@ -30,13 +30,13 @@ def _release(table: str, row: Row) -> Version:
 
 
 def _certain(ctx: Context, table: str) -> list[Row]:
-    return [r for r in ctx.matrix.rows(table) if not r.uncertain]
+    return [r for r in ctx.matrix.current(table) if not r.uncertain]
 
 
 def span(ctx: Context, framework: str) -> str:
     """'1.13-2.15': the releases of ``framework`` the matrix has rows for."""
     table = TABLES[framework]
-    known = sorted({_release(table, r) for r in ctx.matrix.rows(table)})
+    known = sorted({_release(table, r) for r in ctx.matrix.current(table) if "arch_list" in r})
     return f"{known[0]}-{known[-1]}" if known else "none"
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tests.unit._doctor_helpers import doctor
 
-# torch 1.1.0 (no rows) built with cuDNN 7.5.1; the system 7.0.3 loads first
-# (pytorch/pytorch#20844)
+# torch built with cuDNN 7.5.1; the system 7.0.3 loads first (pytorch/pytorch#20844: 1.1.0,
+# which has rows now; 0.4.1 here keeps the no-rows path under test)
 TORCH_OLD = """
 driver: {version: "384.130"}
 gpus: [{index: 0, name: GeForce GTX 1080}]
@@ -17,7 +17,7 @@ cuda_runtimes: [{version: "9.0.176", source: "conda:cudatoolkit"}]
 cudnn:
   - {version: "%s", source: "system:/usr/local/cuda-9.0", path: /usr/local/cuda-9.0/lib64/libcudnn.so.7, loaded_first: true}
 frameworks:
-  torch: {version: "1.1.0", cuda: "9.0.176", cudnn: "7.5.1"}
+  torch: {version: "0.4.1", cuda: "9.0.176", cudnn: "7.5.1"}
 """
 
 

@@ -127,6 +127,8 @@ def test_torch_rows_consistent_with_cuda_and_cudnn(m) -> None:
                 assert str(t.cc) in targets, (row.where, str(t), "CUDA cannot emit it")
         if "cudnn" not in row:  # not published yet (2.15): doctor says so instead of judging
             continue
+        if cuda.major < 11:  # cudnn.yaml starts with CUDA 11: doctor says unknown-version
+            continue
         cudnn = Version.parse(row["cudnn"])
         assert m.cudnn_rows(cudnn, cuda.major), (row.where, "bundled cuDNN has no row")
     for line in lines:  # at most one PyPI default per line
