@@ -163,6 +163,16 @@ class VersionRange:
                 points += [ref, Version(ref.parts + (1,) if len(ref.parts) > 1 else (major, 0, 1))]
         return any(self.contains(p) for p in points)
 
+    def lowest(self) -> Version | None:
+        """The lowest version a ">=" or "==" clause names (a table row's first release)."""
+        lows = [v for op, v, _ in self.clauses if op in (">=", "==")]
+        return min(lows) if lows else None
+
+    def upper(self) -> Version | None:
+        """The smallest "<" bound (the first release past a table row), None without one."""
+        highs = [v for op, v, _ in self.clauses if op == "<"]
+        return min(highs) if highs else None
+
     def __str__(self) -> str:
         return self.text
 

@@ -8,11 +8,12 @@ brings the other major (torch >= 2.4 pins nvidia-cudnn-cu12 9.x), the first Whis
 from __future__ import annotations
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
+from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import library_major, loadable_majors
+from dnnctl.doctor.stack import cudnn_majors
 
 SYMPTOM = {8: "'Could not load library libcudnn_ops_infer.so.8' (or libcudnn_cnn_infer.so.8)",
            9: "'Unable to load any of {libcudnn_cnn.so.9.1.0, ...}' / 'Invalid handle. Cannot "
@@ -38,7 +39,7 @@ def check(ctx: Context) -> list[Finding]:
     if row.uncertain:
         return [unknown("ctranslate2", f"{what}: the matrix row is uncertain", row=row)]
     cuda = Version.parse(row["cuda"])
-    have = _cudnn_majors(ctx, packages)
+    have = cudnn_majors(ctx, packages)
     out = library_major(ctx, "ctranslate2", what, cuda.major, "libcublas",
                         fix=_fix(ctx, have, row), row=row)
     if not row["uses_cudnn"]:
@@ -61,21 +62,12 @@ def check(ctx: Context) -> list[Finding]:
     return out
 
 
-def _cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
-    """cuDNN majors installed: the copies found, the nvidia-cudnn wheels, torch's pin."""
-    texts = [c.version for c in ctx.env.cudnn]
-    texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
-    texts.append((ctx.env.frameworks.get("torch") or {}).get("cudnn"))
-    return {v.major for t in texts if (v := parse_cudnn(t)) is not None}
-
-
 def _low(row: Row) -> Version:
-    return min(v for op, v, _ in VersionRange.parse(row["ctranslate2"]).clauses if op == ">=")
+    return VersionRange.parse(row["ctranslate2"]).lowest()
 
 
 def _high(row: Row) -> Version | None:
-    highs = [v for op, v, _ in VersionRange.parse(row["ctranslate2"]).clauses if op == "<"]
-    return min(highs) if highs else None
+    return VersionRange.parse(row["ctranslate2"]).upper()
 
 
 def _fix(ctx: Context, have: set[int], current: Row) -> str:

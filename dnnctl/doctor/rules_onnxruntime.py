@@ -18,7 +18,7 @@ from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import loadable_majors
-from dnnctl.doctor.stack import torch_stack
+from dnnctl.doctor.stack import cudnn_majors, torch_stack
 
 PACKAGE = "onnxruntime-gpu"
 INSTALL_DOCS = "https://onnxruntime.ai/docs/install/"
@@ -45,7 +45,7 @@ def check(ctx: Context) -> list[Finding]:
         span = f" (it knows {_low(known[0])} to below {_high(known[-1])})" if known else ""
         return [finding("not-judged", "info", "onnxruntime", f"{what}: not in the matrix{span}; "
                         "which CUDA and cuDNN it loads was not judged", version=text)]
-    cudas, cudnns = _cudas(ctx), _cudnn_majors(ctx, packages)
+    cudas, cudnns = _cudas(ctx), cudnn_majors(ctx, packages) or None
     fits = [r for r in rows if _fits(r, cudas, cudnns)]
     # which build is installed: its own record, else the one pip gets from PyPI
     installed = rows if built is not None else [r for r in rows if r["pypi"]] or rows
@@ -150,25 +150,12 @@ def _cudas(ctx: Context) -> list[Version] | None:
     return sorted(set(found))
 
 
-def _cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int] | None:
-    """cuDNN majors installed: the copies found, nvidia-cudnn wheels, torch's own."""
-    texts = [c.version for c in ctx.env.cudnn]
-    texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
-    _, torch_cudnn = torch_stack(ctx)
-    majors = {v.major for t in texts if (v := parse_cudnn(t)) is not None}
-    if torch_cudnn is not None:
-        majors.add(torch_cudnn.major)
-    return majors or None
-
-
 def _low(row: Row) -> Version:
-    return min(v for op, v, _ in VersionRange.parse(row["onnxruntime"]).clauses
-               if op in (">=", "=="))
+    return VersionRange.parse(row["onnxruntime"]).lowest()
 
 
 def _high(row: Row) -> Version:
-    highs = [v for op, v, _ in VersionRange.parse(row["onnxruntime"]).clauses if op == "<"]
-    return min(highs) if highs else _low(row)
+    return VersionRange.parse(row["onnxruntime"]).upper() or _low(row)
 
 
 def _spec(row: Row) -> str:

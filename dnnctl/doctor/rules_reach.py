@@ -25,7 +25,7 @@ TABLES = {"torch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 def _release(table: str, row: Row) -> Version:
     """The release a row stands for (the low end of a JAX row's range)."""
     if table == "jax":
-        return min(v for op, v, _ in VersionRange.parse(row["jax"]).clauses if op in (">=", "=="))
+        return VersionRange.parse(row["jax"]).lowest()
     return Version.parse(row[table])
 
 

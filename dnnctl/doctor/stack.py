@@ -48,3 +48,15 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
     cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
              or (parse_cudnn(row.get("cudnn")) if row else None))
     return cuda, cudnn
+
+
+def cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
+    """cuDNN majors installed: the copies found, the nvidia-cudnn wheels (``packages``), and
+    torch's own (torch_stack)."""
+    texts = [c.version for c in ctx.env.cudnn]
+    texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
+    majors = {v.major for t in texts if (v := parse_cudnn(t)) is not None}
+    _, torch_cudnn = torch_stack(ctx)
+    if torch_cudnn is not None:
+        majors.add(torch_cudnn.major)
+    return majors

@@ -18,7 +18,7 @@
 // as in dw_nhwc). fp32 accumulation, then the conv2d epilogue (bias, activation, residual).
 //
 // Shared memory (dynamic, the host computes its size): taps[KR * KS][CB] (float), then NBUF
-// windows tile[IH][IW][CBP], CBP = CB + PADC elements per pixel: the pad (tile_pad_bytes)
+// windows tile[IH][IW][CBP], CBP = CB + PADC elements per pixel: the pad (PAD_BYTES)
 // moves the pixel TQ columns over (the next thread group of a quarter warp) off the banks of
 // the first (16-byte accesses are served a quarter warp at a time).
 //
@@ -27,7 +27,7 @@
 // and (KS - 1) * DIL_W - pl on the left (the host passes dy as x, dx as y and those pads).
 //
 // Defines: DNNCTL_DTYPE, KR, KS, STR_H, STR_W, DIL_H, DIL_W (unrolled), VEC, CB, TH, TW, TQ,
-// TPB (tiles per block), FLIP (0: the forward; 1: the filter turned 180 degrees).
+// TPB (tiles per block), PAD_BYTES, FLIP (0: the forward; 1: the filter turned 180 degrees).
 // Threads per block: (CB / VEC) * TH * (TW / TQ). Grid: (ceil(N * tiles_p * tiles_q / TPB),
 // ceil(K / CB)). Host: K == C, K % VEC == 0, x / y VEC-element aligned.
 #include <dnnctl/conv.cuh>
@@ -58,6 +58,12 @@ using namespace dnnctl;
 #ifndef FLIP
 #define FLIP 0
 #endif
+// The pad after each staged pixel's CB channels (bytes, a multiple of 16) that spreads a
+// quarter warp's window reads over the banks: chosen by the host (_tile_pad_bytes in
+// dnnctl/ops/conv2d/depthwise.py), which sizes the shared memory with it.
+#ifndef PAD_BYTES
+#define PAD_BYTES 16
+#endif
 
 #define TCH (CB / VEC)                                   // threads across the channels
 #define TJ (TW / TQ)                                     // thread columns across the tile
@@ -71,32 +77,6 @@ using namespace dnnctl;
 #define WIN_ELEMS (IH * IW * CBP)
 #define TAP_BYTES (KR * KS * CB * 4)                     // a multiple of 16 (CB % 4 == 0)
 
-// The pad (0 to 112 bytes, a multiple of 16) after each pixel's CB channels that spreads the
-// 16-byte window reads of a quarter warp (8 threads: CB * size / 16 channel pieces of 8 / that
-// many thread columns, TQ * STR_W window columns apart) over the most banks; the smallest such
-// pad. The host's _tile_pad_bytes (dnnctl/ops/conv2d/depthwise.py) computes the same.
-__host__ __device__ constexpr int tile_pad_bytes() {
-  const int es = (int)sizeof(elem_t);
-  const int pieces = CB * es / 16 < 8 ? CB * es / 16 : 8;  // 16-byte pieces a pixel, <= 8
-  int best = 0, best_load = 1 << 30;
-  for (int pad = 0; pad < 128; pad += 16) {
-    const int col = TQ * STR_W * (CB * es + pad);  // bytes between adjacent thread columns
-    int hits[32] = {};
-    for (int t = 0; t < 8; ++t) {
-      const int addr = (t / pieces) * col + (t % pieces) * 16;
-      for (int b = 0; b < 4; ++b) hits[(addr / 4 + b) % 32] += 1;
-    }
-    int load = 0;
-    for (int b = 0; b < 32; ++b) load = hits[b] > load ? hits[b] : load;
-    if (load < best_load) {
-      best_load = load;
-      best = pad;
-    }
-  }
-  return best;
-}
-
-enum : int { PAD_BYTES = tile_pad_bytes() };  // a compile-time constant, no storage
 
 static_assert(CB % VEC == 0 && TW % TQ == 0, "CB % VEC and TW % TQ must be 0");
 static_assert(CB % 4 == 0, "CB must be a multiple of 4 (16-byte aligned windows)");

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,3 +53,15 @@ def doctor(tmp_path: Path, text: str) -> Doctor:
     assert width <= 80, human.output
     assert (human.exit_code == 1) == (data["verdict"] == "fail"), human.output
     return Doctor(human.exit_code, human.output, data)
+
+
+def probe_fakes() -> Any:
+    """tests/data/probes/fakes.py (stand-in libraries and tools for the probes), loaded once
+    as the module ``dnnctl_probe_fakes``."""
+    if "dnnctl_probe_fakes" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "data" / "probes" / "fakes.py"
+        spec = importlib.util.spec_from_file_location("dnnctl_probe_fakes", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["dnnctl_probe_fakes"]

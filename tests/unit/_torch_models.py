@@ -145,3 +145,18 @@ def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y:
     loss.backward()
     opt.step()
     return loss
+
+
+def randomize_bn(model: nn.Module, seed: int = 1,
+                 kinds: tuple[type, ...] = (nn.BatchNorm1d, nn.BatchNorm2d)) -> nn.Module:
+    """Random BatchNorm statistics and affine parameters (a fold that is not the identity),
+    from a generator seeded with ``seed``; returns the model."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, kinds):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+    return model

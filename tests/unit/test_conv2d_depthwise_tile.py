@@ -84,7 +84,8 @@ def test_defaults_build_clean_for_sm90a(name):
     defines = {
         "DNNCTL_DTYPE": 1, "KR": g.r, "KS": g.s, "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh,
         "DIL_W": g.dw, "VEC": 8, "CB": params["cb"], "TH": params["th"], "TW": params["tw"],
-        "TQ": params["tq"], "TPB": params["tpb"]}
+        "TQ": params["tq"], "TPB": params["tpb"],
+        "PAD_BYTES": _tile_pad_bytes(params["cb"] * 2, params["tq"] * g.sw)}
     ok, log = compile_(kernels_dir() / "conv2d/depthwise_tile.cu",
                        ["-arch=sm_90a", "--std=c++17", f"-I{kernels_dir() / 'include'}",
                         f"-I{inc}", "-DDNNCTL_HEADERS=0x0", "--ptxas-options=-v",

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from typer.testing import CliRunner
+from _doctor_helpers import doctor
 
-from dnnctl.cli.app import app
 from dnnctl.doctor.probe_python import relevant
 
 H100 = "driver: {version: 570.124.06}\ngpus: [{name: NVIDIA H100 80GB HBM3}]\n"
@@ -25,16 +23,10 @@ def _snapshot(ct2: str, cudnn: str | None, torch: str = "2.5.1", os: str = "Linu
 
 
 def _doctor(tmp_path: Path, text: str) -> tuple[int, str, list[tuple[str, str, str]]]:
-    snap = tmp_path / "env.yaml"
-    snap.write_text(text)
-    runner = CliRunner()
-    human = runner.invoke(app, ["doctor", "--from", str(snap)], env={"COLUMNS": "80"})
-    data = json.loads(runner.invoke(app, ["doctor", "--from", str(snap), "--json"]).stdout)
-    assert max(len(line) for line in human.output.splitlines()) <= 80
-    assert (human.exit_code == 1) == (data["verdict"] == "fail")
-    ct2 = [(f["severity"], f["code"], f["fix"] or "") for f in data["findings"]
+    d = doctor(tmp_path, text)
+    ct2 = [(f["severity"], f["code"], f["fix"] or "") for f in d.findings
            if f["component"] == "ctranslate2"]
-    return human.exit_code, human.output, ct2
+    return d.code, d.text, ct2
 
 
 def test_a_cudnn8_wheel_beside_torchs_cudnn9_fails(tmp_path: Path) -> None:

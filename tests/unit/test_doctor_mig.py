@@ -4,12 +4,11 @@ more MIG devices visible to one process than CUDA enumerates is a warning (NVIDI
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import pytest
+from _doctor_helpers import doctor, probe_fakes
 from typer.testing import CliRunner
 
 from dnnctl.cli.app import app
@@ -21,15 +20,7 @@ from dnnctl.doctor.probe_driver import DriverProbe, _with_smi_migs, probe_nvml
 from dnnctl.doctor.rules import judge
 from dnnctl.errors import InputFileError
 
-
-def _fakes():
-    path = Path(__file__).resolve().parents[1] / "data" / "probes" / "fakes.py"
-    if "dnnctl_probe_fakes" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dnnctl_probe_fakes", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dnnctl_probe_fakes"]
+_fakes = probe_fakes
 
 
 A, B = "MIG-c788539f-c1ea-5a36-8b4d-9b07d024b1bb", "MIG-405bbda1-6b05-535f-9702-f95e8cd170ce"
@@ -52,15 +43,9 @@ def _detected(driver: str, profiles: tuple[str, str] = ("3g.40gb", "3g.40gb"),
 
 
 def _doctor(tmp_path: Path, text: str) -> tuple[int, str, list[tuple[str, str, str]]]:
-    snap = tmp_path / "env.yaml"
-    snap.write_text(text)
-    runner = CliRunner()
-    human = runner.invoke(app, ["doctor", "--from", str(snap)], env={"COLUMNS": "80"})
-    data = json.loads(runner.invoke(app, ["doctor", "--from", str(snap), "--json"]).stdout)
-    assert max(len(line) for line in human.output.splitlines()) <= 80
-    mig = [(f["severity"], f["code"], f["fix"] or "") for f in data["findings"]
-           if f["code"] == "mig-enumeration"]
-    return human.exit_code, human.output, mig
+    d = doctor(tmp_path, text)
+    mig = [(f["severity"], f["code"], f["fix"] or "") for f in d.of("mig-enumeration")]
+    return d.code, d.text, mig
 
 
 def test_two_slices_in_one_process_before_r570(tmp_path: Path) -> None:

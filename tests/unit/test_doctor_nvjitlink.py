@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from typer.testing import CliRunner
+from _doctor_helpers import doctor
 
-from dnnctl.cli.app import app
 from dnnctl.compat.matrix import load_matrix
 from dnnctl.compat.versions import Version
 
@@ -30,15 +28,10 @@ CUSPARSE_129 = ", nvidia-cusparse-cu12: 12.5.9.5, nvidia-nvjitlink-cu12: 12.9.41
 
 
 def _doctor(tmp_path: Path, text: str) -> tuple[int, str, list[tuple[str, str, str]], dict]:
-    snap = tmp_path / "env.yaml"
-    snap.write_text(text)
-    runner = CliRunner()
-    human = runner.invoke(app, ["doctor", "--from", str(snap)], env={"COLUMNS": "80"})
-    data = json.loads(runner.invoke(app, ["doctor", "--from", str(snap), "--json"]).stdout)
-    assert max(len(line) for line in human.output.splitlines()) <= 80
-    nv = [f for f in data["findings"] if f["component"] == "nvjitlink"]
-    return human.exit_code, human.output, [(f["severity"], f["code"], f["fix"] or "")
-                                           for f in nv], data
+    d = doctor(tmp_path, text)
+    nv = [(f["severity"], f["code"], f["fix"] or "") for f in d.findings
+          if f["component"] == "nvjitlink"]
+    return d.code, d.text, nv, d.data
 
 
 def test_an_older_toolkit_copy_on_ld_library_path_breaks_pip_cusparse(tmp_path: Path) -> None:

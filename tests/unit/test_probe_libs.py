@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+
+from _doctor_helpers import probe_fakes
 
 from dnnctl.compat.matrix import load_matrix
 from dnnctl.doctor.model import EnvSnapshot, Gpu
 from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.rules import judge
 
-
-def _fakes():
-    path = Path(__file__).resolve().parents[1] / "data" / "probes" / "fakes.py"
-    if "dnnctl_probe_fakes" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dnnctl_probe_fakes", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dnnctl_probe_fakes"]
+_fakes = probe_fakes
 
 
 def _host(tmp_path: Path):

@@ -3,25 +3,17 @@ the ctypes calls, a GPU list, an NVML error, a library that hangs and one that c
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from _doctor_helpers import probe_fakes
 
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.probe_driver import DriverProbe, probe_nvml
 
-
-def _fakes():
-    path = Path(__file__).resolve().parents[1] / "data" / "probes" / "fakes.py"
-    if "dnnctl_probe_fakes" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("dnnctl_probe_fakes", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    return sys.modules["dnnctl_probe_fakes"]
+_fakes = probe_fakes
 
 
 NVML_C = r"""

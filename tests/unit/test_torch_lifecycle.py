@@ -12,21 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 dt = pytest.importorskip("dnnctl.torch")
 
-from _torch_models import SmallResNet  # noqa: E402
+from _torch_models import SmallResNet, randomize_bn  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.utils import parametrizations  # noqa: E402
-
-
-def _randomize_bn(model: nn.Module, seed: int = 1) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-    return model
 
 
 class Discriminator(nn.Module):
@@ -73,7 +61,7 @@ def _spectral_norm(model: Discriminator) -> None:
 
 CASES = {
     "spectral_norm": (Discriminator, _spectral_norm, (2, 3, 16, 16)),
-    "weight_norm": (lambda: _randomize_bn(Vocoder()), _weight_norm, (2, 4, 12)),
+    "weight_norm": (lambda: randomize_bn(Vocoder()), _weight_norm, (2, 4, 12)),
 }
 
 
@@ -122,7 +110,7 @@ def test_a_data_assignment_after_patch_is_folded_in(tensor):
     """``t.data = new`` keeps t's version counter: a folded conv + BN whose BN statistics,
     BN parameters or conv bias were swapped that way kept the old fold (0.2-0.5 off)."""
     torch.manual_seed(0)
-    ref = _randomize_bn(SmallResNet()).eval()
+    ref = randomize_bn(SmallResNet()).eval()
     ref.stem[0].bias = nn.Parameter(torch.zeros(16))
     model = copy.deepcopy(ref)
     dt.patch(model)
@@ -142,7 +130,7 @@ def test_a_float64_model_folds_in_float64():
     """The conv + BN fold ran in float32 whatever the weights' dtype: a float64 model was
     off by 6.5e-8, float32's rounding."""
     torch.manual_seed(0)
-    ref = _randomize_bn(SmallResNet()).eval().double()
+    ref = randomize_bn(SmallResNet()).eval().double()
     model = copy.deepcopy(ref)
     dt.patch(model)
     x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
@@ -175,14 +163,14 @@ def test_a_compiled_model_uses_the_weights_it_has_now(how):
     failed ("Input type (c10::BFloat16) and bias type (float) should be the same")."""
     torch._dynamo.reset()
     torch.manual_seed(0)
-    ref = _randomize_bn(SmallResNet()).eval()
+    ref = randomize_bn(SmallResNet()).eval()
     model = copy.deepcopy(ref)
     dt.patch(model)
     compiled = torch.compile(model, backend="aot_eager")
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), ref(x))
-        state = _randomize_bn(SmallResNet(), seed=5).state_dict()
+        state = randomize_bn(SmallResNet(), seed=5).state_dict()
         for m in (ref, model):
             _change(m, how, state)
         if how == "bfloat16":
@@ -201,7 +189,7 @@ def test_inductor_freezing_folds_once_and_equals_eager():
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    ref = _randomize_bn(SmallResNet()).eval()
+    ref = randomize_bn(SmallResNet()).eval()
     model = copy.deepcopy(ref)
     dt.patch(model)
     x = torch.randn(2, 3, 16, 16)
@@ -272,7 +260,7 @@ def test_a_batch_norm_eps_changed_after_patch_is_folded_in():
     """The eager fold's staleness stamp had the tensors only: a BN eps set after patch (a
     model loaded with another framework's eps) kept the old fold."""
     torch.manual_seed(0)
-    ref = _randomize_bn(SmallResNet()).eval()
+    ref = randomize_bn(SmallResNet()).eval()
     model = copy.deepcopy(ref)
     dt.patch(model)
     x = torch.randn(2, 3, 16, 16)

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dt = pytest.importorskip("dnnctl.torch")
 
-from _torch_models import Bottleneck, LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import Bottleneck, LlamaBlock, SmallResNet, ViTBlock, randomize_bn  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
@@ -19,15 +19,7 @@ from dnnctl.errors import UsageError  # noqa: E402
 
 
 def _randomize_bn(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-    return model
+    return randomize_bn(model, kinds=(nn.BatchNorm2d,))
 
 
 MODELS = {

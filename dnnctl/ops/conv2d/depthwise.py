@@ -155,7 +155,7 @@ def _tile_pad_bytes(pixel_bytes: int, step: int) -> int:
     """The pad after each staged pixel's channels (0 to 112 bytes, a multiple of 16) that
     spreads a quarter warp's 16-byte window reads (``pixel_bytes`` / 16 channel pieces, up to
     8, of 8 / that many thread columns ``step`` window columns apart) over the most banks;
-    the smallest such pad. As tile_pad_bytes() in kernels/conv2d/depthwise_tile.cu."""
+    the smallest such pad: dw_tile_nhwc's PAD_BYTES (kernels/conv2d/depthwise_tile.cu)."""
     pieces = min(pixel_bytes // 16, 8)
     best, best_load = 0, 1 << 30
     for pad in range(0, 128, 16):
@@ -213,7 +213,7 @@ def _tile_kernel(g: ConvGeom, params: Mapping[str, Any], flip: bool, names: tupl
         defines = {"DNNCTL_DTYPE": _cuda.DTYPE_CODE[g.dtype], "KR": g.r, "KS": g.s,
                    "STR_H": g.sh, "STR_W": g.sw, "DIL_H": g.dh, "DIL_W": g.dw,
                    "VEC": v, "CB": cb, "TH": th, "TW": tw, "TQ": tq, "TPB": tpb,
-                   "FLIP": int(flip)}
+                   "PAD_BYTES": _tile_pad_bytes(cb * _esize(g), tq * g.sw), "FLIP": int(flip)}
         fn = load_kernel("conv2d/depthwise_tile.cu", "dw_tile_nhwc", defines, smem)
         return mc.Launch(fn, (-(-tiles // tpb), -(-k // cb), 1),
                          (cb // v * th * tw // tq, 1, 1), smem)
@@ -269,12 +269,12 @@ class _TileBase(CudaConv):
 
     def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
         g = geometry(problem)
-        shapes = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2},
-                  {"cb": 32, "th": 4, "tw": 16, "tq": 2}, {"cb": 16, "th": 4, "tw": 8, "tq": 1}]
         # one tile a block: on the H200 two (the next window staged during this one's taps)
         # ran slower on every layer of bench_depthwise (ConvNeXt-T 7x7 96 @56: 83 us against
         # 72, benchmarks/RESULTS.md); the tuner still times tpb 2 and 4
-        wants = [dict(sh, tpb=1) for sh in shapes]
+        wants = [{"cb": 32, "th": 8, "tw": 16, "tq": 4 if g.sw == 1 else 2, "tpb": 1},
+                 {"cb": 32, "th": 4, "tw": 16, "tq": 2, "tpb": 1},
+                 {"cb": 16, "th": 4, "tw": 8, "tq": 1, "tpb": 1}]
         return self.first_valid(problem, device, wants)
 
 
