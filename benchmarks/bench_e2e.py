@@ -2,7 +2,10 @@
 
 Ways: ``eager``; ``compile`` (torch.compile default); ``compile-ro`` (mode="reduce-overhead",
 CUDA graphs); ``dnnctl`` (dnnctl.torch.patch + plan, eager); ``dnnctl+compile-ro`` (patched,
-then compiled with reduce-overhead). Median milliseconds per forward from CUDA events after
+then compiled with reduce-overhead); ``compile-ro+freeze`` and ``dnnctl+compile-ro+freeze``, the
+same with ``torch._inductor.config.freezing = True`` (weights taken as constants at compile
+time: torch folds its own conv + BN, and the patched model's conv + BN fold is computed once
+instead of in every replay). Median milliseconds per forward from CUDA events after
 warm-up, under torch.inference_mode(). Every non-eager output is compared with eager's
 (max |diff| / max |eager|) and the dnnctl rows say what the patch covered and what fell back
 to torch at run time. A failing row prints its error; the others go on.
@@ -31,7 +34,8 @@ import _torch_bench as tb  # noqa: E402
 import models  # noqa: E402
 
 TITLE = "End to end: eager / torch.compile / dnnctl patch, median ms per forward"
-WAYS = ("eager", "compile", "compile-ro", "dnnctl", "dnnctl+compile-ro")
+WAYS = ("eager", "compile", "compile-ro", "dnnctl", "dnnctl+compile-ro", "compile-ro+freeze",
+        "dnnctl+compile-ro+freeze")
 QUICK = {"llama7b-decode-b8-kv2048": WAYS, "resnet50-b1": ("eager", "dnnctl")}
 TOLERANCE = 3e-2  # max |diff| / max |eager| for fp16 / bf16 models
 
@@ -54,8 +58,18 @@ def _forward(way: str, model: Any, inputs: tuple, plan: Any,
         report = dt.patch(model, plan)
         notes["report"] = report
         cleanup = lambda: dt.unpatch(model)  # noqa: E731
-    if way in ("compile", "compile-ro", "dnnctl+compile-ro"):
-        mode = "reduce-overhead" if way.endswith("-ro") else None
+    if "compile" in way:
+        mode = "reduce-overhead" if "-ro" in way else None
+        if way.endswith("+freeze"):
+            # read when the first calls compile: kept on for the whole row
+            from torch._inductor import config as inductor_config
+
+            saved, undo = inductor_config.freezing, cleanup
+            inductor_config.freezing = True
+
+            def cleanup() -> None:
+                inductor_config.freezing = saved
+                undo()
         target = torch.compile(model, mode=mode)
     return (lambda: target(*inputs)), cleanup
 
@@ -88,6 +102,8 @@ def _measure(way: str, model: Any, inputs: tuple, ref: Any, plan: Any, iters: in
             row["x eager"] = base["eager"] / ms
         if "compile-ro" in base and way.startswith("dnnctl"):
             row["x compile-ro"] = base["compile-ro"] / ms
+        if "compile-ro+freeze" in base and way == "dnnctl+compile-ro+freeze":
+            row["x compile-ro+freeze"] = base["compile-ro+freeze"] / ms
         report = notes.get("report")
         if report is not None:
             fb = sum(report.fallbacks().values())
