@@ -1,12 +1,13 @@
 /* dnnctl's native launch path: one C call per kernel launch (see dnnctl/backends/native.py).
  *
- * launch(handle, gx, gy, gz, bx, by, bz, smem, stream, kinds, args) -> CUresult
+ * launch(handle, gx, gy, gz, bx, by, bz, smem, stream, kinds, args[, cooperative]) -> CUresult
  *   Packs ``args`` into an 8-byte-slot parameter block by ``kinds`` (one byte per argument:
  *   'P' pointer-like, 'i' int32, 'I' uint32, 'q' int64, 'Q' uint64, 'h' int16, 'b' int8,
  *   'B' uint8, 'f' float32, 'd' float64) and calls cuLaunchKernel. A pointer-like argument is
  *   None (null), an int (an address), an object with data_ptr() (torch), an object whose
  *   .data.ptr is the address (CuPy), or anything the Python fallback given to set_launch()
- *   turns into an int.
+ *   turns into an int. A true ``cooperative`` calls cuLaunchCooperativeKernel (every block
+ *   resident at once; its address given to set_launch) instead.
  * call_ints(fn, *ints) -> int
  *   Calls a C function of up to 24 integer / pointer arguments (the cuBLAS entry points we
  *   use take only those); every argument travels in a 64-bit slot, as the x86-64 and AArch64
@@ -28,7 +29,10 @@ typedef int (*ints_fn)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u6
 #define MAX_ARGS 96
 #define MAX_TYPES 8
 
+typedef int (*coop_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, void *, void **);
 static launch_fn LAUNCH = NULL;
+static coop_fn LAUNCH_COOP = NULL;
 static PyObject *FALLBACK = NULL; /* Python callable: object -> int address */
 static PyObject *S_DATA_PTR = NULL, *S_DATA = NULL, *S_PTR = NULL;
 
@@ -139,11 +143,13 @@ static int pack(char kind, PyObject *o, unsigned char *slot) {
 }
 
 static PyObject *set_launch(PyObject *self, PyObject *args) {
-    PyObject *addr, *fallback;
-    if (!PyArg_ParseTuple(args, "OO", &addr, &fallback)) return NULL;
-    u64 a;
+    PyObject *addr, *fallback, *coop = NULL;
+    if (!PyArg_ParseTuple(args, "OO|O", &addr, &fallback, &coop)) return NULL;
+    u64 a, c = 0;
     if (as_u64(addr, &a)) return NULL;
+    if (coop != NULL && coop != Py_None && as_u64(coop, &c)) return NULL;
     LAUNCH = (launch_fn)(uintptr_t)a;
+    LAUNCH_COOP = (coop_fn)(uintptr_t)c;
     Py_XDECREF(FALLBACK);
     Py_INCREF(fallback);
     FALLBACK = fallback;
@@ -151,9 +157,19 @@ static PyObject *set_launch(PyObject *self, PyObject *args) {
 }
 
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "launch() takes 11 arguments");
+    if (nargs != 11 && nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "launch() takes 11 or 12 arguments");
         return NULL;
+    }
+    int coop = 0;
+    if (nargs == 12) {
+        coop = PyObject_IsTrue(args[11]);
+        if (coop < 0) return NULL;
+        if (coop && LAUNCH_COOP == NULL) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "launch(): no cuLaunchCooperativeKernel given to set_launch()");
+            return NULL;
+        }
     }
     if (LAUNCH == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "launch(): set_launch() was not called");
@@ -188,9 +204,14 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         params[i] = buf + 8 * i;
     }
     Py_DECREF(fast);
-    int rc = LAUNCH((void *)(uintptr_t)head[0], (unsigned)head[1], (unsigned)head[2],
-                    (unsigned)head[3], (unsigned)head[4], (unsigned)head[5], (unsigned)head[6],
-                    (unsigned)head[7], (void *)(uintptr_t)head[8], params, NULL);
+    int rc = coop ? LAUNCH_COOP((void *)(uintptr_t)head[0], (unsigned)head[1],
+                                (unsigned)head[2], (unsigned)head[3], (unsigned)head[4],
+                                (unsigned)head[5], (unsigned)head[6], (unsigned)head[7],
+                                (void *)(uintptr_t)head[8], params)
+                  : LAUNCH((void *)(uintptr_t)head[0], (unsigned)head[1], (unsigned)head[2],
+                           (unsigned)head[3], (unsigned)head[4], (unsigned)head[5],
+                           (unsigned)head[6], (unsigned)head[7], (void *)(uintptr_t)head[8],
+                           params, NULL);
     return PyLong_FromLong(rc);
 }
 
@@ -210,9 +231,9 @@ static PyObject *call_ints(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 static PyMethodDef METHODS[] = {
-    {"set_launch", set_launch, METH_VARARGS, "set_launch(cuLaunchKernel address, fallback)"},
+    {"set_launch", set_launch, METH_VARARGS, "set_launch(cuLaunchKernel address, fallback[, cuLaunchCooperativeKernel address])"},
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
-     "launch(handle, gx, gy, gz, bx, by, bz, smem, stream, kinds, args) -> CUresult"},
+     "launch(handle, gx, gy, gz, bx, by, bz, smem, stream, kinds, args[, coop]) -> CUresult"},
     {"call_ints", (PyCFunction)(void (*)(void))call_ints, METH_FASTCALL,
      "call_ints(fn, *ints) -> int"},
     {NULL, NULL, 0, NULL}};

@@ -206,14 +206,17 @@ _FORMATS = {np.dtype(np.int32): "i4x", np.dtype(np.uint32): "I4x", np.dtype(np.i
 
 @functools.cache
 def _driver() -> Any:
-    """libcuda's cuLaunchKernel (called with the GIL held) and cuGetErrorName."""
+    """libcuda's cuLaunchKernel (called with the GIL held), cuGetErrorName and
+    cuLaunchCooperativeKernel."""
     lib = ctypes.PyDLL("libcuda.so.1")
     fn = lib.cuLaunchKernel  # called with ctypes objects made once per Launch (no argtypes)
     fn.restype = ctypes.c_int
     name = lib.cuGetErrorName
     name.restype = ctypes.c_int
     name.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return fn, name
+    coop = lib.cuLaunchCooperativeKernel  # cuLaunchKernel's arguments less ``extra``
+    coop.restype = ctypes.c_int
+    return fn, name, coop
 
 
 class _LazyLaunch:
@@ -270,9 +273,10 @@ def _native_module() -> Any:
         return None
     try:
         addr = ctypes.cast(_driver()[0], ctypes.c_void_p).value
+        coop = ctypes.cast(_driver()[2], ctypes.c_void_p).value
     except OSError:
         return None
-    mod.set_launch(addr, ptr)
+    mod.set_launch(addr, ptr, coop)
     return mod
 
 
@@ -312,10 +316,14 @@ class Launch:
     """
 
     __slots__ = ("fn", "grid", "block", "smem", "handle", "fmt", "buf", "params", "memo",
-                 "_head", "_params_c", "_dims", "kinds", "shift", "nargs")
+                 "_head", "_params_c", "_dims", "kinds", "shift", "nargs", "cooperative")
 
-    def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0) -> None:
+    def __init__(self, fn: Any, grid: Sequence[int], block: Sequence[int], smem: int = 0,
+                 cooperative: bool = False) -> None:
         self.fn = fn
+        # cuLaunchCooperativeKernel: every block resident at once (a grid-wide barrier may be
+        # waited on), or the launch fails; the caller sizes the grid (max_active_blocks)
+        self.cooperative = bool(cooperative)
         self.grid, self.block, self.smem = tuple(grid), tuple(block), int(smem)
         g = (*self.grid, 1, 1)[:3]
         b = (*self.block, 1, 1)[:3]
@@ -361,7 +369,11 @@ class Launch:
     def __call__(self, args: Sequence[Any]) -> None:
         handle = self.handle
         if handle is None:  # the CPU emulator, a test recorder: call as given
-            self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
+            if self.cooperative:
+                self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem,
+                        cooperative=True)
+            else:
+                self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
             return
         nat = native()
         kinds = self.kinds
@@ -372,7 +384,8 @@ class Launch:
             if stream is None:
                 stream = current_stream()
             try:
-                rc = nat.launch(handle, *self._dims, stream, kinds, args)
+                rc = (nat.launch(handle, *self._dims, stream, kinds, args, True)
+                      if self.cooperative else nat.launch(handle, *self._dims, stream, kinds, args))
             except (TypeError, ValueError, OverflowError):  # an argument changed kind
                 self.kinds = None
             else:
@@ -396,12 +409,16 @@ class Launch:
         stream = STATE.stream
         if stream is None:
             stream = current_stream()
-        rc = _LAUNCH(*self._head, _stream_arg(stream), self._params_c, None)
+        if self.cooperative:
+            rc = _driver()[2](*self._head, _stream_arg(stream), self._params_c)
+        else:
+            rc = _LAUNCH(*self._head, _stream_arg(stream), self._params_c, None)
         if rc:
             self._failed(rc, args)
 
     def _failed(self, rc: int, args: Sequence[Any]) -> None:
-        if rc in (201, 400):  # invalid context / handle: another device is current
+        if rc in (201, 400) and not self.cooperative:
+            # invalid context / handle: another device is current
             self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem,
                     stream=_cupy_stream(STATE.stream))
             return
@@ -457,15 +474,35 @@ def external_stream(handle: int) -> Any:
 
 
 def launch(module: Any, name: str, grid: int | Sequence[int], block: int | Sequence[int],
-           smem: int = 0) -> Launch:
-    """A :class:`Launch` of ``name`` in ``module``; opts into > 48 KiB of shared memory."""
+           smem: int = 0, cooperative: bool = False) -> Launch:
+    """A :class:`Launch` of ``name`` in ``module``; opts into > 48 KiB of shared memory.
+    ``cooperative``: launched by cuLaunchCooperativeKernel (see :func:`max_active_blocks`)."""
     fn = module.get_function(name)
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     grid_t = (int(grid),) if isinstance(grid, (int, np.integer)) else tuple(int(g) for g in grid)
     block_t = ((int(block),) if isinstance(block, (int, np.integer))
                else tuple(int(b) for b in block))
-    return Launch(fn, grid_t, block_t, int(smem))
+    return Launch(fn, grid_t, block_t, int(smem), cooperative)
+
+
+def max_active_blocks(module: Any, name: str, block: int, smem: int = 0) -> int | None:
+    """How many blocks of ``name`` (``block`` threads, ``smem`` bytes of dynamic shared
+    memory) one SM holds at once (the occupancy calculator of the driver); None where that
+    cannot be asked (the CPU emulator, an old CuPy): a cooperative grid is sized from it."""
+    fn = module.get_function(name)
+    handle = _function_handle(fn)
+    if handle is None:
+        return None
+    try:
+        import cupy
+
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        return int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+            handle, int(block), int(smem)))
+    except Exception:  # noqa: BLE001 - a CuPy without the call: the caller's estimate stands
+        return None
 
 
 # ----------------------------------------------------------------------------- devices

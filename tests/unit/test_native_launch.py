@@ -85,6 +85,38 @@ def test_launch_returns_the_driver_status_and_refuses_bad_calls(mod):
         mod.launch(1, 1, 1)
 
 
+COOP_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7,
+                          ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+
+
+def test_a_cooperative_launch_calls_the_cooperative_entry(mod, monkeypatch):
+    """launch(..., True) goes to cuLaunchCooperativeKernel (no ``extra`` argument), the
+    plain launch still to cuLaunchKernel; a Launch made cooperative takes that path, and
+    without the cooperative entry the call is refused rather than launched plainly."""
+    plain = Recorder(1)
+    coop_calls = []
+
+    def coop(f, gx, gy, gz, bx, by, bz, smem, stream, params):
+        coop_calls.append((f, gx, bx, smem, stream or 0, ctypes.string_at(params[0], 8)))
+        return 0
+
+    cfn = COOP_T(coop)
+    mod.set_launch(plain.address, cuda.ptr, ctypes.cast(cfn, ctypes.c_void_p).value)
+    assert mod.launch(7, 3, 1, 1, 64, 1, 1, 512, 9, b"q", [np.int64(11)], True) == 0
+    assert coop_calls == [(7, 3, 64, 512, 9, struct.pack("<q", 11))] and not plain.calls
+    assert mod.launch(7, 3, 1, 1, 64, 1, 1, 512, 9, b"q", [np.int64(12)], False) == 0
+    assert len(plain.calls) == 1 and len(coop_calls) == 1
+    monkeypatch.setattr(cuda, "_NATIVE", mod)
+    monkeypatch.setattr(cuda.STATE, "stream", 5, raising=False)
+    launch = cuda.Launch(lambda *a, **k: None, (4,), (128,), 0, cooperative=True)
+    launch.handle = 0x42
+    launch([np.int64(13)])
+    assert coop_calls[-1][:2] == (0x42, 4) and coop_calls[-1][4] == 5
+    mod.set_launch(plain.address, cuda.ptr)  # no cooperative entry
+    with pytest.raises(RuntimeError, match="cuLaunchCooperativeKernel"):
+        mod.launch(7, 3, 1, 1, 64, 1, 1, 512, 9, b"q", [np.int64(11)], True)
+
+
 def test_call_ints_passes_23_integer_arguments(mod):
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *(ctypes.c_int,) * 9,
                              ctypes.c_longlong, *(ctypes.c_int,) * 12)

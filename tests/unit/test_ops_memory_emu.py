@@ -143,11 +143,11 @@ class _LazyFunction:
         self.launches: list[tuple] = []
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
-                 shared_mem: int = 0, stream: Any = None) -> None:
+                 shared_mem: int = 0, stream: Any = None, cooperative: bool = False) -> None:
         fn = _instance(self.source, self.defines, self.expr)
         fn.max_dynamic_shared_size_bytes = self.max_dynamic_shared_size_bytes
         self.launches.append((tuple(grid), tuple(block), shared_mem))
-        fn(grid, block, args, shared_mem=shared_mem)
+        fn(grid, block, args, shared_mem=shared_mem, cooperative=cooperative)
 
 
 class _TemplateModule:
@@ -272,6 +272,10 @@ PROBLEMS: dict[str, list[dict[str, Any]]] = {
         dict(n=8, c=2, h=32, w=32, dtype="float32", layout="NCHW", training=True),
         # channel tiles of 128 bytes with a partial last tile, over two splits
         dict(n=4, c=136, h=4, w=4, dtype="float16", layout="NHWC", training=True),
+        # more channel vectors than a block's threads at vec 1 and 2 (train_persist: channel
+        # tiles along the grid's y)
+        dict(n=3, c=4096, h=1, w=1, dtype="float32", layout="NHWC", training=True,
+             activation="relu"),
         {"n": 4, "c": 136, "h": 4, "w": 4, "dtype": "float16", "layout": "NHWC",
          "training": True, "pass": "backward"},
         # relu(batch_norm(x)): the fused ReLU forward, and its backward's recomputed mask

@@ -93,13 +93,16 @@ class EmuFunction:
     """What ``RawModule.get_function`` returns: call as (grid, block, args, shared_mem=)."""
 
     def __init__(self, lib: ctypes.CDLL, name: str):
+        self._lib = lib
         self._fn = getattr(lib, f"emu_launch_{name}")
         self.name = name
         self.max_dynamic_shared_size_bytes = 0
         self.seed = 1
 
     def __call__(self, grid: Sequence[int], block: Sequence[int], args: Sequence[Any],
-                 shared_mem: int = 0, stream: Any = None) -> None:
+                 shared_mem: int = 0, stream: Any = None, cooperative: bool = False) -> None:
+        """``cooperative``: every block runs together (cuLaunchCooperativeKernel), so the
+        kernel may wait at a grid-wide barrier."""
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
         if shared_mem > max(48 * 1024, self.max_dynamic_shared_size_bytes):
@@ -128,6 +131,7 @@ class EmuFunction:
         g = (ctypes.c_uint * 3)(*grid)
         b = (ctypes.c_uint * 3)(*block)
         err = ctypes.create_string_buffer(4096)
+        self._lib.emu_set_coop(1 if cooperative else 0)
         rc = self._fn(g, b, ctypes.c_size_t(shared_mem), ptrs, sizes, len(vals), bptr, bsz,
                       len(bufs), ctypes.c_uint(self.seed), err, ctypes.c_size_t(4096))
         if rc:

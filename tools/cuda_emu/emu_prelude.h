@@ -1,7 +1,8 @@
 // CPU emulation of the CUDA subset the dnnctl GEMM-family kernels use (force-included
 // with g++ -include before a kernel .cu; see tools/cuda_emu/emu.py).
 //
-// Each CUDA thread of a block is a fiber; blocks run one after another. Warp-collective
+// Each CUDA thread of a block is a fiber; blocks run one after another (a cooperative launch:
+// every block's threads together, so a grid-wide barrier can be waited on). Warp-collective
 // operations (ldmatrix, mma.sync) exchange operands between the 32 lanes of a warp through
 // a warp barrier. Shared memory has a shadow that catches reads of bytes with a cp.async in
 // flight and same-interval races between threads (no __syncthreads between a write and a
@@ -72,6 +73,7 @@ struct Fiber {
   bool done = false;
   Dim3 tid{0, 0, 0};
   int linear = 0, warp = 0, lane = 0;
+  int block = 0;  // the block's index in a cooperative launch's list (else 0)
   std::vector<Copy> pending;
   std::vector<size_t> group_ends;  // pending.size() at each commit
   // wgmma state: ops in flight, wg_ops.size() at each commit_group, a wgmma.fence since
@@ -99,6 +101,7 @@ inline size_t g_smem_bytes = 0;
 inline std::vector<Buffer> g_buffers;
 
 void yield();
+void note_progress();  // a grid-barrier arrival (tools/cuda_emu: cooperative launches)
 void block_barrier();
 void warp_barrier();
 [[noreturn]] void fail(const std::string& what);

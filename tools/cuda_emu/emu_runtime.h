@@ -66,6 +66,21 @@ inline void* g_sched_sp = nullptr;
 inline std::string g_error;
 inline std::function<void()> g_body;
 inline std::mt19937 g_rng;
+inline int g_block_threads = 0;  // threads of one block (a block barrier's count)
+inline bool g_coop = false;      // the next launch is cooperative (emu_set_coop)
+
+// A cooperative launch keeps every block's state; the scheduler swaps it in with the fiber.
+struct BlockCtx {
+  Dim3 idx{0, 0, 0};
+  std::vector<unsigned char> smem;
+  std::vector<Shadow> shadow;
+  Bar bar;
+  std::vector<Bar> warp_bars;
+  std::vector<unsigned char> warp_slots;
+  long epoch = 0;
+};
+inline std::vector<BlockCtx> g_blocks;
+inline int g_cur_block = -1;
 
 [[noreturn]] void fail(const std::string& what) {
   char where[160];
@@ -76,11 +91,13 @@ inline std::mt19937 g_rng;
 
 void yield() { emu_switch(&cur->sp, g_sched_sp); }
 
+void note_progress() { ++g_progress; }
+
 void block_barrier() {
   Bar& b = g_block_bar;
   const long gen = b.gen;
   ++g_progress;
-  if (++b.count == (int)g_fibers.size()) {
+  if (++b.count == g_block_threads) {
     b.count = 0;
     ++b.gen;
     ++g_epoch;
@@ -343,12 +360,106 @@ static void run_block() {
   if (!g_error.empty()) throw Error(g_error);
 }
 
+// Make block b's state the current one (cooperative launches).
+static void switch_block(int b) {
+  if (b == g_cur_block) return;
+  if (g_cur_block >= 0) {
+    BlockCtx& o = g_blocks[g_cur_block];
+    o.shadow.swap(g_shadow);
+    o.warp_bars.swap(g_warp_bars);
+    o.warp_slots.swap(g_warp_slots);
+    o.bar = g_block_bar;
+    o.epoch = g_epoch;
+  }
+  BlockCtx& n = g_blocks[b];
+  n.shadow.swap(g_shadow);
+  n.warp_bars.swap(g_warp_bars);
+  n.warp_slots.swap(g_warp_slots);
+  g_block_bar = n.bar;
+  g_epoch = n.epoch;
+  g_block_idx = n.idx;
+  g_smem = n.smem.data();
+  g_cur_block = b;
+}
+
+// Every block's threads as fibers of one schedule (a cooperative launch: all blocks are
+// resident together, as cuLaunchCooperativeKernel guarantees).
+static void run_coop(const unsigned* grid, int nthreads, size_t smem) {
+  const int nblocks = (int)(grid[0] * grid[1] * grid[2]);
+  const int total = nblocks * nthreads;
+  if (total > 8192) throw Error("a cooperative launch of more than 8192 threads is too big here");
+  if (g_fibers.size() != (size_t)total) {
+    for (Fiber& f : g_fibers) std::free(f.stack);
+    g_fibers.assign(total, Fiber());
+    for (Fiber& f : g_fibers) f.stack = (unsigned char*)std::aligned_alloc(64, kStack);
+  }
+  g_blocks.assign(nblocks, BlockCtx());
+  for (int k = 0; k < nblocks; ++k) {
+    BlockCtx& c = g_blocks[k];
+    c.idx = {(unsigned)(k % grid[0]), (unsigned)((k / grid[0]) % grid[1]),
+             (unsigned)(k / (grid[0] * grid[1]))};
+    c.smem.resize(smem + 1);
+    for (size_t i = 0; i < smem; ++i) c.smem[i] = (unsigned char)(g_rng() | 0x80);
+    c.shadow.assign(smem + 1, Shadow());
+    c.warp_bars.assign(nthreads / 32, Bar());
+    c.warp_slots.assign((size_t)nthreads * 64, 0);
+  }
+  for (int i = 0; i < total; ++i) {
+    Fiber& f = g_fibers[i];
+    const int t = i % nthreads;
+    f.block = i / nthreads;
+    f.linear = t;
+    f.tid = {(unsigned)(t % g_block_dim.x), (unsigned)((t / g_block_dim.x) % g_block_dim.y),
+             (unsigned)(t / (g_block_dim.x * g_block_dim.y))};
+    f.warp = t / 32;
+    f.lane = t % 32;
+    init_fiber(f);
+  }
+  g_cur_block = -1;
+  g_shadow.clear();
+  g_warp_bars.clear();
+  g_warp_slots.clear();
+  switch_block(0);
+  tma_block_reset();
+  std::vector<int> order(total);
+  for (int i = 0; i < total; ++i) order[i] = i;
+  int alive = total;
+  while (alive > 0) {
+    std::shuffle(order.begin(), order.end(), g_rng);
+    const long before = g_progress;
+    for (int i : order) {
+      Fiber& f = g_fibers[i];
+      if (f.done) continue;
+      switch_block(f.block);
+      cur = &f;
+      emu_switch(&g_sched_sp, f.sp);
+      if (!g_error.empty()) throw Error(g_error);
+      if (f.done) --alive;
+    }
+    cur = nullptr;
+    if (alive > 0 && g_progress == before)
+      throw Error("deadlock: every live thread waits at a barrier the others never reach");
+  }
+  tma_block_end();
+  g_cur_block = -1;
+  g_blocks.clear();
+  if (!g_error.empty()) throw Error(g_error);
+}
+
 inline int run_grid(const unsigned* grid, const unsigned* block, size_t smem, unsigned seed) {
   const int nthreads = (int)(block[0] * block[1] * block[2]);
   if (nthreads % 32) throw Error("block size must be a multiple of 32 here");
+  g_block_threads = nthreads;
   g_rng.seed(seed);
   g_grid_dim = {grid[0], grid[1], grid[2]};
   g_block_dim = {block[0], block[1], block[2]};
+  if (g_coop) {
+    g_coop = false;
+    g_smem_bytes = smem;
+    run_coop(grid, nthreads, smem);
+    g_smem = nullptr;
+    return 0;
+  }
   std::vector<unsigned char> smem_buf(smem + 1);
   g_smem = smem_buf.data();
   g_smem_bytes = smem;
@@ -360,6 +471,7 @@ inline int run_grid(const unsigned* grid, const unsigned* block, size_t smem, un
   }
   for (int t = 0; t < nthreads; ++t) {
     Fiber& f = g_fibers[t];
+    f.block = 0;
     f.linear = t;
     f.tid = {(unsigned)(t % block[0]), (unsigned)((t / block[0]) % block[1]),
              (unsigned)(t / (block[0] * block[1]))};
@@ -413,6 +525,9 @@ int launch(void (*k)(A...), const unsigned* grid, const unsigned* block, size_t 
 }
 
 }  // namespace emu
+
+// The next launch of this library runs every block together (a cooperative launch).
+extern "C" void emu_set_coop(int on) { emu::g_coop = on != 0; }
 
 #include "emu_wgmma_runtime.h"
 #include "emu_tma_runtime.h"

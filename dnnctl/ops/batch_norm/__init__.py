@@ -14,6 +14,7 @@ from dnnctl.ops.batch_norm import (  # noqa: F401
     cuda_backward,
     cuda_exact,
     cuda_onepass,
+    cuda_persist,
     cuda_variants,
     numpy_variants,
     vendor_backward,
