@@ -1,0 +1,150 @@
+"""batch_norm ``train_persist`` (one cooperative launch, x read once) on the GPU: against
+float64 on fresh inputs with poisoned outputs, repeated calls (the grid barrier's counter
+keeps growing), a user's side stream, and a CUDA-graph capture replayed on new data.
+
+    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_bn_persist_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA build of torch and a GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+import dnnctl.ops as dops  # noqa: E402
+from dnnctl.ops.base import Choice  # noqa: E402
+from dnnctl.ops.dispatch import problem_of  # noqa: E402
+from dnnctl.ops.registry import get_op, get_variant  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DT = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# (n, h, w, c, dtype, activation, residual, params)
+CASES = [
+    (64, 28, 28, 128, "float16", "none", False, {"block": 256, "vec": 8, "rows": 12}),
+    (64, 7, 7, 2048, "float16", "relu", False, {"block": 512, "vec": 8, "rows": 16}),
+    (64, 14, 14, 1024, "float16", "none", False, {"block": 256, "vec": 8, "rows": 24}),
+    (8, 14, 14, 96, "bfloat16", "relu", True, {"block": 256, "vec": 8, "rows": 4}),
+    (3, 5, 7, 24, "float32", "none", False, {"block": 256, "vec": 4, "rows": 2}),
+    (2, 1, 1, 16384, "float16", "relu", False, {"block": 256, "vec": 8, "rows": 2}),
+    (1, 3, 3, 40, "float32", "relu", True, {"block": 512, "vec": 2, "rows": 4}),
+]
+
+
+def _plan(n, h, w, c, dtype, act, res, params):
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+    from dnnctl.torch.kernels import device_of
+
+    key = dict(n=n, c=c, h=h, w=w, dtype=dtype, layout="NHWC", training=True,
+               activation=act, residual=res)
+    problem = problem_of(get_op("batch_norm"), key)
+    _, dev = device_of(torch.empty(1, device="cuda"))
+    v = get_variant("batch_norm", "cupy", "train_persist")
+    assert v.supports(problem, dev), v.supports(problem, dev).reason
+    assert v.valid_params(problem, params, dev), params
+    section = Section(dev.fingerprint(), kernels_digest(), "2026-12-07T00:00:00Z", {},
+                      [PlanEntry(problem, Choice.of("train_persist", params))])
+    return LoadedPlan(Plan([section]))
+
+
+def _inputs(n, h, w, c, dtype, res, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (torch.randn(n, h, w, c, device="cuda", generator=g) * 2 + 3).to(DT[dtype])
+    z = torch.randn(n, h, w, c, device="cuda", generator=g).to(DT[dtype]) if res else None
+    wt = torch.randn(c, device="cuda", generator=g) * 0.5 + 1
+    bs = torch.randn(c, device="cuda", generator=g)
+    rm = torch.randn(c, device="cuda", generator=g)
+    rv = torch.rand(c, device="cuda", generator=g) + 0.5
+    return x, z, wt, bs, rm, rv
+
+
+def _want(x, z, wt, bs, rm, rv, act):
+    """float64: y, then the running statistics after the update (momentum 0.1)."""
+    xd = x.double().permute(0, 3, 1, 2)
+    rmd, rvd = rm.double().clone(), rv.double().clone()
+    y = torch.nn.functional.batch_norm(xd, rmd, rvd, wt.double(), bs.double(), training=True,
+                                       momentum=0.1, eps=1e-5)
+    if z is not None:
+        y = y + z.double().permute(0, 3, 1, 2)
+    if act == "relu":
+        y = y.relu()
+    return y.permute(0, 2, 3, 1), rmd, rvd
+
+
+def _call(x, z, wt, bs, rm, rv, act, plan):
+    return dops.batch_norm(x, rm, rv, wt, bs, training=True, layout="NHWC", plan=plan,
+                           activation=act, residual=z)
+
+
+def _rel(a, b):
+    return ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"-{c[5]}"
+                         + ("-res" if c[6] else ""))
+def test_matches_float64_repeatedly_and_on_a_side_stream(case):
+    n, h, w, c, dtype, act, res, params = case
+    plan = _plan(*case)
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for seed in range(3):  # the barrier's counter grows call after call
+        x, z, wt, bs, rm, rv = _inputs(n, h, w, c, dtype, res, seed)
+        y_want, rm_want, rv_want = _want(x, z, wt, bs, rm, rv, act)
+        stream = torch.cuda.Stream() if seed == 2 else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            y = _call(x, z, wt, bs, rm, rv, act, plan)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        assert torch.isfinite(y).all()
+        assert _rel(y, y_want) <= tol, (seed, _rel(y, y_want))
+        assert _rel(rm, rm_want) <= 1e-5 and _rel(rv, rv_want) <= 1e-4
+
+
+def test_persist_is_deterministic():
+    case = CASES[0]
+    plan = _plan(*case)
+    x, z, wt, bs, rm, rv = _inputs(*case[:4], case[4], case[6], 7)
+    y1 = _call(x, z, wt, bs, rm.clone(), rv.clone(), case[5], plan)
+    y2 = _call(x, z, wt, bs, rm.clone(), rv.clone(), case[5], plan)
+    assert torch.equal(y1, y2)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=["fp16", "bf16-relu-res"])
+def test_captured_call_replays_on_new_inputs(case):
+    n, h, w, c, dtype, act, res, params = case
+    plan = _plan(*case)
+    static = list(_inputs(n, h, w, c, dtype, res, 0))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            _call(*static, act, plan)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = _call(*static, act, plan)
+    for seed in (1, 2):
+        new = _inputs(n, h, w, c, dtype, res, seed)
+        for t, v in zip(static, new):
+            if t is not None:
+                t.copy_(v)
+        rm0, rv0 = static[4].clone(), static[5].clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        x, z, wt, bs = static[:4]
+        y_want, rm_want, rv_want = _want(x, z, wt, bs, rm0, rv0, act)
+        tol = {"float16": 2e-3, "bfloat16": 1e-2}[dtype]
+        assert _rel(y, y_want) <= tol
+        assert _rel(static[4], rm_want) <= 1e-5
+
+
+def test_a_layer_too_large_for_the_chip_is_not_taken():
+    from dnnctl.torch.kernels import device_of
+
+    _, dev = device_of(torch.empty(1, device="cuda"))
+    v = get_variant("batch_norm", "cupy", "train_persist")
+    big = problem_of(get_op("batch_norm"), dict(n=64, c=64, h=112, w=112, dtype="float16",
+                                                layout="NHWC", training=True))
+    assert not v.supports(big, dev)
