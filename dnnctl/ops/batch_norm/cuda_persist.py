@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dnnctl.errors import UnsupportedError
+from dnnctl.errors import KernelLaunchError, UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
@@ -69,10 +69,12 @@ def splits(problem: Problem, rb: int, rows: int) -> int:
     return mc.cdiv(problem["n"] * problem["h"] * problem["w"], rb * rows)
 
 
-def resident_estimate(threads: int, smem: int, vec: int) -> int:
-    """Blocks one SM holds, estimated without compiling (shared memory, threads and a
-    register guess of 32 + 7 per vector element a thread); the build asks the driver."""
-    regs = -(-(32 + 7 * vec) // 8) * 8
+def resident_estimate(threads: int, smem: int, vec: int, rows: int) -> int:
+    """Blocks one SM holds, estimated without compiling: shared memory and threads exactly,
+    registers from a bound above what ptxas gave for sm_90 (fp32 / fp16, vec 1-8, rows
+    2-24: 32-78 registers a thread; the bound max(32 + 7 vec, 40 + 2 rows)); the build asks
+    the driver."""
+    regs = -(-max(32 + 7 * vec, 40 + 2 * rows) // 8) * 8
     return max(0, min(2048 // threads, SMEM_PER_SM // (smem + 1024),
                       REGS_PER_SM // (regs * threads), 32))
 
@@ -87,7 +89,30 @@ def fits(problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> 
     if smem > mc.smem_limit(device):
         return False
     blocks = splits(problem, rb, params["rows"]) * (problem["c"] // vec // lanes)
-    return blocks <= resident_estimate(threads, smem, vec) * mc.sm_count(device)
+    return blocks <= resident_estimate(threads, smem, vec, params["rows"]) * mc.sm_count(device)
+
+
+def default_params(problem: Problem, device: Any) -> dict[str, Any] | None:
+    """The op's default train_persist parameters for an NHWC training problem, or None
+    where x does not fit: 256-thread blocks at the widest vector, and the fewest rows a
+    thread stages (the most blocks, so the most bytes in flight) whose grid the GPU holds
+    (estimated from above: the build asks the driver)."""
+    if problem["layout"] != "NHWC" or not problem["training"]:
+        return None
+    vec = sp.best_vec(problem)
+    for rows in BnTrainPersist.params["rows"]:
+        params = {"block": 256, "vec": vec, "rows": rows}
+        geo = geometry(problem["c"], vec, 256)
+        if geo is None:
+            return None
+        threads, lanes, rb = geo
+        smem = smem_bytes(problem, threads, rb, vec, rows)
+        if smem > mc.smem_limit(device):
+            return None
+        blocks = splits(problem, rb, rows) * (problem["c"] // vec // lanes)
+        if blocks <= resident_estimate(threads, smem, vec, rows) * mc.sm_count(device):
+            return params
+    return None
 
 
 class _PersistKernel(_BnKernel):
@@ -160,7 +185,7 @@ class BnTrainPersist(_BnCuda):
         grid = (splits(problem, rb, rows), c // vec // lanes)
         held = mc.cuda.max_active_blocks(mod, name, threads, smem)
         if held is None:
-            held = resident_estimate(threads, smem, vec)
+            held = resident_estimate(threads, smem, vec, rows)
         if grid[0] * grid[1] > held * mc.sm_count(device):
             raise UnsupportedError(
                 f"batch_norm/{self.name}: {grid[0] * grid[1]} blocks of {threads} threads "
@@ -173,10 +198,24 @@ class BnTrainPersist(_BnCuda):
         part, scale = ws[:part_floats], ws[part_floats:part_floats + c]
         counter = ws[part_floats + sp.pad4(c):][:2].view(np.uint64)
         size = run.consts(np.int64(problem["n"] * problem["h"] * problem["w"]))
+        instead: list[Any] = []  # train_lastblock's program, once the driver refused ours
 
         def go(arrs: tuple, eps: Any, momentum: Any) -> None:
+            if instead:
+                instead[0](arrs, eps, momentum)
+                return
             x, y, rm, rv, w, b, nrm, nrv, smean, sinv, z = arrs
-            run((x, y, part, counter, *size, rm, rv, nrm, nrv, smean, sinv, w, scale,
-                 run.f32(eps), run.f32(momentum), b, z))
+            try:
+                run((x, y, part, counter, *size, rm, rv, nrm, nrv, smean, sinv, w, scale,
+                     run.f32(eps), run.f32(momentum), b, z))
+            except KernelLaunchError as exc:
+                # fewer SMs than the device reports (an MPS share, another process's
+                # persistent kernel): the grid cannot be resident at once, and the driver
+                # says so before running anything; the two-launch program does the same work
+                if "COOPERATIVE" not in str(exc):
+                    raise
+                instead.append(BnTrainLastBlock().program(problem, dict(SAFE, vec=vec), vec,
+                                                          device))
+                instead[0](arrs, eps, momentum)
 
         return go

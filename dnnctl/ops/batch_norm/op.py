@@ -13,6 +13,7 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD, fused_relu
+from dnnctl.ops.batch_norm.cuda_persist import default_params as persist_params
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 
@@ -133,6 +134,11 @@ class BatchNormOp(mc.MemoryOp):
             return Choice.of("numpy_two_pass")
         vec = sp.best_vec(problem)
         if problem["training"]:
+            persist = persist_params(problem, device)
+            if persist is not None:
+                # one cooperative launch, x staged in shared memory and read once, where the
+                # layer fits on chip (NHWC): no second read of x, no second launch
+                return Choice.of("train_persist", persist)
             if mc.cdiv(sp.numel(problem), 128) < 2**31:
                 # two launches: statistics with 8 loads in flight per thread folded by the
                 # last block of each channel tile (no finalize launch), then infer_exact's
