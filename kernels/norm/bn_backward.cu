@@ -16,59 +16,10 @@
 // gated dy; z and dz are the kernels' last arguments, null otherwise). Host: the channel's inner extent
 // (hw for NCHW, C for NHWC) % VEC == 0 and VEC-aligned x / dy / dx (else VEC = 1); the
 // counters (one int per tile) zero before the first launch (each launch leaves them zero).
+#include <dnnctl/bn_backward.cuh>
 #include <dnnctl/chanreduce.cuh>
 
-#ifndef AFFINE
-#define AFFINE 1
-#endif
-#ifndef LAYOUT
-#define LAYOUT 0
-#endif
-#ifndef BN_ACT
-#define BN_ACT 0
-#endif
-#ifndef BN_RESID
-#define BN_RESID 0
-#endif
-
 using namespace dnnctl;
-
-// BN_ACT (the forward was relu(batch_norm(x)), activation: relu): dy counts only where the
-// forward's pre-activation (x - mean) * scale + beta was positive, scale = invstd * w and
-// beta = bias as the forward computed them (the same fp32 arithmetic, so the same sign); the
-// mask is recomputed from x, which both passes read anyway.
-__device__ __forceinline__ float bn_relu_scale(const float* invstd, const float* w, int c) {
-  return AFFINE ? invstd[c] * w[c] : invstd[c];
-}
-
-__device__ __forceinline__ float bn_relu_beta(const float* bias, int c) {
-  return AFFINE ? bias[c] : 0.f;
-}
-
-__device__ __forceinline__ float bn_relu_gate(float g, float v, float m, float scale,
-                                              float beta, float z = 0.f) {
-  return BN_ACT && !((v - m) * scale + beta + z > 0.f) ? 0.f : g;
-}
-
-__device__ __forceinline__ void bn_bwd_finish(int c, int C, float s1, float s2, float count,
-                                              const float* invstd,
-                                              const float* w, float* dw, float* db,
-                                              float* coef, const float* bias) {
-  const float is = invstd[c];
-  if (AFFINE) {
-    dw[c] = s2 * is;
-    db[c] = s1;
-  }
-  const float a = AFFINE ? w[c] * is : is;
-  const float b = -a * is * is * s2 / count;
-  coef[c] = a;  // planar: a[C], b[C], c0[C] (the dx pass reads each channel-contiguously)
-  coef[C + c] = b;
-  coef[2 * C + c] = -a * s1 / count;
-  if (BN_ACT) {  // and the mask's scale[C], beta[C]
-    coef[3 * C + c] = bn_relu_scale(invstd, w, c);
-    coef[4 * C + c] = bn_relu_beta(bias, c);
-  }
-}
 
 // NCHW: grid (C, S); a block walks vectors k = s*BLOCK + t, stride S*BLOCK, of the channel's
 // N planes (N * hw / VEC vectors).

@@ -148,3 +148,95 @@ def test_a_layer_too_large_for_the_chip_is_not_taken():
     big = problem_of(get_op("batch_norm"), dict(n=64, c=64, h=112, w=112, dtype="float16",
                                                 layout="NHWC", training=True))
     assert not v.supports(big, dev)
+
+
+# ----------------------------------------------------------------------------- backward
+
+BWD_CASES = [
+    (64, 28, 28, 128, "float16", "none", False, {"block": 256, "vec": 8, "rows": 12}),
+    (64, 7, 7, 2048, "float16", "none", False, {"block": 512, "vec": 8, "rows": 16}),
+    (64, 14, 14, 256, "float16", "relu", True, {"block": 256, "vec": 8, "rows": 8}),
+    (8, 14, 14, 96, "bfloat16", "relu", False, {"block": 256, "vec": 8, "rows": 4}),
+    (3, 5, 7, 24, "float32", "none", False, {"block": 256, "vec": 4, "rows": 2}),
+    (2, 1, 1, 16384, "float16", "relu", True, {"block": 256, "vec": 8, "rows": 2}),
+]
+
+
+def _bwd_plan(n, h, w, c, dtype, act, res, params):
+    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
+    from dnnctl.torch.kernels import device_of
+
+    key = dict(n=n, c=c, h=h, w=w, dtype=dtype, layout="NHWC", training=True,
+               activation=act, residual=res, **{"pass": "backward"})
+    problem = problem_of(get_op("batch_norm"), key)
+    _, dev = device_of(torch.empty(1, device="cuda"))
+    v = get_variant("batch_norm", "cupy", "bwd_persist")
+    assert v.supports(problem, dev), v.supports(problem, dev).reason
+    assert v.valid_params(problem, params, dev), params
+    section = Section(dev.fingerprint(), kernels_digest(), "2026-12-07T00:00:00Z", {},
+                      [PlanEntry(problem, Choice.of("bwd_persist", params))])
+    return LoadedPlan(Plan([section]))
+
+
+@pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "x".join(map(str, c[:5]))
+                         + f"-{c[5]}" + ("-res" if c[6] else ""))
+def test_backward_matches_float64_autograd(case):
+    n, h, w, c, dtype, act, res, params = case
+    plan = _bwd_plan(*case)
+    tol = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
+    for seed in range(2):
+        x, z, wt, bs, _, _ = _inputs(n, h, w, c, dtype, res, seed)
+        dy = torch.randn_like(x)
+        xd = x.double().requires_grad_()
+        wd, bd = wt.double().requires_grad_(), bs.double().requires_grad_()
+        zd = None if z is None else z.double().requires_grad_()
+        xn = xd.permute(0, 3, 1, 2)
+        y = torch.nn.functional.batch_norm(xn, None, None, wd, bd, training=True, eps=1e-5)
+        if zd is not None:
+            y = y + zd.permute(0, 3, 1, 2)
+        if act == "relu":
+            y = y.relu()
+        y.permute(0, 2, 3, 1).backward(dy.double())
+        mean = x.double().mean((0, 1, 2))
+        invstd = (x.double().var((0, 1, 2), unbiased=False) + 1e-5).rsqrt()
+        got = dops.batch_norm_backward(dy, x, mean.float(), invstd.float(), weight=wt,
+                                       layout="NHWC", plan=plan, bias=bs, activation=act,
+                                       residual=z)
+        torch.cuda.synchronize()
+        assert _rel(got[0], xd.grad) <= tol, ("dx", seed, _rel(got[0], xd.grad))
+        assert _rel(got[1], wd.grad) <= 1e-3 and _rel(got[2], bd.grad) <= 1e-3
+        if res:
+            assert _rel(got[3], zd.grad) <= tol
+
+
+def test_backward_is_deterministic_and_captures():
+    case = BWD_CASES[2]
+    n, h, w, c, dtype, act, res, params = case
+    plan = _bwd_plan(*case)
+    x, z, wt, bs, _, _ = _inputs(n, h, w, c, dtype, res, 3)
+    dy = torch.randn_like(x)
+    mean = x.float().mean((0, 1, 2))
+    invstd = (x.float().var((0, 1, 2), unbiased=False) + 1e-5).rsqrt()
+    args = [dy, x, mean, invstd, wt, bs, z]
+
+    def call(dy, x, mean, invstd, wt, bs, z):
+        return dops.batch_norm_backward(dy, x, mean, invstd, weight=wt, layout="NHWC",
+                                        plan=plan, bias=bs, activation=act, residual=z)
+
+    first = call(*args)
+    again = call(*args)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call(*args)
+    new_dy = torch.randn_like(dy)
+    dy.copy_(new_dy)
+    graph.replay()
+    torch.cuda.synchronize()
+    want = call(*args)
+    assert all(torch.equal(a, b) for a, b in zip(captured, want))

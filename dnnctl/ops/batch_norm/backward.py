@@ -12,6 +12,7 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
+from dnnctl.ops.batch_norm.persist_fit import bwd_default_params
 from dnnctl.ops.passes import term_scale
 from dnnctl.ops.registry import variants
 
@@ -150,7 +151,12 @@ class BatchNormBackward(sp.SpatialNormBackward):
         benchmarks/RESULTS.md, GPU time), cuDNN's semi-persistent backward beat our two-pass
         kernel on five (ours 0.79-0.90x), ours won one (1.09x at 28x28x512); with the fused
         ReLU ours won four of six (1.01-1.26x against torch's threshold + batch_norm
-        backward). The tuner times both, so a tuned plan takes each where it is faster."""
+        backward). The tuner times both, so a tuned plan takes each where it is faster.
+        Where dy and x fit on chip (NHWC), ``bwd_persist``: one cooperative launch that
+        reads them once."""
+        persist = bwd_default_params(problem, device)
+        if persist is not None:
+            return Choice.of("bwd_persist", persist)
         if not fused_relu(problem) and not problem.get("residual") and problem["affine"]:
             vendor = next((v for v in variants(op.name, "cupy") if v.name == "bwd_torch"),
                           None)  # variants(): under use_deterministic it is left out

@@ -1,11 +1,13 @@
-"""batch_norm training forward in one cooperative launch: ``train_persist`` (NHWC).
+"""batch_norm training in one cooperative launch: ``train_persist`` (forward) and
+``bwd_persist`` (backward), NHWC.
 
 Every block stages its rows of x in shared memory (cp.async), sums them, and waits at a
 grid-wide barrier; the grid's warps fold the per-block partials (a warp per channel, fixed
 order) and write the statistics; after a second barrier each block normalizes the x it
 still holds (kernels/norm/bn_persist.cu). x is read from memory once instead of twice, and
 one launch replaces two: what the small and mid-sized layers of a ResNet lose to launch,
-tail and fold latency.
+tail and fold latency. The backward does the same with dy and x
+(kernels/norm/bn_bwd_persist.cu), against cuDNN's semi-persistent backward.
 
 All blocks must be resident at once, so the launch is cooperative
 (cuLaunchCooperativeKernel) and the grid is sized from the driver's occupancy calculator:
@@ -16,7 +18,6 @@ scalar program run ``train_lastblock``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,94 +26,24 @@ import numpy as np
 from dnnctl.errors import KernelLaunchError, UnsupportedError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
-from dnnctl.ops.base import Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, dtype_size, unsupported
+from dnnctl.ops.batch_norm.backward import epilogue_defines
+from dnnctl.ops.batch_norm.cuda_backward import BnBwdKernel, BnBwdReduceDx
 from dnnctl.ops.batch_norm.cuda_onepass import BnTrainLastBlock
 from dnnctl.ops.batch_norm.cuda_variants import _BnCuda, _BnKernel
+from dnnctl.ops.batch_norm.persist_fit import (
+    BLOCKS,
+    ROWS,
+    SAFE,
+    bwd_fits,
+    bwd_smem_bytes,
+    fits,
+    geometry,
+    resident_estimate,
+    smem_bytes,
+    splits,
+)
 from dnnctl.ops.registry import register_variant
-
-SMEM_PER_SM = 228 * 1024  # Hopper's shared memory per SM (227 KB a block, 1 KB reserved each)
-REGS_PER_SM = 65536
-# a misaligned call's scalar program: train_lastblock at the op's default parameters
-SAFE = {"block": 256, "vec": 1, "unroll": 8, "blocks_per_sm": 2, "tile": 128}
-
-
-def geometry(c: int, vec: int, block: int) -> tuple[int, int, int] | None:
-    """(threads a block, channel-vector lanes L, rows RB a block covers at once) for ``c``
-    channels in ``vec``-wide vectors and about ``block`` threads: whole warps, whole channel
-    tiles (L divides the block and the channel vectors); None where no block of at most 1024
-    threads has that shape."""
-    if c % vec or c < vec:
-        return None
-    cv = c // vec
-    if cv <= 1024:
-        base = cv * 32 // math.gcd(cv, 32)  # lcm(cv, 32): whole warps of whole rows
-        if base > 1024:
-            return None
-        threads = base * max(1, min(block, 1024) // base)
-    else:
-        fits = [b for b in (1024, 512, 256, 128, 64, 32) if cv % b == 0]
-        if not fits:
-            return None
-        threads = min(fits, key=lambda b: (abs(b - block), -b))
-    lanes = min(cv, threads)
-    return threads, lanes, threads // lanes
-
-
-def smem_bytes(problem: Problem, threads: int, rb: int, vec: int, rows: int) -> int:
-    """Dynamic shared memory of a block: its staged vectors, then the fold's floats."""
-    staged = rows * threads * vec * dtype_size(problem["dtype"])
-    return staged + (2 * threads * vec * 4 if rb > 1 else 0)
-
-
-def splits(problem: Problem, rb: int, rows: int) -> int:
-    """Blocks along the rows: each covers rb rows ``rows`` times."""
-    return mc.cdiv(problem["n"] * problem["h"] * problem["w"], rb * rows)
-
-
-def resident_estimate(threads: int, smem: int, vec: int, rows: int) -> int:
-    """Blocks one SM holds, estimated without compiling: shared memory and threads exactly,
-    registers from a bound above what ptxas gave for sm_90 (fp32 / fp16, vec 1-8, rows
-    2-24: 32-78 registers a thread; the bound max(32 + 7 vec, 40 + 2 rows)); the build asks
-    the driver."""
-    regs = -(-max(32 + 7 * vec, 40 + 2 * rows) // 8) * 8
-    return max(0, min(2048 // threads, SMEM_PER_SM // (smem + 1024),
-                      REGS_PER_SM // (regs * threads), 32))
-
-
-def fits(problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> bool:
-    """The layer fits in the blocks the GPU holds at once (estimate)."""
-    geo = geometry(problem["c"], vec, params["block"])
-    if geo is None:
-        return False
-    threads, lanes, rb = geo
-    smem = smem_bytes(problem, threads, rb, vec, params["rows"])
-    if smem > mc.smem_limit(device):
-        return False
-    blocks = splits(problem, rb, params["rows"]) * (problem["c"] // vec // lanes)
-    return blocks <= resident_estimate(threads, smem, vec, params["rows"]) * mc.sm_count(device)
-
-
-def default_params(problem: Problem, device: Any) -> dict[str, Any] | None:
-    """The op's default train_persist parameters for an NHWC training problem, or None
-    where x does not fit: 256-thread blocks at the widest vector, and the fewest rows a
-    thread stages (the most blocks, so the most bytes in flight) whose grid the GPU holds
-    (estimated from above: the build asks the driver)."""
-    if problem["layout"] != "NHWC" or not problem["training"]:
-        return None
-    vec = sp.best_vec(problem)
-    for rows in BnTrainPersist.params["rows"]:
-        params = {"block": 256, "vec": vec, "rows": rows}
-        geo = geometry(problem["c"], vec, 256)
-        if geo is None:
-            return None
-        threads, lanes, rb = geo
-        smem = smem_bytes(problem, threads, rb, vec, rows)
-        if smem > mc.smem_limit(device):
-            return None
-        blocks = splits(problem, rb, rows) * (problem["c"] // vec // lanes)
-        if blocks <= resident_estimate(threads, smem, vec, rows) * mc.sm_count(device):
-            return params
-    return None
 
 
 class _PersistKernel(_BnKernel):
@@ -130,7 +61,7 @@ class BnTrainPersist(_BnCuda):
            "grid barrier, a warp per channel folds, grid barrier, normalize from shared "
            "memory (NHWC layers that fit on chip)")
     # rows: vectors of x a thread stages (the block's share of x in shared memory)
-    params = {"block": (256, 512), "vec": mc.VECS, "rows": (2, 4, 8, 12, 16, 24)}
+    params = {"block": BLOCKS, "vec": mc.VECS, "rows": ROWS}
 
     def supports(self, problem: Problem, device: Any) -> Support:
         base = _BnCuda.supports(self, problem, device)
@@ -219,3 +150,89 @@ class BnTrainPersist(_BnCuda):
                 instead[0](arrs, eps, momentum)
 
         return go
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+@register_variant
+class BnBwdPersist(mc.CudaBackward):
+    op = "batch_norm"
+    name = "bwd_persist"
+    source = "norm/bn_bwd_persist.cu"
+    doc = ("one cooperative launch, dy and x read once: blocks stage them in shared memory, "
+           "sum, grid barrier, a warp per channel folds, grid barrier, dx from shared memory "
+           "(NHWC layers whose dy and x fit on chip)")
+    params = {"block": BLOCKS, "vec": mc.VECS, "rows": ROWS}
+
+    def supports(self, problem: Problem, device: Any) -> Support:
+        if problem["layout"] != "NHWC":
+            return unsupported("NHWC only (NCHW: bwd_reduce_dx)")
+        if not any(bwd_fits(problem, {"block": b, "rows": r}, v, device)
+                   for b in self.params["block"] for r in self.params["rows"]
+                   for v in mc.VECS if sp.vec_ok(problem, v)):
+            return unsupported("dy and x do not fit in the shared memory of the blocks the "
+                               "GPU holds at once (bwd_reduce_dx reads them twice)")
+        return SUPPORTED
+
+    def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
+        return sp.vec_ok(problem, params["vec"]) and bwd_fits(problem, params, params["vec"],
+                                                              device)
+
+    def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
+        geo = geometry(problem["c"], params["vec"], params["block"])
+        if geo is None:
+            return 0
+        s = splits(problem, geo[2], params["rows"])
+        return 4 * (sp.pad4(2 * problem["c"] * s) + sp.pad4(5 * problem["c"]) + 4)
+
+    def build(self, problem: Problem, params: Mapping[str, Any], device: Any) -> Kernel:
+        if not self.valid_params(problem, params, device):
+            raise UnsupportedError(f"batch_norm/{self.name}: {dict(params)} does not fit "
+                                   "this layer on this GPU")
+        vec = params["vec"]
+        c = problem["c"]
+        threads, lanes, rb = geometry(c, vec, params["block"])  # type: ignore[misc]
+        rows = params["rows"]
+        name = f"bn_bwd_persist_rows<{threads},{vec},{rows}>"
+        mod = mc.compile_cuda(self.source, {
+            "DNNCTL_DTYPE": mc.DTYPE_CODE[problem["dtype"]], "AFFINE": int(problem["affine"]),
+            "LAYOUT": 1, "CH": c, **epilogue_defines(problem)}, [name], device)
+        smem = bwd_smem_bytes(problem, threads, rb, vec, rows)
+        grid = (splits(problem, rb, rows), c // vec // lanes)
+        held = mc.cuda.max_active_blocks(mod, name, threads, smem)
+        if held is None:
+            held = resident_estimate(threads, smem, vec, rows)
+        if grid[0] * grid[1] > held * mc.sm_count(device):
+            raise UnsupportedError(
+                f"batch_norm/{self.name}: {grid[0] * grid[1]} blocks of {threads} threads "
+                f"must be resident at once; this GPU holds {held * mc.sm_count(device)}",
+                hint="more rows per thread, or bwd_reduce_dx")
+        run = mc.launch(mod, name, grid, threads, smem, cooperative=True)
+        part_floats, coef_floats = sp.pad4(2 * c * grid[0]), sp.pad4(5 * c)
+        ws = mc.workspace(device, 4 * (part_floats + coef_floats + 4))
+        ws.fill(0)  # the barrier's counter starts at zero and only grows
+        part, coef = ws[:part_floats], ws[part_floats:part_floats + 5 * c]
+        counter = ws[part_floats + coef_floats:][:2].view(np.uint64)
+        size = run.consts(np.int64(problem["n"] * problem["h"] * problem["w"]))
+        two_pass = BnBwdReduceDx()
+        base = {"block": 256, "waves": 4, "tile": 128, "unroll": 1, "rev": 0}
+        instead: list[Any] = []  # bwd_reduce_dx's program, once the driver refused ours
+
+        def fast(dy: Any, x: Any, w: Any, mean: Any, invstd: Any, dxa: Any, dw: Any,
+                 db: Any, bias: Any, z: Any, dz: Any) -> None:
+            if instead:
+                instead[0](dy, x, w, mean, invstd, dxa, dw, db, bias, z, dz)
+                return
+            try:
+                run((dy, x, mean, part, counter, *size, invstd, w, dw, db, coef, bias, z, dxa,
+                     dz))
+            except KernelLaunchError as exc:  # fewer SMs than reported (see train_persist)
+                if "COOPERATIVE" not in str(exc):
+                    raise
+                instead.append(two_pass.build(problem, dict(base, vec=vec), device).fast)
+                instead[0](dy, x, w, mean, invstd, dxa, dw, db, bias, z, dz)
+
+        safe = two_pass.build(problem, dict(base, vec=1), device).safe
+        return BnBwdKernel(fast, safe, vec * dtype_size(problem["dtype"]),
+                           ("save_mean", "save_invstd"))

@@ -13,7 +13,7 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD, fused_relu
-from dnnctl.ops.batch_norm.cuda_persist import default_params as persist_params
+from dnnctl.ops.batch_norm.persist_fit import default_params as persist_params
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 
