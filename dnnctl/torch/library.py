@@ -171,11 +171,21 @@ def _save(ctx: Any, inputs: tuple, output: Any, extra: Callable[[Any], tuple] | 
           skip: tuple[int, ...] = ()) -> None:
     """Save the tensor inputs but ``skip`` (and extra(output)) with save_for_backward, the
     rest on ctx (skipped tensors come back as None)."""
-    slots = [i for i, a in enumerate(inputs)
-             if i not in skip and (a is None or isinstance(a, torch.Tensor))]
-    ctx.slots, ctx.rest = slots, inputs
-    ctx.rest = tuple(None if i in slots or i in skip else a for i, a in enumerate(inputs))
-    ctx.save_for_backward(*(inputs[i] for i in slots), *(extra(output) if extra else ()))
+    slots, saved, rest = [], [], list(inputs)  # one pass (a training call's host time)
+    for i, a in enumerate(inputs):
+        if i in skip:
+            rest[i] = None
+        elif a is None or isinstance(a, _Tensor):
+            slots.append(i)
+            saved.append(a)
+            rest[i] = None
+    ctx.slots, ctx.rest = slots, tuple(rest)
+    if extra:
+        saved.extend(extra(output))
+    ctx.save_for_backward(*saved)
+
+
+_Tensor = torch.Tensor
 
 
 def _needs(ctx: Any) -> tuple[bool, ...]:
@@ -387,7 +397,9 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
             return op.redispatch(keyset & after, *args)
 
     def forward(ctx: Any, keyset: Any, *args: Any) -> Any:
-        out = run(keyset, args)  # an autograd.Function's forward runs with grad off
+        # an autograd.Function's forward runs with grad off; no keyset: from ``direct``,
+        # whose caller (run_op) found plain eager tensors with no mode watching
+        out = eager(*args) if keyset is None else run(keyset, args)
         out = tuple(map(_unview, out)) if isinstance(out, tuple) else _unview(out)
         # the dispatcher drops trailing arguments equal to their defaults: put them back
         setup(ctx, (*args, *defaults[len(args):]), out)
@@ -440,11 +452,32 @@ def _autograd_kernel(name: str) -> Callable[..., Any]:
         return eager(*args)
 
     DIRECT[name] = direct
+    APPLY[name] = _eager_apply(fn)
     return kernel
+
+
+def _eager_apply(fn: Any) -> Callable[..., Any]:
+    """``fn.apply`` for callers that found plain eager tensors and no torch.func transform
+    active (run_op, batch_norm_train_): torch's C apply with the dead-wrapper unwrapping
+    that ``Function.apply`` does then, less its Python wrapper's other checks (a
+    ``setup_context`` these Functions do not define, transforms the caller ruled out)."""
+    try:
+        capply = super(torch.autograd.Function, fn).apply
+        from torch._C._functorch import unwrap_if_dead
+    except (AttributeError, ImportError):  # another torch: its own apply
+        return fn.apply
+    tensor = torch.Tensor
+
+    def apply(*args: Any) -> Any:
+        return capply(*[unwrap_if_dead(a) if isinstance(a, tensor) else a for a in args])
+
+    return apply
 
 
 # op -> its Autograd kernel's work called directly (see run_op); filled by _autograd_kernel
 DIRECT: dict[str, Callable[..., Any]] = {}
+# op -> the apply of DIRECT's autograd.Function (keyset None: plain eager tensors)
+APPLY: dict[str, Callable[..., Any]] = {}
 # op -> its autograd.Function in torch.func's form (see run_op); filled by _autograd_kernel
 FUNC: dict[str, Any] = {}
 
@@ -490,13 +523,14 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
     ``torch.ops.dnnctl.batch_norm_train`` op is the functional form everything else
     takes)."""
     if _grad_on() and _any_grad(x, weight, bias, residual):
-        return _BatchNormTrainInPlace.apply(x, weight, bias, residual, running_mean,
-                                            running_var, momentum, eps, plan, activation)
+        return _bn_train_apply(x, weight, bias, residual, running_mean, running_var,
+                               momentum, eps, plan, activation)
     return K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps,
                                plan, activation, residual)[0]
 
 
 _any_grad = torch._C._any_requires_grad
+_bn_train_apply = _eager_apply(_BatchNormTrainInPlace)
 
 
 _INDUCTOR_FALLBACKS: list[bool] = []  # [True] once inductor knows the ops
@@ -570,7 +604,9 @@ def run_op(name: str, *args: Any) -> Any:
     Anything else (tensor subclasses, fake tensors under torch.compile, dispatch modes,
     torch.jit.trace) takes the dispatcher."""
     x = args[0]
-    if not plain_eager(x):
+    # plain_eager(x), inlined (every patched call asks)
+    if (type(x) is not _Tensor or _compiling() or _modes() or _tracing()
+            or _functorch()):
         if _functorch():  # torch.func: gradients through the Function above the dispatcher
             return FUNC[name].apply(*args)
         if _onnx_exporting():
@@ -584,8 +620,8 @@ def run_op(name: str, *args: Any) -> Any:
         cast = AUTOCAST_DIRECT.get((x.device.type, name))
         if cast is not None and autocast_active(x.device.type):
             return cast(*args)
-    if _grad_on():
-        return DIRECT[name](*args)
+    if _grad_on() and _any_grad(*args):  # DIRECT[name], less its own call
+        return APPLY[name](None, *args)
     return KERNELS[name](*args)
 
 
