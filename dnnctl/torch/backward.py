@@ -12,7 +12,6 @@ is counted in ``FALLBACKS``.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -72,11 +71,17 @@ _ATEN = torch.ops.aten
 
 def _common(*tensors: Opt) -> torch.dtype:
     """The widest floating dtype of the given tensors (None ones left out)."""
-    return functools.reduce(torch.promote_types, (t.dtype for t in tensors if t is not None))
+    dt = None
+    for t in tensors:
+        if t is not None:
+            d = t.dtype
+            dt = d if dt is None or dt is d else torch.promote_types(dt, d)
+    return dt  # type: ignore[return-value]
 
 
 def _to(t: Opt, dtype: torch.dtype) -> Opt:
-    return t if t is None else t.to(dtype)
+    """t in ``dtype`` (itself when it is already: a no-op ``.to`` is a C call too)."""
+    return t if t is None or t.dtype is dtype else t.to(dtype)
 
 
 def _mask(needs: Sequence[bool], weight: Opt, bias: Opt) -> list[bool]:
@@ -105,7 +110,7 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
     if fn == "none":
         return grad
     dt = _common(z, grad)
-    g, zz = grad.to(dt), z.to(dt)
+    g, zz = _to(grad, dt), _to(z, dt)
     if fn == "relu":
         out = _ATEN.threshold_backward(g, zz, 0)
     elif fn == "leaky_relu":
@@ -131,7 +136,7 @@ def act_grad(fn: str, z: T, grad: T, negative_slope: float = 0.01,
         out = _ATEN.hardsigmoid_backward(g, zz)
     else:
         raise ValueError(f"no gradient for activation {fn!r}")
-    return out.to(grad.dtype)
+    return _to(out, grad.dtype)
 
 
 def conv2d(grad: T, x: T, w: T, bias: Opt, residual: Opt, stride: Sequence[int],
@@ -236,10 +241,10 @@ def layer_norm(grad: T, x: T, weight: Opt, bias: Opt, eps: float, rms: bool,
             gb if needs[2] else None)
     if not rms:  # torch's own kernels: the statistics (one pass), then its fused backward
         dt, shape = _common(x, grad, weight, bias), [x.shape[-1]]
-        xd = x.to(dt)
+        xd = _to(x, dt)
         _, mean, rstd = _ATEN.native_layer_norm(xd, shape, None, None, eps)
         gx, gw, gb = _ATEN.native_layer_norm_backward(
-            grad.to(dt), xd, shape, mean, rstd, _to(weight, dt), _to(bias, dt),
+            _to(grad, dt), xd, shape, mean, rstd, _to(weight, dt), _to(bias, dt),
             _mask(needs, weight, bias))
         return _cast(gx, x), _cast(gw, weight), _cast(gb, bias)
     xf, g = _f(x), _f(grad)  # rms_norm: y = x * rstd(x), no mean
@@ -263,7 +268,7 @@ def softmax(grad: T, y: T, dim: int, log: bool, plan: int = 0) -> T:
         return got
     dt = _common(grad, y)  # torch's own kernels
     fn = _ATEN._log_softmax_backward_data if log else _ATEN._softmax_backward_data
-    return fn(grad.to(dt), y.to(dt), dim, dt).to(y.dtype)
+    return _to(fn(_to(grad, dt), _to(y, dt), dim, dt), y.dtype)
 
 
 def relu_gate(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
@@ -324,12 +329,13 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
                 (gb if needs[2] else None), gz)
     dt = _common(x, grad)
     acc = torch.promote_types(dt, torch.float32)
-    mean, invstd = mean.to(acc), invstd.to(acc)
+    mean, invstd = _to(mean, acc), _to(invstd, acc)
     stats = (None, None, mean, invstd) if training else (
         mean, invstd.double().pow(-2).to(acc), None, None)
     w = _to(weight, acc) if weight is not None or training else torch.ones_like(mean)
-    gx, gw, gb = _ATEN.native_batch_norm_backward(grad.to(dt), x.to(dt), w, *stats, training,
-                                                  0.0, _mask(needs[:3], weight, bias))
+    gx, gw, gb = _ATEN.native_batch_norm_backward(_to(grad, dt), _to(x, dt), w, *stats,
+                                                  training, 0.0,
+                                                  _mask(needs[:3], weight, bias))
     return _cast(gx, x), _cast(gw, weight), _cast(gb, bias), gz
 
 
