@@ -7,6 +7,7 @@ through an int16 view, which DLPack cannot carry) and the result comes back the 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,18 +20,23 @@ DNN_DTYPES: frozenset[torch.dtype] = frozenset({torch.float32, torch.float16, to
 _CL = torch.channels_last
 
 
+@functools.cache
 def _bf16() -> np.dtype:
     import ml_dtypes
 
     return np.dtype(ml_dtypes.bfloat16)
 
 
+_BF16 = torch.bfloat16
+
+
 def to_numpy(t: torch.Tensor | None) -> np.ndarray | None:
     """A zero-copy NumPy view of a CPU tensor (None stays None)."""
     if t is None:
         return None
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
+    if t.requires_grad:  # numpy() refuses it; a detach costs a C call otherwise
+        t = t.detach()
+    if t.dtype is _BF16:
         return t.view(torch.int16).numpy().view(_bf16())
     return t.numpy()
 
@@ -50,10 +56,12 @@ def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwarg
     """``fn(*tensors, **kwargs)`` with CPU tensors as NumPy views; results as torch tensors."""
     if not tensors[0].is_cpu:
         return fn(*tensors, **kwargs)
-    kw = {k: to_numpy(v) if isinstance(v, torch.Tensor) else
-          tuple(map(to_numpy, v)) if isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor)
-          else v for k, v in kwargs.items()}
-    return from_numpy(fn(*(to_numpy(t) for t in tensors), **kw))
+    for k, v in kwargs.items():  # in place: the dict is this call's own
+        if isinstance(v, torch.Tensor):
+            kwargs[k] = to_numpy(v)
+        elif isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor):
+            kwargs[k] = tuple(map(to_numpy, v))
+    return from_numpy(fn(*[to_numpy(t) for t in tensors], **kwargs))
 
 
 def is_nhwc(x: torch.Tensor) -> bool:
