@@ -18,9 +18,15 @@ import torch.nn.functional as F
 
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
+from dnnctl.ops.batch_norm.function import batch_norm as _batch_norm_op
+from dnnctl.ops.conv2d.function import conv2d as _conv2d_op
 from dnnctl.ops.conv2d.function import conv2d_channels_last
 from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
+from dnnctl.ops.group_norm.function import group_norm as _group_norm_op
+from dnnctl.ops.matmul.function import matmul as _matmul_op
 from dnnctl.ops.registry import get_op, get_variant
+from dnnctl.ops.softmax.function import log_softmax as _log_softmax_op
+from dnnctl.ops.softmax.function import softmax as _softmax_op
 from dnnctl.torch import keys
 from dnnctl.torch import reference as ref
 from dnnctl.torch._tensors import (
@@ -180,6 +186,9 @@ def _dnn(op: str, x: torch.Tensor, run: Callable[[], Any], key: Callable[[], dic
     return fallback()
 
 
+# the op functions themselves, not dnnctl.ops' callable modules of the same names (one
+# Python call less a call)
+
 # ----------------------------------------------------------------------------- conv / gemm
 
 
@@ -216,7 +225,7 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
                      residual_before_act=before, plan=_plan(plan))
             return nchw_of(y)
         res = None if residual is None else residual.contiguous()
-        return call(dops.conv2d, (x.contiguous(), w.contiguous(), bias), stride=st,
+        return call(_conv2d_op, (x.contiguous(), w.contiguous(), bias), stride=st,
                     padding=pad, dilation=dil, groups=groups, activation=act, residual=res,
                     layout="NCHW", residual_before_act=before, plan=_plan(plan))
 
@@ -341,7 +350,7 @@ def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
         if x.numel() == 0 or w.numel() == 0:
             raise ShapeError("linear: an empty operand")  # torch's result (bias, or empty)
         x2 = x.reshape(-1, x.shape[-1])
-        y = call(dops.matmul, (x2.contiguous(), w.t(), bias), activation=act, plan=_plan(plan))
+        y = call(_matmul_op, (x2.contiguous(), w.t(), bias), activation=act, plan=_plan(plan))
         return y.reshape(*x.shape[:-1], w.shape[0])
 
     return _dnn("matmul", x, run, lambda: keys.linear(x, w, bias is not None, activation),
@@ -354,7 +363,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, plan: int = 0) -> torch.Tensor:
     def run() -> torch.Tensor:
         if a.dim() not in (2, 3) or b.dim() not in (2, 3):
             raise ShapeError("matmul: operands must be 2-D or 3-D")
-        return call(dops.matmul, (a, b), plan=_plan(plan))
+        return call(_matmul_op, (a, b), plan=_plan(plan))
 
     return _dnn("matmul", a, run, lambda: keys.matmul(a, b), lambda: torch.matmul(a, b))
 
@@ -405,7 +414,7 @@ def batch_norm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.T
     xs, nhwc = _spatial(x)
 
     def run() -> torch.Tensor:
-        y = call(dops.batch_norm, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
+        y = call(_batch_norm_op, (xs, fp32(running_mean), fp32(running_var), fp32(weight),
                                    fp32(bias)), training=False, eps=eps,
                  layout="NHWC" if nhwc else "NCHW", plan=_plan(plan), activation=activation,
                  residual=None if residual is None else in_layout(residual, nhwc))
@@ -462,7 +471,7 @@ def _bn_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Te
         z = None if residual is None else in_layout(residual, nhwc)
         layout = "NHWC" if nhwc else "NCHW"
         if inplace:  # the kernels read each channel's old statistics, then write the new
-            y, mean, invstd = call(dops.batch_norm, (xs, running_mean, running_var,
+            y, mean, invstd = call(_batch_norm_op, (xs, running_mean, running_var,
                                                      fp32(weight), fp32(bias)),
                                    training=True, momentum=momentum, eps=eps, layout=layout,
                                    return_stats=True, plan=_plan(plan),
@@ -472,7 +481,7 @@ def _bn_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Te
         # (a functional op), with no copy of them first
         rm, rv = fp32(running_mean).contiguous(), fp32(running_var).contiguous()
         nm, nv = torch.empty_like(rm), torch.empty_like(rv)
-        y, mean, invstd = call(dops.batch_norm, (xs, rm, rv, fp32(weight), fp32(bias)),
+        y, mean, invstd = call(_batch_norm_op, (xs, rm, rv, fp32(weight), fp32(bias)),
                                training=True, momentum=momentum, eps=eps, layout=layout,
                                return_stats=True, plan=_plan(plan), activation=activation,
                                residual=z, new_running=(nm, nv))
@@ -506,7 +515,7 @@ def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
     xs, nhwc = _spatial(x4)
 
     def run() -> torch.Tensor:
-        y = call(dops.group_norm, (xs,), groups=groups, weight=fp32(weight), bias=fp32(bias),
+        y = call(_group_norm_op, (xs,), groups=groups, weight=fp32(weight), bias=fp32(bias),
                  eps=eps, layout="NHWC" if nhwc else "NCHW", plan=_plan(plan))
         return (nchw_of(y) if nhwc else y).reshape(x.shape)
 
@@ -519,7 +528,7 @@ def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor | None = None,
 
 
 def softmax(x: torch.Tensor, dim: int, log: bool = False, plan: int = 0) -> torch.Tensor:
-    fn = dops.log_softmax if log else dops.softmax
+    fn = _log_softmax_op if log else _softmax_op
 
     def run() -> torch.Tensor:
         return call(fn, (x.contiguous(),), axis=dim, plan=_plan(plan))

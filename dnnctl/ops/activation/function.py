@@ -46,15 +46,10 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
 _ACTIVATION = CallSpec("activation", _parse)
 
 
-def _activation(fn: str, x: Any, bias: Any, out: Any, inplace: bool, layout: str, plan: Any,
-                slope: float = 0.01) -> Any:
-    return call(_ACTIVATION, (x, bias, out), (fn, inplace, layout, slope), plan)
-
-
 def relu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
          inplace: bool = False, layout: str = "NCHW") -> Any:
     """max(x [+ bias], 0). ``bias`` (C,) on the channel axis of ``layout``; NaN propagates."""
-    return _activation("relu", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("relu", inplace, layout, 0.01), plan)
 
 
 def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any = None,
@@ -64,7 +59,7 @@ def leaky_relu(x: Any, negative_slope: float = 0.01, bias: Any = None, out: Any 
         slope = float(negative_slope)
     except (TypeError, ValueError):
         slope = mc.as_float(negative_slope, "negative_slope")  # raises, naming it
-    return _activation("leaky_relu", x, bias, out, inplace, layout, plan, slope)
+    return call(_ACTIVATION, (x, bias, out), ("leaky_relu", inplace, layout, slope), plan)
 
 
 def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,
@@ -73,40 +68,40 @@ def gelu(x: Any, approximate: str = "none", bias: Any = None, out: Any = None,
     if approximate not in ("none", "tanh"):
         raise UsageError(f"gelu: approximate={approximate!r}", hint="use 'none' or 'tanh'")
     fn = "gelu" if approximate == "none" else "gelu_tanh"
-    return _activation(fn, x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), (fn, inplace, layout, 0.01), plan)
 
 
 def silu(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
          inplace: bool = False, layout: str = "NCHW") -> Any:
     """x * sigmoid(x) (after the optional channel bias)."""
-    return _activation("silu", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("silu", inplace, layout, 0.01), plan)
 
 
 def sigmoid(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
             inplace: bool = False, layout: str = "NCHW") -> Any:
     """1 / (1 + exp(-x)) (after the optional channel bias)."""
-    return _activation("sigmoid", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("sigmoid", inplace, layout, 0.01), plan)
 
 
 def tanh(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
          inplace: bool = False, layout: str = "NCHW") -> Any:
     """tanh(x) (after the optional channel bias)."""
-    return _activation("tanh", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("tanh", inplace, layout, 0.01), plan)
 
 
 def relu6(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
           inplace: bool = False, layout: str = "NCHW") -> Any:
     """min(max(x, 0), 6) (after the optional channel bias); NaN propagates (MobileNetV2)."""
-    return _activation("relu6", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("relu6", inplace, layout, 0.01), plan)
 
 
 def hardswish(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
               inplace: bool = False, layout: str = "NCHW") -> Any:
     """x * relu6(x + 3) / 6 (after the optional channel bias; MobileNetV3)."""
-    return _activation("hardswish", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("hardswish", inplace, layout, 0.01), plan)
 
 
 def hardsigmoid(x: Any, bias: Any = None, out: Any = None, plan: Any = None, *,
                 inplace: bool = False, layout: str = "NCHW") -> Any:
     """relu6(x + 3) / 6 (after the optional channel bias; MobileNetV3's squeeze-excite)."""
-    return _activation("hardsigmoid", x, bias, out, inplace, layout, plan)
+    return call(_ACTIVATION, (x, bias, out), ("hardsigmoid", inplace, layout, 0.01), plan)

@@ -37,17 +37,13 @@ def _parse(arrays: tuple[Any, ...], scalars: tuple[Any, ...], xp: Any) -> Parsed
 _ROWNORM = CallSpec("rownorm", _parse)
 
 
-def _rownorm(op: str, x: Any, weight: Any, bias: Any, eps: float, out: Any, plan: Any) -> Any:
-    return call(_ROWNORM, (x, weight, bias, out), (op, eps), plan)
-
-
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5,
                plan: Any = None, *, out: Any = None) -> Any:
     """Layer normalization over the last axis; ``weight`` / ``bias`` (cols,) in x's dtype."""
-    return _rownorm("layer_norm", x, weight, bias, eps, out, plan)
+    return call(_ROWNORM, (x, weight, bias, out), ("layer_norm", eps), plan)
 
 
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, plan: Any = None, *,
              out: Any = None) -> Any:
     """RMS normalization over the last axis; ``weight`` (cols,) in x's dtype."""
-    return _rownorm("rms_norm", x, weight, None, eps, out, plan)
+    return call(_ROWNORM, (x, weight, None, out), ("rms_norm", eps), plan)
