@@ -286,7 +286,8 @@ class Site:
     __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
-                 "given_at", "flat_inputs", "free_default", "det_default", "autograd")
+                 "given_at", "flat_inputs", "free_default", "det_default", "autograd",
+                 "as_is")
 
     def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
         self.adapter = adapter
@@ -322,6 +323,8 @@ class Site:
         self.pointer = adapter.pointer_ok()
         self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
         self.autograd = _autograd_guard(parsed) if adapter.kind.startswith("torch") else None
+        # the caller's arrays are the backend's (NumPy on the numpy backend): no conversion
+        self.as_is = type(adapter).to_backend is Adapter.to_backend
 
     # -- kernel choice
     def _built(self, choice: Choice) -> Built:
@@ -443,6 +446,8 @@ class Site:
                 outs[name] = conv(a)
 
     def _backend(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        if self.as_is:
+            return arrays
         conv = self.adapter.to_backend
         return tuple(None if a is None else conv(a) for a in arrays)
 
@@ -464,8 +469,9 @@ class Site:
                     a = view(a)
                 ins[name] = a.reshape(views[name]) if name in views else a
         kouts = {}
+        as_is = self.as_is
         for name, a in outs.items():
-            b = conv(a)
+            b = a if as_is else conv(a)
             kouts[name] = b.reshape(views[name]) if name in views else b
         for name, i in self.given:
             b = back[i] if i.__class__ is int else self.consts[i]
