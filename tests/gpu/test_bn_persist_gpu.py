@@ -33,19 +33,21 @@ CASES = [
 ]
 
 
-def _plan(n, h, w, c, dtype, act, res, params):
+def _plan(n, h, w, c, dtype, act, res, params, pass_="forward"):
+    """A plan whose one entry runs the persistent variant of the pass on this key."""
     from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
     from dnnctl.torch.kernels import device_of
 
     key = dict(n=n, c=c, h=h, w=w, dtype=dtype, layout="NHWC", training=True,
-               activation=act, residual=res)
+               activation=act, residual=res, **{"pass": pass_})
     problem = problem_of(get_op("batch_norm"), key)
     _, dev = device_of(torch.empty(1, device="cuda"))
-    v = get_variant("batch_norm", "cupy", "train_persist")
+    name = "train_persist" if pass_ == "forward" else "bwd_persist"
+    v = get_variant("batch_norm", "cupy", name)
     assert v.supports(problem, dev), v.supports(problem, dev).reason
     assert v.valid_params(problem, params, dev), params
     section = Section(dev.fingerprint(), kernels_digest(), "2026-12-07T00:00:00Z", {},
-                      [PlanEntry(problem, Choice.of("train_persist", params))])
+                      [PlanEntry(problem, Choice.of(name, params))])
     return LoadedPlan(Plan([section]))
 
 
@@ -162,27 +164,11 @@ BWD_CASES = [
 ]
 
 
-def _bwd_plan(n, h, w, c, dtype, act, res, params):
-    from dnnctl.plan import LoadedPlan, Plan, PlanEntry, Section, kernels_digest
-    from dnnctl.torch.kernels import device_of
-
-    key = dict(n=n, c=c, h=h, w=w, dtype=dtype, layout="NHWC", training=True,
-               activation=act, residual=res, **{"pass": "backward"})
-    problem = problem_of(get_op("batch_norm"), key)
-    _, dev = device_of(torch.empty(1, device="cuda"))
-    v = get_variant("batch_norm", "cupy", "bwd_persist")
-    assert v.supports(problem, dev), v.supports(problem, dev).reason
-    assert v.valid_params(problem, params, dev), params
-    section = Section(dev.fingerprint(), kernels_digest(), "2026-12-07T00:00:00Z", {},
-                      [PlanEntry(problem, Choice.of("bwd_persist", params))])
-    return LoadedPlan(Plan([section]))
-
-
 @pytest.mark.parametrize("case", BWD_CASES, ids=lambda c: "x".join(map(str, c[:5]))
                          + f"-{c[5]}" + ("-res" if c[6] else ""))
 def test_backward_matches_float64_autograd(case):
     n, h, w, c, dtype, act, res, params = case
-    plan = _bwd_plan(*case)
+    plan = _plan(*case, pass_="backward")
     tol = {"float32": 1e-5, "float16": 4e-3, "bfloat16": 2e-2}[dtype]
     for seed in range(2):
         x, z, wt, bs, _, _ = _inputs(n, h, w, c, dtype, res, seed)
@@ -212,7 +198,7 @@ def test_backward_matches_float64_autograd(case):
 def test_backward_is_deterministic_and_captures():
     case = BWD_CASES[2]
     n, h, w, c, dtype, act, res, params = case
-    plan = _bwd_plan(*case)
+    plan = _plan(*case, pass_="backward")
     x, z, wt, bs, _, _ = _inputs(n, h, w, c, dtype, res, 3)
     dy = torch.randn_like(x)
     mean = x.float().mean((0, 1, 2))

@@ -329,37 +329,6 @@ static void init_fiber(Fiber& f) {
 inline void tma_block_reset();
 inline void tma_block_end();
 
-static void run_block() {
-  const int n = (int)g_fibers.size();
-  tma_block_reset();
-  for (Fiber& f : g_fibers) init_fiber(f);
-  g_block_bar = Bar();
-  for (Bar& b : g_warp_bars) b = Bar();
-  std::fill(g_shadow.begin(), g_shadow.end(), Shadow());
-  for (size_t i = 0; i < g_smem_bytes; ++i) g_smem[i] = (unsigned char)(g_rng() | 0x80);
-  g_epoch = 0;
-  std::vector<int> order(n);
-  for (int i = 0; i < n; ++i) order[i] = i;
-  int alive = n;
-  while (alive > 0) {
-    std::shuffle(order.begin(), order.end(), g_rng);
-    const long before = g_progress;
-    for (int i : order) {
-      Fiber& f = g_fibers[i];
-      if (f.done) continue;
-      cur = &f;
-      emu_switch(&g_sched_sp, f.sp);
-      if (!g_error.empty()) throw Error(g_error);
-      if (f.done) --alive;
-    }
-    cur = nullptr;
-    if (alive > 0 && g_progress == before)
-      throw Error("deadlock: every live thread waits at a barrier the others never reach");
-  }
-  tma_block_end();
-  if (!g_error.empty()) throw Error(g_error);
-}
-
 // Make block b's state the current one (cooperative launches).
 static void switch_block(int b) {
   if (b == g_cur_block) return;
@@ -380,6 +349,45 @@ static void switch_block(int b) {
   g_block_idx = n.idx;
   g_smem = n.smem.data();
   g_cur_block = b;
+}
+
+// Run the first n fibers to completion in a random order per round (a cooperative launch:
+// each fiber's block state swapped in first); a round in which no live fiber got further is
+// a deadlock.
+static void schedule(int n, bool coop) {
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  int alive = n;
+  while (alive > 0) {
+    std::shuffle(order.begin(), order.end(), g_rng);
+    const long before = g_progress;
+    for (int i : order) {
+      Fiber& f = g_fibers[i];
+      if (f.done) continue;
+      if (coop) switch_block(f.block);
+      cur = &f;
+      emu_switch(&g_sched_sp, f.sp);
+      if (!g_error.empty()) throw Error(g_error);
+      if (f.done) --alive;
+    }
+    cur = nullptr;
+    if (alive > 0 && g_progress == before)
+      throw Error("deadlock: every live thread waits at a barrier the others never reach");
+  }
+}
+
+static void run_block() {
+  const int n = (int)g_fibers.size();
+  tma_block_reset();
+  for (Fiber& f : g_fibers) init_fiber(f);
+  g_block_bar = Bar();
+  for (Bar& b : g_warp_bars) b = Bar();
+  std::fill(g_shadow.begin(), g_shadow.end(), Shadow());
+  for (size_t i = 0; i < g_smem_bytes; ++i) g_smem[i] = (unsigned char)(g_rng() | 0x80);
+  g_epoch = 0;
+  schedule(n, false);
+  tma_block_end();
+  if (!g_error.empty()) throw Error(g_error);
 }
 
 // Every block's threads as fibers of one schedule (a cooperative launch: all blocks are
@@ -421,25 +429,7 @@ static void run_coop(const unsigned* grid, int nthreads, size_t smem) {
   g_warp_slots.clear();
   switch_block(0);
   tma_block_reset();
-  std::vector<int> order(total);
-  for (int i = 0; i < total; ++i) order[i] = i;
-  int alive = total;
-  while (alive > 0) {
-    std::shuffle(order.begin(), order.end(), g_rng);
-    const long before = g_progress;
-    for (int i : order) {
-      Fiber& f = g_fibers[i];
-      if (f.done) continue;
-      switch_block(f.block);
-      cur = &f;
-      emu_switch(&g_sched_sp, f.sp);
-      if (!g_error.empty()) throw Error(g_error);
-      if (f.done) --alive;
-    }
-    cur = nullptr;
-    if (alive > 0 && g_progress == before)
-      throw Error("deadlock: every live thread waits at a barrier the others never reach");
-  }
+  schedule(total, true);
   tma_block_end();
   g_cur_block = -1;
   g_blocks.clear();

@@ -12,7 +12,7 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.batch_norm.persist_fit import bwd_default_params
+from dnnctl.ops.batch_norm.persist_fit import default_params as persist_params
 from dnnctl.ops.passes import term_scale
 from dnnctl.ops.registry import variants
 
@@ -154,7 +154,7 @@ class BatchNormBackward(sp.SpatialNormBackward):
         backward). The tuner times both, so a tuned plan takes each where it is faster.
         Where dy and x fit on chip (NHWC), ``bwd_persist``: one cooperative launch that
         reads them once."""
-        persist = bwd_default_params(problem, device)
+        persist = persist_params(problem, device)
         if persist is not None:
             return Choice.of("bwd_persist", persist)
         if not fused_relu(problem) and not problem.get("residual") and problem["affine"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dnnctl.ops import _memory_common as mc
@@ -44,98 +45,79 @@ def geometry(c: int, vec: int, block: int) -> tuple[int, int, int] | None:
     return threads, lanes, threads // lanes
 
 
-def smem_bytes(problem: Problem, threads: int, rb: int, vec: int, rows: int) -> int:
-    """Dynamic shared memory of a block: its staged vectors, then the fold's floats."""
-    staged = rows * threads * vec * dtype_size(problem["dtype"])
-    return staged + (2 * threads * vec * 4 if rb > 1 else 0)
+def staged_tensors(problem: Problem) -> int:
+    """Tensors a thread stages per vector: x (forward); dy and x, and the residual of a
+    fused relu(batch_norm(x) + z) (backward)."""
+    if problem.get("pass", "forward") == "forward":
+        return 1
+    return 3 if problem.get("residual") else 2
 
 
-def splits(problem: Problem, rb: int, rows: int) -> int:
-    """Blocks along the rows: each covers rb rows ``rows`` times."""
-    return mc.cdiv(problem["n"] * problem["h"] * problem["w"], rb * rows)
+def regs_bound(problem: Problem, vec: int, rows: int) -> int:
+    """Registers a thread, from above: what ptxas gave for sm_90 (fp32 / fp16 / bf16, vec
+    1-8, rows 2-24) was 32-78 forward and 32-104 backward; the bounds max(32 + 7 vec,
+    40 + 2 rows) and max(32 + 10 vec, 48 + 2.5 rows), in the allocation's steps of 8."""
+    if staged_tensors(problem) == 1:
+        regs = max(32 + 7 * vec, 40 + 2 * rows)
+    else:
+        regs = max(32 + 10 * vec, 48 + 5 * rows // 2)
+    return -(-regs // 8) * 8
 
 
-def resident_estimate(threads: int, smem: int, vec: int, rows: int) -> int:
+@dataclass(frozen=True)
+class Shape:
+    """A persistent launch of one layer: ``threads`` a block, ``lanes`` channel vectors by
+    ``rb`` rows, ``smem`` bytes of dynamic shared memory, ``grid`` (splits, tiles)."""
+
+    threads: int
+    lanes: int
+    rb: int
+    smem: int
+    grid: tuple[int, int]
+
+    @property
+    def blocks(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+
+def shape(problem: Problem, block: int, vec: int, rows: int) -> Shape | None:
+    """The launch shape of ``problem`` at these parameters (None: no block shape)."""
+    geo = geometry(problem["c"], vec, block)
+    if geo is None:
+        return None
+    threads, lanes, rb = geo
+    staged = staged_tensors(problem) * rows * threads * vec * dtype_size(problem["dtype"])
+    smem = staged + (2 * threads * vec * 4 if rb > 1 else 0)  # then the fold's floats
+    splits = mc.cdiv(problem["n"] * problem["h"] * problem["w"], rb * rows)
+    return Shape(threads, lanes, rb, smem, (splits, problem["c"] // vec // lanes))
+
+
+def resident_estimate(problem: Problem, sh: Shape, vec: int, rows: int) -> int:
     """Blocks one SM holds, estimated without compiling: shared memory and threads exactly,
-    registers from a bound above what ptxas gave for sm_90 (fp32 / fp16, vec 1-8, rows
-    2-24: 32-78 registers a thread; the bound max(32 + 7 vec, 40 + 2 rows)); the build asks
-    the driver."""
-    regs = -(-max(32 + 7 * vec, 40 + 2 * rows) // 8) * 8
-    return max(0, min(2048 // threads, SMEM_PER_SM // (smem + 1024),
-                      REGS_PER_SM // (regs * threads), 32))
+    registers from :func:`regs_bound`; the build asks the driver."""
+    regs = regs_bound(problem, vec, rows)
+    return max(0, min(2048 // sh.threads, SMEM_PER_SM // (sh.smem + 1024),
+                      REGS_PER_SM // (regs * sh.threads), 32))
 
 
 def fits(problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> bool:
-    """The layer fits in the blocks the GPU holds at once (estimate)."""
-    geo = geometry(problem["c"], vec, params["block"])
-    if geo is None:
+    """The layer's staged tensors fit in the blocks the GPU holds at once (estimate)."""
+    sh = shape(problem, params["block"], vec, params["rows"])
+    if sh is None or sh.smem > mc.smem_limit(device):
         return False
-    threads, lanes, rb = geo
-    smem = smem_bytes(problem, threads, rb, vec, params["rows"])
-    if smem > mc.smem_limit(device):
-        return False
-    blocks = splits(problem, rb, params["rows"]) * (problem["c"] // vec // lanes)
-    return blocks <= resident_estimate(threads, smem, vec, params["rows"]) * mc.sm_count(device)
+    return sh.blocks <= resident_estimate(problem, sh, vec, params["rows"]) * mc.sm_count(device)
 
 
 def default_params(problem: Problem, device: Any) -> dict[str, Any] | None:
-    """The op's default train_persist parameters for an NHWC training problem, or None
-    where x does not fit: 256-thread blocks at the widest vector, and the fewest rows a
-    thread stages (the most blocks, so the most bytes in flight) whose grid the GPU holds
-    (estimated from above: the build asks the driver)."""
+    """The op's default persistent parameters for an NHWC training problem (forward or
+    backward), or None where its tensors do not fit: 256-thread blocks at the widest vector,
+    and the fewest rows a thread stages (the most blocks, so the most bytes in flight) whose
+    grid the GPU holds (estimated from above: the build asks the driver)."""
     if problem["layout"] != "NHWC" or not problem["training"]:
         return None
     vec = sp.best_vec(problem)
     for rows in ROWS:
         params = {"block": 256, "vec": vec, "rows": rows}
-        geo = geometry(problem["c"], vec, 256)
-        if geo is None:
-            return None
-        threads, lanes, rb = geo
-        smem = smem_bytes(problem, threads, rb, vec, rows)
-        if smem > mc.smem_limit(device):
-            return None
-        blocks = splits(problem, rb, rows) * (problem["c"] // vec // lanes)
-        if blocks <= resident_estimate(threads, smem, vec, rows) * mc.sm_count(device):
-            return params
-    return None
-
-
-# ----------------------------------------------------------------------------- backward
-
-
-def bwd_staged(problem: Problem) -> int:
-    """Tensors the backward stages per vector: dy and x, and the residual of a fused
-    relu(batch_norm(x) + z)."""
-    return 3 if problem.get("residual") else 2
-
-
-def bwd_smem_bytes(problem: Problem, threads: int, rb: int, vec: int, rows: int) -> int:
-    staged = bwd_staged(problem) * rows * threads * vec * dtype_size(problem["dtype"])
-    return staged + (2 * threads * vec * 4 if rb > 1 else 0)
-
-
-def bwd_fits(problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> bool:
-    """dy and x (and z) fit in the blocks the GPU holds at once (estimate)."""
-    geo = geometry(problem["c"], vec, params["block"])
-    if geo is None:
-        return False
-    threads, lanes, rb = geo
-    smem = bwd_smem_bytes(problem, threads, rb, vec, params["rows"])
-    if smem > mc.smem_limit(device):
-        return False
-    blocks = splits(problem, rb, params["rows"]) * (problem["c"] // vec // lanes)
-    return blocks <= resident_estimate(threads, smem, vec, params["rows"]) * mc.sm_count(device)
-
-
-def bwd_default_params(problem: Problem, device: Any) -> dict[str, Any] | None:
-    """The default bwd_persist parameters of an NHWC backward key (as :func:`default_params`),
-    or None where dy and x do not fit."""
-    if problem["layout"] != "NHWC":
-        return None
-    vec = sp.best_vec(problem)
-    for rows in ROWS:
-        params = {"block": 256, "vec": vec, "rows": rows}
-        if bwd_fits(problem, params, vec, device):
+        if fits(problem, params, vec, device):
             return params
     return None
