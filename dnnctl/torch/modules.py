@@ -48,6 +48,21 @@ def _training_torch(x: torch.Tensor) -> bool:
 _grad_on = torch.is_grad_enabled
 
 
+def _param(m: nn.Module, name: str) -> Any:
+    """``m.<name>`` of a parameter (or a None one) from the module's dict: nn.Module.__getattr__
+    costs ~0.5 us a read (a failed normal lookup first). A name not in the dict (a
+    parametrized tensor: parametrize's class makes it a property, computed on every read)
+    is read as an attribute."""
+    d = m._parameters
+    return d[name] if name in d else getattr(m, name)
+
+
+def _buffer(m: nn.Module, name: str) -> Any:
+    """``m.<name>`` of a buffer, as :func:`_param` reads a parameter."""
+    d = m._buffers
+    return d[name] if name in d else getattr(m, name)
+
+
 def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None) -> None:
     """Count a product torch trains: its forward as a vendor call through torch, its
     gradients as torch's (what the op's own path would count)."""
@@ -63,7 +78,7 @@ def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
     stride, pad, dil = geometry.of(m)
     # read once: a parametrized weight (spectral_norm in training updates its power
     # iteration on each read) is computed once a call, as the module's own forward does
-    w, b = m.weight, m.bias
+    w, b = _param(m, "weight"), _param(m, "bias")
     if (len(pad) == 2 and _training_torch(x) and x.dim() == 4 and x.numel()
             and gp.torch_trains(
                 "conv2d", handle, x, w,
@@ -126,7 +141,7 @@ def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
 
 
 def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
-    w, b = m.weight, m.bias  # read once (see _conv_fwd)
+    w, b = _param(m, "weight"), _param(m, "bias")  # read once (see _conv_fwd)
     if (_training_torch(x) and x.dim() >= 2 and x.numel() and w.numel()
             and gp.torch_trains(
                 "matmul", handle, x, w,
@@ -148,25 +163,26 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     updated as torch does), + ``residual`` and batch_norm's fused ReLU when asked."""
     if x.dim() != 4:
         raise ValueError(f"expected 4D input (got {x.dim()}D input)")
+    rm, rv = _buffer(m, "running_mean"), _buffer(m, "running_var")
+    w, b = _param(m, "weight"), _param(m, "bias")
     if not m.training:
-        return run_op("batch_norm", x, m.running_mean, m.running_var, m.weight, m.bias,
-                      m.eps, handle, activation, residual)
-    rm, rv, momentum = m.running_mean, m.running_var, m.momentum
+        return run_op("batch_norm", x, rm, rv, w, b, m.eps, handle, activation, residual)
+    momentum = m.momentum
     if momentum is None:  # a cumulative average (BN recalibration: swa_utils.update_bn sets
         # it): torch's factor, 1 / the batches seen with this one
-        momentum = 1.0 / float(m.num_batches_tracked + 1)
+        momentum = 1.0 / float(_buffer(m, "num_batches_tracked") + 1)
     if (plain_eager(x) and rm.dtype is _F32 and rv.dtype is _F32 and rm.is_contiguous()
             and rv.is_contiguous()):
         # eager: the kernel updates the running statistics in place, as torch's does
-        y = batch_norm_train_(x, rm, rv, m.weight, m.bias, momentum, m.eps, handle,
-                              activation, residual)
+        y = batch_norm_train_(x, rm, rv, w, b, momentum, m.eps, handle, activation, residual)
     else:  # the functional op (torch.compile, modes): new statistics, copied back
-        y, nm, nv, _, _ = run_op("batch_norm_train", x, rm, rv, m.weight, m.bias,
-                                 momentum, m.eps, handle, activation, residual)
+        y, nm, nv, _, _ = run_op("batch_norm_train", x, rm, rv, w, b, momentum, m.eps,
+                                 handle, activation, residual)
         # one launch; the new statistics carry no gradient (no torch.no_grad block, which
         # torch.export writes as a subgraph its verifier refused in a training ResNet)
         torch._foreach_copy_([rm, rv], [nm.detach(), nv.detach()])
-    m.num_batches_tracked.add_(1)  # a buffer with no gradient, as torch's module does
+    # a buffer with no gradient, as torch's module does
+    _buffer(m, "num_batches_tracked").add_(1)
     return y
 
 
@@ -207,11 +223,17 @@ def _rows(m: Any, x: torch.Tensor) -> tuple[torch.Tensor, Any, Any] | None:
     own forward then raises its error)."""
     nd = len(m.normalized_shape)
     if nd == 1:
-        return x, m.weight, getattr(m, "bias", None)
+        return x, _param(m, "weight"), _bias(m)
     if tuple(x.shape[-nd:]) != tuple(m.normalized_shape):
         return None
-    flat = [None if t is None else t.reshape(-1) for t in (m.weight, getattr(m, "bias", None))]
+    flat = [None if t is None else t.reshape(-1) for t in (_param(m, "weight"), _bias(m))]
     return x.reshape(*x.shape[:-nd], -1), flat[0], flat[1]
+
+
+def _bias(m: Any) -> Any:
+    """A norm's bias (see :func:`_param`); None for RMSNorm, which has none."""
+    d = m._parameters
+    return d["bias"] if "bias" in d else getattr(m, "bias", None)
 
 
 def _layer_norm_fwd(m: nn.LayerNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
@@ -240,7 +262,8 @@ def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:
 
 
 def _group_norm_fwd(m: nn.GroupNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
-    return run_op("group_norm", x, m.num_groups, m.weight, m.bias, m.eps, handle)
+    return run_op("group_norm", x, m.num_groups, _param(m, "weight"), _param(m, "bias"), m.eps,
+                  handle)
 
 
 def _group_norm(m: nn.GroupNorm, handle: int) -> Callable[..., Any]:
