@@ -148,11 +148,17 @@ _TRAINS: dict[tuple, tuple[Any, bool]] = {}  # call -> (plan seen, torch trains 
 def low_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a product (conv, linear) of x runs in: the autocast region's for x's
     device when one is active (torch casts every floating input but float64), else x's."""
+    if not _any_autocast():  # no region at all: no x.device and per-device query (~0.5 us)
+        return x.dtype
     dev = x.device.type
     if (x.dtype is not torch.float64 and x.is_floating_point()
             and torch.is_autocast_enabled(dev)):
         return torch.get_autocast_dtype(dev)
     return x.dtype
+
+
+# any device's autocast region, one C call (an older torch without it: always ask per device)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_key: tuple,
