@@ -289,7 +289,9 @@ class Site:
                  "given_at", "flat_inputs", "free_default", "det_default", "autograd",
                  "as_is")
 
-    def __init__(self, adapter: Adapter, parsed: Parsed) -> None:
+    def __init__(self, adapter: Adapter, parsed: Parsed, arrays: tuple[Any, ...] = ()) -> None:
+        """``arrays``: the call the site is made for (a torch tensor's signature holds its
+        ``requires_grad``: every call of the site has the same)."""
         self.adapter = adapter
         self.op = get_op(parsed.op)
         self.problem = problem_of(self.op, parsed.key)
@@ -322,7 +324,8 @@ class Site:
         self.empty, self.empty_like = adapter.empty, adapter.empty_like
         self.pointer = adapter.pointer_ok()
         self.flat_inputs = tuple((name, i) for name, i, _ in parsed.inputs)
-        self.autograd = _autograd_guard(parsed) if adapter.kind.startswith("torch") else None
+        self.autograd = (_autograd_guard(parsed, arrays) if adapter.kind.startswith("torch")
+                         else None)
         # the caller's arrays are the backend's (NumPy on the numpy backend): no conversion
         self.as_is = type(adapter).to_backend is Adapter.to_backend
 
@@ -491,19 +494,33 @@ def _caller_level() -> int:
     return level
 
 
-def _autograd_guard(parsed: Parsed) -> Callable[[tuple[Any, ...]], None]:
-    """What a torch caller's call checks first. ``dnnctl.ops`` functions do not record
-    autograd (``torch.ops.dnnctl`` and ``dnnctl.torch.patch`` do): with grad mode on, a
-    result written into a tensor that requires grad (``out=``, in place) would leave torch a
-    wrong gradient, so it is refused; inputs that require grad get a warning (once per op)
-    that the result has none. A tensor written into has its version bumped, as torch's
-    in-place ops do, so a backward that saved it refuses to run."""
+def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
+                    ) -> Callable[[tuple[Any, ...]], None] | None:
+    """What a torch caller's call checks first (None: nothing). ``dnnctl.ops`` functions do
+    not record autograd (``torch.ops.dnnctl`` and ``dnnctl.torch.patch`` do): with grad
+    mode on, a result written into a tensor that requires grad (``out=``, in place) would
+    leave torch a wrong gradient, so it is refused; inputs that require grad get a warning
+    (once per op) that the result has none. A tensor written into has its version bumped,
+    as torch's in-place ops do, so a backward that saved it refuses to run.
+
+    Which of ``arrays`` require grad is part of the site's signature: worked out here once,
+    not on every call."""
     import torch
 
     grad_on = torch.is_grad_enabled
     bump = torch.autograd.graph.increment_version
     written = tuple(i for _, i in parsed.given if i.__class__ is int)
     op = parsed.op
+    wants = any(a is not None and a.requires_grad for a in arrays)
+    if not wants:
+        if not written:
+            return None
+
+        def bump_only(arrays: tuple[Any, ...]) -> None:
+            for i in written:
+                bump(arrays[i])
+
+        return bump_only
 
     def guard(arrays: tuple[Any, ...]) -> None:
         if grad_on():
@@ -514,7 +531,7 @@ def _autograd_guard(parsed: Parsed) -> Callable[[tuple[Any, ...]], None]:
                         "grad, and dnnctl.ops functions do not record autograd",
                         hint="use torch.ops.dnnctl (or dnnctl.torch.patch) for autograd, "
                              "or call under torch.no_grad()")
-            if op not in _WARNED and any(a is not None and a.requires_grad for a in arrays):
+            if op not in _WARNED:
                 _WARNED.add(op)
                 warnings.warn(f"dnnctl.ops {op}: inputs require grad, but dnnctl.ops "
                               "functions do not record autograd: the result has no gradient "
@@ -581,7 +598,7 @@ def _new_site(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...])
         parsed = spec.parse(back, scalars, adapter.backend.xp)
     finally:
         adapter.leave_all(token)
-    site = Site(adapter, parsed)
+    site = Site(adapter, parsed, conv)
     checks.check_fits(parsed.op, [(n, s, d) for n, s, d, _ in site.outputs], adapter.backend,
                       adapter.device)  # absurd sizes are refused before any allocation
     return site

@@ -321,6 +321,27 @@ def test_torch_cpu_tensors_run_on_the_numpy_backend_by_memory() -> None:
     assert isinstance(ops.softmax(g), torch.Tensor)
 
 
+def test_torch_autograd_checks_are_worked_out_per_signature() -> None:
+    """requires_grad is part of a torch tensor's signature: a site whose tensors need no
+    gradient checks nothing per call (a written one still has its version bumped); the same
+    shapes with a tensor that requires grad are another site, which warns and refuses."""
+    torch = pytest.importorskip("torch")
+    dispatch._SITES.clear()
+    x = torch.randn(3, 5)
+    ops.softmax(x)
+    site, = dispatch._SITES.values()
+    assert site.autograd is None
+    before = x._version
+    ops.relu(x, inplace=True)
+    assert x._version == before + 1
+    dispatch._WARNED.discard("relu")
+    g = torch.randn(3, 5, requires_grad=True)
+    with pytest.warns(UserWarning, match="do not record autograd"):
+        ops.relu(g)
+    with pytest.raises(UsageError, match="requires grad"):
+        ops.relu(torch.tanh(g), inplace=True)
+
+
 def test_mixed_kinds_and_masked_arrays_are_refused() -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(ShapeError, match="mix array kinds"):
