@@ -228,6 +228,7 @@ class TorchCpuAdapter(Adapter):
 
         self._torch = torch
         self.det_probe = torch.are_deterministic_algorithms_enabled
+        self._tdtypes: dict[np.dtype, Any] = {}
 
     def to_backend(self, a: Any) -> Any:
         return torch_to_numpy(a, self._torch)
@@ -236,8 +237,10 @@ class TorchCpuAdapter(Adapter):
         return False  # numpy variants index their arrays
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        name = "bfloat16" if dtype.name == "bfloat16" else dtype.name
-        return self._torch.empty(shape, dtype=getattr(self._torch, name))
+        t = self._tdtypes.get(dtype)
+        if t is None:  # once per dtype: numpy's dtype.name is Python code (~1 us a read)
+            t = self._tdtypes[dtype] = getattr(self._torch, dtype.name)
+        return self._torch.empty(shape, dtype=t)
 
     def empty_like(self, a: Any) -> Any:
         return self._torch.empty_like(a)
