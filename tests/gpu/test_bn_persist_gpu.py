@@ -156,7 +156,7 @@ def test_a_layer_too_large_for_the_chip_is_not_taken():
 
 BWD_CASES = [
     (64, 28, 28, 128, "float16", "none", False, {"block": 256, "vec": 8, "rows": 12}),
-    (64, 7, 7, 2048, "float16", "none", False, {"block": 512, "vec": 8, "rows": 16}),
+    (64, 7, 7, 2048, "float16", "none", False, {"block": 256, "vec": 8, "rows": 24}),
     (64, 14, 14, 256, "float16", "relu", True, {"block": 256, "vec": 8, "rows": 8}),
     (8, 14, 14, 96, "bfloat16", "relu", False, {"block": 256, "vec": 8, "rows": 4}),
     (3, 5, 7, 24, "float32", "none", False, {"block": 256, "vec": 4, "rows": 2}),

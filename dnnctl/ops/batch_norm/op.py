@@ -13,7 +13,6 @@ from dnnctl.ops import _memory_common as mc
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Field, Problem, TensorSpec, np_dtype
 from dnnctl.ops.batch_norm.backward import BATCH_NORM_BACKWARD, fused_relu
-from dnnctl.ops.batch_norm.persist_fit import default_params as persist_params
 from dnnctl.ops.passes import PASS_FIELD, with_backward
 from dnnctl.ops.registry import register_op
 
@@ -134,11 +133,6 @@ class BatchNormOp(mc.MemoryOp):
             return Choice.of("numpy_two_pass")
         vec = sp.best_vec(problem)
         if problem["training"]:
-            persist = persist_params(problem, device)
-            if persist is not None:
-                # one cooperative launch, x staged in shared memory and read once, where the
-                # layer fits on chip (NHWC): no second read of x, no second launch
-                return Choice.of("train_persist", persist)
             if mc.cdiv(sp.numel(problem), 128) < 2**31:
                 # two launches: statistics with 8 loads in flight per thread folded by the
                 # last block of each channel tile (no finalize launch), then infer_exact's
@@ -147,7 +141,10 @@ class BatchNormOp(mc.MemoryOp):
                 # finalize) at 0.65x torch. A sweep of 48 parameter sets on four ResNet-50
                 # b64 shapes (H100, 2026-12-06) found unroll 8 at 2 blocks per SM the
                 # fastest on three and within 5% on the fourth (unroll 4 at 4 per SM: up
-                # to 10% slower); bench_backward times it against torch.
+                # to 10% slower); bench_backward times it against torch. train_persist
+                # (one cooperative launch, x read once) is a tuner candidate, not the
+                # default: on the H100 (2026-12-07) it tied or lost to this on the three
+                # ResNet-50 b64 shapes it fits (27.6-29.7 against 25.7-27.0 us at 28x28x128).
                 return Choice.of("train_lastblock", {"block": 256, "vec": vec, "unroll": 8,
                                                      "blocks_per_sm": 2, "tile": 128})
             return Choice.of("train_fused", {"block": 256, "vec": vec, "waves": 4})
