@@ -20,6 +20,7 @@ from dnnctl.backends.registry import get_backend
 from dnnctl.errors import UsageError
 from dnnctl.ops import _memory_common as mc
 from dnnctl.ops.base import rel_norm_error
+from dnnctl.ops.batch_norm import persist_fit
 from dnnctl.ops.check import check_variant
 from dnnctl.ops.registry import get_op, get_variant, variants
 from dnnctl.resources import kernels_dir
@@ -360,15 +361,14 @@ def test_heuristic_picks_the_expected_strategy_by_shape() -> None:
     bn = get_op("batch_norm")
     train = bn.problem(n=32, c=64, h=56, w=56, dtype="float16", layout="NHWC", training=True)
     assert bn.default_choice(train, "cupy", H200).variant == "train_lastblock"
-    # backward of a fused BN + ReLU whose dy and x fit on chip: one cooperative launch at one
-    # block per SM; too large, or a plain key: the two-pass kernel / cuDNN
-    back = dict(dtype="float16", layout="NHWC", training=True, activation="relu",
-                **{"pass": "backward"})
-    fits = bn.problem(n=64, c=128, h=28, w=28, **back)
-    assert bn.default_choice(fits, "cupy", H200).label() == \
-        "bwd_persist(block=256,rows=24,vec=8)"
-    big = bn.problem(n=64, c=256, h=56, w=56, **back)
-    assert bn.default_choice(big, "cupy", H200).variant == "bwd_reduce_dx"
+    # the persistent variants are tuner candidates; their parameters when a plan or a
+    # caller wants the fit's pick: one block per SM where the layer allows it
+    back = bn.problem(n=64, c=128, h=28, w=28, dtype="float16", layout="NHWC", training=True,
+                      activation="relu", **{"pass": "backward"})
+    assert bn.default_choice(back, "cupy", H200).variant == "bwd_reduce_dx"
+    assert persist_fit.default_params(back, H200) == {"block": 256, "vec": 8, "rows": 24}
+    big = bn.problem(n=64, c=256, h=56, w=56, dtype="float16", layout="NHWC", training=True)
+    assert persist_fit.default_params(big, H200) is None
     infer = bn.problem(n=32, c=256, h=56, w=56, dtype="float16", layout="NHWC")
     assert bn.default_choice(infer, "cupy", H200).label() == \
         "infer_exact(block=256,unroll=2,vec=8)"

@@ -12,7 +12,6 @@ import numpy as np
 from dnnctl.errors import UsageError
 from dnnctl.ops import _spatial_norm as sp
 from dnnctl.ops.base import Choice, Op, Problem, TensorSpec, np_dtype
-from dnnctl.ops.batch_norm.persist_fit import default_params as persist_params
 from dnnctl.ops.passes import term_scale
 from dnnctl.ops.registry import variants
 
@@ -152,15 +151,14 @@ class BatchNormBackward(sp.SpatialNormBackward):
         kernel on five (ours 0.79-0.90x), ours won one (1.09x at 28x28x512); with the fused
         ReLU ours won four of six (1.01-1.26x against torch's threshold + batch_norm
         backward). The tuner times both, so a tuned plan takes each where it is faster.
-        A fused key whose dy and x fit on chip (NHWC) takes ``bwd_persist``: one
-        cooperative launch that reads them once (H100, 2026-12-07, plain keys: 34.7 us
-        against our two-pass 45.5 at 28x28x128, 31.3 against cuDNN's 36.8 at 7x7x2048;
-        cuDNN's 33.0 kept the plain 28x28x128 key, so plain keys stay on cuDNN)."""
-        fused = fused_relu(problem) or problem.get("residual")
-        if fused:
-            persist = persist_params(problem, device)
-            if persist is not None:
-                return Choice.of("bwd_persist", persist)
+        ``bwd_persist`` (one cooperative launch, dy and x read once) is a tuner candidate,
+        not the default: on the H100 (2026-12-07, GPU time, plain keys) it took 34.7 us
+        against our two-pass 45.5 at 28x28x128 and 31.3 against cuDNN's 36.8 at 7x7x2048,
+        but a patched ResNet-50 training step that ran the persistent kernels by default
+        took 44.5 ms in eager mode against 32.0 without them (its CUDA-graph replay did not
+        change), which was not explained before the device time ran out (a cooperative
+        launch that waits for the GPU would do it). A plan tuned on wall time takes it
+        only where a call, host included, is faster."""
         if not fused_relu(problem) and not problem.get("residual") and problem["affine"]:
             vendor = next((v for v in variants(op.name, "cupy") if v.name == "bwd_torch"),
                           None)  # variants(): under use_deterministic it is left out

@@ -16,6 +16,9 @@ a layer fits when its staged tensors fit in the shared memory of the blocks the 
 (about 30 MB on an H100 / H200; :mod:`~dnnctl.ops.batch_norm.persist_fit`). Larger layers,
 NCHW, a misaligned call's scalar program, and a launch the driver refuses (an MPS share with
 fewer SMs than reported) run the two-launch variants.
+
+Both are tuner candidates, not the op's defaults (see the op's and the backward's default
+choice for the H100 measurements that decided it).
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from dnnctl.ops.batch_norm.backward import epilogue_defines
 from dnnctl.ops.batch_norm.cuda_backward import BnBwdKernel, BnBwdReduceDx
 from dnnctl.ops.batch_norm.cuda_onepass import BnTrainLastBlock
 from dnnctl.ops.batch_norm.cuda_variants import _BnCuda, _BnKernel
-from dnnctl.ops.batch_norm.persist_fit import BLOCKS, ROWS, SAFE, fits, resident_estimate, shape
+from dnnctl.ops.batch_norm.persist_fit import (
+    BLOCKS,
+    ROWS,
+    SAFE,
+    default_params,
+    fits,
+    resident_estimate,
+    shape,
+)
 from dnnctl.ops.registry import register_variant
 
 
@@ -59,6 +70,11 @@ class _Persist:
     def valid_params(self, problem: Problem, params: Mapping[str, Any], device: Any) -> bool:
         return sp.vec_ok(problem, params["vec"]) and fits(problem, params, params["vec"],
                                                           device)
+
+    def default_params(self, problem: Problem, device: Any) -> dict[str, Any] | None:
+        """The parameters to run this variant at without tuning (one block per SM where the
+        layer allows it), None where it does not fit."""
+        return default_params(problem, device)
 
     def workspace_bytes(self, problem: Problem, params: Mapping[str, Any]) -> int:
         sh = shape(problem, params["block"], params["vec"], params["rows"])
