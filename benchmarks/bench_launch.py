@@ -7,6 +7,10 @@ Each row is the median host wall time per call in microseconds over many back-to
 * launching one small kernel (two pointers, two ints) through CuPy's RawKernel, CuPy's
   Function, ``cuLaunchKernel`` through ctypes with a parameter block built once, and
   ``cuLaunchKernel`` through cuda-bindings;
+* the same kernel by ``cuLaunchCooperativeKernel`` (what a grid-barrier kernel such as
+  batch_norm's ``train_persist`` needs), back to back, and once behind ~1 ms of queued GPU
+  work (``torch.cuda._sleep``) against a plain launch there: whether the host waits for the
+  GPU at a cooperative launch;
 * the pieces of taking a torch tensor: data_ptr / shape / stride, the current raw stream,
   torch.empty for an output, a CuPy view made from the pointer, cupy.from_dlpack;
 * kernels of 20 us and more called from torch, against the same kernel launched bare.
@@ -102,6 +106,28 @@ def main() -> int:
 
     rows.append(("ctypes cuLaunchKernel (+2 ptr stores)",
                  per_call_us(ct, cp.cuda.Device().synchronize)))
+    coop = libcuda.cuLaunchCooperativeKernel
+    coop.restype = ctypes.c_int
+    coop.argtypes = launch.argtypes[:-1]
+
+    def cc() -> None:
+        rc = coop(fn_ptr, g, 1, 1, 256, 1, 1, 0, None, params)
+        if rc:
+            raise RuntimeError(f"cuLaunchCooperativeKernel returned {rc}")
+
+    rows.append(("ctypes cuLaunchCooperativeKernel", per_call_us(cc,
+                                                               cp.cuda.Device().synchronize)))
+    for name, fn in (("plain", ct), ("cooperative", cc)):
+        took = []
+        for _ in range(5):
+            sync()
+            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU work queued ahead (null stream)
+            t0 = time.perf_counter()
+            fn()
+            took.append((time.perf_counter() - t0) * 1e6)
+        sync()
+        rows.append((f"{name} launch behind ~1 ms of queued GPU work",
+                     statistics.median(took)))
     try:
         from cuda.bindings import driver as cu
 
