@@ -30,6 +30,7 @@ from dnnctl.doctor.model import (
     FRAMEWORK_FIELDS,
     LIBRARIES,
     MIG_FIELDS,
+    SEARCHED,
     Component,
     EnvSnapshot,
     Gpu,
@@ -229,11 +230,13 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
                     for i, n in enumerate(r.items(top["gpus"], "gpus"))]
     if "environment" in top:
         env.environment = r.record(top["environment"], "environment", ENVIRONMENT_FIELDS)
-    for key in ("cuda_runtimes", "cudnn"):
+    for key in SEARCHED:  # ``cudnn: []`` = looked and found none; ``cudnn: null`` = unknown
         if key in top:
             setattr(env, key, [
                 Component(**_shorthand(r, n, f"{key}[{i}]", COMPONENT_FIELDS, "version"))
                 for i, n in enumerate(r.items(top[key], key))])
+            if isinstance(top[key], yaml.SequenceNode) and not getattr(env, key):
+                env.listed.append(key)
     if "libraries" in top:
         for name, node in r.mapping(top["libraries"], "libraries",
                                     {k: "list" for k in LIBRARIES}).items():

@@ -15,6 +15,7 @@ DOCTOR_SCHEMA = "dnnctl-doctor/1"
 SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
              "libraries", "frameworks", "live", "packages", "notes")
+SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 LIBRARIES = ("cublas", "nccl", "nvjitlink")  # other libraries whose copies and load order are judged
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
@@ -137,13 +138,22 @@ class EnvSnapshot:
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
+    # the SEARCHED lists a file wrote as ``[]`` (looked, found none); not a file field. An
+    # absent list stays unknown; rules ask :meth:`none_found`.
+    listed: list[str] = field(default_factory=list)
+
+    def none_found(self, key: str) -> bool:
+        """Whether the list ``key`` ("cudnn", "cuda_runtimes") is known to be empty."""
+        return key in self.listed and not getattr(self, key)
 
     def to_dict(self) -> dict[str, Any]:
-        data = _prune({"schema": ENV_SCHEMA, **asdict(self)})
-        if isinstance(self.driver.get("present"), bool) and "gpus" not in data:
-            # a detected snapshot: an empty GPU list is a finding, not "unknown"
-            data = {k: data[k] if k != "gpus" else [] for k in ENV_ORDER
-                    if k in data or k == "gpus"}
+        fields = {k: v for k, v in asdict(self).items() if k != "listed"}
+        data = _prune({"schema": ENV_SCHEMA, **fields})
+        empty = {k for k in SEARCHED if self.none_found(k)}
+        if isinstance(self.driver.get("present"), bool):
+            empty.add("gpus")  # a detected snapshot: no GPU is a finding, not "unknown"
+        if empty - set(data):
+            data = {k: data.get(k, []) for k in ENV_ORDER if k in data or k in empty}
         return data
 
 

@@ -13,7 +13,7 @@ from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import library_major, loadable_majors
-from dnnctl.doctor.stack import cudnn_majors
+from dnnctl.doctor.stack import cudnn_found
 
 SYMPTOM = {8: "'Could not load library libcudnn_ops_infer.so.8' (or libcudnn_cnn_infer.so.8)",
            9: "'Unable to load any of {libcudnn_cnn.so.9.1.0, ...}' / 'Invalid handle. Cannot "
@@ -39,19 +39,21 @@ def check(ctx: Context) -> list[Finding]:
     if row.uncertain:
         return [unknown("ctranslate2", f"{what}: the matrix row is uncertain", row=row)]
     cuda = Version.parse(row["cuda"])
-    have = cudnn_majors(ctx, packages)
+    found = cudnn_found(ctx, packages)
+    have = found or set()
     out = library_major(ctx, "ctranslate2", what, cuda.major, "libcublas",
                         fix=_fix(ctx, have, row), row=row)
     if not row["uses_cudnn"]:
         return out or [finding("ok", "info", "ctranslate2", f"{what}: a CUDA {cuda} wheel built "
                                "without cuDNN", row=row)]
     need = Version.parse(row["cudnn"])
-    if have and need.major not in have:
-        found = ", ".join(f"{m}.x" for m in sorted(have))
+    if found is not None and need.major not in found:
+        listed = ", ".join(f"{m}.x" for m in sorted(have)) or "none (the snapshot lists no "\
+            "cuDNN copy, nvidia-cudnn wheel or torch cuDNN)"
         out.append(finding(
             "cudnn-mismatch", "error", "ctranslate2",
             f"{what} is built against cuDNN {need.major} ({need}, CUDA {cuda}) and loads "
-            f"libcudnn*.so.{need.major}, but the cuDNN installed here is {found}: models with "
+            f"libcudnn*.so.{need.major}, but the cuDNN installed here is {listed}: models with "
             f"convolutions (Whisper) fail with {SYMPTOM.get(need.major, 'a cuDNN load error')}",
             fix=_fix(ctx, have, row), row=row, cudnn_needed=need.major, cudnn_found=sorted(have)))
     if not out:
@@ -84,13 +86,16 @@ def _fix(ctx: Context, have: set[int], current: Row) -> str:
 
     exact = [i for i, r in enumerate(rows) if cudnn_ok(r) and cuda_ok(r) and not r.uncertain]
     if not exact:
-        if not (have and current["uses_cudnn"]):
+        if not (current["uses_cudnn"] and (have or ctx.env.none_found("cudnn"))):
             return "pip install -U ctranslate2"
         major = Version.parse(current["cudnn"]).major
         cuda = Version.parse(current["cuda"]).major
+        bare = [r for r in rows if not r["uses_cudnn"] and cuda_ok(r) and not r.uncertain
+                and Version.parse(r["cuda"]).major == cuda and _low(r) > _low(current)]
+        other = (f"ctranslate2 built without cuDNN (pip install 'ctranslate2>={_low(bare[0])}')"
+                 if bare and not have else "a ctranslate2 built for the cuDNN installed here")
         return (f"install cuDNN {major} for CUDA {cuda}.x (pip install "
-                f"'nvidia-cudnn-cu{cuda}=={major}.*'), or a ctranslate2 built for the cuDNN "
-                "installed here")
+                f"'nvidia-cudnn-cu{cuda}=={major}.*'), or {other}")
     last = exact[-1]
     major, cuda_major = (Version.parse(rows[last][k]).major for k in ("cudnn", "cuda"))
     first = last

@@ -84,7 +84,8 @@ def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,
     """A CUDA jax whose CUDA libraries and cuDNN are both absent from the snapshot: what it
     loads was not judged (never "no problem found"); the row's install brings them."""
     names = [canonical_name(n) for n in (ctx.env.packages or {})]
-    if loadable_majors(ctx) is not None or ctx.env.cudnn or info.get("cuda_runtime") \
+    if loadable_majors(ctx) is not None or ctx.env.cudnn or "cudnn" in ctx.env.listed \
+            or info.get("cuda_runtime") \
             or info.get("cudnn_runtime") or any(n.startswith("nvidia-") for n in names):
         return []
     return [finding(
@@ -109,7 +110,7 @@ def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
         others = sorted((v for c in ctx.env.cudnn if (v := parse_cudnn(c.version))), reverse=True)
         loaded = others[0] if others else None
     if loaded is None:
-        return []
+        return _cudnn_none(ctx, info, row, what, minimum)
     older = loaded.trunc(2) < built.trunc(2) if built else loaded < minimum
     if loaded.major == minimum.major and not older:
         return rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
@@ -124,6 +125,22 @@ def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
         "LD_LIBRARY_PATH entries with an older cuDNN)", row=row,
         source=JAX_BUILT_CUDNN if built else None, cudnn_min=minimum, cudnn_built=built,
         cudnn_loaded=loaded)]
+
+
+def _cudnn_none(ctx: Context, info: dict[str, Any], row: Row, what: str,
+                minimum: Version) -> list[Finding]:
+    """No cuDNN at all, when the snapshot says it looked (``cudnn: []``) and no nvidia-cudnn
+    wheel is listed: a CUDA jaxlib dlopens libcudnn at start and fails without it."""
+    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    if not ctx.env.none_found("cudnn") or any(n.startswith("nvidia-cudnn") for n in names):
+        return []
+    return [finding(
+        "cudnn-mismatch", "error", "cudnn",
+        f"{what} needs cuDNN >= {minimum} (< {minimum.major + 1}), and no cuDNN is installed "
+        "here: the CUDA backend fails to initialize and JAX falls back to the CPU",
+        fix=f"{row['install'].format(version=info['version'])} (or pip install "
+        f"'nvidia-cudnn-cu{row['plugin']}>={minimum}')", row=row,
+        cudnn_min=minimum, cudnn_found=[])]
 
 
 def newest_fix(ctx: Context) -> str | None:

@@ -84,11 +84,12 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
 
 
 def loadable_majors(ctx: Context) -> set[int] | None:
-    """CUDA majors whose runtime libraries would be found, or None when nothing is known.
+    """CUDA majors whose runtime libraries would be found, or None when nothing is known
+    (an explicit ``cuda_runtimes: []`` is known: none).
 
     CuPy's own static runtime (``pip:cupy-*``) and cuda-compat's driver do not count."""
     majors: set[int] = set()
-    listed = False
+    listed = ctx.env.none_found("cuda_runtimes")
     for rt in ctx.env.cuda_runtimes:
         src = f"{rt.source or ''} {rt.path or ''}".lower()
         if src.startswith("pip:cupy") or "compat" in src:
@@ -117,7 +118,8 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
     have = loadable_majors(ctx)
     if have is None or major in have:
         return []
-    found = ", ".join(f"{m}.x" for m in sorted(have)) or "none with a readable version"
+    found = ", ".join(f"{m}.x" for m in sorted(have)) or (
+        "none" if ctx.env.none_found("cuda_runtimes") else "none with a readable version")
     tag = (f"{built.major}.{built.minor}" if built is not None and built.major == major
            and major < 11 else str(major))
     libs = f"{tag}.x" if tag == str(major) else tag

@@ -18,7 +18,7 @@ from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import loadable_majors
-from dnnctl.doctor.stack import cudnn_majors, torch_stack
+from dnnctl.doctor.stack import cudnn_found, torch_stack
 
 PACKAGE = "onnxruntime-gpu"
 INSTALL_DOCS = "https://onnxruntime.ai/docs/install/"
@@ -45,7 +45,7 @@ def check(ctx: Context) -> list[Finding]:
         span = f" (it knows {_low(known[0])} to below {_high(known[-1])})" if known else ""
         return [finding("not-judged", "info", "onnxruntime", f"{what}: not in the matrix{span}; "
                         "which CUDA and cuDNN it loads was not judged", version=text)]
-    cudas, cudnns = _cudas(ctx), cudnn_majors(ctx, packages) or None
+    cudas, cudnns = _cudas(ctx), cudnn_found(ctx, packages)
     fits = [r for r in rows if _fits(r, cudas, cudnns)]
     # which build is installed: its own record, else the one pip gets from PyPI
     installed = rows if built is not None else [r for r in rows if r["pypi"]] or rows

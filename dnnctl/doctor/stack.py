@@ -60,3 +60,10 @@ def cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
     if torch_cudnn is not None:
         majors.add(torch_cudnn.major)
     return majors
+
+
+def cudnn_found(ctx: Context, packages: dict[str, str]) -> set[int] | None:
+    """cudnn_majors, or None when nothing says which cuDNN is installed: an empty set only
+    when the snapshot lists ``cudnn: []`` (looked, found none) and nothing else brings one."""
+    majors = cudnn_majors(ctx, packages)
+    return majors if majors or ctx.env.none_found("cudnn") else None
