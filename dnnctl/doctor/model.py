@@ -16,7 +16,9 @@ SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
              "libraries", "frameworks", "live", "packages", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
-LIBRARIES = ("cublas", "nccl", "nvjitlink")  # other libraries whose copies and load order are judged
+# other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
+# compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
+LIBRARIES = ("cublas", "nccl", "nvjitlink", "ptxas")
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {

@@ -9,8 +9,8 @@ rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctransla
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
 torch's CUDA), rules_addons.py (add-ons' GPU minimums, cuda-python), rules_python.py and
 rules_reach.py (used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_nccl.py (the
-NCCL loaded first vs torch's pin), rules_nvjitlink.py and rules_packages.py (none imports this
-module).
+NCCL loaded first vs torch's pin), rules_nvjitlink.py, rules_ptxas.py (a JIT compiler's
+ptxas vs the GPUs) and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dnnctl.doctor import (
     rules_nvjitlink,
     rules_onnxruntime,
     rules_packages,
+    rules_ptxas,
 )
 from dnnctl.doctor.context import build_context
 from dnnctl.doctor.model import EnvSnapshot, Finding
@@ -49,6 +50,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_libraries.duplicates(ctx)
     findings += rules_nccl.check(ctx)
     findings += rules_nvjitlink.check(ctx)
+    findings += rules_ptxas.check(ctx)
     findings += rules_live.check(ctx)
     findings += rules_packages.check(ctx)
     return _dedupe(findings)

@@ -235,10 +235,11 @@ def built_cudnn(ctx: Context, component: str, what: str,
 
 def duplicates(ctx: Context) -> list[Finding]:
     """A copy of cuBLAS / NCCL earlier on the search path than the framework's own
-    (nvJitLink is judged against what cuSPARSE needs: rules_nvjitlink)."""
+    (nvJitLink is judged against what cuSPARSE needs: rules_nvjitlink; ptxas against the GPUs:
+    rules_ptxas)."""
     out: list[Finding] = []
     for lib, copies in sorted((ctx.env.libraries or {}).items()):
-        if lib == "nvjitlink":
+        if lib in ("nvjitlink", "ptxas"):  # rules_nvjitlink, rules_ptxas
             continue
         for major in sorted({v.major for c in copies if (v := Version.maybe(c.version))}):
             same = [c for c in copies if (v := Version.maybe(c.version)) and v.major == major]
