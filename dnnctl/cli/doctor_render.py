@@ -138,6 +138,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
     if comp in ("cuda", "cudnn") or comp in env.libraries:
         items = (env.cuda_runtimes if comp == "cuda" else env.cudnn if comp == "cudnn"
                  else env.libraries[comp])
+        listed = "cuda_runtimes" if comp == "cuda" else comp
+        if not items and env.none_found(listed):
+            return [("none found", False)]  # looked (an explicit []), unlike unknown
         return [(f"{escape(c.version or 'version unknown')}  [dim]{escape(c.source or '')}"
                  f"{'  ' + escape(c.path) if c.path and c.path not in (c.source or '') else ''}"
                  f"[/]" + ("  [cyan]← loaded first[/]" if c.loaded_first else ""), True)

@@ -79,6 +79,17 @@ def test_b200_with_torch_2_2_fails_with_the_fix(tmp_path):
     assert "arch-unsupported" in {f["code"] for f in data["findings"]}
 
 
+def test_an_empty_list_reads_none_found_not_unknown(tmp_path):
+    """``cudnn: []`` (looked, found none) prints as "none found"; an absent list prints
+    nothing for the component, as unknown."""
+    p = write(tmp_path, "e.yaml", "gpus: [{name: H100, compute_capability: '9.0'}]\n"
+              "cudnn: []\nframeworks: {jax: {version: 0.4.30, cuda: '12'}}\n")
+    line = next(x for x in doctor("--from", p).output.splitlines() if " cudnn " in x)
+    assert "none found" in line and "unknown" not in line
+    q = write(tmp_path, "f.yaml", "gpus: [{name: H100, compute_capability: '9.0'}]\n")
+    assert "none found" not in doctor("--from", q).output
+
+
 def test_missing_driver(tmp_path):
     r = doctor("--from", write(tmp_path, "e.yaml", "driver: {present: false}\n"), "--json")
     assert r.exit_code == 1
