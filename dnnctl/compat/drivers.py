@@ -56,6 +56,14 @@ def driver_need(matrix: Matrix, cuda: Version, *, windows: bool = False) -> Driv
     rel = matrix.cuda_release(cuda)
     key = "driver_windows" if windows else "driver_linux"
     full = Version.maybe(rel.get(key)) if rel is not None and not rel.uncertain else None
+    if full is not None and not windows:
+        # an update release that needs a newer driver than its GA (``updates``: the update's
+        # version -> its Linux driver, e.g. CUDA 8.0.61 GA2 >= 375.26 where 8.0.44 needs
+        # 367.48): a runtime at or past the update needs that driver
+        for update, driver in (rel.get("updates") or {}).items():
+            upd, drv = Version.maybe(update), Version.maybe(driver)
+            if upd is not None and drv is not None and cuda >= upd and drv > full:
+                full = drv
     floor_key = "mvc_min_driver_windows" if windows else "mvc_min_driver"
     floor = Version.maybe(major.get(floor_key)) if major is not None else None
     mvc = major is not None and major.get("mvc", True) is not False
@@ -99,7 +107,8 @@ def driver_status(matrix: Matrix, driver: Version | None, cuda: Version,
         return "unknown"
     need = driver_need(matrix, cuda, windows=windows)
     have, unsure = matrix.driver_cuda(driver, windows=windows)
-    if have is not None and have >= cuda.trunc(2) and not unsure:
+    if have is not None and have >= cuda.trunc(2) and not unsure and (
+            need.mvc or need.full is None or driver >= need.full):
         return "full"
     if need.minimum is None:
         return "unknown"

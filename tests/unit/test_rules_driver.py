@@ -141,3 +141,23 @@ def test_windows_drivers_use_the_windows_column(m) -> None:
                       driver={"version": "581.15"},
                       frameworks={"torch": {"version": "2.9.0+cu130"}})
     assert codes(judge(env, m)) == ["unknown-version"]
+
+
+@pytest.mark.parametrize("runtime, driver, expect", [
+    # CUDA Toolkit release notes, toolkit/driver table: 8.0.44 >= 367.48, 8.0.61 GA2 >= 375.26
+    ("8.0.44", "367.57", []), ("8.0.61", "367.57", ["driver-too-old"]),
+    ("8.0.61", "375.26", []), ("7.5.18", "352.31", []), ("7.5.18", "346.46", ["driver-too-old"]),
+    # 9.2.88 >= 396.26, 9.2.148 Update 1 >= 396.37
+    ("9.2.88", "396.26", []), ("9.2.148", "396.26", ["driver-too-old"]),
+])
+def test_pre_cuda11_update_releases_need_their_own_driver(m, runtime, driver, expect) -> None:
+    """Before CUDA 11 (no minor-version compatibility) an update release can need a newer
+    driver than its GA: the runtime's full version decides, not the CUDA the driver reports."""
+    env = EnvSnapshot(driver={"present": True, "version": driver},
+                      gpus=[Gpu(name="Tesla K80", compute_capability="3.7")],
+                      cuda_runtimes=[Component(version=runtime, source="docker image")])
+    f = judge(env, m)
+    assert codes(f) == expect
+    if expect:
+        bad = next(x for x in f if x.code == "driver-too-old")
+        assert "compat/cuda.yaml" in (bad.source or "")
