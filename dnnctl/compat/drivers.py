@@ -40,6 +40,13 @@ class DriverNeed:
     def known(self) -> bool:
         return self.minimum is not None
 
+    def fully_supported(self, driver: Version, have: Version | None) -> bool:
+        """A driver reporting CUDA ``have`` fully supports this CUDA: it reports at least
+        this CUDA and, before CUDA 11, is at or past the release's own driver (an update
+        release may need more than its GA: CUDA 8.0.61 against 8.0.44)."""
+        return have is not None and have >= self.cuda and (
+            self.mvc or self.full is None or driver >= self.full)
+
     @property
     def row(self) -> Row | None:
         """The row to cite for ``minimum``."""
@@ -107,8 +114,7 @@ def driver_status(matrix: Matrix, driver: Version | None, cuda: Version,
         return "unknown"
     need = driver_need(matrix, cuda, windows=windows)
     have, unsure = matrix.driver_cuda(driver, windows=windows)
-    if have is not None and have >= cuda.trunc(2) and not unsure and (
-            need.mvc or need.full is None or driver >= need.full):
+    if not unsure and need.fully_supported(driver, have):
         return "full"
     if need.minimum is None:
         return "unknown"

@@ -166,10 +166,7 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
     ev = {"cuda": cuda, "driver": ctx.driver, "driver_cuda": have}
     if need_row.full is not None:
         full_need = need_row.full
-        # before CUDA 11 an update release may need more than its GA's driver (CUDA 8.0.61
-        # against 8.0.44): the release's own minimum decides, not the CUDA the driver reports
-        if have is not None and have >= cuda.trunc(2) and (need_row.mvc
-                                                           or ctx.driver >= full_need):
+        if need_row.fully_supported(ctx.driver, have):
             return []
     else:
         full_need = None

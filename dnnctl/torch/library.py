@@ -604,9 +604,7 @@ def run_op(name: str, *args: Any) -> Any:
     Anything else (tensor subclasses, fake tensors under torch.compile, dispatch modes,
     torch.jit.trace) takes the dispatcher."""
     x = args[0]
-    # plain_eager(x), inlined (every patched call asks)
-    if (type(x) is not _Tensor or _compiling() or _modes() or _tracing()
-            or _functorch()):
+    if not plain_eager(x):
         if _functorch():  # torch.func: gradients through the Function above the dispatcher
             return FUNC[name].apply(*args)
         if _onnx_exporting():

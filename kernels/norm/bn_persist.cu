@@ -18,16 +18,10 @@
 // Dynamic shared memory: R * BLOCK vectors of x, then (RB > 1) 2 * BLOCK * VEC floats.
 // Workspace: part (S * CH * 2 floats), scale (CH floats), the barrier counter (zeroed once).
 // Defines: DNNCTL_DTYPE, AFFINE, LAYOUT=1, CH, BN_ACT, BN_RESID.
+#include <dnnctl/bn_epilogue.cuh>
 #include <dnnctl/bn_finish.cuh>
 #include <dnnctl/persist_rows.cuh>
 #include <dnnctl/stage.cuh>
-
-#ifndef BN_ACT
-#define BN_ACT 0
-#endif
-#ifndef BN_RESID
-#define BN_RESID 0
-#endif
 
 using namespace dnnctl;
 

@@ -44,6 +44,7 @@ from dnnctl.ops.batch_norm.persist_fit import (
     fits,
     resident_estimate,
     shape,
+    workspace_floats,
 )
 from dnnctl.ops.registry import register_variant
 
@@ -56,6 +57,7 @@ class _Persist:
     source: str
     kernel: str  # the kernel template's name in ``source``
     two_pass: str  # the variant that takes what this one cannot
+    # rows: vectors of each staged tensor a thread holds (its share in shared memory)
     params = {"block": BLOCKS, "vec": mc.VECS, "rows": ROWS}
 
     def fit_support(self, problem: Problem, device: Any) -> Support:
@@ -80,7 +82,7 @@ class _Persist:
         sh = shape(problem, params["block"], params["vec"], params["rows"])
         if sh is None:
             return 0
-        return 4 * (sp.pad4(2 * problem["c"] * sh.grid[0]) + self.out_floats(problem) + 4)
+        return 4 * workspace_floats(problem, sh, self.out_floats(problem))[1]
 
     def out_floats(self, problem: Problem) -> int:
         """Floats of per-channel results the fold writes for the last phase."""
@@ -107,8 +109,9 @@ class _Persist:
                 f"resident at once; this GPU holds {held * mc.sm_count(device)}",
                 hint=f"more rows per thread, or {self.two_pass}")
         run = mc.launch(mod, kernel, sh.grid, sh.threads, sh.smem, cooperative=True)
-        part_floats, out_floats = sp.pad4(2 * problem["c"] * sh.grid[0]), self.out_floats(problem)
-        ws = mc.workspace(device, 4 * (part_floats + out_floats + 4))
+        out_floats = self.out_floats(problem)
+        part_floats, total = workspace_floats(problem, sh, out_floats)
+        ws = mc.workspace(device, 4 * total)
         ws.fill(0)  # the barrier's counter starts at zero and only grows
         counter = ws[part_floats + out_floats:][:2].view(np.uint64)
         return run, ws[:part_floats], ws[part_floats:part_floats + out_floats], counter
@@ -147,8 +150,6 @@ class BnTrainPersist(_Persist, _BnCuda):
     doc = ("one cooperative launch, x read once: blocks stage x in shared memory, sum, "
            "grid barrier, a warp per channel folds, grid barrier, normalize from shared "
            "memory (NHWC layers that fit on chip)")
-    # rows: vectors of x a thread stages (the block's share of x in shared memory)
-    params = _Persist.params
 
     def supports(self, problem: Problem, device: Any) -> Support:
         base = _BnCuda.supports(self, problem, device)
@@ -191,7 +192,6 @@ class BnBwdPersist(_Persist, mc.CudaBackward):
     doc = ("one cooperative launch, dy and x read once: blocks stage them in shared memory, "
            "sum, grid barrier, a warp per channel folds, grid barrier, dx from shared memory "
            "(NHWC layers whose dy and x fit on chip)")
-    params = _Persist.params
     TWO_PASS = {"block": 256, "waves": 4, "tile": 128, "unroll": 1, "rev": 0}
 
     def supports(self, problem: Problem, device: Any) -> Support:

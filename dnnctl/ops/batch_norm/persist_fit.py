@@ -100,6 +100,13 @@ def resident_estimate(problem: Problem, sh: Shape, vec: int, rows: int) -> int:
                       REGS_PER_SM // (regs * sh.threads), 32))
 
 
+def workspace_floats(problem: Problem, sh: Shape, out_floats: int) -> tuple[int, int]:
+    """(floats of the split partials, of the whole workspace): the partials, the fold's
+    ``out_floats`` of per-channel results, then the barrier's 64-bit counter."""
+    part = sp.pad4(2 * problem["c"] * sh.grid[0])
+    return part, part + out_floats + 4
+
+
 def fits(problem: Problem, params: Mapping[str, Any], vec: int, device: Any) -> bool:
     """The layer's staged tensors fit in the blocks the GPU holds at once (estimate)."""
     sh = shape(problem, params["block"], vec, params["rows"])
@@ -118,11 +125,12 @@ def default_params(problem: Problem, device: Any) -> dict[str, Any] | None:
     if problem["layout"] != "NHWC" or not problem["training"]:
         return None
     vec = sp.best_vec(problem)
-    held = [r for r in ROWS if fits(problem, {"block": 256, "rows": r}, vec, device)]
-    if not held:
-        return None
-    for rows in held:
-        sh = shape(problem, 256, vec, rows)
-        if sh is not None and sh.blocks <= mc.sm_count(device):
-            return {"block": 256, "vec": vec, "rows": rows}
-    return {"block": 256, "vec": vec, "rows": held[-1]}
+    held = None
+    for rows in ROWS:
+        params = {"block": 256, "vec": vec, "rows": rows}
+        if fits(problem, params, vec, device):
+            sh = shape(problem, 256, vec, rows)
+            if sh is not None and sh.blocks <= mc.sm_count(device):
+                return params
+            held = params
+    return held

@@ -2,6 +2,7 @@
 // bn_backward.cu, bn_bwd_persist.cu): the fused ReLU's mask recomputed from x, and what a
 // channel's complete sums give (dweight, dbias and the dx coefficients a, b, c0).
 #pragma once
+#include <dnnctl/bn_epilogue.cuh>
 #include <dnnctl/memory.cuh>
 
 #ifndef AFFINE
@@ -9,12 +10,6 @@
 #endif
 #ifndef LAYOUT
 #define LAYOUT 0
-#endif
-#ifndef BN_ACT
-#define BN_ACT 0
-#endif
-#ifndef BN_RESID
-#define BN_RESID 0
 #endif
 
 // BN_ACT (the forward was relu(batch_norm(x)), activation: relu): dy counts only where the

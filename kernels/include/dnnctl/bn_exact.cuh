@@ -18,15 +18,10 @@
 // before the ReLU; the kernel's last argument, null otherwise).
 #pragma once
 #include <dnnctl/batchnorm.cuh>
+#include <dnnctl/bn_epilogue.cuh>
 
 #ifndef LAYOUT
 #define LAYOUT 0
-#endif
-#ifndef BN_ACT
-#define BN_ACT 0  // 1: relu(y), the fused ReLU (NaN stays NaN, as torch.relu)
-#endif
-#ifndef BN_RESID
-#define BN_RESID 0  // 1: y = act(bn(x) + z), z of x's shape (a ResNet block's end)
 #endif
 
 namespace dnnctl {
