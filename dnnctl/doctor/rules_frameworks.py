@@ -14,7 +14,14 @@ from dnnctl.compat.versions import (
     parse_cudnn,
     tag_from_cuda,
 )
-from dnnctl.doctor import rules_cudnn, rules_jax, rules_platform, rules_python, rules_reach
+from dnnctl.doctor import (
+    rules_cudnn,
+    rules_jax,
+    rules_platform,
+    rules_python,
+    rules_reach,
+    rules_torch_cudnn,
+)
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_driver import runtime_findings
@@ -171,9 +178,10 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     pip_fix = (f"pip install 'nvidia-cudnn-cu{cuda.major}>={compiled}'" if cuda.major >= 11
                else f"install cuDNN {compiled.trunc(2)} or newer of major {compiled.major} "
                "(no pip package of cuDNN exists for CUDA < 11)")
+    none = rules_torch_cudnn.check(ctx, info, what, compiled, cuda, fix(False))
     # wheels before CUDA 11 carry libcudnn in torch/lib (no nvidia-cudnn pip package yet)
-    out += rules_cudnn.need_check(ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix,
-                                  bundled=cuda.major < 11)
+    out += none if none is not None else rules_cudnn.need_check(
+        ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix, bundled=cuda.major < 11)
     if not any(f.severity in ("error", "warning") for f in out):
         sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs) or "no GPU given"
         out.append(finding("ok", "info", "torch", f"{what}: wheel {row['variant']} (CUDA "

@@ -4,14 +4,28 @@ Its own fields win (``cuda`` from torch/version.py, the cuDNN it pins or reports
 the matrix row of its wheel (the ``+cuXYZ`` tag, or PyPI's default variant on Linux). Other
 rules compare add-ons with it (onnxruntime-gpu reuses torch's CUDA and cuDNN; an extension
 built here must use torch's CUDA major).
+
+Only a wheel brings its own cuDNN (``torch_cudnn_origin``): a conda or custom build (a
+source build, NGC's or JetPack's ``2.x.0a0+<sha>``) loads whichever cuDNN the loader finds,
+so an explicit ``cudnn: []`` (looked, found none) overrides the wheel's assumed copy for it
+(``torch_cudnn_missing``); for a PyPI wheel it does where the snapshot lists the packages and
+the wheel's ``nvidia-cudnn-cuN`` dependency is not among them.
 """
 
 from __future__ import annotations
 
+import re
+
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn
 from dnnctl.doctor.context import Context
+from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
+
+# PyPI's Linux torch wheels depend on nvidia-cudnn-cuN (pip log quoted in triton-lang/triton#1057:
+# torch-2.0.0-cp38-cp38-manylinux1_x86_64.whl, "Collecting nvidia-cudnn-cu11==8.5.0.96 ... (from
+# torch)"); detection reads the pin itself (frameworks.torch.cudnn_package).
+PIP_CUDNN_FROM = Version.parse("2.0")
 
 
 def torch_row(ctx: Context) -> Row | None:
@@ -47,7 +61,53 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
     cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
     cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
              or (parse_cudnn(row.get("cudnn")) if row else None))
+    if torch_cudnn_missing(ctx):
+        cudnn = None  # it would load one from the system, and the snapshot found none
     return cuda, cudnn
+
+
+def torch_cudnn_origin(ctx: Context) -> str | None:
+    """Where the CUDA torch here gets its cuDNN: "pip" (a wheel whose cuDNN is its
+    ``nvidia-cudnn-cuN`` dependency), "wheel" (a ``+cuXYZ`` wheel: its own copy, in torch/lib or
+    as a pip dependency), "system" (a conda or custom build: the cuDNN the loader finds), or
+    None (no CUDA torch, or nothing known)."""
+    info = (ctx.env.frameworks or {}).get("torch")
+    if info is None or info.get("cuda_build") is False:
+        return None
+    text = str(info.get("version") or "")
+    local = str(info.get("local_tag") or (text.split("+", 1)[1] if "+" in text else "")).lower()
+    if local in ("cpu",) or local.startswith(("rocm", "xpu")) or info.get("hip"):
+        return None
+    if str(info.get("installer") or "").strip().lower() == "conda":
+        return "system"
+    if local and not re.fullmatch(r"cu\d+", local):
+        return "system"  # 2.3.0a0+git1a2b3c, 2.1.0a0+41361538.nv23.06: built here, not a wheel
+    if info.get("cudnn_package"):
+        return "pip"
+    try:
+        line = TorchVersion.parse(text).release.trunc(2) if text else None
+    except UsageError:
+        line = None
+    if not local and line is not None and line >= PIP_CUDNN_FROM \
+            and ctx.os_kind in (None, "linux"):
+        return "pip"
+    return "wheel" if line is not None else None
+
+
+def torch_cudnn_missing(ctx: Context) -> bool:
+    """The snapshot says no cuDNN is installed (``cudnn: []``), nothing else brings one (an
+    ``nvidia-cudnn`` package, a version torch reports), and torch's own copy cannot be assumed:
+    a conda / custom build, or a PyPI wheel whose listed packages lack its cuDNN dependency."""
+    if not ctx.env.none_found("cudnn"):
+        return False
+    info = (ctx.env.frameworks or {}).get("torch") or {}
+    if info.get("cudnn_runtime") or info.get("cudnn_loaded"):
+        return False
+    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    if any(n.startswith("nvidia-cudnn") for n in names):
+        return False
+    origin = torch_cudnn_origin(ctx)
+    return origin == "system" or (origin == "pip" and bool(names))
 
 
 def cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
