@@ -40,7 +40,7 @@ def check(ctx: Context) -> list[Finding]:
     fw = ctx.env.frameworks or {}
     for name, fn in (("torch", _torch), ("tensorflow", _tensorflow), ("jax", rules_jax.check),
                      ("cupy", _cupy)):
-        info = fw.get(name)
+        info = rules_jax.with_packages(ctx, fw.get(name)) if name == "jax" else fw.get(name)
         if info is None:  # listed with nothing known ({}) is still installed
             continue
         if not info.get("version"):  # judge what the build alone says (ROCm, CPU-only)

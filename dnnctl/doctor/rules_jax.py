@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import reach_row
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
@@ -30,10 +31,37 @@ def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
     return Version.maybe(info.get(key))
 
 
+JAXLIB_TAG_SOURCE = (
+    "the jaxlib version string: before the CUDA plugins the build was in its local version "
+    "(jaxlib-0.3.7+cuda11.cudnn805 and jaxlib-0.1.68+cuda111 wheels at "
+    "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html); "
+    "https://github.com/google/jax/releases/tag/jax-v0.2.23 (`pip install "
+    "jax[cuda=11,cudnn=82]` / `cudnn=805`: one jaxlib build per cuDNN)")
 JAX_BUILT_CUDNN = ("the build's own cuDNN (jaxlib +cudnnXY tag or --deep): XLA requires the "
                    "same major and an equal or higher minor; jax-ml/jax#15268 ('we found a "
                    "CuDNN v8.5, but JAX was built against CuDNN v8.6. You need to update "
                    "CuDNN')")
+
+
+def with_packages(ctx: Context, info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The jax entry completed from ``packages`` (a hand-written snapshot may list jax, jaxlib
+    and the plugin only there): its version, jaxlib and plugin where the entry lacks them."""
+    names = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    if info is None and "jax" not in names and "jaxlib" not in names:
+        return None
+    out = dict(info or {})
+    if not out.get("version") and (names.get("jax") or names.get("jaxlib")):
+        out["version"] = (names.get("jax") or names["jaxlib"]).split("+")[0]
+    if not out.get("jaxlib") and names.get("jaxlib"):
+        out["jaxlib"] = names["jaxlib"]
+    plugins = sorted(n for n in names if re.fullmatch(r"jax-cuda\d+-plugin", n))
+    if plugins and not out.get("plugin") and not out.get("plugins"):
+        out["plugin"], out["plugin_version"] = plugins[0], names[plugins[0]]
+    if not out.get("cudnn") and out.get("jaxlib"):
+        cudnn = jaxlib_tag(str(out["jaxlib"]))[1]
+        if cudnn:
+            out["cudnn"] = cudnn
+    return out
 
 
 def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
@@ -51,6 +79,8 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                         fix="name it (frameworks.jax.plugin: jax-cuda12-plugin), or run "
                         "`dnnctl doctor` where jax is installed", jax=info["version"])]
     rows = [r for r in rows if r["plugin"] == plugin]
+    if (not rows or rows[0].uncertain) and jaxlib_tag(str(info.get("jaxlib") or ""))[0]:
+        return tag_only(ctx, info, row=rows[0] if rows else None)
     if not rows or rows[0].uncertain:  # the build's own cuDNN is still checked
         return [unknown("jax", f"{what}: no {'cuda' + str(plugin) if plugin else 'CUDA'} "
                         "plugin row in the matrix", jax=info["version"])] + built_cudnn(
@@ -77,6 +107,59 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
     return out + _cudnn(ctx, info, row, what, runtime) + _libraries_unknown(ctx, info, row, what,
                                                                            install)
+
+
+def tag_only(ctx: Context, info: dict[str, Any], row: Row | None = None) -> list[Finding]:
+    """A jaxlib CUDA build the JAX table has no (certain) row for, judged by what its version
+    says (``0.3.25+cuda11.cudnn82``: a CUDA 11 build compiled with cuDNN 8.2; ``+cuda111``:
+    CUDA 11.1): the CUDA libraries it loads, the driver, the cuDNN that loads. Its arch list
+    is not in the version, so the GPUs are not judged, and the doctor says so."""
+    jaxlib = str(info.get("jaxlib") or "")
+    cuda_text, cudnn_text = jaxlib_tag(jaxlib)
+    cuda = Version.parse(cuda_text)
+    what = f"jax {info['version']} (jaxlib {jaxlib})"
+    states = f"CUDA {cuda_text}" + (f", cuDNN {cudnn_text}" if cudnn_text else "")
+    first = min((VersionRange.parse(r["jax"]).lowest() for r in ctx.matrix.rows("jax")
+                 if not r.uncertain), default=None)
+    out = [unknown("jax", f"{what}: no certain row in the matrix"
+                   + (f" (its JAX rows start at {first})" if first else "") + "; judged by its "
+                   f"version string only ({states}); which GPUs its kernels cover was not "
+                   "judged", row=row, jaxlib=jaxlib, cuda=cuda_text, cudnn=cudnn_text)]
+    if row is None:
+        out[0].source = JAXLIB_TAG_SOURCE
+    index = "https://storage.googleapis.com/jax-releases/jax_cuda_releases.html"
+    out += library_major(ctx, "jax", what, cuda.major, "libcudart", fix=(
+        f"install the CUDA {cuda_text if not cuda.major_only else f'{cuda.major}.x'} "
+        f"runtime libraries, or a jaxlib built for the CUDA here (-f {index})"),
+        built=None if cuda.major_only else cuda)
+    runtime = loaded_runtime(ctx, cuda.major) if cuda.major_only else cuda
+    if runtime is not None:
+        out += runtime_findings(ctx, "jax", runtime, what=what, jit=True)
+    else:
+        out += _major_floor(ctx, what, cuda)
+    found = built_cudnn(ctx, "jax", what, info)
+    for f in found:
+        if f.severity == "error" and cudnn_text:
+            f.fix = (f.fix or "") + (f"; or the jaxlib {jaxlib.split('+')[0]} build for the "
+                                     f"cuDNN that loads (+cuda{cuda_text.replace('.', '')}"
+                                     f".cudnnXY, -f {index})")
+    return out + found
+
+
+def _major_floor(ctx: Context, what: str, cuda: Version) -> list[Finding]:
+    """A build that names only its CUDA major, with no runtime of that major listed: any
+    CUDA M.x build runs on the major's minor-version-compatibility floor; below it, only if
+    built with an old enough minor, which the version does not say."""
+    need = driver_need(ctx.matrix, cuda)
+    if ctx.driver is None or ctx.tegra or not need.mvc or need.minimum is None \
+            or ctx.driver >= need.minimum:
+        return []
+    return [finding(
+        "driver-too-old", "warning", "jax",
+        f"{what} is a CUDA {cuda.major} build of unknown minor; driver {ctx.driver} is below "
+        f"the CUDA {cuda.major}.x floor {need.minimum}, so it runs only if built with an "
+        f"early CUDA {cuda.major} minor", fix=f"install NVIDIA driver >= {need.minimum}",
+        row=need.major_row, driver=ctx.driver, required=need.minimum)]
 
 
 def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,
