@@ -250,13 +250,19 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
         for name, node in r.mapping(top["frameworks"], "frameworks", FRAMEWORK_FIELDS).items():
             env.frameworks[name] = _shorthand(r, node, f"frameworks.{name}",
                                               FRAMEWORK_FIELDS[name], "version")
-    if "packages" in top:
-        env.packages = {k: r.value(v, "version", f"packages.{k}")
+    if "packages" in top:  # name: null (or "") = installed, version unknown
+        env.packages = {k: "" if _blank(v) else r.value(v, "version", f"packages.{k}")
                         for k, v in r.mapping(top["packages"], "packages", ()).items()}
     if "notes" in top:
         env.notes = [r.scalar_text(n, f"notes[{i}]")
                      for i, n in enumerate(r.items(top["notes"], "notes"))]
     return env
+
+
+def _blank(node: yaml.Node) -> bool:
+    """A null or empty scalar (a package listed without its version)."""
+    return isinstance(node, yaml.ScalarNode) and (node.tag.endswith(":null") or (
+        node.tag.endswith(":str") and node.value == ""))
 
 
 LIVE_FIELDS = {"torch": "str", "cudnn": "version", "cudnn_library": "str", "error": "str"}

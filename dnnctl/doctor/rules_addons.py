@@ -80,6 +80,11 @@ def cuda_python(ctx: Context) -> list[Finding]:
     packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
     name = next((n for n in ("cuda-bindings", "cuda-python") if n in packages), None)
     ver = Version.maybe(packages[name]) if name else None
+    if name and ver is None:
+        return [finding("not-judged", "info", name, f"{name} (version unknown): its major is "
+                        "the CUDA major of its bindings, which decides the driver it needs; "
+                        "not judged", fix=f"name its version (pip show {name})",
+                        source=CUDA_PYTHON_SOURCE)]
     if ver is None or ver.major < 11:
         return []
     what = f"{name} {packages[name]} (the CUDA {ver.major} bindings)"

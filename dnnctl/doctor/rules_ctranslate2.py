@@ -25,11 +25,14 @@ def check(ctx: Context) -> list[Finding]:
     """The installed ctranslate2 wheel against the CUDA and cuDNN majors found here."""
     packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
     text = packages.get("ctranslate2")
-    if not text or ctx.os_kind == "macos" or ctx.platform == "aarch64":
+    if text is None or ctx.os_kind == "macos" or ctx.platform == "aarch64":
         return []  # macOS and aarch64 Linux wheels are CPU-only
-    users = [f"{u} {packages[u]}" for u in USERS if u in packages]
-    what = f"ctranslate2 {text}" + (f" (used by {', '.join(users)})" if users else "")
+    users = [f"{u} {packages[u] or ''}".strip() for u in USERS if u in packages]
+    what = f"ctranslate2 {text or '(version unknown)'}" + (
+        f" (used by {', '.join(users)})" if users else "")
     ver = Version.maybe(text)
+    if ver is None:
+        return _version_unknown(ctx, what, cudnn_found(ctx, packages))
     row = ctx.matrix.ctranslate2_row(ver) if ver else None
     if row is None:
         known = sorted(ctx.matrix.rows("ctranslate2"), key=_low)
@@ -62,6 +65,48 @@ def check(ctx: Context) -> list[Finding]:
                            if have else f"{what}: a CUDA {cuda} / cuDNN {need.major} wheel "
                            "(which cuDNN is installed is not known)", row=row))
     return out
+
+
+def _version_unknown(ctx: Context, what: str, cudnns: set[int] | None) -> list[Finding]:
+    """A ctranslate2 of unknown version against every wheel the table knows: each loads the
+    cuBLAS of its CUDA major and, if built with cuDNN, that cuDNN major."""
+    rows = [r for r in ctx.matrix.rows("ctranslate2") if not r.uncertain]
+    have = loadable_majors(ctx)
+
+    def fits(r: Row) -> bool:
+        cuda_ok = have is None or Version.parse(r["cuda"]).major in have
+        return cuda_ok and (not r["uses_cudnn"] or cudnns is None
+                            or Version.parse(r["cudnn"]).major in cudnns)
+
+    def kind(r: Row) -> str:
+        major = Version.parse(r["cuda"]).major
+        return f"CUDA {major}" + (f" / cuDNN {Version.parse(r['cudnn']).major}"
+                                  if r["uses_cudnn"] else " without cuDNN")
+
+    if not rows or (have is None and cudnns is None):
+        return [finding("not-judged", "info", "ctranslate2", f"{what}: which CUDA and cuDNN "
+                        "it loads depends on its version; not judged")]
+    builds = sorted({kind(r) for r in rows}, reverse=True)
+    good = sorted({kind(r) for r in rows if fits(r)}, reverse=True)
+    if good:
+        return [finding("not-judged", "info", "ctranslate2", f"{what}: its wheels built for "
+                        f"{', '.join(good)} fit what is installed here, the others ("
+                        + (", ".join(b for b in builds if b not in good) or "none")
+                        + ") do not; which one is installed was not judged",
+                        fix="name its version (pip show ctranslate2)", fits=good)]
+    span = f"{_low(rows[0])}-{_high(rows[-1]) or 'now'}"
+    nothing = have == set()  # every wheel loads libcublas of its CUDA major
+    listed = ", ".join(f"{m}.x" for m in sorted(have or ())) or "none"
+    return [finding(
+        "cuda-mismatch" if have is not None and not any(
+            Version.parse(r["cuda"]).major in have for r in rows) else "cudnn-mismatch",
+        "error" if nothing else "warning", "ctranslate2",
+        f"{what}: no wheel the matrix knows ({span}) fits what is installed here (CUDA "
+        f"{listed}, cuDNN " + (", ".join(f"{m}.x" for m in sorted(cudnns)) or "none"
+                               if cudnns is not None else "unknown")
+        + f"); they are built for {'; '.join(builds)}",
+        fix="`pip install -U ctranslate2 nvidia-cublas-cu12` (a current wheel and the CUDA 12 "
+        "cuBLAS it loads)", builds=builds)]
 
 
 def _low(row: Row) -> Version:

@@ -24,6 +24,7 @@ from dnnctl.doctor import (
 )
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
@@ -40,7 +41,7 @@ def check(ctx: Context) -> list[Finding]:
     fw = ctx.env.frameworks or {}
     for name, fn in (("torch", _torch), ("tensorflow", _tensorflow), ("jax", rules_jax.check),
                      ("cupy", _cupy)):
-        info = rules_jax.with_packages(ctx, fw.get(name)) if name == "jax" else fw.get(name)
+        info = _info(ctx, fw, name)
         if info is None:  # listed with nothing known ({}) is still installed
             continue
         if not info.get("version"):  # judge what the build alone says (ROCm, CPU-only)
@@ -56,6 +57,31 @@ def check(ctx: Context) -> list[Finding]:
 
 
 # -- shared -----------------------------------------------------------------------------------
+
+TF_PACKAGES = ("tensorflow", "tensorflow-gpu", "tensorflow-cpu", "tensorflow-intel",
+               "tf-nightly", "tf-nightly-gpu")
+
+
+def _info(ctx: Context, fw: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """The framework's entry, or one made from ``packages`` (a hand-written snapshot may list
+    a framework only there, with or without its version): never left unjudged."""
+    if name == "jax":
+        return rules_jax.with_packages(ctx, fw.get(name))
+    if name in fw:
+        return fw[name]
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    names = {"torch": ("torch",), "tensorflow": TF_PACKAGES,
+             "cupy": tuple(n for n in sorted(packages) if re.fullmatch(r"cupy(-cuda\d+x?)?", n))}
+    found = [n for n in names[name] if n in packages]
+    if not found:
+        return None
+    info: dict[str, Any] = {"version": packages[found[0]]} if packages[found[0]] else {}
+    if name != "torch":
+        info["package"] = found[0]
+    if name == "tensorflow" and found[0] == "tensorflow-cpu":
+        info["cuda_build"] = False
+    return info
+
 
 def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:
     return Version.maybe(info.get(key))

@@ -28,15 +28,18 @@ REQUIRE_MESSAGE = Version.parse("1.19")  # the release whose provider names what
 def check(ctx: Context) -> list[Finding]:
     """The installed onnxruntime-gpu against the CUDA runtimes and cuDNN majors found here."""
     packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
-    info = (ctx.env.frameworks or {}).get("onnxruntime") or {}
+    fw = (ctx.env.frameworks or {}).get("onnxruntime")
+    info = fw or {}
     text = str(info.get("version") or packages.get(PACKAGE) or "")
-    if not text or ctx.os_kind == "macos":
+    if (fw is None and PACKAGE not in packages) or ctx.os_kind == "macos":
         return []
     ver = Version.maybe(text)
-    what = f"{PACKAGE} {text}"
-    rows = [r for r in ctx.matrix.rows("onnxruntime") if ver is not None and not r.uncertain
-            and VersionRange.parse(r["onnxruntime"]).contains(ver)]
     built = Version.maybe(info.get("cuda"))  # the build's own record beats the table
+    if ver is None:
+        return _version_unknown(ctx, packages, built)
+    what = f"{PACKAGE} {text}"
+    rows = [r for r in ctx.matrix.rows("onnxruntime") if not r.uncertain
+            and VersionRange.parse(r["onnxruntime"]).contains(ver)]
     if built is not None:
         rows = [r for r in rows if _cuda_fits(built, Version.parse(r["cuda"]))] or \
             [_row_of(built, info)]
@@ -72,6 +75,60 @@ def check(ctx: Context) -> list[Finding]:
         fix=_fix(ctx, cudas, cudnns, row), row=row or None, needs_cuda=str(need_cuda),
         needs_cudnn=need_cudnn, cuda_found=[str(v) for v in cudas or []],
         cudnn_found=sorted(cudnns) if cudnns is not None else None)]
+
+
+CHECK = ("python -c \"import onnxruntime as ort; print(ort.__version__, "
+         "ort.get_available_providers())\"")
+
+
+def _version_unknown(ctx: Context, packages: dict[str, str],
+                     built: Version | None) -> list[Finding]:
+    """An onnxruntime-gpu whose version is unknown, judged against every build the table
+    knows (those of its own CUDA where the build records it): when none of them fits the CUDA
+    and cuDNN here, no version can; when some do, which one is installed decides."""
+    rows = [r for r in ctx.matrix.rows("onnxruntime") if not r.uncertain
+            and (built is None or _cuda_fits(built, Version.parse(r["cuda"])))]
+    what = f"{PACKAGE} (version unknown" + (f", a CUDA {_cuda_text(built)} build)" if built
+                                            else ")")
+    cudas, cudnns = _cudas(ctx), cudnn_found(ctx, packages)
+    if not rows or (cudas is None and cudnns is None):
+        return [finding("not-judged", "info", "onnxruntime", f"{what}: which CUDA and cuDNN "
+                        "it loads depends on its version; not judged", fix=f"name its "
+                        f"version, or run {CHECK}", source=INSTALL_DOCS)]
+    builds = sorted({_kind(r) for r in rows}, reverse=True)
+    fits = sorted({_kind(r) for r in rows if _fits(r, cudas, cudnns)}, reverse=True)
+    if fits:
+        others = [b for b in builds if b not in fits]
+        return [finding(
+            "not-judged", "info", "onnxruntime",
+            f"{what}: its builds for {', '.join(fits)} fit what is here ({_found(cudas, cudnns)})"
+            + (f", those for {', '.join(others)} do not" if others else "")
+            + "; which one is installed was not judged", fix=f"name its version, or run {CHECK} "
+            "(CUDAExecutionProvider must be listed)", source=INSTALL_DOCS,
+            fits=fits, does_not_fit=others)]
+    cuda_bad = cudas is not None and not any(
+        _cuda_fits(v, Version.parse(r["cuda"])) for r in rows for v in cudas)
+    newest = max(rows, key=lambda r: (r["pypi"], _low(r)))
+    span = f"{_low(min(rows, key=_low))} to below {_high(max(rows, key=_high))}"
+    # none at all: every build needs a CUDA runtime and cuDNN; else a release newer than the
+    # table might fit, so the verdict is only as sure as the table
+    nothing = cudas == [] or cudnns == set()
+    return [finding(
+        "cuda-mismatch" if cuda_bad else "cudnn-mismatch", "error" if nothing else "warning",
+        "onnxruntime", f"{what}: no build the matrix knows ({span}) fits what is here "
+        f"({_found(cudas, cudnns)}); they are built for {'; '.join(builds)}, so "
+        + ("whatever its version" if nothing else "unless it is a newer release")
+        + " the CUDA execution provider fails to load and sessions run on the CPU",
+        fix=_fix(ctx, cudas, cudnns, newest, target="the current PyPI build"), row=newest,
+        builds=builds, cuda_found=[str(v) for v in cudas or []],
+        cudnn_found=sorted(cudnns) if cudnns is not None else None)]
+
+
+def _kind(row: Row) -> str:
+    """A build as "CUDA 12.x / cuDNN 9" (its CUDA, as libraries of it load, and cuDNN major)."""
+    cudnn = _major(row["cudnn"])
+    return f"CUDA {_cuda_text(Version.parse(row['cuda']))}" + (f" / cuDNN {cudnn}" if cudnn
+                                                               else "")
 
 
 def _row_of(cuda: Version, info: dict[str, Any]) -> Row:
@@ -163,7 +220,7 @@ def _spec(row: Row) -> str:
 
 
 def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
-         current: Row) -> str:
+         current: Row, target: str = "the installed one") -> str:
     """The onnxruntime-gpu builds that fit the CUDA and cuDNN here (the newest, and the newest
     on PyPI), else the libraries the installed one needs."""
     rows = sorted((r for r in ctx.matrix.rows("onnxruntime") if not r.uncertain
@@ -174,7 +231,7 @@ def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
     keep = (f" (torch here uses cuDNN {torch_cudnn.major}: keep that major)"
             if torch_cudnn is not None and need_cudnn and torch_cudnn.major != need_cudnn else "")
     libs = (f"install CUDA {_cuda_text(need_cuda)}" + (f" and cuDNN {need_cudnn}" if need_cudnn
-                                                       else "") + " for the installed one")
+                                                       else "") + f" for {target}")
     if not keep and need_cudnn and need_cuda.major >= 11:
         libs += f" (`pip install 'nvidia-cudnn-cu{need_cuda.major}=={need_cudnn}.*'`)"
     picks = rows[:1] + [r for r in rows[1:] if r["pypi"] and not rows[0]["pypi"]][:1]
