@@ -165,6 +165,16 @@ class Matrix:
         return next((r for r in self.tables["ctranslate2"]
                      if VersionRange.parse(r["ctranslate2"]).contains(version)), None)
 
+    def triton_row(self, version: Version) -> Row | None:
+        """The Triton release row (its bundled ptxas) of ``version`` (3.2.0, 3.5.0+git7416ffcb)."""
+        return next((r for r in self.tables["triton"]
+                     if VersionRange.parse(r["triton"]).contains(version)), None)
+
+    def triton_pin(self, torch: Version) -> Row | None:
+        """The Triton a torch release pins (its Linux wheels' ``triton==X`` requirement)."""
+        return next((r for r in self.tables["triton_pins"]
+                     if VersionRange.parse(r["torch"]).contains(torch)), None)
+
     def cupy_row(self, package: str) -> Row | None:
         return next((r for r in self.tables["cupy"] if r["package"] == package.lower()), None)
 

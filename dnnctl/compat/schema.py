@@ -98,6 +98,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "onnxruntime": (("onnxruntime", "cuda"), {
         "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
         "pypi": F("bool", True)}),
+    "triton": (("triton",), {
+        "triton": F("range", True), "ptxas": F("version", True),
+        "ptxas_blackwell": F("version")}),
+    "triton_pins": (("torch",), {
+        "torch": F("range", True), "triton": F("version", True)}),
     "gpu_minimums": (("package", "versions"), {
         "package": F("text", True), "versions": F("range", True), "min_cc": F("cc", True),
         "severity": F("choice", True, "error", "warning"), "feature": F("text", True),

@@ -17,7 +17,7 @@ from dnnctl.doctor import parse, spawn, timing
 from dnnctl.doctor.background import Task
 from dnnctl.doctor.deep import ask_all, deep_names, merge_deep, resolve_deep_timeout
 from dnnctl.doctor.host import Host, Runner, run_command
-from dnnctl.doctor.model import Component, EnvSnapshot
+from dnnctl.doctor.model import ENVIRONMENT_FIELDS, Component, EnvSnapshot
 from dnnctl.doctor.native import nvml_argv
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
@@ -74,9 +74,8 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     env.gpus = drv.gpus
     if drv.gpus_known:  # physical GPUs: a MIG device is listed beside its GPU
         env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
-    visible = host.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        env.environment = {"CUDA_VISIBLE_DEVICES": visible}
+    env.environment = {k: host.environ[k] for k in ENVIRONMENT_FIELDS
+                       if host.environ.get(k) is not None}
     env.frameworks = frameworks
     env.packages = packages
     cupy = frameworks.get("cupy")

@@ -78,6 +78,9 @@ MIG_FIELDS = {
 # Variables of the process environment that rules read (never the whole environment).
 ENVIRONMENT_FIELDS = {
     "CUDA_VISIBLE_DEVICES": "str",  # "0,1", "GPU-<uuid>", "MIG-<uuid>,MIG-<uuid>"
+    # the ptxas Triton runs instead of its bundled copy (below / from compute capability 10.0)
+    "TRITON_PTXAS_PATH": "str",
+    "TRITON_PTXAS_BLACKWELL_PATH": "str",
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {

@@ -10,7 +10,8 @@ rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extension
 torch's CUDA), rules_addons.py (add-ons' GPU minimums, cuda-python), rules_python.py,
 rules_reach.py and rules_torch_cudnn.py (used by rules_frameworks), rules_cudnn.py,
 rules_libraries.py, rules_nccl.py (the NCCL loaded first vs torch's pin), rules_nvjitlink.py,
-rules_ptxas.py (a JIT compiler's ptxas vs the GPUs) and rules_packages.py (none imports this
+rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
+rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this
 module).
 """
 

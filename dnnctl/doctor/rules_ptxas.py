@@ -11,6 +11,7 @@ on PATH. ptxas assembles only for the targets of its own CUDA release (matrix ta
 from __future__ import annotations
 
 from dnnctl.compat.versions import CC, Version
+from dnnctl.doctor import rules_triton
 from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 
@@ -22,9 +23,19 @@ SOURCE = ("triton-lang/triton#1121 (Triton 2.0's ptxas: 'Value 'sm_89' is not de
 
 
 def check(ctx: Context) -> list[Finding]:
+    """Each ptxas listed, and Triton's bundled one where the snapshot does not give its
+    version: inferred from the Triton release, or the torch that pins it (rules_triton)."""
     out: list[Finding] = []
-    for copy in (ctx.env.libraries or {}).get("ptxas") or []:
+    copies = (ctx.env.libraries or {}).get("ptxas") or []
+    unversioned = None
+    for copy in copies:
+        if rules_triton.is_triton(copy) and Version.maybe(copy.version) is None:
+            unversioned = unversioned or copy
+            continue
         out += _one(ctx, copy)
+    # a Triton copy with its version already says which ptxas Triton runs
+    if not any(rules_triton.is_triton(c) and Version.maybe(c.version) for c in copies):
+        out += rules_triton.check(ctx, unversioned)
     return out
 
 
