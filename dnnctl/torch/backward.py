@@ -56,9 +56,10 @@ def _torch(op: str, labels: Sequence[str]) -> None:
 
 
 def _single(op: str, plan: int, x: T, make_keys: Callable[[], og.Keys],
-            run: Callable[[], Any]) -> Any:
-    """The one ``backward`` problem of a memory-bound op on dnnctl, or None for torch."""
-    if "backward" in gp.decide(op, plan, x, make_keys):
+            run: Callable[[], Any], call_key: tuple | None = None) -> Any:
+    """The one ``backward`` problem of a memory-bound op on dnnctl, or None for torch
+    (``call_key``: see :func:`dnnctl.torch.grad_plan.decide`)."""
+    if "backward" in gp.decide(op, plan, x, make_keys, call_key=call_key):
         out = _own(op, ("backward",), run, plan)
         if out is not None:
             return out
@@ -308,7 +309,9 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T, traini
                       lambda: og.batch_norm_keys(x, weight is not None, activation,
                                                  residual is not None),
                       lambda: og.batch_norm(grad, x, weight, bias, mean, invstd, activation,
-                                            residual))
+                                            residual),
+                      (x.shape, x.stride(), x.dtype, x.get_device(), weight is not None,
+                       activation, residual is not None))
         if got is not None:
             gx, gw, gb, gz = got
             return ((gx if needs[0] else None), (gw if needs[1] else None),

@@ -32,7 +32,7 @@ import torch
 
 from dnnctl.errors import DnnctlError
 from dnnctl.ops.dispatch import active_plan, problem_of
-from dnnctl.ops.registry import deterministic_only, get_op, get_variant
+from dnnctl.ops.registry import deterministic_only, generation, get_op, get_variant
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import DNN_DTYPES
 from dnnctl.torch.keys import hashable
@@ -109,15 +109,25 @@ def _vendor_pick(plan: Any, op: str, key: dict[str, Any], t: torch.Tensor) -> bo
         return False
 
 
+_NONE: frozenset[str] = frozenset()
+# (op, handle, call key, plan id, determinism, registry generation) -> (plan seen, labels)
+_DECISIONS: dict[tuple, tuple[Any, frozenset[str]]] = {}
+
+
 def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
-           in_backward: bool = True) -> frozenset[str]:
+           in_backward: bool = True, call_key: tuple | None = None) -> frozenset[str]:
     """The pass labels of ``make_keys()`` to run on dnnctl for this backward call; records
     every backward problem for active :func:`dnnctl.torch.record` sessions.
 
     ``in_backward``: asked from inside the backward. Grad mode is on there only when the
     gradient must itself be differentiable (``create_graph=True``: a gradient penalty,
     Hessian-vector products, MAML); dnnctl's backward kernels are not, so torch's formulas
-    run (else the second-order terms through them would be silently missing)."""
+    run (else the second-order terms through them would be silently missing).
+
+    ``call_key``: everything ``make_keys()`` is made of (x's shape, strides, dtype and
+    device, the op's flags): the answer is then kept per call key, plan, determinism and
+    registered variants, and a later call with the same key builds no keys (a training
+    step's backward asks once per layer and step)."""
     mode = K.BACKWARD_MODES.get(handle, "plan")
     keys: Keys | None = None
     if K.RECORDERS:
@@ -125,13 +135,19 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
         for kop, key in keys.values():
             K.note_problem(kop, dict(key))
     if (mode == "torch" or x.dtype not in DNN_DTYPES
-            or (in_backward and torch.is_grad_enabled())):
-        return frozenset()
+            or (in_backward and _grad_enabled())):
+        return _NONE
     plan = K.plan_of(handle)
     if plan is None:
         plan = active_plan()
     if mode == "plan" and plan is None:
-        return frozenset()
+        return _NONE
+    ck = None
+    if call_key is not None:
+        ck = (op, handle, call_key, id(plan), deterministic_only(), generation())
+        hit = _DECISIONS.get(ck)
+        if hit is not None and hit[0] is plan:
+            return hit[1]
     keys = _safe_keys(make_keys) if keys is None else keys
     chosen = []
     for label, (kop, key) in keys.items():
@@ -139,7 +155,15 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
         if ((m == "dnnctl" and not _vendor_pick(plan, kop, key, x))
                 or (m == "plan" and plan is not None and _own_entry(plan, kop, key, x))):
             chosen.append(label)
-    return frozenset(chosen)
+    found = frozenset(chosen)
+    if ck is not None:
+        if len(_DECISIONS) > 4096:
+            _DECISIONS.clear()
+        _DECISIONS[ck] = (plan, found)
+    return found
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 _TRAINS: dict[tuple, tuple[Any, bool]] = {}  # call -> (plan seen, torch trains it)
