@@ -287,7 +287,7 @@ class Site:
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
                  "given_at", "flat_inputs", "free_default", "det_default", "autograd",
-                 "as_is")
+                 "as_is", "made_result")
 
     def __init__(self, adapter: Adapter, parsed: Parsed, arrays: tuple[Any, ...] = ()) -> None:
         """``arrays``: the call the site is made for (a torch tensor's signature holds its
@@ -328,6 +328,9 @@ class Site:
                          else None)
         # the caller's arrays are the backend's (NumPy on the numpy backend): no conversion
         self.as_is = type(adapter).to_backend is Adapter.to_backend
+        made = {n for n, *_ in self.outputs}
+        self.made_result = (isinstance(self.result, tuple)
+                            and all(n is not None and n in made for n in self.result))
 
     # -- kernel choice
     def _built(self, choice: Choice) -> Built:
@@ -428,6 +431,8 @@ class Site:
             return outs[res] if res in outs else arrays[self.given_at[res]]
         if res.__class__ is int:
             return arrays[res]
+        if self.made_result:  # every name one of the outputs (all made by now)
+            return tuple(map(outs.__getitem__, res))
         return tuple(None if n is None else outs[n] if n in outs else arrays[self.given_at[n]]
                      for n in res)
 
@@ -512,13 +517,17 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
     written = tuple(i for _, i in parsed.given if i.__class__ is int)
     op = parsed.op
     wants = any(a is not None and a.requires_grad for a in arrays)
+    bump_all = _bump_many()
     if not wants:
         if not written:
             return None
-
-        def bump_only(arrays: tuple[Any, ...]) -> None:
-            for i in written:
-                bump(arrays[i])
+        if bump_all is not None:
+            def bump_only(arrays: tuple[Any, ...]) -> None:
+                bump_all(tuple(arrays[i] for i in written))
+        else:
+            def bump_only(arrays: tuple[Any, ...]) -> None:
+                for i in written:
+                    bump(arrays[i])
 
         return bump_only
 
@@ -537,10 +546,35 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
                               "functions do not record autograd: the result has no gradient "
                               "(use torch.ops.dnnctl or dnnctl.torch.patch for training)",
                               UserWarning, stacklevel=_caller_level())
-        for i in written:
-            bump(arrays[i])
+        if bump_all is not None:
+            if written:
+                bump_all(tuple(arrays[i] for i in written))
+        else:
+            for i in written:
+                bump(arrays[i])
 
     return guard
+
+
+_BUMP_MANY: list[Any] = []
+
+
+def _bump_many() -> Callable[[tuple[Any, ...]], None] | None:
+    """torch's C call that bumps the version of every tensor of a tuple (one call, not one
+    Python-level ``increment_version`` per tensor), where this torch takes a tuple."""
+    if not _BUMP_MANY:
+        import torch
+
+        fn = getattr(torch._C, "_increment_version", None)
+        try:
+            probe = torch.zeros(1)
+            before = probe._version
+            fn((probe,))  # type: ignore[misc]
+            ok = probe._version == before + 1
+        except (TypeError, RuntimeError):
+            ok = False
+        _BUMP_MANY.append(fn if ok else None)
+    return _BUMP_MANY[0]
 
 
 class _Sites(dict):  # type: ignore[type-arg]
@@ -581,8 +615,9 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
                    None if b is None else sig[b.__class__](b),
                    None if c is None else sig[c.__class__](c),
                    None if d is None else sig[d.__class__](d))
-        else:
-            key = (spec, scalars, *[sig[a.__class__](a) for a in arrays])
+        else:  # (a None's signature is None: no call for it)
+            key = (spec, scalars, *[None if a is None else sig[a.__class__](a)
+                                    for a in arrays])
         site = _SITES[key]
     except (KeyError, TypeError):  # a new signature, kind or scalar: the slow path
         return _call_slow(spec, arrays, scalars, plan)
