@@ -447,7 +447,7 @@ def batch_norm_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: t
     relu(batch_norm(x) [+ residual]) with ``activation="relu"``. The running statistics
     stay as they were (a functional op: :func:`batch_norm_train_` updates them in place)."""
     return _bn_train(x, running_mean, running_var, weight, bias, momentum, eps, plan,
-                     activation, residual, False)
+                     activation, residual)
 
 
 def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
@@ -457,27 +457,54 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`batch_norm_train` updating ``running_mean`` / ``running_var`` (float32,
     contiguous) in place, as torch's own batch_norm does, from the same pass: (y, save_mean,
-    save_invstd), with no new statistics to allocate and copy back."""
-    return _bn_train(x, running_mean, running_var, weight, bias, momentum, eps, plan,
-                     activation, residual, True)
+    save_invstd), with no new statistics to allocate and copy back. y is a tensor of its
+    own in x's memory format (the kernel writes it through its NHWC view), not a view: an
+    autograd Function may return it as it is."""
+    if x.dtype in _RUNS:
+        try:
+            nhwc = is_nhwc(x)
+            if nhwc:
+                y = torch.empty_like(x, memory_format=_CL)
+                xs, out = nhwc_view(x), y.permute(0, 2, 3, 1)
+                z = None if residual is None else nhwc_view(residual)
+            else:
+                y = out = torch.empty_like(x, memory_format=_NCHW)
+                xs, z = x.contiguous(), None if residual is None else residual.contiguous()
+            # the kernels read each channel's old statistics, then write the new
+            _, mean, invstd = call(_batch_norm_op, (xs, running_mean, running_var,
+                                                    fp32(weight), fp32(bias)),
+                                   training=True, momentum=momentum, eps=eps,
+                                   layout="NHWC" if nhwc else "NCHW", return_stats=True,
+                                   plan=_plan(plan), activation=activation, residual=z,
+                                   out=out)
+        except DnnctlError as exc:
+            _fallback("batch_norm", exc)
+        else:
+            if RECORDERS:
+                _note("batch_norm", keys.batch_norm(x, nhwc, True, weight is not None,
+                                                    activation, residual is not None))
+            return y, mean, invstd
+    elif _RUNS:
+        _fallback("batch_norm")
+    y, nm, nv, mean, invstd = ref.batch_norm_train(x, running_mean, running_var, weight, bias,
+                                                   momentum, eps)
+    with torch.no_grad():
+        torch._foreach_copy_([running_mean, running_var], [nm, nv])
+    return _finish_bn(y, activation, residual), mean, invstd
+
+
+_CL, _NCHW = torch.channels_last, torch.contiguous_format
 
 
 def _bn_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
               weight: torch.Tensor | None, bias: torch.Tensor | None, momentum: float,
-              eps: float, plan: int, activation: str, residual: torch.Tensor | None,
-              inplace: bool) -> tuple[torch.Tensor, ...]:
+              eps: float, plan: int, activation: str, residual: torch.Tensor | None
+              ) -> tuple[torch.Tensor, ...]:
     xs, nhwc = _spatial(x)
 
     def run() -> tuple[torch.Tensor, ...]:
         z = None if residual is None else in_layout(residual, nhwc)
         layout = "NHWC" if nhwc else "NCHW"
-        if inplace:  # the kernels read each channel's old statistics, then write the new
-            y, mean, invstd = call(_batch_norm_op, (xs, running_mean, running_var,
-                                                     fp32(weight), fp32(bias)),
-                                   training=True, momentum=momentum, eps=eps, layout=layout,
-                                   return_stats=True, plan=_plan(plan),
-                                   activation=activation, residual=z)
-            return nchw_of(y) if nhwc else y, mean, invstd
         # the updated running statistics into fresh arrays: the inputs stay as they were
         # (a functional op), with no copy of them first
         rm, rv = fp32(running_mean).contiguous(), fp32(running_var).contiguous()
@@ -493,12 +520,7 @@ def _bn_train(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Te
     def reference() -> tuple[torch.Tensor, ...]:
         y, nm, nv, mean, invstd = ref.batch_norm_train(x, running_mean, running_var, weight,
                                                        bias, momentum, eps)
-        y = _finish_bn(y, activation, residual)
-        if not inplace:
-            return y, nm, nv, mean, invstd
-        with torch.no_grad():
-            torch._foreach_copy_([running_mean, running_var], [nm, nv])
-        return y, mean, invstd
+        return _finish_bn(y, activation, residual), nm, nv, mean, invstd
 
     return _dnn("batch_norm", x, run,
                 lambda: keys.batch_norm(x, nhwc, True, weight is not None, activation,

@@ -530,7 +530,31 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
 
 
 _any_grad = torch._C._any_requires_grad
-_bn_train_apply = _eager_apply(_BatchNormTrainInPlace)
+
+
+def _bn_train_applier() -> Callable[..., Any]:
+    """``_BatchNormTrainInPlace.apply`` for plain eager tensors (see :func:`_eager_apply`),
+    its tensor arguments unwrapped by position: x, weight, bias, residual (or None), the
+    running statistics."""
+    fn = _BatchNormTrainInPlace
+    try:
+        capply = super(torch.autograd.Function, fn).apply
+        from torch._C._functorch import unwrap_if_dead as uw
+    except (AttributeError, ImportError):  # another torch: its own apply
+        return fn.apply
+
+    def apply(x: Any, weight: Any, bias: Any, residual: Any, running_mean: Any,
+              running_var: Any, momentum: float, eps: float, plan: int,
+              activation: str) -> Any:
+        return capply(uw(x), None if weight is None else uw(weight),
+                      None if bias is None else uw(bias),
+                      None if residual is None else uw(residual), uw(running_mean),
+                      uw(running_var), momentum, eps, plan, activation)
+
+    return apply
+
+
+_bn_train_apply = _bn_train_applier()
 
 
 _INDUCTOR_FALLBACKS: list[bool] = []  # [True] once inductor knows the ops

@@ -77,12 +77,19 @@ def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
               x: torch.Tensor) -> torch.Tensor:
     stride, pad, dil = geometry.of(m)
     # read once: a parametrized weight (spectral_norm in training updates its power
-    # iteration on each read) is computed once a call, as the module's own forward does
-    w, b = _param(m, "weight"), _param(m, "bias")
-    if (len(pad) == 2 and _training_torch(x) and x.dim() == 4 and x.numel()
+    # iteration on each read) is computed once a call, as the module's own forward does;
+    # from the module's dict where it is there (see _param)
+    params = m._parameters
+    try:
+        w, b = params["weight"], params["bias"]
+    except KeyError:  # a parametrized one (not in the dict): its property, computed now
+        w, b = m.weight, m.bias
+    if (len(pad) == 2 and _grad_on() and x.is_cuda and plain_eager(x) and x.dim() == 4
+            and x.numel()
             and gp.torch_trains(
                 "conv2d", handle, x, w,
-                (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, b is None, is_nhwc(x),
+                # x's strides stand for its layout (is_nhwc(x) is a function of them)
+                (x.shape, x.stride(), x.dtype, x.get_device(), w.shape, w.dtype, b is None,
                  stride, pad, dil, m.groups),
                 lambda xm, wm: keys.conv2d(xm, wm, b is not None, stride, pad, dil, m.groups,
                                            "none", False, is_nhwc(xm)),
@@ -163,8 +170,14 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     updated as torch does), + ``residual`` and batch_norm's fused ReLU when asked."""
     if x.dim() != 4:
         raise ValueError(f"expected 4D input (got {x.dim()}D input)")
-    rm, rv = _buffer(m, "running_mean"), _buffer(m, "running_var")
-    w, b = _param(m, "weight"), _param(m, "bias")
+    # the module's dicts read in place (see _param / _buffer)
+    bufs = m._buffers
+    try:
+        rm, rv = bufs["running_mean"], bufs["running_var"]
+        params = m._parameters
+        w, b = params["weight"], params["bias"]
+    except KeyError:  # a parametrized tensor (not in its dict): attributes, each read once
+        rm, rv, w, b = m.running_mean, m.running_var, m.weight, m.bias
     if not m.training:
         return run_op("batch_norm", x, rm, rv, w, b, m.eps, handle, activation, residual)
     momentum = m.momentum
