@@ -375,7 +375,9 @@ class Launch:
             else:
                 self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem)
             return
-        nat = native()
+        nat = _NATIVE
+        if nat is _UNSET:  # decided on the first launch of the process
+            nat = native()
         kinds = self.kinds
         if nat is not None and (kinds is None or (kinds and len(kinds) != len(args))):
             kinds = self.kinds = _kinds(args)
