@@ -163,7 +163,7 @@ def _merge_torch(env: EnvSnapshot, info: dict[str, Any], data: dict[str, Any]) -
     compiled = data.get("cudnn_compiled")
     if isinstance(compiled, list) and compiled:
         info["cudnn_compiled"] = ".".join(str(x) for x in compiled)
-    for key in ("cuda_available", "device_count"):
+    for key in ("cuda_available", "device_count", "cxx11_abi"):
         if key in data:
             info[key] = data[key]
     if isinstance(data.get("capability"), list) and len(data["capability"]) == 2:

@@ -39,6 +39,9 @@ try:
     out["cudnn_compiled"] = list(torch._C._cudnn.getCompileVersion())
 except Exception:
     pass
+abi = getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", None)
+if isinstance(abi, bool):
+    out["cxx11_abi"] = abi
 try:
     out["cudnn"] = torch.backends.cudnn.version()
 except Exception as e:

@@ -32,6 +32,10 @@ CODES = {
     "cuda-mismatch": "CUDA runtimes / builds disagree in a way that breaks loading",
     "cudnn-mismatch": "the cuDNN a framework loads is not the one it needs",
     "cudnn-shadowed": "a system cuDNN on LD_LIBRARY_PATH shadows a bundled one",
+    "build-mismatch": "a compiled extension (flash-attn) was built against another torch "
+                      "(minor, CUDA major or C++ ABI) than the one installed",
+    "native-build": "a native build (llama.cpp / whisper.cpp bindings) lacks the GPU backend, "
+                    "or code for the GPU",
     "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
@@ -85,6 +89,7 @@ ENVIRONMENT_FIELDS = {
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     "torch": {**_COMMON, "arch_list": "strlist", "local_tag": "str", "path": "str",
+              "cxx11_abi": "bool",  # torch._C._GLIBCXX_USE_CXX11_ABI
               "installer": "str", "cuda_build": "bool", "hip": "str", "rocm": "str",
               "xpu": "str", "cudnn_package": "str", "cudnn_runtime": "version",
               "cudnn_compiled": "version", "cudnn_loaded": "str", "cuda_available": "bool",
@@ -100,6 +105,10 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     # onnxruntime: the onnxruntime-gpu wheel; cuda is its build's (capi/build_and_package_info.py
     # cuda_version, written from 1.21 on), else the matrix's onnxruntime table says
     "onnxruntime": {**_COMMON, "package": "str"},
+    # flash-attn: its prebuilt wheel is built per torch minor, CUDA major and C++11 ABI; wheel:
+    # the wheel's file name or its tag (cu12torch2.4cxx11abiFALSE); torch / cuda / cxx11_abi:
+    # what it was built against, where known otherwise (a source build: the torch it found)
+    "flash-attn": {**_COMMON, "wheel": "str", "torch": "version", "cxx11_abi": "bool"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
              "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",

@@ -28,10 +28,22 @@ from dnnctl.errors import UsageError
 PIP_CUDNN_FROM = Version.parse("2.0")
 
 
+def torch_info(ctx: Context, packages: bool = False) -> dict | None:
+    """The torch entry; with ``packages``, one made from ``packages`` when only that lists
+    torch (the stack other rules compare with keeps to the entry)."""
+    info = (ctx.env.frameworks or {}).get("torch")
+    if info is not None or not packages:
+        return info
+    packages = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    if "torch" not in packages:
+        return None
+    return {"version": packages["torch"]} if packages["torch"] else {}
+
+
 def torch_row(ctx: Context) -> Row | None:
     """The matrix row of the torch wheel here (its +cuXYZ tag, or PyPI's default variant on
     Linux); None for a CPU / ROCm build, an unknown version or a wheel the matrix lacks."""
-    info = (ctx.env.frameworks or {}).get("torch") or {}
+    info = torch_info(ctx) or {}
     if info.get("cuda_build") is False or not info.get("version"):
         return None
     try:
@@ -48,7 +60,7 @@ def torch_row(ctx: Context) -> Row | None:
 
 def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
     """(CUDA, cuDNN) of the torch build here; (None, None) for a CPU / ROCm build or none."""
-    info = (ctx.env.frameworks or {}).get("torch") or {}
+    info = torch_info(ctx) or {}
     if info.get("cuda_build") is False:
         return None, None
     if not info.get("version"):
@@ -66,12 +78,50 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
     return cuda, cudnn
 
 
+# The C++ ABI of PyTorch's Linux wheels: pre-C++11 (_GLIBCXX_USE_CXX11_ABI=0) until 2.6, whose
+# CUDA 12.6 wheels switched, and C++11 from 2.7 on. Extensions built against one (flash-attn's
+# cxx11abiTRUE / FALSE wheels) fail to import against the other.
+CXX11_ABI_SOURCE = (
+    "malfet in pytorch/pytorch#143962 ('we should not have torch-cpu build with C++11 ABI in "
+    "2.6 yet (only cuda-12.6 binaries should be like that)'; albanD: 'we do expect 2.7 to be "
+    "cxx11 ABI by default'); Dao-AILab/flash-attention#1644 ('PyTorch updated its C++ ABI in "
+    "2.6.0cu126, and it stayed this way in 2.7.0cu128'); pytorch/pytorch#72907 (the pip "
+    "wheels: torch._C._GLIBCXX_USE_CXX11_ABI False)")
+CXX11_ABI_FROM = Version.parse("2.7")
+
+
+def torch_cxx11_abi(ctx: Context, info: dict | None = None) -> bool | None:
+    """torch._C._GLIBCXX_USE_CXX11_ABI of the torch here (``info``, else its entry or its
+    package): its own report, else what its wheel was built with; None for a conda or custom
+    build, or no torch."""
+    info = info if info is not None else torch_info(ctx, packages=True) or {}
+    if isinstance(info.get("cxx11_abi"), bool):
+        return info["cxx11_abi"]
+    text = str(info.get("version") or "")
+    try:
+        ver = TorchVersion.parse(text)
+    except UsageError:
+        return None
+    local = (str(info.get("local_tag") or "") or ver.local or "").lower()
+    if str(info.get("installer") or "").lower() == "conda" or (
+            local and not re.fullmatch(r"cu\d+|cpu", local)):
+        return None
+    line = ver.release.trunc(2)
+    if line >= CXX11_ABI_FROM:
+        return True
+    if line == Version.parse("2.6"):
+        default = next((r["variant"] for r in ctx.matrix.torch_rows("2.6")
+                        if r.get("pypi_default")), "")
+        return (local or default) == "cu126"
+    return False
+
+
 def torch_cudnn_origin(ctx: Context) -> str | None:
     """Where the CUDA torch here gets its cuDNN: "pip" (a wheel whose cuDNN is its
     ``nvidia-cudnn-cuN`` dependency), "wheel" (a ``+cuXYZ`` wheel: its own copy, in torch/lib or
     as a pip dependency), "system" (a conda or custom build: the cuDNN the loader finds), or
     None (no CUDA torch, or nothing known)."""
-    info = (ctx.env.frameworks or {}).get("torch")
+    info = torch_info(ctx)
     if info is None or info.get("cuda_build") is False:
         return None
     text = str(info.get("version") or "")
@@ -100,7 +150,7 @@ def torch_cudnn_missing(ctx: Context) -> bool:
     a conda / custom build, or a PyPI wheel whose listed packages lack its cuDNN dependency."""
     if not ctx.env.none_found("cudnn"):
         return False
-    info = (ctx.env.frameworks or {}).get("torch") or {}
+    info = torch_info(ctx) or {}
     if info.get("cudnn_runtime") or info.get("cudnn_loaded"):
         return False
     names = {canonical_name(n) for n in (ctx.env.packages or {})}
