@@ -34,8 +34,6 @@ CODES = {
     "cudnn-shadowed": "a system cuDNN on LD_LIBRARY_PATH shadows a bundled one",
     "build-mismatch": "a compiled extension (flash-attn) was built against another torch "
                       "(minor, CUDA major or C++ ABI) than the one installed",
-    "native-build": "a native build (llama.cpp / whisper.cpp bindings) lacks the GPU backend, "
-                    "or code for the GPU",
     "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
@@ -109,6 +107,12 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     # the wheel's file name or its tag (cu12torch2.4cxx11abiFALSE); torch / cuda / cxx11_abi:
     # what it was built against, where known otherwise (a source build: the torch it found)
     "flash-attn": {**_COMMON, "wheel": "str", "torch": "version", "cxx11_abi": "bool"},
+    # native ggml builds: built with the CUDA backend (GGML_CUDA), the ggml backends compiled in
+    # (cuda, cpu, metal, vulkan, ...), CMAKE_CUDA_ARCHITECTURES (86, 89-real, 90-virtual, sm_86)
+    "llama-cpp-python": {**_COMMON, "cuda_build": "bool", "backends": "strlist",
+                         "arch_list": "strlist"},
+    "pywhispercpp": {**_COMMON, "cuda_build": "bool", "backends": "strlist",
+                     "arch_list": "strlist"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
              "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",

@@ -21,7 +21,7 @@ _EXACT = {
     "tf-nightly-gpu", "tensorrt", "onnxruntime-gpu", "cupy", "cuda-python", "cuda-bindings",
     "cuda-core", "cuda-toolkit", "cuda-pathfinder", "pynvml", "xformers", "flash-attn",
     "bitsandbytes", "numba-cuda", "paddlepaddle-gpu", "vllm", "deepspeed", "dnnctl",
-    "ctranslate2", "faster-whisper", "whisperx",
+    "ctranslate2", "faster-whisper", "whisperx", "llama-cpp-python", "pywhispercpp",
 }
 _PREFIXES = ("nvidia-", "cupy-cuda", "cupy-rocm", "jax-cuda", "jax-rocm", "tensorrt-cu",
              "torch-tensorrt", "mxnet-cu")

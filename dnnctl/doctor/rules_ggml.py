@@ -1,0 +1,141 @@
+"""Native ggml builds (llama-cpp-python, pywhispercpp): the GPU backend and its code.
+
+These packages compile llama.cpp / whisper.cpp when installed. Without the CUDA backend
+(``GGML_CUDA``, before mid-2024 ``LLAMA_CUDA`` / ``LLAMA_CUBLAS``) the build runs on the CPU
+only, whatever the GPU (``n_gpu_layers`` does nothing); with it, the build carries code for
+the ``CMAKE_CUDA_ARCHITECTURES`` it was compiled for, and a GPU outside them fails with 'no
+kernel image is available'. Judged from ``frameworks.<package>``: ``cuda_build`` /
+``backends`` and ``arch_list`` (CMake's form, ``86``, ``89-real``, ``90-virtual``, or
+``sm_86`` / ``compute_90``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import Version
+from dnnctl.doctor import rules_platform
+from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_libraries import arch_findings
+
+LLAMA_SOURCE = (
+    "abetlen/llama-cpp-python README.md at each tag (CUDA: `CMAKE_ARGS=\"-DLLAMA_CUBLAS=on\"` up "
+    "to v0.2.59, `-DLLAMA_CUDA=on` v0.2.60-v0.2.81, `-DGGML_CUDA=on` from v0.2.82; 'To upgrade "
+    "and rebuild llama-cpp-python add --upgrade --force-reinstall --no-cache-dir'); "
+    "ggml-org/llama.cpp#8155 ('LLAMA_CUDA is deprecated ... Use GGML_CUDA instead' and a "
+    "CPU-only build); instructlab/instructlab#3014 ('LLAMA_CUBLAS is deprecated' is a CMake "
+    "error in current llama.cpp)")
+WHISPER_SOURCE = (
+    "absadiki/pywhispercpp README.md ('Basic Pre-built CPU wheels are available on PYPI'; "
+    "NVIDIA GPU support: `GGML_CUDA=1 pip install git+https://github.com/absadiki/pywhispercpp`)")
+ARCH_SOURCE = (
+    "https://cmake.org/cmake/help/latest/prop_tgt/CUDA_ARCHITECTURES.html (an entry builds "
+    "SASS and PTX, '-real' SASS only, '-virtual' PTX only); llama-cpp-python "
+    ".github/workflows/build-wheels-cuda.yaml (-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=...)")
+LLAMA_FLAGS = ((Version.parse("0.2.60"), "LLAMA_CUBLAS"), (Version.parse("0.2.82"), "LLAMA_CUDA"))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A ggml binding: how it is rebuilt with CUDA, and how to ask it."""
+
+    package: str
+    check: str
+    source: str
+
+
+BINDINGS = (
+    Binding("llama-cpp-python", "python -c \"import llama_cpp; "
+            "print(llama_cpp.llama_supports_gpu_offload())\"", LLAMA_SOURCE),
+    Binding("pywhispercpp", "pip show -f pywhispercpp (a CUDA build links libggml-cuda)",
+            WHISPER_SOURCE),
+)
+
+
+def check(ctx: Context) -> list[Finding]:
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    out: list[Finding] = []
+    for b in BINDINGS:
+        info = (ctx.env.frameworks or {}).get(b.package)
+        if info is None and b.package not in packages:
+            continue
+        info = dict(info or {})
+        info.setdefault("version", packages.get(b.package) or None)
+        out += _one(ctx, b, info)
+    return out
+
+
+def _one(ctx: Context, b: Binding, info: dict[str, Any]) -> list[Finding]:
+    text = str(info.get("version") or "")
+    what = f"{b.package} {text or '(version unknown)'}"
+    backends = [str(x).lower() for x in info.get("backends") or []]
+    cuda_build = info.get("cuda_build")
+    if cuda_build is None and (backends or info.get("arch_list")):
+        cuda_build = "cuda" in backends or bool(info.get("arch_list"))
+    if cuda_build is None:
+        return [finding("not-judged", "info", b.package, f"{what}: whether it was built with "
+                        "the CUDA backend is not known (a plain pip install builds it for the "
+                        "CPU only); not judged", fix=f"check with {b.check}, and name it "
+                        f"(frameworks.{b.package}.cuda_build)", source=b.source)]
+    if cuda_build is False:
+        why = " (built without the CUDA backend" + (
+            f"; backends: {', '.join(backends)}" if backends else "") + ")"
+        return rules_platform.cpu_only(ctx, b.package, what, why=why, fix=_rebuild(b, text),
+                                       source=b.source)
+    out: list[Finding] = []
+    targets = _targets(info.get("arch_list") or [])
+    if targets:
+        found, ptx_only = arch_findings(ctx, b.package, what, Row(), targets,
+                                        _rebuild(b, text, ctx), source=ARCH_SOURCE)
+        out += found
+    cuda = Version.maybe(info.get("cuda"))
+    if cuda is not None:
+        out += runtime_findings(ctx, b.package, cuda, what=what, jit=False)
+    if not out:
+        code_for = " ".join(targets) if targets else "an arch list not given"
+        out.append(finding("ok" if targets else "not-judged", "info", b.package,
+                           f"{what}: a CUDA build ({code_for})"
+                           + ("" if targets else "; which GPUs it has code for was not judged"),
+                           source=ARCH_SOURCE if targets else b.source))
+    return out
+
+
+def _targets(entries: list[str]) -> list[str]:
+    """CMake CUDA_ARCHITECTURES entries as targets: 86 -> sm_86 + compute_86, 89-real -> sm_89,
+    90-virtual -> compute_90; sm_XY / compute_XY stay."""
+    out: list[str] = []
+    for entry in entries:
+        for part in re.split(r"[;,\s]+", str(entry).strip().lower()):
+            m = re.fullmatch(r"(\d{2,3}[af]?)(-real|-virtual)?", part)
+            if m:
+                if m.group(2) != "-virtual":
+                    out.append(f"sm_{m.group(1)}")
+                if m.group(2) != "-real":
+                    out.append(f"compute_{m.group(1)}")
+            elif re.fullmatch(r"(sm|compute)_\d+[af]?", part):
+                out.append(part)
+    return out
+
+
+def _rebuild(b: Binding, version: str, ctx: Context | None = None) -> str:
+    """Reinstall with the CUDA backend (the flag this version's README names), for the GPUs
+    here when an arch list is the problem."""
+    arch = ""
+    if ctx is not None and ctx.known_ccs:
+        arch = " -DCMAKE_CUDA_ARCHITECTURES=" + ";".join(
+            f"{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs)
+    ver = Version.maybe(version)
+    if b.package == "llama-cpp-python":
+        flag = next((f for upto, f in LLAMA_FLAGS if ver is not None and ver < upto), "GGML_CUDA")
+        pin = f"=={version}" if ver is not None else ""
+        return (f"`CMAKE_ARGS=\"-D{flag}=on{arch}\" pip install --upgrade --force-reinstall "
+                f"--no-cache-dir llama-cpp-python{pin}`")
+    return ("`GGML_CUDA=1 pip install --force-reinstall --no-cache-dir "
+            "git+https://github.com/absadiki/pywhispercpp`"
+            + (f" (its CMake build with{arch})" if arch else ""))
