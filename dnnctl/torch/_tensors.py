@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dnnctl.ops.dispatch import call as _dispatch_call
+
 # the dtypes dnnctl's kernels take (dnnctl.ops.base.DTYPES); others run on torch
 DNN_DTYPES: frozenset[torch.dtype] = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _CL = torch.channels_last
@@ -62,6 +64,16 @@ def call(fn: Callable[..., Any], tensors: Sequence[torch.Tensor | None], **kwarg
         elif isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor):
             kwargs[k] = tuple(map(to_numpy, v))
     return from_numpy(fn(*[to_numpy(t) for t in tensors], **kwargs))
+
+
+def call_spec(spec: Any, arrays: tuple[Any, ...], scalars: tuple[Any, ...], plan: Any) -> Any:
+    """``dispatch.call(spec, arrays, scalars, plan)`` from torch tensors: an op function's
+    own call less its argument handling (``arrays`` / ``scalars`` exactly as the function
+    builds them, so the same call site serves both); CPU tensors as NumPy views, results as
+    torch tensors."""
+    if not arrays[0].is_cpu:
+        return _dispatch_call(spec, arrays, scalars, plan)
+    return from_numpy(_dispatch_call(spec, tuple(map(to_numpy, arrays)), scalars, plan))
 
 
 def is_nhwc(x: torch.Tensor) -> bool:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 import dnnctl.ops as dops
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
+from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
 from dnnctl.ops.batch_norm.function import batch_norm as _batch_norm_op
 from dnnctl.ops.conv2d.function import conv2d as _conv2d_op
 from dnnctl.ops.conv2d.function import conv2d_channels_last
@@ -33,6 +34,7 @@ from dnnctl.torch._tensors import (
     DNN_DTYPES,
     as_4d,
     call,
+    call_spec,
     fp32,
     in_layout,
     ints,
@@ -470,13 +472,15 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
             else:
                 y = out = torch.empty_like(x, memory_format=_NCHW)
                 xs, z = x.contiguous(), None if residual is None else residual.contiguous()
-            # the kernels read each channel's old statistics, then write the new
-            _, mean, invstd = call(_batch_norm_op, (xs, running_mean, running_var,
-                                                    fp32(weight), fp32(bias)),
-                                   training=True, momentum=momentum, eps=eps,
-                                   layout="NHWC" if nhwc else "NCHW", return_stats=True,
-                                   plan=_plan(plan), activation=activation, residual=z,
-                                   out=out)
+            # the kernels read each channel's old statistics, then write the new; the
+            # op's call pipeline entered as dnnctl.ops.batch_norm(xs, running_mean,
+            # running_var, weight, bias, training=True, momentum, eps, layout, plan,
+            # out=out, return_stats=True, activation, residual=z) enters it
+            _, mean, invstd = call_spec(
+                _BN_SPEC, (xs, running_mean, running_var, fp32(weight), fp32(bias), out, z,
+                           None, None),
+                (True, momentum, eps, "NHWC" if nhwc else "NCHW", True, activation),
+                _plan(plan))
         except DnnctlError as exc:
             _fallback("batch_norm", exc)
         else:

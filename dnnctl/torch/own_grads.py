@@ -15,10 +15,12 @@ from typing import Any
 import torch
 
 import dnnctl.ops as dops
+from dnnctl.ops.batch_norm.backward_function import _BACKWARD as _BN_BACKWARD
 from dnnctl.torch import keys
 from dnnctl.torch._tensors import (
     as_4d,
     call,
+    call_spec,
     fp32,
     in_layout,
     is_nhwc,
@@ -198,11 +200,13 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     from the forward's saved (fp32) batch statistics: (dx, dweight, dbias, dresidual)."""
     xs, gs, nhwc = _spatial(x, grad)
     relu = activation == "relu"
-    out = call(dops.batch_norm_backward, (gs, xs, fp32(mean), fp32(invstd)),
-               weight=fp32(weight), layout="NHWC" if nhwc else "NCHW",
-               bias=fp32(bias) if relu and weight is not None else None,
-               activation=activation,
-               residual=None if residual is None else in_layout(residual, nhwc))
+    # the op's call pipeline as dnnctl.ops.batch_norm_backward(gs, xs, mean, invstd,
+    # weight, layout, bias=, activation=, residual=) enters it
+    out = call_spec(_BN_BACKWARD,
+                    (gs, xs, fp32(weight), fp32(mean), fp32(invstd),
+                     fp32(bias) if relu and weight is not None else None,
+                     None if residual is None else in_layout(residual, nhwc)),
+                    ("NHWC" if nhwc else "NCHW", activation), None)
     dx, dw, db = out[:3]
     dz = None
     if residual is not None:
