@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import operator
 import os
 import sys
 import warnings
@@ -396,9 +397,9 @@ class Site:
                 kern, flat, adopt = self.kernel(plan)
             outs = {}
             if not adopt:
+                empty, empty_like = self.empty, self.empty_like
                 for name, shape, dtype, like in self.outputs:
-                    outs[name] = (self.empty(shape, dtype) if like < 0
-                                  else self.empty_like(arrays[like]))
+                    outs[name] = empty(shape, dtype) if like < 0 else empty_like(arrays[like])
             if flat == STRIDED or (flat and self.prepare is None):
                 ins = {}
                 for name, i in self.flat_inputs:
@@ -517,13 +518,16 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
     written = tuple(i for _, i in parsed.given if i.__class__ is int)
     op = parsed.op
     wants = any(a is not None and a.requires_grad for a in arrays)
-    bump_all = _bump_many()
+    bump_all = _bump_many() if written else None
+    # the written arrays as one tuple, by one C call (itemgetter of one index gives the item)
+    pick = operator.itemgetter(*written) if len(written) > 1 else (
+        (lambda arrays: (arrays[written[0]],)) if written else None)
     if not wants:
         if not written:
             return None
         if bump_all is not None:
             def bump_only(arrays: tuple[Any, ...]) -> None:
-                bump_all(tuple(arrays[i] for i in written))
+                bump_all(pick(arrays))
         else:
             def bump_only(arrays: tuple[Any, ...]) -> None:
                 for i in written:
@@ -547,8 +551,7 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
                               "(use torch.ops.dnnctl or dnnctl.torch.patch for training)",
                               UserWarning, stacklevel=_caller_level())
         if bump_all is not None:
-            if written:
-                bump_all(tuple(arrays[i] for i in written))
+            bump_all(pick(arrays))
         else:
             for i in written:
                 bump(arrays[i])

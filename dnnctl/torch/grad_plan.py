@@ -137,7 +137,7 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
     if (mode == "torch" or x.dtype not in DNN_DTYPES
             or (in_backward and _grad_enabled())):
         return _NONE
-    plan = K.plan_of(handle)
+    plan = K.PLANS.get(handle) if handle else None  # (K.plan_of, read in place)
     if plan is None:
         plan = active_plan()
     if mode == "plan" and plan is None:
@@ -202,7 +202,7 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     dt = low_dtype(x)
     if dt not in DNN_DTYPES:
         return False
-    plan = K.plan_of(handle)
+    plan = K.PLANS.get(handle) if handle else None  # (K.plan_of, read in place)
     if plan is None:
         plan = active_plan()
     ck = (op, call_key, dt, handle, id(plan), id(K.BACKWARD_MODES.get(handle)),

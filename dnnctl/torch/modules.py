@@ -67,10 +67,11 @@ def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | 
     """Count a product torch trains: its forward as a vendor call through torch, its
     gradients as torch's (what the op's own path would count)."""
     K.VENDOR_VIA_TORCH[op] += 1
+    paths = gp.BACKWARD_PATHS  # (gp.count's table, counted in place: no call a pass)
     if x.requires_grad:
-        gp.count(op, "dgrad", "torch")
+        paths[(op, "dgrad", "torch")] += 1
     if w.requires_grad or (bias is not None and bias.requires_grad):
-        gp.count(op, "wgrad", "torch")
+        paths[(op, "wgrad", "torch")] += 1
 
 
 def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,

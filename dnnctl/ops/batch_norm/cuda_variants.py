@@ -19,11 +19,13 @@ from dnnctl.ops.registry import register_variant
 class _BnKernel(mc.VecKernel):
     """Runs ``fast`` when x and y are aligned to the vector width, else ``safe``."""
 
-    __slots__ = ("training",)
+    __slots__ = ("training", "scalars")
 
     def __init__(self, fast: Callable, safe: Callable, align: int, training: bool) -> None:
         super().__init__(fast, safe, align)
         self.training = training
+        # (eps, momentum) as last given and as float32 (converted once per value)
+        self.scalars: tuple = (None, None, None, None)
 
     def vector_ok(self, arrs: tuple) -> bool:
         """The arrays allow the vector program (x, y and a residual aligned to its width)."""
@@ -31,14 +33,22 @@ class _BnKernel(mc.VecKernel):
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any],
                  attrs: Mapping[str, Any]) -> None:
-        arrs = (inputs["x"], outputs["y"], inputs["running_mean"], inputs["running_var"],
-                inputs.get("weight"), inputs.get("bias"))
+        get = inputs.get
+        # last: the fused variants' z (else None)
         if self.training:
-            arrs += (outputs["new_running_mean"], outputs["new_running_var"],
-                     outputs["save_mean"], outputs["save_invstd"])
-        arrs += (inputs.get("residual"),)  # last: the fused variants' z (else None)
+            arrs = (inputs["x"], outputs["y"], inputs["running_mean"], inputs["running_var"],
+                    get("weight"), get("bias"), outputs["new_running_mean"],
+                    outputs["new_running_var"], outputs["save_mean"], outputs["save_invstd"],
+                    get("residual"))
+        else:
+            arrs = (inputs["x"], outputs["y"], inputs["running_mean"], inputs["running_var"],
+                    get("weight"), get("bias"), get("residual"))
+        eps, momentum = attrs.get("eps", 1e-5), attrs.get("momentum", 0.1)
+        sc = self.scalars
+        if sc[0] != eps or sc[1] != momentum:
+            sc = self.scalars = (eps, momentum, np.float32(eps), np.float32(momentum))
         go = self.fast if self.vector_ok(arrs) else self.safe
-        go(arrs, np.float32(attrs.get("eps", 1e-5)), np.float32(attrs.get("momentum", 0.1)))
+        go(arrs, sc[2], sc[3])
 
 
 class _BnCuda(mc.CudaVariant):
