@@ -78,6 +78,8 @@ def _info(ctx: Context, fw: dict[str, Any], name: str) -> dict[str, Any] | None:
     info: dict[str, Any] = {"version": packages[found[0]]} if packages[found[0]] else {}
     if name != "torch":
         info["package"] = found[0]
+        if len(found) > 1:
+            info["packages"] = found  # as detection records them (a conflict of its own)
     if name == "tensorflow" and found[0] == "tensorflow-cpu":
         info["cuda_build"] = False
     return info
