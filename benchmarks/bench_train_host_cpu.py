@@ -20,7 +20,8 @@ dnnctl batch_norm call, its backward dnnctl's):
 - ``profile``: cProfile of ``--profile-steps`` patched steps, the functions with the most
   own time per step (cProfile inflates every Python call about equally: read the shares).
 
-Medians of ``--reps`` rounds. The numbers are CPU host time with stub kernels: they
+Medians of ``--reps`` rounds (``--clock cpu``: the thread's CPU time, not wall time, for a
+machine other work shares). The numbers are CPU host time with stub kernels: they
 compare Python paths on this machine, they are not GPU times (stub_gpu.py says what is
 left out).
 
@@ -92,23 +93,27 @@ def _prepare(model: Any, patched: bool) -> Any:
     return model
 
 
+CLOCK = [time.perf_counter]  # --clock: wall time, or this thread's CPU time
+
+
 def _timed(model: Any, x: Any, loss: Callable[[Any], Any] | None, iters: int
            ) -> tuple[float, float]:
     """Mean host us of (forward, backward) over ``iters`` iterations."""
     torch = _torch()
+    clock = CLOCK[0]
     grad = None
     fwd = bwd = 0.0
     for _ in range(iters):
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = model(x)
             if loss is not None:
                 y = loss(y)
-        t1 = time.perf_counter()
+        t1 = clock()
         if grad is None:
             grad = torch.ones_like(y)
         y.backward(grad)
-        t2 = time.perf_counter()
+        t2 = clock()
         fwd += t1 - t0
         bwd += t2 - t1
     return fwd / iters * 1e6, bwd / iters * 1e6
@@ -242,12 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=int, default=8, help="ResNet-50's first width (64 real)")
     ap.add_argument("--profile-steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this thread's CPU time (a shared, loaded machine)")
     ap.add_argument("--json", help="write every table here too")
     a = ap.parse_args(argv)
+    CLOCK[0] = time.thread_time if a.clock == "cpu" else time.perf_counter
     parts = a.parts.split(",")
     torch = _torch()
     torch.set_num_threads(1)  # tiny tensors: no pool wake-ups in the numbers
-    found: dict[str, Any] = {"torch": torch.__version__}
+    found: dict[str, Any] = {"torch": torch.__version__, "clock": a.clock}
     with stub_gpu.installed():
         if "ops" in parts:
             found["ops"] = ops(a.reps, a.iters, a.depth)
