@@ -1,8 +1,8 @@
 """Add-on packages: GPU minimums of their kernels, and the CUDA of cuda-python's bindings.
 
-- FlashAttention-2 runs on compute capability 8.0 and newer only; torch.compile's default
-  backend (TorchInductor) generates Triton kernels, which torch refuses below 7.0 while eager
-  torch still runs there (matrix table ``gpu_minimums``). Each installed package in a row's
+- FlashAttention-2 runs on compute capability 8.0 and newer only, prebuilt vLLM on 7.0 and
+  newer; torch.compile's default backend (TorchInductor) generates Triton kernels, which torch
+  refuses below 7.0 while eager torch still runs there (matrix table ``gpu_minimums``). Each installed package in a row's
   version range is judged against every GPU here; a torch of unknown version is judged as the
   releases the matrix knows are (all but 1.13 have torch.compile).
 - cuda-python / cuda-bindings M.x are the CUDA M driver and runtime bindings: they need a driver
