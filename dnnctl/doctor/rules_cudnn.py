@@ -17,6 +17,28 @@ CUDNN8_MIX_SOURCE = (
     "(built with 8.8.1, crashes with 8.9.2 on the system)")
 
 
+# TensorFlow's own check at start changed in 1.8: up to 1.7 the loaded cuDNN's "compatibility
+# version" (its major.minor) had to equal the build's; from 1.8 (cudnn_version.cc) the same
+# major with a minor at least the build's loads.
+TF_CUDNN_SAME_MINOR_BEFORE = Version.parse("1.8")
+TF_CUDNN_RULE_SOURCE = (
+    "tensorflow/stream_executor/cuda/cuda_dnn.cc CudnnSupport::Init: up to TF 1.7 the loaded "
+    "cuDNN's 'compatibility version' (major.minor) must equal the build's (tensorflow/models#5943, "
+    "TF 1.7: 'Loaded runtime CuDNN library: 7103 (compatibility version 7100) but source was "
+    "compiled with 7005 (compatibility version 7000)'; tensorflow/tensorflow#17566, 1.6.0 with "
+    "cuDNN 7.1); from TF 1.8 IsSourceCompatibleWithCudnnLibrary (cudnn_version.cc): same major, "
+    "minor >= the build's ('CuDNN library major and minor version needs to match or have higher "
+    "minor version in case of CuDNN 7.0 or later version'), read in the 1.8.0-rc1 sources "
+    "(tensorflow/core/public/version.h) of the imdone/tensorflow fork")
+
+
+def tf_same_minor(version: object) -> bool | None:
+    """Whether a TensorFlow release needs the loaded cuDNN's major.minor to equal its build's
+    (before 1.8); None when the release is unknown (both rules are then named)."""
+    ver = Version.maybe(version)
+    return None if ver is None else ver < TF_CUDNN_SAME_MINOR_BEFORE
+
+
 def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: Version,
                 fix: str | None = None) -> list[Finding]:
     """The cuDNN line ``cudnn`` (run with CUDA ``cuda``) against every GPU's CC."""
@@ -88,11 +110,13 @@ def _same_release(a: Version | None, b: Version | None) -> bool:
 
 def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
                loaded: Version | None = None, fix: str | None = None,
-               bundled: bool = False) -> list[Finding]:
+               bundled: bool = False, same_minor: bool | None = False) -> list[Finding]:
     """The framework was built against ``compiled``: the cuDNN that loads must have the same
     major and an equal or higher minor (the check torch, TF/XLA and JAX all do at start).
     ``bundled``: the build carries its own copy, so only a copy of the same major found first
-    can stand in for it; no copy of that major elsewhere is no problem."""
+    can stand in for it; no copy of that major elsewhere is no problem. ``same_minor``: the
+    release needs the same major.minor too (TensorFlow before 1.8); None: a TensorFlow whose
+    release is unknown, so a newer minor is a warning naming both rules."""
     copy = loaded_copy(ctx, compiled.major)
     source = None
     if copy is not None and (loaded is None or _same_release(parse_cudnn(copy.version), loaded)):
@@ -106,7 +130,8 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
                             f"only cuDNN {', '.join(f'{m}.x' for m in majors)} was found",
                             fix=fix, cudnn_needed=compiled, cudnn_found=majors)]
         return []
-    src = source or "reported by the framework"
+    src = source or ((copy.path or "the copy listed first") if copy is not None
+                     else "reported by the framework")
     shadow = source is not None and source.startswith(SHADOW_SOURCES)
     code = "cudnn-shadowed" if shadow else "cudnn-mismatch"
     if loaded.major != compiled.major or loaded.trunc(2) < compiled.trunc(2):
@@ -118,6 +143,8 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
             "('cuDNN version incompatibility' / 'CuDNN library needs to have matching major "
             "version and equal or higher minor version')",
             fix=hint, cudnn_compiled=compiled, cudnn_loaded=loaded, loaded_from=src)]
+    if same_minor is not False and loaded.trunc(2) != compiled.trunc(2):
+        return [_minor_rule(what, compiled, loaded, src, same_minor, code)]
     mixed = _cudnn8_mix(ctx, what, compiled, loaded, copy) if shadow and copy else []
     if mixed:
         return mixed
@@ -161,3 +188,33 @@ def _unshadow(ctx: Context, copy: Component, major: int, fix: str | None) -> str
         return text + " so the bundled copy loads"
     return f"{fix}, replacing the copy in the directory of {where} (or in a directory earlier " \
            f"on {var})"
+
+
+def _minor_rule(what: str, compiled: Version, loaded: Version, src: str,
+                same_minor: bool | None, code: str) -> Finding:
+    """A newer cuDNN minor than the build's, for a TensorFlow that rejects it (before 1.8), or
+    one whose release is unknown (a warning naming both rules)."""
+    want = compiled.trunc(2)
+    fix = (f"install cuDNN {want} (the build's major.minor) and make it the copy that loads "
+           "first, or use TensorFlow 1.8 or newer, which accepts a newer minor")
+    ev = {"cudnn_compiled": compiled, "cudnn_loaded": loaded, "loaded_from": src}
+    if compiled.major_only:  # the build's minor is not known: the older rule cannot be judged
+        return unknown("tensorflow", f"{what} needs the cuDNN {compiled.major}.x that loads "
+                       f"({loaded}, {src}) to have its build's minor (TensorFlow before 1.8), "
+                       "and that minor is not known", fix=fix, **ev)
+    old_rule = ("TensorFlow before 1.8 requires the same major.minor ('Loaded runtime CuDNN "
+                f"library: ... (compatibility version {loaded.major}{loaded.minor}00) but "
+                "source was compiled with ... (compatibility version "
+                f"{compiled.major}{compiled.minor}00)')")
+    if same_minor:
+        return finding(code, "error", "cudnn",
+                       f"{what} was built against cuDNN {compiled}, but the copy that loads "
+                       f"first is {loaded} ({src}): {old_rule}, so the GPU ops fail to start",
+                       fix=fix, source=TF_CUDNN_RULE_SOURCE, **ev)
+    return finding(code, "warning", "cudnn",
+                   f"{what} was built against cuDNN {compiled} and the copy that loads first "
+                   f"is {loaded} ({src}): TensorFlow 1.8 and later accept it (same major, a "
+                   f"minor at least the build's), but {old_rule}",
+                   fix=f"name the TensorFlow version to judge it; if it is older than 1.8, "
+                   f"{fix.replace(', or use', ', or upgrade to')}",
+                   source=TF_CUDNN_RULE_SOURCE, **ev)

@@ -256,7 +256,8 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         + (f"{cuda.major}.x" if cuda.major >= 11 else str(cuda.trunc(2)))
         + " runtime libraries"), row=row, built=cuda)
     out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
-    out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled, fix=(
+    out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled,
+                                  same_minor=rules_cudnn.tf_same_minor(ver), fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
         if row.get("pip_extra") else f"install cuDNN {compiled.trunc(2)} for CUDA {cuda.major}.x"))
     return out

@@ -221,8 +221,10 @@ def built_cudnn(ctx: Context, component: str, what: str,
     if compiled is None:
         return []
     fix = f"install cuDNN {compiled.trunc(2)} or newer of major {compiled.major}"
+    same = rules_cudnn.tf_same_minor(info.get("version")) if component == "tensorflow" \
+        else False
     found = rules_cudnn.need_check(ctx, component, what, compiled,
-                                   loaded=_reported_cudnn(info), fix=fix)
+                                   loaded=_reported_cudnn(info), fix=fix, same_minor=same)
     var = "PATH" if ctx.os_kind == "windows" else "LD_LIBRARY_PATH"
     for f in found:
         if f.fix == fix:  # where the older copy lives is not known
