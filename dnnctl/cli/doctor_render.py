@@ -19,7 +19,7 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink",
+COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc",
               "torch", "tensorflow", "jax", "cupy", "ctranslate2", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]", "not-judged": "[bold]?[/]"}

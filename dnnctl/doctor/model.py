@@ -18,7 +18,7 @@ ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_ru
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 # other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
 # compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
-LIBRARIES = ("cublas", "nccl", "nvjitlink", "ptxas")
+LIBRARIES = ("cublas", "nccl", "nvjitlink", "nvrtc", "ptxas")
 
 # Finding codes (DESIGN.md lists the required ones; rules may add more, documented here).
 CODES = {
@@ -38,8 +38,11 @@ CODES = {
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",
-    "library-shadowed": "an older cuBLAS / NCCL / nvJitLink earlier on the search path wins "
-                        "over the framework's own copy",
+    "library-shadowed": "an older cuBLAS / NCCL / nvJitLink / NVRTC / CUDA runtime earlier on "
+                        "the search path wins over the framework's own copy or the one cuDNN "
+                        "needs",
+    "library-copies": "several copies of one CUDA library; the one found first is of unknown "
+                      "version, so it is not passed",
     "live-cudnn": "the cuDNN torch really loaded is not the one its build expects",
     "live-sdpa": "a scaled-dot-product-attention backend failed on a tiny bf16 call",
     "live-launch": "a one-op kernel launch failed on a visible GPU",

@@ -1,4 +1,5 @@
-"""cuBLAS, NCCL and nvJitLink copies, and which one the dynamic loader finds first (no library loaded).
+"""cuBLAS, NCCL, nvJitLink and NVRTC copies, and which one the dynamic loader finds first (no
+library loaded).
 
 Where a copy is decides the order: ``LD_LIBRARY_PATH`` first (in its order), then the wheel's
 own copy (``nvidia-cublas-cu12``, ``nvidia-nccl-cu12``, ..., found by the framework's
@@ -22,7 +23,12 @@ LIBS = {  # name -> (file stem, pip distributions)
     "nccl": ("libnccl", ("nvidia-nccl-cu11", "nvidia-nccl-cu12", "nvidia-nccl-cu13")),
     "nvjitlink": ("libnvJitLink", ("nvidia-nvjitlink-cu12", "nvidia-nvjitlink",
                                    "nvidia-nvjitlink-cu13")),
+    # cuDNN 8+ loads libnvrtc.so by name; its sonames carry the minor before CUDA 12
+    # (libnvrtc.so.11.2, libnvrtc.so.8.0), the major alone from 12 (libnvrtc.so.12)
+    "nvrtc": ("libnvrtc", ("nvidia-cuda-nvrtc-cu11", "nvidia-cuda-nvrtc-cu12",
+                           "nvidia-cuda-nvrtc")),
 }
+SONAME = {"nvrtc": r"\.so\.(\d+)(?:\.\d)?$"}  # default: lib<name>.so.<major>
 
 
 def probe_libraries(host: Host, dists: dict[str, Dist],
@@ -34,7 +40,7 @@ def probe_libraries(host: Host, dists: dict[str, Dist],
 def _copies(host: Host, dists: dict[str, Dist], ldconfig: dict[str, list[str]],
             name: str) -> list[Component]:
     stem, pips = LIBS[name]
-    main = re.compile(re.escape(stem) + r"\.so\.(\d+)$")
+    main = re.compile(re.escape(stem) + SONAME.get(name, r"\.so\.(\d+)$"))
     found: list[tuple[int, Component, str]] = []
     seen: set[str] = set()
 

@@ -10,9 +10,10 @@ rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extension
 torch's CUDA), rules_flash_attn.py (the torch flash-attn was built against), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
 (add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py and rules_torch_cudnn.py
-(used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_nccl.py (the NCCL loaded
-first vs torch's pin), rules_nvjitlink.py, rules_ptxas.py (a JIT compiler's ptxas vs the GPUs;
-with rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module).
+(used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies
+of a library, an old CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs
+torch's pin), rules_nvjitlink.py, rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
+rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dnnctl.compat.matrix import Matrix
 from dnnctl.doctor import (
     rules_addons,
+    rules_copies,
     rules_ctranslate2,
     rules_driver,
     rules_extensions,
@@ -54,6 +56,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_libraries.duplicates(ctx)
+    findings += rules_copies.check(ctx)
     findings += rules_nccl.check(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_ptxas.check(ctx)
