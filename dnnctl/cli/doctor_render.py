@@ -194,6 +194,8 @@ def _framework_line(name: str, info: dict[str, Any]) -> str:
     bits = []
     if info.get("cuda_build") is False:
         bits.append("CPU-only build")
+    if name == "xformers" and info.get("torch"):
+        bits.append(f"built for torch {info['torch']}")
     for key, label in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("plugin", "plugin"),
                        ("runtime", "runtime")):
         if info.get(key):

@@ -114,6 +114,10 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "name": F("text", True), "pattern": F("regex", True),
         "severity": F("choice", True, "error", "warning"), "why": F("text", True),
         "fix": F("text", True)}),
+    # xformers: a release as written ("0.0.29.post2"); torch: the release its wheels pin;
+    # later_torch: built against torch's stable ABI, so later torch releases load it too
+    "xformers": (("xformers",), {
+        "xformers": F("text", True), "torch": F("version", True), "later_torch": F("bool")}),
 }
 
 

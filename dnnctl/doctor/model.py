@@ -116,6 +116,9 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
                          "arch_list": "strlist"},
     "pywhispercpp": {**_COMMON, "cuda_build": "bool", "backends": "strlist",
                      "arch_list": "strlist"},
+    # xformers: torch is the torch.__version__ it was built for (xformers/cpp_lib.json, else
+    # the wheel's Requires-Dist torch==X pin), cuda the nvcc of its build ("12.4" for 1204)
+    "xformers": {**_COMMON, "torch": "str", "python": "str"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
              "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",

@@ -180,6 +180,32 @@ def onnxruntime_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
     return info
 
 
+def xformers_info(dists: dict[str, Dist]) -> dict[str, Any] | None:
+    """xformers: the torch it was built for, from xformers/cpp_lib.json (``version.torch``,
+    ``version.cuda`` as nvcc's major*100+minor), else the wheel's ``torch==X`` pin."""
+    dist = dists.get("xformers")
+    if dist is None:
+        return None
+    info: dict[str, Any] = {"version": dist.version, "source": "metadata"}
+    try:
+        meta = json.loads(_read(dist, "xformers/cpp_lib.json") or "null")
+    except ValueError:
+        meta = None
+    build = meta.get("version") if isinstance(meta, dict) else None
+    build = build if isinstance(build, dict) else {}
+    torch = build.get("torch")
+    if isinstance(torch, str) and parse.version_tuple(torch):
+        info["torch"] = torch
+    elif "torch" in (pins := parse.requirement_pins(dist.requires())):
+        info["torch"] = pins["torch"]
+    cuda = build.get("cuda")
+    if isinstance(cuda, int) and not isinstance(cuda, bool) and 100 <= cuda < 10000:
+        info["cuda"] = f"{cuda // 100}.{cuda % 100}"
+    if isinstance(build.get("python"), str):
+        info["python"] = build["python"]
+    return info
+
+
 def probe_python(host: Host) -> tuple[dict[str, dict[str, Any]], dict[str, str],
                                       dict[str, Dist], list[str]]:
     """(frameworks, packages, the distributions found, notes)."""
@@ -188,7 +214,7 @@ def probe_python(host: Host) -> tuple[dict[str, dict[str, Any]], dict[str, str],
     if "torch" in dists:
         frameworks["torch"] = torch_info(dists["torch"])
     for name, fn in (("tensorflow", tensorflow_info), ("jax", jax_info), ("cupy", cupy_info),
-                     ("onnxruntime", onnxruntime_info)):
+                     ("onnxruntime", onnxruntime_info), ("xformers", xformers_info)):
         info = fn(dists)
         if info:
             frameworks[name] = info

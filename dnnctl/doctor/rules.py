@@ -7,7 +7,8 @@ A version the matrix has no row for, or a row marked uncertain, gives ``unknown-
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
-torch's CUDA), rules_flash_attn.py (the torch flash-attn was built against), rules_ggml.py
+torch's CUDA), rules_xformers.py (xformers vs the torch it was built for),
+rules_flash_attn.py (the torch flash-attn was built against), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
 (add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py and rules_torch_cudnn.py
 (used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies
@@ -36,6 +37,7 @@ from dnnctl.doctor import (
     rules_onnxruntime,
     rules_packages,
     rules_ptxas,
+    rules_xformers,
 )
 from dnnctl.doctor.context import build_context
 from dnnctl.doctor.model import EnvSnapshot, Finding
@@ -55,6 +57,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_ggml.check(ctx)
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
+    findings += rules_xformers.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
     findings += rules_nccl.check(ctx)

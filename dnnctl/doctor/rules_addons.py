@@ -2,9 +2,10 @@
 
 - FlashAttention-2 runs on compute capability 8.0 and newer only, prebuilt vLLM on 7.0 and
   newer; torch.compile's default backend (TorchInductor) generates Triton kernels, which torch
-  refuses below 7.0 while eager torch still runs there (matrix table ``gpu_minimums``). Each installed package in a row's
-  version range is judged against every GPU here; a torch of unknown version is judged as the
-  releases the matrix knows are (all but 1.13 have torch.compile).
+  refuses below 7.0 while eager torch still runs there (matrix table ``gpu_minimums``). Each
+  installed package in a row's version range is judged against every GPU here; a torch of
+  unknown version is judged as the releases the matrix knows are (all but 1.13 have
+  torch.compile).
 - cuda-python / cuda-bindings M.x are the CUDA M driver and runtime bindings: they need a driver
   that runs CUDA M (its minor-version-compatibility floor), like any CUDA M runtime.
 """
