@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dnnctl.compat.versions import CC, Version, VersionRange
+from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -89,9 +90,11 @@ def cuda_python(ctx: Context) -> list[Finding]:
     if ver is None or ver.major < 11:
         return []
     what = f"{name} {packages[name]} (the CUDA {ver.major} bindings)"
+    older = Version.parse(f"{ver.major - 1}.0")  # the previous major's bindings, if it runs
+    alt = None if fixcheck.driver_problem(ctx, older) else (
+        f"`pip install 'cuda-python<{ver.major}'` (bindings for the CUDA this driver runs)")
     found = runtime_findings(ctx, name, Version.parse(f"{ver.major}.0"), what=what, jit=False,
-                             alt_fix=f"`pip install 'cuda-python<{ver.major}'` (bindings for "
-                             "the CUDA this driver runs)")
+                             alt_fix=alt)
     for f in found:
         f.source = CUDA_PYTHON_SOURCE + (f"; {f.source}" if f.source else "")
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import rules_platform
+from dnnctl.doctor import fixcheck, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Finding
 
@@ -267,7 +267,10 @@ def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
     text = f"use a CUDA toolkit >= {arch['min_cuda']}"
     if arch.get("last_cuda"):
         text += f" and <= {arch['last_cuda']}"
-    return text
+    # the fix must pass this doctor's checks too: the oldest toolkit that can target the GPU
+    # must also run on this driver, else the driver it needs is part of the fix
+    need = fixcheck.driver_problem(ctx, Version.parse(arch["min_cuda"]))
+    return text + (f", with a newer driver ({need})" if need else "")
 
 
 def _forward_compat(ctx: Context) -> list[Finding]:

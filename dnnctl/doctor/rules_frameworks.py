@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.suggest import best_torch_fix
+from dnnctl.compat.suggest import best_torch_fix, torch_install
 from dnnctl.compat.versions import (
     TorchVersion,
     Version,
@@ -15,6 +15,7 @@ from dnnctl.compat.versions import (
     tag_from_cuda,
 )
 from dnnctl.doctor import (
+    fixcheck,
     rules_cudnn,
     rules_jax,
     rules_platform,
@@ -190,9 +191,8 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     out = jetson_wheels(ctx, info, row) + rules_python.check(ctx, "torch", what, row)
     arch, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
     out += arch
-    alt = fix(same_line=False) if ctx.known_ccs else None
     out += runtime_findings(ctx, "torch", cuda, what=what, jit=False, ptx_only=ptx_only, row=row,
-                            alt_fix=f"install a build for an older CUDA: {alt}" if alt else None)
+                            alt_fix=_older_cuda_fix(ctx, info, ver, cuda))
     compiled = parse_cudnn(info.get("cudnn_compiled")) or parse_cudnn(row.get("cudnn"))
     if compiled is None:  # a release whose bundled cuDNN is not published yet
         out.append(finding("ok", "info", "cudnn", f"{what}: the cuDNN this wheel bundles is not "
@@ -216,6 +216,49 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                            f"{cuda}, cuDNN {compiled}) has code for {sms}", row=row,
                            variant=row["variant"], cuda=cuda, cudnn=compiled))
     return out
+
+
+# conda's form of an install (https://pytorch.org/get-started/previous-versions: `conda install
+# pytorch==X torchvision==Y cudatoolkit=Z -c pytorch`) for a torch that conda installed
+CONDA_TORCH = "conda install pytorch={torch} cudatoolkit={cuda} -c pytorch"
+
+
+def _conda(ctx: Context, info: dict[str, Any]) -> bool:
+    """A conda-installed torch: its installer, or conda's package name ``pytorch`` listed."""
+    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    return str(info.get("installer") or "").lower() == "conda" or "pytorch" in names
+
+
+def _older_cuda_fix(ctx: Context, info: dict[str, Any], ver: TorchVersion,
+                    cuda: Version) -> str | None:
+    """A torch build for an older CUDA that passes this doctor's own checks here (the driver
+    runs its CUDA, it has code for every GPU, it has wheels for this Python): of the same
+    release line where one exists, else the newest current one; None when there is none."""
+    if not ctx.known_ccs:
+        return None
+    py = Version.maybe(ctx.env.python)
+
+    def fits(r: Any) -> bool:
+        rc = Version.parse(r["cuda"])
+        return (not r.uncertain and rc.trunc(2) < cuda.trunc(2)
+                and not (py and r.get("python")
+                         and not VersionRange.parse(r["python"]).contains(py.trunc(2)))
+                and not fixcheck.build_problems(ctx, rc, r))
+
+    def key(r: Any) -> tuple[Version, Version]:
+        return Version.parse(r["torch"]), Version.parse(r["cuda"])
+
+    same = [r for r in ctx.matrix.torch_rows(ver.line) if fits(r)]
+    pick = max(same, key=key) if same else max(
+        (r for r in ctx.matrix.current("torch") if fits(r)), key=key, default=None)
+    if pick is None:
+        return None
+    cmd = (CONDA_TORCH.format(torch=pick["torch"], cuda=pick["cuda"]) if _conda(ctx, info)
+           else torch_install(pick))
+    sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs)
+    return (f"install a build for an older CUDA: `{cmd}` (torch {pick['torch']} "
+            f"{pick['variant']}: CUDA {pick['cuda']}, which this driver runs, with code for "
+            f"{sms})")
 
 
 # -- TensorFlow -----------------------------------------------------------------------------
@@ -248,19 +291,35 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                                   rebuild_fix(ctx, "tensorflow", release)
                                   if info.get("arch_list") else release)
     out = rules_python.check(ctx, "tensorflow", what, row) + out
-    out += runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
-                            row=row)
-    out += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
+    no_code = [f for f in out if f.code == "arch-unsupported" and f.severity == "error"]
+    gpu = rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
+    no_code += [f for f in gpu if f.code == "cudnn-mismatch" and f.severity == "error"]
+    own = runtime_findings(ctx, "tensorflow", cuda, what=what, jit=True, ptx_only=ptx_only,
+                           row=row)
+    own += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
         f"{install} (it installs the CUDA {cuda.major} libraries as pip packages)"
         if row.get("pip_extra") else "install the CUDA "
         + (f"{cuda.major}.x" if cuda.major >= 11 else str(cuda.trunc(2)))
         + " runtime libraries"), row=row, built=cuda)
-    out += rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)
-    out += rules_cudnn.need_check(ctx, "tensorflow", what, compiled,
-                                  same_minor=rules_cudnn.tf_same_minor(ver), fix=(
+    own += gpu + rules_cudnn.need_check(ctx, "tensorflow", what, compiled,
+                                        same_minor=rules_cudnn.tf_same_minor(ver), fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
         if row.get("pip_extra") else f"install cuDNN {compiled.trunc(2)} for CUDA {cuda.major}.x"))
-    return out
+    if no_code:  # its own libraries or a newer driver leave a GPU without code: another release
+        _release_only(ctx, own, row, release)
+    return out + own
+
+
+def _release_only(ctx: Context, found: list[Finding], row: Any, release: str | None) -> None:
+    """A release with no code for a GPU here: every fix that keeps the release (its CUDA
+    runtime, its cuDNN, a driver for its CUDA) would leave that GPU without kernels, so each
+    becomes the release that has code for it, or none where no release has."""
+    sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs)
+    for f in found:
+        if f.severity not in ("error", "warning"):
+            continue
+        f.fix = (f"{release}; the libraries or driver TensorFlow {row['tensorflow']} itself needs "
+                 f"would not help: it has no code for {sms}") if release else None
 
 
 # -- CuPy -------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import best_torch_fix, cubin_status, reach_row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor import rules_jax, rules_platform
+from dnnctl.doctor import fixcheck, rules_jax, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_libraries import ARCH_VARIABLE, NO_KERNEL
@@ -85,19 +85,22 @@ def release_fix(ctx: Context, framework: str) -> str | None:
 
 
 def _tensorflow_fix(ctx: Context) -> str | None:
-    """The newest TensorFlow with cubins for every GPU (on native Windows: <= 2.10)."""
+    """The newest TensorFlow with cubins for every GPU (on native Windows: <= 2.10) whose CUDA
+    this driver runs; else the newest with cubins, with the driver it needs."""
     rows = sorted(_certain(ctx, "tensorflow"), key=lambda r: Version.parse(r["tensorflow"]),
                   reverse=True)
-    for r in rows:
-        ver = Version.parse(r["tensorflow"])
-        if ctx.os_kind == "windows" and ver > rules_platform.TF_WINDOWS_LAST_GPU:
-            continue
-        if all(cubin_status(g.cc, r, ctx.platform) for g in ctx.known_ccs):
-            extra = f"[{r['pip_extra']}]" if r.get("pip_extra") else ""
-            return (f"install TensorFlow {r['tensorflow']} (CUDA {r['cuda']}, cuDNN "
-                    f"{r['cudnn']}), whose release build has code for this GPU: `pip install "
-                    f"\"tensorflow{extra}=={r['tensorflow']}.*\"`")
-    return None
+    fit = [r for r in rows if not (ctx.os_kind == "windows" and Version.parse(
+        r["tensorflow"]) > rules_platform.TF_WINDOWS_LAST_GPU)
+        and all(cubin_status(g.cc, r, ctx.platform) for g in ctx.known_ccs)]
+    runs = [r for r in fit if not fixcheck.driver_problem(ctx, Version.parse(r["cuda"]))]
+    if not fit:
+        return None
+    r = (runs or fit)[0]
+    extra = f"[{r['pip_extra']}]" if r.get("pip_extra") else ""
+    need = fixcheck.driver_problem(ctx, Version.parse(r["cuda"])) if not runs else None
+    return (f"install TensorFlow {r['tensorflow']} (CUDA {r['cuda']}, cuDNN {r['cudnn']}), "
+            f"whose release build has code for this GPU: `pip install "
+            f"\"tensorflow{extra}=={r['tensorflow']}.*\"`" + (f" ({need})" if need else ""))
 
 
 def no_build(ctx: Context, framework: str, what: str) -> list[Finding]:
