@@ -48,6 +48,10 @@ class Geometry:
     def of(self, m: nn.Module) -> tuple:
         if _compiling():
             return self.make(m)
+        return self.eager_of(m)
+
+    def eager_of(self, m: nn.Module) -> tuple:
+        """:meth:`of` for a caller that knows no compiler is tracing (it asked already)."""
         now = self.get(m.__dict__)
         if now != self.seen:
             self.args, self.seen = self.make(m), now

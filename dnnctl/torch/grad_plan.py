@@ -186,8 +186,8 @@ _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_key: tuple,
-                 make_key: Callable[[torch.Tensor, torch.Tensor], dict[str, Any]],
-                 make_keys: Callable[[torch.Tensor, torch.Tensor], Keys]) -> bool:
+                 make_key: Callable[..., dict[str, Any]], make_keys: Callable[..., Keys],
+                 *key_args: Any) -> bool:
     """Whether a product with nothing fused, under autograd, runs torch's own calls in both
     passes: the forward's pick (plan entry, else default) is the vendor library torch's
     own op calls (see :func:`dnnctl.torch.kernels.torch_runs`) and :func:`decide` would give
@@ -196,10 +196,17 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     its dispatcher, autograd Function and backward Python (~0.1-0.3 ms a layer and step on
     a training step's host). ``make_key`` / ``make_keys`` build the forward key and the
     backward keys from (x, w) as the call will see them (meta tensors in the autocast
-    dtype); decided once per call signature, autocast dtype, plan and backward mode."""
+    dtype; ``key_args`` follow (xm, wm) in both calls: module-level functions need no
+    closure made per call); decided once per call signature, autocast dtype, plan and
+    backward mode."""
     if K.RECORDERS:  # a recording session wants the problems noted by the op's own path
         return False
-    dt = low_dtype(x)
+    dt = x.dtype
+    if _any_autocast():  # (low_dtype, spelled out: a training step asks per layer)
+        dev = x.device.type
+        if (dt is not torch.float64 and x.is_floating_point()
+                and torch.is_autocast_enabled(dev)):
+            dt = torch.get_autocast_dtype(dev)
     if dt not in DNN_DTYPES:
         return False
     plan = K.PLANS.get(handle) if handle else None  # (K.plan_of, read in place)
@@ -214,9 +221,11 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     wm = torch.empty_strided(w.shape, w.stride(), dtype=dt, device="meta")
     try:
         the_op = get_op(op)
-        trains = (K.vendor_picked(the_op, problem_of(the_op, hashable(make_key(xm, wm))), x,
-                                  plan)
-                  and not decide(op, handle, x, lambda: make_keys(xm, wm), in_backward=False))
+        trains = (K.vendor_picked(the_op, problem_of(the_op,
+                                                     hashable(make_key(xm, wm, *key_args))),
+                                  x, plan)
+                  and not decide(op, handle, x, lambda: make_keys(xm, wm, *key_args),
+                                 in_backward=False))
     except DnnctlError:  # a problem dnnctl refuses: the op's own path says so, falls back
         trains = False
     if len(_TRAINS) > 4096:

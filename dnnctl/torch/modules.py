@@ -76,7 +76,8 @@ def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | 
 
 def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
               x: torch.Tensor) -> torch.Tensor:
-    stride, pad, dil = geometry.of(m)
+    eager = plain_eager(x)  # (one compile check for the geometry and the route)
+    stride, pad, dil = geometry.eager_of(m) if eager else geometry.of(m)
     # read once: a parametrized weight (spectral_norm in training updates its power
     # iteration on each read) is computed once a call, as the module's own forward does;
     # from the module's dict where it is there (see _param)
@@ -85,20 +86,28 @@ def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
         w, b = params["weight"], params["bias"]
     except KeyError:  # a parametrized one (not in the dict): its property, computed now
         w, b = m.weight, m.bias
-    if (len(pad) == 2 and _grad_on() and x.is_cuda and plain_eager(x) and x.dim() == 4
-            and x.numel()
+    groups = m.groups
+    if (eager and len(pad) == 2 and _grad_on() and x.is_cuda and x.dim() == 4 and x.numel()
             and gp.torch_trains(
                 "conv2d", handle, x, w,
                 # x's strides stand for its layout (is_nhwc(x) is a function of them)
                 (x.shape, x.stride(), x.dtype, x.get_device(), w.shape, w.dtype, b is None,
-                 stride, pad, dil, m.groups),
-                lambda xm, wm: keys.conv2d(xm, wm, b is not None, stride, pad, dil, m.groups,
-                                           "none", False, is_nhwc(xm)),
-                lambda xm, wm: og.conv2d_keys(xm, wm, b is not None, stride, pad, dil,
-                                              m.groups, True, True))):
+                 stride, pad, dil, groups),
+                _conv_key, _conv_grad_keys, b is not None, stride, pad, dil, groups)):
         _note_torch("conv2d", x, w, b)
-        return F.conv2d(x, w, b, stride, pad, dil, m.groups)
-    return run_op("conv2d", x, w, b, stride, pad, dil, m.groups, "none", None, handle)
+        return F.conv2d(x, w, b, stride, pad, dil, groups)
+    return run_op("conv2d", x, w, b, stride, pad, dil, groups, "none", None, handle)
+
+
+def _conv_key(xm: torch.Tensor, wm: torch.Tensor, bias: bool, stride: Any, pad: Any,
+              dil: Any, groups: int) -> dict[str, Any]:
+    """A conv with nothing fused: its forward key (see grad_plan.torch_trains)."""
+    return keys.conv2d(xm, wm, bias, stride, pad, dil, groups, "none", False, is_nhwc(xm))
+
+
+def _conv_grad_keys(xm: torch.Tensor, wm: torch.Tensor, bias: bool, stride: Any, pad: Any,
+                    dil: Any, groups: int) -> og.Keys:
+    return og.conv2d_keys(xm, wm, bias, stride, pad, dil, groups, True, True)
 
 
 def _conv(m: nn.Conv2d, handle: int) -> Callable[..., Any]:
