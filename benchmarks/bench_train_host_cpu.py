@@ -2,7 +2,7 @@
 path CUDA tensors take through dnnctl with every dnnctl kernel launch a no-op
 (benchmarks/stub_gpu.py), torch's own ops running for real on tiny CPU tensors.
 
-Four parts (``--parts``), all under bfloat16 autocast on channels-last tensors, the
+Parts (``--parts``), all under bfloat16 autocast on channels-last tensors, the
 patched model as ``bench_train.py --backward plan+batch_norm=dnnctl`` patches it (no plan:
 convolutions and the linear run torch's own calls, every BatchNorm + ReLU (+ residual) one
 dnnctl batch_norm call, its backward dnnctl's):
@@ -15,6 +15,9 @@ dnnctl batch_norm call, its backward dnnctl's):
 - ``step``: a ResNet-50 with every layer in place (16 bottlenecks, 53 conv + BN) at 1/8
   of its widths (``--base``), batch 2, 64 x 64: forward + cross-entropy + backward, ms a
   step (no optimizer: it is the same for both);
+- ``floor`` (not run by default): the step with every fused BatchNorm's forward an empty
+  autograd Function (allocations, saved tensors, the running count; no dnnctl dispatch):
+  the Python Function's own cost, the floor of this design;
 - ``paths``: where one patched step's calls went (torch's own calls, dnnctl's backward
   kernels): the routes a GPU run takes;
 - ``profile``: cProfile of ``--profile-steps`` patched steps, the functions with the most
@@ -191,6 +194,53 @@ def step(reps: int, iters: int, base: int) -> list[dict[str, Any]]:
     return rows
 
 
+def floor(reps: int, iters: int, base: int) -> list[dict[str, Any]]:
+    """ms per step of eager, patched, and patched with every fused BatchNorm's forward an
+    empty autograd Function (its three outputs allocated and saved, the running count
+    updated; no dnnctl dispatch or launch, a backward that allocates its gradients): what
+    the Python autograd Function costs by itself, the floor of this design."""
+    torch = _torch()
+    from dnnctl.torch import fuse
+
+    class Bare(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any, w: Any, b: Any, z: Any, rm: Any) -> Any:
+            y = torch.empty_like(x, memory_format=torch.channels_last)
+            mean, invstd = rm.new_empty(rm.shape), rm.new_empty(rm.shape)
+            ctx.save_for_backward(x, w, b, z, mean, invstd, y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            x, w, b, z, _, _, _ = ctx.saved_tensors
+            return (torch.empty_like(x), w.new_empty(w.shape), b.new_empty(b.shape),
+                    None if z is None else torch.empty_like(z), None)
+
+    def bare(self: Any, x: Any, residual: Any = None) -> Any:
+        bn = self._modules["bn"]
+        y = Bare.apply(x, bn.weight, bn.bias, residual, bn.running_mean)
+        bn.num_batches_tracked.add_(1)
+        return y
+
+    real = fuse.FusedBnAct.forward
+    make, x, loss = resnet(base)
+    models = {"eager": _prepare(make(), False), "patched": _prepare(make(), True),
+              "floor": _prepare(make(), True)}
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in models}
+    try:
+        for rnd in range(reps + 1):
+            for way, m in models.items():
+                fuse.FusedBnAct.forward = bare if way == "floor" else real
+                if rnd:
+                    got[way].append(_timed(m, x, loss, iters))
+                else:
+                    _timed(m, x, loss, 3)
+    finally:
+        fuse.FusedBnAct.forward = real
+    return [{"way": way, "step_ms": statistics.median(r[0] + r[1] for r in runs) / 1e3}
+            for way, runs in got.items()]
+
+
 def paths(base: int) -> dict[str, Any]:
     """Where one patched step's calls went (what the H100's log of bench_train shows for
     ResNet-50: every conv torch's own call, the fused BatchNorms' backward dnnctl's; this
@@ -264,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             found["step"] = step(a.reps, a.step_iters, a.base)
             print(f"## ResNet-50 step, base width {a.base}, batch 2, 64x64 (stub kernels, "
                   "CPU)\n\n" + _table(found["step"], "{:.3f}") + "\n")
+        if "floor" in parts:
+            found["floor"] = floor(a.reps, a.step_iters, a.base)
+            print("## the step with a bare autograd Function for each fused BatchNorm\n\n"
+                  + _table(found["floor"], "{:.3f}") + "\n")
         if "paths" in parts:
             found["paths"] = paths(a.base)
             print("## where a patched step's calls went\n\n" + json.dumps(found["paths"])

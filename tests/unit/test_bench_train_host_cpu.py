@@ -23,7 +23,8 @@ if not SCRIPT.is_file():
 def test_the_stub_step_takes_the_gpu_routes(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
     out = tmp_path / "found.json"
-    res = subprocess.run([sys.executable, str(SCRIPT), "--reps", "1", "--iters", "3",
+    res = subprocess.run([sys.executable, str(SCRIPT), "--parts", "ops,step,floor,paths,profile",
+                          "--reps", "1", "--iters", "3",
                           "--depth", "2", "--step-iters", "1", "--profile-steps", "1",
                           "--top", "5", "--json", str(out)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -40,6 +41,7 @@ def test_the_stub_step_takes_the_gpu_routes(tmp_path):
     assert paths["backward"]["batch_norm/backward"] == {"dnnctl": 49, "torch": 4}
     assert paths["backward"]["conv2d/dgrad"] == {"dnnctl": 0, "torch": 52}
     assert len(found["profile"]) == 5
+    assert [r["way"] for r in found["floor"]] == ["eager", "patched", "floor"]
 
 
 def test_the_stub_is_removed():
