@@ -118,6 +118,25 @@ def test_host_ahead_times_the_gpu_work_alone():
     assert alone < 50 and alone < 3 * kernel + 10, (alone, kernel)
 
 
+def test_l2_flush_evicts_and_leaves_no_dirty_lines():
+    """The flush reads (never writes) twice the L2: a 24 MB read that hits the L2 when
+    repeated goes to DRAM again after a flush, and the flush buffer stays zeros."""
+    from dnnctl.backends.registry import get_backend
+
+    be = get_backend("cupy")
+    x = cp.ones(6 << 20, dtype=cp.float32)  # 24 MB: fits the 50-60 MB L2 of Hopper
+    out = cp.empty((), dtype=cp.float32)
+
+    def read():
+        cp.sum(x, out=out)
+
+    hot = np.median(be.time(read, warmup_ms=5, budget_ms=20, flush_l2=False, host_ahead=True))
+    cold = np.median(be.time(read, warmup_ms=5, budget_ms=20, flush_l2=True, host_ahead=True))
+    assert cold > 1.2 * hot, (cold, hot)
+    assert int(cp.count_nonzero(be._flush_buffer())) == 0
+    assert float(out) == x.size
+
+
 @pytest.mark.parametrize(("op", "key", "variants"), [
     ("conv2d", {**CONV, "bias": False, "activation": "none"}, ("torch_cudnn", "implicit_gemm")),
     ("conv2d", {**CONV, "bias": False, "activation": "none", "pass": "dgrad"},
