@@ -2,7 +2,7 @@
 """Attention on the GPU: our kernels (every candidate of mma / wgmma / decode / decode_ring verified, then the
 best timed) against cuDNN and FlashAttention-2 through torch, in one run.
 
-    PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick]
+    PYTHONPATH=. python3 benchmarks/bench_attention.py [--quick] [--only SUBSTRING]
 
 TFLOP/s = 4·B·Hq·Sq·Skv·D (halved for causal); forward+backward counts 3.5x that. Decode rows
 report GB/s over the minimum bytes and the share of the copy bandwidth measured in this run.
@@ -246,7 +246,10 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
     op = get_op("attention")
     rows: list[dict[str, Any]] = []
     t0 = time.time()
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
     for name, key in SHAPES[:3] if quick else SHAPES:
+        if only not in name:
+            continue
         if time.time() - t0 > BUDGET_S:
             rows.append({"shape": name, "note": "skipped (time budget)"})
             continue
@@ -327,6 +330,8 @@ def run(ctx: common.Ctx, quick: bool) -> list[dict[str, Any]]:
         rows.append(row)
         rows.extend({"shape": name, "note": n} for n in notes[:4])
     for name, key in BACKWARD:
+        if only not in "backward " + name:
+            continue
         if time.time() - t0 > BUDGET_S:
             rows.append({"shape": "backward " + name, "note": "skipped (time budget)"})
             continue
