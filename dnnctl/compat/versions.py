@@ -207,6 +207,10 @@ def parse_cudnn(text: object) -> Version | None:
     return Version.maybe(s) if s else None
 
 
+# the local tags of the wheels pytorch.org publishes (https://download.pytorch.org/whl/)
+OFFICIAL_LOCAL = re.compile(r"cu\d{2,3}|cpu(\.cxx11\.abi)?|cpu_cxx11_abi|rocm[\d.]+|xpu")
+
+
 @dataclass(frozen=True)
 class TorchVersion:
     """A torch version split into its release and local tag (``2.2.0+cu121``)."""
@@ -230,6 +234,13 @@ class TorchVersion:
     @property
     def is_dev(self) -> bool:
         return bool(re.search(r"(dev|a|b|rc)\d", self.text.partition("+")[0]))
+
+    @property
+    def custom(self) -> bool:
+        """A build that is no PyPI / download.pytorch.org wheel: its local tag is a commit or
+        a vendor's tag (an NGC container's ``2.2.0a0+<commit>``, JetPack's ``.nv23.06``), not a
+        ``cuXYZ`` / ``cpu`` / ``rocmX.Y`` / ``xpu`` variant."""
+        return self.local is not None and not OFFICIAL_LOCAL.fullmatch(self.local)
 
     @property
     def cuda(self) -> Version | None:

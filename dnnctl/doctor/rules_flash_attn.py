@@ -92,6 +92,9 @@ def check(ctx: Context) -> list[Finding]:
         tver = TorchVersion.parse(str(torch.get("version") or ""))
     except UsageError:
         tver = None
+    built_for = str(((ctx.env.frameworks or {}).get(NAME) or {}).get("torch") or "")
+    if tver is not None and tver.custom and built_for != tver.text:
+        return [_custom_torch(what, tver, build)]
     if not build.known or tver is None:
         missing = "which torch it was built against" if not build.known else \
             "the version of the torch it is imported into"
@@ -143,6 +146,29 @@ def check(ctx: Context) -> list[Finding]:
                            + ", ".join(p for p in said if p) + f", as torch {tver.text} is",
                            source=SOURCE))
     return out
+
+
+CUSTOM_SOURCE = (
+    "Dao-AILab/flash-attention#709 (flash-attn 2.3.6's prebuilt wheel in "
+    "nvcr.io/nvidia/pytorch:23.11: 'undefined symbol: _ZNK3c1017SymbolicShapeMeta18init_is_"
+    "contiguousEv'; 'The same works when I build the wheel myself') and #809 (the same in the "
+    "NGC container); setup.py ('FORCE_BUILD: Force a fresh build locally, instead of "
+    "attempting to find prebuilt wheels', FLASH_ATTENTION_FORCE_BUILD == 'TRUE'); " + SOURCE)
+
+
+def _custom_torch(what: str, tver: TorchVersion, build: Build) -> Finding:
+    """flash-attn against a torch that is no release wheel (NGC's, a source build): the
+    prebuilt wheels are built against release torches, whose C++ symbols it may not have."""
+    said = f" (built for torch {build.torch})" if build.torch else ""
+    return finding(
+        "build-mismatch", "warning", NAME,
+        f"{what}{said} beside torch {tver.text}, a custom build (an NGC container's or a "
+        "source build): flash-attn's prebuilt wheels are built against release torches, so "
+        "`import flash_attn` may fail with 'flash_attn_2_cuda...so: undefined symbol'",
+        fix=f"build it against this torch: `pip uninstall -y {NAME}`, `export "
+        "FLASH_ATTENTION_FORCE_BUILD=TRUE`, then `pip install --no-build-isolation "
+        f"--no-cache-dir {NAME}` (or keep the flash-attn the container ships)", source=CUSTOM_SOURCE, torch=tver.text,
+        built_torch=str(build.torch) if build.torch else None)
 
 
 def _row_cuda(ctx: Context, tver: TorchVersion) -> Version | None:

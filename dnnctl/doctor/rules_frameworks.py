@@ -162,6 +162,8 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     jetson = jetson_wheels(ctx, info, None)
     if jetson:
         return jetson
+    if ver.custom:
+        return _custom(ctx, info, ver, what)
     if not rows:
         known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
         reason = f"torch {ver.line} has no rows in the matrix (it knows {known[0]}-{known[-1]})"
@@ -216,6 +218,37 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                            f"{cuda}, cuDNN {compiled}) has code for {sms}", row=row,
                            variant=row["variant"], cuda=cuda, cudnn=compiled))
     return out
+
+
+CUSTOM_SOURCE = (
+    "PEP 440 local version labels (pytorch.org's wheels are +cuXYZ / +cpu / +rocmX.Y); "
+    "Dao-AILab/flash-attention#709 (nvcr.io/nvidia/pytorch:23.11: a prebuilt flash-attn wheel "
+    "fails with an undefined symbol, 'The same works when I build the wheel myself') and #809 "
+    "(the same in the NGC container)")
+
+
+def _custom(ctx: Context, info: dict[str, Any], ver: TorchVersion,
+            what: str) -> list[Finding]:
+    """A torch built from source or by a vendor (an NGC container): no wheel row applies, so
+    it is judged by the CUDA, cuDNN and arch list it reports, else not judged."""
+    reason = (f"a custom build (local tag +{ver.local}, e.g. an NGC container's or a source "
+              "build), not a pytorch.org wheel: the matrix's wheel rows (arch list, bundled "
+              "cuDNN) do not apply")
+    out = explicit_build(ctx, "torch", what, info, reason, note="not-judged")
+    cuda = _cuda_of(info)
+    # with cudnn: [] it links the system's cuDNN and none is there; its own cuDNN if stated,
+    # else the major its release line was built with (the message says it may have none)
+    line = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    compiled = parse_cudnn(info.get("cudnn_compiled")) or parse_cudnn(info.get("cudnn")) or \
+        (parse_cudnn(line.get("cudnn")) if line else None)
+    none = rules_torch_cudnn.check(ctx, info, what, compiled, cuda, None) \
+        if cuda is not None and compiled is not None else None
+    out += none or []
+    return out or [finding(
+        "not-judged", "info", "torch", f"{what}: {reason}; its CUDA, cuDNN and arch list are "
+        "not in the snapshot, so it was not judged", source=CUSTOM_SOURCE,
+        fix="add frameworks.torch.cuda, cudnn and arch_list (torch.version.cuda, "
+        "torch.backends.cudnn.version(), torch.cuda.get_arch_list())", torch=ver.text)]
 
 
 # conda's form of an install (https://pytorch.org/get-started/previous-versions: `conda install

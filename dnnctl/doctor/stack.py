@@ -67,6 +67,9 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
         return Version.maybe(info.get("cuda")), parse_cudnn(info.get("cudnn"))
     local = str(info.get("local_tag") or "").lower() or \
         (str(info["version"]).split("+", 1)[1].lower() if "+" in str(info["version"]) else "")
+    if local and TorchVersion(Version.parse("0"), local, "").custom:  # what it reports
+        return Version.maybe(info.get("cuda")), (parse_cudnn(info.get("cudnn_runtime"))
+                                                 or parse_cudnn(info.get("cudnn")))
     if local and not local.startswith("cu"):
         return None, None  # a CPU or ROCm build brings no CUDA
     row = torch_row(ctx)
