@@ -112,7 +112,8 @@ def split_commands(text: str, start: int = 1) -> tuple[str, list[str]]:
 
     prose = re.sub(r"`([^`]+)`", lambda m: take(m.group(1)) if m.group(1).split()[0]
                    in _CMD_WORDS else m.group(0), text)
-    m = re.match(r"((?:" + "|".join(map(re.escape, _CMD_WORDS)) + r") [^(;]+?)(\s*[(;].*|$)",
+    # the command ends before "(", ";" or ", " (prose after it: never part of a command line)
+    m = re.match(r"((?:" + "|".join(map(re.escape, _CMD_WORDS)) + r") [^(;]+?)(\s*(?:[(;]|, ).*|$)",
                  prose)
     if m and not commands:
         prose = "run " + take(m.group(1)) + m.group(2)

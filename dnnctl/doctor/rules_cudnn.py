@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dnnctl.compat.versions import CC, Version, parse_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
@@ -98,7 +100,11 @@ def _bundled_copy(ctx: Context, major: int) -> Component | None:
     """The framework's own cuDNN of this major (a pip wheel's, torch's bundled one)."""
     for c in ctx.env.cudnn:
         v = parse_cudnn(c.version)
-        if v is not None and v.major == major and (c.source or "").startswith(BUNDLED_SOURCES):
+        src = c.source or ""
+        # a hand-written snapshot may name the copy in torch/lib (wheels before 1.13 and all
+        # CUDA 10 wheels carry libcudnn there) by its directory
+        if v is not None and v.major == major and (src.startswith(BUNDLED_SOURCES)
+                                                   or "torch/lib" in src):
             return c
     return None
 
@@ -183,11 +189,22 @@ def _unshadow(ctx: Context, copy: Component, major: int, fix: str | None) -> str
     else the framework's own fix is still needed."""
     var = "PATH" if ctx.os_kind == "windows" else "LD_LIBRARY_PATH"
     where = copy.path or copy.source
-    text = f"remove the directory of {where} from {var} (or uninstall that cuDNN)"
+    folder = _folder(copy.path) if var == "LD_LIBRARY_PATH" else None
+    text = (f"remove {folder} from {var}" if folder else
+            f"remove the directory of {where} from {var}") + " (or uninstall that cuDNN)"
     if _bundled_copy(ctx, major) is not None or not fix:
         return text + " so the bundled copy loads"
-    return f"{fix}, replacing the copy in the directory of {where} (or in a directory earlier " \
-           f"on {var})"
+    if fix.split()[0] in ("pip", "pip3", "conda"):
+        fix = f"`{fix}`"
+    return f"{text}; if the framework has no copy of its own, then {fix}"
+
+
+def _folder(path: str | None) -> str | None:
+    """The directory an LD_LIBRARY_PATH entry names for a library file (or the directory)."""
+    if not path or "'" in path:
+        return None
+    path = path.rstrip("/")
+    return path.rsplit("/", 1)[0] if re.search(r"\.so(\.\d+)*$", path) else path
 
 
 def _minor_rule(what: str, compiled: Version, loaded: Version, src: str,
