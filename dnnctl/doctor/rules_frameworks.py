@@ -22,6 +22,7 @@ from dnnctl.doctor import (
     rules_python,
     rules_reach,
     rules_torch_cudnn,
+    rules_torch_lines,
 )
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
@@ -164,11 +165,15 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return jetson
     if ver.custom:
         return _custom(ctx, info, ver, what)
-    if not rows:
+    if not rows:  # a nightly: by the nearest release line; a 0.x release: its dropped GPUs
+        nightly = rules_torch_lines.prerelease(ctx, info, ver, what, local, fix(False))
+        if nightly:
+            return nightly
         known = sorted({r["torch"] for r in ctx.matrix.rows("torch")}, key=Version.parse)
         reason = f"torch {ver.line} has no rows in the matrix (it knows {known[0]}-{known[-1]})"
-        return explicit_build(ctx, "torch", what, info, reason, release_fix=fix(False)) or [
-            unknown("torch", reason, torch=ver.text)]
+        old = rules_torch_lines.legacy(ctx, info, ver, what, fix(False))
+        return old + (explicit_build(ctx, "torch", what, info, reason, release_fix=fix(False)) or [
+            unknown("torch", reason, torch=ver.text)])
     cuda = _cuda_of(info)
     variant = local if local and local.startswith("cu") else (tag_from_cuda(cuda) if cuda else None)
     if variant is None:
