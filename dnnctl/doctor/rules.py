@@ -10,10 +10,11 @@ rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extension
 torch's CUDA), rules_xformers.py (xformers vs the torch it was built for),
 rules_flash_attn.py (the torch flash-attn was built against), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
-(add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py and
-rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks), rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies
-of a library, an old CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs
-torch's pin), rules_nvjitlink.py, rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
+(add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py
+and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
+rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
+CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
+rules_nvjitlink.py, rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module).
 """
 
