@@ -223,8 +223,12 @@ def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
          current: Row, target: str = "the installed one") -> str:
     """The onnxruntime-gpu builds that fit the CUDA and cuDNN here (the newest, and the newest
     on PyPI), else the libraries the installed one needs."""
+    # no CUDA runtime listed but a cuDNN found: the release line built for that cuDNN major
+    # (its CUDA is said in the option), not only the libraries of the installed one
+    by_cudnn = not cudas and bool(cudnns)
     rows = sorted((r for r in ctx.matrix.rows("onnxruntime") if not r.uncertain
-                   and cudas is not None and _fits(r, cudas, cudnns)),
+                   and (by_cudnn or cudas is not None)
+                   and _fits(r, None if by_cudnn else cudas, cudnns)),
                   key=lambda r: (_low(r), r["pypi"]), reverse=True)
     need_cuda, need_cudnn = Version.parse(current["cuda"]), _major(current["cudnn"])
     _, torch_cudnn = torch_stack(ctx)
