@@ -8,7 +8,8 @@ never a guess. The shared context lives in context.py; rule families in rules_dr
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
 torch's CUDA), rules_xformers.py (xformers vs the torch it was built for),
-rules_flash_attn.py (the torch flash-attn was built against), rules_ggml.py
+rules_flash_attn.py (the torch flash-attn was built against), rules_pairs.py (add-on
+versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
 (add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
@@ -37,6 +38,7 @@ from dnnctl.doctor import (
     rules_nvjitlink,
     rules_onnxruntime,
     rules_packages,
+    rules_pairs,
     rules_ptxas,
     rules_xformers,
 )
@@ -59,6 +61,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_xformers.check(ctx)
+    findings += rules_pairs.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
     findings += rules_nccl.check(ctx)
