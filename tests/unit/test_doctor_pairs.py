@@ -1,4 +1,5 @@
-"""Add-on versions that must pair: jax's CUDA plugin and jaxlib."""
+"""Add-on versions that must pair (jax's CUDA plugin and jaxlib), and add-on GPU minimums per
+version (bitsandbytes)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,24 @@ def test_jax_plugin_of_jaxlibs_version_is_no_finding(tmp_path: Path) -> None:
     # a suffix after the dotted numbers is not compared (the check's own regex)
     d = doctor(tmp_path, JAX % ("0.4.30", "0.4.30", "0.4.30", "0.4.30.post1", "0.4.30"))
     assert not d.of("build-mismatch")
+
+
+BNB = """
+gpus: [{name: %s}]
+packages: {bitsandbytes: "%s"}
+"""
+
+
+def test_bitsandbytes_before_0_37_has_no_int8_matmul_below_sm75(tmp_path: Path) -> None:
+    d = doctor(tmp_path, BNB % ("Tesla P40", "0.36.0.post2"))
+    [f] = d.of("arch-unsupported", "bitsandbytes")
+    assert f["severity"] == "error" and "7.5" in f["message"] and "0.37.0" in f["source"]
+    assert "pip install -U 'bitsandbytes>=0.37.0'" in d.text.split("commands (one per line):")[1]
+    assert not doctor(tmp_path, BNB % ("Tesla P40", "0.37.0")).of("arch-unsupported")
+    assert not doctor(tmp_path, BNB % ("Tesla T4", "0.36.0")).of("arch-unsupported")
+
+
+def test_bitsandbytes_pip_binaries_from_0_39_have_no_kepler_code(tmp_path: Path) -> None:
+    d = doctor(tmp_path, BNB % ("Tesla K80", "0.45.0"))
+    [f] = d.of("arch-unsupported", "bitsandbytes")
+    assert "Kepler" in f["message"] and "from source" in f["fix"]
