@@ -13,6 +13,7 @@ from __future__ import annotations
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Component, Finding
+from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_stack
 
 CPP_EXTENSION_SOURCE = (
@@ -24,6 +25,13 @@ CPP_EXTENSION_SOURCE = (
     "facebookresearch/xformers#748 (nvcc 12.1 with torch 2.0.0+cu118: 'You'll need to use nvcc "
     "version 11.8. However we provide (already pre-compiled) binaries')")
 
+APEX_SOURCE = (
+    "NVIDIA/apex#323 (merged 2019-05, 'Hard error on mismatch between torch.version.cuda and the "
+    "Cuda toolkit version being used to compile Apex': setup.py "
+    "check_cuda_torch_binary_vs_bare_metal raises when bare_metal_major != torch_binary_major "
+    "or bare_metal_minor != torch_binary_minor); the check still raised in 2023-12 "
+    "(NVIDIA/apex#1761: torch 2.1.2+cu121, nvcc 11.5); option PRs to skip it closed (#967, #997: 'these "
+    "version mismatches are not tested internally')")
 
 def toolkits(ctx: Context) -> list[tuple[Component, Version]]:
     """CUDA toolkits with an nvcc: toolkit folders (``system:<dir>``) and nvcc on PATH; not the
@@ -75,6 +83,17 @@ def check(ctx: Context) -> list[Finding]:
     minor = [(c, v) for c, v in same if v.trunc(2) != torch_cuda.trunc(2)]
     if minor and len(minor) == len(same):
         c, v = minor[0]
+        names = {canonical_name(n) for n in (ctx.env.packages or {})}
+        if "apex" in names:  # apex's own setup.py check is stricter than torch's
+            return [finding(
+                "cuda-mismatch", "warning", "apex",
+                f"the CUDA {v} toolkit ({c.source}) differs from torch's CUDA {torch_cuda} in "
+                "the minor, and apex's setup.py (--cuda_ext) requires the same major.minor: "
+                "'Cuda extensions are being compiled with a version of Cuda that does not "
+                "match the version used to compile Pytorch binaries'",
+                fix=f"install the CUDA {torch_cuda.trunc(2)} toolkit and point CUDA_HOME at "
+                f"it, or a torch built for CUDA {v.trunc(2)}", source=APEX_SOURCE,
+                toolkit=str(v), torch_cuda=str(torch_cuda))]
         return [finding(
             "cuda-mismatch", "info", "cuda",
             f"the CUDA {v} toolkit ({c.source}) differs from torch's CUDA {torch_cuda} in the "

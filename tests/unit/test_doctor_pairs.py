@@ -1,5 +1,5 @@
-"""Add-on versions that must pair (jax's CUDA plugin and jaxlib), and add-on GPU minimums per
-version (bitsandbytes)."""
+"""Add-on versions that must pair (jax's CUDA plugin and jaxlib; apex's build and torch's CUDA
+minor), and add-on GPU minimums per version (bitsandbytes)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,24 @@ def test_bitsandbytes_pip_binaries_from_0_39_have_no_kepler_code(tmp_path: Path)
     d = doctor(tmp_path, BNB % ("Tesla K80", "0.45.0"))
     [f] = d.of("arch-unsupported", "bitsandbytes")
     assert "Kepler" in f["message"] and "from source" in f["fix"]
+
+
+APEX = """
+cuda_runtimes:
+  - {version: "%s", source: "system:/usr/local/cuda"}
+frameworks:
+  torch: {version: "2.1.2+cu121"}
+packages: {torch: "2.1.2+cu121"%s}
+"""
+
+
+def test_apex_needs_torchs_cuda_minor_to_build(tmp_path: Path) -> None:
+    d = doctor(tmp_path, APEX % ("12.2", ", apex: null"))
+    [f] = d.of("cuda-mismatch", "apex")
+    assert f["severity"] == "warning" and "same major.minor" in f["message"]
+    assert f["fix"].startswith("install the CUDA 12.1 toolkit") and "apex#323" in f["source"]
+    # without apex the minor difference is torch's warning only
+    d = doctor(tmp_path, APEX % ("12.2", ""))
+    assert not d.of("cuda-mismatch", "apex")
+    assert [f["severity"] for f in d.of("cuda-mismatch", "cuda")] == ["info"]
+    assert not doctor(tmp_path, APEX % ("12.1", ", apex: null")).of("cuda-mismatch")
