@@ -142,11 +142,20 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
     if ctx.driver is None:
         if have is None or have >= cuda.trunc(2):
             return []
+        need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
         if have.major == cuda.major:  # a driver reporting X.y is above the X.x floor
+            # PTX a JIT user compiles with this toolkit needs a driver of its release
+            full = need_row.full if jit or ptx_only else None
+            why = (": PTX it JIT-compiles with this toolkit fails to load ('the provided PTX "
+                   "was compiled with an unsupported toolchain', "
+                   "cudaErrorUnsupportedPtxVersion) until the driver supports CUDA "
+                   f"{cuda.trunc(2)}" if jit or ptx_only else "")
             return [finding("driver-mvc", "warning" if jit or ptx_only else "info", component,
                             f"{what} uses CUDA {cuda}; the driver supports CUDA {have}: "
-                            "minor-version compatibility only", cuda=cuda, driver_cuda=have)]
-        need_row = driver_need(ctx.matrix, cuda, windows=ctx.windows)
+                            f"minor-version compatibility only{why}",
+                            fix=driver_fix(ctx, full) if full else None,
+                            row=(need_row.release_row if full else None), cuda=cuda,
+                            driver_cuda=have, required=full)]
         need = need_row.full or need_row.minimum
         return [finding("driver-too-old", "error", component, f"{what} needs CUDA {cuda}; the "
                         f"driver supports CUDA {have}", fix=driver_fix(ctx, need) if need else
