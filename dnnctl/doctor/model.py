@@ -119,6 +119,9 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     # xformers: torch is the torch.__version__ it was built for (xformers/cpp_lib.json, else
     # the wheel's Requires-Dist torch==X pin), cuda the nvcc of its build ("12.4" for 1204)
     "xformers": {**_COMMON, "torch": "str", "python": "str"},
+    # tensorrt: engines_built_with lists the TensorRT version that built each serialized engine
+    # (.engine / .plan) used here; version_compatible: they were built with that builder flag
+    "tensorrt": {**_COMMON, "engines_built_with": "strlist", "version_compatible": "bool"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
              "arch_list": "strlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",

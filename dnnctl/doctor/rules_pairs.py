@@ -3,12 +3,16 @@
 - jax's CUDA plugin (``jax-cudaN-plugin``) is used only when its dotted version equals
   jaxlib's (jaxlib/plugin_support.py ``check_plugin_version``); otherwise JAX warns and runs
   without it.
+- A serialized TensorRT engine (plan) runs only on the TensorRT version that built it, unless
+  built with the version-compatible flag (then newer runtimes of the same major, and TensorRT
+  10 runtimes for TensorRT 8 engines) (``frameworks.tensorrt.engines_built_with``).
 """
 
 from __future__ import annotations
 
 import re
 
+from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -28,7 +32,7 @@ def _dotted(text: str) -> tuple[int, ...] | None:
 
 def check(ctx: Context) -> list[Finding]:
     """Each pairing rule against the packages listed."""
-    return jax_plugin(ctx)
+    return jax_plugin(ctx) + tensorrt_engines(ctx)
 
 
 def jax_plugin(ctx: Context) -> list[Finding]:
@@ -53,4 +57,47 @@ def jax_plugin(ctx: Context) -> list[Finding]:
             fix=f"give them one version: `pip install {pair}`, or jax and jaxlib of the "
             f"plugin's version ({version})", source=JAX_PLUGIN_SOURCE,
             plugin=version, jaxlib=jaxlib))
+    return out
+
+
+TRT_ENGINE_SOURCE = (
+    "https://docs.nvidia.com/deeplearning/tensorrt/latest/getting-started/support-matrix-10/"
+    "10.10.0.html (Engine Portability: 'Version Compatibility: Engines built with the "
+    "version-compatible flag can run with newer TensorRT versions within the same major "
+    "version'); TensorRT 11.4 support matrix ('TensorRT 8 version-compatible engines can run "
+    "with a TensorRT 10 runtime ... No other combination across major versions is "
+    "supported'); NVIDIA forum answers ('Serialized engines are not portable across platforms "
+    "or TensorRT versions'; a TensorRT 4.0 engine on 5.0: 'It won't work')")
+# runtimes a version-compatible engine of one major may run on, besides its own major
+_VC_LATER_MAJORS = {8: (10,), 10: (11,)}
+
+
+def _engine_runs(built: Version, runtime: Version, compatible: bool) -> bool:
+    if built.trunc(3) == runtime.trunc(3):
+        return True
+    if not compatible or runtime < built:
+        return False
+    return runtime.major == built.major or runtime.major in _VC_LATER_MAJORS.get(built.major, ())
+
+
+def tensorrt_engines(ctx: Context) -> list[Finding]:
+    """Each serialized engine against the TensorRT runtime here."""
+    info = (ctx.env.frameworks or {}).get("tensorrt") or {}
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    runtime = Version.maybe(info.get("version") or packages.get("tensorrt"))
+    compatible = info.get("version_compatible") is True
+    out: list[Finding] = []
+    for text in info.get("engines_built_with") or []:
+        built = Version.maybe(text)
+        if runtime is None or built is None or _engine_runs(built, runtime, compatible):
+            continue
+        out.append(finding(
+            "build-mismatch", "error", "tensorrt",
+            f"a serialized engine built with TensorRT {built} and the TensorRT {runtime} "
+            "runtime here: engines run only on the TensorRT version that built them"
+            + ("" if compatible else " (unless built version-compatible)")
+            + ", so deserializing it fails",
+            fix=f"rebuild the engine on this machine with TensorRT {runtime} from its ONNX "
+            f"model (trtexec --onnx=... --saveEngine=...), or install TensorRT {built}",
+            source=TRT_ENGINE_SOURCE, engine_tensorrt=str(built), tensorrt=str(runtime)))
     return out

@@ -1,5 +1,5 @@
 """Add-on versions that must pair (jax's CUDA plugin and jaxlib; apex's build and torch's CUDA
-minor), and add-on GPU minimums per version (bitsandbytes)."""
+minor; a TensorRT engine and the runtime), and add-on GPU minimums per version (bitsandbytes)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,26 @@ def test_apex_needs_torchs_cuda_minor_to_build(tmp_path: Path) -> None:
     assert not d.of("cuda-mismatch", "apex")
     assert [f["severity"] for f in d.of("cuda-mismatch", "cuda")] == ["info"]
     assert not doctor(tmp_path, APEX % ("12.1", ", apex: null")).of("cuda-mismatch")
+
+
+TRT = """
+frameworks:
+  tensorrt: {version: "%s", engines_built_with: ["%s"]%s}
+"""
+
+
+def test_tensorrt_engine_built_by_another_version(tmp_path: Path) -> None:
+    d = doctor(tmp_path, TRT % ("8.4.1.5", "8.5.2.2", ""))
+    [f] = d.of("build-mismatch", "tensorrt")
+    assert f["severity"] == "error" and f["evidence"] == {"engine_tensorrt": "8.5.2.2",
+                                                          "tensorrt": "8.4.1.5"}
+    assert f["fix"].startswith("rebuild the engine on this machine with TensorRT 8.4.1.5")
+    assert not doctor(tmp_path, TRT % ("8.4.1.5", "8.4.1.5", "")).of("build-mismatch")
+
+
+def test_version_compatible_engines_run_on_newer_runtimes(tmp_path: Path) -> None:
+    vc = ", version_compatible: true"
+    assert not doctor(tmp_path, TRT % ("8.6.1", "8.6.0", vc)).of("build-mismatch")
+    assert not doctor(tmp_path, TRT % ("10.3.0", "8.6.1", vc)).of("build-mismatch")
+    assert doctor(tmp_path, TRT % ("8.6.0", "8.6.1", vc)).of("build-mismatch")  # older runtime
+    assert doctor(tmp_path, TRT % ("11.4.1", "8.6.1", vc)).of("build-mismatch")
