@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import CC, TorchVersion, Version, VersionRange
+from dnnctl.compat.versions import CC, Version, VersionRange
+from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.errors import UsageError
 
 PACKAGES = ("triton", "pytorch-triton")
 BLACKWELL = CC(10, 0)  # get_ptxas: `ptxas_blackwell if arch >= 100`
@@ -62,15 +62,10 @@ def _pinned(ctx: Context) -> Bundled | None:
 
 
 def _torch_pin(ctx: Context) -> tuple[str, Row] | None:
-    info = (ctx.env.frameworks or {}).get("torch") or {}
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
-    text = str(info.get("version") or packages.get("torch") or "")
-    if not text or info.get("cuda_build") is False:
+    found = stack.torch_version(ctx)
+    if found is None:
         return None
-    try:
-        ver = TorchVersion.parse(text)
-    except UsageError:
-        return None
+    ver = found[0]
     if ver.local and not ver.local.startswith("cu"):
         return None  # a CPU / ROCm / custom build: its Triton is not the pinned CUDA one
     row = ctx.matrix.triton_pin(ver.release)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version
+from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -44,14 +45,10 @@ def _installed(ctx: Context) -> dict[str, str] | None:
 
 
 def _torch(ctx: Context) -> TorchVersion | None:
-    info = (ctx.env.frameworks or {}).get("torch") or {}
-    text = info.get("version") or (ctx.env.packages or {}).get("torch")
-    if not text or info.get("cuda_build") is False:
+    found = stack.torch_version(ctx)
+    if found is None:
         return None
-    try:
-        ver = TorchVersion.parse(text)
-    except UsageError:
-        return None
+    ver, info = found
     tag = str(info.get("local_tag") or "").lower() or ver.local
     if tag is None:  # PyPI's Linux wheel is the default CUDA variant of its line
         row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)

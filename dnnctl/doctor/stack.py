@@ -40,6 +40,19 @@ def torch_info(ctx: Context, packages: bool = False) -> dict | None:
     return {"version": packages["torch"]} if packages["torch"] else {}
 
 
+def torch_version(ctx: Context) -> tuple[TorchVersion, dict] | None:
+    """The version of the CUDA torch here (its entry, else its package) with that entry;
+    None for a CPU-only build, no version, or one that cannot be read."""
+    info = torch_info(ctx, packages=True) or {}
+    text = str(info.get("version") or "")
+    if not text or info.get("cuda_build") is False:
+        return None
+    try:
+        return TorchVersion.parse(text), info
+    except UsageError:
+        return None
+
+
 def torch_row(ctx: Context) -> Row | None:
     """The matrix row of the torch wheel here (its +cuXYZ tag, or PyPI's default variant on
     Linux); None for a CPU / ROCm build, an unknown version or a wheel the matrix lacks."""
