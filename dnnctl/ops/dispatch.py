@@ -514,26 +514,12 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
     import torch
 
     grad_on = torch.is_grad_enabled
-    bump = torch.autograd.graph.increment_version
     written = tuple(i for _, i in parsed.given if i.__class__ is int)
     op = parsed.op
     wants = any(a is not None and a.requires_grad for a in arrays)
-    bump_all = _bump_many() if written else None
-    # the written arrays as one tuple, by one C call (itemgetter of one index gives the item)
-    pick = operator.itemgetter(*written) if len(written) > 1 else (
-        (lambda arrays: (arrays[written[0]],)) if written else None)
+    bump_written = _bumper(written)
     if not wants:
-        if not written:
-            return None
-        if bump_all is not None:
-            def bump_only(arrays: tuple[Any, ...]) -> None:
-                bump_all(pick(arrays))
-        else:
-            def bump_only(arrays: tuple[Any, ...]) -> None:
-                for i in written:
-                    bump(arrays[i])
-
-        return bump_only
+        return bump_written
 
     def guard(arrays: tuple[Any, ...]) -> None:
         if grad_on():
@@ -550,13 +536,32 @@ def _autograd_guard(parsed: Parsed, arrays: tuple[Any, ...]
                               "functions do not record autograd: the result has no gradient "
                               "(use torch.ops.dnnctl or dnnctl.torch.patch for training)",
                               UserWarning, stacklevel=_caller_level())
-        if bump_all is not None:
-            bump_all(pick(arrays))
-        else:
+        if bump_written is not None:
+            bump_written(arrays)
+
+    return guard
+
+
+def _bumper(written: tuple[int, ...]) -> Callable[[tuple[Any, ...]], None] | None:
+    """What bumps the versions of the ``written`` arrays of a call: torch's one C call for
+    the tuple where this torch takes one, else one ``bump`` per array; None if none."""
+    if not written:
+        return None
+    bump_all = _bump_many()
+    if bump_all is None:
+        import torch
+
+        bump = torch.autograd.graph.increment_version
+
+        def bump_each(arrays: tuple[Any, ...]) -> None:
             for i in written:
                 bump(arrays[i])
 
-    return guard
+        return bump_each
+    # the written arrays as one tuple, by one C call (itemgetter of one index gives the item)
+    pick = (operator.itemgetter(*written) if len(written) > 1
+            else lambda arrays: (arrays[written[0]],))
+    return lambda arrays: bump_all(pick(arrays))
 
 
 _BUMP_MANY: list[Any] = []

@@ -137,7 +137,7 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
     if (mode == "torch" or x.dtype not in DNN_DTYPES
             or (in_backward and _grad_enabled())):
         return _NONE
-    plan = K.PLANS.get(handle) if handle else None  # (K.plan_of, read in place)
+    plan = K.plan_of(handle)
     if plan is None:
         plan = active_plan()
     if mode == "plan" and plan is None:
@@ -201,15 +201,10 @@ def torch_trains(op: str, handle: int, x: torch.Tensor, w: torch.Tensor, call_ke
     backward mode."""
     if K.RECORDERS:  # a recording session wants the problems noted by the op's own path
         return False
-    dt = x.dtype
-    if _any_autocast():  # (low_dtype, spelled out: a training step asks per layer)
-        dev = x.device.type
-        if (dt is not torch.float64 and x.is_floating_point()
-                and torch.is_autocast_enabled(dev)):
-            dt = torch.get_autocast_dtype(dev)
+    dt = low_dtype(x)
     if dt not in DNN_DTYPES:
         return False
-    plan = K.PLANS.get(handle) if handle else None  # (K.plan_of, read in place)
+    plan = K.plan_of(handle)
     if plan is None:
         plan = active_plan()
     ck = (op, call_key, dt, handle, id(plan), id(K.BACKWARD_MODES.get(handle)),

@@ -67,11 +67,10 @@ def _note_torch(op: str, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | 
     """Count a product torch trains: its forward as a vendor call through torch, its
     gradients as torch's (what the op's own path would count)."""
     K.VENDOR_VIA_TORCH[op] += 1
-    paths = gp.BACKWARD_PATHS  # (gp.count's table, counted in place: no call a pass)
     if x.requires_grad:
-        paths[(op, "dgrad", "torch")] += 1
+        gp.count(op, "dgrad", "torch")
     if w.requires_grad or (bias is not None and bias.requires_grad):
-        paths[(op, "wgrad", "torch")] += 1
+        gp.count(op, "wgrad", "torch")
 
 
 def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
@@ -79,13 +78,8 @@ def _conv_fwd(m: nn.Conv2d, handle: int, geometry: Geometry,
     eager = plain_eager(x)  # (one compile check for the geometry and the route)
     stride, pad, dil = geometry.eager_of(m) if eager else geometry.of(m)
     # read once: a parametrized weight (spectral_norm in training updates its power
-    # iteration on each read) is computed once a call, as the module's own forward does;
-    # from the module's dict where it is there (see _param)
-    params = m._parameters
-    try:
-        w, b = params["weight"], params["bias"]
-    except KeyError:  # a parametrized one (not in the dict): its property, computed now
-        w, b = m.weight, m.bias
+    # iteration on each read) is computed once a call, as the module's own forward does
+    w, b = _param(m, "weight"), _param(m, "bias")
     groups = m.groups
     if (eager and len(pad) == 2 and _grad_on() and x.is_cuda and x.dim() == 4 and x.numel()
             and gp.torch_trains(
@@ -180,14 +174,8 @@ def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "n
     updated as torch does), + ``residual`` and batch_norm's fused ReLU when asked."""
     if x.dim() != 4:
         raise ValueError(f"expected 4D input (got {x.dim()}D input)")
-    # the module's dicts read in place (see _param / _buffer)
-    bufs = m._buffers
-    try:
-        rm, rv = bufs["running_mean"], bufs["running_var"]
-        params = m._parameters
-        w, b = params["weight"], params["bias"]
-    except KeyError:  # a parametrized tensor (not in its dict): attributes, each read once
-        rm, rv, w, b = m.running_mean, m.running_var, m.weight, m.bias
+    rm, rv = _buffer(m, "running_mean"), _buffer(m, "running_var")
+    w, b = _param(m, "weight"), _param(m, "bias")
     if not m.training:
         return run_op("batch_norm", x, rm, rv, w, b, m.eps, handle, activation, residual)
     momentum = m.momentum

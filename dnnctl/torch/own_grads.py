@@ -198,13 +198,8 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
                activation: str = "none", residual: Opt = None) -> tuple[T, Opt, Opt, Opt]:
     """Training-mode batch_norm (relu(batch_norm [+ residual]) with ``activation="relu"``)
     from the forward's saved (fp32) batch statistics: (dx, dweight, dbias, dresidual)."""
-    nhwc = is_nhwc(x)
-    if nhwc:  # (_spatial / in_layout, spelled out: one training step calls this per layer)
-        xs, gs = x.permute(0, 2, 3, 1).contiguous(), grad.permute(0, 2, 3, 1).contiguous()
-        z = None if residual is None else residual.permute(0, 2, 3, 1).contiguous()
-    else:
-        xs, gs = x.contiguous(), grad.contiguous()
-        z = None if residual is None else residual.contiguous()
+    xs, gs, nhwc = _spatial(x, grad)
+    z = None if residual is None else in_layout(residual, nhwc)
     # the op's call pipeline as dnnctl.ops.batch_norm_backward(gs, xs, mean, invstd,
     # weight, layout, bias=, activation=, residual=) enters it
     out = call_spec(_BN_BACKWARD,
@@ -214,8 +209,8 @@ def batch_norm(grad: T, x: T, weight: Opt, bias: Opt, mean: T, invstd: T,
     dx, dw, db = out[0], out[1], out[2]
     dz = None
     if residual is not None:
-        dz = out[3].permute(0, 3, 1, 2) if nhwc else out[3]
-    return (dx.permute(0, 3, 1, 2) if nhwc else dx), _cast(dw, weight), _cast(db, bias), dz
+        dz = nchw_of(out[3]) if nhwc else out[3]
+    return (nchw_of(dx) if nhwc else dx), _cast(dw, weight), _cast(db, bias), dz
 
 
 def group_norm_keys(x: T, groups: int, affine: bool) -> Keys:
