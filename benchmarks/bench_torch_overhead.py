@@ -179,8 +179,14 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("bench_torch_overhead: needs a CUDA GPU with a CUDA build of torch")
         return 3
+    from dnnctl.backends import replay
+
+    replay.module(wait=None)  # loaded (built on first use) before timing; DNNCTL_REPLAY=0: off
+    state = "on" if replay.module() is not None else f"off ({replay.failure()})"
+    print(f"replay path: {state}")
     rows = run(args.quick, args.plan)
-    tb.finish(TITLE, rows, args.out, {"plan": args.plan or "defaults (in memory)"})
+    tb.finish(TITLE, rows, args.out, {"plan": args.plan or "defaults (in memory)",
+                                      "replay": state})
     return 0
 
 

@@ -411,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_train: unknown models / backward modes: {', '.join(unknown)}")
         return 2
     torch.backends.cudnn.benchmark = not args.no_cudnn_benchmark
+    if args.device == "cuda":
+        from dnnctl.backends import replay
+
+        replay.module(wait=None)  # loaded (built on first use) before timing
+        print("replay path:", "on" if replay.module() is not None
+              else f"off ({replay.failure()})")
     plan = dnnctl.load_plan(args.plan) if args.plan else None
     cfgs = configs(args.tiny, args.device)
     if args.record_workload:

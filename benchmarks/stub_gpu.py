@@ -94,7 +94,11 @@ class _Ptr:
 
 def _workspace(device: Any, nbytes: int) -> Any:
     """``_memory_common.workspace`` on the stub: a float32 :class:`DeviceArray`."""
-    return np.empty(max(1, -(-nbytes // 4)), dtype=np.float32).view(DeviceArray)
+    from dnnctl.backends import cuda
+
+    ws = np.empty(max(1, -(-nbytes // 4)), dtype=np.float32).view(DeviceArray)
+    cuda.KEPT.append((int(ws.ctypes.data), ws.nbytes))  # kept, as cuda.kept's are
+    return ws
 
 
 class StubFunction:
@@ -241,6 +245,11 @@ def installed() -> Iterator[None]:
     if mod is not None:
         mod.set_launch(stubs[0], cuda.ptr, stubs[1])
         cuda._NATIVE = mod
+        from dnnctl.backends import replay
+
+        rep = replay.module(wait=None)  # the replay path launches through the stub too
+        if rep is not None:
+            rep.set_launch(stubs[0], stubs[1])
     else:  # no C compiler: the launch returns at once
         cuda.Launch.__call__ = lambda self, args: None  # type: ignore[method-assign]
     for m in vendor:

@@ -26,12 +26,13 @@ a :class:`Launch` of such a function calls it with the arguments as given.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import platform
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,36 @@ class _State(threading.local):
         self.alloc: Callable[[tuple[int, ...], Any], Any] | None = None  # None: CuPy
         # the caller's own allocator (torch tensors), for buffers only kernels read
         self.raw: Callable[[tuple[int, ...], Any], Any] | None = None
+        self.rec: Recorder | None = None  # the call being recorded for replay, if any
+
+
+class Recorder:
+    """What one call does on the device, kept for :mod:`dnnctl.backends.replay`: each
+    launch with its arguments, each per-call buffer (:func:`scratch`, :func:`workspace`),
+    and ``foreign``: the first thing done that is no launch (a copy, a fill), which makes
+    the call one that cannot be replayed."""
+
+    __slots__ = ("launches", "temps", "foreign")
+
+    def __init__(self) -> None:
+        self.launches: list[tuple[Launch, tuple[Any, ...]]] = []
+        self.temps: list[tuple[Any, int]] = []
+        self.foreign: str | None = None
+
+    def refuse(self, what: str) -> None:
+        if self.foreign is None:
+            self.foreign = what
+
+
+@contextlib.contextmanager
+def recording(rec: Recorder) -> Iterator[Recorder]:
+    """Record what the calls inside do into ``rec`` (this thread)."""
+    saved = STATE.rec
+    STATE.rec = rec
+    try:
+        yield rec
+    finally:
+        STATE.rec = saved
 
 
 STATE = _State()
@@ -95,12 +126,17 @@ def scratch(shape: int | tuple[int, ...], dtype: Any, xp: Any = None) -> Any:
     shp = _shape(shape)
     alloc = STATE.alloc
     if alloc is not None:
-        return alloc(shp, np.dtype(dtype))
-    if xp is None:
-        from dnnctl.backends.registry import get_backend
+        buf = alloc(shp, np.dtype(dtype))
+    else:
+        if xp is None:
+            from dnnctl.backends.registry import get_backend
 
-        xp = get_backend("cupy").xp
-    return xp.empty(shp, dtype=dtype)
+            xp = get_backend("cupy").xp
+        buf = xp.empty(shp, dtype=dtype)
+    rec = STATE.rec
+    if rec is not None:
+        rec.temps.append((buf, 0))
+    return buf
 
 
 def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
@@ -109,7 +145,11 @@ def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
     CuPy view made over it), else :func:`scratch`."""
     raw = STATE.raw
     if raw is not None:
-        return raw(_shape(shape), np.dtype(dtype))
+        buf = raw(_shape(shape), np.dtype(dtype))
+        rec = STATE.rec
+        if rec is not None:
+            rec.temps.append((buf, 0))
+        return buf
     return scratch(shape, dtype)
 
 
@@ -122,12 +162,21 @@ def kept(nbytes: int, device: int | None = None) -> Any:
 
     n = max(1, int(nbytes))
     with cupy.cuda.Device(cupy.cuda.runtime.getDevice() if device is None else device):
-        return cupy.ndarray((n,), dtype=np.uint8,
-                            memptr=cupy.get_default_memory_pool().malloc(n))
+        buf = cupy.ndarray((n,), dtype=np.uint8, memptr=cupy.get_default_memory_pool().malloc(n))
+    KEPT.append((int(buf.data.ptr), n))
+    return buf
+
+
+# (address, bytes) of every kept buffer: addresses a recorded call may keep as they are
+# (dnnctl.backends.replay); a kernel's workspace lives as long as the kernel
+KEPT: list[tuple[int, int]] = []
 
 
 def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
     buf = scratch(shape, dtype)
+    rec = STATE.rec
+    if rec is not None:
+        rec.refuse("a buffer filled with zeros")
     buf.fill(0)
     return buf
 
@@ -343,18 +392,7 @@ class Launch:
 
     def _layout(self, args: Sequence[Any]) -> struct.Struct:
         """8-byte slots; a by-value struct (bytes) gets its own 64-byte aligned slot."""
-        parts, offsets, off = [], [], 0
-        for a in args:
-            piece = _arg_format(a)
-            align = 64 if isinstance(a, bytes) else _SLOT
-            pad = -off % align
-            if pad:
-                parts.append(f"{pad}x")
-                off += pad
-            offsets.append(off)
-            parts.append(piece)
-            off += struct.calcsize("<" + piece)
-        fmt = struct.Struct("<" + "".join(parts))
+        fmt, offsets, off = _block_layout(args)
         self.buf = ctypes.create_string_buffer(max(off, _SLOT) + 64)
         shift = -ctypes.addressof(self.buf) % 64
         self.shift = shift
@@ -368,6 +406,8 @@ class Launch:
 
     def __call__(self, args: Sequence[Any]) -> None:
         handle = self.handle
+        if STATE.rec is not None:  # a call recorded for replay (dnnctl.backends.replay)
+            STATE.rec.launches.append((self, tuple(args)))
         if handle is None:  # the CPU emulator, a test recorder: call as given
             if self.cooperative:
                 self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem,
@@ -442,6 +482,53 @@ class Launch:
             if value and len(self.memo) < 16:
                 self.memo[value] = arg
         return arg
+
+
+def _block_layout(args: Sequence[Any]) -> tuple[struct.Struct, list[int], int]:
+    """(struct of the parameter block, each argument's byte offset, the block's size) for a
+    launch of ``args``: 8-byte slots; a by-value struct (bytes) gets its own 64-byte
+    aligned slot."""
+    parts, offsets, off = [], [], 0
+    for a in args:
+        piece = _arg_format(a)
+        align = 64 if isinstance(a, bytes) else _SLOT
+        pad = -off % align
+        if pad:
+            parts.append(f"{pad}x")
+            off += pad
+        offsets.append(off)
+        parts.append(piece)
+        off += struct.calcsize("<" + piece)
+    return struct.Struct("<" + "".join(parts)), offsets, off
+
+
+def param_layout(args: Sequence[Any]) -> tuple[bytes, list[int], str]:
+    """A launch's parameter block as cuLaunchKernel reads it: (the packed bytes, each
+    argument's byte offset, each argument's kind: 'P' an address (an array, None, an int),
+    'S' a by-value struct, else the first letter of its scalar's struct format)."""
+    fmt, offsets, size = _block_layout(args)
+    vals, kinds = [], []
+    for a in args:
+        vals.append(ptr(a))
+        if isinstance(a, bytes):
+            kinds.append("S")
+        elif isinstance(a, (np.generic, float)) and not isinstance(a, bool):
+            kinds.append(_arg_format(a)[0])
+        elif isinstance(a, bool):
+            kinds.append("i")
+        else:
+            kinds.append("P")
+    buf = bytearray(max(size, 0))
+    fmt.pack_into(buf, 0, *vals)
+    return bytes(buf), offsets, "".join(kinds)
+
+
+def launch_addresses() -> tuple[int, int]:
+    """The driver's cuLaunchKernel and cuLaunchCooperativeKernel as addresses (OSError
+    without libcuda)."""
+    fn, _, coop = _driver()
+    return (ctypes.cast(fn, ctypes.c_void_p).value or 0,
+            ctypes.cast(coop, ctypes.c_void_p).value or 0)
 
 
 def _function_handle(fn: Any) -> int | None:
@@ -527,6 +614,9 @@ def copy(dst: Any, src: Any) -> None:
     if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):  # the CPU emulator
         np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
         return
+    rec = STATE.rec
+    if rec is not None:
+        rec.refuse("a copy")
     import cupy
 
     nbytes = int(np.prod(tuple(dst.shape))) * _itemsize(dst)

@@ -224,6 +224,10 @@ class VecKernel:
 
     __slots__ = ("fast", "safe", "align", "consts")
     flat_io = True  # reads only data pointers: any contiguous arrays of the problem's sizes
+    # a call only launches kernels (cuda.Launch) into the call's arrays, its kept workspace
+    # and per-call scratch: the dispatcher may record it once and replay it from C++
+    # (dnnctl.backends.replay; a recording that is anything else is refused there)
+    replayable = True
 
     def __init__(self, fast: Any, safe: Any, align: int, consts: tuple = ()) -> None:
         self.fast, self.safe, self.align = fast, safe, align

@@ -20,6 +20,9 @@ hands its arguments to :func:`call`. The pipeline does the rest for every op:
    *adopts* them (``kernel.adopts = True``, e.g. a vendor library that allocates its own
    results): it is called without them and returns what it made (:func:`adopting`), so
    its results are not copied into ours.
+6. **replay** — for torch CUDA tensors, a site whose kernel only launches kernels
+   (``kernel.replayable``) records its second call per kernel; later calls run the
+   recording from C++ (:mod:`dnnctl.backends.replay`): steps 2-5 without Python.
 
 No op has a private fast path. :func:`run` remains for callers that already hold backend
 arrays (tests, benchmarks): it validates every call.
@@ -40,9 +43,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dnnctl.backends import cuda
+from dnnctl.backends import cuda, replay
 from dnnctl.backends.base import Backend, DeviceInfo
-from dnnctl.errors import ShapeError, UsageError
+from dnnctl.errors import KernelLaunchError, ShapeError, UsageError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
@@ -288,7 +291,7 @@ class Site:
                  "given", "consts", "result", "pointer", "kernels", "default", "last",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
                  "given_at", "flat_inputs", "free_default", "det_default", "autograd",
-                 "as_is", "made_result")
+                 "as_is", "made_result", "programs", "seen")
 
     def __init__(self, adapter: Adapter, parsed: Parsed, arrays: tuple[Any, ...] = ()) -> None:
         """``arrays``: the call the site is made for (a torch tensor's signature holds its
@@ -332,6 +335,11 @@ class Site:
         made = {n for n, *_ in self.outputs}
         self.made_result = (isinstance(self.result, tuple)
                             and all(n is not None and n in made for n in self.result))
+        # id(kernel) -> its recorded Program (False: the recording was refused); None: this site
+        # never replays (not torch CUDA tensors, a prepare / finish of its own, turned off)
+        self.programs: dict[Any, Any] | None = (
+            {} if adapter.kind == "torch-cuda" and not full and replay.enabled() else None)
+        self.seen: set[int] = set()
 
     # -- kernel choice
     def _built(self, choice: Choice) -> Built:
@@ -341,9 +349,10 @@ class Site:
             flat = STRIDED  # the caller's arrays as they are, even where parse made copies
         return kern, flat, adopting(kern)
 
-    def kernel(self, plan: PlanLike | None) -> Built:
+    def kernel(self, plan: PlanLike | None, build: bool = True) -> Built | None:
         """(kernel, takes the caller's arrays as they are, adopts its outputs): the plan's
-        choice (counted by the plan), else the op's default heuristic."""
+        choice (counted by the plan), else the op's default heuristic. ``build=False``:
+        None where that kernel is not built yet."""
         active = plan if plan is not None else _ACTIVE_PLAN.get()
         if active is not None:
             try:
@@ -359,6 +368,8 @@ class Site:
                 if free or not _wants_determinism(self.adapter):
                     built = self.kernels.get(choice)
                     if built is None:
+                        if not build:
+                            return None
                         built = self.kernels[choice] = self._built(choice)
                     if free:  # a non-deterministic entry is looked at again on every call
                         self.last = (choice, built)
@@ -369,6 +380,8 @@ class Site:
         det = _wants_determinism(self.adapter)
         built = self.det_default if det else self.free_default
         if built is None:
+            if not build:
+                return None
             choice = default_choice(self.op, self.problem, self.bname, self.device, det)
             built = self._built(choice)
             if det:
@@ -388,13 +401,29 @@ class Site:
         guard = self.autograd
         if guard is not None:
             guard(arrays)
+        programs = self.programs
+        if programs:  # a recorded program of the kernel this call takes: run it from C++
+            if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
+                built = self.default
+            else:
+                built = self.kernel(plan, build=False)
+            prog = None if built is None else programs.get(id(built[0]))
+            if prog:
+                done = prog(arrays)
+                if done is not None:
+                    if done.__class__ is int:
+                        _replay_failed(done, prog)
+                    return done
         enter = self.enter
         token = None if enter is None else enter()
+        rec = None
         try:
             if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
                 kern, flat, adopt = self.default
             else:
                 kern, flat, adopt = self.kernel(plan)
+            if programs is not None and id(kern) not in programs and not adopt:
+                rec = self._recorder(kern)
             outs = {}
             if not adopt:
                 empty, empty_like = self.empty, self.empty_like
@@ -415,7 +444,12 @@ class Site:
                 ins, kouts = self._backend_args(arrays, outs)
             if self.consts:
                 ins.update(self.consts)
-            made = kern(ins, kouts, self.attrs)
+            if rec is None:
+                made = kern(ins, kouts, self.attrs)
+            else:
+                with cuda.recording(rec):
+                    made = kern(ins, kouts, self.attrs)
+                self._keep(kern, rec, arrays, outs)
             if adopt:
                 self._adopt(made, outs, kouts, flat)
             if self.finish is not None and flat != STRIDED:
@@ -436,6 +470,56 @@ class Site:
             return tuple(map(outs.__getitem__, res))
         return tuple(None if n is None else outs[n] if n in outs else arrays[self.given_at[n]]
                      for n in res)
+
+    # -- replay
+    def _recorder(self, kern: Kernel) -> cuda.Recorder | None:
+        """A recorder for this call of ``kern``: its second call, where it is replayable
+        and the extension is loaded (the first call may build and warm up)."""
+        if not getattr(kern, "replayable", False):
+            self.programs[id(kern)] = False  # type: ignore[index]
+            return None
+        if id(kern) not in self.seen:
+            self.seen.add(id(kern))
+            return None
+        if replay.module() is None:
+            return None  # not built yet (or off): asked again on a later call
+        return cuda.Recorder()
+
+    def _keep(self, kern: Kernel, rec: cuda.Recorder, arrays: tuple[Any, ...],
+              outs: dict[str, Any]) -> None:
+        """Make the recorded call ``kern``'s Program (False where it cannot be one)."""
+        mod = replay.module()
+        names = [n for n, *_ in self.outputs]
+        n_in = len(arrays)
+
+        def slot(name: str | None) -> int:
+            if name is None:
+                return -1
+            if name in outs:
+                return n_in + names.index(name)
+            at = self.given_at.get(name)
+            if at.__class__ is not int:
+                raise replay.Unreplayable(f"the result {name!r} is a constant of the site")
+            return at  # type: ignore[return-value]
+
+        res = self.result
+        try:
+            if mod is None:
+                raise replay.Unreplayable("no extension")
+            if res.__class__ is int:
+                result, many = [res], False
+            elif res.__class__ is str:
+                result, many = [slot(res)], False  # type: ignore[arg-type]
+            else:
+                result, many = [slot(n) for n in res], True  # type: ignore[union-attr]
+            prog = replay.program(mod, arrays, [outs[n] for n in names],
+                                  list(self.consts.values()), rec,
+                                  result, many)
+        except replay.Unreplayable as why:
+            self.programs[id(kern)] = False  # type: ignore[index]
+            REFUSED[self.op.name] = str(why)
+            return
+        self.programs[id(kern)] = prog  # type: ignore[index]
 
     def _adopt(self, made: Any, outs: dict[str, Any], kouts: dict[str, Any],
                flat: bool) -> None:
@@ -486,6 +570,16 @@ class Site:
             b = back[i] if i.__class__ is int else self.consts[i]
             kouts[name] = b.reshape(views[name]) if name in views else b
         return ins, kouts
+
+
+REFUSED: dict[str, str] = {}  # op -> why its last recording was not replayable
+
+
+def _replay_failed(rc: int, prog: Any) -> None:
+    raise KernelLaunchError(f"cuLaunchKernel failed in a replayed call ({rc}, "
+                            f"{prog.launches} launch(es))",
+                            hint="run 'dnnctl doctor'; an illegal address earlier on this "
+                                 "stream also surfaces here; DNNCTL_REPLAY=0 turns replay off")
 
 
 _WARNED: set[str] = set()

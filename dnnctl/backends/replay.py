@@ -1,0 +1,299 @@
+"""The replay path: what one call of a dispatch site did on the device, recorded once and run
+again from C++ for the calls after it (torch CUDA tensors only).
+
+Measured on the H200 and H100 hosts: a dnnctl op called from torch tensors paid 3-5 us of
+Python over torch's own op (the site's call, the stream and allocator hand-over, the
+kernel's argument lists, the launch), and a training step of ~100 such calls paid that
+many times. A site whose kernel only launches kernels (:attr:`replayable` built kernels)
+records its second call: the outputs it allocated, its per-call scratch, and every launch's
+parameter block with which parameters are addresses into which tensor. From the third call
+on, :class:`Program` (``_replay.cpp``) allocates the outputs from torch's caching allocator,
+patches the new addresses in and launches on torch's current stream, in one C++ call.
+
+A recording that is not exactly a set of launches into the call's own tensors is refused
+(:class:`Recorder` says why), and the site keeps its Python path: a copy, a fill or a
+library call during the call, an address that belongs to no tensor of the call, two tensors
+that overlap, an empty tensor, a by-value struct parameter (a TMA descriptor holds
+addresses).
+
+The extension is built in a background thread on first use (the system C++ compiler
+against this torch's headers, ~20-60 s), into the cache (``<cache root>/replay/``), keyed by
+the source, the interpreter and the torch version; calls take the Python path until it is
+there. ``DNNCTL_REPLAY=0`` turns the path off; no compiler or no torch headers: off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dnnctl.paths import cache_root
+
+SOURCE = Path(__file__).with_name("_replay.cpp")
+NAME = "_dnnctl_replay"
+BUILD_SECONDS = 600
+
+_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {}  # "module": the loaded extension / None; "thread": the build
+
+
+def enabled() -> bool:
+    return os.environ.get("DNNCTL_REPLAY", "1").strip().lower() not in ("0", "false", "no", "")
+
+
+def module(wait: float | None = 0.0) -> Any | None:
+    """The loaded extension, or None: not built yet (the build is started in the background
+    on the first ask; ``wait`` seconds are waited for it, None: until it is done), off, or
+    impossible here."""
+    if "module" in _STATE:
+        return _STATE["module"]
+    if not enabled():
+        return None
+    with _LOCK:
+        if "module" in _STATE:
+            return _STATE["module"]
+        thread = _STATE.get("thread")
+        if thread is None:
+            thread = _STATE["thread"] = threading.Thread(target=_build_and_load, daemon=True,
+                                                         name="dnnctl-replay-build")
+            thread.start()
+    if wait is None or wait > 0:
+        thread.join(wait)
+    return _STATE.get("module")
+
+
+def failure() -> str | None:
+    """Why the extension is not there (after a build), else None."""
+    return _STATE.get("failure")
+
+
+def _build_and_load() -> None:
+    mod, why = None, None
+    try:
+        path, why = built()
+        if path is not None:
+            mod, why = _load(path)
+    except Exception as exc:  # noqa: BLE001 - the path stays off; the reason is kept
+        mod, why = None, f"{type(exc).__name__}: {exc}"
+    if mod is not None:
+        try:
+            from dnnctl.backends import cuda
+
+            mod.set_launch(*cuda.launch_addresses())
+        except OSError as exc:  # no libcuda: a Program's launch returns -1 (no CUDA site
+            why = f"no CUDA driver: {exc}"  # records one; a test sets its own launcher)
+    _STATE["failure"] = why
+    _STATE["module"] = mod
+
+
+def _load(path: Path) -> tuple[Any | None, str | None]:
+    import torch  # noqa: F401 - libtorch loaded before the extension that links it
+
+    loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
+    spec = importlib.util.spec_from_file_location(NAME, str(path), loader=loader)
+    if spec is None:
+        return None, "no module spec"
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod, None
+
+
+def _torch_flags() -> tuple[list[str], list[str], str]:
+    import torch
+    from torch.utils import cpp_extension
+
+    lib = str(Path(torch.__file__).parent / "lib")
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    cflags = [f"-I{p}" for p in cpp_extension.include_paths()]
+    cflags += [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-DTORCH_EXTENSION_NAME={NAME}",
+               "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    lflags = [f"-L{lib}", f"-Wl,-rpath,{lib}", "-lc10", "-ltorch", "-ltorch_cpu",
+              "-ltorch_python"]
+    return cflags, lflags, torch.__version__
+
+
+def _key(torch_version: str) -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{sys.version}|{sys.platform}|{torch_version}".encode())
+    return h.hexdigest()[:16]
+
+
+def compiler() -> list[str] | None:
+    """The C++ compiler command: $CXX, else c++ / g++ / clang++ on PATH."""
+    for cand in (os.environ.get("CXX"),):
+        if cand:
+            parts = cand.split()
+            if parts and shutil.which(parts[0]):
+                return [parts[0]]
+    for name in ("c++", "g++", "clang++"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
+
+
+def built() -> tuple[Path | None, str | None]:
+    """(the extension's path in the cache, compiled now if needed; why not, where None)."""
+    try:
+        cflags, lflags, version = _torch_flags()
+    except ImportError as exc:
+        return None, f"torch's C++ headers not found ({exc})"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    out = cache_root() / "replay" / f"{NAME}-{_key(version)}{suffix}"
+    if out.is_file():
+        return out, None
+    failed = out.with_name(out.name + ".failed")  # a failed build is not retried
+    if failed.exists():
+        return None, f"an earlier build failed (see {failed})"
+    cxx = compiler()
+    include = sysconfig.get_paths().get("include")
+    if cxx is None:
+        return None, "no C++ compiler on PATH (set CXX)"
+    if not include or not Path(include, "Python.h").is_file():
+        return None, "no Python.h for this interpreter"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{NAME}-", suffix=suffix, dir=out.parent)
+    os.close(fd)
+    cmd = [*cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", *cflags,
+           str(SOURCE), "-o", tmp, *lflags]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=BUILD_SECONDS, check=False)
+        if done.returncode != 0:
+            failed.write_bytes(done.stderr[-4000:])
+            return None, f"the build failed (see {failed})"
+        os.replace(tmp, out)  # atomic: concurrent builders leave one complete file
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"the build did not run: {exc}"
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return out, None
+
+
+# ----------------------------------------------------------------------------- programs
+
+
+def _extent(a: Any) -> tuple[int, int]:
+    """(data address, bytes from it to one past the last element) of a torch tensor or a
+    CuPy / NumPy-like array (0 bytes for an empty one)."""
+    from dnnctl.backends import cuda
+
+    p = cuda.ptr(a)
+    shape = tuple(a.shape)
+    if any(s == 0 for s in shape):
+        return p, 0
+    if hasattr(a, "element_size"):  # torch: strides in elements
+        item = a.element_size()
+        strides = [s * item for s in a.stride()]
+    else:
+        item = a.itemsize
+        strides = list(a.strides)
+    last = sum((s - 1) * abs(st) for s, st in zip(shape, strides, strict=True))
+    return p, last + item
+
+
+class Unreplayable(Exception):
+    """Why a recorded call cannot become a :class:`Program`."""
+
+
+def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence[Any],
+            rec: Any, result: Sequence[int], tuple_result: bool) -> Any:
+    """The extension's Program for a recorded call.
+
+    ``arrays``: the call's tensors (None where absent), slots 0..; ``outs``: the outputs the
+    site allocated (torch tensors), the slots after them; ``kept``: arrays that outlive the
+    site's calls (its constants): their addresses stay as recorded; ``rec``: the
+    :class:`~dnnctl.backends.cuda.Recorder` of the call; ``result``: the slot of each
+    returned value (-1: None)."""
+    from dnnctl.backends import cuda
+
+    if rec.foreign:
+        raise Unreplayable(rec.foreign)
+    if not rec.launches:
+        raise Unreplayable("no launch")
+    temps = [t for t, _ in rec.temps]
+    ranges: list[tuple[int, int, int]] = []  # (start, end, slot)
+    align = []
+    device = None
+    for i, a in enumerate(arrays):
+        if a is None:
+            align.append(0)
+            continue
+        if not hasattr(a, "data_ptr") or not getattr(a, "is_cuda", False):
+            raise Unreplayable("an argument is not a torch CUDA tensor")
+        device = device or a.device
+        p, n = _extent(a)
+        if n == 0:
+            raise Unreplayable("an empty tensor")
+        ranges.append((p, p + n, i))
+        align.append(_align_class(p))
+    for j, t in enumerate((*outs, *temps)):
+        p, n = _extent(t)
+        if n == 0:
+            raise Unreplayable("an empty output")
+        ranges.append((p, p + n, len(arrays) + j))
+    ordered = sorted(ranges)
+    for (_, e0, s0), (b1, _, s1) in zip(ordered, ordered[1:], strict=False):
+        if b1 < e0:
+            raise Unreplayable(f"tensors {s0} and {s1} overlap")
+    fixed = [_extent(k) for k in kept if k is not None] + list(cuda.KEPT)
+    steps = []
+    for launch, args in rec.launches:
+        block, offsets, kinds = cuda.param_layout(args)
+        if launch.handle is None:
+            raise Unreplayable("a launch with no CUfunction (the CPU emulator)")
+        patches = []
+        for k, (a, kind) in enumerate(zip(args, kinds, strict=True)):
+            if kind == "S":
+                raise Unreplayable("a by-value struct parameter")
+            if kind not in ("P", "q", "Q"):
+                continue
+            v = int(cuda.ptr(a)) if kind == "P" else int(a)
+            if v == 0:
+                continue
+            slot = next(((s, v - b) for b, e, s in ranges if b <= v < e), None)
+            if slot is None:
+                if any(b <= v < b + max(n, 1) for b, n in fixed):
+                    continue  # a constant of the site: the same address every call
+                if kind == "P":
+                    raise Unreplayable(f"parameter {k} of a launch is an address of no "
+                                       "tensor of the call")
+                continue  # an integer that is no address we know
+            patches.append((offsets[k], slot[0], slot[1]))
+        steps.append((int(launch.handle), list(launch._dims), bool(launch.cooperative),
+                      bytes(block), list(offsets), patches))
+    import torch
+
+    templates = [torch.empty(0, dtype=o.dtype, device=o.device) for o in outs]
+    sizes = [list(o.shape) for o in outs]
+    strides = [list(o.stride()) for o in outs]
+    if device is None:
+        raise Unreplayable("no tensor argument")
+    return mod.Program(len(arrays), align, templates, sizes, strides,
+                       [max(1, _extent(t)[1]) for t in temps], steps, list(result),
+                       bool(tuple_result), _DEVICE_TYPES[device.type],
+                       -1 if device.type == "cpu" else device.index or 0)
+
+
+_DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # c10::DeviceType
+
+
+def _align_class(p: int) -> int:
+    if p == 0:
+        return 256
+    a = 1
+    while a < 256 and p % (2 * a) == 0:
+        a *= 2
+    return a

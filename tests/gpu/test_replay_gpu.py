@@ -1,0 +1,154 @@
+"""The replay path on the GPU: a site records its second call and runs the recording from C++
+after that (dnnctl.backends.replay). Every replayed call must give bitwise the results the
+Python path gives on the same inputs, on fresh data every call, on a side stream and inside
+a CUDA-graph capture.
+
+    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_replay_gpu.py
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA build of torch and a GPU", allow_module_level=True)
+pytest.importorskip("cupy")
+
+import dnnctl.ops as dops  # noqa: E402
+from dnnctl.backends import replay  # noqa: E402
+from dnnctl.ops import dispatch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+CL = torch.channels_last
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    if replay.module(wait=None) is None:
+        pytest.skip(f"no replay extension here: {replay.failure()}")
+
+
+def _r(*shape, dtype=torch.float32, positive=False):
+    t = torch.randn(*shape, device="cuda", dtype=torch.float32)
+    return (t.abs() + 0.5 if positive else t).to(dtype)
+
+
+def _bn_train(x, rm, rv, w, b):
+    return dops.batch_norm(x, rm, rv, w, b, training=True, layout="NHWC", return_stats=True,
+                           activation="relu")
+
+
+def _bn_train_res(x, res, rm, rv, w, b):
+    return dops.batch_norm(x, rm, rv, w, b, training=True, layout="NHWC", return_stats=True,
+                           activation="relu", residual=res)
+
+
+CASES = {
+    # name: (make inputs, call, ops that must have replayed)
+    "softmax fp16": (lambda: [_r(64, 1000, dtype=torch.float16)], dops.softmax, "softmax"),
+    "log_softmax fp32": (lambda: [_r(33, 517)], dops.log_softmax, "softmax"),
+    "layer_norm bf16": (lambda: [_r(64, 768, dtype=torch.bfloat16),
+                                 _r(768, dtype=torch.bfloat16), _r(768, dtype=torch.bfloat16)],
+                        dops.layer_norm, "layer_norm"),
+    "rms_norm fp16": (lambda: [_r(16, 4096, dtype=torch.float16),
+                               _r(4096, dtype=torch.float16)], dops.rms_norm, "rms_norm"),
+    "gelu fp16 odd size": (lambda: [_r(7, 1001, dtype=torch.float16)], dops.gelu, "activation"),
+    "relu fp32": (lambda: [_r(4, 64, 56, 56)], dops.relu, "activation"),
+    "batch_norm training NHWC fp16 + relu": (
+        lambda: [_r(8, 14, 14, 64, dtype=torch.float16), torch.zeros(64, device="cuda"),
+                 torch.ones(64, device="cuda"), _r(64), _r(64)], _bn_train, "batch_norm"),
+    "batch_norm training NHWC fp16 + residual + relu": (
+        lambda: [_r(4, 7, 7, 256, dtype=torch.float16), _r(4, 7, 7, 256, dtype=torch.float16),
+                 torch.zeros(256, device="cuda"), torch.ones(256, device="cuda"), _r(256),
+                 _r(256)], _bn_train_res, "batch_norm"),
+    "batch_norm_backward NHWC fp16": (
+        lambda: [_r(8, 12, 12, 32, dtype=torch.float16), _r(8, 12, 12, 32, dtype=torch.float16),
+                 _r(32), _r(32, positive=True), _r(32)],
+        lambda dy, x, m, s, w: dops.batch_norm_backward(dy, x, m, s, weight=w, layout="NHWC"),
+        None),
+    "layer_norm_backward fp32": (lambda: [_r(64, 96), _r(64, 96), _r(96)],
+                                 lambda dy, x, w: dops.layer_norm_backward(dy, x, w), None),
+    "softmax_backward fp16": (lambda: [_r(64, 128, dtype=torch.float16),
+                                       _r(64, 128, dtype=torch.float16)],
+                              dops.softmax_backward, None),
+    "group_norm NHWC fp32": (lambda: [_r(4, 8, 8, 32)],
+                             lambda x: dops.group_norm(x, 4, layout="NHWC"), None),
+}
+
+
+def _flat(res):
+    return [r for r in (res if isinstance(res, tuple) else (res,)) if r is not None]
+
+
+def _python_path(fn, args):
+    saved = {k: s.programs for k, s in dispatch._SITES.items()}
+    for s in dispatch._SITES.values():
+        s.programs = None
+    try:
+        return fn(*args)
+    finally:
+        for k, s in dispatch._SITES.items():
+            s.programs = saved.get(k)
+
+
+def _replayed(op):
+    return any(s.op.name == op and s.programs and any(s.programs.values())
+               for s in dispatch._SITES.values())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_replayed_calls_equal_the_python_path_bitwise(name):
+    make, fn, must = CASES[name]
+    args = make()
+    for call in range(5):
+        for a in args:  # fresh data every call (statistics kept in range)
+            if a.dtype.is_floating_point and a.dim() > 1:
+                a.copy_(torch.randn_like(a, dtype=torch.float32).to(a.dtype))
+        snap = [a.clone() for a in args]
+        got = fn(*args)
+        after = [a.clone() for a in args]  # running statistics written in place
+        for a, s in zip(args, snap, strict=True):
+            a.copy_(s)
+        want = _python_path(fn, args)
+        torch.cuda.synchronize()
+        for g, w in zip(_flat(got), _flat(want), strict=True):
+            assert g.shape == w.shape and g.stride() == w.stride() and g.dtype == w.dtype
+            assert torch.equal(g, w), f"{name}: call {call} differs from the Python path"
+        for a, b in zip(args, after, strict=True):
+            assert torch.equal(a, b), f"{name}: an in-place write differs"
+    if must is not None:
+        assert _replayed(must), f"{name}: never replayed ({dispatch.REFUSED.get(must)})"
+
+
+def test_replay_on_a_side_stream_and_in_a_graph_capture():
+    x = _r(64, 1000, dtype=torch.float16)
+    for _ in range(3):
+        dops.softmax(x)
+    assert _replayed("softmax")
+    want = _python_path(dops.softmax, (x,))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            got = dops.softmax(x)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(got, want)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = dops.softmax(x)
+    x.copy_(torch.randn_like(x))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, _python_path(dops.softmax, (x,)))
+
+
+def test_a_misaligned_view_takes_the_python_path_and_is_right():
+    big = _r(64 * 1000 + 8, dtype=torch.float16)
+    x = big[:64000].view(64, 1000)
+    for _ in range(3):
+        dops.softmax(x)
+    shifted = big[1:64001].view(64, 1000)
+    got = dops.softmax(shifted)
+    ref = torch.softmax(shifted.float(), -1).half()
+    assert torch.allclose(got.float(), ref.float(), atol=2e-3)

@@ -1,0 +1,176 @@
+"""The replay path (dnnctl.backends.replay) on the CPU, through the stub GPU of
+benchmarks/stub_gpu.py: torch CPU tensors take the torch CUDA route up to the driver's
+launch. A site records its second call; from the third on, the C++ Program's parameter
+blocks must be exactly what the Python path packs for the same call (the outputs' new
+addresses aside), and a call the recording does not fit goes back to Python."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from dnnctl.backends import cuda, replay  # noqa: E402
+from dnnctl.ops import dispatch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+if not (ROOT / "benchmarks" / "stub_gpu.py").is_file():
+    pytest.skip("benchmarks/ not available (installed wheel)", allow_module_level=True)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import stub_gpu  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ext():
+    mod = replay.module(wait=None)
+    if mod is None:
+        pytest.skip(f"the replay extension is not built here: {replay.failure()}")
+    return mod
+
+
+@pytest.fixture()
+def stub(ext):
+    with stub_gpu.installed():
+        yield
+
+
+def _site(op):
+    sites = [s for s in dispatch._SITES.values() if s.op.name == op and s.programs]
+    assert sites, f"no site of {op} recorded a program ({dispatch.REFUSED.get(op)})"
+    return sites[-1]
+
+
+def _python_blocks(site, call):
+    """The parameter blocks the Python path packs for ``call`` (programs off), and its
+    result."""
+    saved = site.programs
+    site.programs = None
+    rec = cuda.Recorder()
+    try:
+        with cuda.recording(rec):
+            res = call()
+    finally:
+        site.programs = saved
+    return [cuda.param_layout(args)[0] for _, args in rec.launches], res
+
+
+def _tensors(res):
+    return [r for r in (res if isinstance(res, tuple) else (res,)) if r is not None]
+
+
+def _swap(block: bytes, old: int, new: int) -> bytes:
+    return block.replace(struct.pack("<Q", old), struct.pack("<Q", new))
+
+
+def _check_same(site, arrays, call):
+    want, res_py = _python_blocks(site, call)
+    prog = next(p for p in site.programs.values() if p)
+    res_c, blocks = prog.dry(arrays)
+    assert len(blocks) == len(want) == prog.launches
+    outs_py, outs_c = _tensors(res_py), _tensors(res_c)
+    assert len(outs_py) == len(outs_c)
+    for a, b in zip(outs_py, outs_c, strict=True):
+        assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+    for got, exp in zip(blocks, want, strict=True):
+        for a, b in zip(outs_py, outs_c, strict=True):
+            if a.data_ptr() != b.data_ptr():
+                exp = _swap(exp, a.data_ptr(), b.data_ptr())
+        assert got == exp
+    return res_c
+
+
+def _run3(call):
+    for _ in range(3):
+        res = call()
+    return res
+
+
+def test_softmax_layer_norm_and_activation_replay_the_python_blocks(stub):
+    import dnnctl.ops as ops
+
+    x = torch.randn(64, 768, dtype=torch.float16)
+    w = torch.randn(768, dtype=torch.float16)
+    b = torch.randn(768, dtype=torch.float16)
+    # (the op functions' call arrays: out= last)
+    cases = [("softmax", (x, None), lambda: ops.softmax(x)),
+             ("layer_norm", (x, w, b, None), lambda: ops.layer_norm(x, w, b)),
+             ("rms_norm", (x, w, None, None), lambda: ops.rms_norm(x, w))]
+    for op, arrays, call in cases:
+        _run3(call)
+        site = _site(op)
+        res = _check_same(site, arrays, call)
+        assert res.shape == x.shape
+
+
+def test_training_batch_norm_replays_with_running_statistics_written_in_place(stub):
+    import dnnctl.ops as ops
+
+    n, c, h, w = 4, 32, 8, 8
+    x = torch.randn(n, h, w, c, dtype=torch.float16)
+    rm, rv = torch.zeros(c), torch.ones(c)
+    wt, bs = torch.randn(c), torch.randn(c)
+
+    def call():
+        return ops.batch_norm(x, rm, rv, wt, bs, training=True, layout="NHWC",
+                              return_stats=True, activation="relu")
+
+    _run3(call)
+    site = _site("batch_norm")
+    # x, running_mean, running_var, weight, bias, out, residual, new_running (2)
+    arrays = (x, rm, rv, wt, bs, None, None, None, None)
+    res = _check_same(site, arrays, call)
+    assert isinstance(res, tuple) and len(res) == 3
+    assert res[0].shape == x.shape and res[1].shape == (c,)
+    before = rm._version
+    call()  # the replayed call bumps the running statistics' versions, as torch does
+    assert rm._version > before
+
+
+def test_a_less_aligned_call_goes_back_to_python(stub):
+    import dnnctl.ops as ops
+
+    big = torch.randn(64 * 768 + 1, dtype=torch.float16)
+    x = big[:64 * 768].view(64, 768)
+    _run3(lambda: ops.softmax(x))
+    site = _site("softmax")
+    prog = next(p for p in site.programs.values() if p)
+    shifted = big[1:].view(64, 768)  # 2 bytes off: the recorded vector width cannot run
+    assert prog.dry((x, None))[0] is not None
+    assert prog.dry((shifted, None))[0] is None
+    assert prog.dry((x,))[0] is None  # another number of arrays
+    y = ops.softmax(shifted)  # the Python path takes it
+    assert y.shape == (64, 768)
+
+
+def test_a_recording_with_a_copy_is_refused():
+    rec = cuda.Recorder()
+    with cuda.recording(rec):
+        cuda.copy(np.zeros(4, np.float32), np.ones(4, np.float32))  # the emulator's copy
+    rec.refuse("a copy")
+    rec.refuse("a later thing")
+    assert rec.foreign == "a copy"
+    with pytest.raises(replay.Unreplayable, match="a copy"):
+        replay.program(None, (), (), (), rec, [0], False)
+
+
+def test_param_layout_matches_the_launch_layout():
+    args = (np.int32(3), 0x1000, np.float32(1.5), None, np.int64(-2))
+    block, offsets, kinds = cuda.param_layout(args)
+    assert offsets == [0, 8, 16, 24, 32]
+    assert kinds == "iPfPq"
+    assert struct.unpack_from("<i", block, 0)[0] == 3
+    assert struct.unpack_from("<Q", block, 8)[0] == 0x1000
+    assert struct.unpack_from("<f", block, 16)[0] == 1.5
+    assert struct.unpack_from("<Q", block, 24)[0] == 0
+    assert struct.unpack_from("<q", block, 32)[0] == -2
+
+
+def test_off_switch(monkeypatch):
+    monkeypatch.setenv("DNNCTL_REPLAY", "0")
+    assert not replay.enabled()
