@@ -197,6 +197,9 @@ def clear_caches() -> None:
                   grad_plan._VENDOR):
         table.clear()
     grad_plan._DECIDED.clear()
+    from dnnctl.torch import native
+
+    native._TABLE.clear()
     for name in ("_STATIC", "_SIG_CACHE"):  # caches later code may add; absent is fine
         for mod in (kernels, grad_plan):
             table = getattr(mod, name, None)

@@ -18,6 +18,10 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <cstdint>
 #include <cstring>
@@ -130,20 +134,45 @@ class Program {
 
     py::object run(py::tuple arrays, py::list *dry) {
         if (static_cast<int>(arrays.size()) != n_in_) return py::none();
-        at::Tensor slots[MAX_SLOTS];
-        uint64_t ptrs[MAX_SLOTS];
+        std::vector<at::Tensor> slots(n_slots_);
         for (int i = 0; i < n_in_; i++) {
             PyObject *o = arrays[i].ptr();
-            if (o == Py_None) {
-                if (align_[i] != 0) return py::none();
+            if (o == Py_None) continue;
+            if (!THPVariable_Check(o)) return py::none();
+            slots[i] = THPVariable_Unpack(o);
+        }
+        int rc = exec(slots, dry);
+        if (rc == NO_FIT) return py::none();
+        if (rc != 0) return py::int_(rc);
+        auto one = [&](int r) -> py::object {
+            if (r < 0) return py::none();
+            if (r < n_in_) return py::reinterpret_borrow<py::object>(arrays[r]);
+            return py::reinterpret_steal<py::object>(THPVariable_Wrap(slots[r]));
+        };
+        if (!tuple_result_) return one(result_.empty() ? -1 : result_[0]);
+        py::tuple out(result_.size());
+        for (size_t j = 0; j < result_.size(); j++) out[j] = one(result_[j]);
+        return std::move(out);
+    }
+
+    static constexpr int NO_FIT = -2;
+
+    // Runs the program on ``slots`` (the inputs first, undefined for None; the rest are
+    // made here): 0, NO_FIT (nothing was done), or a launch's error code. ``dry``: the
+    // parameter blocks are appended there instead of launched (the GIL held).
+    int exec(std::vector<at::Tensor> &slots, py::list *dry = nullptr) const {
+        if (static_cast<int>(slots.size()) != n_slots_) return NO_FIT;
+        uint64_t ptrs[MAX_SLOTS];
+        for (int i = 0; i < n_in_; i++) {
+            const at::Tensor &t = slots[i];
+            if (!t.defined()) {
+                if (align_[i] != 0) return NO_FIT;
                 ptrs[i] = 0;
                 continue;
             }
-            if (align_[i] == 0 || !THPVariable_Check(o)) return py::none();
-            const at::Tensor &t = THPVariable_Unpack(o);
-            if (t.device() != device_) return py::none();
+            if (align_[i] == 0 || t.device() != device_) return NO_FIT;
             uint64_t p = reinterpret_cast<uint64_t>(t.data_ptr());
-            if (align_class(p) < align_[i]) return py::none();
+            if (align_class(p) < align_[i]) return NO_FIT;
             ptrs[i] = p;
         }
         c10::OptionalDeviceGuard guard;
@@ -181,26 +210,27 @@ class Program {
             int rc;
             void *fn = reinterpret_cast<void *>(s.handle);
             if (s.cooperative) {
-                if (LAUNCH_COOP == nullptr) return py::int_(-1);
+                if (LAUNCH_COOP == nullptr) return -1;
                 rc = LAUNCH_COOP(fn, s.dims[0], s.dims[1], s.dims[2], s.dims[3], s.dims[4],
                                  s.dims[5], s.dims[6], stream, params);
             } else {
-                if (LAUNCH == nullptr) return py::int_(-1);
+                if (LAUNCH == nullptr) return -1;
                 rc = LAUNCH(fn, s.dims[0], s.dims[1], s.dims[2], s.dims[3], s.dims[4],
                             s.dims[5], s.dims[6], stream, params, nullptr);
             }
-            if (rc != 0) return py::int_(rc);
+            if (rc != 0) return rc;
         }
-        auto one = [&](int r) -> py::object {
-            if (r < 0) return py::none();
-            if (r < n_in_) return py::reinterpret_borrow<py::object>(arrays[r]);
-            return py::reinterpret_steal<py::object>(THPVariable_Wrap(slots[r]));
-        };
-        if (!tuple_result_) return one(result_.empty() ? -1 : result_[0]);
-        py::tuple out(result_.size());
-        for (size_t j = 0; j < result_.size(); j++) out[j] = one(result_[j]);
-        return std::move(out);
+        return 0;
     }
+
+    // the j-th returned value of an exec'd call (undefined for None)
+    at::Tensor result(const std::vector<at::Tensor> &slots, size_t j) const {
+        if (j >= result_.size() || result_[j] < 0) return at::Tensor();
+        return slots[result_[j]];
+    }
+
+    int inputs() const { return n_in_; }
+    int slot_count() const { return n_slots_; }
 
     int launches() const { return static_cast<int>(steps_.size()); }
 
@@ -215,14 +245,161 @@ class Program {
     c10::Device device_;
 };
 
+// ----------------------------------------------------------------------------- autograd
+//
+// A training batch_norm (+ residual, + ReLU) whose forward and backward dispatch sites both
+// recorded a Program: the forward runs its Program and records a C++ autograd node whose
+// backward runs the other, so neither pass goes through Python (dnnctl/torch/native.py).
+
+namespace ag = torch::autograd;
+using NodePtr = decltype(std::declval<ag::Edge>().function);
+
+template <class N, class P = NodePtr>
+struct MakeNode;
+template <class N>
+struct MakeNode<N, std::shared_ptr<ag::Node>> {  // torch before the intrusive Node
+    static std::shared_ptr<N> make() { return std::shared_ptr<N>(new N()); }
+};
+template <class N>
+struct MakeNode<N, c10::intrusive_ptr<ag::Node>> {
+    static c10::intrusive_ptr<N> make() { return c10::make_intrusive<N>(); }
+};
+
+struct BnSpec {
+    std::shared_ptr<Program> fwd, bwd;
+    bool nhwc;         // x channels_last: the Programs see its NHWC view (same address)
+    bool bias_in_bwd;  // the backward reads the bias (the ReLU's mask is recomputed)
+};
+
+// the call arrays of dnnctl's batch_norm and batch_norm_backward (the op functions' order)
+enum { F_X, F_RM, F_RV, F_W, F_B, F_OUT, F_RES, F_NRM, F_NRV, F_N };
+enum { B_DY, B_X, B_W, B_MEAN, B_INVSTD, B_BIAS, B_RES, B_N };
+
+struct BnTrainBackward : public ag::Node {
+    std::shared_ptr<BnSpec> spec;
+    ag::SavedVariable x_, w_, b_, mean_, invstd_, res_;
+
+    ag::variable_list apply(ag::variable_list &&grads) override {
+        TORCH_CHECK(!at::GradMode::is_enabled(),
+                    "dnnctl's fused batch_norm backward has no derivative of its own "
+                    "(create_graph=True): leave BatchNorm unpatched for a double backward");
+        ag::variable_list out(4);
+        at::Tensor dy = grads[0];
+        if (!dy.defined()) return out;
+        at::Tensor x = x_.unpack(), res = res_.unpack();
+        auto fmt = spec->nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+        if (dy.strides() != x.strides()) dy = dy.contiguous(fmt);
+        const Program &p = *spec->bwd;
+        std::vector<at::Tensor> slots(p.slot_count());
+        slots[B_DY] = dy;
+        slots[B_X] = x;
+        slots[B_W] = w_.unpack();
+        slots[B_MEAN] = mean_.unpack();
+        slots[B_INVSTD] = invstd_.unpack();
+        if (spec->bias_in_bwd) slots[B_BIAS] = b_.unpack();
+        slots[B_RES] = res;
+        int rc = p.exec(slots);
+        if (rc == Program::NO_FIT) {  // a gradient less aligned than the recorded one
+            slots[B_DY] = dy.clone(fmt);
+            rc = p.exec(slots);
+        }
+        TORCH_CHECK(rc == 0, "dnnctl: a replayed batch_norm backward failed to launch (",
+                    rc, "); DNNCTL_REPLAY=0 turns the replay path off");
+        at::Tensor dx = p.result(slots, 0), dz;
+        if (res.defined()) dz = p.result(slots, 3);
+        if (spec->nhwc) {
+            dx = dx.permute({0, 3, 1, 2});
+            if (dz.defined()) dz = dz.permute({0, 3, 1, 2});
+        }
+        out[0] = dx;
+        out[1] = p.result(slots, 1);
+        out[2] = p.result(slots, 2);
+        out[3] = dz;
+        return out;
+    }
+
+    std::string name() const override { return "DnnctlBackward_batch_norm_train_native"; }
+
+    void release_variables() override {
+        x_.reset_data();
+        w_.reset_data();
+        b_.reset_data();
+        mean_.reset_data();
+        invstd_.reset_data();
+        res_.reset_data();
+    }
+};
+
+class BnTrain {
+  public:
+    BnTrain(std::shared_ptr<Program> fwd, std::shared_ptr<Program> bwd, bool nhwc,
+            bool bias_in_bwd)
+        : spec_(std::make_shared<BnSpec>(BnSpec{std::move(fwd), std::move(bwd), nhwc,
+                                                bias_in_bwd})) {
+        if (spec_->fwd->inputs() != F_N || spec_->bwd->inputs() != B_N)
+            throw std::invalid_argument("BnTrain: not batch_norm's call arrays");
+    }
+
+    // y, its running statistics updated in place, and its autograd node where a gradient
+    // is wanted; None where the recording does not fit the call; an int for a failed launch
+    py::object call(py::object x, py::object w, py::object b, py::object res, py::object rm,
+                    py::object rv) {
+        at::Tensor t[6];
+        PyObject *objs[6] = {x.ptr(), w.ptr(), b.ptr(), res.ptr(), rm.ptr(), rv.ptr()};
+        for (int i = 0; i < 6; i++) {
+            if (objs[i] == Py_None) continue;
+            if (!THPVariable_Check(objs[i])) return py::none();
+            t[i] = THPVariable_Unpack(objs[i]);
+        }
+        const at::Tensor &xt = t[0];
+        if (!xt.defined() || !t[4].defined() || !t[5].defined()) return py::none();
+        const Program &p = *spec_->fwd;
+        auto fmt = spec_->nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+        at::Tensor y = at::empty_like(xt, at::TensorOptions(), fmt);
+        std::vector<at::Tensor> slots(p.slot_count());
+        slots[F_X] = xt;
+        slots[F_RM] = t[4];
+        slots[F_RV] = t[5];
+        slots[F_W] = t[1];
+        slots[F_B] = t[2];
+        slots[F_OUT] = y;
+        slots[F_RES] = t[3];
+        int rc = p.exec(slots);
+        if (rc == Program::NO_FIT) return py::none();
+        if (rc != 0) return py::int_(rc);
+        ag::impl::bump_version(t[4]);
+        ag::impl::bump_version(t[5]);
+        if (ag::compute_requires_grad(xt, t[1], t[2], t[3])) {
+            auto node = MakeNode<BnTrainBackward>::make();
+            node->spec = spec_;
+            node->set_next_edges(ag::collect_next_edges(xt, t[1], t[2], t[3]));
+            node->x_ = ag::SavedVariable(xt, false);
+            node->w_ = ag::SavedVariable(t[1], false);
+            node->b_ = ag::SavedVariable(t[2], false);
+            node->mean_ = ag::SavedVariable(p.result(slots, 1), false);
+            node->invstd_ = ag::SavedVariable(p.result(slots, 2), false);
+            node->res_ = ag::SavedVariable(t[3], false);
+            ag::set_history(y, node);
+        }
+        return py::reinterpret_steal<py::object>(THPVariable_Wrap(y));
+    }
+
+  private:
+    std::shared_ptr<BnSpec> spec_;
+};
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "dnnctl's replay of recorded launch programs";
     m.def("set_launch", &set_launch, "cuLaunchKernel's and cuLaunchCooperativeKernel's addresses");
-    py::class_<Program>(m, "Program")
+    py::class_<Program, std::shared_ptr<Program>>(m, "Program")
         .def(py::init<int, std::vector<int>, std::vector<at::Tensor>,
                       std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
                       std::vector<int64_t>, py::list, std::vector<int>, bool, int, int>())
         .def("__call__", &Program::call)
         .def("dry", &Program::dry)
-        .def_property_readonly("launches", &Program::launches);
+        .def_property_readonly("launches", &Program::launches)
+        .def_property_readonly("inputs", &Program::inputs);
+    py::class_<BnTrain>(m, "BnTrain")
+        .def(py::init<std::shared_ptr<Program>, std::shared_ptr<Program>, bool, bool>())
+        .def("__call__", &BnTrain::call);
 }

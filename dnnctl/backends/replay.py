@@ -290,10 +290,16 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
 _DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 
 
+# the coarsest alignment a replayable kernel decides by (VecKernel: its vector's bytes,
+# <= 16): a later call's address need only match the recorded one up to this
+ALIGN = 16
+
+
 def _align_class(p: int) -> int:
+    """The largest power of two up to :data:`ALIGN` that divides the address."""
     if p == 0:
-        return 256
+        return ALIGN
     a = 1
-    while a < 256 and p % (2 * a) == 0:
+    while a < ALIGN and p % (2 * a) == 0:
         a *= 2
     return a

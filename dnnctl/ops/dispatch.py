@@ -726,6 +726,24 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
     return site(arrays, plan)
 
 
+def program_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
+                plan: PlanLike | None = None) -> Any | None:
+    """The replay Program (:mod:`dnnctl.backends.replay`) a call of ``spec`` with arrays of
+    these signatures would run now, under ``plan`` (None: the active plan, else the
+    default); None where the site has recorded none."""
+    try:
+        site = _SITES.get((spec, scalars, *[None if a is None else signature(a)
+                                            for a in arrays]))
+    except TypeError:
+        return None
+    if site is None or not site.programs:
+        return None
+    built = site.kernel(plan, build=False)
+    if built is None:
+        return None
+    return site.programs.get(id(built[0])) or None
+
+
 def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
                plan: PlanLike | None) -> Any:
     checks.require(spec.name, spec.required, arrays)

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
-from dnnctl.errors import UsageError
+from dnnctl.errors import KernelLaunchError, UsageError
 from dnnctl.ops.conv2d.op import output_size
 from dnnctl.ops.pool.pool2d import out_size
-from dnnctl.torch import autocast
+from dnnctl.torch import autocast, native
 from dnnctl.torch import backward as bw
+from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
 from dnnctl.torch._tensors import ints, is_nhwc
 from dnnctl.torch.reference import stat_dtype
@@ -523,13 +524,29 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
     ``torch.ops.dnnctl.batch_norm_train`` op is the functional form everything else
     takes)."""
     if _grad_on() and _any_grad(x, weight, bias, residual):
-        return _bn_train_apply(x, weight, bias, residual, running_mean, running_var,
-                               momentum, eps, plan, activation)
+        k = native.key(x, weight, bias, residual, momentum, eps, plan, activation)
+        fused = native.fused_bn(k)
+        if fused is not None:  # both passes recorded: one C++ call, a C++ autograd node
+            y = fused(x, weight, bias, residual, running_mean, running_var)
+            if y is not None:
+                if y.__class__ is int:
+                    raise KernelLaunchError(f"cuLaunchKernel failed in a replayed "
+                                            f"batch_norm ({y})",
+                                            hint="DNNCTL_REPLAY=0 turns replay off")
+                if y.requires_grad:  # its backward runs in C++: counted here
+                    _BN_PATHS[_BN_OWN] += 1
+                return y
+        y = _bn_train_apply(x, weight, bias, residual, running_mean, running_var,
+                            momentum, eps, plan, activation)
+        native.learn(k, x, weight, bias, residual, running_mean, running_var, momentum, eps,
+                     K.plan_of(plan), activation)
+        return y
     return K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps,
                                plan, activation, residual)[0]
 
 
 _any_grad = torch._C._any_requires_grad
+_BN_PATHS, _BN_OWN = gp.BACKWARD_PATHS, ("batch_norm", "backward", "dnnctl")
 
 
 def _bn_train_applier() -> Callable[..., Any]:

@@ -8,6 +8,8 @@ a CUDA-graph capture.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -152,3 +154,90 @@ def test_a_misaligned_view_takes_the_python_path_and_is_right():
     got = dops.softmax(shifted)
     ref = torch.softmax(shifted.float(), -1).half()
     assert torch.allclose(got.float(), ref.float(), atol=2e-3)
+
+
+# ----------------------------------------------------------------------------- native BN
+
+
+class _Block(torch.nn.Module):
+    """conv -> BN -> ReLU, conv -> BN (+ the block's input) -> ReLU: both fused forms."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b1 = torch.nn.BatchNorm2d(c)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        return torch.relu(self.b2(self.c2(y)) + x)
+
+
+def _native_nodes(y):
+    seen, todo, names = set(), [y.grad_fn], []
+    while todo:
+        f = todo.pop()
+        if f is None or f in seen:
+            continue
+        seen.add(f)
+        names.append(f.name())
+        todo.extend(n for n, _ in f.next_functions)
+    return sum("batch_norm_train_native" in n for n in names)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_native_batch_norm_steps_equal_the_python_path_bitwise(dtype):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+
+    torch.manual_seed(0)
+    c = 64
+    model = torch.nn.Sequential(_Block(c), _Block(c)).cuda().to(memory_format=CL)
+    ref = torch.nn.Sequential(_Block(c), _Block(c)).cuda().to(memory_format=CL)
+    ref.load_state_dict(model.state_dict())
+    dt.patch(model, backward="dnnctl")
+    dt.patch(ref, backward="dnnctl")
+    used = 0
+    for step in range(6):
+        x = torch.randn(8, c, 28, 28, device="cuda").to(memory_format=CL)
+        outs = []
+        for m, off in ((model, False), (ref, True)):
+            m.zero_grad(set_to_none=True)
+            xi = x.clone().requires_grad_()
+            with (torch.autocast("cuda", dtype=dtype),
+                  native.suspended() if off else contextlib.nullcontext()):
+                y = m(xi)
+            if not off:
+                used = max(used, _native_nodes(y))
+                g = torch.randn_like(y)
+            y.backward(g)
+            outs.append((y, xi.grad, [p.grad for p in m.parameters()],
+                         [b.clone() for b in m.buffers()]))
+        (y1, gx1, gp1, b1), (y2, gx2, gp2, b2) = outs
+        torch.cuda.synchronize()
+        assert torch.equal(y1, y2), f"step {step}: outputs differ"
+        assert torch.equal(gx1, gx2), f"step {step}: input gradients differ"
+        for a, b in zip(gp1, gp2, strict=True):
+            assert torch.equal(a, b), f"step {step}: a parameter gradient differs"
+        for a, b in zip(b1, b2, strict=True):
+            assert torch.equal(a, b), f"step {step}: a running statistic differs"
+    # (2 to 4: the fused forms the patch found; every BatchNorm here may take the node)
+    assert used >= 2, f"{used} of 4 BatchNorms on the C++ node ({native._TABLE})"
+
+
+def test_native_batch_norm_refuses_a_double_backward():
+    import dnnctl.torch as dt
+
+    c = 32
+    model = _Block(c).cuda().to(memory_format=CL).half()
+    model.b1.float()
+    model.b2.float()
+    dt.patch(model, backward="dnnctl")
+    x = torch.randn(4, c, 14, 14, device="cuda", dtype=torch.half).to(memory_format=CL)
+    for _ in range(4):
+        model(x.requires_grad_()).float().sum().backward()
+    y = model(x.detach().requires_grad_())
+    assert _native_nodes(y) >= 1
+    with pytest.raises(RuntimeError, match="create_graph"):
+        torch.autograd.grad(y.float().sum(), x, create_graph=True)

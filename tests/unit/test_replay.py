@@ -174,3 +174,67 @@ def test_param_layout_matches_the_launch_layout():
 def test_off_switch(monkeypatch):
     monkeypatch.setenv("DNNCTL_REPLAY", "0")
     assert not replay.enabled()
+
+
+def _steps(model, *inputs, n=5):
+    names = []
+    for _ in range(n):
+        y = model(*inputs)
+        names.append(y.grad_fn.name())
+        y.float().sum().backward()
+    return names
+
+
+def test_a_patched_training_batch_norm_moves_to_the_cpp_node(stub):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b1, self.b2 = torch.nn.BatchNorm2d(16), torch.nn.BatchNorm2d(16)
+
+        def forward(self, x, r):
+            return torch.relu(self.b2(torch.relu(self.b1(x))) + r)
+
+    m = Block()
+    cl = torch.channels_last
+    x = torch.randn(2, 16, 8, 8, dtype=torch.float16).contiguous(memory_format=cl)
+    r = torch.randn(2, 16, 8, 8, dtype=torch.float16).contiguous(memory_format=cl)
+    x.requires_grad_()
+    r.requires_grad_()
+    dt.patch(m, backward="dnnctl")
+    before = m.b1.running_mean._version
+    names = _steps(m, x, r)
+    # both passes record on their second call; the third forward finds both Programs
+    assert names[:2] == ["_BatchNormTrainInPlaceBackward"] * 2
+    assert names[3:] == ["DnnctlBackward_batch_norm_train_native"] * 2
+    assert sum(1 for v in native._TABLE.values() if v.__class__ is not int) == 2
+    assert m.b1.running_mean._version >= before + 5  # bumped by each call, both paths
+    assert int(m.b1.num_batches_tracked) == 5
+    # the C++ node's gradients: x's shape and layout, fp32 parameters, the residual's
+    assert x.grad.shape == x.shape and x.grad.stride() == x.stride()
+    assert r.grad.shape == r.shape and r.grad.stride() == r.stride()
+    assert m.b1.weight.grad.shape == (16,) and m.b1.weight.grad.dtype == torch.float32
+    with native.suspended():  # the Python path again, on demand
+        assert m(x, r).grad_fn.name() == "_BatchNormTrainInPlaceBackward"
+
+
+def test_an_aliased_residual_stays_on_the_python_path(stub):
+    import dnnctl.torch as dt
+
+    class Same(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return torch.relu(self.bn(x) + x)  # x is also the residual: a recording of
+            # one cannot tell its two parameters apart, so it is refused
+
+    m = Same()
+    x = torch.randn(2, 8, 4, 4, dtype=torch.float16).contiguous(
+        memory_format=torch.channels_last).requires_grad_()
+    dt.patch(m, backward="dnnctl")
+    assert set(_steps(m, x)) == {"_BatchNormTrainInPlaceBackward"}
+    assert "overlap" in dispatch.REFUSED.get("batch_norm", "")
