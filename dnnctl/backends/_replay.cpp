@@ -269,7 +269,25 @@ struct BnSpec {
     std::shared_ptr<Program> fwd, bwd;
     bool nhwc;         // x channels_last: the Programs see its NHWC view (same address)
     bool bias_in_bwd;  // the backward reads the bias (the ReLU's mask is recomputed)
+    double eps;        // for the differentiable fallback
+    int64_t plan;
+    std::string activation;
 };
+
+// Python's batch_norm backward (dnnctl.torch.native._differentiable_backward), for a
+// backward that must itself be differentiable (create_graph=True): torch's formulas, as the
+// Python path runs them. Held for the life of the process (a node may be freed with no GIL).
+static PyObject *BN_FALLBACK = nullptr;
+
+static void set_bn_fallback(py::object fn) {
+    Py_XINCREF(fn.ptr());
+    BN_FALLBACK = fn.ptr();
+}
+
+static py::object wrap_or_none(const at::Tensor &t) {
+    if (!t.defined()) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(t));
+}
 
 // the call arrays of dnnctl's batch_norm and batch_norm_backward (the op functions' order)
 enum { F_X, F_RM, F_RV, F_W, F_B, F_OUT, F_RES, F_NRM, F_NRV, F_N };
@@ -280,13 +298,11 @@ struct BnTrainBackward : public ag::Node {
     ag::SavedVariable x_, w_, b_, mean_, invstd_, res_;
 
     ag::variable_list apply(ag::variable_list &&grads) override {
-        TORCH_CHECK(!at::GradMode::is_enabled(),
-                    "dnnctl's fused batch_norm backward has no derivative of its own "
-                    "(create_graph=True): leave BatchNorm unpatched for a double backward");
         ag::variable_list out(4);
         at::Tensor dy = grads[0];
         if (!dy.defined()) return out;
         at::Tensor x = x_.unpack(), res = res_.unpack();
+        if (at::GradMode::is_enabled()) return differentiable(dy, x, res);
         auto fmt = spec->nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         if (dy.strides() != x.strides()) dy = dy.contiguous(fmt);
         const Program &p = *spec->bwd;
@@ -320,6 +336,24 @@ struct BnTrainBackward : public ag::Node {
 
     std::string name() const override { return "DnnctlBackward_batch_norm_train_native"; }
 
+    ag::variable_list differentiable(const at::Tensor &dy, const at::Tensor &x,
+                                     const at::Tensor &res) {
+        TORCH_CHECK(BN_FALLBACK != nullptr, "dnnctl: no differentiable batch_norm backward");
+        ag::variable_list out(4);
+        py::gil_scoped_acquire gil;
+        py::tuple needs = py::make_tuple(should_compute_output(0), should_compute_output(1),
+                                         should_compute_output(2), should_compute_output(3));
+        py::object got = py::reinterpret_borrow<py::object>(BN_FALLBACK)(
+            wrap_or_none(dy), wrap_or_none(x), wrap_or_none(w_.unpack()),
+            wrap_or_none(b_.unpack()), wrap_or_none(mean_.unpack()),
+            wrap_or_none(invstd_.unpack()), wrap_or_none(res), needs, spec->eps, spec->plan,
+            spec->activation);
+        py::tuple t = got.cast<py::tuple>();
+        for (size_t i = 0; i < 4 && i < t.size(); i++)
+            if (!t[i].is_none()) out[i] = THPVariable_Unpack(t[i].ptr());
+        return out;
+    }
+
     void release_variables() override {
         x_.reset_data();
         w_.reset_data();
@@ -333,9 +367,10 @@ struct BnTrainBackward : public ag::Node {
 class BnTrain {
   public:
     BnTrain(std::shared_ptr<Program> fwd, std::shared_ptr<Program> bwd, bool nhwc,
-            bool bias_in_bwd)
+            bool bias_in_bwd, double eps, int64_t plan, std::string activation)
         : spec_(std::make_shared<BnSpec>(BnSpec{std::move(fwd), std::move(bwd), nhwc,
-                                                bias_in_bwd})) {
+                                                bias_in_bwd, eps, plan,
+                                                std::move(activation)})) {
         if (spec_->fwd->inputs() != F_N || spec_->bwd->inputs() != B_N)
             throw std::invalid_argument("BnTrain: not batch_norm's call arrays");
     }
@@ -390,6 +425,7 @@ class BnTrain {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "dnnctl's replay of recorded launch programs";
+    m.def("set_bn_fallback", &set_bn_fallback, "the differentiable batch_norm backward");
     m.def("set_launch", &set_launch, "cuLaunchKernel's and cuLaunchCooperativeKernel's addresses");
     py::class_<Program, std::shared_ptr<Program>>(m, "Program")
         .def(py::init<int, std::vector<int>, std::vector<at::Tensor>,
@@ -400,6 +436,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         .def_property_readonly("launches", &Program::launches)
         .def_property_readonly("inputs", &Program::inputs);
     py::class_<BnTrain>(m, "BnTrain")
-        .def(py::init<std::shared_ptr<Program>, std::shared_ptr<Program>, bool, bool>())
+        .def(py::init<std::shared_ptr<Program>, std::shared_ptr<Program>, bool, bool, double,
+                      int64_t, std::string>())
         .def("__call__", &BnTrain::call);
 }

@@ -539,7 +539,7 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
         y = _bn_train_apply(x, weight, bias, residual, running_mean, running_var,
                             momentum, eps, plan, activation)
         native.learn(k, x, weight, bias, residual, running_mean, running_var, momentum, eps,
-                     K.plan_of(plan), activation)
+                     plan, activation)
         return y
     return K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps,
                                plan, activation, residual)[0]

@@ -28,6 +28,7 @@ from dnnctl.ops import dispatch
 from dnnctl.ops.batch_norm.backward_function import _BACKWARD as _BN_BACKWARD
 from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
 from dnnctl.torch._tensors import in_layout, is_nhwc
+from dnnctl.torch.kernels import plan_of
 
 TRIES = 8  # Python calls of a key that look for both Programs before giving up
 _TABLE: dict[Any, Any] = {}  # key -> BnTrain, or the number of looks so far
@@ -65,24 +66,24 @@ def suspended() -> Iterator[None]:
 
 def learn(k: tuple, x: torch.Tensor, weight: Any, bias: Any, residual: Any,
           running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float, eps: float,
-          plan: Any, activation: str) -> None:
+          handle: int, activation: str) -> None:
     """After a Python-path call of ``k``: make its BnTrain where both passes' Programs are
-    recorded (``plan``: the plan object the calls used, None for the active / default)."""
+    recorded (``handle``: the patch's plan handle the calls used, 0: the active plan)."""
     looks = _TABLE.get(k, 0)
     if looks.__class__ is not int or looks >= TRIES or _OFF:
         return
     if len(_TABLE) >= _LIMIT:
         _TABLE.clear()
     _TABLE[k] = looks + 1
-    made = _make(x, weight, bias, residual, running_mean, running_var, momentum, eps, plan,
-                 activation)
+    made = _make(x, weight, bias, residual, running_mean, running_var, momentum, eps,
+                 plan_of(handle), handle, activation)
     if made is not None:
         _TABLE[k] = made
 
 
 def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
           running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float, eps: float,
-          plan: Any, activation: str) -> Any:
+          plan: Any, handle: int, activation: str) -> Any:
     mod = replay.module()
     if mod is None or not hasattr(mod, "BnTrain") or x.dim() != 4:
         return None
@@ -122,7 +123,26 @@ def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
             break
     if bwd is None:
         return None
-    return mod.BnTrain(fwd, bwd, nhwc, bias_in is not None)
+    if not _FALLBACK_SET:
+        mod.set_bn_fallback(_differentiable_backward)
+        _FALLBACK_SET.append(True)
+    return mod.BnTrain(fwd, bwd, nhwc, bias_in is not None, float(eps), int(handle),
+                       activation)
+
+
+_FALLBACK_SET: list[bool] = []
+
+
+def _differentiable_backward(grad: torch.Tensor, x: torch.Tensor, weight: Any, bias: Any,
+                             mean: torch.Tensor, invstd: torch.Tensor, residual: Any,
+                             needs: tuple[bool, ...], eps: float, handle: int,
+                             activation: str) -> tuple[Any, ...]:
+    """The C++ node's backward where it must be differentiable (``create_graph=True``):
+    the Python path's, which runs torch's formulas there."""
+    from dnnctl.torch import backward as bw
+
+    return bw.batch_norm(grad, x, weight, bias, mean, invstd, True, needs, handle,
+                         activation, residual, None, eps)
 
 
 def _plain(t: Any) -> Any:

@@ -226,7 +226,7 @@ def test_native_batch_norm_steps_equal_the_python_path_bitwise(dtype):
     assert used >= 2, f"{used} of 4 BatchNorms on the C++ node ({native._TABLE})"
 
 
-def test_native_batch_norm_refuses_a_double_backward():
+def test_native_batch_norm_double_backward_runs_torchs_formulas():
     import dnnctl.torch as dt
 
     c = 32
@@ -237,7 +237,10 @@ def test_native_batch_norm_refuses_a_double_backward():
     x = torch.randn(4, c, 14, 14, device="cuda", dtype=torch.half).to(memory_format=CL)
     for _ in range(4):
         model(x.requires_grad_()).float().sum().backward()
-    y = model(x.detach().requires_grad_())
+    xi = x.detach().requires_grad_()
+    y = model(xi)
     assert _native_nodes(y) >= 1
-    with pytest.raises(RuntimeError, match="create_graph"):
-        torch.autograd.grad(y.float().sum(), x, create_graph=True)
+    (g,) = torch.autograd.grad((y.float() ** 2).sum(), xi, create_graph=True)
+    assert g.requires_grad  # a graph of its own: a gradient penalty can go through it
+    g.float().pow(2).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())

@@ -216,6 +216,11 @@ def test_a_patched_training_batch_norm_moves_to_the_cpp_node(stub):
     assert x.grad.shape == x.shape and x.grad.stride() == x.stride()
     assert r.grad.shape == r.shape and r.grad.stride() == r.stride()
     assert m.b1.weight.grad.shape == (16,) and m.b1.weight.grad.dtype == torch.float32
+    y = m(x, r)
+    assert y.grad_fn.name() == "DnnctlBackward_batch_norm_train_native"
+    # a backward that must be differentiable leaves the Programs for torch's formulas
+    (gx,) = torch.autograd.grad((y.float() ** 2).sum(), x, create_graph=True)
+    assert gx.requires_grad and gx.shape == x.shape
     with native.suspended():  # the Python path again, on demand
         assert m(x, r).grad_fn.name() == "_BatchNormTrainInPlaceBackward"
 
@@ -238,3 +243,22 @@ def test_an_aliased_residual_stays_on_the_python_path(stub):
     dt.patch(m, backward="dnnctl")
     assert set(_steps(m, x)) == {"_BatchNormTrainInPlaceBackward"}
     assert "overlap" in dispatch.REFUSED.get("batch_norm", "")
+
+
+def test_the_cpp_node_backward_with_create_graph_takes_torchs_formulas():
+    """No stub here: the numpy backend runs the kernels' CPU variants, and the C++ node is
+    made from CPU Programs only under the stub, so this checks the Python fallback the node
+    calls with create_graph=True, which must itself give a differentiable gradient."""
+    from dnnctl.torch import native
+
+    x = torch.randn(2, 4, 3, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    b = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    mean = x.detach().mean((0, 2, 3))
+    invstd = (x.detach().var((0, 2, 3), unbiased=False) + 1e-5).rsqrt()
+    grad = torch.randn_like(x)
+    with torch.enable_grad():
+        out = native._differentiable_backward(grad, x, w, b, mean, invstd, None,
+                                              (True, True, True, False), 1e-5, 0, "relu")
+    assert out[0].shape == x.shape and out[3] is None
+    assert out[0].requires_grad  # differentiable: torch's formulas
