@@ -186,8 +186,17 @@ def _native_nodes(y):
     return sum("batch_norm_train_native" in n for n in names)
 
 
+@pytest.fixture()
+def cudnn_deterministic():
+    """cuDNN's convolution gradients the same from run to run (the comparison is bitwise)."""
+    saved = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    yield
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_native_batch_norm_steps_equal_the_python_path_bitwise(dtype):
+def test_native_batch_norm_steps_equal_the_python_path_bitwise(dtype, cudnn_deterministic):
     import dnnctl.torch as dt
     from dnnctl.torch import native
 
