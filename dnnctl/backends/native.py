@@ -99,14 +99,17 @@ def built() -> Path | None:
     return out
 
 
-def compiler() -> list[str] | None:
-    """The C compiler command: $CC, else this Python's, else cc / gcc / clang on PATH."""
-    for cand in (os.environ.get("CC"), sysconfig.get_config_var("CC")):
+def compiler(env: str = "CC", names: tuple[str, ...] = ("cc", "gcc", "clang"),
+             config: str | None = "CC") -> list[str] | None:
+    """The compiler command: ``$env``, else this Python's (its ``config`` variable), else
+    the first of ``names`` on PATH (the C compiler by default; the C++ one with
+    ``("CXX", ("c++", "g++", "clang++"), None)``)."""
+    for cand in (os.environ.get(env), sysconfig.get_config_var(config) if config else None):
         if cand:
             parts = cand.split()
             if parts and shutil.which(parts[0]):
                 return [parts[0]]
-    for name in ("cc", "gcc", "clang"):
+    for name in names:
         found = shutil.which(name)
         if found:
             return [found]

@@ -29,7 +29,6 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -39,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dnnctl.backends import native
 from dnnctl.paths import cache_root
 
 SOURCE = Path(__file__).with_name("_replay.cpp")
@@ -132,16 +132,7 @@ def _key(torch_version: str) -> str:
 
 def compiler() -> list[str] | None:
     """The C++ compiler command: $CXX, else c++ / g++ / clang++ on PATH."""
-    for cand in (os.environ.get("CXX"),):
-        if cand:
-            parts = cand.split()
-            if parts and shutil.which(parts[0]):
-                return [parts[0]]
-    for name in ("c++", "g++", "clang++"):
-        found = shutil.which(name)
-        if found:
-            return [found]
-    return None
+    return native.compiler("CXX", ("c++", "g++", "clang++"), None)
 
 
 def built() -> tuple[Path | None, str | None]:

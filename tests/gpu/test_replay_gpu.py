@@ -20,20 +20,15 @@ pytest.importorskip("cupy")
 import dnnctl.ops as dops  # noqa: E402
 from dnnctl.backends import replay  # noqa: E402
 from dnnctl.ops import dispatch  # noqa: E402
+from test_capture_ops import CL, _r  # noqa: E402  (tests/gpu is on the path)
 
 pytestmark = pytest.mark.gpu
-CL = torch.channels_last
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
     if replay.module(wait=None) is None:
         pytest.skip(f"no replay extension here: {replay.failure()}")
-
-
-def _r(*shape, dtype=torch.float32, positive=False):
-    t = torch.randn(*shape, device="cuda", dtype=torch.float32)
-    return (t.abs() + 0.5 if positive else t).to(dtype)
 
 
 def _bn_train(x, rm, rv, w, b):
@@ -175,15 +170,9 @@ class _Block(torch.nn.Module):
 
 
 def _native_nodes(y):
-    seen, todo, names = set(), [y.grad_fn], []
-    while todo:
-        f = todo.pop()
-        if f is None or f in seen:
-            continue
-        seen.add(f)
-        names.append(f.name())
-        todo.extend(n for n, _ in f.next_functions)
-    return sum("batch_norm_train_native" in n for n in names)
+    from test_torch_backward_gpu import _node_names  # (tests/gpu is on the path)
+
+    return sum("batch_norm_train_native" in n for n in _node_names(y.grad_fn))
 
 
 @pytest.fixture()
