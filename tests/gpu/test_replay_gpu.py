@@ -17,10 +17,11 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA build of torch and a GPU", allow_module_level=True)
 pytest.importorskip("cupy")
 
+from test_capture_ops import CL, _r  # noqa: E402  (tests/gpu is on the path)
+
 import dnnctl.ops as dops  # noqa: E402
 from dnnctl.backends import replay  # noqa: E402
 from dnnctl.ops import dispatch  # noqa: E402
-from test_capture_ops import CL, _r  # noqa: E402  (tests/gpu is on the path)
 
 pytestmark = pytest.mark.gpu
 
