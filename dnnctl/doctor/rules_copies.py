@@ -39,9 +39,18 @@ COPIES_SOURCE = {
 }
 
 
+CUDNN_MINOR_SOURCE = (
+    "https://docs.nvidia.com/deeplearning/cudnn/archives/cudnn-765/developer-guide/"
+    "index.html#api-compat ('an application built against cuDNN 7.x is binary compatible "
+    "with cuDNN library 7.y, where y>=x. Applications compiled with a cuDNN version 7.y are "
+    "not guaranteed to work with 7.x release when y > x'); the cuDNN 8 and 9 guides keep "
+    "the rule (API compatibility: newer minor releases only)")
+
+
 def check(ctx: Context) -> list[Finding]:
-    """Copies of unknown version found first, then old CUDA directories before cuDNN."""
-    return unknown_first(ctx) + old_cuda_before_cudnn(ctx)
+    """Copies of unknown version found first, older cuDNN copies found first, then old CUDA
+    directories before cuDNN."""
+    return unknown_first(ctx) + older_cudnn_first(ctx) + old_cuda_before_cudnn(ctx)
 
 
 def _groups(ctx: Context) -> list[tuple[str, list[Component]]]:
@@ -93,6 +102,43 @@ def unknown_first(ctx: Context) -> list[Finding]:
             source=COPIES_SOURCE.get(lib), loaded_from=_where(first),
             others=[_where(c) for c in others]))
     return out
+
+
+def older_cudnn_first(ctx: Context) -> list[Finding]:
+    """The cuDNN found first is an older minor of the same major than another copy listed.
+
+    Within a major, cuDNN is compatible only with newer minors: a program built against the
+    newer copy fails with the older one, and nothing built against the older one needs it.
+    Copies a framework's wheel brings (pip:), and snapshots where a framework states the cuDNN
+    it was built with, are judged by the framework rules instead."""
+    if any((info or {}).get("cudnn") for info in (ctx.env.frameworks or {}).values()
+           if isinstance(info, dict)):
+        return []
+    copies = list(ctx.env.cudnn)
+    first = next((c for c in copies if c.loaded_first), None)
+    have = parse_cudnn(first.version) if first is not None else None
+    if first is None or have is None:
+        return []
+    newer = [(v, c) for c in copies if c is not first and not f"{c.source or ''}".startswith(
+        "pip:") and (v := parse_cudnn(c.version)) is not None and v.major == have.major
+        and (v.major, v.minor) > (have.major, have.minor)]
+    if not newer:
+        return []
+    ver, best = max(newer, key=lambda t: t[0])
+    directory = os.path.dirname(best.path) if best.path else None
+    fix = (f"put {directory} first on the library path: `export LD_LIBRARY_PATH={directory}"
+           ":$LD_LIBRARY_PATH` (or remove the older copy)" if directory else
+           "put the newer copy's directory first on LD_LIBRARY_PATH, or remove the older copy")
+    return [finding(
+        "library-copies", "warning", "cudnn",
+        f"cuDNN {have} ({_where(first)}) is found first, but cuDNN {ver} ({_where(best)}) is "
+        f"also here: a program built against cuDNN {ver.major}.{ver.minor} does not work with "
+        f"the older {have.major}.{have.minor} (cuDNN is compatible with newer minors only), "
+        "and errors such as CUDNN_STATUS_BAD_PARAM or 'compiled with CUDNN "
+        f"{ver.major}.{ver.minor}, but CUDNN version in your machine is "
+        f"{have.major}.{have.minor}' follow",
+        fix=fix, source=CUDNN_MINOR_SOURCE, loaded=str(have), loaded_from=_where(first),
+        newer=str(ver), newer_at=_where(best))]
 
 
 def _cudnn_needs(ctx: Context, copy: Component) -> tuple[Version | None, Row | None,
