@@ -95,6 +95,10 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "ctranslate2": (("ctranslate2",), {
         "ctranslate2": F("range", True), "cuda": F("version", True),
         "uses_cudnn": F("bool", True), "cudnn": F("version")}),
+    # paddlepaddle-gpu: a release range and a wheel's .postNNN tag -> its CUDA and minimum cuDNN
+    "paddle": (("paddle", "tag"), {
+        "paddle": F("range", True), "tag": F("text", True), "cuda": F("version", True),
+        "cudnn": F("version", True), "index": F("text"), "cudnn_apt": F("text")}),
     "onnxruntime": (("onnxruntime", "cuda"), {
         "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
         "pypi": F("bool", True)}),

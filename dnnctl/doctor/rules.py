@@ -6,8 +6,9 @@ filled from the matrix (a torch wheel's arch list and cuDNN from its version and
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_extensions.py (nvcc vs
-torch's CUDA), rules_xformers.py (xformers vs the torch it was built for),
+rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
+(paddlepaddle-gpu's .postNNN wheels), rules_extensions.py (nvcc vs torch's CUDA),
+rules_xformers.py (xformers vs the torch it was built for),
 rules_flash_attn.py (the torch flash-attn was built against), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
@@ -38,6 +39,7 @@ from dnnctl.doctor import (
     rules_nvjitlink,
     rules_onnxruntime,
     rules_packages,
+    rules_paddle,
     rules_pairs,
     rules_ptxas,
     rules_xformers,
@@ -55,6 +57,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_frameworks.check(ctx)
     findings += rules_ctranslate2.check(ctx)
     findings += rules_onnxruntime.check(ctx)
+    findings += rules_paddle.check(ctx)
     findings += rules_extensions.check(ctx)
     findings += rules_flash_attn.check(ctx)
     findings += rules_ggml.check(ctx)

@@ -1,0 +1,105 @@
+"""paddlepaddle-gpu: the CUDA and cuDNN its ``.postNNN`` wheel is built for, against the
+driver, the cuDNN installed and the GPUs (matrix table ``paddle``, from Paddle's install pages).
+
+The wheels bundle neither CUDA nor cuDNN: they dlopen the system's copies, so a cuDNN older
+than the one the tag's page names fails at its first cuDNN calls, and a driver older than the tag's CUDA cannot run it at all.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
+from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_libraries import library_major
+
+COMPONENT = "paddlepaddle-gpu"
+TAG = re.compile(r"(\d+(?:\.\d+){1,2})(?:\.(post\d+))?")
+
+
+def check(ctx: Context) -> list[Finding]:
+    """The installed paddlepaddle-gpu wheel's tag against what is installed here."""
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    if COMPONENT not in packages:
+        return []
+    text = packages[COMPONENT].strip()
+    what = f"{COMPONENT} {text or '(version unknown)'}"
+    m = TAG.fullmatch(text)
+    if m is None:
+        return [finding("not-judged", "info", COMPONENT, f"{what}: which CUDA and cuDNN it is "
+                        "built for depends on its version and .postNNN tag; not judged",
+                        fix="name its version (pip show paddlepaddle-gpu)")]
+    release, tag = Version.parse(m.group(1)), m.group(2)
+    rows = [r for r in ctx.matrix.rows("paddle")
+            if VersionRange.parse(r["paddle"]).contains(release)]
+    row = next((r for r in rows if tag is not None and r["tag"] == tag), None)
+    if row is None:
+        known = ", ".join(sorted({r["tag"] for r in rows})) or "none"
+        why = ("has no .postNNN tag (the default build of its release, which the matrix does "
+               "not list)" if tag is None else f"has a tag the matrix does not know for "
+               f"{release.trunc(2)} (it knows: {known})")
+        return [unknown(COMPONENT, f"{what} {why}; its CUDA and cuDNN were not judged",
+                        release=release, tag=tag)]
+    if row.uncertain:
+        return [unknown(COMPONENT, f"{what}: the matrix row is uncertain", row=row)]
+    cuda, need = Version.parse(row["cuda"]), Version.parse(row["cudnn"])
+    what = f"{what} (CUDA {cuda}, cuDNN >= {need})"
+    out = runtime_findings(ctx, COMPONENT, cuda, what=what, jit=False, row=row)
+    out += library_major(ctx, COMPONENT, what, cuda.major, "libcudart",
+                         fix=_other_tag(ctx, row, release) or
+                         f"install the CUDA {cuda} runtime libraries", row=row, built=cuda)
+    out += _cudnn(ctx, what, row, need)
+    out += rules_cudnn.gpu_support(ctx, COMPONENT, what, need, cuda)
+    return out or [finding("ok", "info", COMPONENT, f"{what}: its driver, CUDA and cuDNN needs "
+                           "are met here", row=row)]
+
+
+def _cudnn(ctx: Context, what: str, row: Row, need: Version) -> list[Finding]:
+    """The cuDNN that loads: the major of the build, a minor at least the page's."""
+    fix = _cudnn_fix(ctx, row, need)
+    copies = [v for c in ctx.env.cudnn if (v := parse_cudnn(c.version)) is not None]
+    same = [v for v in copies if v.major == need.major]
+    if rules_cudnn.loaded_copy(ctx, need.major) is not None or not same:
+        return rules_cudnn.need_check(ctx, COMPONENT, what, need, fix=fix)
+    newest = max(same)
+    if newest.trunc(2) >= need.trunc(2):
+        return []
+    return [finding(
+        "cudnn-mismatch", "error", "cudnn",
+        f"{what}: Paddle's install page asks for cuDNN {need} or newer with CUDA "
+        f"{row['cuda']}, and the newest cuDNN {need.major} here is {newest}: cuDNN calls fail "
+        "(e.g. 'CUDNN_STATUS_BAD_PARAM' in batch_norm)", fix=fix, row=row,
+        cudnn_needed=need, cudnn_found=newest)]
+
+
+def _cudnn_fix(ctx: Context, row: Row, need: Version) -> str:
+    apt = row.get("cudnn_apt")
+    if apt:
+        return (f"`sudo apt-get install {apt}` (cuDNN {apt.split('=')[1].split('-')[0]} for "
+                f"CUDA {row['cuda']} from NVIDIA's machine-learning apt repository)")
+    return (f"install cuDNN {need.trunc(2)} or newer (cuDNN {need.major}.x) for CUDA "
+            f"{row['cuda']} (https://developer.nvidia.com/rdp/cudnn-archive)")
+
+
+def _other_tag(ctx: Context, row: Row, release: Version) -> str | None:
+    """The same release's wheel for a CUDA runtime found here, if the matrix has one."""
+    have = {Version.maybe(rt.version) for rt in ctx.env.cuda_runtimes} - {None}
+    for r in ctx.matrix.rows("paddle"):
+        if r is row or not VersionRange.parse(r["paddle"]).contains(release):
+            continue
+        cuda = Version.parse(r["cuda"])
+        if any(h is not None and h.trunc(2) == cuda.trunc(2) for h in have):
+            return install(r, release) + f" (its build for CUDA {cuda})"
+    return None
+
+
+def install(row: Row, release: Version) -> str:
+    """The commands that install ``release`` with ``row``'s tag: 2.x tagged wheels are on
+    Paddle's own page (PIP_FIND_LINKS is pip's ``-f``, set apart to keep each line short)."""
+    pin = f"`pip install paddlepaddle-gpu=={release}.{row['tag']}`"
+    return f"`export PIP_FIND_LINKS={row['index']}`, then {pin}" if row.get("index") else pin
