@@ -7,6 +7,8 @@ brings the other major (torch >= 2.4 pins nvidia-cudnn-cu12 9.x), the first Whis
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, finding, unknown
@@ -89,11 +91,16 @@ def _version_unknown(ctx: Context, what: str, cudnns: set[int] | None) -> list[F
     builds = sorted({kind(r) for r in rows}, reverse=True)
     good = sorted({kind(r) for r in rows if fits(r)}, reverse=True)
     if good:
+        since = _fitting_since(rows, fits)
+        fix = "name its version (pip show ctranslate2)"
+        if since is not None and len(good) < len(builds):
+            fix = (f"`pip install -U 'ctranslate2>={since}'` (every release from {since} on "
+                   "fits what is installed here), or name its version (`pip show ctranslate2`)")
         return [finding("not-judged", "info", "ctranslate2", f"{what}: its wheels built for "
                         f"{', '.join(good)} fit what is installed here, the others ("
                         + (", ".join(b for b in builds if b not in good) or "none")
                         + ") do not; which one is installed was not judged",
-                        fix="name its version (pip show ctranslate2)", fits=good)]
+                        fix=fix, fits=good)]
     span = f"{_low(rows[0])}-{_high(rows[-1]) or 'now'}"
     nothing = have == set()  # every wheel loads libcublas of its CUDA major
     listed = ", ".join(f"{m}.x" for m in sorted(have or ())) or "none"
@@ -107,6 +114,17 @@ def _version_unknown(ctx: Context, what: str, cudnns: set[int] | None) -> list[F
         + f"); they are built for {'; '.join(builds)}",
         fix="`pip install -U ctranslate2 nvidia-cublas-cu12` (a current wheel and the CUDA 12 "
         "cuBLAS it loads)", builds=builds)]
+
+
+def _fitting_since(rows: list[Row], fits: Callable[[Row], bool]) -> Version | None:
+    """The first release of the newest unbroken run of wheels that all fit (up to the newest
+    the matrix knows), None when the newest does not fit."""
+    since = None
+    for r in sorted(rows, key=_low, reverse=True):
+        if not fits(r):
+            break
+        since = _low(r)
+    return since
 
 
 def _low(row: Row) -> Version:

@@ -76,3 +76,22 @@ def test_a_cuda11_wheel_without_a_cuda11_runtime(tmp_path: Path) -> None:
 
 def test_detection_lists_ctranslate2_and_its_users() -> None:
     assert all(relevant(n) for n in ("ctranslate2", "faster-whisper", "whisperx"))
+
+
+def test_an_unknown_version_gets_the_releases_that_fit_as_a_command(tmp_path: Path) -> None:
+    # only cuDNN 9: the 3.x-4.4 wheels (cuDNN 8) fail, every release from 4.5 on fits
+    snap = ("schema: dnnctl-env/1\nos: Linux\n%s\n"
+            "packages: {ctranslate2: null, faster-whisper: null}\n")
+    d = doctor(tmp_path, snap % 'cudnn: [{version: "9.2", source: "system:/usr/lib"}]')
+    [f] = d.of("not-judged", "ctranslate2")
+    assert f["fix"].startswith("`pip install -U 'ctranslate2>=4.5'`")
+    assert "\npip install -U 'ctranslate2>=4.5'\n" in d.text
+    # CUDA 12 with only cuDNN 8: the 4.5-4.6.2 wheels (cuDNN 9) break the run; 4.6.3+ need none
+    d = doctor(tmp_path, snap % ('cuda_runtimes: [{version: "12.4"}]\n'
+                                 'cudnn: [{version: "8.9.7", source: "pip:nvidia-cudnn-cu12"}]'))
+    [f] = d.of("not-judged", "ctranslate2")
+    assert "'ctranslate2>=4.6.3'" in f["fix"]
+    # only CUDA 11: the newest wheels (CUDA 12) do not fit, so no release range is offered
+    d = doctor(tmp_path, snap % 'cuda_runtimes: [{version: "11.8"}]\ncudnn: []')
+    [f] = d.of("not-judged", "ctranslate2")
+    assert f["fix"] == "name its version (pip show ctranslate2)"
