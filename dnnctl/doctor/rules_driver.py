@@ -279,7 +279,30 @@ def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
     # the fix must pass this doctor's checks too: the oldest toolkit that can target the GPU
     # must also run on this driver, else the driver it needs is part of the fix
     need = fixcheck.driver_problem(ctx, Version.parse(arch["min_cuda"]))
-    return text + (f", with a newer driver ({need})" if need else "")
+    text += f", with a newer driver ({need})" if need else ""
+    pick = _toolkit_release(ctx, gpu)
+    if pick is not None:
+        text += (f": `sudo apt-get install cuda-toolkit-{pick.major}-{pick.minor}` (from "
+                 "NVIDIA's CUDA apt repository; then build with its nvcc, "
+                 f"/usr/local/cuda-{pick.major}.{pick.minor}/bin/nvcc)")
+    return text
+
+
+# NVIDIA's CUDA apt repositories name one toolkit release's meta-package cuda-toolkit-X-Y
+# from CUDA 8.0 on (CUDA installation guide for Linux, "Meta Packages").
+APT_TOOLKIT_FROM = Version.parse("8.0")
+
+
+def _toolkit_release(ctx: Context, gpu: GpuInfo) -> Version | None:
+    """The toolkit release to install for ``gpu``: the newest that targets it and runs on this
+    driver, else the oldest that targets it; None before CUDA 8.0 (no cuda-toolkit-X-Y)."""
+    fits = sorted(v for r in ctx.matrix.rows("cuda_releases") if not r.uncertain
+                  and str(gpu.cc) in r["targets"]
+                  and (v := Version.parse(r["version"]).trunc(2)) >= APT_TOOLKIT_FROM)
+    if not fits:
+        return None
+    runs = [v for v in fits if fixcheck.driver_problem(ctx, v) is None]
+    return runs[-1] if runs else fits[0]
 
 
 def _forward_compat(ctx: Context) -> list[Finding]:
