@@ -76,9 +76,17 @@ def cuda_evidence(ctx: Context) -> str | None:
     if ctx.env.cuda_runtimes:
         return f"a CUDA {ctx.env.cuda_runtimes[0].version or ''} toolkit/runtime is installed"
     for name, ver in sorted((ctx.env.packages or {}).items()):
-        if re.search(r"\+cu\d+", str(ver)) or name.lower().startswith("nvidia-"):
-            return f"{name} {ver} is a CUDA package"
+        if re.search(r"\+cu\d+", str(ver)) or name.lower().startswith("nvidia-") or \
+                CUDA_ONLY_PACKAGES.fullmatch(name.lower().replace("_", "-")):
+            return f"{name} {ver or ''} is a CUDA package".replace("  ", " ")
     return None
+
+
+# Distributions that exist only as CUDA builds (their names on PyPI say so): one of them beside
+# a CPU-only framework says the machine is meant to run CUDA.
+CUDA_ONLY_PACKAGES = re.compile(
+    r"cupy-cuda\d+x?|onnxruntime-gpu|jax-cuda\d+-(plugin|pjrt)|paddlepaddle-gpu|tensorflow-gpu"
+    r"|mxnet-cu\d+|pycuda|cuda-python")
 
 
 def _cpu_fix(ctx: Context, component: str, line: str | None = None) -> str | None:
