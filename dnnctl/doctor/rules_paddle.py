@@ -82,6 +82,10 @@ def _cudnn_fix(ctx: Context, row: Row, need: Version) -> str:
     if apt:
         return (f"`sudo apt-get install {apt}` (cuDNN {apt.split('=')[1].split('-')[0]} for "
                 f"CUDA {row['cuda']} from NVIDIA's machine-learning apt repository)")
+    cuda = Version.parse(row["cuda"])
+    if cuda.major >= 11 and need.major >= 8:  # NVIDIA's cuDNN wheel of that major
+        return (f"`pip install 'nvidia-cudnn-cu{cuda.major}>={need.trunc(2)},"
+                f"<{need.major + 1}'`")
     return (f"install cuDNN {need.trunc(2)} or newer (cuDNN {need.major}.x) for CUDA "
             f"{row['cuda']} (https://developer.nvidia.com/rdp/cudnn-archive)")
 
