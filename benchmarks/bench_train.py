@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
 
         replay.module(wait=None)  # loaded (built on first use) before timing
         print("replay path:", "on" if replay.module() is not None
-              else f"off ({replay.failure()})")
+              else f"off ({replay.failure() or 'DNNCTL_REPLAY=1 turns it on'})")
     plan = dnnctl.load_plan(args.plan) if args.plan else None
     cfgs = configs(args.tiny, args.device)
     if args.record_workload:

@@ -19,7 +19,9 @@ addresses).
 The extension is built in a background thread on first use (the system C++ compiler
 against this torch's headers, ~20-60 s), into the cache (``<cache root>/replay/``), keyed by
 the source, the interpreter and the torch version; calls take the Python path until it is
-there. ``DNNCTL_REPLAY=0`` turns the path off; no compiler or no torch headers: off.
+there. It is opt-in for now (``DNNCTL_REPLAY=1``; see :data:`DEFAULT`): built and checked
+against the Python path's parameter blocks on the CPU, not yet run on a GPU. No compiler or
+no torch headers: off.
 """
 
 from __future__ import annotations
@@ -49,8 +51,14 @@ _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}  # "module": the loaded extension / None; "thread": the build
 
 
+# on unless DNNCTL_REPLAY says otherwise, once it has passed its GPU tests; until then off
+# unless DNNCTL_REPLAY=1 (see the module doc)
+DEFAULT = "0"
+
+
 def enabled() -> bool:
-    return os.environ.get("DNNCTL_REPLAY", "1").strip().lower() not in ("0", "false", "no", "")
+    return (os.environ.get("DNNCTL_REPLAY", DEFAULT).strip().lower()
+            not in ("0", "false", "no", ""))
 
 
 def module(wait: float | None = 0.0) -> Any | None:

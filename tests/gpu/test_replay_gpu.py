@@ -28,8 +28,13 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    if replay.module(wait=None) is None:
-        pytest.skip(f"no replay extension here: {replay.failure()}")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DNNCTL_REPLAY", "1")  # opt-in for now (replay.DEFAULT)
+        if replay.module(wait=None) is None:
+            pytest.skip(f"no replay extension here: {replay.failure()}")
+        dispatch._SITES.clear()  # sites made before (replay off) would not record
+        yield
+        dispatch._SITES.clear()
 
 
 def _bn_train(x, rm, rv, w, b):

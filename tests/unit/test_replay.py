@@ -28,10 +28,12 @@ import stub_gpu  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ext():
-    mod = replay.module(wait=None)
-    if mod is None:
-        pytest.skip(f"the replay extension is not built here: {replay.failure()}")
-    return mod
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DNNCTL_REPLAY", "1")  # opt-in for now (replay.DEFAULT)
+        mod = replay.module(wait=None)
+        if mod is None:
+            pytest.skip(f"the replay extension is not built here: {replay.failure()}")
+        yield mod
 
 
 @pytest.fixture()
@@ -171,9 +173,13 @@ def test_param_layout_matches_the_launch_layout():
     assert struct.unpack_from("<q", block, 32)[0] == -2
 
 
-def test_off_switch(monkeypatch):
+def test_switch(monkeypatch):
     monkeypatch.setenv("DNNCTL_REPLAY", "0")
     assert not replay.enabled()
+    monkeypatch.setenv("DNNCTL_REPLAY", "1")
+    assert replay.enabled()
+    monkeypatch.delenv("DNNCTL_REPLAY")
+    assert replay.enabled() == (replay.DEFAULT == "1")
 
 
 def _steps(model, *inputs, n=5):
