@@ -268,3 +268,76 @@ def test_the_cpp_node_backward_with_create_graph_takes_torchs_formulas():
                                               (True, True, True, False), 1e-5, 0, "relu")
     assert out[0].shape == x.shape and out[3] is None
     assert out[0].requires_grad  # differentiable: torch's formulas
+
+
+def _spy_site(monkeypatch, call):
+    """(site, arrays) of the last dispatch-site call ``call()`` makes."""
+    seen = []
+    orig = dispatch.Site.__call__
+
+    def spy(self, arrays, plan):
+        seen.append((self, arrays))
+        return orig(self, arrays, plan)
+
+    monkeypatch.setattr(dispatch.Site, "__call__", spy)
+    call()
+    monkeypatch.setattr(dispatch.Site, "__call__", orig)
+    return seen[-1]
+
+
+def _r(*shape, dtype=torch.float16, fmt=None, positive=False):
+    t = torch.randn(*shape).to(dtype)
+    t = t.abs() + 0.5 if positive else t
+    return t.contiguous(memory_format=fmt) if fmt is not None else t
+
+
+_CL = torch.channels_last
+FAMILY = {
+    # every memory-family kernel the default heuristics pick for these calls: the Program's
+    # parameter blocks must be the Python path's
+    "log_softmax": lambda o, a: o.log_softmax(a[0]),
+    "softmax_backward": lambda o, a: o.softmax_backward(a[0], a[1]),
+    "log_softmax_backward": lambda o, a: o.log_softmax_backward(a[0], a[1]),
+    "layer_norm_backward": lambda o, a: o.layer_norm_backward(a[0], a[1], a[2]),
+    "rms_norm_backward": lambda o, a: o.rms_norm_backward(a[0], a[1], a[2]),
+    "gelu": lambda o, a: o.gelu(a[0]),
+    "silu + bias": lambda o, a: o.silu(a[3], bias=a[4]),
+    "relu_backward": lambda o, a: o.activation_backward("relu", a[0], a[1]),
+    "batch_norm inference NCHW fp32": lambda o, a: o.batch_norm(
+        a[5], a[6], a[7], a[8], a[9]),
+    "batch_norm training NCHW fp32": lambda o, a: o.batch_norm(
+        a[5], a[6], a[7], a[8], a[9], training=True, return_stats=True),
+    "batch_norm_backward NHWC fp16 + relu": lambda o, a: o.batch_norm_backward(
+        a[10], a[11], a[12], a[13], a[8], layout="NHWC", bias=a[9], activation="relu"),
+    "group_norm NHWC": lambda o, a: o.group_norm(a[11], 4, a[8], a[9], layout="NHWC"),
+    "group_norm_backward NHWC": lambda o, a: o.group_norm_backward(
+        a[10], a[11], 4, a[8], layout="NHWC"),
+}
+# sites that recompute the forward's statistics in a ``prepare`` of their own (work beyond
+# launches into the call's arrays): never recorded, always the Python path
+PYTHON_ONLY = {"layer_norm_backward", "rms_norm_backward", "group_norm_backward NHWC"}
+
+
+@pytest.mark.parametrize("case", list(FAMILY))
+def test_the_memory_family_replays_the_python_blocks(stub, monkeypatch, case):
+    import dnnctl.ops as ops
+
+    torch.manual_seed(0)
+    a = [_r(64, 257), _r(64, 257), _r(257), _r(4, 16, 9, 9), _r(16),
+         _r(4, 16, 9, 9, dtype=torch.float32), torch.zeros(16), torch.ones(16),
+         _r(16, dtype=torch.float32), _r(16, dtype=torch.float32),
+         _r(4, 9, 9, 16), _r(4, 9, 9, 16), _r(16, dtype=torch.float32),
+         _r(16, dtype=torch.float32, positive=True)]
+
+    def call():
+        return FAMILY[case](ops, a)
+
+    for _ in range(3):
+        call()
+    site, arrays = _spy_site(monkeypatch, call)
+    if case in PYTHON_ONLY:
+        assert site.programs is None and site.prepare is not None
+        return
+    if not any(site.programs.values()):
+        pytest.fail(f"{case}: no Program ({dispatch.REFUSED.get(site.op.name)})")
+    _check_same(site, arrays, call)
