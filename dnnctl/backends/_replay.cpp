@@ -265,6 +265,20 @@ struct MakeNode<N, c10::intrusive_ptr<ag::Node>> {
     static c10::intrusive_ptr<N> make() { return c10::make_intrusive<N>(); }
 };
 
+// a node's own pointer (for unpacking an output it saved), whichever pointer torch uses
+template <class N, class P = NodePtr>
+struct SelfPtr;
+template <class N>
+struct SelfPtr<N, std::shared_ptr<ag::Node>> {
+    static std::shared_ptr<ag::Node> of(N *n) { return n->shared_from_this(); }
+};
+template <class N>
+struct SelfPtr<N, c10::intrusive_ptr<ag::Node>> {
+    static c10::intrusive_ptr<ag::Node> of(N *n) {
+        return c10::intrusive_ptr<ag::Node>::reclaim_copy(n);
+    }
+};
+
 struct BnSpec {
     std::shared_ptr<Program> fwd, bwd;
     bool nhwc;         // x channels_last: the Programs see its NHWC view (same address)
@@ -295,14 +309,16 @@ enum { B_DY, B_X, B_W, B_MEAN, B_INVSTD, B_BIAS, B_RES, B_N };
 
 struct BnTrainBackward : public ag::Node {
     std::shared_ptr<BnSpec> spec;
-    ag::SavedVariable x_, w_, b_, mean_, invstd_, res_;
+    ag::SavedVariable x_, w_, b_, mean_, invstd_, res_, y_;
 
     ag::variable_list apply(ag::variable_list &&grads) override {
         ag::variable_list out(4);
         at::Tensor dy = grads[0];
         if (!dy.defined()) return out;
         at::Tensor x = x_.unpack(), res = res_.unpack();
-        if (at::GradMode::is_enabled()) return differentiable(dy, x, res);
+        // torch's formulas from Python: a backward that must be differentiable, or one
+        // whose dispatch site runs no Program (the plan or heuristic gave it to torch)
+        if (at::GradMode::is_enabled() || !spec->bwd) return differentiable(dy, x, res);
         auto fmt = spec->nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
         if (dy.strides() != x.strides()) dy = dy.contiguous(fmt);
         const Program &p = *spec->bwd;
@@ -346,7 +362,8 @@ struct BnTrainBackward : public ag::Node {
         py::object got = py::reinterpret_borrow<py::object>(BN_FALLBACK)(
             wrap_or_none(dy), wrap_or_none(x), wrap_or_none(w_.unpack()),
             wrap_or_none(b_.unpack()), wrap_or_none(mean_.unpack()),
-            wrap_or_none(invstd_.unpack()), wrap_or_none(res), needs, spec->eps, spec->plan,
+            wrap_or_none(invstd_.unpack()), wrap_or_none(res),
+            wrap_or_none(y_.unpack(SelfPtr<BnTrainBackward>::of(this))), needs, spec->eps, spec->plan,
             spec->activation);
         py::tuple t = got.cast<py::tuple>();
         for (size_t i = 0; i < 4 && i < t.size(); i++)
@@ -361,6 +378,7 @@ struct BnTrainBackward : public ag::Node {
         mean_.reset_data();
         invstd_.reset_data();
         res_.reset_data();
+        y_.reset_data();
     }
 };
 
@@ -371,7 +389,7 @@ class BnTrain {
         : spec_(std::make_shared<BnSpec>(BnSpec{std::move(fwd), std::move(bwd), nhwc,
                                                 bias_in_bwd, eps, plan,
                                                 std::move(activation)})) {
-        if (spec_->fwd->inputs() != F_N || spec_->bwd->inputs() != B_N)
+        if (spec_->fwd->inputs() != F_N || (spec_->bwd && spec_->bwd->inputs() != B_N))
             throw std::invalid_argument("BnTrain: not batch_norm's call arrays");
     }
 
@@ -415,9 +433,13 @@ class BnTrain {
             node->invstd_ = ag::SavedVariable(p.result(slots, 2), false);
             node->res_ = ag::SavedVariable(t[3], false);
             ag::set_history(y, node);
+            // the fused ReLU's output gates torch's gradient (what the ReLU's node keeps)
+            if (!spec_->bwd && spec_->activation == "relu") node->y_ = ag::SavedVariable(y, true);
         }
         return py::reinterpret_steal<py::object>(THPVariable_Wrap(y));
     }
+
+    bool own_backward() const { return static_cast<bool>(spec_->bwd); }
 
   private:
     std::shared_ptr<BnSpec> spec_;
@@ -438,5 +460,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::class_<BnTrain>(m, "BnTrain")
         .def(py::init<std::shared_ptr<Program>, std::shared_ptr<Program>, bool, bool, double,
                       int64_t, std::string>())
-        .def("__call__", &BnTrain::call);
+        .def("__call__", &BnTrain::call)
+        .def_property_readonly("own_backward", &BnTrain::own_backward);
 }

@@ -533,7 +533,7 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
                     raise KernelLaunchError(f"cuLaunchKernel failed in a replayed "
                                             f"batch_norm ({y})",
                                             hint="DNNCTL_REPLAY=0 turns replay off")
-                if y.requires_grad:  # its backward runs in C++: counted here
+                if y.requires_grad and fused.own_backward:  # runs in C++: counted here
                     _BN_PATHS[_BN_OWN] += 1
                 return y
         y = _bn_train_apply(x, weight, bias, residual, running_mean, running_var,

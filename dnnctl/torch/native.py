@@ -76,14 +76,14 @@ def learn(k: tuple, x: torch.Tensor, weight: Any, bias: Any, residual: Any,
         _TABLE.clear()
     _TABLE[k] = looks + 1
     made = _make(x, weight, bias, residual, running_mean, running_var, momentum, eps,
-                 plan_of(handle), handle, activation)
+                 plan_of(handle), handle, activation, looks + 1 >= TRIES)
     if made is not None:
         _TABLE[k] = made
 
 
 def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
           running_mean: torch.Tensor, running_var: torch.Tensor, momentum: float, eps: float,
-          plan: Any, handle: int, activation: str) -> Any:
+          plan: Any, handle: int, activation: str, last: bool = False) -> Any:
     mod = replay.module()
     if mod is None or not hasattr(mod, "BnTrain") or x.dim() != 4:
         return None
@@ -121,8 +121,10 @@ def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
                                    (layout, activation), plan)
         if bwd is not None:
             break
-    if bwd is None:
-        return None
+    if bwd is None and not last:
+        return None  # (not recorded yet, perhaps: asked again on a later call)
+    # no backward Program by the last look: the plan or the heuristic runs torch's kernels
+    # there (a plain BatchNorm's cuDNN backward); the node calls them from Python
     if not _FALLBACK_SET:
         mod.set_bn_fallback(_differentiable_backward)
         _FALLBACK_SET.append(True)
@@ -134,15 +136,16 @@ _FALLBACK_SET: list[bool] = []
 
 
 def _differentiable_backward(grad: torch.Tensor, x: torch.Tensor, weight: Any, bias: Any,
-                             mean: torch.Tensor, invstd: torch.Tensor, residual: Any,
+                             mean: torch.Tensor, invstd: torch.Tensor, residual: Any, y: Any,
                              needs: tuple[bool, ...], eps: float, handle: int,
                              activation: str) -> tuple[Any, ...]:
-    """The C++ node's backward where it must be differentiable (``create_graph=True``):
-    the Python path's, which runs torch's formulas there."""
+    """The C++ node's backward where it runs Python: one that must be differentiable
+    (``create_graph=True``: torch's formulas), or one with no backward Program (torch's
+    kernels, the fused ReLU gated by its saved output ``y``, as the Python path does)."""
     from dnnctl.torch import backward as bw
 
     return bw.batch_norm(grad, x, weight, bias, mean, invstd, True, needs, handle,
-                         activation, residual, None, eps)
+                         activation, residual, y, eps)
 
 
 def _plain(t: Any) -> Any:

@@ -264,7 +264,7 @@ def test_the_cpp_node_backward_with_create_graph_takes_torchs_formulas():
     invstd = (x.detach().var((0, 2, 3), unbiased=False) + 1e-5).rsqrt()
     grad = torch.randn_like(x)
     with torch.enable_grad():
-        out = native._differentiable_backward(grad, x, w, b, mean, invstd, None,
+        out = native._differentiable_backward(grad, x, w, b, mean, invstd, None, None,
                                               (True, True, True, False), 1e-5, 0, "relu")
     assert out[0].shape == x.shape and out[3] is None
     assert out[0].requires_grad  # differentiable: torch's formulas
@@ -341,3 +341,24 @@ def test_the_memory_family_replays_the_python_blocks(stub, monkeypatch, case):
     if not any(site.programs.values()):
         pytest.fail(f"{case}: no Program ({dispatch.REFUSED.get(site.op.name)})")
     _check_same(site, arrays, call)
+
+
+def test_a_batch_norm_whose_backward_is_torchs_takes_the_node_with_a_python_backward(stub):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+    from dnnctl.torch.grad_plan import paths_summary
+
+    bn = torch.nn.BatchNorm2d(16)  # no ReLU: the default sends its backward to torch
+    x = torch.randn(2, 16, 8, 8, dtype=torch.float16).contiguous(
+        memory_format=torch.channels_last).requires_grad_()
+    dt.patch(bn)
+    names = _steps(bn, x, n=native.TRIES + 2)
+    # no backward Program was ever recorded: after the last look the forward is C++ and
+    # the node's backward calls torch's kernels from Python
+    assert names[-1] == "DnnctlBackward_batch_norm_train_native"
+    nodes = [v for v in native._TABLE.values() if v.__class__ is not int]
+    assert len(nodes) == 1 and not nodes[0].own_backward
+    before = paths_summary()["batch_norm/backward"]["torch"]
+    bn(x).float().sum().backward()
+    assert paths_summary()["batch_norm/backward"]["torch"] == before + 1
+    assert x.grad.shape == x.shape and bn.weight.grad.shape == (16,)
