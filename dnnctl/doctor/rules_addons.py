@@ -6,14 +6,19 @@
   installed package in a row's version range is judged against every GPU here; a torch of
   unknown version is judged as the releases the matrix knows are (all but 1.13 have
   torch.compile).
+- A row with ``fixed`` is a bug of some releases, not a design limit (CuPy 13.0.0's reductions
+  below compute capability 7.0, fixed in 13.1.0): with no GPU's compute capability known it is
+  still a warning, because the upgrade it proposes is safe on any GPU.
 - cuda-python / cuda-bindings M.x are the CUDA M driver and runtime bindings: they need a driver
   that runs CUDA M (its minor-version-compatibility floor), like any CUDA M runtime.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding
@@ -28,10 +33,18 @@ CUDA_PYTHON_SOURCE = (
     "('13.0+ cuda-python requires 580+ driver. You would need to install a 12.9 cuda-python')")
 
 
+CUPY_WHEEL = re.compile(r"cupy(-cuda\d+x?)?")
+
+
 def _installed(ctx: Context) -> dict[str, str | None]:
-    """Package name -> version text (None: installed, version unknown)."""
+    """Package name -> version text (None: installed, version unknown). CuPy's wheels
+    (cupy-cuda12x, cupy-cuda110, ...) count as ``cupy``."""
     out: dict[str, str | None] = {canonical_name(n): str(v)
                                   for n, v in (ctx.env.packages or {}).items()}
+    cupy = (ctx.env.frameworks or {}).get("cupy") or {}
+    wheel = cupy_wheel(ctx)
+    if wheel is not None:
+        out["cupy"] = str(cupy.get("version") or out.get(wheel) or "") or None
     torch = (ctx.env.frameworks or {}).get("torch")
     if torch is None:
         return out
@@ -44,11 +57,38 @@ def _installed(ctx: Context) -> dict[str, str | None]:
     return out
 
 
+def cupy_wheel(ctx: Context) -> str | None:
+    """The CuPy wheel installed (its package name), or None when there is no CuPy."""
+    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    found = next((n for n in names if CUPY_WHEEL.fullmatch(n)), None)
+    cupy = (ctx.env.frameworks or {}).get("cupy")
+    if cupy is None:
+        return found
+    return canonical_name(str(cupy.get("package") or found or "cupy"))
+
+
+def _fix(ctx: Context, row: Row) -> str:
+    """The row's fix, with the installed wheel's name; a bare ``cupy`` is the source package,
+    so the wheel for the CUDA major here is named instead where one is known."""
+    package = cupy_wheel(ctx) or row["package"]
+    majors = {v.major for rt in ctx.env.cuda_runtimes if (v := Version.maybe(rt.version))}
+    if package == "cupy" and len(majors) == 1 and min(majors) >= 11:
+        package = f"cupy-cuda{min(majors)}x"
+    return str(row["fix"]).replace("{package}", package)
+
+
+def _unknown_gpu(row: Row, name: str, what: str) -> Finding:
+    """A release with a fixed bug, and no GPU known: the GPU may be one it fails on."""
+    return finding(
+        "arch-unsupported", "warning", name,
+        f"{what}: {row['feature']} fails on GPUs below compute capability {row['min_cc']} with "
+        f"{row['symptom']}; no GPU's compute capability is known here, and {row['fixed']} "
+        "fixes it", row=row, min_cc=str(row["min_cc"]), fixed_in=str(row["fixed"]))
+
+
 def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
     """Every installed add-on against the GPUs below its minimum compute capability; a package
     that ``earlier`` findings already say has no code for a GPU is not judged again."""
-    if not ctx.known_ccs:
-        return []
     installed = _installed(ctx)
     no_code = {f.component for f in earlier
                if f.code == "arch-unsupported" and f.severity == "error"}
@@ -60,7 +100,13 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
         text = installed[name]
         ver = Version.maybe((text or "").split("+")[0])
         rng = VersionRange.parse(row["versions"])
-        if ver is not None and not rng.contains(ver):
+        if (ver is None and row.get("fixed")) or (ver is not None and not rng.contains(ver)):
+            continue  # a bug of some releases is judged only where the release is known
+        if not ctx.known_ccs:
+            if row.get("fixed"):
+                found = _unknown_gpu(row, name, f"{row['package']} {text}")
+                found.fix = _fix(ctx, row)
+                out.append(found)
             continue
         need = CC.parse(row["min_cc"])
         low = [g for g in ctx.known_ccs if g.cc < need]
@@ -72,7 +118,7 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
         out.append(finding(
             "arch-unsupported", row["severity"], name,
             f"{what}: {row['feature']} needs compute capability {need} or newer, and {gpus} "
-            f"is older: it fails with {row['symptom']}", fix=row["fix"], row=row,
+            f"is older: it fails with {row['symptom']}", fix=_fix(ctx, row), row=row,
             min_cc=str(need), compute_capability=[str(g.cc) for g in low]))
     return out
 
