@@ -16,7 +16,8 @@ versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
-rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
+rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
+(tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module).
 """
 
@@ -43,6 +44,7 @@ from dnnctl.doctor import (
     rules_paddle,
     rules_pairs,
     rules_ptxas,
+    rules_tfjs,
     rules_xformers,
 )
 from dnnctl.doctor.context import build_context
@@ -66,6 +68,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.cuda_python(ctx)
     findings += rules_xformers.check(ctx)
     findings += rules_nvrtc.check(ctx)
+    findings += rules_tfjs.check(ctx)
     findings += rules_pairs.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
