@@ -11,7 +11,7 @@ rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 rules_xformers.py (xformers vs the torch it was built for),
 rules_flash_attn.py (the torch flash-attn was built against), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
-(llama.cpp / whisper.cpp bindings: their CUDA backend and arch list), rules_addons.py
+(llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
 (add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old

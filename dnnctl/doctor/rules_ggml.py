@@ -7,6 +7,13 @@ the ``CMAKE_CUDA_ARCHITECTURES`` it was compiled for, and a GPU outside them fai
 kernel image is available'. Judged from ``frameworks.<package>``: ``cuda_build`` /
 ``backends`` and ``arch_list`` (CMake's form, ``86``, ``89-real``, ``90-virtual``, or
 ``sm_86`` / ``compute_90``).
+
+A CUDA build is also judged against the CUDA toolkit (nvcc) here, which compiles it on every
+(re)install: the llama.cpp maintainers test the CUDA backend's build from CUDA 11.7 on
+(JohannesGaessler in ggml-org/llama.cpp#11112: 'The minimum version that we test the build
+for is 11.7'); older toolkits have broken it again and again (CUB in sum.cu below 11.7,
+ggml-org/llama.cpp#9562; CUDA 10.2 needing fixes in #4635, Dec 2023), and the default
+architecture list of ggml/src/ggml-cuda/CMakeLists.txt includes 86-real ('needs CUDA v11.1').
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ from typing import Any
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import rules_platform
+from dnnctl.doctor import fixcheck, rules_platform
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_extensions import toolkits
 from dnnctl.doctor.rules_libraries import arch_findings
 
 LLAMA_SOURCE = (
@@ -38,6 +46,14 @@ ARCH_SOURCE = (
     "https://cmake.org/cmake/help/latest/prop_tgt/CUDA_ARCHITECTURES.html (an entry builds "
     "SASS and PTX, '-real' SASS only, '-virtual' PTX only); llama-cpp-python "
     ".github/workflows/build-wheels-cuda.yaml (-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=...)")
+TOOLKIT_SOURCE = (
+    "JohannesGaessler in https://github.com/ggml-org/llama.cpp/issues/11112 ('The minimum "
+    "version that we test the build for is 11.7'); ggml-org/llama.cpp#9562 ('CUDA: fix sum.cu "
+    "compilation for CUDA < 11.7'), #4635 ('Fix new CUDA10 compilation errors'); "
+    "ggml/src/ggml-cuda/CMakeLists.txt (default architectures: '86 == RTX 3000, needs CUDA "
+    "v11.1'); m-from-space in abetlen/llama-cpp-python#1003 (nvcc 9.1 from Ubuntu's "
+    "nvidia-cuda-toolkit: 'a pretty outdated CUDA toolkit', fixed by CUDA 12)")
+TESTED_TOOLKIT = Version.parse("11.7")
 LLAMA_FLAGS = ((Version.parse("0.2.60"), "LLAMA_CUBLAS"), (Version.parse("0.2.82"), "LLAMA_CUDA"))
 
 
@@ -88,7 +104,7 @@ def _one(ctx: Context, b: Binding, info: dict[str, Any]) -> list[Finding]:
             f"; backends: {', '.join(backends)}" if backends else "") + ")"
         return rules_platform.cpu_only(ctx, b.package, what, why=why, fix=_rebuild(b, text),
                                        source=b.source)
-    out: list[Finding] = []
+    out: list[Finding] = _toolkit(ctx, b, what, text)
     targets = _targets(info.get("arch_list") or [])
     if targets:
         found, ptx_only = arch_findings(ctx, b.package, what, Row(), targets,
@@ -97,7 +113,7 @@ def _one(ctx: Context, b: Binding, info: dict[str, Any]) -> list[Finding]:
     cuda = Version.maybe(info.get("cuda"))
     if cuda is not None:
         out += runtime_findings(ctx, b.package, cuda, what=what, jit=False)
-    if not out:
+    if not [f for f in out if f.code != "cuda-mismatch" or f.component != b.package]:
         code_for = " ".join(targets) if targets else "an arch list not given"
         out.append(finding("ok" if targets else "not-judged", "info", b.package,
                            f"{what}: a CUDA build ({code_for})"
@@ -139,3 +155,58 @@ def _rebuild(b: Binding, version: str, ctx: Context | None = None) -> str:
     return ("`GGML_CUDA=1 pip install --force-reinstall --no-cache-dir "
             "git+https://github.com/absadiki/pywhispercpp`"
             + (f" (its CMake build with{arch})" if arch else ""))
+
+
+def _toolkit(ctx: Context, b: Binding, what: str, version: str) -> list[Finding]:
+    """The nvcc that (re)builds the CUDA backend: older than the oldest toolkit the llama.cpp
+    maintainers test with is a warning, with a toolkit that is and the rebuild pointed at it."""
+    kits = toolkits(ctx)
+    old = [(rt, v) for rt, v in kits if v.trunc(2) < TESTED_TOOLKIT]
+    good = sorted((v, rt) for rt, v in kits if v.trunc(2) >= TESTED_TOOLKIT)
+    first = next(((rt, v) for rt, v in kits if (rt.source or "").startswith("nvcc:")), None)
+    if not old or (good and (first is None or first[1].trunc(2) >= TESTED_TOOLKIT)):
+        return []
+    rt, v = min(old, key=lambda x: x[1])
+    if good:
+        use = good[-1][0].trunc(2)
+        fix = ""
+    else:
+        use = _toolkit_release(ctx)
+        fix = (f"`sudo apt-get install cuda-toolkit-{use.major}-{use.minor}` (NVIDIA's CUDA apt "
+               "repository), then ") if use is not None else ""
+    if use is None:
+        return [finding("cuda-mismatch", "warning", b.package, _message(what, rt, v),
+                        fix="install a CUDA toolkit >= 11.7 and rebuild with its nvcc",
+                        source=TOOLKIT_SOURCE, toolkit=v, tested_from=TESTED_TOOLKIT)]
+    fix += f"`export CUDACXX=/usr/local/cuda-{use}/bin/nvcc`, then " + _exports(
+        _rebuild(b, version, ctx))
+    return [finding("cuda-mismatch", "warning", b.package, _message(what, rt, v), fix=fix,
+                    source=TOOLKIT_SOURCE, toolkit=v, tested_from=TESTED_TOOLKIT)]
+
+
+def _exports(rebuild: str) -> str:
+    """`A=1 B="x" pip install ...` as separate command lines: `export A=1`, ..., `pip ...`."""
+    m = re.fullmatch(r"`((?:\w+=(?:\"[^\"]*\"|\S+) )+)(pip [^`]*)`(.*)", rebuild)
+    if m is None:
+        return rebuild
+    sets = re.findall(r"\w+=(?:\"[^\"]*\"|\S+)", m.group(1))
+    return ", then ".join([f"`export {x}`" for x in sets] + [f"`{m.group(2)}`"]) + m.group(3)
+
+
+def _message(what: str, rt: Any, v: Version) -> str:
+    return (f"{what}: its CUDA backend is compiled by the CUDA {v} toolkit here ({rt.source}), "
+            f"older than {TESTED_TOOLKIT}, the oldest toolkit llama.cpp's CUDA build is tested "
+            "with: the build fails (or a reinstall will)")
+
+
+def _toolkit_release(ctx: Context) -> Version | None:
+    """The newest toolkit >= 11.7 that runs on this driver and targets every GPU here; with
+    no GPU known, CUDA 12 at most (CUDA 13 no longer targets GPUs below compute capability
+    7.5: compat/cuda.yaml)."""
+    top = None if ctx.known_ccs else Version.parse("13.0")
+    fits = sorted(v for r in ctx.matrix.rows("cuda_releases") if not r.uncertain
+                  and (v := Version.parse(r["version"]).trunc(2)) >= TESTED_TOOLKIT
+                  and (top is None or v < top)
+                  and all(str(g.cc) in r["targets"] for g in ctx.known_ccs)
+                  and fixcheck.driver_problem(ctx, v) is None)
+    return fits[-1] if fits else None
