@@ -448,6 +448,12 @@ class BnTrain {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "dnnctl's replay of recorded launch programs";
     m.def("set_bn_fallback", &set_bn_fallback, "the differentiable batch_norm backward");
+    // the slot names of the enums above (a test holds them to the op functions' order)
+    m.attr("BN_FORWARD_SLOTS") = py::make_tuple("x", "running_mean", "running_var", "weight",
+                                                "bias", "out", "residual", "new_mean",
+                                                "new_var");
+    m.attr("BN_BACKWARD_SLOTS") = py::make_tuple("dy", "x", "weight", "save_mean",
+                                                 "save_invstd", "bias", "residual");
     m.def("set_launch", &set_launch, "cuLaunchKernel's and cuLaunchCooperativeKernel's addresses");
     py::class_<Program, std::shared_ptr<Program>>(m, "Program")
         .def(py::init<int, std::vector<int>, std::vector<at::Tensor>,

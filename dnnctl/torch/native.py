@@ -26,7 +26,9 @@ import torch
 from dnnctl.backends import replay
 from dnnctl.ops import dispatch
 from dnnctl.ops.batch_norm.backward_function import _BACKWARD as _BN_BACKWARD
+from dnnctl.ops.batch_norm.backward_function import CALL_ARRAYS as _BWD_ARRAYS
 from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
+from dnnctl.ops.batch_norm.function import CALL_ARRAYS as _BN_ARRAYS
 from dnnctl.torch._tensors import in_layout, is_nhwc
 from dnnctl.torch.kernels import plan_of
 
@@ -87,6 +89,8 @@ def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
     mod = replay.module()
     if mod is None or not hasattr(mod, "BnTrain") or x.dim() != 4:
         return None
+    if mod.BN_FORWARD_SLOTS != _BN_ARRAYS or mod.BN_BACKWARD_SLOTS != _BWD_ARRAYS:
+        return None  # (an extension of another order: never a node that misreads them)
     if any(t is not None and t.dtype is not _F32 for t in (weight, bias, running_mean,
                                                              running_var)):
         return None
@@ -107,7 +111,9 @@ def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
                                      else torch.contiguous_format), nhwc)
     layout = "NHWC" if nhwc else "NCHW"
     fwd = dispatch.program_for(
-        _BN_SPEC, (xs, running_mean, running_var, weight, bias, out, z, None, None),
+        _BN_SPEC, _arrays(_BN_ARRAYS, x=xs, running_mean=running_mean,
+                          running_var=running_var, weight=weight, bias=bias, out=out,
+                          residual=z),
         (True, momentum, eps, layout, True, activation), plan)
     if fwd is None:
         return None
@@ -117,8 +123,10 @@ def _make(x: torch.Tensor, weight: Any, bias: Any, residual: Any,
     bwd = None
     for w, b in ((weight, bias_in), (_plain(weight), _plain(bias_in))):
         # (a saved parameter may come back from autograd as a Parameter or as a tensor)
-        bwd = dispatch.program_for(_BN_BACKWARD, (gs, xs, w, stats, stats, b, z),
-                                   (layout, activation), plan)
+        bwd = dispatch.program_for(
+            _BN_BACKWARD, _arrays(_BWD_ARRAYS, dy=gs, x=xs, weight=w, save_mean=stats,
+                                  save_invstd=stats, bias=b, residual=z),
+            (layout, activation), plan)
         if bwd is not None:
             break
     if bwd is None and not last:
@@ -146,6 +154,11 @@ def _differentiable_backward(grad: torch.Tensor, x: torch.Tensor, weight: Any, b
 
     return bw.batch_norm(grad, x, weight, bias, mean, invstd, True, needs, handle,
                          activation, residual, y, eps)
+
+
+def _arrays(names: tuple[str, ...], **given: Any) -> tuple[Any, ...]:
+    """An op's call arrays in its order (None for those not given)."""
+    return tuple(given.get(n) for n in names)
 
 
 def _plain(t: Any) -> Any:

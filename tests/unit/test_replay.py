@@ -362,3 +362,34 @@ def test_a_batch_norm_whose_backward_is_torchs_takes_the_node_with_a_python_back
     bn(x).float().sum().backward()
     assert paths_summary()["batch_norm/backward"]["torch"] == before + 1
     assert x.grad.shape == x.shape and bn.weight.grad.shape == (16,)
+
+
+def test_the_batch_norm_call_orders_are_one_list(ext, monkeypatch):
+    """The op functions hand their arrays to the call site in CALL_ARRAYS' order, and the
+    C++ node's slots are named the same: a change to one is caught here."""
+    import dnnctl.ops as ops
+    from dnnctl.ops.batch_norm import backward_function as bf
+    from dnnctl.ops.batch_norm import function as ff
+
+    seen = {}
+
+    def spy(name):
+        def call(spec, arrays, scalars, plan=None):
+            seen[name] = arrays
+            raise RuntimeError("spied")
+        return call
+
+    t = {n: np.zeros(1) for n in ff.CALL_ARRAYS + bf.CALL_ARRAYS}
+    monkeypatch.setattr(ff, "call", spy("fwd"))
+    monkeypatch.setattr(bf, "call", spy("bwd"))
+    with pytest.raises(RuntimeError, match="spied"):
+        ops.batch_norm(t["x"], t["running_mean"], t["running_var"], t["weight"], t["bias"],
+                       out=t["out"], residual=t["residual"],
+                       new_running=(t["new_mean"], t["new_var"]))
+    with pytest.raises(RuntimeError, match="spied"):
+        ops.batch_norm_backward(t["dy"], t["x"], t["save_mean"], t["save_invstd"],
+                                t["weight"], bias=t["bias"], residual=t["residual"])
+    assert [a is t[n] for a, n in zip(seen["fwd"], ff.CALL_ARRAYS, strict=True)] == [True] * 9
+    assert [a is t[n] for a, n in zip(seen["bwd"], bf.CALL_ARRAYS, strict=True)] == [True] * 7
+    assert ext.BN_FORWARD_SLOTS == ff.CALL_ARRAYS
+    assert ext.BN_BACKWARD_SLOTS == bf.CALL_ARRAYS

@@ -74,5 +74,11 @@ def batch_norm_backward(dy: Any, x: Any, save_mean: Any, save_invstd: Any, weigh
     gradient of that output; the ReLU's mask is recomputed from x, the statistics, weight
     and ``bias`` (the forward's), so no activation needs to be kept. With the forward's
     ``residual`` (relu(batch_norm(x) + residual)): ``(dx, dweight, dbias, dresidual)``."""
+    # (the order of CALL_ARRAYS)
     return call(_BACKWARD, (dy, x, weight, save_mean, save_invstd, bias, residual),
                 (layout, activation), plan)
+
+
+# the call's arrays, in the order batch_norm_backward hands them to its call site (see
+# function.CALL_ARRAYS)
+CALL_ARRAYS = ("dy", "x", "weight", "save_mean", "save_invstd", "bias", "residual")

@@ -105,8 +105,15 @@ def batch_norm(x: Any, running_mean: Any = None, running_var: Any = None, weight
     ``running_var`` as they were (a functional caller's: no copy of them first).
     """
     nrm, nrv = (None, None) if new_running is None else new_running
+    # (the order of CALL_ARRAYS)
     return call(_BN, (x, running_mean, running_var, weight, bias, out, residual, nrm, nrv),
                 (bool(training), momentum, eps, layout, bool(return_stats), activation), plan)
+
+
+# the call's arrays, in the order batch_norm hands them to its call site: callers that
+# enter the site directly (dnnctl.torch) and the replay's C++ node name them by this
+CALL_ARRAYS = ("x", "running_mean", "running_var", "weight", "bias", "out", "residual",
+               "new_mean", "new_var")
 
 
 def check_activation(activation: Any, who: str) -> str:
