@@ -305,7 +305,12 @@ def main(argv: list[str] | None = None) -> int:
     parts = a.parts.split(",")
     torch = _torch()
     torch.set_num_threads(1)  # tiny tensors: no pool wake-ups in the numbers
-    found: dict[str, Any] = {"torch": torch.__version__, "clock": a.clock}
+    from dnnctl.backends import replay
+
+    found: dict[str, Any] = {"torch": torch.__version__, "clock": a.clock,
+                             "replay": replay.enabled()}
+    # the replay path (and the C++ BatchNorm node on it) is on with DNNCTL_REPLAY=1
+    print(f"replay path: {'on' if replay.enabled() else 'off'} (DNNCTL_REPLAY)\n")
     with stub_gpu.installed():
         if "ops" in parts:
             found["ops"] = ops(a.reps, a.iters, a.depth)
