@@ -116,8 +116,10 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
     ``built``: the CUDA release of the build; before CUDA 11 the sonames carry the minor
     too (libcudart.so.10.0), so the message names it."""
     have = loadable_majors(ctx)
-    if have is None or major in have:
+    if have is None:
         return []
+    if major in have:
+        return _soname_minor(ctx, component, what, major, lib, fix, row, built)
     found = ", ".join(f"{m}.x" for m in sorted(have)) or (
         "none" if ctx.env.none_found("cuda_runtimes") else "none with a readable version")
     tag = (f"{built.major}.{built.minor}" if built is not None and built.major == major
@@ -130,6 +132,33 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
         "object file'" + (" and TensorFlow silently runs on the CPU only"
                           if component == "tensorflow" else ""), fix=fix, row=row,
         needs_cuda_major=major, cuda_majors_found=sorted(have))]
+
+
+def _soname_minor(ctx: Context, component: str, what: str, major: int, lib: str, fix: str,
+                  row: Row | None, built: Version | None) -> list[Finding]:
+    """Before CUDA 11 the runtime's soname carries the minor (libcudart.so.10.0,
+    libcudart.so.10.1, libcudart.so.10.2; every 11.x ships libcudart.so.11.0, and 12.x
+    libcudart.so.12), so a build for CUDA 10.1 does not load a 10.0 or 10.2 runtime: the
+    reason TensorFlow's tested-build table names an exact CUDA for its releases before 2.4
+    (https://www.tensorflow.org/install/source#gpu). Only runtimes whose minor is known are
+    judged."""
+    if lib != "libcudart" or built is None or built.major != major or major >= 11:
+        return []
+    minors = sorted({v.trunc(2) for rt in ctx.env.cuda_runtimes
+                     if not f"{rt.source or ''}".startswith("pip:cupy")
+                     and (v := Version.maybe(rt.version)) is not None
+                     and v.major == major and not v.major_only})
+    if not minors or any(m.minor == built.minor for m in minors):
+        return []
+    tag = f"{built.major}.{built.minor}"
+    found = ", ".join(str(m) for m in minors)
+    return [finding(
+        "cuda-mismatch", "error", component,
+        f"{what} loads {lib}.so.{tag}, but the CUDA {major}.x runtimes here are {found}: "
+        f"before CUDA 11 the library names carry the minor, so it fails with "
+        f"'{lib}.so.{tag}: cannot open shared object file'"
+        + (" and TensorFlow silently runs on the CPU only" if component == "tensorflow"
+           else ""), fix=fix, row=row, needs_cuda=tag, cuda_found=[str(m) for m in minors])]
 
 
 # The variable each framework's source build reads its target list from (TensorFlow's: the
