@@ -336,9 +336,7 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                            row=row)
     own += library_major(ctx, "tensorflow", what, cuda.major, "libcudart", fix=(
         f"{install} (it installs the CUDA {cuda.major} libraries as pip packages)"
-        if row.get("pip_extra") else "install the CUDA "
-        + (f"{cuda.major}.x" if cuda.major >= 11 else str(cuda.trunc(2)))
-        + " runtime libraries"), row=row, built=cuda)
+        if row.get("pip_extra") else _runtime_fix(ctx, cuda)), row=row, built=cuda)
     own += gpu + rules_cudnn.need_check(ctx, "tensorflow", what, compiled,
                                         same_minor=rules_cudnn.tf_same_minor(ver), fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
@@ -346,6 +344,17 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if no_code:  # its own libraries or a newer driver leave a GPU without code: another release
         _release_only(ctx, own, row, release)
     return out + own
+
+
+def _runtime_fix(ctx: Context, cuda: Version) -> str:
+    """How to add one CUDA release's runtime libraries beside any other: NVIDIA's apt
+    repository names them cuda-libraries-X-Y; on Windows, that release's installer from the
+    toolkit archive."""
+    if ctx.os_kind == "windows":
+        return (f"install the CUDA {cuda.trunc(2)} runtime libraries (the toolkit's "
+                "installer, https://developer.nvidia.com/cuda-toolkit-archive)")
+    return (f"`sudo apt-get install cuda-libraries-{cuda.major}-{cuda.minor}` (the CUDA "
+            f"{cuda.trunc(2)} runtime libraries, beside any other CUDA)")
 
 
 def _release_only(ctx: Context, found: list[Finding], row: Any, release: str | None) -> None:

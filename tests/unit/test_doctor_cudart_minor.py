@@ -37,3 +37,10 @@ def test_cuda_11_builds_take_any_11_minor(tmp_path) -> None:
 def test_a_runtime_of_unknown_minor_is_not_judged(tmp_path) -> None:
     d = doctor(tmp_path, _tf("2.2.0", "{version: '10', source: 'system:/usr/local/cuda'}"))
     assert not [f for f in d.of("cuda-mismatch") if "libcudart.so.10.1" in f["message"]]
+
+
+def test_the_fix_is_a_command_on_linux(tmp_path) -> None:
+    d = doctor(tmp_path, "os: Ubuntu 18.04 (linux)\n"
+               + _tf("2.2.0", "{version: '10.2', source: 'system:/usr/local/cuda'}"))
+    bad = [f for f in d.of("cuda-mismatch") if "libcudart.so.10.1" in f["message"]]
+    assert "`sudo apt-get install cuda-libraries-10-1`" in bad[0]["fix"]
