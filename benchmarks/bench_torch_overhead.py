@@ -181,9 +181,7 @@ def main() -> int:
         return 3
     from dnnctl.backends import replay
 
-    replay.module(wait=None)  # loaded (built on first use) before timing; DNNCTL_REPLAY=1: on
-    state = ("on" if replay.module() is not None else
-             f"off ({replay.failure() or 'DNNCTL_REPLAY=1 turns it on'})")
+    state = replay.describe()  # loaded (built on first use) before timing
     print(f"replay path: {state}")
     rows = run(args.quick, args.plan)
     tb.finish(TITLE, rows, args.out, {"plan": args.plan or "defaults (in memory)",

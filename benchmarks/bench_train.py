@@ -414,9 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda":
         from dnnctl.backends import replay
 
-        replay.module(wait=None)  # loaded (built on first use) before timing
-        print("replay path:", "on" if replay.module() is not None
-              else f"off ({replay.failure() or 'DNNCTL_REPLAY=1 turns it on'})")
+        print("replay path:", replay.describe())  # loaded (built on first use) first
     plan = dnnctl.load_plan(args.plan) if args.plan else None
     cfgs = configs(args.tiny, args.device)
     if args.record_workload:

@@ -63,7 +63,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.launches: list[tuple[Launch, tuple[Any, ...]]] = []
-        self.temps: list[tuple[Any, int]] = []
+        self.temps: list[Any] = []
         self.foreign: str | None = None
 
     def refuse(self, what: str) -> None:
@@ -135,7 +135,7 @@ def scratch(shape: int | tuple[int, ...], dtype: Any, xp: Any = None) -> Any:
         buf = xp.empty(shp, dtype=dtype)
     rec = STATE.rec
     if rec is not None:
-        rec.temps.append((buf, 0))
+        rec.temps.append(buf)
     return buf
 
 
@@ -148,7 +148,7 @@ def workspace(shape: int | tuple[int, ...], dtype: Any) -> Any:
         buf = raw(_shape(shape), np.dtype(dtype))
         rec = STATE.rec
         if rec is not None:
-            rec.temps.append((buf, 0))
+            rec.temps.append(buf)
         return buf
     return scratch(shape, dtype)
 
@@ -304,13 +304,21 @@ def _error_name(rc: int) -> str:
     return (text.value or b"").decode() or f"CUDA error {rc}"
 
 
+def _kind(a: Any) -> str:
+    """One argument's kind: its struct format's first letter; 'P' for pointer-like, 'S' for
+    a by-value struct (bytes)."""
+    if isinstance(a, bytes):
+        return "S"
+    f = _arg_format(a)
+    return "P" if f == "Q" and not isinstance(a, np.generic) else f[0]
+
+
 def _kinds(args: Sequence[Any]) -> bytes:
-    """The native path's kind byte per argument (its struct format's first letter; 'P' for
-    pointer-like); empty where an argument is one only the ctypes path takes."""
+    """The native path's kind byte per argument (:func:`_kind`); empty where an argument is
+    one only the ctypes path takes."""
     if any(isinstance(a, bytes) for a in args):
         return b""  # a by-value struct (a TMA tensor map): the ctypes path lays those out
-    return "".join("P" if f == "Q" and not isinstance(a, np.generic) else f[0]
-                   for a, f in ((a, _arg_format(a)) for a in args)).encode()
+    return "".join(map(_kind, args)).encode()
 
 
 def _native_module() -> Any:
@@ -406,8 +414,9 @@ class Launch:
 
     def __call__(self, args: Sequence[Any]) -> None:
         handle = self.handle
-        if STATE.rec is not None:  # a call recorded for replay (dnnctl.backends.replay)
-            STATE.rec.launches.append((self, tuple(args)))
+        rec = STATE.rec
+        if rec is not None:  # a call recorded for replay (dnnctl.backends.replay)
+            rec.launches.append((self, tuple(args)))
         if handle is None:  # the CPU emulator, a test recorder: call as given
             if self.cooperative:
                 self.fn(self.grid, self.block, tuple(args), shared_mem=self.smem,
@@ -505,22 +514,11 @@ def _block_layout(args: Sequence[Any]) -> tuple[struct.Struct, list[int], int]:
 def param_layout(args: Sequence[Any]) -> tuple[bytes, list[int], str]:
     """A launch's parameter block as cuLaunchKernel reads it: (the packed bytes, each
     argument's byte offset, each argument's kind: 'P' an address (an array, None, an int),
-    'S' a by-value struct, else the first letter of its scalar's struct format)."""
+    'S' a by-value struct, else the first letter of its scalar's struct format: :func:`_kind`)."""
     fmt, offsets, size = _block_layout(args)
-    vals, kinds = [], []
-    for a in args:
-        vals.append(ptr(a))
-        if isinstance(a, bytes):
-            kinds.append("S")
-        elif isinstance(a, (np.generic, float)) and not isinstance(a, bool):
-            kinds.append(_arg_format(a)[0])
-        elif isinstance(a, bool):
-            kinds.append("i")
-        else:
-            kinds.append("P")
-    buf = bytearray(max(size, 0))
-    fmt.pack_into(buf, 0, *vals)
-    return bytes(buf), offsets, "".join(kinds)
+    buf = bytearray(size)
+    fmt.pack_into(buf, 0, *map(ptr, args))
+    return bytes(buf), offsets, "".join(map(_kind, args))
 
 
 def launch_addresses() -> tuple[int, int]:

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,14 +52,20 @@ def module() -> Any | None:
     if path is None:
         return None
     try:
-        loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
-        spec = importlib.util.spec_from_file_location(NAME, str(path), loader=loader)
-        if spec is None:
-            return None
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
+        return load(NAME, path)
     except (ImportError, OSError):
         return None
+
+
+def load(name: str, path: Path) -> Any:
+    """The extension module ``name`` from the shared library ``path`` (ImportError if it
+    cannot be loaded)."""
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+    if spec is None:
+        raise ImportError(f"no module spec for {path}")
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
     return mod
 
 
@@ -74,29 +81,40 @@ def built() -> Path | None:
     out = cache_root() / "native" / f"{NAME}-{_key()}{suffix}"
     if out.is_file():
         return out
-    failed = out.with_name(out.name + ".failed")  # a failed build is not retried per process
-    if failed.exists():
-        return None
     cc = compiler()
     include = sysconfig.get_paths().get("include")
     if cc is None or not include or not Path(include, "Python.h").is_file():
         return None
+    why = compile_into(out, lambda tmp: [*cc, "-O2", "-shared", "-fPIC", f"-I{include}",
+                                         str(SOURCE), "-o", tmp], BUILD_SECONDS)
+    return None if why else out
+
+
+def compile_into(out: Path, command: Callable[[str], list[str]], seconds: float
+                 ) -> str | None:
+    """Build ``out`` with ``command(temporary path)``: None when it is there, else why not.
+    The build writes a temporary file renamed into place (concurrent builders leave one
+    complete file); a failed build leaves ``<out>.failed`` with the compiler's errors and
+    is not tried again."""
+    failed = out.with_name(out.name + ".failed")
+    if failed.exists():
+        return f"an earlier build failed (see {failed})"
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{NAME}-", suffix=suffix, dir=out.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}-", suffix=out.suffix, dir=out.parent)
     os.close(fd)
-    cmd = [*cc, "-O2", "-shared", "-fPIC", f"-I{include}", str(SOURCE), "-o", tmp]
     try:
-        done = subprocess.run(cmd, capture_output=True, timeout=BUILD_SECONDS, check=False)
+        done = subprocess.run(command(tmp), capture_output=True, timeout=seconds,
+                              check=False)
         if done.returncode != 0:
             failed.write_bytes(done.stderr[-4000:])
-            return None
-        os.replace(tmp, out)  # atomic: concurrent builders leave one complete file
-    except (OSError, subprocess.SubprocessError):
-        return None
+            return f"the build failed (see {failed})"
+        os.replace(tmp, out)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the build did not run: {exc}"
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    return out
+    return None
 
 
 def compiler(env: str = "CC", names: tuple[str, ...] = ("cc", "gcc", "clang"),

@@ -26,21 +26,17 @@ no torch headers: off.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.machinery
-import importlib.util
 import os
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from dnnctl.backends import native
+from dnnctl.errors import KernelLaunchError
 from dnnctl.paths import cache_root
 
 SOURCE = Path(__file__).with_name("_replay.cpp")
@@ -87,6 +83,21 @@ def failure() -> str | None:
     return _STATE.get("failure")
 
 
+def describe(wait: float | None = None) -> str:
+    """"on", or "off (why)", once the build (started if need be) has had ``wait`` seconds
+    (None: until done): what a benchmark reports before it times anything."""
+    if module(wait) is not None:
+        return "on"
+    return f"off ({failure() or 'DNNCTL_REPLAY=1 turns it on'})"
+
+
+def failed(rc: int, what: str) -> KernelLaunchError:
+    """The error of a replayed call whose launch returned ``rc``."""
+    return KernelLaunchError(f"cuLaunchKernel failed in a replayed {what} ({rc})",
+                             hint="run 'dnnctl doctor'; an illegal address earlier on this "
+                                  "stream also surfaces here; DNNCTL_REPLAY=0 turns replay off")
+
+
 def _build_and_load() -> None:
     mod, why = None, None
     try:
@@ -109,13 +120,7 @@ def _build_and_load() -> None:
 def _load(path: Path) -> tuple[Any | None, str | None]:
     import torch  # noqa: F401 - libtorch loaded before the extension that links it
 
-    loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
-    spec = importlib.util.spec_from_file_location(NAME, str(path), loader=loader)
-    if spec is None:
-        return None, "no module spec"
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod, None
+    return native.load(NAME, path), None
 
 
 def _torch_flags() -> tuple[list[str], list[str], str]:
@@ -153,32 +158,16 @@ def built() -> tuple[Path | None, str | None]:
     out = cache_root() / "replay" / f"{NAME}-{_key(version)}{suffix}"
     if out.is_file():
         return out, None
-    failed = out.with_name(out.name + ".failed")  # a failed build is not retried
-    if failed.exists():
-        return None, f"an earlier build failed (see {failed})"
     cxx = compiler()
     include = sysconfig.get_paths().get("include")
     if cxx is None:
         return None, "no C++ compiler on PATH (set CXX)"
     if not include or not Path(include, "Python.h").is_file():
         return None, "no Python.h for this interpreter"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{NAME}-", suffix=suffix, dir=out.parent)
-    os.close(fd)
-    cmd = [*cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", *cflags,
-           str(SOURCE), "-o", tmp, *lflags]
-    try:
-        done = subprocess.run(cmd, capture_output=True, timeout=BUILD_SECONDS, check=False)
-        if done.returncode != 0:
-            failed.write_bytes(done.stderr[-4000:])
-            return None, f"the build failed (see {failed})"
-        os.replace(tmp, out)  # atomic: concurrent builders leave one complete file
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"the build did not run: {exc}"
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    return out, None
+    why = native.compile_into(out, lambda tmp: [
+        *cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{include}", *cflags,
+        str(SOURCE), "-o", tmp, *lflags], BUILD_SECONDS)
+    return (None, why) if why else (out, None)
 
 
 # ----------------------------------------------------------------------------- programs
@@ -222,7 +211,7 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
         raise Unreplayable(rec.foreign)
     if not rec.launches:
         raise Unreplayable("no launch")
-    temps = [t for t, _ in rec.temps]
+    temps = rec.temps
     ranges: list[tuple[int, int, int]] = []  # (start, end, slot)
     align = []
     device = None

@@ -45,7 +45,7 @@ import numpy as np
 
 from dnnctl.backends import cuda, replay
 from dnnctl.backends.base import Backend, DeviceInfo
-from dnnctl.errors import KernelLaunchError, ShapeError, UsageError
+from dnnctl.errors import ShapeError, UsageError
 from dnnctl.ops import _call_checks as checks
 from dnnctl.ops.adapters import SIGNATURES, Adapter, adapter_for, signature
 from dnnctl.ops.base import Choice, Kernel, Op, Problem, np_dtype
@@ -392,6 +392,12 @@ class Site:
                 self.free_default = built
         return built
 
+    def _pick(self, plan: PlanLike | None, build: bool = True) -> Built | None:
+        """:meth:`kernel`, with the unplanned default taken straight (no plan lookup)."""
+        if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
+            return self.default
+        return self.kernel(plan, build)
+
     # -- the call
     def __call__(self, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any:
         # everything from the kernel's build to the result runs on the caller's device,
@@ -402,26 +408,22 @@ class Site:
         if guard is not None:
             guard(arrays)
         programs = self.programs
+        built = None
         if programs:  # a recorded program of the kernel this call takes: run it from C++
-            if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
-                built = self.default
-            else:
-                built = self.kernel(plan, build=False)
+            built = self._pick(plan, build=False)
             prog = None if built is None else programs.get(id(built[0]))
             if prog:
                 done = prog(arrays)
                 if done is not None:
                     if done.__class__ is int:
-                        _replay_failed(done, prog)
+                        raise replay.failed(done, f"call of {prog.launches} launch(es)")
                     return done
         enter = self.enter
         token = None if enter is None else enter()
         rec = None
         try:
-            if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
-                kern, flat, adopt = self.default
-            else:
-                kern, flat, adopt = self.kernel(plan)
+            # (the pick made for the replay above, if any: a plan's lookup counted once)
+            kern, flat, adopt = built if built is not None else self._pick(plan)
             if programs is not None and id(kern) not in programs and not adopt:
                 rec = self._recorder(kern)
             outs = {}
@@ -573,13 +575,6 @@ class Site:
 
 
 REFUSED: dict[str, str] = {}  # op -> why its last recording was not replayable
-
-
-def _replay_failed(rc: int, prog: Any) -> None:
-    raise KernelLaunchError(f"cuLaunchKernel failed in a replayed call ({rc}, "
-                            f"{prog.launches} launch(es))",
-                            hint="run 'dnnctl doctor'; an illegal address earlier on this "
-                                 "stream also surfaces here; DNNCTL_REPLAY=0 turns replay off")
 
 
 _WARNED: set[str] = set()
@@ -738,7 +733,7 @@ def program_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...
         return None
     if site is None or not site.programs:
         return None
-    built = site.kernel(plan, build=False)
+    built = site._pick(plan, build=False)
     if built is None:
         return None
     return site.programs.get(id(built[0])) or None

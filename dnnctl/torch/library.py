@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from dnnctl.errors import KernelLaunchError, UsageError
+from dnnctl.backends import replay
+from dnnctl.errors import UsageError
 from dnnctl.ops.conv2d.op import output_size
 from dnnctl.ops.pool.pool2d import out_size
 from dnnctl.torch import autocast, native
@@ -530,9 +531,7 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
             y = fused(x, weight, bias, residual, running_mean, running_var)
             if y is not None:
                 if y.__class__ is int:
-                    raise KernelLaunchError(f"cuLaunchKernel failed in a replayed "
-                                            f"batch_norm ({y})",
-                                            hint="DNNCTL_REPLAY=0 turns replay off")
+                    raise replay.failed(y, "batch_norm")
                 if y.requires_grad and fused.own_backward:  # runs in C++: counted here
                     _BN_PATHS[_BN_OWN] += 1
                 return y
