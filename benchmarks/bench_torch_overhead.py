@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import _torch_bench as tb  # noqa: E402
 
-TITLE = "Per-call overhead from torch tensors: dnnctl vs torch (fp16, H200)"
+TITLE = "Per-call overhead from torch tensors: dnnctl vs torch (fp16)"
 
 
 class _Spy:

@@ -19,9 +19,9 @@ addresses).
 The extension is built in a background thread on first use (the system C++ compiler
 against this torch's headers, ~20-60 s), into the cache (``<cache root>/replay/``), keyed by
 the source, the interpreter and the torch version; calls take the Python path until it is
-there. It is opt-in for now (``DNNCTL_REPLAY=1``; see :data:`DEFAULT`): built and checked
-against the Python path's parameter blocks on the CPU, not yet run on a GPU. No compiler or
-no torch headers: off.
+there. On by default (:data:`DEFAULT`; ``DNNCTL_REPLAY=0`` turns it off): checked against the
+Python path's parameter blocks on the CPU and bitwise against the Python path's results on
+the GPU (tests/gpu/test_replay_gpu.py). No compiler or no torch headers: off.
 """
 
 from __future__ import annotations
@@ -47,9 +47,8 @@ _LOCK = threading.Lock()
 _STATE: dict[str, Any] = {}  # "module": the loaded extension / None; "thread": the build
 
 
-# on unless DNNCTL_REPLAY says otherwise, once it has passed its GPU tests; until then off
-# unless DNNCTL_REPLAY=1 (see the module doc)
-DEFAULT = "0"
+# on unless DNNCTL_REPLAY says otherwise (it passed its GPU tests: see the module doc)
+DEFAULT = "1"
 
 
 def enabled() -> bool:
@@ -88,7 +87,7 @@ def describe(wait: float | None = None) -> str:
     (None: until done): what a benchmark reports before it times anything."""
     if module(wait) is not None:
         return "on"
-    return f"off ({failure() or 'DNNCTL_REPLAY=1 turns it on'})"
+    return f"off ({failure() or 'DNNCTL_REPLAY=0'})"
 
 
 def failed(rc: int, what: str) -> KernelLaunchError:

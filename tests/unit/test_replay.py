@@ -29,7 +29,7 @@ import stub_gpu  # noqa: E402
 @pytest.fixture(scope="module")
 def ext():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DNNCTL_REPLAY", "1")  # opt-in for now (replay.DEFAULT)
+        mp.setenv("DNNCTL_REPLAY", "1")
         mod = replay.module(wait=None)
         if mod is None:
             pytest.skip(f"the replay extension is not built here: {replay.failure()}")
