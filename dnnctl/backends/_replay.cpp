@@ -47,7 +47,74 @@ struct Patch {
     int64_t delta;    // bytes past that tensor's data pointer
 };
 
+// a view of a slot's tensor as a step reads it (sizes, strides, storage offset past the
+// slot tensor's own); ``same``: the slot's tensor itself
+struct View {
+    bool same = true;
+    std::vector<int64_t> sizes, strides;
+    int64_t offset = 0;
+
+    at::Tensor of(const at::Tensor &t) const {
+        if (same || !t.defined()) return t;
+        return t.as_strided(sizes, strides, t.storage_offset() + offset);
+    }
+};
+
+static View view_of(py::handle h) {
+    View v;
+    if (h.is_none()) return v;
+    auto t = h.cast<py::tuple>();
+    v.same = false;
+    v.sizes = t[0].cast<std::vector<int64_t>>();
+    v.strides = t[1].cast<std::vector<int64_t>>();
+    v.offset = t[2].cast<int64_t>();
+    if (v.sizes.size() != v.strides.size())
+        throw std::invalid_argument("replay: a view's sizes and strides differ in length");
+    return v;
+}
+
+// A convolution torch runs (cuDNN through ATen), as a vendor variant calls it: op 0
+// at::convolution (no bias), 1 at::cudnn_convolution_relu, 2 at::cudnn_convolution_add_relu.
+// Its result, seen through ``out_view``, is output slot ``out``.
+struct TorchConv {
+    int op;
+    int in[4];  // x, w, bias, residual slots (-1: none)
+    View views[4];
+    std::vector<int64_t> stride, padding, dilation;
+    int64_t groups;
+    double alpha;
+    std::vector<int64_t> raw_sizes, raw_strides;  // the result as recorded
+    int out;
+    View out_view;
+
+    // 0, or NO_FIT (-2): the result is not laid out as recorded
+    int run(std::vector<at::Tensor> &slots) const {
+        at::Tensor t[4];
+        for (int i = 0; i < 4; i++)
+            if (in[i] >= 0) t[i] = views[i].of(slots[in[i]]);
+        c10::optional<at::Tensor> bias;
+        if (t[2].defined()) bias = t[2];
+        at::Tensor raw;
+        if (op == 1) {
+            raw = at::cudnn_convolution_relu(t[0], t[1], bias, stride, padding, dilation,
+                                             groups);
+        } else if (op == 2) {
+            raw = at::cudnn_convolution_add_relu(t[0], t[1], t[3], at::Scalar(alpha), bias, stride,
+                                                 padding, dilation, groups);
+        } else {
+            raw = at::convolution(t[0], t[1], c10::nullopt, stride, padding, dilation, false,
+                                  std::vector<int64_t>(stride.size(), 0), groups);
+        }
+        if (raw.sizes() != at::IntArrayRef(raw_sizes) ||
+            raw.strides() != at::IntArrayRef(raw_strides))
+            return -2;
+        slots[out] = out_view.of(raw);
+        return 0;
+    }
+};
+
 struct Step {
+    int torch = -1;  // a TorchConv (its index), else a launch
     uint64_t handle;
     unsigned dims[7];  // grid x y z, block x y z, dynamic shared memory
     bool cooperative;
@@ -59,6 +126,7 @@ struct Step {
 struct Alloc {
     std::vector<int64_t> sizes, strides;
     at::TensorOptions options;
+    bool made = false;  // a step's result (a library's output adopted), not allocated
 };
 
 constexpr int MAX_SLOTS = 64;
@@ -78,7 +146,8 @@ class Program {
     Program(int n_in, std::vector<int> align, std::vector<at::Tensor> templates,
             std::vector<std::vector<int64_t>> sizes, std::vector<std::vector<int64_t>> strides,
             std::vector<int64_t> temps, py::list steps, std::vector<int> result,
-            bool tuple_result, int device_type, int device_index)
+            bool tuple_result, int device_type, int device_index,
+            std::vector<int> made = {})
         : n_in_(n_in), align_(std::move(align)), temps_(std::move(temps)),
           result_(std::move(result)), tuple_result_(tuple_result),
           device_(static_cast<c10::DeviceType>(device_type),
@@ -89,11 +158,57 @@ class Program {
             throw std::invalid_argument("replay: one template, sizes and strides per output");
         for (size_t i = 0; i < templates.size(); i++)
             allocs_.push_back({sizes[i], strides[i], templates[i].options()});
+        for (int j : made) {
+            if (j < 0 || j >= static_cast<int>(allocs_.size()))
+                throw std::invalid_argument("replay: a made output that is no output");
+            allocs_[j].made = true;
+        }
         n_slots_ = n_in_ + static_cast<int>(allocs_.size() + temps_.size());
         if (n_slots_ > MAX_SLOTS) throw std::invalid_argument("replay: too many tensors");
+        std::vector<bool> ready(n_slots_, true);  // a made output: once its step has run
+        for (int j : made) ready[n_in_ + j] = false;
         for (auto item : steps) {
             auto t = item.cast<py::tuple>();
             Step s;
+            if (py::isinstance<py::str>(t[0])) {  // ("conv", op, slots, views, ...)
+                if (t[0].cast<std::string>() != "conv" || t.size() != 13)
+                    throw std::invalid_argument("replay: an unknown torch step");
+                // before any launch: a result laid out otherwise than recorded leaves the
+                // call to the Python path with nothing launched yet
+                if (steps_.size() != convs_.size())
+                    throw std::invalid_argument("replay: a torch step after a launch");
+                TorchConv c;
+                c.op = t[1].cast<int>();
+                auto in = t[2].cast<std::vector<int>>();
+                auto views = t[3].cast<py::list>();
+                if (c.op < 0 || c.op > 2 || in.size() != 4 || views.size() != 4)
+                    throw std::invalid_argument("replay: a malformed convolution step");
+                for (int i = 0; i < 4; i++) {
+                    c.in[i] = in[i];
+                    if (in[i] >= n_slots_ || in[i] < -1 || (in[i] >= 0 && !ready[in[i]]))
+                        throw std::invalid_argument("replay: a step reads no tensor made yet");
+                    c.views[i] = view_of(views[i]);
+                }
+                if (c.in[0] < 0 || c.in[1] < 0 || (c.op == 2 && c.in[3] < 0))
+                    throw std::invalid_argument("replay: a convolution with no x, w or z");
+                c.stride = t[4].cast<std::vector<int64_t>>();
+                c.padding = t[5].cast<std::vector<int64_t>>();
+                c.dilation = t[6].cast<std::vector<int64_t>>();
+                c.groups = t[7].cast<int64_t>();
+                c.alpha = t[8].cast<double>();
+                c.raw_sizes = t[9].cast<std::vector<int64_t>>();
+                c.raw_strides = t[10].cast<std::vector<int64_t>>();
+                c.out = t[11].cast<int>();
+                c.out_view = view_of(t[12]);
+                if (c.out < n_in_ || c.out >= n_in_ + static_cast<int>(allocs_.size()) ||
+                    !allocs_[c.out - n_in_].made || ready[c.out])
+                    throw std::invalid_argument("replay: a step's result is no made output");
+                ready[c.out] = true;
+                s.torch = static_cast<int>(convs_.size());
+                convs_.push_back(std::move(c));
+                steps_.push_back(std::move(s));
+                continue;
+            }
             s.handle = t[0].cast<uint64_t>();
             auto dims = t[1].cast<std::vector<unsigned>>();
             if (dims.size() != 7) throw std::invalid_argument("replay: 7 launch dimensions");
@@ -107,6 +222,8 @@ class Program {
                 Patch q{pt[0].cast<uint32_t>(), pt[1].cast<int32_t>(), pt[2].cast<int64_t>()};
                 if (q.slot < 0 || q.slot >= n_slots_ || q.offset + 8 > s.block.size())
                     throw std::invalid_argument("replay: a patch outside its block");
+                if (!ready[q.slot])
+                    throw std::invalid_argument("replay: a launch reads no tensor made yet");
                 s.patches.push_back(q);
             }
             if (s.block.size() > MAX_BLOCK || s.offsets.size() > MAX_PARAMS)
@@ -119,6 +236,8 @@ class Program {
         for (int r : result_)
             if (r < -1 || r >= n_in_ + static_cast<int>(allocs_.size()))
                 throw std::invalid_argument("replay: a result that is no input or output");
+        for (int k = 0; k < n_slots_; k++)
+            if (!ready[k]) throw std::invalid_argument("replay: a made output no step makes");
     }
 
     // the call's result; None where the recorded program does not fit the call; an int
@@ -158,7 +277,8 @@ class Program {
     static constexpr int NO_FIT = -2;
 
     // Runs the program on ``slots`` (the inputs first, undefined for None; the rest are
-    // made here): 0, NO_FIT (nothing was done), or a launch's error code. ``dry``: the
+    // made here): 0, NO_FIT (nothing was launched: a torch step, which comes first, may
+    // have computed a result and dropped it), or a launch's error code. ``dry``: the
     // parameter blocks are appended there instead of launched (the GIL held).
     int exec(std::vector<at::Tensor> &slots, py::list *dry = nullptr) const {
         if (static_cast<int>(slots.size()) != n_slots_) return NO_FIT;
@@ -185,8 +305,10 @@ class Program {
         }
         int k = n_in_;
         for (const auto &a : allocs_) {
-            slots[k] = at::empty_strided(a.sizes, a.strides, a.options);
-            ptrs[k] = reinterpret_cast<uint64_t>(slots[k].data_ptr());
+            if (!a.made) {
+                slots[k] = at::empty_strided(a.sizes, a.strides, a.options);
+                ptrs[k] = reinterpret_cast<uint64_t>(slots[k].data_ptr());
+            }
             k++;
         }
         for (int64_t n : temps_) {
@@ -197,6 +319,12 @@ class Program {
         alignas(64) uint8_t buf[MAX_BLOCK];
         void *params[MAX_PARAMS];
         for (const auto &s : steps_) {
+            if (s.torch >= 0) {  // (a dry run computes it too: later launches read it)
+                const TorchConv &c = convs_[s.torch];
+                if (c.run(slots) != 0) return NO_FIT;
+                ptrs[c.out] = reinterpret_cast<uint64_t>(slots[c.out].data_ptr());
+                continue;
+            }
             if (!s.block.empty()) std::memcpy(buf, s.block.data(), s.block.size());
             for (const auto &p : s.patches) {
                 uint64_t v = ptrs[p.slot] + static_cast<uint64_t>(p.delta);
@@ -232,7 +360,8 @@ class Program {
     int inputs() const { return n_in_; }
     int slot_count() const { return n_slots_; }
 
-    int launches() const { return static_cast<int>(steps_.size()); }
+    int launches() const { return static_cast<int>(steps_.size() - convs_.size()); }
+    int torch_calls() const { return static_cast<int>(convs_.size()); }
 
   private:
     int n_in_, n_slots_;
@@ -240,6 +369,7 @@ class Program {
     std::vector<Alloc> allocs_;
     std::vector<int64_t> temps_;
     std::vector<Step> steps_;
+    std::vector<TorchConv> convs_;
     std::vector<int> result_;
     bool tuple_result_;
     c10::Device device_;
@@ -458,10 +588,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::class_<Program, std::shared_ptr<Program>>(m, "Program")
         .def(py::init<int, std::vector<int>, std::vector<at::Tensor>,
                       std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>,
-                      std::vector<int64_t>, py::list, std::vector<int>, bool, int, int>())
+                      std::vector<int64_t>, py::list, std::vector<int>, bool, int, int,
+                      std::vector<int>>(),
+             py::arg("n_in"), py::arg("align"), py::arg("templates"), py::arg("sizes"),
+             py::arg("strides"), py::arg("temps"), py::arg("steps"), py::arg("result"),
+             py::arg("tuple_result"), py::arg("device_type"), py::arg("device_index"),
+             py::arg("made") = std::vector<int>())
         .def("__call__", &Program::call)
         .def("dry", &Program::dry)
         .def_property_readonly("launches", &Program::launches)
+        .def_property_readonly("torch_calls", &Program::torch_calls)
         .def_property_readonly("inputs", &Program::inputs);
     py::class_<BnTrain>(m, "BnTrain")
         .def(py::init<std::shared_ptr<Program>, std::shared_ptr<Program>, bool, bool, double,

@@ -609,12 +609,12 @@ def set_device(index: int) -> None:
 
 def copy(dst: Any, src: Any) -> None:
     """Copy ``src`` into ``dst`` (same size, both contiguous) on the call's stream."""
-    if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):  # the CPU emulator
-        np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
-        return
     rec = STATE.rec
     if rec is not None:
         rec.refuse("a copy")
+    if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):  # the CPU emulator
+        np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
+        return
     import cupy
 
     nbytes = int(np.prod(tuple(dst.shape))) * _itemsize(dst)

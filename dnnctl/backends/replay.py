@@ -195,21 +195,126 @@ class Unreplayable(Exception):
     """Why a recorded call cannot become a :class:`Program`."""
 
 
+# a vendor variant's convolution through torch: the op the Program calls again
+CONV_OPS = {"convolution": 0, "cudnn_convolution_relu": 1, "cudnn_convolution_add_relu": 2}
+
+
+class TorchConv:
+    """A convolution a recorded call ran through torch (cuDNN by ATen), as it ran: the op
+    (:data:`CONV_OPS`), the tensors it was given (x, w, bias, residual; None where absent),
+    its scalars, its result ``raw`` and ``y``, the view of it the call went on with."""
+
+    __slots__ = ("op", "tensors", "stride", "padding", "dilation", "groups", "alpha", "raw",
+                 "y")
+
+    def __init__(self, op: str, tensors: tuple[Any, Any, Any, Any], stride: Sequence[int],
+                 padding: Sequence[int], dilation: Sequence[int], groups: int, alpha: float,
+                 raw: Any, y: Any) -> None:
+        self.op, self.tensors = CONV_OPS[op], tensors
+        self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
+        self.groups, self.alpha, self.raw, self.y = int(groups), float(alpha), raw, y
+
+
+def note_conv(op: str, tensors: tuple[Any, Any, Any, Any], stride: Sequence[int],
+              padding: Sequence[int], dilation: Sequence[int], groups: int, alpha: float,
+              raw: Any, y: Any) -> None:
+    """Put a convolution run through torch into the call's recording, if one is on (in
+    order with its launches; a vendor variant calls this right after the library's call)."""
+    from dnnctl.backends import cuda
+
+    rec = cuda.STATE.rec
+    if rec is not None:
+        rec.launches.append((TorchConv(op, tensors, stride, padding, dilation, groups, alpha,
+                                       raw, y), None))
+
+
+def refuse(what: str) -> None:
+    """Mark the call being recorded, if one is, as one that cannot be replayed (a step
+    done outside the launches and the library calls a recording holds)."""
+    from dnnctl.backends import cuda
+
+    rec = cuda.STATE.rec
+    if rec is not None:
+        rec.refuse(what)
+
+
+def _view(t: Any, base: Any) -> Any:
+    """How ``t`` reads ``base``'s memory: None (it is ``base``), (sizes, strides, storage
+    offset past base's); raise Unreplayable where it is no view of base."""
+    if t is base or (t.shape == base.shape and t.stride() == base.stride()
+                     and t.storage_offset() == base.storage_offset()
+                     and t.data_ptr() == base.data_ptr()):
+        return None
+    if t.untyped_storage().data_ptr() != base.untyped_storage().data_ptr():
+        raise Unreplayable("a torch step's tensor is no view of the call's")
+    return (list(t.shape), list(t.stride()), t.storage_offset() - base.storage_offset())
+
+
+def _torch_step(step: TorchConv, slots: Sequence[Any], made: dict[int, int]) -> tuple:
+    """The Program's tuple of a recorded convolution: each tensor by its slot (and view),
+    the result into the output slot whose tensor ``y`` is (``made``: out index -> slot)."""
+    ins, views = [], []
+    for t in step.tensors:
+        if t is None:
+            ins.append(-1)
+            views.append(None)
+            continue
+        k = _slot_of(t, slots)
+        ins.append(k)
+        views.append(_view(t, slots[k]))
+    out = next((k for k in made.values() if slots[k] is step.y), None)
+    if out is None:
+        raise Unreplayable("a torch step's result is not an output of the call")
+    raw = step.raw
+    return ("conv", step.op, ins, views, step.stride, step.padding, step.dilation,
+            step.groups, step.alpha, list(raw.shape), list(raw.stride()), out,
+            _view(step.y, raw))
+
+
+def _slot_of(t: Any, slots: Sequence[Any]) -> int:
+    """The slot whose tensor ``t`` is, or a view of (the same storage, its data inside)."""
+    for k, a in enumerate(slots):
+        if a is t:
+            return k
+    p = t.data_ptr()
+    storage = t.untyped_storage().data_ptr()
+    for k, a in enumerate(slots):
+        if (a is not None and hasattr(a, "untyped_storage")
+                and a.untyped_storage().data_ptr() == storage):
+            b, n = _extent(a)
+            if b <= p < b + max(n, 1):
+                return k
+    raise Unreplayable("a torch step reads a tensor that is not the call's")
+
+
 def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence[Any],
-            rec: Any, result: Sequence[int], tuple_result: bool) -> Any:
+            rec: Any, result: Sequence[int], tuple_result: bool,
+            adopted: bool = False) -> Any:
     """The extension's Program for a recorded call.
 
     ``arrays``: the call's tensors (None where absent), slots 0..; ``outs``: the outputs the
-    site allocated (torch tensors), the slots after them; ``kept``: arrays that outlive the
-    site's calls (its constants): their addresses stay as recorded; ``rec``: the
-    :class:`~dnnctl.backends.cuda.Recorder` of the call; ``result``: the slot of each
-    returned value (-1: None)."""
+    site allocated (torch tensors), the slots after them (``adopted``: the kernel's own
+    results instead, each of which a recorded torch step must have made); ``kept``: arrays
+    that outlive the site's calls (its constants): their addresses stay as recorded;
+    ``rec``: the :class:`~dnnctl.backends.cuda.Recorder` of the call; ``result``: the slot
+    of each returned value (-1: None)."""
     from dnnctl.backends import cuda
 
     if rec.foreign:
         raise Unreplayable(rec.foreign)
     if not rec.launches:
         raise Unreplayable("no launch")
+    torch_steps = [s for s, _ in rec.launches if isinstance(s, TorchConv)]
+    first_launch = next((i for i, (s, _) in enumerate(rec.launches)
+                         if not isinstance(s, TorchConv)), len(rec.launches))
+    if any(isinstance(s, TorchConv) for s, _ in rec.launches[first_launch:]):
+        raise Unreplayable("a torch step after a launch")
+    made = {j: len(arrays) + j for j, o in enumerate(outs)
+            if any(o is s.y for s in torch_steps)}
+    if adopted and len(made) != len(outs):
+        raise Unreplayable("an adopted output no recorded torch step made")
+    if not adopted and made:
+        raise Unreplayable("a torch step's result is an output the site allocated")
     temps = rec.temps
     ranges: list[tuple[int, int, int]] = []  # (start, end, slot)
     align = []
@@ -237,7 +342,11 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
             raise Unreplayable(f"tensors {s0} and {s1} overlap")
     fixed = [_extent(k) for k in kept if k is not None] + list(cuda.KEPT)
     steps = []
+    slots = [*arrays, *outs, *temps]
     for launch, args in rec.launches:
+        if isinstance(launch, TorchConv):
+            steps.append(_torch_step(launch, slots, made))
+            continue
         block, offsets, kinds = cuda.param_layout(args)
         if launch.handle is None:
             raise Unreplayable("a launch with no CUfunction (the CPU emulator)")
@@ -268,10 +377,14 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
     strides = [list(o.stride()) for o in outs]
     if device is None:
         raise Unreplayable("no tensor argument")
-    return mod.Program(len(arrays), align, templates, sizes, strides,
-                       [max(1, _extent(t)[1]) for t in temps], steps, list(result),
-                       bool(tuple_result), _DEVICE_TYPES[device.type],
-                       -1 if device.type == "cpu" else device.index or 0)
+    try:
+        return mod.Program(len(arrays), align, templates, sizes, strides,
+                           [max(1, _extent(t)[1]) for t in temps], steps, list(result),
+                           bool(tuple_result), _DEVICE_TYPES[device.type],
+                           -1 if device.type == "cpu" else device.index or 0,
+                           sorted(j for j in made))
+    except ValueError as exc:  # the extension's own checks of the recording
+        raise Unreplayable(str(exc)) from None
 
 
 _DEVICE_TYPES = {"cpu": 0, "cuda": 1}  # c10::DeviceType

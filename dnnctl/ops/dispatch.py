@@ -20,9 +20,10 @@ hands its arguments to :func:`call`. The pipeline does the rest for every op:
    *adopts* them (``kernel.adopts = True``, e.g. a vendor library that allocates its own
    results): it is called without them and returns what it made (:func:`adopting`), so
    its results are not copied into ours.
-6. **replay** — for torch CUDA tensors, a site whose kernel only launches kernels
-   (``kernel.replayable``) records its second call per kernel; later calls run the
-   recording from C++ (:mod:`dnnctl.backends.replay`): steps 2-5 without Python.
+6. **replay** — for torch CUDA tensors, a site whose kernel only launches kernels and
+   calls the library steps a recording holds (``kernel.replayable``: cuDNN's convolution
+   through ATen) records its second call per kernel; later calls run the recording from
+   C++ (:mod:`dnnctl.backends.replay`): steps 2-5 without Python.
 
 No op has a private fast path. :func:`run` remains for callers that already hold backend
 arrays (tests, benchmarks): it validates every call.
@@ -424,7 +425,7 @@ class Site:
         try:
             # (the pick made for the replay above, if any: a plan's lookup counted once)
             kern, flat, adopt = built if built is not None else self._pick(plan)
-            if programs is not None and id(kern) not in programs and not adopt:
+            if programs is not None and id(kern) not in programs:
                 rec = self._recorder(kern)
             outs = {}
             if not adopt:
@@ -451,9 +452,10 @@ class Site:
             else:
                 with cuda.recording(rec):
                     made = kern(ins, kouts, self.attrs)
-                self._keep(kern, rec, arrays, outs)
             if adopt:
                 self._adopt(made, outs, kouts, flat)
+            if rec is not None:
+                self._keep(kern, rec, arrays, outs, bool(adopt))
             if self.finish is not None and flat != STRIDED:
                 done = self.finish(kouts, self._backend(arrays))
                 conv = self.adapter.from_backend
@@ -488,8 +490,9 @@ class Site:
         return cuda.Recorder()
 
     def _keep(self, kern: Kernel, rec: cuda.Recorder, arrays: tuple[Any, ...],
-              outs: dict[str, Any]) -> None:
-        """Make the recorded call ``kern``'s Program (False where it cannot be one)."""
+              outs: dict[str, Any], adopted: bool = False) -> None:
+        """Make the recorded call ``kern``'s Program (False where it cannot be one);
+        ``adopted``: ``outs`` are the kernel's own results (made by recorded torch steps)."""
         mod = replay.module()
         names = [n for n, *_ in self.outputs]
         n_in = len(arrays)
@@ -514,9 +517,11 @@ class Site:
                 result, many = [slot(res)], False  # type: ignore[arg-type]
             else:
                 result, many = [slot(n) for n in res], True  # type: ignore[union-attr]
+            if any(n not in outs for n in names):
+                raise replay.Unreplayable("an output the kernel did not return")
             prog = replay.program(mod, arrays, [outs[n] for n in names],
                                   list(self.consts.values()), rec,
-                                  result, many)
+                                  result, many, adopted)
         except replay.Unreplayable as why:
             self.programs[id(kern)] = False  # type: ignore[index]
             REFUSED[self.op.name] = str(why)
@@ -721,16 +726,41 @@ def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
     return site(arrays, plan)
 
 
+def site_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]
+             ) -> Site | None:
+    """The site a call of ``spec`` with arrays of these signatures and these scalars goes
+    to, if one has been made (None otherwise)."""
+    try:
+        return _SITES.get((spec, scalars, *[None if a is None else signature(a)
+                                            for a in arrays]))
+    except TypeError:
+        return None
+
+
+def replayed(site: Site, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any | None:
+    """``site``'s call of ``arrays`` from its replay Program, for a caller that has
+    checked the arrays are of the site's signatures: the result, or None where the kernel
+    the call would take now (``plan``, else the active plan, else the default) has no
+    Program or the recording does not fit the call (the caller runs its Python path)."""
+    programs = site.programs
+    if not programs:
+        return None
+    built = site._pick(plan, build=False)
+    prog = None if built is None else programs.get(id(built[0]))
+    if not prog:
+        return None
+    done = prog(arrays)
+    if done.__class__ is int:
+        raise replay.failed(done, f"call of {prog.launches} launch(es)")
+    return done
+
+
 def program_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
                 plan: PlanLike | None = None) -> Any | None:
     """The replay Program (:mod:`dnnctl.backends.replay`) a call of ``spec`` with arrays of
     these signatures would run now, under ``plan`` (None: the active plan, else the
     default); None where the site has recorded none."""
-    try:
-        site = _SITES.get((spec, scalars, *[None if a is None else signature(a)
-                                            for a in arrays]))
-    except TypeError:
-        return None
+    site = site_for(spec, arrays, scalars)
     if site is None or not site.programs:
         return None
     built = site._pick(plan, build=False)

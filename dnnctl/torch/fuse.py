@@ -20,8 +20,12 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.nn.modules import module as _nn_module
 
+from dnnctl.ops.conv2d.function import _CONV2D_CL
+from dnnctl.torch._tensors import is_nhwc
 from dnnctl.torch.geometry import conv1d_geometry, conv_padding
-from dnnctl.torch.library import autocast_active, run_op
+from dnnctl.torch.kernels import plan_of
+from dnnctl.torch.library import autocast_active, direct_ok, run_op
+from dnnctl.torch.native import Direct
 from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
@@ -71,6 +75,9 @@ class FusedConv(nn.Module):
         # (the conv's stride, padding, dilation objects, then the op's arguments made of
         # them): rebuilt only when one of those attributes is replaced
         self._geom: tuple[Any, ...] = (None, None, None)
+        # eager inference calls of channels-last tensors: straight to the conv site's
+        # replay Program once the Python path has recorded one (see native.Direct)
+        self._direct = Direct()
         self.register_buffer("folded_weight", None, persistent=False)
         self.register_buffer("folded_bias", None, persistent=False)
 
@@ -153,8 +160,36 @@ class FusedConv(nn.Module):
                                     tuple(map(int, conv_padding(conv))),
                                     tuple(map(int, conv.dilation)))
             stride, pad, dil = geo[3], geo[4], geo[5]
+            if x.is_cuda and direct_ok(x, w, b, residual):
+                return self._direct_call(x, w, b, residual, stride, pad, dil)
         y = run_op("conv2d", x, w, b, stride, pad, dil, conv.groups, self.act, residual,
                    self.handle, self.residual_before_act)
+        return self._dtype_of(y, x, residual)
+
+    def _direct_call(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                     residual: torch.Tensor | None, stride: tuple[int, ...],
+                     pad: tuple[int, ...], dil: tuple[int, ...]) -> torch.Tensor:
+        """An eager inference call: the conv site's replay Program where this key has
+        one (the arrays and scalars kernels.conv2d gives conv2d_channels_last for a
+        channels-last x), else the Python path, after which the site is looked up."""
+        k = (x.shape, x.stride(), x.dtype, x.device, w.stride(), w.dtype, b is None,
+             None if residual is None else (residual.shape, residual.stride(), residual.dtype))
+        arrays = (x, w, b, residual)
+        y = self._direct.run(k, arrays, plan_of(self.handle))
+        if y is not None:
+            return self._dtype_of(y.permute(0, 3, 1, 2), x, residual)
+        groups = self._modules["conv"].groups
+        y = run_op("conv2d", x, w, b, stride, pad, dil, groups, self.act, residual,
+                   self.handle, self.residual_before_act)
+        if is_nhwc(x):
+            self._direct.learn(k, _CONV2D_CL, arrays,
+                               (stride, pad, dil, groups,
+                                None if self.act == "none" else self.act, "NHWC", False,
+                                bool(self.residual_before_act)))
+        return self._dtype_of(y, x, residual)
+
+    def _dtype_of(self, y: torch.Tensor, x: torch.Tensor,
+                  residual: torch.Tensor | None) -> torch.Tensor:
         if self.keep_dtype and residual is not None:
             want = _conv_dtype(x)
             if y.dtype != want:

@@ -663,6 +663,16 @@ def run_op(name: str, *args: Any) -> Any:
     return KERNELS[name](*args)
 
 
+def direct_ok(x: torch.Tensor, *tensors: Any) -> bool:
+    """A call :func:`run_op` would hand to the op's eager kernel as it is: plain eager x
+    (:func:`plain_eager`), no autocast region, no gradient to record, no record() session,
+    x's dtype one dnnctl runs (not inside torch_forms()). A patched module may then take
+    its call's replay Program directly (:class:`dnnctl.torch.native.Direct`)."""
+    return (plain_eager(x) and not _any_autocast()
+            and not (_grad_on() and _any_grad(x, *tensors)) and not K.RECORDERS
+            and x.dtype in K._RUNS)
+
+
 def plain_eager(x: torch.Tensor) -> bool:
     """x is a plain tensor in eager mode: no torch.compile tracing, no dispatch mode, no
     torch.jit.trace and no torch.func transform (vmap, grad, jacrev: their wrapped tensors

@@ -1,4 +1,6 @@
-"""C++ autograd for the fused training batch_norm: eager training with no Python per layer.
+"""C++ paths of patched modules: a fused convolution's inference call replayed with no
+dispatch in between (:class:`Direct`), and C++ autograd for the fused training batch_norm:
+eager training with no Python per layer.
 
 A patched BatchNorm in training runs relu(batch_norm(x) [+ residual]) as a Python autograd
 Function whose forward and backward each enter dnnctl's dispatch (measured on a CPU box
@@ -31,6 +33,56 @@ from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
 from dnnctl.ops.batch_norm.function import CALL_ARRAYS as _BN_ARRAYS
 from dnnctl.torch._tensors import in_layout, is_nhwc
 from dnnctl.torch.kernels import plan_of
+
+class Direct:
+    """A patched module's own shortcut to the replay Programs of its calls: per call key
+    (what the module's Python path derives the op call from: shapes, strides, dtypes,
+    devices), the dispatch site that path called, found after the call
+    (:meth:`learn`); later calls of the key go straight to that site's Program
+    (:func:`dispatch.replayed`: the kernel the plan, the active plan or the default would
+    take now, so a plan switched since is honoured), skipping the Python between the module
+    and the site. A key whose site has no Program yet looks again on later calls, up to
+    :data:`TRIES` times."""
+
+    __slots__ = ("sites",)
+
+    def __init__(self) -> None:
+        self.sites: dict[Any, Any] = {}  # key -> Site, or the number of looks so far
+
+    # a copied or pickled module starts with none (a site is this process's, not data)
+    def __deepcopy__(self, memo: dict) -> Direct:
+        return Direct()
+
+    def __copy__(self) -> Direct:
+        return Direct()
+
+    def __reduce__(self) -> tuple:
+        return (Direct, ())
+
+    def run(self, k: Any, arrays: tuple[Any, ...], plan: Any) -> Any:
+        """The call's result from the key's Program, or None (no site, no Program, the
+        recording does not fit, suspended): the module runs its Python path."""
+        site = self.sites.get(k)
+        if site is None or site.__class__ is int or _OFF:
+            return None
+        return dispatch.replayed(site, arrays, plan)
+
+    def learn(self, k: Any, spec: Any, arrays: tuple[Any, ...], scalars: tuple[Any, ...]
+              ) -> None:
+        """After a Python-path call of ``k``: keep the site ``spec``'s call with these
+        arrays and scalars went to, once it has a Program."""
+        sites = self.sites
+        looks = sites.get(k, 0)
+        if looks.__class__ is not int or looks >= TRIES or _OFF:
+            return
+        if len(sites) >= _LIMIT:
+            sites.clear()
+        site = dispatch.site_for(spec, arrays, scalars)
+        if site is not None and site.programs and any(site.programs.values()):
+            sites[k] = site
+        else:
+            sites[k] = looks + 1
+
 
 TRIES = 8  # Python calls of a key that look for both Programs before giving up
 _TABLE: dict[Any, Any] = {}  # key -> BnTrain, or the number of looks so far

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module", autouse=True)
 def built():
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DNNCTL_REPLAY", "1")  # opt-in for now (replay.DEFAULT)
+        mp.setenv("DNNCTL_REPLAY", "1")
         if replay.module(wait=None) is None:
             pytest.skip(f"no replay extension here: {replay.failure()}")
         dispatch._SITES.clear()  # sites made before (replay off) would not record
@@ -253,3 +253,125 @@ def test_native_batch_norm_double_backward_runs_torchs_formulas():
     assert g.requires_grad  # a graph of its own: a gradient penalty can go through it
     g.float().pow(2).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------- convolutions
+
+
+class _Only:
+    """A plan whose only entry is every conv2d problem: ``variant`` with ``params``, else
+    the variant's default parameters."""
+
+    def __init__(self, variant, params=None):
+        self.variant, self.params = variant, params
+
+    def lookup(self, problem, backend, device):
+        from dnnctl.ops.base import Choice
+        from dnnctl.ops.registry import get_variant
+
+        if problem.op != "conv2d":
+            return None
+        v = get_variant("conv2d", "cupy", self.variant)
+        params = self.params or v.default_params(problem, device)
+        if not v.supports(problem, device) or params is None:
+            pytest.skip(f"{self.variant} does not take {dict(problem.as_dict())}")
+        return Choice(self.variant, tuple(sorted(params.items())))
+
+
+# variant, params, (N, C, H, W), K, kernel, stride, activation, residual, residual first
+CONV_CASES = {
+    "cuDNN conv + epilogue (bias, relu)": ("torch_cudnn", {"fuse": 0}, (2, 64, 14, 14), 64, 3,
+                                           1, "relu", False, False),
+    "cuDNN conv_relu": ("torch_cudnn", {"fuse": 1}, (2, 64, 14, 14), 128, 3, 2, "relu",
+                        False, False),
+    "cuDNN conv_add_relu": ("torch_cudnn", {"fuse": 1}, (2, 64, 14, 14), 256, 1, 1, "relu",
+                            True, True),
+    "cuDNN conv, no epilogue": ("torch_cudnn", {"fuse": 0}, (2, 32, 9, 9), 32, 3, 1, None,
+                                False, False),
+    "wgmma implicit GEMM + residual": ("implicit_gemm_wgmma", None, (2, 64, 14, 14), 64, 3, 1,
+                                       "relu", True, True),
+    "mma implicit GEMM": ("implicit_gemm", None, (2, 32, 10, 10), 64, 3, 1, "silu", False,
+                          False),
+    "1x1 GEMM + residual": ("gemm_1x1", None, (2, 64, 7, 7), 256, 1, 1, "relu", True, True),
+}
+
+
+@pytest.mark.parametrize("name", list(CONV_CASES))
+def test_replayed_convolutions_equal_the_python_path_bitwise(name, cudnn_deterministic):
+    from dnnctl.ops.conv2d.function import conv2d_channels_last
+
+    variant, params, (n, c, h, w), k, r, s, act, res, first = CONV_CASES[name]
+    plan = _Only(variant, params)
+    x = _r(n, c, h, w, dtype=torch.float16, fmt=CL)
+    wt = _r(k, c, r, r, dtype=torch.float16, fmt=CL) * 0.1
+    bias = _r(k, dtype=torch.float16) if act or variant != "torch_cudnn" else None
+    p = (h + 2 * (r // 2) - r) // s + 1
+    z = _r(n, k, p, (w + 2 * (r // 2) - r) // s + 1, dtype=torch.float16, fmt=CL) if res else None
+
+    def fn(x, wt, z):
+        return conv2d_channels_last(x, wt, bias, (s, s), (r // 2, r // 2), (1, 1), 1, act, z,
+                                    residual_before_act=first, plan=plan)
+
+    for call in range(5):
+        for a in (x, wt, z):
+            if a is not None:
+                a.copy_(torch.randn_like(a))
+        got = fn(x, wt, z)
+        want = _python_path(fn, (x, wt, z))
+        torch.cuda.synchronize()
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert torch.equal(got, want), f"{name}: call {call} differs from the Python path"
+    site = next(s for s in dispatch._SITES.values()
+                if s.op.name == "conv2d" and s.programs and any(s.programs.values()))
+    prog = next(p for p in site.programs.values() if p)
+    if variant == "torch_cudnn":
+        assert prog.torch_calls == 1
+    dispatch._SITES.clear()
+
+
+class _Bottleneck(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(c, c // 4, 1, bias=False), torch.nn.BatchNorm2d(c // 4)
+        self.c2 = torch.nn.Conv2d(c // 4, c // 4, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(c // 4)
+        self.c3, self.b3 = torch.nn.Conv2d(c // 4, c, 1, bias=False), torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(y)))
+        return torch.relu(self.b3(self.c3(y)) + x)
+
+
+def test_fused_convolutions_take_their_programs_directly_and_equal_the_python_path(
+        cudnn_deterministic):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+    from dnnctl.torch.fuse import FusedConv
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_Bottleneck(256), _Bottleneck(256)).cuda().eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):  # statistics that move the fold
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    model = model.half().to(memory_format=CL)
+    dt.patch(model)
+    x = torch.randn(4, 256, 14, 14, device="cuda", dtype=torch.half).to(memory_format=CL)
+    side = torch.cuda.Stream()
+    with torch.inference_mode():
+        for step in range(6):
+            x.copy_(torch.randn_like(x))
+            got = model(x)
+            with native.suspended():  # (and no site's Program: the Python path all through)
+                want = _python_path(model, (x,))
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                got_side = model(x)
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), f"step {step}: the direct path differs"
+            assert torch.equal(got_side, want), f"step {step}: a side stream's call differs"
+    fused = [m for m in model.modules() if isinstance(m, FusedConv)]
+    direct = sum(1 for m in fused for v in m._direct.sites.values() if v.__class__ is not int)
+    assert direct >= len(fused) - 1, f"{direct} of {len(fused)} fused convs direct"

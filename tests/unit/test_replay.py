@@ -59,7 +59,8 @@ def _python_blocks(site, call):
             res = call()
     finally:
         site.programs = saved
-    return [cuda.param_layout(args)[0] for _, args in rec.launches], res
+    return [cuda.param_layout(args)[0] for launch, args in rec.launches
+            if not isinstance(launch, replay.TorchConv)], res
 
 
 def _tensors(res):
@@ -132,6 +133,58 @@ def test_training_batch_norm_replays_with_running_statistics_written_in_place(st
     before = rm._version
     call()  # the replayed call bumps the running statistics' versions, as torch does
     assert rm._version > before
+
+
+class _CudnnPlan:
+    """Every conv2d problem on torch_cudnn with ``fuse`` (its conv through torch)."""
+
+    def __init__(self, fuse):
+        self.fuse = fuse
+
+    def lookup(self, problem, backend, device):
+        from dnnctl.ops.base import Choice
+
+        return Choice("torch_cudnn", (("fuse", self.fuse),)) if problem.op == "conv2d" else None
+
+
+def test_a_convolution_through_torch_replays_its_library_call_and_epilogue(stub):
+    from dnnctl.ops.conv2d.function import conv2d_channels_last
+
+    cl = torch.channels_last
+    x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    w = torch.randn(16, 8, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    b = torch.randn(16, dtype=torch.bfloat16)
+    plan = _CudnnPlan(0)
+
+    def call():
+        return conv2d_channels_last(x, w, b, (1, 1), (1, 1), (1, 1), 1, "relu", plan=plan)
+
+    _run3(call)
+    site = _site("conv2d")
+    prog = next(p for p in site.programs.values() if p)
+    assert (prog.torch_calls, prog.launches) == (1, 1)  # cuDNN's call, then the epilogue
+    res = _check_same(site, (x, w, b, None), call)
+    # the stub's epilogue launches nothing: both results are the convolution, computed by
+    # torch (on the CPU here) from the C++ Program and from Python alike
+    assert res.shape == (2, 6, 6, 16) and res.is_contiguous()
+    assert torch.equal(res, torch.nn.functional.conv2d(x, w, None, 1, 1).permute(0, 2, 3, 1))
+    x2 = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    got = site.programs[id(site._pick(plan, build=False)[0])]((x2, w, b, None))
+    assert torch.equal(got, torch.nn.functional.conv2d(x2, w, None, 1, 1).permute(0, 2, 3, 1))
+
+
+def test_a_convolution_on_a_padded_copy_is_not_replayed(stub):
+    from dnnctl.ops.conv2d.function import conv2d_channels_last
+
+    cl = torch.channels_last
+    x = torch.randn(1, 8, 6, 6, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    w = torch.randn(8, 8, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    plan = _CudnnPlan(0)
+    dispatch.REFUSED.pop("conv2d", None)
+    # asymmetric padding: torch's call reads F.pad's copy, which no replay would make
+    _run3(lambda: conv2d_channels_last(x, w, None, (1, 1), (0, 1, 0, 1), (1, 1), 1, None,
+                                       plan=plan))
+    assert dispatch.REFUSED["conv2d"] == "a padded copy of x"
 
 
 def test_a_less_aligned_call_goes_back_to_python(stub):
@@ -393,3 +446,50 @@ def test_the_batch_norm_call_orders_are_one_list(ext, monkeypatch):
     assert [a is t[n] for a, n in zip(seen["bwd"], bf.CALL_ARRAYS, strict=True)] == [True] * 7
     assert ext.BN_FORWARD_SLOTS == ff.CALL_ARRAYS
     assert ext.BN_BACKWARD_SLOTS == bf.CALL_ARRAYS
+
+
+def test_fused_convolutions_go_straight_to_their_programs(stub):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+    from dnnctl.torch.fuse import FusedConv
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+            self.c2, self.b2 = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + x)
+
+    torch.manual_seed(0)
+    model = Block().eval().to(torch.bfloat16).to(memory_format=torch.channels_last)
+    dt.patch(model, _CudnnPlan(0))
+    x = torch.randn(2, 8, 6, 6, dtype=torch.bfloat16).contiguous(
+        memory_format=torch.channels_last)
+    import gc
+
+    convs = {id(model.c1), id(model.c2)}  # (the fused modules live in the traced forward)
+    fused = [m for m in gc.get_objects()
+             if type(m) is FusedConv and id(m._modules["conv"]) in convs]
+    assert len(fused) == 2
+    with torch.no_grad():
+        for _ in range(4):
+            model(x)
+        assert all(any(v.__class__ is not int for v in m._direct.sites.values())
+                   for m in fused)
+        got = model(x)
+        with native.suspended():
+            want = model(x)
+    # (the stub's epilogues launch nothing: what is compared is torch's convolutions, the
+    # second one reading the first's result, through the Programs and through Python)
+    assert got.shape == want.shape and got.stride() == want.stride()
+    assert torch.equal(got, want)
+    with torch.enable_grad():  # a call that records autograd takes the Python path
+        y = model(x.detach().requires_grad_())
+    assert y.requires_grad
+    import copy
+
+    clone = copy.deepcopy(fused[0])  # a copy's shortcuts start empty (sites are per process)
+    assert not clone._direct.sites and fused[0]._direct.sites

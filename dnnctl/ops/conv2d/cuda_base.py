@@ -149,6 +149,8 @@ def epilogue_kernel(run: Any, g: ConvGeom, tail: tuple[Any, ...]) -> Any:
         bias, res = _cuda.epilogue_ptrs(g, y, inputs)
         run((inputs["x"], inputs["w"], y, bias, res, *tail))
 
+    # one launch object (no copy, no library call): the dispatcher may replay it from C++
+    kernel.replayable = isinstance(run, cuda.Launch)  # type: ignore[attr-defined]
     return kernel
 
 

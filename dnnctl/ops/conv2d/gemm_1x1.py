@@ -125,6 +125,7 @@ class Gemm1x1(TiledConv):
                 run(a, b, outputs["y"], inputs.get("bias"), inputs.get("residual"))
 
             kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only (make_gemm)
+            kernel.replayable = True  # type: ignore[attr-defined]  # launches only
             return kernel
         return _strided(g, cfg, params["splitk"], device)
 
@@ -166,4 +167,5 @@ def _strided(g: ConvGeom, cfg: TileConfig, splitk: int, device: Any) -> Kernel:
                   aligned(inputs["w"], vb_bytes), inputs, outputs["y"], ws, dims)
 
     kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+    kernel.replayable = True  # type: ignore[attr-defined]  # launches only (see replay)
     return kernel

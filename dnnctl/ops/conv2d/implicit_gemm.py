@@ -130,4 +130,5 @@ class ImplicitGemm(TiledConv):
             tiled.run_fused(main_run, fin_go, eb, x, w, inputs, outputs["y"], ws, dims)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
+        kernel.replayable = True  # type: ignore[attr-defined]  # launches only (see replay)
         return kernel

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.backends import replay
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import CudaConv, Epilogue
@@ -113,22 +114,30 @@ class TorchCudnnConv(CudaConv):
             if nhwc and not cl:  # torch's (N, C, H, W) / (K, C/g, R, S) channels-last views
                 x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
             if pad4 is not None:
+                replay.refuse("a padded copy of x")
                 x = F.pad(x, pad4)
+            bias = z = None
             if conv_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
-                y = conv_relu(x, w, bias, stride, padding, dilation, groups)
+                raw = conv_relu(x, w, bias, stride, padding, dilation, groups)
+                op = "cudnn_convolution_relu"
             elif conv_add_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
                 z = tensor(inputs["residual"])
                 if nhwc and not cl:
                     z = z.permute(0, 3, 1, 2)
-                y = conv_add_relu(x, w, z, 1.0, bias, stride, padding, dilation, groups)
+                raw = conv_add_relu(x, w, z, 1.0, bias, stride, padding, dilation, groups)
+                op = "cudnn_convolution_add_relu"
             else:
-                y = conv(x, w, None, stride, padding, dilation, False, [0, 0], groups)
-            if nhwc:
-                y = y.permute(0, 2, 3, 1)
+                raw = conv(x, w, None, stride, padding, dilation, False, [0, 0], groups)
+                op = "convolution"
+            y = raw.permute(0, 2, 3, 1) if nhwc else raw
             if not y.is_contiguous():
+                replay.refuse("a contiguous copy of the result")
                 y = y.contiguous()
+            # (a replay's C++ makes the same call: cuDNN's settings are read there as here)
+            replay.note_conv(op, (x, w, bias, z), stride, padding, dilation, groups, 1.0,
+                             raw, y)
             if epi is not None:  # in place, on the call's stream (the library's too)
                 epi(y, inputs)
             return y
@@ -138,9 +147,14 @@ class TorchCudnnConv(CudaConv):
             native = isinstance(inputs["x"], torch.Tensor)
             # a channels-last call's torch tensors are already (N, C, H, W) views
             cl = native and bool(attrs.get("channels_last"))
+            if tf32 is not None:  # (a setting a replay would not make around its call)
+                replay.refuse("cuDNN's TF32 switch set for the call")
             with on_stream(native), cudnn_tf32(tf32):
                 return deliver(outputs, {"y": run(inputs, cl)}, native)
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.adopts = True  # type: ignore[attr-defined]  # torch's output
+        # cuDNN's call (recorded: replay.note_conv) and the epilogue's launch, nothing else
+        # a replay would miss (a padded or copied tensor refuses the recording)
+        kernel.replayable = True  # type: ignore[attr-defined]
         return kernel

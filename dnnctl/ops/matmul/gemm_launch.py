@@ -292,6 +292,9 @@ class GemmKernel:
 
     __slots__ = ("run",)
     flat_io = True
+    # make_gemm's run only launches (its copies, zero fills and per-stream counters refuse
+    # a recording): the dispatcher may replay it from C++ (dnnctl.backends.replay)
+    replayable = True
 
     def __init__(self, run: Callable[..., None]) -> None:
         self.run = run
@@ -387,6 +390,9 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         if ws_elems:
             ws = (cuda.scratch_zeros if atomic else cuda.scratch)((ws_elems,), np.float32)
         if out_mode == OUT_FUSED:
+            rec = cuda.STATE.rec
+            if rec is not None:  # kept per stream: a replay on another would share them
+                rec.refuse("split-K tile counters kept per stream")
             key = cuda.current_stream()
             cnt = counters.get(key)
             if cnt is None and cuda.capturing():
