@@ -22,6 +22,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <cstdint>
 #include <cstring>
@@ -73,48 +74,56 @@ static View view_of(py::handle h) {
     return v;
 }
 
-// A convolution torch runs (cuDNN through ATen), as a vendor variant calls it: op 0
-// at::convolution (no bias), 1 at::cudnn_convolution_relu, 2 at::cudnn_convolution_add_relu.
-// Its result, seen through ``out_view``, is output slot ``out``.
-struct TorchConv {
-    int op;
-    int in[4];  // x, w, bias, residual slots (-1: none)
-    View views[4];
-    std::vector<int64_t> stride, padding, dilation;
-    int64_t groups;
-    double alpha;
-    std::vector<int64_t> raw_sizes, raw_strides;  // the result as recorded
-    int out;
-    View out_view;
+// A library call torch makes (an ATen operator, called boxed through the dispatcher), as a
+// vendor variant made it: each argument a slot's tensor (through a view) or a constant of
+// the recording; each of its results a made output seeing one return through a view.
+struct AtenArg {
+    int slot = -1;  // >= 0: a slot's tensor; -1: ``value``
+    View view;
+    c10::IValue value;
+};
 
-    // 0, or NO_FIT (-2): the result is not laid out as recorded
+struct AtenOut {
+    size_t ret;  // the return's index
+    int slot;    // the made output it becomes
+    View view;
+    std::vector<int64_t> sizes, strides;  // the return as recorded
+};
+
+struct AtenCall {
+    c10::OperatorHandle op;
+    std::vector<AtenArg> args;
+    std::vector<AtenOut> outs;
+    size_t returns = 0;
+
+    explicit AtenCall(c10::OperatorHandle h) : op(std::move(h)) {}
+
+    // 0, or NO_FIT (-2): a result is not laid out as recorded
     int run(std::vector<at::Tensor> &slots) const {
-        at::Tensor t[4];
-        for (int i = 0; i < 4; i++)
-            if (in[i] >= 0) t[i] = views[i].of(slots[in[i]]);
-        c10::optional<at::Tensor> bias;
-        if (t[2].defined()) bias = t[2];
-        at::Tensor raw;
-        if (op == 1) {
-            raw = at::cudnn_convolution_relu(t[0], t[1], bias, stride, padding, dilation,
-                                             groups);
-        } else if (op == 2) {
-            raw = at::cudnn_convolution_add_relu(t[0], t[1], t[3], at::Scalar(alpha), bias, stride,
-                                                 padding, dilation, groups);
-        } else {
-            raw = at::convolution(t[0], t[1], c10::nullopt, stride, padding, dilation, false,
-                                  std::vector<int64_t>(stride.size(), 0), groups);
+        torch::jit::Stack stack;
+        stack.reserve(args.size());
+        for (const auto &a : args) {
+            if (a.slot >= 0)
+                stack.emplace_back(a.view.of(slots[a.slot]));
+            else
+                stack.push_back(a.value);
         }
-        if (raw.sizes() != at::IntArrayRef(raw_sizes) ||
-            raw.strides() != at::IntArrayRef(raw_strides))
-            return -2;
-        slots[out] = out_view.of(raw);
+        op.callBoxed(&stack);
+        if (stack.size() != returns) return -2;
+        for (const auto &o : outs) {
+            const c10::IValue &r = stack[o.ret];
+            if (!r.isTensor()) return -2;
+            const at::Tensor &t = r.toTensor();
+            if (t.sizes() != at::IntArrayRef(o.sizes) || t.strides() != at::IntArrayRef(o.strides))
+                return -2;
+            slots[o.slot] = o.view.of(t);
+        }
         return 0;
     }
 };
 
 struct Step {
-    int torch = -1;  // a TorchConv (its index), else a launch
+    int torch = -1;  // an AtenCall (its index), else a launch
     uint64_t handle;
     unsigned dims[7];  // grid x y z, block x y z, dynamic shared memory
     bool cooperative;
@@ -170,42 +179,52 @@ class Program {
         for (auto item : steps) {
             auto t = item.cast<py::tuple>();
             Step s;
-            if (py::isinstance<py::str>(t[0])) {  // ("conv", op, slots, views, ...)
-                if (t[0].cast<std::string>() != "conv" || t.size() != 13)
+            if (py::isinstance<py::str>(t[0])) {  // ("aten", name, overload, args, outs)
+                if (t[0].cast<std::string>() != "aten" || t.size() != 5)
                     throw std::invalid_argument("replay: an unknown torch step");
                 // before any launch: a result laid out otherwise than recorded leaves the
                 // call to the Python path with nothing launched yet
-                if (steps_.size() != convs_.size())
+                if (steps_.size() != calls_.size())
                     throw std::invalid_argument("replay: a torch step after a launch");
-                TorchConv c;
-                c.op = t[1].cast<int>();
-                auto in = t[2].cast<std::vector<int>>();
-                auto views = t[3].cast<py::list>();
-                if (c.op < 0 || c.op > 2 || in.size() != 4 || views.size() != 4)
-                    throw std::invalid_argument("replay: a malformed convolution step");
-                for (int i = 0; i < 4; i++) {
-                    c.in[i] = in[i];
-                    if (in[i] >= n_slots_ || in[i] < -1 || (in[i] >= 0 && !ready[in[i]]))
-                        throw std::invalid_argument("replay: a step reads no tensor made yet");
-                    c.views[i] = view_of(views[i]);
+                auto handle = c10::Dispatcher::singleton().findSchema(
+                    {t[1].cast<std::string>(), t[2].cast<std::string>()});
+                if (!handle)
+                    throw std::invalid_argument("replay: no such ATen operator");
+                AtenCall c(*handle);
+                const auto &schema = c.op.schema();
+                auto items = t[3].cast<py::list>();
+                if (items.size() != schema.arguments().size())
+                    throw std::invalid_argument("replay: not the operator's arguments");
+                size_t i = 0;
+                for (auto item : items) {
+                    auto a = item.cast<py::tuple>();
+                    AtenArg arg;
+                    if (a[0].cast<std::string>() == "t") {
+                        arg.slot = a[1].cast<int>();
+                        if (arg.slot < 0 || arg.slot >= n_slots_ || !ready[arg.slot])
+                            throw std::invalid_argument("replay: a step reads no tensor made yet");
+                        arg.view = view_of(a[2]);
+                    } else {
+                        arg.value = torch::jit::toIValue(a[1], schema.arguments()[i].type());
+                    }
+                    c.args.push_back(std::move(arg));
+                    i++;
                 }
-                if (c.in[0] < 0 || c.in[1] < 0 || (c.op == 2 && c.in[3] < 0))
-                    throw std::invalid_argument("replay: a convolution with no x, w or z");
-                c.stride = t[4].cast<std::vector<int64_t>>();
-                c.padding = t[5].cast<std::vector<int64_t>>();
-                c.dilation = t[6].cast<std::vector<int64_t>>();
-                c.groups = t[7].cast<int64_t>();
-                c.alpha = t[8].cast<double>();
-                c.raw_sizes = t[9].cast<std::vector<int64_t>>();
-                c.raw_strides = t[10].cast<std::vector<int64_t>>();
-                c.out = t[11].cast<int>();
-                c.out_view = view_of(t[12]);
-                if (c.out < n_in_ || c.out >= n_in_ + static_cast<int>(allocs_.size()) ||
-                    !allocs_[c.out - n_in_].made || ready[c.out])
-                    throw std::invalid_argument("replay: a step's result is no made output");
-                ready[c.out] = true;
-                s.torch = static_cast<int>(convs_.size());
-                convs_.push_back(std::move(c));
+                c.returns = schema.returns().size();
+                for (auto item : t[4].cast<py::list>()) {
+                    auto o = item.cast<py::tuple>();
+                    AtenOut out{o[0].cast<size_t>(), o[1].cast<int>(), view_of(o[2]),
+                                o[3].cast<std::vector<int64_t>>(),
+                                o[4].cast<std::vector<int64_t>>()};
+                    if (out.ret >= c.returns || out.slot < n_in_ ||
+                        out.slot >= n_in_ + static_cast<int>(allocs_.size()) ||
+                        !allocs_[out.slot - n_in_].made || ready[out.slot])
+                        throw std::invalid_argument("replay: a step's result is no made output");
+                    ready[out.slot] = true;
+                    c.outs.push_back(std::move(out));
+                }
+                s.torch = static_cast<int>(calls_.size());
+                calls_.push_back(std::move(c));
                 steps_.push_back(std::move(s));
                 continue;
             }
@@ -320,9 +339,10 @@ class Program {
         void *params[MAX_PARAMS];
         for (const auto &s : steps_) {
             if (s.torch >= 0) {  // (a dry run computes it too: later launches read it)
-                const TorchConv &c = convs_[s.torch];
+                const AtenCall &c = calls_[s.torch];
                 if (c.run(slots) != 0) return NO_FIT;
-                ptrs[c.out] = reinterpret_cast<uint64_t>(slots[c.out].data_ptr());
+                for (const auto &o : c.outs)
+                    ptrs[o.slot] = reinterpret_cast<uint64_t>(slots[o.slot].data_ptr());
                 continue;
             }
             if (!s.block.empty()) std::memcpy(buf, s.block.data(), s.block.size());
@@ -360,8 +380,8 @@ class Program {
     int inputs() const { return n_in_; }
     int slot_count() const { return n_slots_; }
 
-    int launches() const { return static_cast<int>(steps_.size() - convs_.size()); }
-    int torch_calls() const { return static_cast<int>(convs_.size()); }
+    int launches() const { return static_cast<int>(steps_.size() - calls_.size()); }
+    int torch_calls() const { return static_cast<int>(calls_.size()); }
 
   private:
     int n_in_, n_slots_;
@@ -369,7 +389,7 @@ class Program {
     std::vector<Alloc> allocs_;
     std::vector<int64_t> temps_;
     std::vector<Step> steps_;
-    std::vector<TorchConv> convs_;
+    std::vector<AtenCall> calls_;
     std::vector<int> result_;
     bool tuple_result_;
     c10::Device device_;

@@ -10,11 +10,13 @@ parameter block with which parameters are addresses into which tensor. From the 
 on, :class:`Program` (``_replay.cpp``) allocates the outputs from torch's caching allocator,
 patches the new addresses in and launches on torch's current stream, in one C++ call.
 
-A recording that is not exactly a set of launches into the call's own tensors is refused
-(:class:`Recorder` says why), and the site keeps its Python path: a copy, a fill or a
-library call during the call, an address that belongs to no tensor of the call, two tensors
-that overlap, an empty tensor, a by-value struct parameter (a TMA descriptor holds
-addresses).
+A recording may also hold library calls torch makes (an ATen operator a vendor variant
+calls: cuDNN's convolution, a fused attention backend), which the Program calls again,
+boxed through torch's dispatcher, before its launches (:func:`note_aten`). A recording that
+is not exactly that is refused (:class:`Recorder` says why), and the site keeps its Python
+path: a copy, a fill or another library call during the call, an address that belongs to
+no tensor of the call or to two (views of one buffer), an empty tensor, a by-value struct
+parameter (a TMA descriptor holds addresses), a library result the call copies.
 
 The extension is built in a background thread on first use (the system C++ compiler
 against this torch's headers, ~20-60 s), into the cache (``<cache root>/replay/``), keyed by
@@ -195,37 +197,46 @@ class Unreplayable(Exception):
     """Why a recorded call cannot become a :class:`Program`."""
 
 
-# a vendor variant's convolution through torch: the op the Program calls again
-CONV_OPS = {"convolution": 0, "cudnn_convolution_relu": 1, "cudnn_convolution_add_relu": 2}
+class AtenCall:
+    """A library call a recorded call made through torch (an ATen operator: cuDNN's
+    convolution, a fused attention backend), as it ran: the operator (an OpOverload), its
+    arguments in the schema's order (keywords and defaults filled in) and its returns."""
+
+    __slots__ = ("name", "overload", "args", "returns")
+
+    def __init__(self, op: Any, args: Sequence[Any], kwargs: dict[str, Any],
+                 result: Any) -> None:
+        schema = op._schema
+        self.name, self.overload = schema.name, schema.overload_name
+        full = []
+        for i, a in enumerate(schema.arguments):
+            if i < len(args):
+                full.append(args[i])
+            elif a.name in kwargs:
+                full.append(kwargs[a.name])
+            elif a.has_default_value():
+                full.append(a.default_value)
+            else:
+                raise Unreplayable(f"{schema.name}: argument {a.name!r} not given")
+        self.args = full
+        self.returns = tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 
-class TorchConv:
-    """A convolution a recorded call ran through torch (cuDNN by ATen), as it ran: the op
-    (:data:`CONV_OPS`), the tensors it was given (x, w, bias, residual; None where absent),
-    its scalars, its result ``raw`` and ``y``, the view of it the call went on with."""
-
-    __slots__ = ("op", "tensors", "stride", "padding", "dilation", "groups", "alpha", "raw",
-                 "y")
-
-    def __init__(self, op: str, tensors: tuple[Any, Any, Any, Any], stride: Sequence[int],
-                 padding: Sequence[int], dilation: Sequence[int], groups: int, alpha: float,
-                 raw: Any, y: Any) -> None:
-        self.op, self.tensors = CONV_OPS[op], tensors
-        self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
-        self.groups, self.alpha, self.raw, self.y = int(groups), float(alpha), raw, y
-
-
-def note_conv(op: str, tensors: tuple[Any, Any, Any, Any], stride: Sequence[int],
-              padding: Sequence[int], dilation: Sequence[int], groups: int, alpha: float,
-              raw: Any, y: Any) -> None:
-    """Put a convolution run through torch into the call's recording, if one is on (in
-    order with its launches; a vendor variant calls this right after the library's call)."""
+def note_aten(op: Any, args: Sequence[Any], kwargs: dict[str, Any], result: Any) -> None:
+    """Put a call of the ATen operator ``op`` (an OpOverload) with ``args`` / ``kwargs``,
+    which returned ``result``, into the call's recording, if one is on (in order with its
+    launches: a vendor variant calls this right after the library's call)."""
     from dnnctl.backends import cuda
 
     rec = cuda.STATE.rec
-    if rec is not None:
-        rec.launches.append((TorchConv(op, tensors, stride, padding, dilation, groups, alpha,
-                                       raw, y), None))
+    if rec is None:
+        return
+    try:
+        step = AtenCall(op, args, kwargs, result)
+    except Unreplayable as why:
+        rec.refuse(str(why))
+        return
+    rec.launches.append((step, None))
 
 
 def refuse(what: str) -> None:
@@ -250,25 +261,30 @@ def _view(t: Any, base: Any) -> Any:
     return (list(t.shape), list(t.stride()), t.storage_offset() - base.storage_offset())
 
 
-def _torch_step(step: TorchConv, slots: Sequence[Any], made: dict[int, int]) -> tuple:
-    """The Program's tuple of a recorded convolution: each tensor by its slot (and view),
-    the result into the output slot whose tensor ``y`` is (``made``: out index -> slot)."""
-    ins, views = [], []
-    for t in step.tensors:
-        if t is None:
-            ins.append(-1)
-            views.append(None)
-            continue
-        k = _slot_of(t, slots)
-        ins.append(k)
-        views.append(_view(t, slots[k]))
-    out = next((k for k in made.values() if slots[k] is step.y), None)
-    if out is None:
-        raise Unreplayable("a torch step's result is not an output of the call")
-    raw = step.raw
-    return ("conv", step.op, ins, views, step.stride, step.padding, step.dilation,
-            step.groups, step.alpha, list(raw.shape), list(raw.stride()), out,
-            _view(step.y, raw))
+def _torch_step(step: AtenCall, slots: Sequence[Any], made: dict[int, Any]) -> tuple:
+    """The Program's tuple of a recorded ATen call: each tensor argument by its slot (and
+    view), other arguments as constants; each made output (``made``: slot -> tensor) that
+    is a view of one of its returns, by that return. Made outputs it fills are popped."""
+    import torch
+
+    args = []
+    for a in step.args:
+        if isinstance(a, torch.Tensor):
+            k = _slot_of(a, slots)
+            args.append(("t", k, _view(a, slots[k])))
+        elif isinstance(a, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in a):
+            raise Unreplayable(f"{step.name}: a list of tensors")
+        else:
+            args.append(("v", a))
+    outs = []
+    for k, t in list(made.items()):
+        for r, ret in enumerate(step.returns):
+            if (isinstance(ret, torch.Tensor) and ret.numel()
+                    and ret.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
+                outs.append((r, k, _view(t, ret), list(ret.shape), list(ret.stride())))
+                del made[k]
+                break
+    return ("aten", step.name, step.overload, args, outs)
 
 
 def _slot_of(t: Any, slots: Sequence[Any]) -> int:
@@ -304,17 +320,13 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
         raise Unreplayable(rec.foreign)
     if not rec.launches:
         raise Unreplayable("no launch")
-    torch_steps = [s for s, _ in rec.launches if isinstance(s, TorchConv)]
     first_launch = next((i for i, (s, _) in enumerate(rec.launches)
-                         if not isinstance(s, TorchConv)), len(rec.launches))
-    if any(isinstance(s, TorchConv) for s, _ in rec.launches[first_launch:]):
+                         if not isinstance(s, AtenCall)), len(rec.launches))
+    if any(isinstance(s, AtenCall) for s, _ in rec.launches[first_launch:]):
         raise Unreplayable("a torch step after a launch")
-    made = {j: len(arrays) + j for j, o in enumerate(outs)
-            if any(o is s.y for s in torch_steps)}
-    if adopted and len(made) != len(outs):
-        raise Unreplayable("an adopted output no recorded torch step made")
-    if not adopted and made:
-        raise Unreplayable("a torch step's result is an output the site allocated")
+    # an adopted output is a library's result: made by a recorded ATen call (matched below)
+    pending = {len(arrays) + j: o for j, o in enumerate(outs)} if adopted else {}
+    made = sorted(k - len(arrays) for k in pending)
     temps = rec.temps
     ranges: list[tuple[int, int, int]] = []  # (start, end, slot)
     align = []
@@ -336,16 +348,12 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
         if n == 0:
             raise Unreplayable("an empty output")
         ranges.append((p, p + n, len(arrays) + j))
-    ordered = sorted(ranges)
-    for (_, e0, s0), (b1, _, s1) in zip(ordered, ordered[1:], strict=False):
-        if b1 < e0:
-            raise Unreplayable(f"tensors {s0} and {s1} overlap")
     fixed = [_extent(k) for k in kept if k is not None] + list(cuda.KEPT)
     steps = []
     slots = [*arrays, *outs, *temps]
     for launch, args in rec.launches:
-        if isinstance(launch, TorchConv):
-            steps.append(_torch_step(launch, slots, made))
+        if isinstance(launch, AtenCall):
+            steps.append(_torch_step(launch, slots, pending))
             continue
         block, offsets, kinds = cuda.param_layout(args)
         if launch.handle is None:
@@ -359,7 +367,12 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
             v = int(cuda.ptr(a)) if kind == "P" else int(a)
             if v == 0:
                 continue
-            slot = next(((s, v - b) for b, e, s in ranges if b <= v < e), None)
+            hits = [(s, v - b) for b, e, s in ranges if b <= v < e]
+            if len(hits) > 1:  # (views of one buffer, q / k / v of a packed projection:
+                # which one a launch reads cannot be told from its address)
+                raise Unreplayable(f"parameter {k} of a launch is an address inside "
+                                   f"tensors {hits[0][0]} and {hits[1][0]}")
+            slot = hits[0] if hits else None
             if slot is None:
                 if any(b <= v < b + max(n, 1) for b, n in fixed):
                     continue  # a constant of the site: the same address every call
@@ -370,6 +383,8 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
             patches.append((offsets[k], slot[0], slot[1]))
         steps.append((int(launch.handle), list(launch._dims), bool(launch.cooperative),
                       bytes(block), list(offsets), patches))
+    if pending:
+        raise Unreplayable("an adopted output no recorded library call made")
     import torch
 
     templates = [torch.empty(0, dtype=o.dtype, device=o.device) for o in outs]
@@ -381,8 +396,7 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
         return mod.Program(len(arrays), align, templates, sizes, strides,
                            [max(1, _extent(t)[1]) for t in temps], steps, list(result),
                            bool(tuple_result), _DEVICE_TYPES[device.type],
-                           -1 if device.type == "cpu" else device.index or 0,
-                           sorted(j for j in made))
+                           -1 if device.type == "cpu" else device.index or 0, made)
     except ValueError as exc:  # the extension's own checks of the recording
         raise Unreplayable(str(exc)) from None
 

@@ -336,10 +336,11 @@ class Site:
         made = {n for n, *_ in self.outputs}
         self.made_result = (isinstance(self.result, tuple)
                             and all(n is not None and n in made for n in self.result))
-        # id(kernel) -> its recorded Program (False: the recording was refused); None: this site
-        # never replays (not torch CUDA tensors, a prepare / finish of its own, turned off)
+        # id(kernel) -> its recorded Program (False: the recording was refused, or the
+        # kernel's call goes through the site's own prepare / finish); None: this site never
+        # replays (not torch CUDA tensors, turned off)
         self.programs: dict[Any, Any] | None = (
-            {} if adapter.kind == "torch-cuda" and not full and replay.enabled() else None)
+            {} if adapter.kind == "torch-cuda" and replay.enabled() else None)
         self.seen: set[int] = set()
 
     # -- kernel choice
@@ -426,7 +427,7 @@ class Site:
             # (the pick made for the replay above, if any: a plan's lookup counted once)
             kern, flat, adopt = built if built is not None else self._pick(plan)
             if programs is not None and id(kern) not in programs:
-                rec = self._recorder(kern)
+                rec = self._recorder(kern, flat)
             outs = {}
             if not adopt:
                 empty, empty_like = self.empty, self.empty_like
@@ -476,10 +477,12 @@ class Site:
                      for n in res)
 
     # -- replay
-    def _recorder(self, kern: Kernel) -> cuda.Recorder | None:
-        """A recorder for this call of ``kern``: its second call, where it is replayable
-        and the extension is loaded (the first call may build and warm up)."""
-        if not getattr(kern, "replayable", False):
+    def _recorder(self, kern: Kernel, flat: Any) -> cuda.Recorder | None:
+        """A recorder for this call of ``kern``: its second call, where it is replayable,
+        takes the call's arrays as they are (no prepare, no finish: copies a recording
+        would not see) and the extension is loaded (the first call may build and warm up)."""
+        if not getattr(kern, "replayable", False) or not (
+                flat == STRIDED or (flat and self.prepare is None and self.finish is None)):
             self.programs[id(kern)] = False  # type: ignore[index]
             return None
         if id(kern) not in self.seen:

@@ -18,8 +18,10 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from dnnctl.errors import DnnctlError
+from dnnctl.ops.attention.function import _ATTENTION
 from dnnctl.torch import kernels
-from dnnctl.torch.library import run_op
+from dnnctl.torch.library import direct_ok, run_op
+from dnnctl.torch.native import Direct
 
 _NEEDED = ("causal", "scale")
 
@@ -97,9 +99,30 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = F
 
     if not takes(q, k, v) or (not enable_gqa and q.shape[-3] != k.shape[-3]):
         return torch_sdpa()
+    if q.is_cuda and direct_ok(q, k, v):  # inference: no gradient wanted
+        return _direct_sdpa(q, k, v, bool(is_causal), scale, handle, bool(enable_gqa))
     if needs_torch(q, k, v, bool(is_causal), scale, handle):
         return torch_sdpa()
     return run_op("attention", q, k, v, bool(is_causal), scale, bool(enable_gqa), handle)[0]
+
+
+# the inference calls of every patched graph's SDPA: straight to the attention site's replay
+# Program once the Python path has recorded one (see dnnctl.torch.native.Direct)
+_DIRECT = Direct()
+
+
+def _direct_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool,
+                 scale: float | None, handle: int, enable_gqa: bool) -> torch.Tensor:
+    key = (handle, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+           q.device, is_causal, scale, enable_gqa)
+    # the arrays and scalars kernels.attention gives dnnctl.ops.attention
+    arrays = (q, k, v, None, None, None, None, None, None, None)
+    got = _DIRECT.run(key, arrays, kernels.plan_of(handle))
+    if got is not None:
+        return kernels.sdpa_layout(got[0])
+    out = run_op("attention", q, k, v, is_causal, scale, enable_gqa, handle)[0]
+    _DIRECT.learn(key, _ATTENTION, arrays, (is_causal, scale, None, None, "BHSD", True, False))
+    return out
 
 
 def route_sdpa(gm: fx.GraphModule, nodes: list[fx.Node], report: Any, handle: int = 0) -> None:

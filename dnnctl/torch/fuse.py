@@ -25,8 +25,8 @@ from dnnctl.torch._tensors import is_nhwc
 from dnnctl.torch.geometry import conv1d_geometry, conv_padding
 from dnnctl.torch.kernels import plan_of
 from dnnctl.torch.library import autocast_active, direct_ok, run_op
-from dnnctl.torch.native import Direct
 from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d
+from dnnctl.torch.native import Direct
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
 

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 from torch.nn.utils.parametrize import type_before_parametrizations
 
+from dnnctl.ops.rownorm.function import _ROWNORM
 from dnnctl.torch import attention, keys
 from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
@@ -32,7 +33,8 @@ from dnnctl.torch.geometry import (
     conv_t_args,
     pool_args,
 )
-from dnnctl.torch.library import batch_norm_train_, plain_eager, run_op
+from dnnctl.torch.library import batch_norm_train_, direct_ok, plain_eager, run_op
+from dnnctl.torch.native import Direct
 
 # Each forward is a functools.partial of a module-level function over the module: a deep
 # copy of the model (copy.deepcopy: EMA weights, an evaluation copy) rebinds it to the copy's
@@ -247,16 +249,28 @@ def _bias(m: Any) -> Any:
     return d["bias"] if "bias" in d else getattr(m, "bias", None)
 
 
-def _layer_norm_fwd(m: nn.LayerNorm, handle: int, x: torch.Tensor) -> torch.Tensor:
+def _layer_norm_fwd(m: nn.LayerNorm, handle: int, direct: Direct,
+                    x: torch.Tensor) -> torch.Tensor:
     rows = _rows(m, x)
     if rows is None:
         return type(m).forward(m, x)
-    y = run_op("layer_norm", rows[0], rows[1], rows[2], m.eps, handle)
-    return y if rows[0] is x else y.reshape(x.shape)
+    xr, w, b = rows
+    if x.is_cuda and direct_ok(x, w, b):  # inference: the site's Program, once recorded
+        x2 = xr if xr.dim() == 2 else xr.reshape(-1, xr.shape[-1])
+        if x2.is_contiguous():
+            # the arrays and scalars kernels.layer_norm gives dnnctl.ops.layer_norm
+            arrays, k = (x2, w, b, None), (x.shape, x.stride(), x.dtype, x.device, m.eps)
+            y = direct.run(k, arrays, K.plan_of(handle))
+            if y is None:
+                y = run_op("layer_norm", xr, w, b, m.eps, handle)
+                direct.learn(k, _ROWNORM, arrays, ("layer_norm", m.eps))
+            return y if y.shape == x.shape else y.reshape(x.shape)
+    y = run_op("layer_norm", xr, w, b, m.eps, handle)
+    return y if xr is x else y.reshape(x.shape)
 
 
 def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
-    return partial(_layer_norm_fwd, m, handle)
+    return partial(_layer_norm_fwd, m, handle, Direct())
 
 
 def _rms_norm_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:

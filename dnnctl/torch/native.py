@@ -34,6 +34,7 @@ from dnnctl.ops.batch_norm.function import CALL_ARRAYS as _BN_ARRAYS
 from dnnctl.torch._tensors import in_layout, is_nhwc
 from dnnctl.torch.kernels import plan_of
 
+
 class Direct:
     """A patched module's own shortcut to the replay Programs of its calls: per call key
     (what the module's Python path derives the op call from: shapes, strides, dtypes,

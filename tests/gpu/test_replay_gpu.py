@@ -375,3 +375,83 @@ def test_fused_convolutions_take_their_programs_directly_and_equal_the_python_pa
     fused = [m for m in model.modules() if isinstance(m, FusedConv)]
     direct = sum(1 for m in fused for v in m._direct.sites.values() if v.__class__ is not int)
     assert direct >= len(fused) - 1, f"{direct} of {len(fused)} fused convs direct"
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+class _AttnOnly:
+    def __init__(self, variant):
+        self.variant = variant
+
+    def lookup(self, problem, backend, device):
+        from dnnctl.ops.base import Choice
+        from dnnctl.ops.registry import get_variant
+
+        if problem.op != "attention":
+            return None
+        if not get_variant("attention", "cupy", self.variant).supports(problem, device):
+            pytest.skip(f"{self.variant} does not take {dict(problem.as_dict())}")
+        return Choice(self.variant, ())
+
+
+@pytest.mark.parametrize("variant", ["torch_flash", "torch_cudnn", "torch_efficient"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_replayed_vendor_attention_equals_the_python_path_bitwise(variant, causal):
+    plan = _AttnOnly(variant)
+    # q / k / v as views of one packed (B, S, 3, H, D) projection, as a ViT's are
+    qkv = _r(2, 197, 3, 12, 64, dtype=torch.float16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+
+    def fn(q, k, v):
+        return dops.attention(q, k, v, causal=causal, return_lse=True, plan=plan)
+
+    for call in range(5):
+        qkv.copy_(torch.randn_like(qkv))
+        got = fn(q, k, v)
+        want = _python_path(fn, (q, k, v))
+        torch.cuda.synchronize()
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == w.shape and g.stride() == w.stride()
+            assert torch.equal(g, w), f"{variant}: call {call} differs from the Python path"
+    if variant != "torch_efficient":  # (its lse is a padded slice: copied, not replayed)
+        assert _replayed("attention"), dispatch.REFUSED.get("attention")
+    dispatch._SITES.clear()
+
+
+class _VitBlock(torch.nn.Module):
+    def __init__(self, d=384, h=6):
+        super().__init__()
+        self.h = h
+        self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        qkv = self.qkv(self.n1(x)).reshape(b, s, 3, self.h, d // self.h)
+        q, k, v = qkv.unbind(2)
+        a = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.n2(x))))
+
+
+def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_path():
+    import dnnctl.torch as dt
+    from dnnctl.torch import attention, native
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_VitBlock(), _VitBlock()).cuda().half().eval()
+    dt.patch(model)
+    x = torch.randn(4, 197, 384, device="cuda", dtype=torch.half)
+    with torch.inference_mode():
+        for step in range(6):
+            x.copy_(torch.randn_like(x))
+            got = model(x)
+            with native.suspended():
+                want = _python_path(model, (x,))
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), f"step {step}: the direct path differs"
+    direct_sdpa = [v for v in attention._DIRECT.sites.values() if v.__class__ is not int]
+    assert direct_sdpa, f"no SDPA call went direct ({dispatch.REFUSED.get('attention')})"

@@ -20,6 +20,7 @@ import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
+from dnnctl.backends import replay
 from dnnctl.ops.attention.cupy_variants import CupyAttention
 from dnnctl.ops.attention.op import attn_scale, lse_shape
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
@@ -54,6 +55,7 @@ class _TorchBase(CupyAttention):
     vendor = True
     via_torch = True
     deterministic = True
+    aten_call = True  # the runner's library call is one ATen operator's
 
     def supports(self, problem: Problem, device: Any) -> Support:
         why = torch_cuda_missing()
@@ -106,6 +108,9 @@ class _TorchBase(CupyAttention):
         # (lse dense: the backward's and the tests' row layout)
         kernel.strided_io = True  # type: ignore[attr-defined]
         kernel.adopts = True  # type: ignore[attr-defined]  # the library's out / lse
+        # one ATen call (recorded: replay.note_aten), its results seen through views: the
+        # dispatcher may replay it from C++ (a copy of a result refuses the recording)
+        kernel.replayable = self.aten_call  # type: ignore[attr-defined]
         return kernel
 
 
@@ -151,8 +156,11 @@ class TorchFlash(_TorchBase):
             ck = tensor(inputs["cu_seqlens_k"]) if p["varlen"] else None
             paged = {"seqused_k": tensor(inputs["seqused_k"]),
                      "block_table": tensor(inputs["block_table"])} if p["paged"] else {}
-            res = fwd(q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False,
-                      scale=scale, window_size_left=left, window_size_right=right, **paged)
+            args = (q, k, v, cq, ck, p["seq_q"], p["seq_kv"], 0.0, causal, False)
+            kw = {"scale": scale, "window_size_left": left, "window_size_right": right,
+                  **paged}
+            res = fwd(*args, **kw)
+            replay.note_aten(fwd, args, kw, res)
             return res[0], res[1]
 
         return run
@@ -189,8 +197,9 @@ class TorchEfficient(_TorchDense):
         mask_type = 1 if p["causal"] == "top_left" else 0
 
         def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
-            res = fwd(q, k, v, None, None, None, p["seq_q"], p["seq_kv"], 0.0, mask_type, True,
-                      scale=scale)
+            args = (q, k, v, None, None, None, p["seq_q"], p["seq_kv"], 0.0, mask_type, True)
+            res = fwd(*args, scale=scale)
+            replay.note_aten(fwd, args, {"scale": scale}, res)
             return res[0], res[1][..., :p["seq_q"]]  # lse rows padded to 32
 
         return run
@@ -231,7 +240,9 @@ class TorchCudnn(_TorchDense):
         causal = p["causal"] == "top_left"
 
         def run(q: Any, k: Any, v: Any, inputs: Mapping[str, Any], scale: float) -> Any:
-            res = fwd(q, k, v, None, True, 0.0, causal, False, scale=scale)
+            args = (q, k, v, None, True, 0.0, causal, False)
+            res = fwd(*args, scale=scale)
+            replay.note_aten(fwd, args, {"scale": scale}, res)
             return res[0], res[1]
 
         return run
@@ -243,6 +254,7 @@ class FlashAttnPackage(_TorchBase):
 
     name = "flash_attn"
     doc = "flash-attn package flash_attn_func / flash_attn_varlen_func"
+    aten_call = False  # the package's own extension: nothing a replay can call again
 
     def supports(self, problem: Problem, device: Any) -> Support:
         if importlib.util.find_spec("flash_attn") is None:

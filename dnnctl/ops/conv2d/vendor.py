@@ -103,6 +103,7 @@ class TorchCudnnConv(CudaConv):
         # torch's Python binding of aten::convolution: ~4 us less host time per call than
         # the torch.ops OpOverload (3.0 against 6.9 us on the CPU box)
         conv = torch.convolution
+        aten = torch.ops.aten
         conv_relu = torch.cudnn_convolution_relu if fused and not g.residual else None
         conv_add_relu = torch.cudnn_convolution_add_relu if fused and g.residual else None
         epi = Epilogue(_cuda.runtime(), g) if not fused and _cuda.needs_epilogue(g) else None
@@ -116,28 +117,26 @@ class TorchCudnnConv(CudaConv):
             if pad4 is not None:
                 replay.refuse("a padded copy of x")
                 x = F.pad(x, pad4)
-            bias = z = None
             if conv_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
-                raw = conv_relu(x, w, bias, stride, padding, dilation, groups)
-                op = "cudnn_convolution_relu"
+                args: tuple = (x, w, bias, stride, padding, dilation, groups)
+                raw, op = conv_relu(*args), aten.cudnn_convolution_relu.default
             elif conv_add_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
                 z = tensor(inputs["residual"])
                 if nhwc and not cl:
                     z = z.permute(0, 3, 1, 2)
-                raw = conv_add_relu(x, w, z, 1.0, bias, stride, padding, dilation, groups)
-                op = "cudnn_convolution_add_relu"
+                args = (x, w, z, 1.0, bias, stride, padding, dilation, groups)
+                raw, op = conv_add_relu(*args), aten.cudnn_convolution_add_relu.default
             else:
-                raw = conv(x, w, None, stride, padding, dilation, False, [0, 0], groups)
-                op = "convolution"
+                args = (x, w, None, stride, padding, dilation, False, [0, 0], groups)
+                raw, op = conv(*args), aten.convolution.default
+            # (a replay's C++ makes the same call: cuDNN's settings are read there as here)
+            replay.note_aten(op, args, {}, raw)
             y = raw.permute(0, 2, 3, 1) if nhwc else raw
             if not y.is_contiguous():
                 replay.refuse("a contiguous copy of the result")
                 y = y.contiguous()
-            # (a replay's C++ makes the same call: cuDNN's settings are read there as here)
-            replay.note_conv(op, (x, w, bias, z), stride, padding, dilation, groups, 1.0,
-                             raw, y)
             if epi is not None:  # in place, on the call's stream (the library's too)
                 epi(y, inputs)
             return y
@@ -154,7 +153,7 @@ class TorchCudnnConv(CudaConv):
 
         kernel.flat_io = True  # type: ignore[attr-defined]  # pointers only
         kernel.adopts = True  # type: ignore[attr-defined]  # torch's output
-        # cuDNN's call (recorded: replay.note_conv) and the epilogue's launch, nothing else
+        # cuDNN's call (recorded: replay.note_aten) and the epilogue's launch, nothing else
         # a replay would miss (a padded or copied tensor refuses the recording)
         kernel.replayable = True  # type: ignore[attr-defined]
         return kernel
