@@ -122,6 +122,17 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # later_torch: built against torch's stable ABI, so later torch releases load it too
     "xformers": (("xformers",), {
         "xformers": F("text", True), "torch": F("version", True), "later_torch": F("bool")}),
+    # pyg_wheels: a torch line ("2.1") -> the data.pyg.org/whl index PyG's extension wheels
+    # for it are on (torch-<index>+<variant>.html) and the variants that index carries
+    "pyg_wheels": (("torch",), {
+        "torch": F("version", True), "index": F("version", True),
+        "variants": F("list_text", True)}),
+    # dgl: releases -> the torch they are documented for, and the torch below which
+    # `import dgl` raises (python/dgl/backend/pytorch/tensor.py); index: the pip find-links
+    # page of its CUDA builds, {torch} = torch's major.minor, {variant} = cuXYZ
+    "dgl": (("dgl",), {
+        "dgl": F("range", True), "torch": F("range", True), "raises_below": F("version", True),
+        "index": F("text", True)}),
 }
 
 

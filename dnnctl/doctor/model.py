@@ -32,8 +32,9 @@ CODES = {
     "cuda-mismatch": "CUDA runtimes / builds disagree in a way that breaks loading",
     "cudnn-mismatch": "the cuDNN a framework loads is not the one it needs",
     "cudnn-shadowed": "a system cuDNN on LD_LIBRARY_PATH shadows a bundled one",
-    "build-mismatch": "a compiled extension (flash-attn) was built against another torch "
-                      "(minor, CUDA major or C++ ABI) than the one installed",
+    "build-mismatch": "a compiled extension (flash-attn, PyG's extension wheels, dgl) was "
+                      "built against another torch (minor, CUDA or C++ ABI) than the one "
+                      "installed, or is a CPU build beside a CUDA torch",
     "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",

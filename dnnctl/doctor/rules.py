@@ -9,6 +9,7 @@ rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctransla
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels), rules_extensions.py (nvcc vs torch's CUDA),
 rules_xformers.py (xformers vs the torch it was built for),
+rules_graph.py (PyG's extension wheels and DGL vs torch),
 rules_flash_attn.py (the torch flash-attn was built against), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
@@ -33,6 +34,7 @@ from dnnctl.doctor import (
     rules_flash_attn,
     rules_frameworks,
     rules_ggml,
+    rules_graph,
     rules_libraries,
     rules_live,
     rules_mig,
@@ -67,6 +69,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_xformers.check(ctx)
+    findings += rules_graph.check(ctx)
     findings += rules_nvrtc.check(ctx)
     findings += rules_tfjs.check(ctx)
     findings += rules_pairs.check(ctx)

@@ -1,0 +1,185 @@
+"""Graph learning libraries against the torch beside them: PyG's compiled extensions and DGL.
+
+PyTorch Geometric's extension packages (torch-scatter, torch-sparse, torch-cluster,
+torch-spline-conv, pyg-lib) are C++/CUDA extensions of one torch line and one CUDA variant;
+their wheels say which in the local version (``2.1.1+pt113cu117``: torch 1.13, cu117) and come
+from one index per pair (``https://data.pyg.org/whl/torch-2.1.0+cu118.html``, table
+``pyg_wheels``). Beside another torch line they fail to load with an undefined symbol, beside
+another CUDA variant with "Detected that PyTorch and torch_sparse were compiled with different
+CUDA versions". A torch with no index (a nightly, a line PyG never built for) has no wheel, so
+the extensions here were built for another torch unless they were built from source here.
+
+DGL ships its CPU and CUDA builds under one name: ``dgl`` from PyPI (no ``+cuXYZ`` tag) is the
+CPU build, whose graphs cannot go to a GPU ("Device API cuda is not enabled. Please install the
+cuda version of dgl"); its CUDA builds (``dgl==X+cuXYZ``) come from data.dgl.ai and must match
+torch's CUDA. Each release needs a torch (table ``dgl``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import TorchVersion, Version, VersionRange
+from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.stack import torch_info
+from dnnctl.errors import UsageError
+
+PYG = ("torch-scatter", "torch-sparse", "torch-cluster", "torch-spline-conv", "pyg-lib")
+PYG_TAG = re.compile(r"\+pt(\d)(\d+)(cu\d+|cpu)$", re.IGNORECASE)
+PYG_INDEX = "https://data.pyg.org/whl/torch-{index}+{variant}.html"
+PYG_SOURCE = (
+    "pyg-team/pytorch_geometric docs/source/install/installation.rst ('pip install pyg_lib "
+    "torch_scatter torch_sparse -f https://data.pyg.org/whl/torch-${TORCH}+${CUDA}.html'; 'these "
+    "dependencies are fully optional'; 'In case a specific version is not supported by our "
+    "wheels, you can alternatively install them from source'); rusty1s/pytorch_scatter "
+    ".github/workflows/building.yml (the wheel's version is VERSION+pt<torch><cuda-version>); "
+    "rusty1s in pyg-team/pytorch_geometric#6900 (wheels of torch 1.13.0+cu117 under a torch 2.1 "
+    "nightly: 'undefined symbol: _ZN2at4_ops6narrow4callERKNS_6TensorElll'; install them from "
+    "source, or PyG from master, which no longer needs them)")
+DGL_CUDA_TAG = re.compile(r"^cu(\d+)$")
+
+
+def check(ctx: Context) -> list[Finding]:
+    """PyG's extension wheels and DGL against the torch installed."""
+    packages = {canonical_name(n): (str(v) if v else "") for n, v in
+                (ctx.env.packages or {}).items()}
+    torch = _torch(ctx)
+    return _pyg(ctx, packages, torch) + _dgl(ctx, packages, torch)
+
+
+def _torch(ctx: Context) -> TorchVersion | None:
+    """torch here with its variant (cuXYZ / cpu; a PyPI Linux wheel: its line's default)."""
+    info = torch_info(ctx, packages=True) or {}
+    try:
+        ver = TorchVersion.parse(info["version"]) if info.get("version") else None
+    except UsageError:
+        return None
+    if ver is None:
+        return None
+    tag = str(info.get("local_tag") or "").lower() or ver.local
+    if tag is None and info.get("cuda_build") is False:
+        tag = "cpu"
+    if tag is None:
+        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+        tag = row["variant"] if row is not None and ctx.os_kind in (None, "linux") else None
+    return TorchVersion(ver.release, tag, ver.text)
+
+
+def _pyg_row(ctx: Context, torch: TorchVersion) -> Row | None:
+    """The index of this torch's line, if PyG has one for its variant and it is a release."""
+    if torch.is_dev or torch.custom or torch.local is None:
+        return None
+    return next((r for r in ctx.matrix.rows("pyg_wheels") if not r.uncertain
+                 and Version.parse(r["torch"]).trunc(2) == torch.release.trunc(2)
+                 and torch.local in [v.lower() for v in r["variants"]]), None)
+
+
+def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> list[Finding]:
+    names = [n for n in PYG if n in packages]
+    if not names or torch is None:
+        return []
+    row = _pyg_row(ctx, torch)
+    bad, unknown = [], []
+    for name in names:
+        m = PYG_TAG.search(packages[name])
+        if m is None:
+            unknown.append(name)
+            continue
+        built = f"{m.group(1)}.{m.group(2)}"
+        if built != torch.line or (torch.local and m.group(3).lower() != torch.local):
+            bad.append(f"{name} {packages[name]} (torch {built}, {m.group(3).lower()})")
+    found: list[Finding] = []
+    fix = _pyg_fix(names, row, torch.local or "")
+    cite = PYG_SOURCE + (f"; {row['source']} [{row['certainty']}; {row.where}]" if row else "")
+    here = f"torch {torch.text}" + ("" if "+" in torch.text or not torch.local
+                                    else f" ({torch.local})")
+    if bad:
+        found.append(finding(
+            "build-mismatch", "error", "torch-geometric",
+            f"PyG extension wheels built for another torch than {here}: " + "; ".join(bad)
+            + ": they do not load (an undefined symbol, or 'Detected that PyTorch and "
+            "torch_sparse were compiled with different CUDA versions')", fix=fix,
+            source=cite, torch=torch.text, packages=", ".join(names)))
+    if unknown and row is None:
+        found.append(finding(
+            "build-mismatch", "warning", "torch-geometric",
+            f"PyG has no extension wheels for {here}, so {', '.join(unknown)} here were built "
+            "for another torch (they then fail to load with an undefined symbol) unless they "
+            "were built from source against this torch", fix=fix, source=cite,
+            torch=torch.text, packages=", ".join(unknown)))
+    return found
+
+
+def _pyg_fix(names: list[str], row: Row | None, variant: str) -> str:
+    """The wheels of this torch's index (reinstalled: the same release is already there),
+    else their removal; commands of at most 80 columns, copied whole."""
+    wheels = [n.replace("-", "_") for n in names]
+    if row is not None:
+        index = PYG_INDEX.format(index=row["index"], variant=variant)
+        return " and ".join([f"`export PIP_FIND_LINKS={index}`"] + [
+            f"`{cmd}`" for cmd in _chunks("pip install --force-reinstall --no-deps", wheels)])
+    return (" and ".join(f"`{cmd}`" for cmd in _chunks("pip uninstall -y", wheels))
+            + " (torch_geometric >= 2.3 runs without them), or build them from source "
+            "against this torch (PyG's install page, 'Installation from Source')")
+
+
+def _chunks(head: str, words: list[str], width: int = 80) -> list[str]:
+    out = [head]
+    for w in words:
+        if out[-1] != head and len(out[-1]) + 1 + len(w) > width:
+            out.append(head)
+        out[-1] += f" {w}"
+    return out
+
+
+def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> list[Finding]:
+    version = packages.get("dgl")
+    if version is None or torch is None:
+        return []
+    text, _, tag = version.partition("+")
+    v = Version.maybe(text)
+    row = next((r for r in ctx.matrix.rows("dgl") if v is not None and not r.uncertain
+                and VersionRange.parse(r["dgl"]).admits(v)), None)
+    if row is None:
+        return []
+    cite = f"{row['source']} [{row['certainty']}; {row.where}]"
+    found: list[Finding] = []
+    floor = Version.parse(str(row["raises_below"]))
+    supported = VersionRange.parse(row["torch"]).admits(torch.release)
+    need = row["torch"].replace(" ", "")
+    if not supported:
+        raises = torch.release < floor
+        found.append(finding(
+            "build-mismatch", "error" if raises else "warning", "dgl",
+            f"dgl {version} needs torch {need}, but torch {torch.text} is installed"
+            + (f": 'import dgl' raises 'DGL requires PyTorch >= {floor}'" if raises else
+               " (an untested pair: DGL's CUDA wheels of this release are not built for it)"),
+            fix=f"install a torch {need} (a build of the CUDA the dgl index has), then dgl "
+            "from its index for that torch", source=cite, dgl=version, torch=torch.text))
+    variant = torch.local if torch.local and DGL_CUDA_TAG.match(torch.local) else None
+    built = tag.lower() if DGL_CUDA_TAG.match(tag.lower()) else None
+    cuda_pkg = any(re.fullmatch(r"dgl-cu\d+", n) for n in packages)
+    if variant is None or cuda_pkg or built == variant:
+        return found
+    index = row["index"].format(torch=torch.line, variant=variant)
+    fix = (f"`pip uninstall -y dgl` and `pip install dgl=={text}+{variant} -f {index}`"
+           + (f" (after torch {need})" if not supported else ""))
+    if built is None:
+        on_gpu = bool(ctx.gpus)
+        found.append(finding(
+            "build-mismatch", "error" if on_gpu else "warning", "dgl",
+            f"dgl {version} has no +cuXYZ tag: it is DGL's CPU build (PyPI's), beside torch "
+            f"{torch.text}: graphs cannot go to the GPU ('Device API cuda is not enabled. "
+            "Please install the cuda version of dgl')", fix=fix, source=cite, dgl=version,
+            torch=torch.text)
+        )
+    else:
+        found.append(finding(
+            "build-mismatch", "error", "dgl",
+            f"dgl {version} is built for {built}, torch {torch.text} for {variant}: DGL's "
+            "CUDA build must match torch's CUDA", fix=fix, source=cite, dgl=version,
+            torch=torch.text))
+    return found
