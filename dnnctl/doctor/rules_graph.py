@@ -165,7 +165,8 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     if variant is None or cuda_pkg or built == variant:
         return found
     index = row["index"].format(torch=torch.line, variant=variant)
-    fix = (f"`pip uninstall -y dgl` and `pip install dgl=={text}+{variant} -f {index}`"
+    fix = (f"`pip uninstall -y dgl` and `export PIP_FIND_LINKS={index}` and "
+           f"`pip install dgl=={text}+{variant}`"
            + (f" (after torch {need})" if not supported else ""))
     if built is None:
         on_gpu = bool(ctx.gpus)
