@@ -38,7 +38,10 @@ PYG_SOURCE = (
     ".github/workflows/building.yml (the wheel's version is VERSION+pt<torch><cuda-version>); "
     "rusty1s in pyg-team/pytorch_geometric#6900 (wheels of torch 1.13.0+cu117 under a torch 2.1 "
     "nightly: 'undefined symbol: _ZN2at4_ops6narrow4callERKNS_6TensorElll'; install them from "
-    "source, or PyG from master, which no longer needs them)")
+    "source, or PyG from master, which no longer needs them); rusty1s/pytorch_sparse "
+    "torch_sparse/__init__.py (on import: 'Detected that PyTorch and torch_sparse were "
+    "compiled with different CUDA versions ... Please reinstall the torch_sparse that "
+    "matches your PyTorch install.')")
 DGL_CUDA_TAG = re.compile(r"^cu(\d+)$")
 
 
@@ -156,7 +159,7 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             "build-mismatch", "error" if raises else "warning", "dgl",
             f"dgl {version} needs torch {need}, but torch {torch.text} is installed"
             + (f": 'import dgl' raises 'DGL requires PyTorch >= {floor}'" if raises else
-               " (an untested pair: DGL's CUDA wheels of this release are not built for it)"),
+               " (below the torch its install page documents for this release)"),
             fix=f"install a torch {need} (a build of the CUDA the dgl index has), then dgl "
             "from its index for that torch", source=cite, dgl=version, torch=torch.text))
     variant = torch.local if torch.local and DGL_CUDA_TAG.match(torch.local) else None
