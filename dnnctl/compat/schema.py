@@ -95,10 +95,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "ctranslate2": (("ctranslate2",), {
         "ctranslate2": F("range", True), "cuda": F("version", True),
         "uses_cudnn": F("bool", True), "cudnn": F("version")}),
-    # paddlepaddle-gpu: a release range and a wheel's .postNNN tag -> its CUDA and minimum cuDNN
-    "paddle": (("paddle", "tag"), {
+    # paddlepaddle-gpu: a release range and a wheel's .postNNN tag -> its CUDA and minimum cuDNN;
+    # os: the row holds for that OS only (where Paddle's Linux and Windows pages differ)
+    "paddle": (("paddle", "tag", "os"), {
         "paddle": F("range", True), "tag": F("text", True), "cuda": F("version", True),
-        "cudnn": F("version", True), "index": F("text"), "cudnn_apt": F("text")}),
+        "cudnn": F("version", True), "index": F("text"), "cudnn_apt": F("text"),
+        "os": F("choice", False, "linux", "windows")}),
     "onnxruntime": (("onnxruntime", "cuda"), {
         "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
         "pypi": F("bool", True)}),

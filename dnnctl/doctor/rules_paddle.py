@@ -1,5 +1,8 @@
 """paddlepaddle-gpu: the CUDA and cuDNN its ``.postNNN`` wheel is built for, against the
 driver, the cuDNN installed and the GPUs (matrix table ``paddle``, from Paddle's install pages).
+Where a release's Windows page names another cuDNN for a tag than its Linux page (2.2-2.4's
+CUDA 11.2 wheels: cuDNN 8.2.1 on Windows, 8.1.1 on Linux until 2.4), the row for the snapshot's
+OS judges it.
 
 The wheels bundle neither CUDA nor cuDNN: they dlopen the system's copies, so a cuDNN older
 than the one the tag's page names fails at its first cuDNN calls, and a driver older than the tag's CUDA cannot run it at all.
@@ -35,11 +38,10 @@ def check(ctx: Context) -> list[Finding]:
                         "built for depends on its version and .postNNN tag; not judged",
                         fix="name its version (pip show paddlepaddle-gpu)")]
     release, tag = Version.parse(m.group(1)), m.group(2)
-    rows = [r for r in ctx.matrix.rows("paddle")
-            if VersionRange.parse(r["paddle"]).contains(release)]
-    row = next((r for r in rows if tag is not None and r["tag"] == tag), None)
+    rows = _rows(ctx, release)
+    row = rows.get(tag) if tag is not None else None
     if row is None:
-        known = ", ".join(sorted({r["tag"] for r in rows})) or "none"
+        known = ", ".join(sorted(rows)) or "none"
         why = ("has no .postNNN tag (the default build of its release, which the matrix does "
                "not list)" if tag is None else f"has a tag the matrix does not know for "
                f"{release.trunc(2)} (it knows: {known})")
@@ -48,7 +50,8 @@ def check(ctx: Context) -> list[Finding]:
     if row.uncertain:
         return [unknown(COMPONENT, f"{what}: the matrix row is uncertain", row=row)]
     cuda, need = Version.parse(row["cuda"]), Version.parse(row["cudnn"])
-    what = f"{what} (CUDA {cuda}, cuDNN >= {need})"
+    wheel = "Windows wheel: " if row.get("os") == "windows" else ""
+    what = f"{what} ({wheel}CUDA {cuda}, cuDNN >= {need})"
     out = runtime_findings(ctx, COMPONENT, cuda, what=what, jit=False, row=row)
     out += library_major(ctx, COMPONENT, what, cuda.major, "libcudart",
                          fix=_other_tag(ctx, row, release) or
@@ -57,6 +60,19 @@ def check(ctx: Context) -> list[Finding]:
     out += rules_cudnn.gpu_support(ctx, COMPONENT, what, need, cuda)
     return out or [finding("ok", "info", COMPONENT, f"{what}: its driver, CUDA and cuDNN needs "
                            "are met here", row=row)]
+
+
+def _rows(ctx: Context, release: Version) -> dict[str, Row]:
+    """The rows of ``release`` by tag, for the snapshot's OS: a row for that OS wins over the
+    row without one; rows for another OS do not apply (an unknown OS keeps the rows without)."""
+    out: dict[str, Row] = {}
+    for r in ctx.matrix.rows("paddle"):
+        if r.get("os") not in (None, ctx.os_kind):
+            continue
+        if VersionRange.parse(r["paddle"]).contains(release) and (
+                r["tag"] not in out or r.get("os")):
+            out[r["tag"]] = r
+    return out
 
 
 def _cudnn(ctx: Context, what: str, row: Row, need: Version) -> list[Finding]:
@@ -71,13 +87,19 @@ def _cudnn(ctx: Context, what: str, row: Row, need: Version) -> list[Finding]:
         return []
     return [finding(
         "cudnn-mismatch", "error", "cudnn",
-        f"{what}: Paddle's install page asks for cuDNN {need} or newer with CUDA "
+        f"{what}: Paddle's {_page(row)} asks for cuDNN {need} or newer with CUDA "
         f"{row['cuda']}, and the newest cuDNN {need.major} here is {newest}: cuDNN calls fail "
         "(e.g. 'CUDNN_STATUS_BAD_PARAM' in batch_norm)", fix=fix, row=row,
         cudnn_needed=need, cudnn_found=newest)]
 
 
+def _page(row: Row) -> str:
+    return "Windows install page" if row.get("os") == "windows" else "install page"
+
+
 def _cudnn_fix(ctx: Context, row: Row, need: Version) -> str:
+    if ctx.os_kind == "windows":  # the wheels load cudnn64_N.dll from the CUDA bin folder
+        return _windows_cudnn_fix(ctx, row, need)
     apt = row.get("cudnn_apt")
     if apt:
         return (f"`sudo apt-get install {apt}` (cuDNN {apt.split('=')[1].split('-')[0]} for "
@@ -90,11 +112,25 @@ def _cudnn_fix(ctx: Context, row: Row, need: Version) -> str:
             f"{row['cuda']} (https://developer.nvidia.com/rdp/cudnn-archive)")
 
 
+def _windows_cudnn_fix(ctx: Context, row: Row, need: Version) -> str:
+    """cuDNN's Windows archive unpacked into the CUDA toolkit the wheel uses (or first on
+    PATH): the version the page names, for that CUDA."""
+    cuda = Version.parse(row["cuda"])
+    folder = next((src for rt in ctx.env.cuda_runtimes
+                   if (v := Version.maybe(rt.version)) is not None
+                   and v.trunc(2) == cuda.trunc(2)
+                   and (src := (rt.path or (rt.source or "").removeprefix("system:")))), None)
+    where = folder or f"the CUDA {cuda} toolkit folder"
+    for_cuda = f"{cuda.major}.x" if cuda.major >= 11 else str(cuda)
+    return (f"install cuDNN {need} for CUDA {for_cuda} (https://developer.nvidia.com/rdp/"
+            f"cudnn-archive) into {where}, or put its bin folder first on PATH")
+
+
 def _other_tag(ctx: Context, row: Row, release: Version) -> str | None:
     """The same release's wheel for a CUDA runtime found here, if the matrix has one."""
     have = {Version.maybe(rt.version) for rt in ctx.env.cuda_runtimes} - {None}
-    for r in ctx.matrix.rows("paddle"):
-        if r is row or not VersionRange.parse(r["paddle"]).contains(release):
+    for r in _rows(ctx, release).values():
+        if r is row:
             continue
         cuda = Version.parse(r["cuda"])
         if any(h is not None and h.trunc(2) == cuda.trunc(2) for h in have):
