@@ -104,6 +104,9 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "onnxruntime": (("onnxruntime", "cuda"), {
         "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
         "pypi": F("bool", True)}),
+    # onnxruntime's TensorRT execution provider: the TensorRT major.minor a release is built with
+    "onnxruntime_tensorrt": (("onnxruntime",), {
+        "onnxruntime": F("range", True), "tensorrt": F("version", True)}),
     "triton": (("triton",), {
         "triton": F("range", True), "ptxas": F("version", True),
         "ptxas_blackwell": F("version")}),
