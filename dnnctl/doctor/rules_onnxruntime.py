@@ -6,6 +6,11 @@ interchangeable (ONNX Runtime's CUDA EP requirements). From 1.19 PyPI carries th
 cuDNN 9 build; ONNX Runtime's own feed has the others (matrix table ``onnxruntime``). A torch
 in the same environment brings its CUDA and cuDNN, which ONNX Runtime reuses. When the libraries
 do not match, the provider fails to load and sessions fall back to the CPU.
+
+Its TensorRT execution provider is built with one TensorRT major.minor per release (ONNX
+Runtime's TensorRT EP requirements, matrix table ``onnxruntime_tensorrt``): with an older
+TensorRT of that major it fails to load on a missing symbol, with another major on a missing
+libnvinfer; a newer minor is not what the release was built and tested with.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ REQUIRE_MESSAGE = Version.parse("1.19")  # the release whose provider names what
 
 
 def check(ctx: Context) -> list[Finding]:
+    """The installed onnxruntime-gpu's CUDA and TensorRT execution providers."""
+    return _cuda_ep(ctx) + tensorrt_ep(ctx)
+
+
+def _cuda_ep(ctx: Context) -> list[Finding]:
     """The installed onnxruntime-gpu against the CUDA runtimes and cuDNN majors found here."""
     packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
     fw = (ctx.env.frameworks or {}).get("onnxruntime")
@@ -247,3 +257,91 @@ def _fix(ctx: Context, cudas: list[Version] | None, cudnns: set[int] | None,
             options.append(f"{_build(r)} of {PACKAGE} {_spec(r)} from ONNX Runtime's own "
                            f"package feed (see {INSTALL_DOCS})")
     return "; or ".join(options + [libs]) + keep
+
+
+# where a snapshot records TensorRT: frameworks.tensorrt, else one of these pip packages
+TENSORRT_PACKAGES = ("tensorrt", "tensorrt-cu13", "tensorrt-cu12", "tensorrt-cu11",
+                     "tensorrt-libs", "tensorrt-cu12-libs", "tensorrt-cu11-libs",
+                     "nvidia-tensorrt")
+TENSORRT_DOWNLOAD = "https://developer.nvidia.com/tensorrt"
+
+
+def tensorrt_ep(ctx: Context) -> list[Finding]:
+    """ONNX Runtime's TensorRT execution provider against the TensorRT found here (nothing
+    when no TensorRT is listed: the provider is then unused)."""
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    info = (ctx.env.frameworks or {}).get("onnxruntime")
+    trt_info = (ctx.env.frameworks or {}).get("tensorrt")
+    listed = [n for n in TENSORRT_PACKAGES if n in packages]
+    if (info is None and PACKAGE not in packages) or (trt_info is None and not listed) \
+            or ctx.os_kind == "macos":
+        return []
+    text = str((info or {}).get("version") or packages.get(PACKAGE) or "")
+    ver = Version.maybe(text)
+    row = next((r for r in ctx.matrix.rows("onnxruntime_tensorrt") if ver is not None
+                and not r.uncertain and VersionRange.parse(r["onnxruntime"]).contains(ver)),
+               None)
+    if row is None:  # version unknown or beyond the table: the CUDA rule says which
+        return []
+    need = Version.parse(row["tensorrt"]).trunc(2)
+    have = next((v for t in [(trt_info or {}).get("version")] + [packages[n] for n in listed]
+                 if (v := Version.maybe(t)) is not None), None)
+    what = f"{PACKAGE} {text}'s TensorRT execution provider (built with TensorRT {need})"
+    install = _tensorrt_install(ctx, need)
+    if have is None:
+        return [finding(
+            "not-judged", "warning", "onnxruntime",
+            f"{what}: the TensorRT here is of unknown version; unless it is TensorRT {need}, "
+            "the provider fails to load ('Failed to load library "
+            f"{_trt_library(ctx)}') and sessions run on the CUDA provider or the CPU",
+            fix=f"{_trt_check(bool(listed))}; if it is not {need}: {install}", row=row,
+            tensorrt_needed=str(need))]
+    if have.trunc(2) == need:
+        return [finding("ok", "info", "onnxruntime", f"{what}: TensorRT {have} here", row=row)]
+    older = have.major == need.major and have < need
+    why = (f"its library needs symbols TensorRT {have.trunc(2)} lacks ('undefined symbol')"
+           if older else f"it loads libnvinfer of TensorRT {need.major}, not {have.major}"
+           if have.major != need.major else "it is not the TensorRT this release is built "
+           "and tested with")
+    fails = have.major != need.major or older
+    other = _ort_for(ctx, have, packages, info or {})
+    return [finding(
+        "build-mismatch", "error" if fails else "warning", "onnxruntime",
+        f"{what}, but the TensorRT here is {have}: {why}"
+        + (f", so the provider fails to load ('Failed to load library {_trt_library(ctx)}')"
+           if fails else ""),
+        fix=install + (f"; or {other}" if other else ""), row=row,
+        tensorrt_needed=str(need), tensorrt_found=str(have))]
+
+
+def _tensorrt_install(ctx: Context, need: Version) -> str:
+    path = "PATH" if ctx.os_kind == "windows" else "LD_LIBRARY_PATH"
+    return (f"install TensorRT {need} ({TENSORRT_DOWNLOAD}) and put its lib folder first on "
+            f"{path}")
+
+
+def _trt_library(ctx: Context) -> str:
+    return ("onnxruntime_providers_tensorrt.dll" if ctx.os_kind == "windows"
+            else "libonnxruntime_providers_tensorrt.so")
+
+
+def _trt_check(pip: bool) -> str:
+    """How to learn the TensorRT version: its Python module, else its library's file name."""
+    if pip:
+        return "check its version: `python -c \"import tensorrt; print(tensorrt.__version__)\"`"
+    return ("check its version (the libnvinfer.so.X.Y.Z / nvinfer DLL's version in its lib "
+            "folder)")
+
+
+def _ort_for(ctx: Context, trt: Version, packages: dict[str, str],
+             info: dict[str, Any]) -> str | None:
+    """The newest ONNX Runtime release line built with the TensorRT major.minor ``trt``."""
+    rows = [r for r in ctx.matrix.rows("onnxruntime_tensorrt") if not r.uncertain
+            and Version.parse(r["tensorrt"]).trunc(2) == trt.trunc(2)]
+    if not rows:
+        return None
+    spec = _spec(max(rows, key=_low))
+    if PACKAGE in packages or str(info.get("package") or PACKAGE) == PACKAGE:
+        return f"`pip install '{PACKAGE}{spec}'` (built with TensorRT {trt.trunc(2)})"
+    return (f"ONNX Runtime {spec}'s GPU release package (built with TensorRT {trt.trunc(2)}; "
+            "https://github.com/microsoft/onnxruntime/releases)")
