@@ -22,7 +22,7 @@ from torch.nn.modules import module as _nn_module
 
 from dnnctl.ops.conv2d.function import _CONV2D_CL
 from dnnctl.torch._tensors import is_nhwc
-from dnnctl.torch.geometry import conv1d_geometry, conv_padding
+from dnnctl.torch.geometry import CONV_ATTRS, Geometry, conv1d_geometry, conv_args
 from dnnctl.torch.kernels import plan_of
 from dnnctl.torch.library import autocast_active, direct_ok, run_op
 from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d
@@ -72,9 +72,8 @@ class FusedConv(nn.Module):
         # eager's does under autocast with a float32 residual stream
         self.keep_dtype = keep_dtype
         self._stamp: tuple[Any, ...] | None = None  # the staleness stamp of the buffers
-        # (the conv's stride, padding, dilation objects, then the op's arguments made of
-        # them): rebuilt only when one of those attributes is replaced
-        self._geom: tuple[Any, ...] = (None, None, None)
+        # the op's stride, padding and dilation: made again when the conv's are replaced
+        self._geom = Geometry(CONV_ATTRS, conv_args)
         # eager inference calls of channels-last tensors: straight to the conv site's
         # replay Program once the Python path has recorded one (see native.Direct)
         self._direct = Direct()
@@ -149,17 +148,9 @@ class FusedConv(nn.Module):
         if torch.compiler.is_compiling():
             # traced: the geometry read from the module as its own forward reads it (the
             # guards a compiled eager model has), no cache to guard as well
-            stride, pad, dil = list(conv.stride), list(conv_padding(conv)), list(conv.dilation)
+            stride, pad, dil = conv_args(conv)
         else:
-            geo = self._geom
-            if (geo[0] is not conv.stride or geo[1] is not conv.padding
-                    or geo[2] is not conv.dilation):
-                # tuples of ints: the op's kernel takes them as they are (no per-call ints())
-                geo = self._geom = (conv.stride, conv.padding, conv.dilation,
-                                    tuple(map(int, conv.stride)),
-                                    tuple(map(int, conv_padding(conv))),
-                                    tuple(map(int, conv.dilation)))
-            stride, pad, dil = geo[3], geo[4], geo[5]
+            stride, pad, dil = self._geom.eager_of(conv)
             if x.is_cuda and direct_ok(x, w, b, residual):
                 return self._direct_call(x, w, b, residual, stride, pad, dil)
         y = run_op("conv2d", x, w, b, stride, pad, dil, conv.groups, self.act, residual,
