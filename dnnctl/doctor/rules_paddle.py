@@ -21,6 +21,12 @@ from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import library_major
 
+DYNLOAD_SOURCE = (
+    "PaddlePaddle/Paddle paddle/fluid/platform/dynload/dynamic_loader.cc (cuBLAS, cuDNN, "
+    "cuSOLVER, NVRTC and the driver opened with GetDsoHandleFromSearchPath(FLAGS_cuda_dir, "
+    "\"libcublas.so\") and the like: unversioned names, no runtime library among them); "
+    "PaddlePaddle/PaddleOCR#63 (paddlepaddle-gpu 1.7.2.post107 ran on a CUDA 10.2 machine "
+    "once cuDNN's directory was on the loader path)")
 COMPONENT = "paddlepaddle-gpu"
 TAG = re.compile(r"(\d+(?:\.\d+){1,2})(?:\.(post\d+))?")
 
@@ -53,9 +59,11 @@ def check(ctx: Context) -> list[Finding]:
     wheel = "Windows wheel: " if row.get("os") == "windows" else ""
     what = f"{what} ({wheel}CUDA {cuda}, cuDNN >= {need})"
     out = runtime_findings(ctx, COMPONENT, cuda, what=what, jit=False, row=row)
+    # (no minor judged: Paddle opens its CUDA libraries at run time by unversioned names,
+    # DYNLOAD_SOURCE, so a post107 build runs on a CUDA 10.2 runtime)
     out += library_major(ctx, COMPONENT, what, cuda.major, "libcudart",
                          fix=_other_tag(ctx, row, release) or
-                         f"install the CUDA {cuda} runtime libraries", row=row, built=cuda)
+                         f"install the CUDA {cuda} runtime libraries", row=row)
     out += _cudnn(ctx, what, row, need)
     out += rules_cudnn.gpu_support(ctx, COMPONENT, what, need, cuda)
     return out or [finding("ok", "info", COMPONENT, f"{what}: its driver, CUDA and cuDNN needs "

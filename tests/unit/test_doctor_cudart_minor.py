@@ -44,3 +44,15 @@ def test_the_fix_is_a_command_on_linux(tmp_path) -> None:
                + _tf("2.2.0", "{version: '10.2', source: 'system:/usr/local/cuda'}"))
     bad = [f for f in d.of("cuda-mismatch") if "libcudart.so.10.1" in f["message"]]
     assert "`sudo apt-get install cuda-libraries-10-1`" in bad[0]["fix"]
+
+
+def test_paddle_opens_its_cuda_libraries_by_unversioned_names(tmp_path) -> None:
+    """Paddle dlopens cuBLAS / cuDNN by unversioned names (its dynamic loader): a post107
+    (CUDA 10.0) wheel runs with a CUDA 10.2 runtime, so no minor is judged for it."""
+    d = doctor(tmp_path, "os: Ubuntu 18.04 (linux)\n"
+               "cuda_runtimes: [{version: '10.2', source: 'system:/usr/local/cuda'}]\n"
+               "cudnn: [{version: 7.6.5, source: 'system:/usr/local/cuda/lib64', "
+               "loaded_first: true}]\n"
+               "packages: {paddlepaddle-gpu: 1.7.2.post107}\n")
+    assert not [f for f in d.of("cuda-mismatch") if "libcudart" in f["message"]]
+    assert d.code != 1
