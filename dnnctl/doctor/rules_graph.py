@@ -95,7 +95,8 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
         if built != torch.line or (torch.local and m.group(3).lower() != torch.local):
             bad.append(f"{name} {packages[name]} (torch {built}, {m.group(3).lower()})")
     found: list[Finding] = []
-    fix = _pyg_fix(names, row, torch.local or "")
+    pyg = Version.maybe(packages.get("torch-geometric") or "")
+    fix = _pyg_fix(names, row, torch.local or "", pyg is None or pyg >= _OPTIONAL_FROM)
     cite = PYG_SOURCE + (f"; {row['source']} [{row['certainty']}; {row.where}]" if row else "")
     here = f"torch {torch.text}" + ("" if "+" in torch.text or not torch.local
                                     else f" ({torch.local})")
@@ -106,7 +107,7 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             + ": they do not load (an undefined symbol, or 'Detected that PyTorch and "
             "torch_sparse were compiled with different CUDA versions')", fix=fix,
             source=cite, torch=torch.text, packages=", ".join(names)))
-    if unknown and row is None:
+    if unknown and row is None and _after_first_index(ctx, torch):
         found.append(finding(
             "build-mismatch", "warning", "torch-geometric",
             f"PyG has no extension wheels for {here}, so {', '.join(unknown)} here were built "
@@ -116,17 +117,34 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     return found
 
 
-def _pyg_fix(names: list[str], row: Row | None, variant: str) -> str:
+# torch_geometric runs without the extension packages from this release on (its install
+# page: 'these dependencies are fully optional', PYG_SOURCE); before it, it imports them
+_OPTIONAL_FROM = Version.parse("2.3")
+
+
+def _after_first_index(ctx: Context, torch: TorchVersion) -> bool:
+    """torch's line is not older than the oldest line PyG's wheel index has in the matrix:
+    a torch from before PyG published wheels had its extensions built from source, so a
+    missing index says nothing about them."""
+    lines = [Version.parse(r["torch"]).trunc(2) for r in ctx.matrix.rows("pyg_wheels")]
+    return bool(lines) and torch.release.trunc(2) >= min(lines)
+
+
+def _pyg_fix(names: list[str], row: Row | None, variant: str, optional: bool = True) -> str:
     """The wheels of this torch's index (reinstalled: the same release is already there),
-    else their removal; commands of at most 80 columns, copied whole."""
+    else their removal (where torch_geometric runs without them: ``optional``) or a build
+    from source; commands of at most 80 columns, copied whole."""
     wheels = [n.replace("-", "_") for n in names]
     if row is not None:
         index = PYG_INDEX.format(index=row["index"], variant=variant)
         return " and ".join([f"`export PIP_FIND_LINKS={index}`"] + [
             f"`{cmd}`" for cmd in _chunks("pip install --force-reinstall --no-deps", wheels)])
+    source = ("build them from source against this torch (PyG's install page, "
+              "'Installation from Source')")
+    if not optional:
+        return source[0].upper() + source[1:] + " (this torch_geometric imports them)"
     return (" and ".join(f"`{cmd}`" for cmd in _chunks("pip uninstall -y", wheels))
-            + " (torch_geometric >= 2.3 runs without them), or build them from source "
-            "against this torch (PyG's install page, 'Installation from Source')")
+            + " (torch_geometric >= 2.3 runs without them), or " + source)
 
 
 def _chunks(head: str, words: list[str], width: int = 80) -> list[str]:

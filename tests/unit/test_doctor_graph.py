@@ -92,3 +92,19 @@ def test_dgl_below_its_torch_floor(tmp_path) -> None:
     d = doctor(tmp_path, "packages: {torch: 1.11.0+cu113, dgl: 1.0.1}\n")
     floor = [f for f in d.of("build-mismatch", "dgl") if "needs torch" in f["message"]]
     assert floor and floor[0]["severity"] == "warning"
+
+
+def test_a_torch_from_before_pygs_wheel_index_is_not_judged(tmp_path) -> None:
+    """Before PyG published wheels, its extensions were built from source against the torch
+    there: a missing index says nothing about them."""
+    d = doctor(tmp_path, "frameworks: {torch: {version: 1.1.0, cuda: '8.0'}}\n"
+               "packages: {torch: 1.1.0, torch-scatter: null}\n")
+    assert not d.of("build-mismatch", "torch-geometric")
+
+
+def test_an_old_torch_geometric_is_not_told_to_drop_the_extensions(tmp_path) -> None:
+    d = doctor(tmp_path, "packages: {torch: 2.1.0.dev20230309+cu117, torch-scatter: null, "
+               "torch-geometric: 2.2.0}\n")
+    bad = d.of("build-mismatch", "torch-geometric")
+    assert bad and "uninstall" not in bad[0]["fix"]
+    assert "from source" in bad[0]["fix"]
