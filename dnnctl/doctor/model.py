@@ -50,6 +50,10 @@ CODES = {
     "live-failed": "the live check itself could not run (import error, crash, timeout)",
     "mig-enumeration": "more MIG devices are visible to one process than CUDA enumerates",
     "python-version": "the framework release has no wheels for this Python version",
+    "cuda-unavailable": "a framework reports CUDA unavailable (torch.cuda.is_available() "
+                        "False) and the snapshot shows no cause",
+    "libcuda-unreachable": "a package opens the driver library by a name the loader does not "
+                           "find (WSL 2's libcuda.so in /usr/lib/wsl/lib)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

@@ -10,7 +10,8 @@ rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels), rules_extensions.py (nvcc vs torch's CUDA),
 rules_xformers.py (xformers vs the torch it was built for),
 rules_graph.py (PyG's extension wheels and DGL vs torch),
-rules_flash_attn.py (the torch flash-attn was built against), rules_pairs.py (add-on
+rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
+(torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
 (add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dnnctl.compat.matrix import Matrix
 from dnnctl.doctor import (
     rules_addons,
+    rules_available,
     rules_copies,
     rules_ctranslate2,
     rules_driver,
@@ -45,6 +47,7 @@ from dnnctl.doctor import (
     rules_packages,
     rules_paddle,
     rules_pairs,
+    rules_platform,
     rules_ptxas,
     rules_tfjs,
     rules_xformers,
@@ -68,6 +71,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_ggml.check(ctx)
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
+    findings += rules_platform.wsl_libcuda(ctx)
     findings += rules_xformers.check(ctx)
     findings += rules_graph.check(ctx)
     findings += rules_nvrtc.check(ctx)
@@ -79,6 +83,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_nvjitlink.check(ctx)
     findings += rules_ptxas.check(ctx)
     findings += rules_live.check(ctx)
+    findings += rules_available.check(ctx, findings)
     findings += rules_packages.check(ctx)
     return _dedupe(findings)
 

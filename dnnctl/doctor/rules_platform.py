@@ -8,6 +8,11 @@
   for a missing driver is never a Linux driver install; WSL 1 has no GPU access at all.
 - In a container the driver comes from the host: a container started without the GPU
   (``--gpus all`` and the NVIDIA Container Toolkit) sees no driver.
+- In WSL 2 the driver's libraries (libcuda.so, libcuda.so.1) live in /usr/lib/wsl/lib, which
+  the loader's cache lists as libcuda.so.1 only: a package that opens the unversioned
+  ``libcuda.so`` itself (bitsandbytes before 0.40.1) fails there unless that directory is on
+  LD_LIBRARY_PATH. The snapshot format does not record LD_LIBRARY_PATH, so this is a warning
+  for every such package in WSL.
 - A CPU-only build (torch ``+cpu``, ``tensorflow-cpu``, ``is_built_with_cuda()`` False) never
   uses the GPU, so its arch list, CUDA and cuDNN are not judged.
 """
@@ -20,8 +25,9 @@ from typing import Any
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import torch_install
 from dnnctl.compat.versions import Version
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
+from dnnctl.doctor.parse import canonical_name
 
 TF_WINDOWS_LAST_GPU = Version.parse("2.10")
 TF_WINDOWS_SOURCE = (
@@ -73,6 +79,9 @@ def cuda_evidence(ctx: Context) -> str | None:
     """What in the snapshot says this machine is meant to run CUDA, if anything."""
     if ctx.gpus or ctx.driver_present:
         return "a GPU or an NVIDIA driver is listed"
+    torch = (ctx.env.frameworks or {}).get("torch")
+    if isinstance(torch, dict) and flag(torch.get("cuda_available")) is False:
+        return "torch.cuda.is_available() was checked"
     if ctx.env.cuda_runtimes:
         return f"a CUDA {ctx.env.cuda_runtimes[0].version or ''} toolkit/runtime is installed"
     for name, ver in sorted((ctx.env.packages or {}).items()):
@@ -165,3 +174,52 @@ def no_driver_fix(ctx: Context) -> tuple[str, str] | None:
                 "`sudo docker run --rm --runtime=nvidia --gpus all ubuntu nvidia-smi` checks; "
                 "installing a driver in the container does not help", CONTAINER_SOURCE)
     return None
+
+
+WSL_LIBCUDA_SOURCE = (
+    "https://docs.nvidia.com/cuda/wsl-user-guide/index.html (the Windows driver is the only "
+    "one: it is stubbed inside WSL 2 as libcuda.so; do not install a Linux driver in WSL 2); "
+    "microsoft/WSL#8587 (/usr/lib/wsl/lib holds libcuda.so, libcuda.so.1, libcuda.so.1.1; "
+    "`ldconfig -p` lists only libcuda.so.1; with LD_LIBRARY_PATH=/usr/lib/wsl/lib "
+    "libcuda.so loads); NVIDIA/cuda-python#17 (dlopen of libcuda.so in WSL: 'adding "
+    "/usr/lib/wsl/lib to the LD_LIBRARY_PATH environment variable resolves the problem')")
+# Packages that open the driver library by its unversioned name, and the release from which
+# they no longer do (None: every release).
+UNVERSIONED_LIBCUDA = {
+    "bitsandbytes": ("0.40.1", (
+        "bitsandbytes-foundation/bitsandbytes#17 ('WSL: libcuda.so: cannot open shared object "
+        "file', cuda_setup/main.py: ctypes.CDLL(\"libcuda.so\")) and its CHANGELOG.md 0.40.1 "
+        "('CUDA SETUP now no longer looks for libcuda and libcudart and relies PyTorch CUDA "
+        "libraries')")),
+}
+WSL_LIBDIR = "/usr/lib/wsl/lib"
+
+
+def wsl_libcuda(ctx: Context) -> list[Finding]:
+    """A package that opens ``libcuda.so`` by that name, inside WSL 2 (or WSL of unknown
+    generation): it is found only with /usr/lib/wsl/lib on LD_LIBRARY_PATH."""
+    if ctx.wsl not in (0, 2) or ctx.driver_present is False:
+        return []
+    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    out: list[Finding] = []
+    for name, (fixed, source) in sorted(UNVERSIONED_LIBCUDA.items()):
+        if name not in packages:
+            continue
+        ver = Version.maybe(packages[name])
+        if ver is not None and fixed is not None and ver >= Version.parse(fixed):
+            continue
+        what = f"{name} {ver}" if ver else f"{name} (version unknown)"
+        opens = (f"{what}: releases before {fixed} open" if ver is None and fixed
+                 else f"{what} opens")
+        fix = f"`export LD_LIBRARY_PATH={WSL_LIBDIR}:$LD_LIBRARY_PATH` (add it to ~/.bashrc)"
+        if fixed:
+            fix += f", or `pip install -U '{name}>={fixed}'`"
+        out.append(finding(
+            "libcuda-unreachable", "warning", name,
+            f"{opens} the driver library by its unversioned name libcuda.so; in "
+            f"WSL 2 that file is in {WSL_LIBDIR}, which the loader searches for libcuda.so.1 "
+            "only, so unless LD_LIBRARY_PATH names it the package fails with 'libcuda.so: "
+            "cannot open shared object file' (LD_LIBRARY_PATH is not in the snapshot)",
+            fix=fix, source=f"{source}; {WSL_LIBCUDA_SOURCE}", fixed_in=fixed,
+            libdir=WSL_LIBDIR))
+    return out
