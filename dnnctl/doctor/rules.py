@@ -8,7 +8,8 @@ never a guess. The shared context lives in context.py; rule families in rules_dr
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels), rules_extensions.py (nvcc vs torch's CUDA),
-rules_xformers.py (xformers vs the torch it was built for),
+rules_xformers.py (xformers vs the torch it was built for), rules_cpu_torch.py (a torch
+with no CUDA beside CUDA add-ons; conda-forge's CPU variant; used by rules_frameworks),
 rules_graph.py (PyG's extension wheels and DGL vs torch),
 rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on

@@ -16,6 +16,7 @@ from dnnctl.compat.versions import (
 )
 from dnnctl.doctor import (
     fixcheck,
+    rules_cpu_torch,
     rules_cudnn,
     rules_jax,
     rules_platform,
@@ -134,11 +135,11 @@ def _torch_fix(ctx: Context, line: str | None) -> str | None:
 
 def _torch_build(ctx: Context, what: str, info: dict[str, Any], local: str | None,
                  fix: str | None) -> list[Finding]:
-    """What the build type alone decides: a CPU-only or a ROCm (AMD) build."""
-    if local == "cpu" or info.get("cuda_build") is False:
-        ver = TorchVersion.parse(info["version"]) if info.get("version") else None
-        return rules_platform.cpu_only(ctx, "torch", what, fix=fix,
-                                       line=ver.line if ver else None)
+    """What the build type alone decides: a CPU-only (known, or likely for conda's pytorch)
+    or a ROCm (AMD) build."""
+    cpu = rules_cpu_torch.cpu_torch(ctx, what, info, local, fix)
+    if cpu:
+        return cpu
     if (local or "").startswith("rocm") or info.get("hip") or info.get("rocm"):
         return [finding("cuda-mismatch", "error", "torch",
                         f"{what} is a ROCm (AMD) build and cannot use NVIDIA GPUs", fix=fix,

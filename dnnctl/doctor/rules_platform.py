@@ -99,10 +99,12 @@ CUDA_ONLY_PACKAGES = re.compile(
 
 
 def _cpu_fix(ctx: Context, component: str, line: str | None = None) -> str | None:
-    """For torch: the wheel of the same line for the newest CUDA not newer than the CUDA
-    installed here (the PyTorch install selector's per-CUDA index)."""
-    if component != "torch":
-        return None
+    return cuda_torch_fix(ctx, line) if component == "torch" else None
+
+
+def cuda_torch_fix(ctx: Context, line: str | None = None) -> str:
+    """The torch wheel of the same line for the newest CUDA not newer than the CUDA installed
+    here (the PyTorch install selector's per-CUDA index)."""
     have = [v for rt in ctx.env.cuda_runtimes if (v := Version.maybe(rt.version))]
     rows = [r for r in ctx.matrix.rows("torch") if not r.uncertain
             and (line is None or r["torch"] == line)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version
-from dnnctl.doctor import stack
+from dnnctl.doctor import rules_cpu_torch, stack
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -69,6 +69,9 @@ def check(ctx: Context) -> list[Finding]:
         return []
     version = info.get("version") or ""
     what = f"xformers {version}" if version else "xformers (version unknown)"
+    cpu = _cpu_build(ctx)
+    if cpu is not None:
+        return [cpu]
     row = _row(ctx, version) if version else None
     built_text = info.get("torch") or (str(row["torch"]) if row is not None else None)
     torch = _torch(ctx)
@@ -100,6 +103,29 @@ def check(ctx: Context) -> list[Finding]:
         f"{torch.text})') and its operators are missing ('No operator found for "
         "memory_efficient_attention_forward')",
         fix=_fix(ctx, torch), source=cite, **ev)]
+
+
+def _cpu_build(ctx: Context) -> Finding | None:
+    """A CUDA xformers beside a CPU-only torch: its extensions do not load, whatever the
+    releases; the fix is the CUDA torch it was built for (rules_cpu_torch)."""
+    info = stack.torch_info(ctx, packages=True) or {}
+    text = str(info.get("version") or "")
+    local = str(info.get("local_tag") or (text.split("+", 1)[1] if "+" in text else ""))
+    if local.lower() != "cpu" and info.get("cuda_build") is not False:
+        return None
+    addons = [a for a in rules_cpu_torch.cuda_addons(ctx) if a.text.startswith("xformers")]
+    if not addons:
+        return None
+    try:
+        ver = TorchVersion.parse(text) if text else None
+    except UsageError:
+        ver = None
+    what = f"torch {text}" if text else "torch (version unknown)"
+    found = rules_cpu_torch.addon_finding(ctx, what, ver, addons, None, component="xformers")
+    found.message = (f"{addons[0].text} is a CUDA build, but {what} is a CPU-only build: "
+                     "its C++/CUDA extensions do not load ('xFormers can't load C++/CUDA "
+                     "extensions') and its operators are missing, so it cannot use the GPU")
+    return found
 
 
 def _stable_abi(version: str) -> bool:
