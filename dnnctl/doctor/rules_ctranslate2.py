@@ -3,6 +3,9 @@
 A CTranslate2 wheel built with cuDNN loads ``libcudnn*.so.<major>`` of that one major: 3.x-4.4
 cuDNN 8, 4.5-4.6.2 cuDNN 9, 4.6.3+ none (matrix table ``ctranslate2``). Next to a torch that
 brings the other major (torch >= 2.4 pins nvidia-cudnn-cu12 9.x), the first Whisper call fails.
+The cuDNN here is every copy the snapshot lists plus the one the torch here bundles, a torch
+listed only in ``packages`` included (its wheel's row in compat/torch.yaml); when none of them
+is known, the wheel's need is a conditional warning, never a pass.
 """
 
 from __future__ import annotations
@@ -10,16 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import Version, VersionRange
+from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import library_major, loadable_majors
-from dnnctl.doctor.stack import cudnn_found
+from dnnctl.doctor.stack import cudnn_found, torch_info, torch_stack
 
 SYMPTOM = {8: "'Could not load library libcudnn_ops_infer.so.8' (or libcudnn_cnn_infer.so.8)",
            9: "'Unable to load any of {libcudnn_cnn.so.9.1.0, ...}' / 'Invalid handle. Cannot "
               "load symbol cudnnCreateConvolutionDescriptor'"}
+# cuDNN's own loader on Windows (faster-whisper#1080: cudnn_ops64_9.dll with ctranslate2 4.5.0)
+SYMPTOM_WINDOWS = {8: "'Could not locate cudnn_ops_infer64_8.dll'",
+                   9: "'Could not locate cudnn_ops64_9.dll'"}
 USERS = ("faster-whisper", "whisperx")
 
 
@@ -34,7 +40,7 @@ def check(ctx: Context) -> list[Finding]:
         f" (used by {', '.join(users)})" if users else "")
     ver = Version.maybe(text)
     if ver is None:
-        return _version_unknown(ctx, what, cudnn_found(ctx, packages))
+        return _version_unknown(ctx, what, cudnn_found(ctx, packages, torch_package=True))
     row = ctx.matrix.ctranslate2_row(ver) if ver else None
     if row is None:
         known = sorted(ctx.matrix.rows("ctranslate2"), key=_low)
@@ -44,7 +50,7 @@ def check(ctx: Context) -> list[Finding]:
     if row.uncertain:
         return [unknown("ctranslate2", f"{what}: the matrix row is uncertain", row=row)]
     cuda = Version.parse(row["cuda"])
-    found = cudnn_found(ctx, packages)
+    found = cudnn_found(ctx, packages, torch_package=True)
     have = found or set()
     out = library_major(ctx, "ctranslate2", what, cuda.major, "libcublas",
                         fix=_fix(ctx, have, row), row=row)
@@ -52,21 +58,110 @@ def check(ctx: Context) -> list[Finding]:
         return out or [finding("ok", "info", "ctranslate2", f"{what}: a CUDA {cuda} wheel built "
                                "without cuDNN", row=row)]
     need = Version.parse(row["cudnn"])
-    if found is not None and need.major not in found:
+    if found is None:
+        return out + [_cudnn_unknown(ctx, what, row, need, cuda)]
+    if need.major not in found:
         listed = ", ".join(f"{m}.x" for m in sorted(have)) or "none (the snapshot lists no "\
             "cuDNN copy, nvidia-cudnn wheel or torch cuDNN)"
         out.append(finding(
             "cudnn-mismatch", "error", "ctranslate2",
             f"{what} is built against cuDNN {need.major} ({need}, CUDA {cuda}) and loads "
-            f"libcudnn*.so.{need.major}, but the cuDNN installed here is {listed}: models with "
-            f"convolutions (Whisper) fail with {SYMPTOM.get(need.major, 'a cuDNN load error')}",
-            fix=_fix(ctx, have, row), row=row, cudnn_needed=need.major, cudnn_found=sorted(have)))
+            f"{_library(ctx, need.major)}, but the cuDNN installed here is {listed}: models with "
+            f"convolutions (Whisper) fail with {_symptom(ctx, need.major)}",
+            fix=_mismatch_fix(ctx, have, row, need, cuda), row=row, cudnn_needed=need.major, cudnn_found=sorted(have)))
     if not out:
         out.append(finding("ok", "info", "ctranslate2", f"{what}: a CUDA {cuda} / cuDNN "
-                           f"{need.major} wheel, and cuDNN {need.major} is installed"
-                           if have else f"{what}: a CUDA {cuda} / cuDNN {need.major} wheel "
-                           "(which cuDNN is installed is not known)", row=row))
+                           f"{need.major} wheel, and cuDNN {need.major} is installed", row=row))
     return out
+
+
+def _library(ctx: Context, major: int) -> str:
+    return f"cudnn*64_{major}.dll" if ctx.os_kind == "windows" else f"libcudnn*.so.{major}"
+
+
+def _symptom(ctx: Context, major: int) -> str:
+    table = SYMPTOM_WINDOWS if ctx.os_kind == "windows" else SYMPTOM
+    return table.get(major, "a cuDNN load error")
+
+
+def _cudnn_unknown(ctx: Context, what: str, row: Row, need: Version, cuda: Version) -> Finding:
+    """A wheel built with cuDNN where no cuDNN copy, nvidia-cudnn wheel or torch says which
+    cuDNN is installed: a warning conditional on the cuDNN here not being the wheel's."""
+    torch_here = torch_info(ctx, packages=True) is not None
+    bundling = _torch_bundling(ctx, need.major, cuda.major)
+    note = ""
+    if torch_here and bundling is not None:
+        note = (f"; nor is the torch release here, and torch wheels bundle cuDNN {need.major} "
+                f"from {bundling[0]} on")
+    return finding(
+        "not-judged", "warning", "ctranslate2",
+        f"{what} is built against cuDNN {need.major} ({need}, CUDA {cuda}) and loads "
+        f"{_library(ctx, need.major)}; which cuDNN is installed here is not known{note}: "
+        f"unless it is cuDNN {need.major}, models with convolutions (Whisper) fail with "
+        f"{_symptom(ctx, need.major)}",
+        fix=f"if the cuDNN here is not {need.major}: "
+        + _other_ways(ctx, row, need, cuda, torch_here), row=row, cudnn_needed=need.major)
+
+
+def _mismatch_fix(ctx: Context, have: set[int], row: Row, need: Version, cuda: Version) -> str:
+    """The releases built for the cuDNN here; where the wheel needs a newer cuDNN than the
+    torch here bundles, also the torch that bundles the wheel's."""
+    fix = _fix(ctx, have, row)
+    _, torch_cudnn = torch_stack(ctx, packages=True)
+    bundling = _torch_bundling(ctx, need.major, cuda.major)
+    if torch_cudnn is None or torch_cudnn.major >= need.major or bundling is None \
+            or not fix.startswith("pip install "):
+        return fix
+    return (f"`{fix}` (built for the cuDNN {torch_cudnn.major} here), or a torch that bundles "
+            f"cuDNN {need.major}: `{_torch_install(*bundling)}`")
+
+
+def _other_ways(ctx: Context, row: Row, need: Version, cuda: Version, torch_here: bool) -> str:
+    """Install the wheel's cuDNN (beside a torch: the torch that bundles it, since a pip
+    nvidia-cudnn of another major conflicts with the torch wheel's pin), or the newest releases
+    of the same CUDA major built for another cuDNN major."""
+    bundling = _torch_bundling(ctx, need.major, cuda.major)
+    if torch_here and bundling is not None:
+        ways = [f"a torch that bundles it (`{_torch_install(*bundling)}`)"]
+    else:
+        where = " with its nvidia\\cudnn\\bin folder on PATH" if ctx.os_kind == "windows" else ""
+        ways = [f"install it (`pip install 'nvidia-cudnn-cu{cuda.major}=={need.major}.*'`"
+                f"{where})"]
+    others = sorted({Version.parse(r["cudnn"]).major for r in ctx.matrix.rows("ctranslate2")
+                     if r["uses_cudnn"] and not r.uncertain
+                     and Version.parse(r["cuda"]).major == cuda.major
+                     and Version.parse(r["cudnn"]).major != need.major}, reverse=True)
+    for major in others:
+        fix = _fix(ctx, {major}, row)
+        if fix.startswith("pip install 'ctranslate2"):
+            ways.append(f"with cuDNN {major}: `{fix}` (the releases built for it)")
+    return ", or ".join(ways)
+
+
+def _torch_bundling(ctx: Context, major: int, cuda_major: int) -> tuple[Version, str] | None:
+    """The first torch line from which every later wheel bundles cuDNN ``major`` (lines with
+    no cuDNN in the matrix skipped), and its CUDA ``cuda_major`` variant (PyPI's default where
+    it is one); None when the newest torch line bundles another major."""
+    lines: dict[Version, list[Row]] = {}
+    for r in ctx.matrix.rows("torch"):
+        lines.setdefault(Version.parse(r["torch"]).trunc(2), []).append(r)
+    since = None
+    for line in sorted(lines, reverse=True):
+        known = [v.major for r in lines[line] if (v := parse_cudnn(r.get("cudnn"))) is not None]
+        if not known:
+            continue  # a line whose cuDNN pin is not in the matrix yet says nothing
+        if any(m != major for m in known):
+            break
+        since = line
+    if since is None:
+        return None
+    fits = [r for r in lines[since] if Version.parse(r["cuda"]).major == cuda_major]
+    fits.sort(key=lambda r: not r.get("pypi_default"))
+    return (since, fits[0]["variant"]) if fits else None
+
+
+def _torch_install(line: Version, variant: str) -> str:
+    return f"pip install 'torch>={line}' --index-url https://download.pytorch.org/whl/{variant}"
 
 
 def _version_unknown(ctx: Context, what: str, cudnns: set[int] | None) -> list[Finding]:

@@ -53,10 +53,11 @@ def torch_version(ctx: Context) -> tuple[TorchVersion, dict] | None:
         return None
 
 
-def torch_row(ctx: Context) -> Row | None:
+def torch_row(ctx: Context, packages: bool = False) -> Row | None:
     """The matrix row of the torch wheel here (its +cuXYZ tag, or PyPI's default variant on
-    Linux); None for a CPU / ROCm build, an unknown version or a wheel the matrix lacks."""
-    info = torch_info(ctx) or {}
+    Linux); None for a CPU / ROCm build, an unknown version or a wheel the matrix lacks. With
+    ``packages``, a torch listed only in ``packages`` counts too (torch_info)."""
+    info = torch_info(ctx, packages) or {}
     if info.get("cuda_build") is False or not info.get("version"):
         return None
     try:
@@ -71,9 +72,10 @@ def torch_row(ctx: Context) -> Row | None:
     return None
 
 
-def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
-    """(CUDA, cuDNN) of the torch build here; (None, None) for a CPU / ROCm build or none."""
-    info = torch_info(ctx) or {}
+def torch_stack(ctx: Context, packages: bool = False) -> tuple[Version | None, Version | None]:
+    """(CUDA, cuDNN) of the torch build here; (None, None) for a CPU / ROCm build or none.
+    With ``packages``, a torch listed only in ``packages`` counts too (torch_info)."""
+    info = torch_info(ctx, packages) or {}
     if info.get("cuda_build") is False:
         return None, None
     if not info.get("version"):
@@ -85,11 +87,11 @@ def torch_stack(ctx: Context) -> tuple[Version | None, Version | None]:
                                                  or parse_cudnn(info.get("cudnn")))
     if local and not local.startswith("cu"):
         return None, None  # a CPU or ROCm build brings no CUDA
-    row = torch_row(ctx)
+    row = torch_row(ctx, packages)
     cuda = Version.maybe(info.get("cuda")) or (Version.maybe(row["cuda"]) if row else None)
     cudnn = (parse_cudnn(info.get("cudnn_runtime")) or parse_cudnn(info.get("cudnn"))
              or (parse_cudnn(row.get("cudnn")) if row else None))
-    if torch_cudnn_missing(ctx):
+    if torch_cudnn_missing(ctx, packages):
         cudnn = None  # it would load one from the system, and the snapshot found none
     return cuda, cudnn
 
@@ -132,12 +134,12 @@ def torch_cxx11_abi(ctx: Context, info: dict | None = None) -> bool | None:
     return False
 
 
-def torch_cudnn_origin(ctx: Context) -> str | None:
+def torch_cudnn_origin(ctx: Context, packages: bool = False) -> str | None:
     """Where the CUDA torch here gets its cuDNN: "pip" (a wheel whose cuDNN is its
     ``nvidia-cudnn-cuN`` dependency), "wheel" (a ``+cuXYZ`` wheel: its own copy, in torch/lib or
     as a pip dependency), "system" (a conda or custom build: the cuDNN the loader finds), or
     None (no CUDA torch, or nothing known)."""
-    info = torch_info(ctx)
+    info = torch_info(ctx, packages)
     if info is None or info.get("cuda_build") is False:
         return None
     text = str(info.get("version") or "")
@@ -160,36 +162,38 @@ def torch_cudnn_origin(ctx: Context) -> str | None:
     return "wheel" if line is not None else None
 
 
-def torch_cudnn_missing(ctx: Context) -> bool:
+def torch_cudnn_missing(ctx: Context, packages: bool = False) -> bool:
     """The snapshot says no cuDNN is installed (``cudnn: []``), nothing else brings one (an
     ``nvidia-cudnn`` package, a version torch reports), and torch's own copy cannot be assumed:
     a conda / custom build, or a PyPI wheel whose listed packages lack its cuDNN dependency."""
     if not ctx.env.none_found("cudnn"):
         return False
-    info = torch_info(ctx) or {}
+    info = torch_info(ctx, packages) or {}
     if info.get("cudnn_runtime") or info.get("cudnn_loaded"):
         return False
     names = {canonical_name(n) for n in (ctx.env.packages or {})}
     if any(n.startswith("nvidia-cudnn") for n in names):
         return False
-    origin = torch_cudnn_origin(ctx)
+    origin = torch_cudnn_origin(ctx, packages)
     return origin == "system" or (origin == "pip" and bool(names))
 
 
-def cudnn_majors(ctx: Context, packages: dict[str, str]) -> set[int]:
+def cudnn_majors(ctx: Context, packages: dict[str, str], torch_package: bool = False
+                 ) -> set[int]:
     """cuDNN majors installed: the copies found, the nvidia-cudnn wheels (``packages``), and
-    torch's own (torch_stack)."""
+    torch's own (torch_stack; with ``torch_package``, also a torch listed only in packages)."""
     texts = [c.version for c in ctx.env.cudnn]
     texts += [v for n, v in packages.items() if n.startswith("nvidia-cudnn-cu")]
     majors = {v.major for t in texts if (v := parse_cudnn(t)) is not None}
-    _, torch_cudnn = torch_stack(ctx)
+    _, torch_cudnn = torch_stack(ctx, torch_package)
     if torch_cudnn is not None:
         majors.add(torch_cudnn.major)
     return majors
 
 
-def cudnn_found(ctx: Context, packages: dict[str, str]) -> set[int] | None:
+def cudnn_found(ctx: Context, packages: dict[str, str], torch_package: bool = False
+                ) -> set[int] | None:
     """cudnn_majors, or None when nothing says which cuDNN is installed: an empty set only
     when the snapshot lists ``cudnn: []`` (looked, found none) and nothing else brings one."""
-    majors = cudnn_majors(ctx, packages)
+    majors = cudnn_majors(ctx, packages, torch_package)
     return majors if majors or ctx.env.none_found("cudnn") else None

@@ -39,8 +39,10 @@ def test_a_cudnn8_wheel_beside_torchs_cudnn9_fails(tmp_path: Path) -> None:
 def test_a_cudnn9_wheel_beside_a_cudnn8_torch_fails_the_other_way(tmp_path: Path) -> None:
     # torch 2.3.1 pins nvidia-cudnn-cu12 8.9.2.26 (faster-whisper#1086: torch <2.4 -> ct2 <4.5)
     code, out, ct2 = _doctor(tmp_path, _snapshot("4.5.0", "8.9.2.26", torch="2.3.1"))
-    assert code == 1 and ct2 == [("error", "cudnn-mismatch",
-                                  "pip install 'ctranslate2>=4.0,<4.5'")]
+    assert code == 1 and ct2 == [(
+        "error", "cudnn-mismatch", "`pip install 'ctranslate2>=4.0,<4.5'` (built for the cuDNN 8 "
+        "here), or a torch that bundles cuDNN 9: `pip install 'torch>=2.4' --index-url "
+        "https://download.pytorch.org/whl/cu121`")]
     assert "libcudnn_cnn.so.9" in out
 
 
@@ -59,11 +61,43 @@ def test_a_release_newer_than_the_matrix_is_said_not_judged(tmp_path: Path) -> N
 def test_cpu_only_wheels_and_unknown_cudnn(tmp_path: Path) -> None:
     mac = _snapshot("4.4.0", "9.1.0.70", os="Darwin 23.1.0 arm64").replace(H100, "")
     assert _doctor(tmp_path, mac)[2] == []
-    # no cuDNN copy, no torch pin: nothing to compare with, said so
-    bare = _snapshot("4.4.0", None).replace('{torch: {version: "2.5.1"}}', "{}")
+    # no cuDNN copy and no torch: the wheel's need is a conditional warning, never a pass
+    bare = _snapshot("4.4.0", None).replace('{torch: {version: "2.5.1"}}', "{}") \
+        .replace('torch: "2.5.1", ', "")
     code, out, ct2 = _doctor(tmp_path, bare)
-    assert code == 0 and [(s, c) for s, c, _ in ct2] == [("info", "ok")]
-    assert "not known" in out
+    assert code == 0 and ct2 == [(
+        "warning", "not-judged", "if the cuDNN here is not 8: install it (`pip install "
+        "'nvidia-cudnn-cu12==8.*'`), or with cuDNN 9: `pip install 'ctranslate2>=4.5'` "
+        "(the releases built for it)")]
+    assert "\npip install 'nvidia-cudnn-cu12==8.*'\n" in out
+
+
+def test_a_torch_listed_only_in_packages_brings_its_wheels_cudnn(tmp_path: Path) -> None:
+    # faster-whisper#1086: `pip install torch==2.3.1` (cuDNN 8.9.2.26) beside ctranslate2 4.5.0
+    snap = _snapshot("4.5.0", None, torch="2.3.1").replace('{torch: {version: "2.3.1"}}', "{}")
+    code, out, ct2 = _doctor(tmp_path, snap)
+    assert code == 1 and [(s, c) for s, c, _ in ct2] == [("error", "cudnn-mismatch")]
+    assert "the cuDNN installed here is 8.x" in out
+    assert "\npip install 'torch>=2.4' --index-url https://download.pytorch.org/whl/cu121\n" in out
+    # torch 2.5.1 the same way: its cuDNN 9 is what a 4.5 wheel needs
+    snap = _snapshot("4.5.0", None).replace('{torch: {version: "2.5.1"}}', "{}")
+    assert [(s, c) for s, c, _ in _doctor(tmp_path, snap)[2]] == [("info", "ok")]
+
+
+def test_a_torch_of_unknown_release_on_windows(tmp_path: Path) -> None:
+    # faster-whisper#1080: ctranslate2 4.5.0 on Windows, torch's release and cuDNN not stated
+    snap = ("schema: dnnctl-env/1\nos: Windows\n"
+            "packages: {ctranslate2: \"4.5.0\", faster-whisper: null, torch: null}\n")
+    d = doctor(tmp_path, snap)
+    [f] = d.of("not-judged", "ctranslate2")
+    assert f["severity"] == "warning" and "cudnn*64_9.dll" in f["message"]
+    assert "'Could not locate cudnn_ops64_9.dll'" in f["message"]
+    assert "torch wheels bundle cuDNN 9 from 2.4 on" in f["message"]
+    assert f["fix"] == (
+        "if the cuDNN here is not 9: a torch that bundles it (`pip install 'torch>=2.4' "
+        "--index-url https://download.pytorch.org/whl/cu121`), or with cuDNN 8: `pip install "
+        "'ctranslate2>=4.0,<4.5'` (the releases built for it)")
+    assert d.code == 0  # a warning: the verdict is WARN, not FAIL
 
 
 def test_a_cuda11_wheel_without_a_cuda11_runtime(tmp_path: Path) -> None:
