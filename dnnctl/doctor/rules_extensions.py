@@ -6,6 +6,12 @@ compares that nvcc's CUDA with the CUDA torch was built with: a different major 
 "The detected CUDA version (X) mismatches the version that was used to compile PyTorch (Y)",
 a different minor only warns. Prebuilt wheels are not affected: this matters when something is
 built here, so it is a warning (a minor difference an info).
+
+DeepSpeed builds its CUDA ops at first use (``OpBuilder.jit_load``) with the nvcc of torch's
+``CUDA_HOME`` and checks it first (``assert_no_cuda_mismatch``): a different major always
+fails unless ``DS_SKIP_CUDA_CHECK=1``; a different minor passes only when both are in its
+list of compatible minors. A toolkit is a ``cuda_runtimes`` entry whose source is
+``nvcc:<path>`` or ``system:<toolkit dir>`` (README, the snapshot's fields).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.stack import torch_stack
+from dnnctl.doctor.stack import torch_stack, torch_version
 
 CPP_EXTENSION_SOURCE = (
     "torch/utils/cpp_extension.py _check_cuda_version ('if cuda_ver.major != "
@@ -32,6 +38,22 @@ APEX_SOURCE = (
     "or bare_metal_minor != torch_binary_minor); the check still raised in 2023-12 "
     "(NVIDIA/apex#1761: torch 2.1.2+cu121, nvcc 11.5); option PRs to skip it closed (#967, #997: 'these "
     "version mismatches are not tested internally')")
+
+DEEPSPEED_SOURCE = (
+    "microsoft/DeepSpeed op_builder/builder.py assert_no_cuda_mismatch (read at 38327e0, "
+    "2025-02): the nvcc of torch's CUDA_HOME against torch.version.cuda; another major.minor "
+    "raises 'Installed CUDA version X does not match the version torch was compiled with Y, "
+    "unable to compile cuda/cpp extensions without a matching cuda version' unless both "
+    "minors are in cuda_minor_mismatch_ok of that major (since v0.4.0, #1139; 12.x from "
+    "v0.9.3) or DS_SKIP_CUDA_CHECK=1 (v0.9.3, #3436); CUDA ops are built at first use "
+    "(OpBuilder.jit_load); deepspeedai/DeepSpeed-MII#277 (mrwyattii: 'we do not support "
+    "mismatched CUDA versions', torch from the cu118 index for a CUDA 11.7 system)")
+# DeepSpeed's cuda_minor_mismatch_ok at 38327e0 (2025-02): within a major, a toolkit and a
+# torch CUDA both listed here pass its check; 12.x was 12.0-12.1 in v0.9.3, 12.0-12.3 in v0.12.1.
+DEEPSPEED_MINORS_OK = {10: ("10.0", "10.1", "10.2"),
+                       11: tuple(f"11.{m}" for m in range(9)),
+                       12: ("12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8")}
+
 
 def toolkits(ctx: Context) -> list[tuple[Component, Version]]:
     """CUDA toolkits with an nvcc: toolkit folders (``system:<dir>``) and nvcc on PATH; not the
@@ -59,6 +81,11 @@ def check(ctx: Context) -> list[Finding]:
     same = [(c, v) for c, v in found if v.major == torch_cuda.major]
     other = [(c, v) for c, v in found if v.major != torch_cuda.major]
     where = ", ".join(f"{v} ({c.source})" for c, v in other)
+    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    if "deepspeed" in names and len(found) == 1:
+        judged = _deepspeed(ctx, found[0], torch_cuda)
+        if judged is not None:
+            return judged
     if other and not same:
         cuda = other[0][1]
         return [finding(
@@ -83,7 +110,6 @@ def check(ctx: Context) -> list[Finding]:
     minor = [(c, v) for c, v in same if v.trunc(2) != torch_cuda.trunc(2)]
     if minor and len(minor) == len(same):
         c, v = minor[0]
-        names = {canonical_name(n) for n in (ctx.env.packages or {})}
         if "apex" in names:  # apex's own setup.py check is stricter than torch's
             return [finding(
                 "cuda-mismatch", "warning", "apex",
@@ -101,3 +127,55 @@ def check(ctx: Context) -> list[Finding]:
             "... Most likely this shouldn't be a problem'", source=CPP_EXTENSION_SOURCE,
             toolkit=str(v), torch_cuda=str(torch_cuda))]
     return []
+
+
+def _deepspeed(ctx: Context, toolkit: tuple[Component, Version], torch_cuda: Version
+               ) -> list[Finding] | None:
+    """DeepSpeed's own check of the one toolkit here against torch's CUDA: a warning where it
+    refuses (ops already built with DS_BUILD_OPS=1 are not affected), an info where it
+    accepts a minor difference, None where the versions are the same."""
+    c, v = toolkit
+    have = str(v.trunc(2))
+    if have == str(torch_cuda.trunc(2)):
+        return None
+    if _deepspeed_accepts(v, torch_cuda):
+        return [finding(
+            "cuda-mismatch", "info", "deepspeed",
+            f"the CUDA {v} toolkit ({c.source}) differs from torch's CUDA {torch_cuda} in the "
+            "minor, which DeepSpeed's op builder accepts ('since the APIs are compatible, "
+            "accepting this combination')", source=DEEPSPEED_SOURCE, toolkit=str(v),
+            torch_cuda=str(torch_cuda))]
+    kind = "major" if v.major != torch_cuda.major else "minor (not in its list of compatible ones)"
+    return [finding(
+        "cuda-mismatch", "warning", "deepspeed",
+        f"the CUDA {v} toolkit ({c.source}) has another {kind} than torch's CUDA "
+        f"{torch_cuda}: DeepSpeed builds its CUDA ops at first use with this nvcc and refuses "
+        f"('Installed CUDA version {have} does not match the version torch was compiled with "
+        f"{torch_cuda}'); DS_SKIP_CUDA_CHECK=1 skips the check at the risk of broken ops",
+        fix=_deepspeed_fix(ctx, v, torch_cuda), source=DEEPSPEED_SOURCE, toolkit=str(v),
+        torch_cuda=str(torch_cuda))]
+
+
+def _deepspeed_fix(ctx: Context, toolkit: Version, torch_cuda: Version) -> str:
+    """A torch built for a CUDA that DeepSpeed accepts with this toolkit (of the torch line
+    here if it has one, else of the newest line that does), or the toolkit of torch's CUDA."""
+    other = f"install the CUDA {torch_cuda.trunc(2)} toolkit and point CUDA_HOME at it"
+    tv = torch_version(ctx)
+    line = Version.parse(tv[0].line).trunc(2) if tv else None
+    rows = [r for r in ctx.matrix.current("torch")
+            if _deepspeed_accepts(toolkit, Version.parse(r["cuda"]))
+            and (line is None or Version.parse(r["torch"]).trunc(2) == line)]
+    if not rows:
+        return other
+    best = max(rows, key=lambda r: (Version.parse(r["torch"]).trunc(2), Version.parse(r["cuda"])))
+    # uninstall first: pip keeps an installed 2.x.y+cu121 for 'torch==2.x.*' from another index
+    return (f"a torch built for CUDA {best['cuda']}: `pip uninstall -y torch` then `pip install "
+            f"'torch=={best['torch']}.*' -i https://download.pytorch.org/whl/{best['variant']}`"
+            f", or {other}")
+
+
+def _deepspeed_accepts(toolkit: Version, torch_cuda: Version) -> bool:
+    """assert_no_cuda_mismatch: the same major.minor, or both in its compatible minors."""
+    have, want = str(toolkit.trunc(2)), str(torch_cuda.trunc(2))
+    return have == want or (toolkit.major == torch_cuda.major and {have, want}
+                            <= set(DEEPSPEED_MINORS_OK.get(toolkit.major, ())))
