@@ -99,7 +99,12 @@ CUDA_ONLY_PACKAGES = re.compile(
 
 
 def _cpu_fix(ctx: Context, component: str, line: str | None = None) -> str | None:
-    return cuda_torch_fix(ctx, line) if component == "torch" else None
+    """A CUDA torch in place of the CPU build: removed first, since pip takes the CPU build
+    (``X+cpu``) as meeting a ``torch==X.*`` request and would install nothing."""
+    if component != "torch":
+        return None
+    fix = cuda_torch_fix(ctx, line)
+    return f"`pip uninstall -y torch`, then `{fix}`" if fix.startswith("pip install") else fix
 
 
 def cuda_torch_fix(ctx: Context, line: str | None = None) -> str:

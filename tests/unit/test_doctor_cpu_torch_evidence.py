@@ -18,7 +18,9 @@ def test_a_cuda_only_package_beside_a_cpu_torch_warns_with_a_cuda_wheel(
     d = doctor(tmp_path, CPU_TORCH + f'packages: {{torch: "2.2.0+cpu", {package}: "1.0"}}\n')
     [f] = d.of("cuda-mismatch", "torch")
     assert f["severity"] == "warning" and package in f["message"]
-    assert f["fix"] == "pip install 'torch==2.2.*' --index-url https://download.pytorch.org/whl/cu121"
+    # (the CPU build removed first: pip takes 2.2.0+cpu as meeting torch==2.2.*)
+    assert f["fix"] == ("`pip uninstall -y torch`, then `pip install 'torch==2.2.*' "
+                        "--index-url https://download.pytorch.org/whl/cu121`")
 
 
 def test_a_cpu_torch_alone_or_beside_cpu_packages_is_no_warning(tmp_path: Path) -> None:
