@@ -96,6 +96,16 @@ def loaded_copy(ctx: Context, major: int) -> Component | None:
     return None
 
 
+def _only_copy(ctx: Context, major: int) -> Component | None:
+    """The one cuDNN copy of this major a snapshot lists when it marks none as loading
+    first: for a build that brings no cuDNN of its own, the copy that loads if any does."""
+    if any(c.loaded_first for c in ctx.env.cudnn):
+        return None
+    same = [c for c in ctx.env.cudnn
+            if (v := parse_cudnn(c.version)) is not None and v.major == major]
+    return same[0] if len(same) == 1 else None
+
+
 def _bundled_copy(ctx: Context, major: int) -> Component | None:
     """The framework's own cuDNN of this major (a pip wheel's, torch's bundled one)."""
     for c in ctx.env.cudnn:
@@ -124,6 +134,8 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
     release needs the same major.minor too (TensorFlow before 1.8); None: a TensorFlow whose
     release is unknown, so a newer minor is a warning naming both rules."""
     copy = loaded_copy(ctx, compiled.major)
+    if copy is None and not bundled:
+        copy = _only_copy(ctx, compiled.major)
     source = None
     if copy is not None and (loaded is None or _same_release(parse_cudnn(copy.version), loaded)):
         # the framework's own report (cudnn_runtime) names the version; the copy, where from

@@ -103,3 +103,27 @@ def test_jax_without_a_row_newer_cudnn_is_fine(tmp_path: Path) -> None:
     d = doctor(tmp_path, JAX_OLD % "8.9.2")
     assert "cudnn-mismatch" not in d.codes()
     assert d.codes() == {"no-gpu", "unknown-version"}
+
+
+# a jaxlib built with cuDNN 8.1.0 (no matrix row for it) and the one cuDNN copy listed,
+# with no copy marked as the one that loads first (jax-ml/jax#6517)
+JAX_ONE_COPY = """
+cuda_runtimes: [{version: "11.2"}]
+cudnn: [%s]
+frameworks:
+  jax: {jaxlib: "0.1.65+cuda112", cuda: "11.2", cudnn: "8.1.0"}
+packages: {jaxlib: "0.1.65+cuda112"}
+"""
+
+
+def test_the_only_copy_listed_is_the_one_judged(tmp_path: Path) -> None:
+    d = doctor(tmp_path, JAX_ONE_COPY % '{version: "8.0.5"}')
+    bad = d.of("cudnn-mismatch")
+    assert bad and bad[0]["severity"] == "error" and "8.1.0" in bad[0]["message"]
+    assert "8.0.5" in bad[0]["message"] and d.code == 1
+    assert not doctor(tmp_path, JAX_ONE_COPY % '{version: "8.1.1"}').of("cudnn-mismatch")
+
+
+def test_two_copies_of_the_major_and_none_marked_are_not_guessed(tmp_path: Path) -> None:
+    d = doctor(tmp_path, JAX_ONE_COPY % '{version: "8.0.5"}, {version: "8.2.1"}')
+    assert not [f for f in d.of("cudnn-mismatch") if f["severity"] == "error"]
