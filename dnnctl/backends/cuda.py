@@ -71,6 +71,14 @@ class Recorder:
             self.foreign = what
 
 
+def refuse(what: str) -> None:
+    """Mark the call being recorded on this thread, if one is, as one that cannot be
+    replayed (a step done outside the launches and library calls a recording holds)."""
+    rec = STATE.rec
+    if rec is not None:
+        rec.refuse(what)
+
+
 @contextlib.contextmanager
 def recording(rec: Recorder) -> Iterator[Recorder]:
     """Record what the calls inside do into ``rec`` (this thread)."""
@@ -174,9 +182,7 @@ KEPT: list[tuple[int, int]] = []
 
 def scratch_zeros(shape: int | tuple[int, ...], dtype: Any) -> Any:
     buf = scratch(shape, dtype)
-    rec = STATE.rec
-    if rec is not None:
-        rec.refuse("a buffer filled with zeros")
+    refuse("a buffer filled with zeros")
     buf.fill(0)
     return buf
 
@@ -609,9 +615,7 @@ def set_device(index: int) -> None:
 
 def copy(dst: Any, src: Any) -> None:
     """Copy ``src`` into ``dst`` (same size, both contiguous) on the call's stream."""
-    rec = STATE.rec
-    if rec is not None:
-        rec.refuse("a copy")
+    refuse("a copy")
     if isinstance(dst, np.ndarray) and isinstance(src, np.ndarray):  # the CPU emulator
         np.copyto(dst, src.reshape(dst.shape), casting="unsafe")
         return

@@ -239,16 +239,6 @@ def note_aten(op: Any, args: Sequence[Any], kwargs: dict[str, Any], result: Any)
     rec.launches.append((step, None))
 
 
-def refuse(what: str) -> None:
-    """Mark the call being recorded, if one is, as one that cannot be replayed (a step
-    done outside the launches and the library calls a recording holds)."""
-    from dnnctl.backends import cuda
-
-    rec = cuda.STATE.rec
-    if rec is not None:
-        rec.refuse(what)
-
-
 def _view(t: Any, base: Any) -> Any:
     """How ``t`` reads ``base``'s memory: None (it is ``base``), (sizes, strides, storage
     offset past base's); raise Unreplayable where it is no view of base."""
@@ -320,13 +310,11 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
         raise Unreplayable(rec.foreign)
     if not rec.launches:
         raise Unreplayable("no launch")
-    first_launch = next((i for i, (s, _) in enumerate(rec.launches)
-                         if not isinstance(s, AtenCall)), len(rec.launches))
-    if any(isinstance(s, AtenCall) for s, _ in rec.launches[first_launch:]):
-        raise Unreplayable("a torch step after a launch")
-    # an adopted output is a library's result: made by a recorded ATen call (matched below)
-    pending = {len(arrays) + j: o for j, o in enumerate(outs)} if adopted else {}
-    made = sorted(k - len(arrays) for k in pending)
+    # an adopted output is a library's result: made by a recorded ATen call (matched to its
+    # return below; the extension refuses a torch step after a launch and a made output no
+    # step makes)
+    made = list(range(len(outs))) if adopted else []
+    pending = {len(arrays) + j: outs[j] for j in made}
     temps = rec.temps
     ranges: list[tuple[int, int, int]] = []  # (start, end, slot)
     align = []
@@ -383,8 +371,6 @@ def program(mod: Any, arrays: Sequence[Any], outs: Sequence[Any], kept: Sequence
             patches.append((offsets[k], slot[0], slot[1]))
         steps.append((int(launch.handle), list(launch._dims), bool(launch.cooperative),
                       bytes(block), list(offsets), patches))
-    if pending:
-        raise Unreplayable("an adopted output no recorded library call made")
     import torch
 
     templates = [torch.empty(0, dtype=o.dtype, device=o.device) for o in outs]

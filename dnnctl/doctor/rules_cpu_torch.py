@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import TorchVersion, Version, tag_from_cuda
 from dnnctl.doctor import rules_platform
 from dnnctl.doctor.context import Context, finding
@@ -52,7 +53,6 @@ CONDA_SOURCE = (
     "conda-forge env solved to a torch with torch.cuda.is_available() False; cudatoolkit "
     "added afterwards did not help)")
 CONDA_FIX = 'conda install -c conda-forge "pytorch=*=cuda*"'
-INDEX = "https://download.pytorch.org/whl/{tag}"
 CUDA_TAG = re.compile(r"\+(cu\d{2,3})(?![\d])", re.IGNORECASE)
 # Add-ons whose released builds are CUDA (or ROCm) builds only; a local tag other than +cuXYZ
 # (vLLM's +cpu, a +rocm build) says otherwise and is left out.
@@ -172,7 +172,7 @@ def torch_fix(ctx: Context, ver: TorchVersion | None, addons: list[CudaAddon],
     tagged = next((a for a in addons if a.tag), None)
     release = (tagged.torch or (str(ver.release) if ver else None)) if tagged else None
     if tagged and release:
-        cmd = f"pip install 'torch=={release}+{tagged.tag}' -i {INDEX.format(tag=tagged.tag)}"
+        cmd = f"pip install 'torch=={release}+{tagged.tag}' -i {TORCH_INDEX.format(variant=tagged.tag)}"
         return (f"`{cmd}` (torch {release} built for {tagged.tag}, as {tagged.text.split()[0]} "
                 "was; -i is --index-url)")
     line = ver.line if ver else None

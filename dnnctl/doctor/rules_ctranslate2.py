@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
@@ -161,7 +162,7 @@ def _torch_bundling(ctx: Context, major: int, cuda_major: int) -> tuple[Version,
 
 
 def _torch_install(line: Version, variant: str) -> str:
-    return f"pip install 'torch>={line}' --index-url https://download.pytorch.org/whl/{variant}"
+    return f"pip install 'torch>={line}' --index-url {TORCH_INDEX.format(variant=variant)}"
 
 
 def _version_unknown(ctx: Context, what: str, cudnns: set[int] | None) -> list[Finding]:

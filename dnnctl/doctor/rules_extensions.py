@@ -16,6 +16,7 @@ list of compatible minors. A toolkit is a ``cuda_runtimes`` entry whose source i
 
 from __future__ import annotations
 
+from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Component, Finding
@@ -170,7 +171,7 @@ def _deepspeed_fix(ctx: Context, toolkit: Version, torch_cuda: Version) -> str:
     best = max(rows, key=lambda r: (Version.parse(r["torch"]).trunc(2), Version.parse(r["cuda"])))
     # uninstall first: pip keeps an installed 2.x.y+cu121 for 'torch==2.x.*' from another index
     return (f"a torch built for CUDA {best['cuda']}: `pip uninstall -y torch` then `pip install "
-            f"'torch=={best['torch']}.*' -i https://download.pytorch.org/whl/{best['variant']}`"
+            f"'torch=={best['torch']}.*' -i {TORCH_INDEX.format(variant=best['variant'])}`"
             f", or {other}")
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dnnctl.compat.suggest import best_torch_fix
+from dnnctl.compat.suggest import best_torch_fix, torch_install
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Finding
@@ -99,8 +99,7 @@ def _finding(ctx: Context, gpu: GpuInfo, ver: TorchVersion, cuda: Version, cap: 
     same = ctx.matrix.torch_row(str(cap.fixed.trunc(2)), variant)
     fixes = []
     if same is not None:
-        fixes.append(f"`pip install 'torch=={cap.fixed.trunc(2)}.*' --index-url "
-                     f"https://download.pytorch.org/whl/{variant}` (the same CUDA, with the cap)")
+        fixes.append(f"`{torch_install(same)}` (the same CUDA, with the cap)")
     other = best_torch_fix(ctx.matrix, gpu.cc, driver=ctx.driver, platform=ctx.platform,
                            windows=ctx.windows)
     if other:

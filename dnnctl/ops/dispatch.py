@@ -400,6 +400,13 @@ class Site:
             return self.default
         return self.kernel(plan, build)
 
+    def program(self, plan: PlanLike | None) -> tuple[Built | None, Any]:
+        """(the kernel a call would take now, built already, else None; its recorded replay
+        Program, else None or False) for a site with Programs."""
+        built = self._pick(plan, build=False)
+        programs: dict[Any, Any] = self.programs  # type: ignore[assignment]
+        return built, None if built is None else programs.get(id(built[0]))
+
     # -- the call
     def __call__(self, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any:
         # everything from the kernel's build to the result runs on the caller's device,
@@ -412,8 +419,7 @@ class Site:
         programs = self.programs
         built = None
         if programs:  # a recorded program of the kernel this call takes: run it from C++
-            built = self._pick(plan, build=False)
-            prog = None if built is None else programs.get(id(built[0]))
+            built, prog = self.program(plan)
             if prog:
                 done = prog(arrays)
                 if done is not None:
@@ -745,11 +751,9 @@ def replayed(site: Site, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any 
     checked the arrays are of the site's signatures: the result, or None where the kernel
     the call would take now (``plan``, else the active plan, else the default) has no
     Program or the recording does not fit the call (the caller runs its Python path)."""
-    programs = site.programs
-    if not programs:
+    if not site.programs:
         return None
-    built = site._pick(plan, build=False)
-    prog = None if built is None else programs.get(id(built[0]))
+    prog = site.program(plan)[1]
     if not prog:
         return None
     done = prog(arrays)
@@ -766,10 +770,7 @@ def program_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...
     site = site_for(spec, arrays, scalars)
     if site is None or not site.programs:
         return None
-    built = site._pick(plan, build=False)
-    if built is None:
-        return None
-    return site.programs.get(id(built[0])) or None
+    return site.program(plan)[1] or None
 
 
 def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],

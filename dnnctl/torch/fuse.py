@@ -152,14 +152,14 @@ class FusedConv(nn.Module):
         else:
             stride, pad, dil = self._geom.eager_of(conv)
             if x.is_cuda and direct_ok(x, w, b, residual):
-                return self._direct_call(x, w, b, residual, stride, pad, dil)
+                return self._direct_call(x, w, b, residual, stride, pad, dil, conv.groups)
         y = run_op("conv2d", x, w, b, stride, pad, dil, conv.groups, self.act, residual,
                    self.handle, self.residual_before_act)
         return self._dtype_of(y, x, residual)
 
     def _direct_call(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
                      residual: torch.Tensor | None, stride: tuple[int, ...],
-                     pad: tuple[int, ...], dil: tuple[int, ...]) -> torch.Tensor:
+                     pad: tuple[int, ...], dil: tuple[int, ...], groups: int) -> torch.Tensor:
         """An eager inference call: the conv site's replay Program where this key has
         one (the arrays and scalars kernels.conv2d gives conv2d_channels_last for a
         channels-last x), else the Python path, after which the site is looked up."""
@@ -169,7 +169,6 @@ class FusedConv(nn.Module):
         y = self._direct.run(k, arrays, plan_of(self.handle))
         if y is not None:
             return self._dtype_of(y.permute(0, 3, 1, 2), x, residual)
-        groups = self._modules["conv"].groups
         y = run_op("conv2d", x, w, b, stride, pad, dil, groups, self.act, residual,
                    self.handle, self.residual_before_act)
         if is_nhwc(x):

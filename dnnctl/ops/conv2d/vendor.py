@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dnnctl.backends import replay
+from dnnctl.backends import cuda, replay
 from dnnctl.ops.base import SUPPORTED, Kernel, Problem, Support, unsupported
 from dnnctl.ops.conv2d import _cuda
 from dnnctl.ops.conv2d.cuda_base import CudaConv, Epilogue
@@ -115,7 +115,7 @@ class TorchCudnnConv(CudaConv):
             if nhwc and not cl:  # torch's (N, C, H, W) / (K, C/g, R, S) channels-last views
                 x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
             if pad4 is not None:
-                replay.refuse("a padded copy of x")
+                cuda.refuse("a padded copy of x")
                 x = F.pad(x, pad4)
             if conv_relu is not None:
                 bias = tensor(inputs["bias"]) if g.bias else None
@@ -135,7 +135,7 @@ class TorchCudnnConv(CudaConv):
             replay.note_aten(op, args, {}, raw)
             y = raw.permute(0, 2, 3, 1) if nhwc else raw
             if not y.is_contiguous():
-                replay.refuse("a contiguous copy of the result")
+                cuda.refuse("a contiguous copy of the result")
                 y = y.contiguous()
             if epi is not None:  # in place, on the call's stream (the library's too)
                 epi(y, inputs)
@@ -147,7 +147,7 @@ class TorchCudnnConv(CudaConv):
             # a channels-last call's torch tensors are already (N, C, H, W) views
             cl = native and bool(attrs.get("channels_last"))
             if tf32 is not None:  # (a setting a replay would not make around its call)
-                replay.refuse("cuDNN's TF32 switch set for the call")
+                cuda.refuse("cuDNN's TF32 switch set for the call")
             with on_stream(native), cudnn_tf32(tf32):
                 return deliver(outputs, {"y": run(inputs, cl)}, native)
 

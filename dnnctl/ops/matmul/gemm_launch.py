@@ -390,9 +390,8 @@ def make_gemm(desc: GemmDesc, cfg: TileConfig, splitk: int, atomic: bool,
         if ws_elems:
             ws = (cuda.scratch_zeros if atomic else cuda.scratch)((ws_elems,), np.float32)
         if out_mode == OUT_FUSED:
-            rec = cuda.STATE.rec
-            if rec is not None:  # kept per stream: a replay on another would share them
-                rec.refuse("split-K tile counters kept per stream")
+            # kept per stream: a replay on another stream would share them
+            cuda.refuse("split-K tile counters kept per stream")
             key = cuda.current_stream()
             cnt = counters.get(key)
             if cnt is None and cuda.capturing():
