@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnctl.compat.drivers import arch_min_driver, driver_need, driver_status, with_gpu
-from dnnctl.compat.matrix import Matrix
+from dnnctl.compat.matrix import LEGACY_TORCH_BEFORE, Matrix
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Target, Version, VersionRange, parse_arch_list
 
@@ -144,6 +144,32 @@ def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: 
     if need is not None and (driver is None or pick.driver_ok == "too-old"):
         text += f" (with driver >= {need})"
     return text
+
+
+def legacy_torch_fix(matrix: Matrix, cc: CC, *, platform: str | None = None,
+                     windows: bool = False) -> str | None:
+    """For an installed torch line before 1.13 on a GPU no current wheel has code for: the
+    newest older line whose binaries still carry a cubin for ``cc`` (its PyPI build), or None.
+    Only offered to a snapshot that already runs such an old line (never to a current one)."""
+    lines: dict[Version, list[Row]] = {}
+    for row in matrix.rows("torch"):
+        line = Version.parse(row["torch"]).trunc(2)
+        if line < LEGACY_TORCH_BEFORE and not row.uncertain and cubin_status(cc, row, platform):
+            lines.setdefault(line, []).append(row)
+    if not lines:
+        return None
+    line = max(lines)
+    rows = sorted(lines[line], key=lambda r: (not r.get("pypi_default"), -_vkey(r["cuda"])))
+    row = rows[0]
+    need = with_gpu(driver_need(matrix, Version.parse(row["cuda"]), windows=windows),
+                    matrix.arch(cc), matrix=matrix, windows=windows).minimum
+    driver = f", driver >= {need}" if need is not None else ""
+    how = (f"`pip install 'torch=={line}.*'` (Linux; PyPI's build is its {row['variant']})"
+           if row.get("pypi_default") and not windows else
+           f"its {row['variant']} build from https://pytorch.org/get-started/previous-versions")
+    return (f"torch {line}, the newest release line whose binaries have code for "
+            f"sm_{cc.major}{cc.minor}: {how}, CUDA {row['cuda']}{driver}, with the add-ons "
+            f"built for torch {line}")
 
 
 def torch_arch_history(matrix: Matrix, cc: CC, platform: str | None = None) -> list[str]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dnnctl.compat.matrix import LEGACY_TORCH_BEFORE
 from dnnctl.compat.schema import Row
-from dnnctl.compat.suggest import best_torch_fix, torch_install
+from dnnctl.compat.suggest import best_torch_fix, legacy_torch_fix, torch_install
 from dnnctl.compat.versions import (
     TorchVersion,
     Version,
@@ -127,10 +128,18 @@ def _torch_fix(ctx: Context, line: str | None) -> str | None:
     if cc0 is None:
         return None
     gone = rules_reach.unreached(ctx, "torch")
-    if gone:  # no wheel has code for one of the GPUs: only a source build works
-        return rules_reach.source_build_fix(ctx, "torch", gone[0])
+    if gone:  # no current wheel has code for one of the GPUs: an older line or a source build
+        build = rules_reach.source_build_fix(ctx, "torch", gone[0])
+        old = legacy_torch_fix(ctx.matrix, gone[0].cc, platform=ctx.platform,
+                               windows=ctx.windows) if _legacy_line(line) else None
+        return f"install {old}; or {build}" if old else build
     return best_torch_fix(ctx.matrix, cc0, driver=ctx.driver, platform=ctx.platform,
                           same_line=line, windows=ctx.windows)
+
+
+def _legacy_line(line: str | None) -> bool:
+    """An installed torch line older than the matrix's current ones (1.x before 1.13)."""
+    return line is not None and Version.parse(line).trunc(2) < LEGACY_TORCH_BEFORE
 
 
 def _torch_build(ctx: Context, what: str, info: dict[str, Any], local: str | None,

@@ -70,8 +70,8 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
             out.append(finding(
                 "arch-unsupported", "error", component,
                 f"{what} has no code for {gpu.label} ({sm}): its builds carry "
-                f"{' '.join(used)} and no cubin of compute capability {gpu.cc.major}.x nor PTX "
-                f"that can JIT to it, so {NO_KERNEL}", fix=fix, row=row or None, source=source,
+                f"{' '.join(used)} and no cubin of compute capability {_same_major(gpu.cc)} nor "
+                f"PTX that can JIT to it, so {NO_KERNEL}", fix=fix, row=row or None, source=source,
                 arch_list=used, compute_capability=gpu.cc))
         elif got == "ptx":
             ptx_only = True
@@ -81,6 +81,11 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
                 "compiles for minutes and performance may be lower", fix=fix, row=row or None,
                 source=source, arch_list=used, compute_capability=gpu.cc))
     return out, ptx_only
+
+
+def _same_major(cc: Any) -> str:
+    """The cubins that would run on ``cc``: its major, minor up to its own ("3.0-3.5")."""
+    return f"{cc.major}.0" if cc.minor == 0 else f"{cc.major}.0-{cc}"
 
 
 def loadable_majors(ctx: Context) -> set[int] | None:
