@@ -98,7 +98,7 @@ def error_status(exc: BaseException, *, as_json: bool = False) -> int:
 
 # a fix's text names commands in backticks, or starts with one ("pip install ... (note)")
 _CMD_WORDS = ("pip", "pip3", "sudo", "apt", "apt-get", "conda", "uv", "python", "python3",
-              "nvidia-smi", "dnnctl", "docker", "export", "wsl")
+              "nvidia-smi", "dnnctl", "docker", "export", "wsl", "ln")
 
 
 def split_commands(text: str, start: int = 1) -> tuple[str, list[str]]:

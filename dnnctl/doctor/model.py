@@ -54,6 +54,9 @@ CODES = {
                         "False) and the snapshot shows no cause",
     "libcuda-unreachable": "a package opens the driver library by a name the loader does not "
                            "find (WSL 2's libcuda.so in /usr/lib/wsl/lib)",
+    "libcudart-unreachable": "a package searches for the CUDA runtime by a name or in "
+                             "directories where the installed copy is not (bitsandbytes "
+                             "before 0.40.1 beside pip's libcudart.so.NN)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

@@ -15,7 +15,9 @@ rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
-(add-ons' GPU minimums, cuda-python), rules_python.py, rules_reach.py, rules_torch_cudnn.py
+(add-ons' GPU minimums, cuda-python),
+rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
+search), rules_python.py, rules_reach.py, rules_torch_cudnn.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
@@ -30,6 +32,7 @@ from dnnctl.compat.matrix import Matrix
 from dnnctl.doctor import (
     rules_addons,
     rules_available,
+    rules_bitsandbytes,
     rules_copies,
     rules_ctranslate2,
     rules_driver,
@@ -73,6 +76,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_platform.wsl_libcuda(ctx)
+    findings += rules_bitsandbytes.check(ctx)
     findings += rules_xformers.check(ctx)
     findings += rules_graph.check(ctx)
     findings += rules_nvrtc.check(ctx)
