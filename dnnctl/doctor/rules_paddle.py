@@ -1,8 +1,8 @@
 """paddlepaddle-gpu: the CUDA and cuDNN its ``.postNNN`` wheel is built for, against the
 driver, the cuDNN installed and the GPUs (matrix table ``paddle``, from Paddle's install pages).
-Where a release's Windows page names another cuDNN for a tag than its Linux page (2.2-2.4's
-CUDA 11.2 wheels: cuDNN 8.2.1 on Windows, 8.1.1 on Linux until 2.4), the row for the snapshot's
-OS judges it.
+Where a release's Windows page names another cuDNN for a tag than its Linux page (2.2-2.3's
+CUDA 11.2 wheels: cuDNN 8.2.1 on Windows, 8.1.1 on Linux; both pages say 8.2.1 from 2.4), the
+row for the snapshot's OS judges it.
 
 The wheels bundle neither CUDA nor cuDNN: they dlopen the system's copies, so a cuDNN older
 than the one the tag's page names fails at its first cuDNN calls, and a driver older than the tag's CUDA cannot run it at all.

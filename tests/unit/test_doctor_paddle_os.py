@@ -66,3 +66,31 @@ def test_a_windows_fix_never_names_the_apt_package(tmp_path: Path) -> None:
     [f] = d.of("cudnn-mismatch")
     assert f["fix"].startswith("install cuDNN 7.6 for CUDA 10.1 (https://developer.nvidia.com")
     assert "into C:/CUDA/v10.1" in f["fix"] and "apt-get" not in f["fix"]
+
+
+def test_linux_cuda112_wheels_of_2_4_need_cudnn_8_2(tmp_path: Path) -> None:
+    # linux-pip.md of release/2.4: 'CUDA 工具包 11.2 配合 cuDNN v8.2.1' (2.3's: v8.1.1)
+    linux = "/usr/local/cuda-11.2"
+    d = doctor(tmp_path, _snapshot("2.4.2.post112", "8.1.1", os_name="Linux x86_64",
+                                   folder=linux))
+    [f] = d.of("cudnn-mismatch")
+    assert d.code == 1 and f["evidence"] == {"cudnn_needed": "8.2.1", "cudnn_found": "8.1.1"}
+    assert "release/2.4" in f["source"] and "Windows" not in f["message"]
+    assert f["fix"] == "`pip install 'nvidia-cudnn-cu11>=8.2,<9'`"
+    ok = doctor(tmp_path, _snapshot("2.4.2.post112", "8.2.1", os_name="Linux x86_64",
+                                    folder=linux))
+    assert ok.code == 0 and ok.codes("paddlepaddle-gpu", info=True) == {"ok"}
+    # 2.3 keeps its page's 8.1.1
+    old = doctor(tmp_path, _snapshot("2.3.2.post112", "8.1.1", os_name="Linux x86_64",
+                                     folder=linux))
+    assert old.code == 0 and not old.of("cudnn-mismatch")
+
+
+def test_2_4_knows_its_cuda_116_and_117_wheels(tmp_path: Path) -> None:
+    d = doctor(tmp_path, _snapshot("2.4.2.post117", "8.3.2", os_name="Linux x86_64",
+                                   cuda="11.7.99", folder="/usr/local/cuda-11.7"))
+    [f] = d.of("cudnn-mismatch")
+    assert f["evidence"] == {"cudnn_needed": "8.4.1", "cudnn_found": "8.3.2"}
+    ok = doctor(tmp_path, _snapshot("2.4.2.post116", "8.4.0", os_name="Linux x86_64",
+                                    cuda="11.6.2", folder="/usr/local/cuda-11.6"))
+    assert ok.code == 0 and not ok.codes("paddlepaddle-gpu")
