@@ -142,6 +142,10 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "dgl": (("dgl",), {
         "dgl": F("range", True), "torch": F("range", True), "raises_below": F("version", True),
         "index": F("text", True)}),
+    # jaxlib_minimum: jax releases -> the oldest jaxlib their import check accepts, and whether
+    # it also rejects a jaxlib newer than jax (from 0.3.0)
+    "jaxlib_minimum": (("jax",), {
+        "jax": F("range", True), "jaxlib": F("version", True), "rejects_newer": F("bool", True)}),
 }
 
 

@@ -13,7 +13,8 @@ with no CUDA beside CUDA add-ons; conda-forge's CPU variant; used by rules_frame
 rules_graph.py (PyG's extension wheels and DGL vs torch),
 rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
-versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_ggml.py
+versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_jaxlib.py (jax's own
+check of jaxlib), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
@@ -41,6 +42,7 @@ from dnnctl.doctor import (
     rules_frameworks,
     rules_ggml,
     rules_graph,
+    rules_jaxlib,
     rules_libraries,
     rules_live,
     rules_mig,
@@ -82,6 +84,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_nvrtc.check(ctx)
     findings += rules_tfjs.check(ctx)
     findings += rules_pairs.check(ctx)
+    findings += rules_jaxlib.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
     findings += rules_nccl.check(ctx)
