@@ -146,6 +146,10 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # it also rejects a jaxlib newer than jax (from 0.3.0)
     "jaxlib_minimum": (("jax",), {
         "jax": F("range", True), "jaxlib": F("version", True), "rejects_newer": F("bool", True)}),
+    # vllm_torch: vLLM releases -> their wheels' torch requirement; built_line: the torch line
+    # a wheel whose requirement is only a floor was built against
+    "vllm_torch": (("vllm",), {
+        "vllm": F("range", True), "torch": F("range", True), "built_line": F("version")}),
 }
 
 

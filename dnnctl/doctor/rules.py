@@ -14,7 +14,8 @@ rules_graph.py (PyG's extension wheels and DGL vs torch),
 rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_jaxlib.py (jax's own
-check of jaxlib), rules_ggml.py
+check of jaxlib), rules_jaxlib.py (jax's own
+check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
@@ -56,6 +57,7 @@ from dnnctl.doctor import (
     rules_platform,
     rules_ptxas,
     rules_tfjs,
+    rules_vllm,
     rules_xformers,
 )
 from dnnctl.doctor.context import build_context
@@ -84,6 +86,8 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_nvrtc.check(ctx)
     findings += rules_tfjs.check(ctx)
     findings += rules_pairs.check(ctx)
+    findings += rules_jaxlib.check(ctx)
+    findings += rules_vllm.check(ctx)
     findings += rules_jaxlib.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
