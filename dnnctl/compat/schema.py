@@ -150,6 +150,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # a wheel whose requirement is only a floor was built against
     "vllm_torch": (("vllm",), {
         "vllm": F("range", True), "torch": F("range", True), "built_line": F("version")}),
+    # mmdet_mmcv: MMDetection releases -> the mmcv range its import asserts; upper: the
+    # comparison with the maximum ("<=" in 2.x, "<" in 3.x)
+    "mmdet_mmcv": (("mmdet",), {
+        "mmdet": F("list_text", True), "mmcv_min": F("text", True), "mmcv_max": F("text", True),
+        "upper": F("choice", True, "<=", "<")}),
 }
 
 

@@ -47,6 +47,7 @@ from dnnctl.doctor import (
     rules_libraries,
     rules_live,
     rules_mig,
+    rules_mmdet,
     rules_nccl,
     rules_nvjitlink,
     rules_nvrtc,
@@ -86,6 +87,9 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_nvrtc.check(ctx)
     findings += rules_tfjs.check(ctx)
     findings += rules_pairs.check(ctx)
+    findings += rules_jaxlib.check(ctx)
+    findings += rules_vllm.check(ctx)
+    findings += rules_mmdet.check(ctx)
     findings += rules_jaxlib.check(ctx)
     findings += rules_vllm.check(ctx)
     findings += rules_jaxlib.check(ctx)
