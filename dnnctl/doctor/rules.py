@@ -14,8 +14,9 @@ rules_graph.py (PyG's extension wheels and DGL vs torch),
 rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_jaxlib.py (jax's own
-check of jaxlib), rules_jaxlib.py (jax's own
-check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_ggml.py
+check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_mmdet.py (the mmcv range
+MMDetection asserts), rules_tf_runtime.py (a TensorFlow CUDA build with no release row and
+no runtime of its major), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
@@ -57,6 +58,7 @@ from dnnctl.doctor import (
     rules_pairs,
     rules_platform,
     rules_ptxas,
+    rules_tf_runtime,
     rules_tfjs,
     rules_vllm,
     rules_xformers,
@@ -90,9 +92,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_jaxlib.check(ctx)
     findings += rules_vllm.check(ctx)
     findings += rules_mmdet.check(ctx)
-    findings += rules_jaxlib.check(ctx)
-    findings += rules_vllm.check(ctx)
-    findings += rules_jaxlib.check(ctx)
+    findings += rules_tf_runtime.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
     findings += rules_nccl.check(ctx)
