@@ -156,6 +156,15 @@ class Component:
     path: str | None = None
     loaded_first: bool | None = None  # for cuDNN: would the dynamic loader pick this one first
 
+    @property
+    def toolkit(self) -> bool:
+        """A CUDA toolkit with an nvcc: only ``nvcc:<path to nvcc>`` or ``system:<toolkit dir>``
+        mark one (README, the snapshot's fields); not the ld cache's libcudart
+        (``system:ldconfig``), pip's runtime wheels, conda's cudart, or a copy of unknown source."""
+        src = self.source or ""
+        return src.startswith("nvcc:") or (src.startswith("system:")
+                                           and not src.startswith("system:ldconfig"))
+
 
 @dataclass
 class EnvSnapshot:

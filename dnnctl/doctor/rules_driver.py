@@ -7,7 +7,7 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
 from dnnctl.doctor import fixcheck, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
-from dnnctl.doctor.model import Finding
+from dnnctl.doctor.model import Component, Finding
 
 NO_DRIVER_MSG = (
     "no NVIDIA driver is loaded: no kernel module, no libcuda.so.1 and no NVML were found. "
@@ -252,21 +252,50 @@ def _runtimes(ctx: Context) -> list[Finding]:
             out.append(unknown("cuda", f"CUDA runtime version {rt.version!r} ({origin}) could not "
                                "be read", source_of=src))
             continue
-        toolkit = not src.startswith("pip")
         what = f"CUDA {v} ({src or 'runtime'})"
-        out += runtime_findings(ctx, "cuda", v, what=what, jit=toolkit)
-        rel = ctx.matrix.cuda_release(v)
-        if toolkit and rel is not None:
-            targets = {t for t in rel["targets"]}
-            for gpu in ctx.known_ccs:
-                if str(gpu.cc) not in targets:
-                    out.append(finding(
-                        "cuda-mismatch", "warning", "cuda",
-                        f"the CUDA {v} toolkit ({src}) cannot compile for {gpu.label} "
-                        f"(sm_{gpu.cc.major}{gpu.cc.minor}); extensions built with it will not "
-                        "run there", fix=_toolkit_fix(ctx, gpu), row=rel, cuda=v,
-                        compute_capability=gpu.cc))
+        # anything but pip's runtime wheels may be what PTX is JIT-compiled with
+        out += runtime_findings(ctx, "cuda", v, what=what, jit=not src.startswith("pip"))
+        out += _toolkit_targets(ctx, rt, v)
     return out
+
+
+# sources that name runtime libraries, never a toolkit (README, the snapshot's fields)
+RUNTIME_SOURCES = ("pip:", "conda:", "system:ldconfig", "env:")
+
+
+def _toolkit_targets(ctx: Context, rt: Component, v: Version) -> list[Finding]:
+    """A toolkit's targets against the GPUs. Only nvcc:<path> and system:<toolkit dir> mark a
+    toolkit (README); a copy whose source is absent or none of the documented ones may or may
+    not be one, so what would follow is said, not judged. `compat check --cuda` plans the
+    toolkit and runtime together (source ``planned``)."""
+    rel = ctx.matrix.cuda_release(v)
+    if rel is None or (rt.source or "").startswith(RUNTIME_SOURCES):
+        return []
+    toolkit = rt.toolkit or rt.source == "planned"
+    out: list[Finding] = []
+    for gpu in ctx.known_ccs:
+        if str(gpu.cc) in rel["targets"]:
+            continue
+        sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
+        if not toolkit:
+            out.append(finding(
+                "not-judged", "info", "cuda",
+                f"CUDA {v} ({_origin(rt)}): if it is a toolkit (nvcc), it cannot compile "
+                f"for {gpu.label} ({sm}); whether it is one is not in the snapshot, so this "
+                "was not judged", fix="name its source: nvcc:<path to nvcc> or system:<toolkit "
+                "dir> for a toolkit, pip:<package>, conda:<prefix> or system:ldconfig for "
+                "runtime libraries", row=rel, cuda=v, compute_capability=gpu.cc))
+            continue
+        out.append(finding(
+            "cuda-mismatch", "warning", "cuda",
+            f"the CUDA {v} toolkit ({rt.source}) cannot compile for {gpu.label} ({sm}); "
+            "extensions built with it will not run there", fix=_toolkit_fix(ctx, gpu), row=rel,
+            cuda=v, compute_capability=gpu.cc))
+    return out
+
+
+def _origin(rt: Component) -> str:
+    return f"source {rt.source!r}" if rt.source else "source not given"
 
 
 def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:

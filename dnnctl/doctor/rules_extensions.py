@@ -61,11 +61,7 @@ def toolkits(ctx: Context) -> list[tuple[Component, Version]]:
     libcudart copies of the ld cache, pip's runtime wheels or conda's cudart."""
     out = []
     for rt in ctx.env.cuda_runtimes:
-        src = rt.source or ""
-        if not (src.startswith("nvcc:") or (src.startswith("system:")
-                                            and not src.startswith("system:ldconfig"))):
-            continue
-        if "compat" in f"{src} {rt.path or ''}".lower():
+        if not rt.toolkit or "compat" in f"{rt.source} {rt.path or ''}".lower():
             continue
         v = Version.maybe(rt.version)
         if v is not None:

@@ -16,7 +16,8 @@ def test_a_fermi_gpu_has_an_architecture_row(tmp_path: Path) -> None:
 
 
 def test_a_toolkit_past_cuda_8_gets_the_last_one_that_targets_sm_2x(tmp_path: Path) -> None:
-    d = doctor(tmp_path, FERMI + "cuda_runtimes: [{version: '9.1', source: 'system'}]\n")
+    d = doctor(tmp_path, FERMI + "cuda_runtimes: [{version: '9.1', "
+               "source: 'system:/usr/local/cuda-9.1'}]\n")
     [f] = d.of("cuda-mismatch", "cuda")
     assert f["fix"].startswith("use a CUDA toolkit >= 3.0 and <= 8.0: "
                                "`sudo apt-get install cuda-toolkit-8-0`")
