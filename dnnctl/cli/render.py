@@ -101,6 +101,12 @@ _CMD_WORDS = ("pip", "pip3", "sudo", "apt", "apt-get", "conda", "uv", "python", 
               "nvidia-smi", "dnnctl", "docker", "export", "wsl", "ln")
 
 
+def _is_command(text: str) -> bool:
+    """A command to copy: a known program, or a PowerShell environment assignment."""
+    word = text.split()[0] if text.split() else ""
+    return word in _CMD_WORDS or word.startswith("$env:")
+
+
 def split_commands(text: str, start: int = 1) -> tuple[str, list[str]]:
     """(prose, commands): the commands a user must copy, taken out of ``text`` so they can
     be printed whole on lines of their own; the prose refers to them as [start], ..."""
@@ -110,8 +116,8 @@ def split_commands(text: str, start: int = 1) -> tuple[str, list[str]]:
         commands.append(cmd.strip())
         return f"[{start + len(commands) - 1}]"
 
-    prose = re.sub(r"`([^`]+)`", lambda m: take(m.group(1)) if m.group(1).split()[0]
-                   in _CMD_WORDS else m.group(0), text)
+    prose = re.sub(r"`([^`]+)`", lambda m: take(m.group(1)) if _is_command(m.group(1))
+                   else m.group(0), text)
     # the command ends before "(", ";" or ", " (prose after it: never part of a command line)
     m = re.match(r"((?:" + "|".join(map(re.escape, _CMD_WORDS)) + r") [^(;]+?)(\s*(?:[(;]|, ).*|$)",
                  prose)

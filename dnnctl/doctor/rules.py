@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dnnctl.compat.matrix import Matrix
 from dnnctl.doctor import (
+    os_fixes,
     rules_addons,
     rules_available,
     rules_bitsandbytes,
@@ -101,6 +102,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_live.check(ctx)
     findings += rules_available.check(ctx, findings)
     findings += rules_packages.check(ctx)
+    os_fixes.for_shell(ctx, findings)
     return _dedupe(findings)
 
 

@@ -16,11 +16,13 @@ than the cuDNN beside them needs.
 
 from __future__ import annotations
 
+import ntpath
 import os
 import re
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
+from dnnctl.doctor import os_fixes
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules_libraries import LIBRARY_SOURCE
@@ -125,10 +127,12 @@ def older_cudnn_first(ctx: Context) -> list[Finding]:
     if not newer:
         return []
     ver, best = max(newer, key=lambda t: t[0])
-    directory = os.path.dirname(best.path) if best.path else None
-    fix = (f"put {directory} first on the library path: `export LD_LIBRARY_PATH={directory}"
-           ":$LD_LIBRARY_PATH` (or remove the older copy)" if directory else
-           "put the newer copy's directory first on LD_LIBRARY_PATH, or remove the older copy")
+    paths = ntpath if ctx.os_kind == "windows" else os.path  # C:\...\bin\cudnn64_8.dll
+    directory = paths.dirname(best.path) if best.path else None
+    fix = (f"put {directory} first on the library path: "
+           f"`{os_fixes.library_path_first(ctx, directory)}` (or remove the older copy)"
+           if directory else "put the newer copy's directory first on "
+           f"{os_fixes.library_path_var(ctx)}, or remove the older copy")
     return [finding(
         "library-copies", "warning", "cudnn",
         f"cuDNN {have} ({_where(first)}) is found first, but cuDNN {ver} ({_where(best)}) is "

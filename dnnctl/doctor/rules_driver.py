@@ -5,7 +5,7 @@ from __future__ import annotations
 from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import fixcheck, rules_platform
+from dnnctl.doctor import fixcheck, os_fixes, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Component, Finding
 
@@ -35,10 +35,8 @@ def _check(ctx: Context) -> list[Finding]:
     if wsl1:
         return wsl1
     if ctx.driver_present is False:
-        fix, source = rules_platform.no_driver_fix(ctx) or (
-            "install the NVIDIA driver (R580 LTSB or newer, e.g. `sudo apt install "
-            "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
-            "and the NVIDIA Container Toolkit", None)
+        fix, source = rules_platform.no_driver_fix(ctx) or (os_fixes.driver_install(ctx),
+                                                            os_fixes.os_source(ctx))
         return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=fix, source=source,
                         error=driver.get("error"))]
     out: list[Finding] = []
@@ -300,6 +298,8 @@ def _origin(rt: Component) -> str:
 
 def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
     arch = gpu.arch
+    if ctx.os_kind == "macos":
+        return os_fixes.MACOS_NO_CUDA
     if arch is None:
         return "use a CUDA toolkit that lists this compute capability"
     text = f"use a CUDA toolkit >= {arch['min_cuda']}"
@@ -311,14 +311,13 @@ def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
     text += f", with a newer driver ({need})" if need else ""
     pick = _toolkit_release(ctx, gpu)
     if pick is not None:
-        text += (f": `sudo apt-get install cuda-toolkit-{pick.major}-{pick.minor}` (from "
-                 "NVIDIA's CUDA apt repository; then build with its nvcc, "
-                 f"/usr/local/cuda-{pick.major}.{pick.minor}/bin/nvcc)")
+        text += ": " + os_fixes.toolkit_install(ctx, pick)
     return text
 
 
 # NVIDIA's CUDA apt repositories name one toolkit release's meta-package cuda-toolkit-X-Y
-# from CUDA 8.0 on (CUDA installation guide for Linux, "Meta Packages").
+# from CUDA 8.0 on (CUDA installation guide for Linux, "Meta Packages"); the Windows
+# installers of those releases are in the same toolkit archive.
 APT_TOOLKIT_FROM = Version.parse("8.0")
 
 

@@ -17,6 +17,7 @@ from dnnctl.compat.versions import (
 )
 from dnnctl.doctor import (
     fixcheck,
+    os_fixes,
     rules_cpu_torch,
     rules_cudnn,
     rules_jax,
@@ -357,14 +358,8 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
 
 
 def _runtime_fix(ctx: Context, cuda: Version) -> str:
-    """How to add one CUDA release's runtime libraries beside any other: NVIDIA's apt
-    repository names them cuda-libraries-X-Y; on Windows, that release's installer from the
-    toolkit archive."""
-    if ctx.os_kind == "windows":
-        return (f"install the CUDA {cuda.trunc(2)} runtime libraries (the toolkit's "
-                "installer, https://developer.nvidia.com/cuda-toolkit-archive)")
-    return (f"`sudo apt-get install cuda-libraries-{cuda.major}-{cuda.minor}` (the CUDA "
-            f"{cuda.trunc(2)} runtime libraries, beside any other CUDA)")
+    """How to add one CUDA release's runtime libraries beside any other, on this OS."""
+    return os_fixes.runtime_install(ctx, cuda)
 
 
 def _release_only(ctx: Context, found: list[Finding], row: Any, release: str | None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import fixcheck, rules_platform
+from dnnctl.doctor import fixcheck, os_fixes, rules_platform
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -172,25 +172,26 @@ def _toolkit(ctx: Context, b: Binding, what: str, version: str) -> list[Finding]
         fix = ""
     else:
         use = _toolkit_release(ctx)
-        fix = (f"`sudo apt-get install cuda-toolkit-{use.major}-{use.minor}` (NVIDIA's CUDA apt "
-               "repository), then ") if use is not None else ""
+        fix = f"{os_fixes.toolkit_install(ctx, use)}, then " if use is not None else ""
     if use is None:
         return [finding("cuda-mismatch", "warning", b.package, _message(what, rt, v),
                         fix="install a CUDA toolkit >= 11.7 and rebuild with its nvcc",
                         source=TOOLKIT_SOURCE, toolkit=v, tested_from=TESTED_TOOLKIT)]
-    fix += f"`export CUDACXX=/usr/local/cuda-{use}/bin/nvcc`, then " + _exports(
-        _rebuild(b, version, ctx))
+    fix += (f"`{os_fixes.set_env(ctx, 'CUDACXX', os_fixes.toolkit_nvcc(ctx, use))}`, then "
+            + _exports(ctx, _rebuild(b, version, ctx)))
     return [finding("cuda-mismatch", "warning", b.package, _message(what, rt, v), fix=fix,
                     source=TOOLKIT_SOURCE, toolkit=v, tested_from=TESTED_TOOLKIT)]
 
 
-def _exports(rebuild: str) -> str:
-    """`A=1 B="x" pip install ...` as separate command lines: `export A=1`, ..., `pip ...`."""
+def _exports(ctx: Context, rebuild: str) -> str:
+    """`A=1 B="x" pip install ...` as separate command lines: `export A=1`, ..., `pip ...`
+    (PowerShell's `$env:A="1"` on Windows)."""
     m = re.fullmatch(r"`((?:\w+=(?:\"[^\"]*\"|\S+) )+)(pip [^`]*)`(.*)", rebuild)
     if m is None:
         return rebuild
-    sets = re.findall(r"\w+=(?:\"[^\"]*\"|\S+)", m.group(1))
-    return ", then ".join([f"`export {x}`" for x in sets] + [f"`{m.group(2)}`"]) + m.group(3)
+    sets = re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", m.group(1))
+    return ", then ".join([f"`{os_fixes.set_env(ctx, k, v)}`" for k, v in sets]
+                          + [f"`{m.group(2)}`"]) + m.group(3)
 
 
 def _message(what: str, rt: Any, v: Version) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor import os_fixes, rules_cudnn
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_libraries import library_major, loadable_majors
@@ -71,7 +71,7 @@ def check(ctx: Context) -> list[Finding]:
     rng, lib, tf = builds[-1]
     cuda, cudnn = Version.parse(tf["cuda"]), Version.parse(tf["cudnn"])
     what = f"{name} {text} (libtensorflow {lib}, built for CUDA {cuda} / cuDNN {cudnn})"
-    fix = _fix(cuda)
+    fix = _fix(ctx, cuda, cudnn)
     out = library_major(ctx, COMPONENT, what, cuda.major, "libcudart", fix=fix, row=tf,
                         built=cuda)
     out += rules_cudnn.need_check(ctx, COMPONENT, what, cudnn, fix=fix)
@@ -95,10 +95,16 @@ def _any_release(ctx: Context, name: str, builds: list[tuple[str, str, Row]]) ->
         f"{' or '.join(f'{m}.x' for m in majors)} (the newest, libtensorflow {lib}: CUDA "
         f"{cuda} / cuDNN {tf['cudnn']}), but the CUDA runtimes here are {found}: it fails with "
         f"'Could not load dynamic library libcudart.so.{cuda.major}.0' and runs on the CPU",
-        fix=_fix(cuda), source=SOURCE, cuda_needed=str(cuda), cuda_majors_found=sorted(have))]
+        fix=_fix(ctx, cuda, Version.parse(tf['cudnn'])), source=SOURCE, cuda_needed=str(cuda), cuda_majors_found=sorted(have))]
 
 
-def _fix(cuda: Version) -> str:
+def _fix(ctx: Context, cuda: Version, cudnn: Version) -> str:
+    if ctx.os_kind == "macos":
+        return os_fixes.MACOS_NO_CUDA
+    if ctx.os_kind == "windows":  # the DLLs are found through PATH
+        return (f"{os_fixes.runtime_install(ctx, cuda)} and cuDNN {cudnn.trunc(2)} for CUDA "
+                f"{cuda.major}.x (https://developer.nvidia.com/rdp/cudnn-archive), with both bin "
+                "folders on PATH for the Node process")
     apt = APT.get(str(cuda.trunc(2)))
     if apt is None:
         return f"install the CUDA {cuda.trunc(2)} runtime libraries"
