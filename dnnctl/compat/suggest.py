@@ -84,6 +84,14 @@ class TorchOption:
                 "certainty": r["certainty"], "source": r["source"]}
 
 
+def python_fits(row: Row, python: Version | None) -> bool:
+    """Whether the release of ``row`` has wheels for ``python`` (major.minor); True when either
+    is unknown (a row without a range says nothing, and nothing is assumed)."""
+    if python is None or not row.get("python"):
+        return True
+    return VersionRange.parse(row["python"]).contains(python.trunc(2))
+
+
 def torch_install(row: Row) -> str:
     index = row.get("index_url") or TORCH_INDEX.format(variant=row["variant"])
     return f"pip install 'torch=={row['torch']}.*' --index-url {index}"
@@ -104,8 +112,7 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
         if cubin is None or (not cubin and (got is None or unsure or not allow_ptx)):
             continue
         got = "cubin" if cubin else got
-        if python is not None and row.get("python") and \
-                not VersionRange.parse(row["python"]).contains(python.trunc(2)):
+        if not python_fits(row, python):
             continue
         cuda = Version.parse(row["cuda"])
         need = with_gpu(driver_need(matrix, cuda, windows=windows), matrix.arch(cc),
@@ -121,16 +128,18 @@ def torch_options(matrix: Matrix, cc: CC, *, driver: Version | None = None,
 
 
 def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: str | None,
-                   same_line: str | None = None, windows: bool = False) -> str | None:
+                   same_line: str | None = None, windows: bool = False,
+                   python: Version | None = None) -> str | None:
     """The install command to suggest for a torch build that cannot run on ``cc``: the same
     release line if it has a wheel for the GPU, else the newest wheel that works with this
     driver; with the driver it needs when the driver must change anyway (in Windows
-    numbering when ``windows``)."""
+    numbering when ``windows``); only releases with wheels for ``python`` when it is given."""
     arch = matrix.arch(cc)
     gpu_need = arch_min_driver(matrix, arch, windows=windows)
     if driver is not None and gpu_need is not None and driver < gpu_need:
         driver = None  # the driver must be upgraded for this GPU anyway: rank newest first
-    options = torch_options(matrix, cc, driver=driver, platform=platform, windows=windows)
+    options = torch_options(matrix, cc, driver=driver, platform=platform, windows=windows,
+                            python=python)
     if not options:
         return None
     pick = options[0]
@@ -147,14 +156,16 @@ def best_torch_fix(matrix: Matrix, cc: CC, *, driver: Version | None, platform: 
 
 
 def legacy_torch_fix(matrix: Matrix, cc: CC, *, platform: str | None = None,
-                     windows: bool = False) -> str | None:
+                     windows: bool = False, python: Version | None = None) -> str | None:
     """For an installed torch line before 1.13 on a GPU no current wheel has code for: the
     newest older line whose binaries still carry a cubin for ``cc`` (its PyPI build), or None.
-    Only offered to a snapshot that already runs such an old line (never to a current one)."""
+    Only offered to a snapshot that already runs such an old line (never to a current one);
+    only a line with wheels for ``python`` when it is given."""
     lines: dict[Version, list[Row]] = {}
     for row in matrix.rows("torch"):
         line = Version.parse(row["torch"]).trunc(2)
-        if line < LEGACY_TORCH_BEFORE and not row.uncertain and cubin_status(cc, row, platform):
+        if line < LEGACY_TORCH_BEFORE and not row.uncertain and python_fits(row, python) \
+                and cubin_status(cc, row, platform):
             lines.setdefault(line, []).append(row)
     if not lines:
         return None

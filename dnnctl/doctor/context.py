@@ -115,6 +115,13 @@ class Context:
         return None
 
     @property
+    def python(self) -> Version | None:
+        """The snapshot's Python as major.minor (None when not given): what every wheel a
+        fix names must have been published for."""
+        v = Version.maybe(self.env.python)
+        return v.trunc(2) if v is not None and len(v.key) >= 2 else None
+
+    @property
     def tegra(self) -> bool:
         """Jetson boards: the L4T driver's version (e.g. 580.00 on Thor) is not on the desktop
         driver's scale, and CUDA support follows the JetPack release instead."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
-from dnnctl.compat.suggest import cubin_status, torch_install
+from dnnctl.compat.suggest import cubin_status, python_fits, torch_install
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding, flag
@@ -168,7 +168,7 @@ def _runnable_torch(ctx: Context, cuda: Version | None) -> str | None:
     def fits(r: Row) -> bool:
         rc = Version.parse(r["cuda"])
         return (not r.uncertain and (cuda is None or rc.trunc(2) < cuda.trunc(2))
-                and _runs(ctx, rc)
+                and python_fits(r, ctx.python) and _runs(ctx, rc)
                 and all(cubin_status(g.cc, r, ctx.platform) for g in ctx.known_ccs))
 
     rows = [r for r in ctx.matrix.current("torch") if fits(r)]

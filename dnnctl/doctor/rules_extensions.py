@@ -16,7 +16,7 @@ list of compatible minors. A toolkit is a ``cuda_runtimes`` entry whose source i
 
 from __future__ import annotations
 
-from dnnctl.compat.suggest import TORCH_INDEX
+from dnnctl.compat.suggest import TORCH_INDEX, python_fits
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Component, Finding
@@ -161,6 +161,7 @@ def _deepspeed_fix(ctx: Context, toolkit: Version, torch_cuda: Version) -> str:
     line = Version.parse(tv[0].line).trunc(2) if tv else None
     rows = [r for r in ctx.matrix.current("torch")
             if _deepspeed_accepts(toolkit, Version.parse(r["cuda"]))
+            and python_fits(r, ctx.python)
             and (line is None or Version.parse(r["torch"]).trunc(2) == line)]
     if not rows:
         return other

@@ -7,7 +7,7 @@ from typing import Any
 
 from dnnctl.compat.matrix import LEGACY_TORCH_BEFORE
 from dnnctl.compat.schema import Row
-from dnnctl.compat.suggest import best_torch_fix, legacy_torch_fix, torch_install
+from dnnctl.compat.suggest import best_torch_fix, legacy_torch_fix, python_fits, torch_install
 from dnnctl.compat.versions import (
     TorchVersion,
     Version,
@@ -132,10 +132,11 @@ def _torch_fix(ctx: Context, line: str | None) -> str | None:
     if gone:  # no current wheel has code for one of the GPUs: an older line or a source build
         build = rules_reach.source_build_fix(ctx, "torch", gone[0])
         old = legacy_torch_fix(ctx.matrix, gone[0].cc, platform=ctx.platform,
-                               windows=ctx.windows) if _legacy_line(line) else None
+                               windows=ctx.windows, python=ctx.python) \
+            if _legacy_line(line) else None
         return f"install {old}; or {build}" if old else build
     return best_torch_fix(ctx.matrix, cc0, driver=ctx.driver, platform=ctx.platform,
-                          same_line=line, windows=ctx.windows)
+                          same_line=line, windows=ctx.windows, python=ctx.python)
 
 
 def _legacy_line(line: str | None) -> bool:
@@ -161,6 +162,17 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         ver = TorchVersion.parse(info["version"])
     except UsageError:
         return [unknown("torch", f"torch version {info['version']!r} could not be read")]
+    # the Python range is the release's wheels', whatever their build (a CPU or untagged wheel
+    # too); a source, vendor or conda build and a nightly have their own
+    wheel = not (ver.custom or ver.is_dev or _conda(ctx, info)
+                 or str(info.get("source") or "").lower().startswith("conda"))
+    python = rules_python.check_release(ctx, "torch", f"torch {ver.text}", ver.line) \
+        if wheel else []
+    return python + _torch_build_of(ctx, info, ver)
+
+
+def _torch_build_of(ctx: Context, info: dict[str, Any], ver: TorchVersion) -> list[Finding]:
+    """A torch of known version: its build against the GPUs, the driver and cuDNN."""
     what = f"torch {ver.text}"
     local = (info.get("local_tag") or ver.local or "").lower() or None
 
@@ -190,7 +202,11 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if variant is None:
         default = [r for r in rows if r.get("pypi_default")]
         if ctx.os_kind in rules_platform.OS_NAMES:  # PyPI's CUDA default is Linux's only
-            return rules_platform.torch_pypi(ctx, what, default[0] if default else None, fix())
+            pick = default[0] if default else None
+            other = fix()
+            if other is None and pick is not None and not python_fits(pick, ctx.python):
+                other = rules_python.torch_for_python(ctx, ctx.python)  # none for this line
+            return rules_platform.torch_pypi(ctx, what, pick, other)
         if not default:
             return [unknown("torch", f"{what}: no CUDA tag and the matrix does not know which "
                             "CUDA the PyPI wheel of this line uses", torch=ver.text)]
@@ -206,7 +222,7 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         return [unknown("torch", f"{what}: the matrix row is uncertain", row=row)]
     what = f"torch {ver.text}" + ("" if local else f" ({variant})")
     cuda = cuda or Version.parse(row["cuda"])
-    out = jetson_wheels(ctx, info, row) + rules_python.check(ctx, "torch", what, row)
+    out = jetson_wheels(ctx, info, row)
     arch, ptx_only = arch_findings(ctx, "torch", what, row, info.get("arch_list"), fix())
     out += arch
     out += runtime_findings(ctx, "torch", cuda, what=what, jit=False, ptx_only=ptx_only, row=row,
@@ -285,13 +301,9 @@ def _older_cuda_fix(ctx: Context, info: dict[str, Any], ver: TorchVersion,
     release line where one exists, else the newest current one; None when there is none."""
     if not ctx.known_ccs:
         return None
-    py = Version.maybe(ctx.env.python)
-
     def fits(r: Any) -> bool:
         rc = Version.parse(r["cuda"])
-        return (not r.uncertain and rc.trunc(2) < cuda.trunc(2)
-                and not (py and r.get("python")
-                         and not VersionRange.parse(r["python"]).contains(py.trunc(2)))
+        return (not r.uncertain and rc.trunc(2) < cuda.trunc(2) and python_fits(r, ctx.python)
                 and not fixcheck.build_problems(ctx, rc, r))
 
     def key(r: Any) -> tuple[Version, Version]:

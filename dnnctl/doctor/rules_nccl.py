@@ -11,6 +11,7 @@ unknown version that loads first is said to be unknown, never passed.
 from __future__ import annotations
 
 from dnnctl.compat.schema import Row
+from dnnctl.compat.suggest import python_fits
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
@@ -63,7 +64,7 @@ def _fix(ctx: Context, row: Row | None, pin: Version | None, first: Component) -
     if row is None or pin is None:
         return text
     older = [r for r in ctx.matrix.rows("torch") if r.get("nccl") and not r.uncertain
-             and Version.parse(r["nccl"]) < pin
+             and python_fits(r, ctx.python) and Version.parse(r["nccl"]) < pin
              and (loaded is None or Version.parse(r["nccl"]) <= loaded)]
     if older:
         best = max(older, key=lambda r: Version.parse(r["torch"]))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dnnctl.compat.suggest import best_torch_fix, torch_install
+from dnnctl.compat.suggest import best_torch_fix, python_fits, torch_install
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Finding
@@ -98,10 +98,10 @@ def _finding(ctx: Context, gpu: GpuInfo, ver: TorchVersion, cuda: Version, cap: 
     variant = f"cu{cuda.major}{cuda.minor}"
     same = ctx.matrix.torch_row(str(cap.fixed.trunc(2)), variant)
     fixes = []
-    if same is not None:
+    if same is not None and python_fits(same, ctx.python):
         fixes.append(f"`{torch_install(same)}` (the same CUDA, with the cap)")
     other = best_torch_fix(ctx.matrix, gpu.cc, driver=ctx.driver, platform=ctx.platform,
-                           windows=ctx.windows)
+                           windows=ctx.windows, python=ctx.python)
     if other:
         fixes.append(f"`{other.split(' (')[0]}`" + (
             f" ({other.split(' (', 1)[1]}" if " (" in other else " (a CUDA that knows "

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.suggest import torch_install
+from dnnctl.compat.suggest import python_fits, torch_install
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
@@ -111,8 +111,11 @@ def cuda_torch_fix(ctx: Context, line: str | None = None) -> str:
     """The torch wheel of the same line for the newest CUDA not newer than the CUDA installed
     here (the PyTorch install selector's per-CUDA index)."""
     have = [v for rt in ctx.env.cuda_runtimes if (v := Version.maybe(rt.version))]
+    if line is not None and not any(python_fits(r, ctx.python)
+                                    for r in ctx.matrix.torch_rows(line)):
+        line = None  # the release has no wheels for this Python: the newest that has
     rows = [r for r in ctx.matrix.rows("torch") if not r.uncertain
-            and (line is None or r["torch"] == line)
+            and python_fits(r, ctx.python) and (line is None or r["torch"] == line)
             and (not have or Version.parse(r["cuda"]).trunc(2) <= max(have).trunc(2)
                  and Version.parse(r["cuda"]).major == max(have).major)]
     if not rows:

@@ -76,7 +76,7 @@ def release_fix(ctx: Context, framework: str) -> str | None:
         return source_build_fix(ctx, framework, gone[0])
     if framework == "torch":
         return best_torch_fix(ctx.matrix, ctx.known_ccs[0].cc, driver=ctx.driver,
-                              platform=ctx.platform, windows=ctx.windows)
+                              platform=ctx.platform, windows=ctx.windows, python=ctx.python)
     if framework == "jax":
         return rules_jax.newest_fix(ctx)
     if framework == "tensorflow":
