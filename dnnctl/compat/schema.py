@@ -115,7 +115,8 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "gpu_minimums": (("package", "versions"), {
         "package": F("text", True), "versions": F("range", True), "min_cc": F("cc", True),
         "severity": F("choice", True, "error", "warning"), "feature": F("text", True),
-        "symptom": F("text", True), "fix": F("text", True), "fixed": F("version")}),
+        "symptom": F("text", True), "fix": F("text", True), "fixed": F("version"),
+        "all_releases": F("bool")}),
     "cupy": (("package",), {
         "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
         "blackwell_min_cupy": F("version"), "install": F("text", True)}),

@@ -3,9 +3,10 @@
 - FlashAttention-2 runs on compute capability 8.0 and newer only, prebuilt vLLM on 7.0 and
   newer; torch.compile's default backend (TorchInductor) generates Triton kernels, which torch
   refuses below 7.0 while eager torch still runs there (matrix table ``gpu_minimums``). Each
-  installed package in a row's version range is judged against every GPU here; a torch of
-  unknown version is judged as the releases the matrix knows are (all but 1.13 have
-  torch.compile).
+  installed package in a row's version range is judged against every GPU here. A package of
+  unknown version is judged only by a row marked ``all_releases`` (every vLLM release);
+  otherwise whether the row applies is not known (torch 1.x has no torch.compile, flash-attn
+  1.x runs on Turing), so it is said as ``not-judged``, never assumed.
 - A row with ``fixed`` is a bug of some releases, not a design limit (CuPy 13.0.0's reductions
   below compute capability 7.0, fixed in 13.1.0): with no GPU's compute capability known it is
   still a warning, because the upgrade it proposes is safe on any GPU.
@@ -86,6 +87,16 @@ def _unknown_gpu(row: Row, name: str, what: str) -> Finding:
         "fixes it", row=row, min_cc=str(row["min_cc"]), fixed_in=str(row["fixed"]))
 
 
+def _not_judged(row: Row, name: str, need: CC, gpus: str) -> Finding:
+    """A package of unknown version, where only some releases have the row's limit."""
+    return finding(
+        "not-judged", "info", name,
+        f"{row['package']} (version unknown): releases {row['versions']} need compute "
+        f"capability {need} or newer for {row['feature']}, and {gpus} is older; whether this "
+        "release is one of them is not known, so it was not judged",
+        fix=f"name its version (pip show {row['package']})", row=row, min_cc=str(need))
+
+
 def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
     """Every installed add-on against the GPUs below its minimum compute capability; a package
     that ``earlier`` findings already say has no code for a GPU is not judged again."""
@@ -102,6 +113,7 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
         rng = VersionRange.parse(row["versions"])
         if (ver is None and row.get("fixed")) or (ver is not None and not rng.contains(ver)):
             continue  # a bug of some releases is judged only where the release is known
+        unknown_release = ver is None and not row.get("all_releases")
         if not ctx.known_ccs:
             if row.get("fixed"):
                 found = _unknown_gpu(row, name, f"{row['package']} {text}")
@@ -113,8 +125,11 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
         if not low:
             continue
         gpus = ", ".join(f"{g.label} (sm_{g.cc.major}{g.cc.minor})" for g in low)
+        if unknown_release:
+            out.append(_not_judged(row, name, need, gpus))
+            continue
         what = f"{row['package']} {text}" if ver is not None else \
-            f"{row['package']} (version unknown; {rng})"
+            f"{row['package']} (version unknown)"
         out.append(finding(
             "arch-unsupported", row["severity"], name,
             f"{what}: {row['feature']} needs compute capability {need} or newer, and {gpus} "
