@@ -224,12 +224,16 @@ def wsl_libcuda(ctx: Context) -> list[Finding]:
         fix = f"`export LD_LIBRARY_PATH={WSL_LIBDIR}:$LD_LIBRARY_PATH` (add it to ~/.bashrc)"
         if fixed:
             fix += f", or `pip install -U '{name}>={fixed}'`"
+        unknown_release = ver is None and fixed is not None  # said, never assumed
         out.append(finding(
-            "libcuda-unreachable", "warning", name,
+            "not-judged" if unknown_release else "libcuda-unreachable",
+            "info" if unknown_release else "warning", name,
             f"{opens} the driver library by its unversioned name libcuda.so; in "
             f"WSL 2 that file is in {WSL_LIBDIR}, which the loader searches for libcuda.so.1 "
             "only, so unless LD_LIBRARY_PATH names it the package fails with 'libcuda.so: "
-            "cannot open shared object file' (LD_LIBRARY_PATH is not in the snapshot)",
+            "cannot open shared object file' (LD_LIBRARY_PATH is not in the snapshot)"
+            + ("; whether this release is one of them is not known, so it was not judged"
+               if unknown_release else ""),
             fix=fix, source=f"{source}; {WSL_LIBCUDA_SOURCE}", fixed_in=fixed,
             libdir=WSL_LIBDIR))
     return out
