@@ -26,7 +26,9 @@ rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
-rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module).
+rules_triton.py: Triton's bundled one) and rules_packages.py (none imports this module);
+os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
+commands for a native Windows snapshot.
 """
 
 from __future__ import annotations
