@@ -17,7 +17,8 @@ versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_jaxlib.py (ja
 check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_mmdet.py (the mmcv range
 MMDetection asserts), rules_tf_runtime.py (a TensorFlow CUDA build with no release row and
 no runtime of its major), rules_ggml.py
-(llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc), rules_addons.py
+(llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc; with
+rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
 search), rules_python.py, rules_reach.py, rules_torch_cudnn.py

@@ -24,7 +24,7 @@ from typing import Any
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import fixcheck, os_fixes, rules_platform
+from dnnctl.doctor import fixcheck, os_fixes, rules_cpu_builds
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -38,7 +38,8 @@ LLAMA_SOURCE = (
     "and rebuild llama-cpp-python add --upgrade --force-reinstall --no-cache-dir'); "
     "ggml-org/llama.cpp#8155 ('LLAMA_CUDA is deprecated ... Use GGML_CUDA instead' and a "
     "CPU-only build); instructlab/instructlab#3014 ('LLAMA_CUBLAS is deprecated' is a CMake "
-    "error in current llama.cpp)")
+    "error in current llama.cpp); its CHANGELOG.md (0.2.81: 'use LLAMA_CUDA instead of removed "
+    "LLAMA_CUBLAS'; 0.2.85: 'Update Dockerfile build options from `LLAMA_` to `GGML_`')")
 WHISPER_SOURCE = (
     "absadiki/pywhispercpp README.md ('Basic Pre-built CPU wheels are available on PYPI'; "
     "NVIDIA GPU support: `GGML_CUDA=1 pip install git+https://github.com/absadiki/pywhispercpp`)")
@@ -102,8 +103,8 @@ def _one(ctx: Context, b: Binding, info: dict[str, Any]) -> list[Finding]:
     if cuda_build is False:
         why = " (built without the CUDA backend" + (
             f"; backends: {', '.join(backends)}" if backends else "") + ")"
-        return rules_platform.cpu_only(ctx, b.package, what, why=why, fix=_rebuild(b, text),
-                                       source=b.source)
+        return rules_cpu_builds.cpu_only(ctx, b.package, what, why=why,
+                                         fix=_rebuild(b, text), source=b.source)
     out: list[Finding] = _toolkit(ctx, b, what, text)
     targets = _targets(info.get("arch_list") or [])
     if targets:

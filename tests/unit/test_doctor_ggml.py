@@ -31,11 +31,31 @@ def test_cpu_only_build_beside_a_gpu_names_the_flag_of_its_version(tmp_path: Pat
         assert f"llama-cpp-python=={version}" in f["fix"]
 
 
-def test_cpu_only_build_without_a_gpu_is_only_said(tmp_path: Path) -> None:
+def test_cpu_only_build_without_a_gpu_is_a_conditional_warning(tmp_path: Path) -> None:
+    # a plain pip install or upgrade builds it without CUDA (llama-cpp-python#787): with no
+    # GPU listed the doctor cannot know a GPU was wanted, so it says so, never a pass
     d = doctor(tmp_path, 'os: Linux\nframeworks: {llama-cpp-python: {version: "0.3.4", '
                          'backends: [cpu]}}\n')
-    assert not d.of("cuda-mismatch")
-    assert [f["code"] for f in d.findings if f["component"] == "llama-cpp-python"] == ["ok"]
+    [f] = d.of("cuda-mismatch", "llama-cpp-python")
+    assert f["severity"] == "warning" and f["evidence"]["conditional"] is True
+    assert "if this machine has an NVIDIA GPU meant for it" in f["message"]
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --upgrade --force-reinstall' in f["fix"]
+    assert "llama-cpp-python#787" in f["source"]
+    assert not d.of("ok", "llama-cpp-python") and "✓ llama-cpp-python" not in d.text
+    old = doctor(tmp_path, 'frameworks: {llama-cpp-python: {version: "0.2.11", '
+                           'cuda_build: false}}\n')
+    [f] = old.of("cuda-mismatch", "llama-cpp-python")
+    assert 'CMAKE_ARGS="-DLLAMA_CUBLAS=on"' in f["fix"] and "==0.2.11" in f["fix"]
+    whisper = doctor(tmp_path, "frameworks: {pywhispercpp: {cuda_build: false}}\n")
+    [f] = whisper.of("cuda-mismatch", "pywhispercpp")
+    assert "GGML_CUDA=1 pip install" in f["fix"]
+
+
+def test_cpu_only_torch_without_a_gpu_stays_a_note(tmp_path: Path) -> None:
+    # a +cpu wheel is chosen from torch's CPU index: the conditional warning is only for
+    # packages whose default build is CPU-only
+    d = doctor(tmp_path, 'frameworks: {torch: {version: "2.5.1+cpu"}}\n')
+    assert not d.of("cuda-mismatch", "torch") and d.of("ok", "torch")
 
 
 def test_a_cuda_build_without_code_for_the_gpu(tmp_path: Path) -> None:
