@@ -101,6 +101,13 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "paddle": F("range", True), "tag": F("text", True), "cuda": F("version", True),
         "cudnn": F("version", True), "index": F("text"), "cudnn_apt": F("text"),
         "os": F("choice", False, "linux", "windows")}),
+    # paddle3: paddlepaddle-gpu 3.x wheels carry no .postNNN tag; the CUDA variant is the
+    # package index they come from (and the nvidia-* runtime wheels they require);
+    # code_for / no_code_for: compute capabilities a variant is known to run on / to have no
+    # code for (the rest is not known: not judged)
+    "paddle3": (("paddle", "variant"), {
+        "paddle": F("range", True), "variant": F("text", True), "cuda": F("version", True),
+        "index": F("text", True), "code_for": F("cc_list"), "no_code_for": F("cc_list")}),
     "onnxruntime": (("onnxruntime", "cuda"), {
         "onnxruntime": F("range", True), "cuda": F("version", True), "cudnn": F("version", True),
         "pypi": F("bool", True)}),

@@ -7,7 +7,8 @@ A version the matrix has no row for, or a row marked uncertain, gives ``unknown-
 never a guess. The shared context lives in context.py; rule families in rules_driver.py,
 rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
-(paddlepaddle-gpu's .postNNN wheels), rules_extensions.py (nvcc vs torch's CUDA),
+(paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
+GPU code), rules_extensions.py (nvcc vs torch's CUDA),
 rules_xformers.py (xformers vs the torch it was built for), rules_cpu_torch.py (a torch
 with no CUDA beside CUDA add-ons; conda-forge's CPU variant; used by rules_frameworks),
 rules_graph.py (PyG's extension wheels and DGL vs torch),

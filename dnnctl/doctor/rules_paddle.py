@@ -14,7 +14,7 @@ import re
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
-from dnnctl.doctor import rules_cudnn
+from dnnctl.doctor import rules_cudnn, rules_paddle3
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -44,6 +44,10 @@ def check(ctx: Context) -> list[Finding]:
                         "built for depends on its version and .postNNN tag; not judged",
                         fix="name its version (pip show paddlepaddle-gpu)")]
     release, tag = Version.parse(m.group(1)), m.group(2)
+    if tag is None and release.major >= 3:  # one version for every CUDA variant
+        judged = rules_paddle3.check(ctx, release, what)
+        if judged is not None:
+            return judged
     rows = _rows(ctx, release)
     row = rows.get(tag) if tag is not None else None
     if row is None:
