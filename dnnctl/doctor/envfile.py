@@ -27,6 +27,7 @@ from dnnctl.doctor.model import (
     DRIVER_FIELDS,
     ENV_SCHEMA,
     ENVIRONMENT_FIELDS,
+    EXTENSION_FIELDS,
     FRAMEWORK_FIELDS,
     LIBRARIES,
     MIG_FIELDS,
@@ -43,7 +44,7 @@ GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory
               "uuid": "str", "mig": MIG_FIELDS}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes",
-              "cudnn", "libraries", "frameworks", "live", "packages", "notes")
+              "cudnn", "libraries", "frameworks", "extensions", "live", "packages", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -250,6 +251,10 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
         for name, node in r.mapping(top["frameworks"], "frameworks", FRAMEWORK_FIELDS).items():
             env.frameworks[name] = _shorthand(r, node, f"frameworks.{name}",
                                               FRAMEWORK_FIELDS[name], "version")
+    if "extensions" in top:  # any package name: a compiled torch CUDA extension
+        for name, node in r.mapping(top["extensions"], "extensions", ()).items():
+            env.extensions[name] = _shorthand(r, node, f"extensions.{name}", EXTENSION_FIELDS,
+                                              "version")
     if "packages" in top:  # name: null (or "") = installed, version unknown
         env.packages = {k: "" if _blank(v) else r.value(v, "version", f"packages.{k}")
                         for k, v in r.mapping(top["packages"], "packages", ()).items()}

@@ -14,7 +14,7 @@ DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
-             "libraries", "frameworks", "live", "packages", "notes")
+             "libraries", "frameworks", "extensions", "live", "packages", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 # other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
 # compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
@@ -137,6 +137,15 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
 }
 
 
+# extensions: a compiled CUDA extension of torch (setup.py CUDAExtension: detectron2, mmcv-full,
+# apex, pytorch3d, a source-built torch-scatter) by package name. arch_list: the architectures
+# its CUDA code was compiled for (sm_37 / compute_60, or TORCH_CUDA_ARCH_LIST's "3.7;6.0+PTX",
+# e.g. detectron2's collect_env "detectron2 arch flags"); built_from_source: compiled on a
+# machine by pip / setup.py (so for TORCH_CUDA_ARCH_LIST, else that machine's GPUs)
+EXTENSION_FIELDS = {"version": "version", "arch_list": "strlist", "built_from_source": "bool",
+                    "path": "str"}
+
+
 @dataclass
 class Gpu:
     index: int | None = None
@@ -180,6 +189,7 @@ class EnvSnapshot:
     libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES
     live: dict[str, Any] = field(default_factory=dict)  # doctor --deep's live checks on a GPU
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
+    extensions: dict[str, dict[str, Any]] = field(default_factory=dict)  # EXTENSION_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
     # the SEARCHED lists a file wrote as ``[]`` (looked, found none); not a file field. An

@@ -9,6 +9,7 @@ rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctransla
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
 GPU code), rules_extensions.py (nvcc vs torch's CUDA),
+rules_source_ext.py (a source-built torch CUDA extension's arch list vs the GPUs),
 rules_xformers.py (xformers vs the torch it was built for), rules_cpu_torch.py (a torch
 with no CUDA beside CUDA add-ons; conda-forge's CPU variant; used by rules_frameworks),
 rules_graph.py (PyG's extension wheels and DGL vs torch),
@@ -63,6 +64,7 @@ from dnnctl.doctor import (
     rules_pairs,
     rules_platform,
     rules_ptxas,
+    rules_source_ext,
     rules_tf_runtime,
     rules_tfjs,
     rules_vllm,
@@ -83,6 +85,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_onnxruntime.check(ctx)
     findings += rules_paddle.check(ctx)
     findings += rules_extensions.check(ctx)
+    findings += rules_source_ext.check(ctx)
     findings += rules_flash_attn.check(ctx)
     findings += rules_ggml.check(ctx)
     findings += rules_addons.check(ctx, findings)
