@@ -98,7 +98,7 @@ def _fix(ctx: Context, rows: list[Row], release: Version, cc: str) -> str:
             return (f"`pip uninstall -y {COMPONENT}`, then `export PIP_INDEX_URL="
                     f"{r['index']}`, then `pip install "
                     f"{COMPONENT}=={release}` (its CUDA {r['cuda']} build, which runs on "
-                    f"compute capability {cc}; unset PIP_INDEX_URL afterwards)")
+                    f"compute capability {cc}); afterwards `unset PIP_INDEX_URL`")
     return (f"no {COMPONENT} {release.trunc(2)} build in the matrix is known to run on compute "
             f"capability {cc} with this driver; a newer GPU, or a build from source with "
             f"-DCUDA_ARCH_BIN={cc.replace('.', '')}")
