@@ -25,7 +25,7 @@ from dnnctl.torch._tensors import is_nhwc
 from dnnctl.torch.geometry import CONV_ATTRS, Geometry, conv1d_geometry, conv_args
 from dnnctl.torch.kernels import plan_of
 from dnnctl.torch.library import autocast_active, direct_ok, run_op
-from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d
+from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_2d, linear_call
 from dnnctl.torch.native import Direct
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
@@ -245,10 +245,11 @@ class FusedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, act: str, handle: int) -> None:
         super().__init__()
         self.linear, self.act, self.handle = linear, act, handle
+        self._direct = Direct()  # (see FusedConv)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lin = self._modules["linear"]
-        return run_op("linear", x, lin.weight, lin.bias, self.act, self.handle)
+        return linear_call(self._direct, x, lin.weight, lin.bias, self.act, self.handle)
 
 
 def hooked(m: nn.Module) -> bool:

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 from torch.nn.utils.parametrize import type_before_parametrizations
 
+from dnnctl.ops.matmul.function import _MATMUL
 from dnnctl.ops.rownorm.function import _ROWNORM
 from dnnctl.torch import attention, keys
 from dnnctl.torch import grad_plan as gp
@@ -153,7 +154,33 @@ def _mha(m: nn.MultiheadAttention, handle: int) -> Callable[..., Any]:
     return partial(attention.mha_forward, m, handle)
 
 
-def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
+def linear_call(direct: Direct, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
+                act: str, handle: int) -> torch.Tensor:
+    """A patched linear's (and linear -> act's) call: in eager inference its site's replay
+    Program once one is recorded (:class:`Direct`: no run_op, no signature), else
+    ``dnnctl::linear``. A linear torch runs itself (a vendor choice: ``F.linear``) makes no
+    site, and Direct stops looking for one after a few calls."""
+    if x.is_cuda and direct_ok(x, w, b):
+        if act == "none" and x.numel() and K.torch_runs_linear(x, w, b, handle):
+            # torch's own cuBLAS call is the choice: straight to it (what run_op's kernel
+            # would do, less its checks)
+            K.VENDOR_VIA_TORCH["matmul"] += 1
+            return F.linear(x, w, b)
+        x2 = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        if x2.is_contiguous() and x2.numel() and w.dim() == 2:
+            # the arrays and scalars kernels.linear gives dnnctl.ops.matmul
+            arrays = (x2, w.t(), b)
+            k = (x.shape, x.stride(), x.dtype, x.device, w.shape, w.dtype, b is None)
+            y = direct.run(k, arrays, K.plan_of(handle))
+            if y is None:
+                y = run_op("linear", x, w, b, act, handle)
+                direct.learn(k, _MATMUL, arrays, (None if act == "none" else act, False))
+                return y
+            return y if x2 is x else y.reshape(*x.shape[:-1], w.shape[0])
+    return run_op("linear", x, w, b, act, handle)
+
+
+def _linear_fwd(m: nn.Linear, handle: int, direct: Direct, x: torch.Tensor) -> torch.Tensor:
     w, b = _param(m, "weight"), _param(m, "bias")  # read once (see _conv_fwd)
     if (_training_torch(x) and x.dim() >= 2 and x.numel() and w.numel()
             and gp.torch_trains(
@@ -163,11 +190,11 @@ def _linear_fwd(m: nn.Linear, handle: int, x: torch.Tensor) -> torch.Tensor:
                 lambda xm, wm: og.linear_keys(xm, wm))):
         _note_torch("matmul", x, w, b)
         return F.linear(x, w, b)
-    return run_op("linear", x, w, b, "none", handle)
+    return linear_call(direct, x, w, b, "none", handle)
 
 
 def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
-    return partial(_linear_fwd, m, handle)
+    return partial(_linear_fwd, m, handle, Direct())
 
 
 def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "none",

@@ -455,3 +455,64 @@ def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_p
             assert torch.equal(got, want), f"step {step}: the direct path differs"
     direct_sdpa = [v for v in attention._DIRECT.sites.values() if v.__class__ is not int]
     assert direct_sdpa, f"no SDPA call went direct ({dispatch.REFUSED.get('attention')})"
+
+
+@pytest.mark.parametrize("act", [torch.nn.GELU, torch.nn.ReLU])
+def test_fused_linears_take_their_programs_directly_and_equal_the_python_path(act):
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+    from dnnctl.torch.fuse import FusedLinear
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(384), torch.nn.Linear(384, 1536), act(),
+                                torch.nn.Linear(1536, 384)).cuda().half().eval()
+    dt.patch(model)
+    gm = model.forward.gm  # (a traced top-level model: its fused chains live in its graph)
+    fused = [m for m in gm.modules() if isinstance(m, FusedLinear)]
+    assert len(fused) == 1, "linear -> activation was not fused"
+    x = torch.randn(4, 197, 384, device="cuda", dtype=torch.half)
+    with torch.inference_mode():
+        for step in range(6):
+            x.copy_(torch.randn_like(x))
+            got = model(x)
+            with native.suspended():
+                want = _python_path(model, (x,))
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), f"step {step}: the direct path differs"
+    direct = [v for v in fused[0]._direct.sites.values() if v.__class__ is not int]
+    assert direct, f"the fused linear never went direct ({dispatch.REFUSED.get('matmul')})"
+
+
+class _MatOnly:
+    def lookup(self, problem, backend, device):
+        from dnnctl.ops.base import Choice
+
+        return Choice("cublaslt", ()) if problem.op == "matmul" else None
+
+
+@pytest.mark.parametrize("bias,act", [(True, "gelu"), (True, "relu"), (True, "none"),
+                                      (False, "gelu"), (False, "none")])
+def test_cublaslt_from_torch_replays_torchs_call(bias, act):
+    """cuBLASLt from torch tensors is torch's own call (addmm / _addmm_activation / mm, an
+    ATen op a replay calls again): bitwise the Python path, right against float32."""
+    plan = _MatOnly()
+    x = _r(197 * 4, 384, dtype=torch.float16)
+    w = _r(1536, 384, dtype=torch.float16) * 0.05
+    b = _r(1536, dtype=torch.float16) if bias else None
+
+    def fn(x, w, b):
+        return dops.matmul(x, w.t(), bias=b, activation=None if act == "none" else act,
+                           plan=plan)
+
+    for call in range(5):
+        x.copy_(torch.randn_like(x))
+        got = fn(x, w, b)
+        want = _python_path(fn, (x, w, b))
+        torch.cuda.synchronize()
+        assert torch.equal(got, want), f"call {call} differs from the Python path"
+    ref = torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float())
+    ref = {"gelu": lambda r: torch.nn.functional.gelu(r, approximate="tanh"),
+           "relu": torch.relu, "none": lambda r: r}[act](ref)
+    assert torch.allclose(got.float(), ref, atol=2e-2, rtol=2e-2)
+    assert _replayed("matmul"), dispatch.REFUSED.get("matmul")
+    dispatch._SITES.clear()
