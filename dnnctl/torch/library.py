@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from dnnctl.backends import replay
 from dnnctl.errors import UsageError
@@ -23,7 +24,9 @@ from dnnctl.torch import autocast, native
 from dnnctl.torch import backward as bw
 from dnnctl.torch import grad_plan as gp
 from dnnctl.torch import kernels as K
+from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import ints, is_nhwc
+from dnnctl.torch.reference import activation as ref_activation
 from dnnctl.torch.reference import stat_dtype
 
 NS = "dnnctl"
@@ -654,6 +657,9 @@ def run_op(name: str, *args: Any) -> Any:
             with K.torch_forms():
                 return KERNELS[name](*args)
         return getattr(_OPS, name)(*args)
+    if _grad_on() and x.is_cuda and name in TORCH_TRAINS and _any_grad(*args) \
+            and torch_trains(name, args):
+        return TORCH_TRAINS[name][1](*args)
     if _any_autocast():
         cast = AUTOCAST_DIRECT.get((x.device.type, name))
         if cast is not None and autocast_active(x.device.type):
@@ -661,6 +667,91 @@ def run_op(name: str, *args: Any) -> Any:
     if _grad_on() and _any_grad(*args):  # DIRECT[name], less its own call
         return APPLY[name](None, *args)
     return KERNELS[name](*args)
+
+
+def _rownorm_call(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    rms = op == "rms_norm"
+
+    def keys(x: Any, w: Any, *rest: Any) -> Any:
+        return og.rownorm_keys(op, x, w is not None, not rms and rest[0] is not None)
+
+    def call_key(x: Any, w: Any, *rest: Any) -> tuple:
+        return (x.shape, x.stride(), x.dtype, x.device, w is None,
+                rms or rest[0] is None)
+
+    def run(x: Any, w: Any = None, *rest: Any) -> Any:
+        if rms:
+            eps = rest[0] if rest else 1e-6
+            return F.rms_norm(x, (x.shape[-1],), w, eps)
+        b = rest[0] if rest else None
+        eps = rest[1] if len(rest) > 1 else 1e-5
+        return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+    return keys, run, call_key
+
+
+def _act_call(fn: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    setting = fn in ("gelu", "leaky_relu")
+
+    def keys(x: Any, *rest: Any) -> Any:
+        return og.activation_keys(x, fn, rest[0] if fn == "gelu" and rest else "none")
+
+    def call_key(x: Any, *rest: Any) -> tuple:
+        return (x.shape, x.stride(), x.dtype, x.device, rest[0] if setting and rest else None)
+
+    def run(x: Any, *rest: Any) -> Any:
+        if fn == "gelu":
+            return F.gelu(x, approximate=rest[0] if rest else "none")
+        if fn == "leaky_relu":
+            return F.leaky_relu(x, rest[0] if rest else 0.01)
+        return ref_activation(fn, x)
+
+    return keys, run, call_key
+
+
+def _softmax_call(log: bool) -> tuple[Callable[..., Any], Callable[..., Any],
+                                      Callable[..., Any]]:
+    def keys(x: Any, dim: int = -1, *rest: Any) -> Any:
+        return og.softmax_keys(x, dim, log)
+
+    def call_key(x: Any, dim: int = -1, *rest: Any) -> tuple:
+        return (x.shape, x.stride(), x.dtype, x.device, dim)
+
+    def run(x: Any, dim: int = -1, *rest: Any) -> Any:
+        return torch.log_softmax(x, dim) if log else torch.softmax(x, dim)
+
+    return keys, run, call_key
+
+
+# op -> (its backward keys, torch's own op, the call's key) of (the op's arguments less the
+# plan handle): the memory-bound ops whose training call can be torch's own (torch_trains)
+TORCH_TRAINS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
+    "layer_norm": _rownorm_call("layer_norm"), "rms_norm": _rownorm_call("rms_norm"),
+    "softmax": _softmax_call(False), "log_softmax": _softmax_call(True),
+    **{fn: _act_call(fn) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
+}
+
+
+def torch_trains(name: str, args: tuple[Any, ...]) -> bool:
+    """A training call (under autograd, eager, CUDA) of a memory-bound op whose backward
+    would run torch's formula (:func:`dnnctl.torch.grad_plan.decide`: no plan entry for it
+    in the default mode, or the "torch" mode): torch's own op then runs both passes, one C++
+    autograd node. dnnctl's forward would have torch's backward recompute what torch's
+    forward keeps (layer_norm's row statistics: a second pass over x), and its Python
+    autograd Function costs host time in both passes (a training step is host-bound).
+    Decided once per call key, plan, determinism and registered variants."""
+    if K.RECORDERS:  # a recording session wants the problems the op's own path notes
+        return False
+    keys, _, call_key = TORCH_TRAINS[name]
+    body, handle = args[:-1], args[-1]
+    if handle.__class__ is not int:
+        return False
+    x = body[0]
+    if gp.decide(name, handle, x, lambda: keys(*body), in_backward=False,
+                 call_key=(name, *call_key(*body))):
+        return False
+    gp.count(name, "backward", "torch")
+    return True
 
 
 def direct_ok(x: torch.Tensor, *tensors: Any) -> bool:
