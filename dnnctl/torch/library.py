@@ -27,6 +27,7 @@ from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import ints, is_nhwc
 from dnnctl.torch.reference import activation as ref_activation
+from dnnctl.torch.reference import rms_norm as ref_rms_norm
 from dnnctl.torch.reference import stat_dtype
 
 NS = "dnnctl"
@@ -669,6 +670,9 @@ def run_op(name: str, *args: Any) -> Any:
     return KERNELS[name](*args)
 
 
+_F_RMS = getattr(F, "rms_norm", None)
+
+
 def _rownorm_call(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     rms = op == "rms_norm"
 
@@ -682,7 +686,9 @@ def _rownorm_call(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Call
     def run(x: Any, w: Any = None, *rest: Any) -> Any:
         if rms:
             eps = rest[0] if rest else 1e-6
-            return F.rms_norm(x, (x.shape[-1],), w, eps)
+            if _F_RMS is None:  # (torch before 2.4: its formula in torch's ops)
+                return ref_rms_norm(x, w, eps)
+            return _F_RMS(x, (x.shape[-1],), w, eps)
         b = rest[0] if rest else None
         eps = rest[1] if len(rest) > 1 else 1e-5
         return F.layer_norm(x, (x.shape[-1],), w, b, eps)
