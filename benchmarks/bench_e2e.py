@@ -55,6 +55,11 @@ def _forward(way: str, model: Any, inputs: tuple, plan: Any,
     cleanup: Callable[[], None] = lambda: None  # noqa: E731
     target = model
     if way.startswith("dnnctl"):
+        from dnnctl.backends import replay
+
+        # the replayer loads in the background (seconds; a first build ~30 s): the rows
+        # time the steady state, not the calls before it is there
+        replay.module(wait=120.0)
         report = dt.patch(model, plan)
         notes["report"] = report
         cleanup = lambda: dt.unpatch(model)  # noqa: E731

@@ -43,7 +43,8 @@ class Direct:
     (:func:`dispatch.replayed`: the kernel the plan, the active plan or the default would
     take now, so a plan switched since is honoured), skipping the Python between the module
     and the site. A key whose site has no Program yet looks again on later calls, up to
-    :data:`TRIES` times."""
+    :data:`TRIES` times once the replay extension is loaded (it loads in the background:
+    the calls before it spend no look)."""
 
     __slots__ = ("sites",)
 
@@ -75,6 +76,8 @@ class Direct:
         sites = self.sites
         looks = sites.get(k, 0)
         if looks.__class__ is not int or looks >= TRIES or _OFF:
+            return
+        if replay.module() is None:  # (not loaded yet: no Program to find, no look spent)
             return
         if len(sites) >= _LIMIT:
             sites.clear()
@@ -126,6 +129,8 @@ def learn(k: tuple, x: torch.Tensor, weight: Any, bias: Any, residual: Any,
     recorded (``handle``: the patch's plan handle the calls used, 0: the active plan)."""
     looks = _TABLE.get(k, 0)
     if looks.__class__ is not int or looks >= TRIES or _OFF:
+        return
+    if replay.module() is None:  # (not loaded yet: no look spent)
         return
     if len(_TABLE) >= _LIMIT:
         _TABLE.clear()
