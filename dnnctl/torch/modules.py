@@ -300,17 +300,28 @@ def _layer_norm(m: nn.LayerNorm, handle: int) -> Callable[..., Any]:
     return partial(_layer_norm_fwd, m, handle, Direct())
 
 
-def _rms_norm_fwd(m: Any, handle: int, x: torch.Tensor) -> torch.Tensor:
+def _rms_norm_fwd(m: Any, handle: int, direct: Direct, x: torch.Tensor) -> torch.Tensor:
     rows = _rows(m, x)
     if rows is None:
         return type(m).forward(m, x)
+    xr, w, _ = rows
     eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
-    y = run_op("rms_norm", rows[0], rows[1], eps, handle)
-    return y if rows[0] is x else y.reshape(x.shape)
+    if x.is_cuda and direct_ok(x, w):  # inference: the site's Program (see _layer_norm_fwd)
+        x2 = xr if xr.dim() == 2 else xr.reshape(-1, xr.shape[-1])
+        if x2.is_contiguous():
+            # the arrays and scalars kernels.rms_norm gives dnnctl.ops.rms_norm
+            arrays, k = (x2, w, None, None), (x.shape, x.stride(), x.dtype, x.device, eps)
+            y = direct.run(k, arrays, K.plan_of(handle))
+            if y is None:
+                y = run_op("rms_norm", xr, w, eps, handle)
+                direct.learn(k, _ROWNORM, arrays, ("rms_norm", eps))
+            return y if y.shape == x.shape else y.reshape(x.shape)
+    y = run_op("rms_norm", xr, w, eps, handle)
+    return y if xr is x else y.reshape(x.shape)
 
 
 def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:
-    return partial(_rms_norm_fwd, m, handle)
+    return partial(_rms_norm_fwd, m, handle, Direct())
 
 
 def _group_norm_fwd(m: nn.GroupNorm, handle: int, x: torch.Tensor) -> torch.Tensor:

@@ -516,3 +516,26 @@ def test_cublaslt_from_torch_replays_torchs_call(bias, act):
     assert torch.allclose(got.float(), ref, atol=2e-2, rtol=2e-2)
     assert _replayed("matmul"), dispatch.REFUSED.get("matmul")
     dispatch._SITES.clear()
+
+
+def test_rms_norms_take_their_programs_directly_and_equal_the_python_path():
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.RMSNorm(4096), torch.nn.Linear(4096, 4096),
+                                torch.nn.RMSNorm(4096)).cuda().to(torch.bfloat16).eval()
+    dt.patch(model)
+    x = torch.randn(8, 1, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for step in range(6):
+            x.copy_(torch.randn_like(x))
+            got = model(x)
+            with native.suspended():
+                want = _python_path(model, (x,))
+            torch.cuda.synchronize()
+            assert torch.equal(got, want), f"step {step}: the direct path differs"
+    directs = [next(a for a in m.forward.args if isinstance(a, native.Direct))
+               for m in (model[0], model[2])]
+    assert all(any(v.__class__ is not int for v in d.sites.values()) for d in directs), \
+        dispatch.REFUSED.get("rms_norm")

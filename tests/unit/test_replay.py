@@ -493,3 +493,29 @@ def test_fused_convolutions_go_straight_to_their_programs(stub):
 
     clone = copy.deepcopy(fused[0])  # a copy's shortcuts start empty (sites are per process)
     assert not clone._direct.sites and fused[0]._direct.sites
+
+
+def test_norms_go_straight_to_their_programs(stub):
+    """A patched LayerNorm and RMSNorm in inference run their sites' Programs (native.Direct)
+    once recorded: the same results as the Python path."""
+    import dnnctl.torch as dt
+    from dnnctl.torch import native
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(32), torch.nn.RMSNorm(32)).eval()
+    dt.patch(model, None)
+    x = torch.randn(3, 5, 32)
+    directs = []
+    for m in model:
+        fwd = m.forward
+        directs.append(next(a for a in fwd.args if isinstance(a, native.Direct)))
+    with torch.no_grad():
+        for _ in range(4):
+            model(x)
+        assert all(any(v.__class__ is not int for v in d.sites.values()) for d in directs)
+        got = model(x)
+        with native.suspended():
+            want = model(x)
+    # (the stub's launches compute nothing: both outputs are the allocations' contents;
+    # what is compared is that both paths return a result of the call's layout)
+    assert got.shape == want.shape == x.shape and got.stride() == want.stride()
