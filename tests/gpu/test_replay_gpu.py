@@ -437,14 +437,11 @@ class _VitBlock(torch.nn.Module):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.n2(x))))
 
 
-def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_path():
-    import dnnctl.torch as dt
-    from dnnctl.torch import attention, native
+def _direct_equals_python(model, x):
+    """Six calls of a patched model on fresh x: each bitwise its Python path's result (no
+    module's Direct and no site's Program)."""
+    from dnnctl.torch import native
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(_VitBlock(), _VitBlock()).cuda().half().eval()
-    dt.patch(model)
-    x = torch.randn(4, 197, 384, device="cuda", dtype=torch.half)
     with torch.inference_mode():
         for step in range(6):
             x.copy_(torch.randn_like(x))
@@ -453,6 +450,17 @@ def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_p
                 want = _python_path(model, (x,))
             torch.cuda.synchronize()
             assert torch.equal(got, want), f"step {step}: the direct path differs"
+
+
+def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_path():
+    import dnnctl.torch as dt
+    from dnnctl.torch import attention
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(_VitBlock(), _VitBlock()).cuda().half().eval()
+    dt.patch(model)
+    x = torch.randn(4, 197, 384, device="cuda", dtype=torch.half)
+    _direct_equals_python(model, x)
     direct_sdpa = [v for v in attention._DIRECT.sites.values() if v.__class__ is not int]
     assert direct_sdpa, f"no SDPA call went direct ({dispatch.REFUSED.get('attention')})"
 
@@ -460,7 +468,6 @@ def test_layer_norm_and_sdpa_take_their_programs_directly_and_equal_the_python_p
 @pytest.mark.parametrize("act", [torch.nn.GELU, torch.nn.ReLU])
 def test_fused_linears_take_their_programs_directly_and_equal_the_python_path(act):
     import dnnctl.torch as dt
-    from dnnctl.torch import native
     from dnnctl.torch.fuse import FusedLinear
 
     torch.manual_seed(0)
@@ -471,14 +478,7 @@ def test_fused_linears_take_their_programs_directly_and_equal_the_python_path(ac
     fused = [m for m in gm.modules() if isinstance(m, FusedLinear)]
     assert len(fused) == 1, "linear -> activation was not fused"
     x = torch.randn(4, 197, 384, device="cuda", dtype=torch.half)
-    with torch.inference_mode():
-        for step in range(6):
-            x.copy_(torch.randn_like(x))
-            got = model(x)
-            with native.suspended():
-                want = _python_path(model, (x,))
-            torch.cuda.synchronize()
-            assert torch.equal(got, want), f"step {step}: the direct path differs"
+    _direct_equals_python(model, x)
     direct = [v for v in fused[0]._direct.sites.values() if v.__class__ is not int]
     assert direct, f"the fused linear never went direct ({dispatch.REFUSED.get('matmul')})"
 
@@ -527,14 +527,7 @@ def test_rms_norms_take_their_programs_directly_and_equal_the_python_path():
                                 torch.nn.RMSNorm(4096)).cuda().to(torch.bfloat16).eval()
     dt.patch(model)
     x = torch.randn(8, 1, 4096, device="cuda", dtype=torch.bfloat16)
-    with torch.inference_mode():
-        for step in range(6):
-            x.copy_(torch.randn_like(x))
-            got = model(x)
-            with native.suspended():
-                want = _python_path(model, (x,))
-            torch.cuda.synchronize()
-            assert torch.equal(got, want), f"step {step}: the direct path differs"
+    _direct_equals_python(model, x)
     directs = [next(a for a in m.forward.args if isinstance(a, native.Direct))
                for m in (model[0], model[2])]
     assert all(any(v.__class__ is not int for v in d.sites.values()) for d in directs), \
