@@ -328,10 +328,16 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     ver = Version.maybe(info["version"])
     row = ctx.matrix.tensorflow_row(ver) if ver else None
     what = f"tensorflow {info['version']}"
+    # the release's Python range first, whatever the build and OS: outside it pip finds no
+    # wheel at all, before any GPU question
+    python = (rules_python.check_release(ctx, "tensorflow", what, str(ver.trunc(2)))
+              if ver else [])
     windows = rules_platform.tensorflow_windows(
         ctx, what, ver, ctx.matrix.tensorflow_row(rules_platform.TF_WINDOWS_LAST_GPU))
     if windows:
-        return windows
+        return python + windows
+    if python and (row is None or row.uncertain or info.get("cuda_build") is False):
+        return python
     if info.get("cuda_build") is False:  # tensorflow-cpu, or is_built_with_cuda() False
         extra = "[and-cuda]" if row is None or row.get("pip_extra") else ""
         pin = f"=={row['tensorflow']}.*" if row is not None else ""

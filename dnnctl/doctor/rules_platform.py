@@ -137,12 +137,19 @@ def tensorflow_windows(ctx: Context, what: str, version: Version | None,
                f"{last_gpu['tensorflow']}.*\"` with CUDA {last_gpu['cuda']} and cuDNN "
                f"{last_gpu['cudnn']}" + (f" (Python {last_gpu['python']})"
                                          if last_gpu.get("python") else ""))
+    # an error where the snapshot shows a GPU meant for it (a GPU, a driver, CUDA or cuDNN
+    # installed); with none of them, whether the GPU is wanted is unknown (a CPU install
+    # is fine there): a conditional warning
+    env = ctx.env
+    gpu = bool(ctx.gpus or env.driver.get("version") or env.cuda_runtimes or env.cudnn)
     return [finding(
-        "cuda-mismatch", "error", "tensorflow",
-        f"{what} has no GPU support on native Windows: TensorFlow "
+        "cuda-mismatch", "error" if gpu else "warning", "tensorflow",
+        ("" if gpu else "if this machine's NVIDIA GPU is meant for TensorFlow: ")
+        + f"{what} has no GPU support on native Windows: TensorFlow "
         f"{TF_WINDOWS_LAST_GPU} was the last release with it, later ones run on the CPU only",
         fix="run TensorFlow in WSL2 and there `pip install \"tensorflow[and-cuda]\"`" + old,
-        source=TF_WINDOWS_SOURCE, os="windows", last_gpu_release=str(TF_WINDOWS_LAST_GPU))]
+        source=TF_WINDOWS_SOURCE, os="windows", last_gpu_release=str(TF_WINDOWS_LAST_GPU),
+        conditional=None if gpu else True)]
 
 
 def torch_pypi(ctx: Context, what: str, default: Row | None, fix: str | None) -> list[Finding]:
