@@ -15,6 +15,14 @@ NO_DRIVER_MSG = (
     "version', but nothing is too old here: the driver is missing (or, in a container, the "
     "GPU was not passed in)")
 
+# the driver of a container is the host's (the NVIDIA Container Toolkit mounts its user-space
+# libraries into the container); a driver installed into the image shadows them
+CONTAINER_DRIVER_SOURCE = (
+    "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/"
+    "install-guide.html (the driver is installed on the host); "
+    "https://docs.nvidia.com/cuda/cuda-installation-guide-linux/ (the cuda-toolkit "
+    "packages install no driver, cuda / cuda-drivers do); hpc-admin-sist/DockerMonitor#42")
+
 
 def probe_failures(ctx: Context) -> list[Finding]:
     """A probe that hung, crashed or was cut off: what it could not read is unknown."""
@@ -60,12 +68,22 @@ def _check(ctx: Context) -> list[Finding]:
                            "container's --gpus flag, and that the GPU is not bound to vfio/MIG-less "
                            "passthrough", driver=ctx.driver))
     if mismatch:
+        # in a container the kernel module is the host's and the container toolkit mounts the
+        # host's user-space libraries: a mismatch there is a driver installed inside the
+        # image (a CUDA runfile or cuda-drivers package), which no reboot removes
+        fix = ("inside the container, remove the NVIDIA driver that was installed into it "
+               "(a runfile's: `nvidia-uninstall`; packages: `apt-get remove --purge "
+               "cuda-drivers 'nvidia-driver-*' 'libnvidia-compute-*'`; an image takes CUDA "
+               "toolkit packages only, never a driver) and restart the "
+               "container, so that the host's driver libraries are used"
+               if ctx.container else
+               "reboot, or unload and reload the nvidia kernel modules, so both come from "
+               "the same driver install")
         out.append(finding("driver-mismatch", "error", "driver",
                            f"kernel module {kmod or '?'} and user-space driver {lib or '?'} differ "
-                           "(NVML: 'Driver/library version mismatch')",
-                           fix="reboot, or unload and reload the nvidia kernel modules, so both "
-                           "come from the same driver install", kernel_module=kmod,
-                           library=lib))
+                           "(NVML: 'Driver/library version mismatch')", fix=fix,
+                           source=CONTAINER_DRIVER_SOURCE if ctx.container else None,
+                           kernel_module=kmod, library=lib))
     for gpu in ctx.gpus:
         found = _gpu_vs_driver(ctx, gpu)
         if not found and gpu.arch is not None:
