@@ -1,6 +1,7 @@
 """``detect()``: probe this machine into an :class:`EnvSnapshot`, fast and without raising.
 
-Plain detection imports no framework: it reads metadata, files and NVML, and starts two
+Plain detection imports no framework: it reads metadata, files (compiled extensions' ELF
+headers too) and NVML, and starts two
 short subprocesses (``ldconfig -p`` and the cuDNN version helper) that run while the
 in-process probes work. ``deep=True`` then asks each framework itself (dnnctl.doctor.deep).
 """
@@ -21,6 +22,7 @@ from dnnctl.doctor.model import ENVIRONMENT_FIELDS, Component, EnvSnapshot
 from dnnctl.doctor.native import nvml_argv
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
+from dnnctl.doctor.probe_extensions import probe_extensions
 from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_python import probe_python
 
@@ -55,6 +57,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     if host.runner is run_command and host.nvml is None and str(host.root) == "/":
         spawn.prestart(nvml_argv(host.python))  # the slowest probe on a GPU host: start it now
     ld_task = Task(_timed, "probe: ldconfig cache", ldconfig_cache, host)
+    ext_task = Task(_timed, "probe: compiled torch extensions", probe_extensions, host)
     env = EnvSnapshot(os=_timed("probe: os", os_name, host), python=platform.python_version())
     frameworks, packages, dists, py_notes = _timed(
         "probe: Python packages (dist-info)", probe_python, host)
@@ -69,6 +72,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     drv = drv_task.result()
     cudnn, cudnn_notes = cudnn_task.result()
     libraries = libs_task.result()
+    env.extensions, ext_notes = ext_task.result()
 
     env.driver = drv.driver
     env.gpus = drv.gpus
@@ -89,7 +93,8 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         bundled = next((c for c in cudnn if c.source == "torch:bundled" and c.version), None)
         if bundled:
             torch["cudnn"] = bundled.version
-    env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes]
+    env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes,
+                 *ext_notes]
     if deep_task is not None:
         with timing.span("--deep: waiting for the framework children"):
             results = deep_task.result()
