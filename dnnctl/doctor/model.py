@@ -141,7 +141,9 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
 # apex, pytorch3d, a source-built torch-scatter) by package name. arch_list: the architectures
 # its CUDA code was compiled for (sm_37 / compute_60, or TORCH_CUDA_ARCH_LIST's "3.7;6.0+PTX",
 # e.g. detectron2's collect_env "detectron2 arch flags"); built_from_source: compiled on a
-# machine by pip / setup.py (so for TORCH_CUDA_ARCH_LIST, else that machine's GPUs)
+# machine by pip / setup.py (so for TORCH_CUDA_ARCH_LIST, else that machine's GPUs); path: the
+# library read. Detection fills it (dnnctl.doctor.probe_extensions, archs from the library's
+# .nv_fatbin headers); a snapshot may name it by hand.
 EXTENSION_FIELDS = {"version": "version", "arch_list": "strlist", "built_from_source": "bool",
                     "path": "str"}
 
