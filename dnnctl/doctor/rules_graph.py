@@ -24,7 +24,7 @@ from dnnctl.compat.versions import TorchVersion, Version, VersionRange
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.stack import torch_info
+from dnnctl.doctor.stack import torch_info, torch_variant
 from dnnctl.errors import UsageError
 
 PYG = ("torch-scatter", "torch-sparse", "torch-cluster", "torch-spline-conv", "pyg-lib")
@@ -54,7 +54,8 @@ def check(ctx: Context) -> list[Finding]:
 
 
 def _torch(ctx: Context) -> TorchVersion | None:
-    """torch here with its variant (cuXYZ / cpu; a PyPI Linux wheel: its line's default)."""
+    """torch here with its variant (stack.torch_variant: its tag, else its entry's CUDA,
+    else PyPI's Linux default of its line)."""
     info = torch_info(ctx, packages=True) or {}
     try:
         ver = TorchVersion.parse(info["version"]) if info.get("version") else None
@@ -62,13 +63,7 @@ def _torch(ctx: Context) -> TorchVersion | None:
         return None
     if ver is None:
         return None
-    tag = str(info.get("local_tag") or "").lower() or ver.local
-    if tag is None and info.get("cuda_build") is False:
-        tag = "cpu"
-    if tag is None:
-        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
-        tag = row["variant"] if row is not None and ctx.os_kind in (None, "linux") else None
-    return TorchVersion(ver.release, tag, ver.text)
+    return TorchVersion(ver.release, torch_variant(ctx, info, ver), ver.text)
 
 
 def _pyg_row(ctx: Context, torch: TorchVersion) -> Row | None:
@@ -107,6 +102,14 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             + ": they do not load (an undefined symbol, or 'Detected that PyTorch and "
             "torch_sparse were compiled with different CUDA versions')", fix=fix,
             source=cite, torch=torch.text, packages=", ".join(names)))
+    if unknown and row is not None:
+        found.append(finding(
+            "not-judged", "info", "torch-geometric",
+            f"{', '.join(unknown)}: which torch and CUDA the wheels were built for is not "
+            f"known (no +ptXYcuZ local version); beside {here} they must come from "
+            f"PyG's index for torch {row['index']}+{torch.local} (another torch's or CUDA's "
+            "wheels fail to load)", fix=fix, source=cite, torch=torch.text,
+            packages=", ".join(unknown)))
     if unknown and row is None and _after_first_index(ctx, torch):
         found.append(finding(
             "build-mismatch", "warning", "torch-geometric",

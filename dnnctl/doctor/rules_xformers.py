@@ -49,11 +49,7 @@ def _torch(ctx: Context) -> TorchVersion | None:
     if found is None:
         return None
     ver, info = found
-    tag = str(info.get("local_tag") or "").lower() or ver.local
-    if tag is None:  # PyPI's Linux wheel is the default CUDA variant of its line
-        row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
-        tag = row["variant"] if row is not None and ctx.os_kind in (None, "linux") else None
-    return TorchVersion(ver.release, tag, ver.text)
+    return TorchVersion(ver.release, stack.torch_variant(ctx, info, ver), ver.text)
 
 
 def _row(ctx: Context, version: str) -> Row | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn
+from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn, tag_from_cuda
 from dnnctl.doctor.context import Context
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
@@ -51,6 +51,22 @@ def torch_version(ctx: Context) -> tuple[TorchVersion, dict] | None:
         return TorchVersion.parse(text), info
     except UsageError:
         return None
+
+
+def torch_variant(ctx: Context, info: dict, ver: TorchVersion) -> str | None:
+    """The wheel variant (cuXYZ / cpu / another local tag) of the torch here: its local tag,
+    ``cpu`` for a build without CUDA, else the CUDA its entry gives (``cuda: 11.1`` -> cu111),
+    else PyPI's default variant of its line on Linux; None where none of them says."""
+    tag = str(info.get("local_tag") or "").lower() or ver.local
+    if tag:
+        return tag
+    if info.get("cuda_build") is False:
+        return "cpu"
+    cuda = Version.maybe(str(info.get("cuda") or ""))
+    if cuda is not None:
+        return tag_from_cuda(cuda)
+    row = next((r for r in ctx.matrix.torch_rows(ver.line) if r.get("pypi_default")), None)
+    return row["variant"] if row is not None and ctx.os_kind in (None, "linux") else None
 
 
 def torch_row(ctx: Context, packages: bool = False) -> Row | None:
