@@ -141,9 +141,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "torch": F("version", True), "index": F("version", True),
         "variants": F("list_text", True)}),
     # bitsandbytes_cuda: releases -> the CUDA releases (major.minor) whose native library its
-    # wheels carry; same_major: a missing minor falls back to another library of its major
+    # wheels carry; same_major: a missing minor falls back to another library of its major;
+    # first: the first release of the range with these libraries, where it is a post release
     "bitsandbytes_cuda": (("bitsandbytes",), {
-        "bitsandbytes": F("range", True), "cuda": F("list_text", True), "same_major": F("bool")}),
+        "bitsandbytes": F("range", True), "cuda": F("list_text", True), "same_major": F("bool"),
+        "first": F("text")}),
     # dgl: releases -> the torch they are documented for, and the torch below which
     # `import dgl` raises (python/dgl/backend/pytorch/tensor.py); index: the pip find-links
     # page of its CUDA builds, {torch} = torch's major.minor, {variant} = cuXYZ

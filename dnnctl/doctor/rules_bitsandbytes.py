@@ -43,7 +43,38 @@ def check(ctx: Context) -> list[Finding]:
     if NAME not in packages:
         return []
     ver = Version.maybe(str(packages[NAME] or ""))
-    return _binary(ctx, ver) + _cudart(ctx, ver)
+    found = _binary(ctx, ver) + _cudart(ctx, ver)
+    return found or [_said(ctx, ver)]
+
+
+def _said(ctx: Context, ver: Version | None) -> Finding:
+    """A bitsandbytes listed is never passed over: judged and fine, or why it was not."""
+    what = f"{NAME} {ver}" if ver else f"{NAME} (version unknown)"
+    cuda, where = _cuda(ctx, ver)
+    if cuda is None:
+        return finding("not-judged", "info", NAME, f"{what}: no CUDA is known here (no torch "
+                       "build, no CUDA runtime), so which libbitsandbytes_cudaNNN it loads was "
+                       "not judged")
+    if ver is None:
+        return finding("not-judged", "info", NAME, f"{what}: every release the matrix knows "
+                       f"carries a library for {where}'s CUDA {cuda.trunc(2)}")
+    return finding("ok", "info", NAME, f"{what} carries a library for {where}'s CUDA "
+                   f"{cuda.trunc(2)}")
+
+
+def _cuda(ctx: Context, ver: Version | None) -> tuple[Version | None, str]:
+    """The CUDA whose library bitsandbytes loads: torch's; with no torch build here, the CUDA
+    runtime it finds itself (releases before 0.40.1 search for it: CUDART_SOURCE)."""
+    cuda, _ = torch_stack(ctx, packages=True)
+    if cuda is not None:
+        return cuda, "torch"
+    if ver is not None and ver >= TORCH_CUDART:
+        return None, ""
+    system = [rt for rt in ctx.env.cuda_runtimes or [] if not _pip_runtime(rt)
+              and Version.maybe(str(rt.version or "")) is not None]
+    if len(system) != 1:
+        return None, ""
+    return Version.parse(str(system[0].version)), "the CUDA runtime"
 
 
 def _rows(ctx: Context) -> list[Row]:
@@ -58,19 +89,19 @@ def _has(row: Row, cuda: Version) -> bool:
     return bool(row.get("same_major")) and any(c.major == cuda.major for c in have)
 
 
-def _floor(rows: list[Row], cuda: Version) -> Version | None:
+def _floor(rows: list[Row], cuda: Version) -> Version | str | None:
     """The oldest release from which every release carries a library for ``cuda``."""
     floor = None
     for row in reversed(rows):
         if not _has(row, cuda):
             break
-        floor = VersionRange.parse(row["bitsandbytes"]).lowest()
+        floor = row.get("first") or VersionRange.parse(row["bitsandbytes"]).lowest()
     return floor
 
 
 def _binary(ctx: Context, ver: Version | None) -> list[Finding]:
     """No native library for torch's CUDA in this release (or, version unknown, in some)."""
-    cuda, _ = torch_stack(ctx, packages=True)
+    cuda, where = _cuda(ctx, ver)
     rows = [r for r in _rows(ctx) if not r.uncertain]
     if cuda is None or not rows or ctx.platform == "aarch64":
         return []
@@ -79,13 +110,16 @@ def _binary(ctx: Context, ver: Version | None) -> list[Finding]:
     lib = f"libbitsandbytes_cuda{cuda.major}{cuda.minor}"
     fix = (f"`pip install -U '{NAME}>={floor}'`" if floor is not None else
            f"a torch build for a CUDA that {NAME} ships a library for")
+    beside = (f"beside a torch built with CUDA {cuda}" if where == "torch" else
+              f"with the CUDA {cuda} runtime and no torch build listed (releases before "
+              f"{TORCH_CUDART} load the library of the runtime they find)")
     if ver is None:
         if floor is None or floor == VersionRange.parse(rows[0]["bitsandbytes"]).lowest():
             return []
         return [finding(
             "cuda-mismatch", "warning", NAME,
-            f"{NAME} (version unknown) beside a torch built with CUDA {cuda}: releases before "
-            f"{floor} carry no {lib}, so with one of them {CPU_FALLBACK}", fix=fix,
+            f"{NAME} (version unknown) {beside}: releases before {floor} carry no {lib}, so "
+            f"with one of them {CPU_FALLBACK}", fix=fix,
             source=_first_source(rows, cuda), needs=str(floor),
             torch_cuda=cuda)]
     row = next((r for r in rows if VersionRange.parse(r["bitsandbytes"]).contains(ver)), None)
