@@ -53,11 +53,25 @@ def test_version_unknown_with_a_cuda_every_release_has_is_silent(tmp_path: Path)
 
 
 def test_a_release_before_the_table_lacks_a_newer_cuda(tmp_path: Path) -> None:
-    # 0.43.0 had no CUDA 12.4 library, so neither had 0.41.x
+    # 0.39.0 had no CUDA 12.4 library, so neither had 0.38.x
     d = doctor(tmp_path, BLACKWELL.replace("RTX 5090", "RTX 4090").replace('"12.0"', '"8.9"')
-               % ("2.4.0+cu124", '"0.41.1"'))
+               % ("2.4.0+cu124", '"0.38.1"'))
     [f] = d.of("cuda-mismatch", "bitsandbytes")
-    assert "predates 0.43.0" in f["message"] and "0.43.1" in f["fix"]
+    assert "predates 0.39.0" in f["message"] and "0.43.1" in f["fix"]
+
+
+def test_041_carries_its_deploy_sh_libraries(tmp_path: Path) -> None:
+    ada = BLACKWELL.replace("RTX 5090", "RTX 4090").replace('"12.0"', '"8.9"')
+    [f] = doctor(tmp_path, ada % ("2.4.0+cu124", '"0.41.1"')).of("cuda-mismatch", "bitsandbytes")
+    assert "12.2" in f["message"] and "0.43.1" in f["fix"]
+    d = doctor(tmp_path, ada % ("2.0.1+cu118", '"0.41.1"'))
+    assert not d.of("cuda-mismatch") and d.of("ok", "bitsandbytes")
+
+
+def test_a_listed_bitsandbytes_is_never_silent(tmp_path: Path) -> None:
+    d = doctor(tmp_path, BLACKWELL % ("2.7.0+cpu", '"0.44.0"'))
+    [f] = d.of("not-judged", "bitsandbytes")
+    assert "no CUDA is known" in f["message"]
 
 
 def test_cuda_117_dropped_in_046_and_back_through_the_050_fallback(tmp_path: Path) -> None:
