@@ -91,7 +91,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_platform.wsl_libcuda(ctx)
-    findings += rules_bitsandbytes.check(ctx)
+    findings += rules_bitsandbytes.check(ctx, findings)
     findings += rules_xformers.check(ctx)
     findings += rules_graph.check(ctx)
     findings += rules_nvrtc.check(ctx)

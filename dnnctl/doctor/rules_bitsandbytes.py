@@ -37,14 +37,17 @@ CUDART_SOURCE = (
     "has only libcudart.so.11.0; a libcudart.so symlink on LD_LIBRARY_PATH fixed it)")
 
 
-def check(ctx: Context) -> list[Finding]:
-    """bitsandbytes against torch's CUDA and the CUDA runtimes listed."""
+def check(ctx: Context, earlier: list[Finding] | None = None) -> list[Finding]:
+    """bitsandbytes against torch's CUDA and the CUDA runtimes listed; where neither rule
+    here nor an ``earlier`` one said anything about it, why it passed or was not judged."""
     packages = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
     if NAME not in packages:
         return []
     ver = Version.maybe(str(packages[NAME] or ""))
     found = _binary(ctx, ver) + _cudart(ctx, ver)
-    return found or [_said(ctx, ver)]
+    if found or any(f.component == NAME for f in earlier or []):
+        return found
+    return [_said(ctx, ver)]
 
 
 def _said(ctx: Context, ver: Version | None) -> Finding:
