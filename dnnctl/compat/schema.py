@@ -165,6 +165,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "mmdet_mmcv": (("mmdet",), {
         "mmdet": F("list_text", True), "mmcv_min": F("text", True), "mmcv_max": F("text", True),
         "upper": F("choice", True, "<=", "<")}),
+    # broken_releases: a release whose build for one OS is broken (it installs, then fails),
+    # the failure as users see it, and the release that fixes it
+    "broken_releases": (("package", "release", "os"), {
+        "package": F("text", True), "release": F("version", True),
+        "os": F("choice", True, "windows", "linux", "macos"), "symptom": F("text", True),
+        "fixed_in": F("version", True)}),
 }
 
 

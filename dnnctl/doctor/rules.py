@@ -23,7 +23,8 @@ no runtime of its major), rules_ggml.py
 rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
-search), rules_python.py, rules_reach.py, rules_torch_cudnn.py
+search), rules_python.py, rules_reach.py, rules_broken.py (a release
+broken on one OS, compat/releases.yaml), rules_torch_cudnn.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
@@ -42,6 +43,7 @@ from dnnctl.doctor import (
     rules_addons,
     rules_available,
     rules_bitsandbytes,
+    rules_broken,
     rules_copies,
     rules_ctranslate2,
     rules_driver,
@@ -81,6 +83,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_driver.check(ctx)
     findings += rules_mig.check(ctx)
     findings += rules_frameworks.check(ctx)
+    findings += rules_broken.check(ctx)
     findings += rules_ctranslate2.check(ctx)
     findings += rules_onnxruntime.check(ctx)
     findings += rules_paddle.check(ctx)
