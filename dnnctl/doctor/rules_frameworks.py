@@ -49,6 +49,10 @@ def check(ctx: Context) -> list[Finding]:
         info = _info(ctx, fw, name)
         if info is None:  # listed with nothing known ({}) is still installed
             continue
+        windows = rules_platform.jax_windows(ctx, info) if name == "jax" else []
+        if windows:  # what the OS rules out comes before any version is compared
+            out += windows
+            continue
         if not info.get("version"):  # judge what the build alone says (ROCm, CPU-only)
             out += _build_only(ctx, name, info)
             continue

@@ -2,6 +2,9 @@
 
 - TensorFlow 2.10 was the last release with GPU support on native Windows: from 2.11 the
   Windows wheels are CPU-only (GPU through WSL2, which is Linux to doctor).
+- JAX has no CUDA build for native Windows (jaxlib's CUDA wheels and the CUDA plugins are
+  Linux wheels): there every jax runs on the CPU; the GPU needs WSL2 (experimental in JAX's
+  table). An error where the snapshot shows a GPU meant for it, else a conditional warning.
 - The torch wheels on PyPI are CUDA builds on Linux only; on Windows and macOS a torch with
   no ``+cuXXX`` tag from PyPI is CPU-only (CUDA builds come from download.pytorch.org).
 - CUDA on WSL runs in WSL 2 only, through the NVIDIA driver for Windows: inside WSL the fix
@@ -39,6 +42,13 @@ TORCH_PYPI_SOURCE = (
     "https://docs.astral.sh/uv/guides/integration/pytorch/ (PyPI hosts CPU-only torch wheels "
     "for Windows and macOS, CUDA wheels for Linux); opendatalab/MinerU#240 "
     "(torch-2.3.1-cp310-cp310-win_amd64.whl from PyPI: 'Torch not compiled with CUDA enabled')")
+JAX_WINDOWS_SOURCE = (
+    "https://docs.jax.dev/en/latest/installation.html (Supported platforms: NVIDIA GPU on "
+    "'Windows, x86_64': no; on 'Windows WSL2, x86_64': experimental); "
+    "https://github.com/google/jax/blob/jaxlib-v0.4.25/docs/installation.md ('Windows users "
+    "can use JAX on CPU and GPU via the Windows Subsystem for Linux, or alternatively they can "
+    "use the native Windows CPU-only support'); ZhengYinan-AIR/FISOR#3 (no "
+    "jaxlib==0.4.9+cuda12.cudnn88 for Windows: 'JAX does not support CUDA on Windows')")
 OS_NAMES = {"windows": "Windows", "macos": "macOS"}
 WSL_SOURCE = (
     "https://docs.nvidia.com/cuda/wsl-user-guide/index.html ('CUDA support in this user guide "
@@ -149,6 +159,34 @@ def tensorflow_windows(ctx: Context, what: str, version: Version | None,
         f"{TF_WINDOWS_LAST_GPU} was the last release with it, later ones run on the CPU only",
         fix="run TensorFlow in WSL2 and there `pip install \"tensorflow[and-cuda]\"`" + old,
         source=TF_WINDOWS_SOURCE, os="windows", last_gpu_release=str(TF_WINDOWS_LAST_GPU),
+        conditional=None if gpu else True)]
+
+
+def jax_windows(ctx: Context, info: dict[str, Any]) -> list[Finding]:
+    """jax on native Windows: no CUDA jaxlib or plugin exists there."""
+    if ctx.os_kind != "windows":
+        return []
+    names = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    jaxlib = str(info.get("jaxlib") or names.get("jaxlib") or "")
+    plugins = [n for n in names if re.fullmatch(r"jax-cuda\d+-(plugin|pjrt)", n)]
+    if info.get("plugin"):
+        plugins.append(str(info["plugin"]))
+    cuda_jax = ", ".join(([f"jaxlib {jaxlib}"] if "+cuda" in jaxlib else []) + plugins)
+    env = ctx.env
+    # an error where a GPU is meant for it (a GPU, a driver, CUDA or cuDNN, or a CUDA jaxlib /
+    # plugin asked for); with none, a CPU jax on Windows is fine: a conditional warning
+    gpu = bool(ctx.gpus or env.driver.get("version") or env.cuda_runtimes or env.cudnn
+               or cuda_jax)
+    what = f"jax {info['version']}" if info.get("version") else "jax (version unknown)"
+    asked = f" ({cuda_jax} asked for: no such wheel exists for Windows)" if cuda_jax else ""
+    return [finding(
+        "cuda-mismatch", "error" if gpu else "warning", "jax",
+        ("" if gpu else "if this machine's NVIDIA GPU is meant for JAX: ")
+        + f"{what} has no GPU support on native Windows: JAX publishes no CUDA build for it, "
+        f"only the CPU jaxlib{asked}",
+        fix="run JAX in WSL2 (Ubuntu; GPU support there is experimental) and there "
+        "`pip install -U \"jax[cuda12]\"`; or on native Windows the CPU build, "
+        "`pip install -U jax`", source=JAX_WINDOWS_SOURCE, os="windows",
         conditional=None if gpu else True)]
 
 
