@@ -94,6 +94,10 @@ ENVIRONMENT_FIELDS = {
     # the ptxas Triton runs instead of its bundled copy (below / from compute capability 10.0)
     "TRITON_PTXAS_PATH": "str",
     "TRITON_PTXAS_BLACKWELL_PATH": "str",
+    # a container image's CUDA requirement (set by NVIDIA's CUDA base images; checked against
+    # the host driver before the container starts) and the switch that turns the check off
+    "NVIDIA_REQUIRE_CUDA": "str",
+    "NVIDIA_DISABLE_REQUIRE": "str",
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {

@@ -24,7 +24,8 @@ rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
 search), rules_python.py, rules_reach.py, rules_broken.py (a release
-broken on one OS, compat/releases.yaml), rules_torch_cudnn.py
+broken on one OS, compat/releases.yaml), rules_container.py (an image's NVIDIA_REQUIRE_CUDA
+vs the host driver), rules_torch_cudnn.py
 and rules_torch_lines.py (torch nightlies and 0.x releases; used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
@@ -44,6 +45,7 @@ from dnnctl.doctor import (
     rules_available,
     rules_bitsandbytes,
     rules_broken,
+    rules_container,
     rules_copies,
     rules_ctranslate2,
     rules_driver,
@@ -81,6 +83,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     ctx = build_context(env, matrix)
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
+    findings += rules_container.check(ctx)
     findings += rules_mig.check(ctx)
     findings += rules_frameworks.check(ctx)
     findings += rules_broken.check(ctx)
