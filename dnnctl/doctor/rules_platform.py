@@ -15,7 +15,9 @@
   the loader's cache lists as libcuda.so.1 only: a package that opens the unversioned
   ``libcuda.so`` itself (bitsandbytes before 0.40.1) fails there unless that directory is on
   LD_LIBRARY_PATH. The snapshot format does not record LD_LIBRARY_PATH, so this is a warning
-  for every such package in WSL.
+  for every such package in WSL. cuDNN 8's sub-libraries (libcudnn_cnn_infer.so.8) open it
+  the same way: a cuDNN 8 copy, or a framework whose cuDNN is 8 (its own field, or its torch
+  wheel's row), gets the same warning.
 - A CPU-only build (torch ``+cpu``, ``tensorflow-cpu``, ``is_built_with_cuda()`` False) never
   uses the GPU, so its arch list, CUDA and cuDNN are not judged.
 """
@@ -27,10 +29,11 @@ from typing import Any
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import python_fits, torch_install
-from dnnctl.compat.versions import Version
+from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
+from dnnctl.errors import UsageError
 
 TF_WINDOWS_LAST_GPU = Version.parse("2.10")
 TF_WINDOWS_SOURCE = (
@@ -248,6 +251,12 @@ UNVERSIONED_LIBCUDA = {
         "libraries')")),
 }
 WSL_LIBDIR = "/usr/lib/wsl/lib"
+CUDNN8_LIBCUDA_SOURCE = (
+    "facebookresearch/nougat#105 and #115 (WSL 2, cuDNN 8 from pip: 'Could not load library "
+    "libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared object file'; fixed by a "
+    "libcuda.so link to /usr/lib/wsl/lib/libcuda.so.1); microsoft/WSL#8587 (loading "
+    "libcudnn_cnn_infer.so.8 needs libcuda.so); tensorflow/hub#884, "
+    "facebookresearch/seamless_communication#167 (the same error in WSL 2)")
 
 
 def wsl_libcuda(ctx: Context) -> list[Finding]:
@@ -256,7 +265,7 @@ def wsl_libcuda(ctx: Context) -> list[Finding]:
     if ctx.wsl not in (0, 2) or ctx.driver_present is False:
         return []
     packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
-    out: list[Finding] = []
+    out: list[Finding] = _cudnn8(ctx)
     for name, (fixed, source) in sorted(UNVERSIONED_LIBCUDA.items()):
         if name not in packages:
             continue
@@ -282,3 +291,48 @@ def wsl_libcuda(ctx: Context) -> list[Finding]:
             fix=fix, source=f"{source}; {WSL_LIBCUDA_SOURCE}", fixed_in=fixed,
             libdir=WSL_LIBDIR))
     return out
+
+
+def _cudnn8(ctx: Context) -> list[Finding]:
+    """cuDNN 8 in WSL 2: its sub-libraries open libcuda.so by that name."""
+    where = [f"{c.source or c.path or 'a copy of unknown source'}"
+             for c in ctx.env.cudnn if _major(c.version) == 8]
+    for name, info in sorted((ctx.env.frameworks or {}).items()):
+        if not isinstance(info, dict):
+            continue
+        cudnn = info.get("cudnn_runtime") or info.get("cudnn") or _torch_cudnn(ctx, name, info)
+        if _major(cudnn) == 8:
+            what = f"{name} {info['version']}" if info.get("version") else name
+            where.append(f"{what} (cuDNN {cudnn})")
+    if not where:
+        return []
+    return [finding(
+        "libcuda-unreachable", "warning", "cudnn",
+        f"cuDNN 8 is used here ({', '.join(where)}): its libcudnn_cnn_infer.so.8 opens the "
+        f"driver library by its unversioned name libcuda.so; in WSL 2 that file is in "
+        f"{WSL_LIBDIR}, which the loader searches for libcuda.so.1 only, so unless "
+        "LD_LIBRARY_PATH names it convolutions fail with 'Could not load library "
+        "libcudnn_cnn_infer.so.8. Error: libcuda.so: cannot open shared object file' "
+        "(LD_LIBRARY_PATH is not in the snapshot)",
+        # not `ldconfig`: its cache lists that directory's libcuda.so.1 only (WSL#8587)
+        fix=f"`export LD_LIBRARY_PATH={WSL_LIBDIR}:$LD_LIBRARY_PATH` (add it to ~/.bashrc), or "
+        f"link libcuda.so -> {WSL_LIBDIR}/libcuda.so.1 in cuDNN's lib directory; do not "
+        "install a Linux NVIDIA driver inside WSL", source=f"{CUDNN8_LIBCUDA_SOURCE}; {WSL_LIBCUDA_SOURCE}",
+        libdir=WSL_LIBDIR)]
+
+
+def _major(version: Any) -> int | None:
+    v = Version.maybe(str(version)) if version else None
+    return v.major if v is not None else None
+
+
+def _torch_cudnn(ctx: Context, name: str, info: dict[str, Any]) -> str | None:
+    """The cuDNN a torch wheel bundles, from its row (line x +cuXXX variant)."""
+    if name != "torch" or not info.get("version"):
+        return None
+    try:
+        ver = TorchVersion.parse(info["version"])
+    except UsageError:
+        return None
+    row = ctx.matrix.torch_row(ver.line, ver.local) if ver.local else None
+    return row.get("cudnn") if row is not None and not row.uncertain else None
