@@ -15,7 +15,7 @@ import selectors
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
@@ -235,6 +235,25 @@ class Host:
         """
         found: dict[str, Dist] = {}
         notes: list[str] = []
+        for name, base, info in self.metadata_dirs():
+            if not wanted(name):
+                continue
+            version = read_version(info)
+            if not version:
+                continue
+            if name in found:
+                first = found[name]
+                if first.info_dir != info:
+                    notes.append(f"{name} is installed twice: {first.version} in "
+                                 f"{first.location} (imported) and {version} in {base}")
+                continue
+            found[name] = Dist(name, str(version), base, info)
+        return found, notes
+
+    def metadata_dirs(self) -> Iterator[tuple[str, Path, Path]]:
+        """(canonical name, site folder, its ``*.dist-info`` / ``*.egg-info``) of every
+        distribution on the path, in import order (each folder once; a name may repeat:
+        the first one is what an import finds). Only folder names are listed."""
         seen_dirs: set[str] = set()
         for entry in self.site_paths:
             base = Path(entry or ".")
@@ -247,21 +266,6 @@ class Host:
             except OSError:
                 continue
             for fname in names:
-                if not fname.endswith((".dist-info", ".egg-info")):
-                    continue
-                raw = fname.rsplit(".", 1)[0].split("-", 1)[0]
-                name = canonical_name(raw)
-                if not wanted(name):
-                    continue
-                info = base / fname
-                version = read_version(info)
-                if not version:
-                    continue
-                if name in found:
-                    first = found[name]
-                    if first.info_dir != info:
-                        notes.append(f"{name} is installed twice: {first.version} in "
-                                     f"{first.location} (imported) and {version} in {base}")
-                    continue
-                found[name] = Dist(name, str(version), base, info)
-        return found, notes
+                if fname.endswith((".dist-info", ".egg-info")):
+                    yield canonical_name(fname.rsplit(".", 1)[0].split("-", 1)[0]), base, \
+                        base / fname

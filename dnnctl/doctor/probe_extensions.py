@@ -77,27 +77,13 @@ def probe_extensions(host: Host) -> tuple[dict[str, dict[str, Any]], list[str]]:
 def _info_dirs(host: Host) -> list[Path]:
     """Every ``*.dist-info`` / ``*.egg-info`` on the path worth a look, first copy winning."""
     seen_names: set[str] = set()
-    seen_dirs: set[str] = set()
     out: list[Path] = []
-    for entry in host.site_paths:
-        base = Path(entry or ".")
-        try:
-            key = str(base.resolve())
-            if key in seen_dirs or not base.is_dir():
-                continue
-            seen_dirs.add(key)
-            names = sorted(os.listdir(base))
-        except OSError:
+    for name, _, info in host.metadata_dirs():
+        if name in seen_names:
             continue
-        for fname in names:
-            if not fname.endswith((".dist-info", ".egg-info")):
-                continue
-            name = canonical_name(fname.rsplit(".", 1)[0].split("-", 1)[0])
-            if name in seen_names:
-                continue
-            seen_names.add(name)
-            if wanted(name):
-                out.append(base / fname)
+        seen_names.add(name)
+        if wanted(name):
+            out.append(info)
     return out
 
 
