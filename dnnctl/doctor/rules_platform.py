@@ -138,6 +138,13 @@ def cuda_torch_fix(ctx: Context, line: str | None = None) -> str:
     return torch_install(best)
 
 
+def gpu_stack(ctx: Context) -> bool:
+    """The snapshot shows a GPU stack a framework's GPU build is meant for: a GPU, a
+    driver version, a CUDA runtime or cuDNN (the Windows rules' error-or-warning test)."""
+    env = ctx.env
+    return bool(ctx.gpus or env.driver.get("version") or env.cuda_runtimes or env.cudnn)
+
+
 def tensorflow_windows(ctx: Context, what: str, version: Version | None,
                        last_gpu: Row | None) -> list[Finding]:
     """TensorFlow >= 2.11 on native Windows: no GPU build exists."""
@@ -150,11 +157,9 @@ def tensorflow_windows(ctx: Context, what: str, version: Version | None,
                f"{last_gpu['tensorflow']}.*\"` with CUDA {last_gpu['cuda']} and cuDNN "
                f"{last_gpu['cudnn']}" + (f" (Python {last_gpu['python']})"
                                          if last_gpu.get("python") else ""))
-    # an error where the snapshot shows a GPU meant for it (a GPU, a driver, CUDA or cuDNN
-    # installed); with none of them, whether the GPU is wanted is unknown (a CPU install
-    # is fine there): a conditional warning
-    env = ctx.env
-    gpu = bool(ctx.gpus or env.driver.get("version") or env.cuda_runtimes or env.cudnn)
+    # an error where the snapshot shows a GPU meant for it; with none, whether the GPU is
+    # wanted is unknown (a CPU install is fine there): a conditional warning
+    gpu = gpu_stack(ctx)
     return [finding(
         "cuda-mismatch", "error" if gpu else "warning", "tensorflow",
         ("" if gpu else "if this machine's NVIDIA GPU is meant for TensorFlow: ")
@@ -175,11 +180,9 @@ def jax_windows(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     if info.get("plugin"):
         plugins.append(str(info["plugin"]))
     cuda_jax = ", ".join(([f"jaxlib {jaxlib}"] if "+cuda" in jaxlib else []) + plugins)
-    env = ctx.env
-    # an error where a GPU is meant for it (a GPU, a driver, CUDA or cuDNN, or a CUDA jaxlib /
-    # plugin asked for); with none, a CPU jax on Windows is fine: a conditional warning
-    gpu = bool(ctx.gpus or env.driver.get("version") or env.cuda_runtimes or env.cudnn
-               or cuda_jax)
+    # an error where a GPU is meant for it (or a CUDA jaxlib / plugin asked for); with none,
+    # a CPU jax on Windows is fine: a conditional warning
+    gpu = gpu_stack(ctx) or bool(cuda_jax)
     what = f"jax {info['version']}" if info.get("version") else "jax (version unknown)"
     asked = f" ({cuda_jax} asked for: no such wheel exists for Windows)" if cuda_jax else ""
     return [finding(

@@ -706,11 +706,11 @@ def _act_call(fn: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable
         return (x.shape, x.stride(), x.dtype, x.device, rest[0] if setting and rest else None)
 
     def run(x: Any, *rest: Any) -> Any:
+        if not (setting and rest):
+            return ref_activation(fn, x)
         if fn == "gelu":
-            return F.gelu(x, approximate=rest[0] if rest else "none")
-        if fn == "leaky_relu":
-            return F.leaky_relu(x, rest[0] if rest else 0.01)
-        return ref_activation(fn, x)
+            return ref_activation(fn, x, approximate=rest[0])
+        return ref_activation(fn, x, negative_slope=rest[0])
 
     return keys, run, call_key
 

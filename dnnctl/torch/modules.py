@@ -282,17 +282,27 @@ def _layer_norm_fwd(m: nn.LayerNorm, handle: int, direct: Direct,
     if rows is None:
         return type(m).forward(m, x)
     xr, w, b = rows
-    if x.is_cuda and direct_ok(x, w, b):  # inference: the site's Program, once recorded
+    return _rownorm_call(direct, "layer_norm", x, xr, w, b, m.eps, handle)
+
+
+def _rownorm_call(direct: Direct, op: str, x: torch.Tensor, xr: torch.Tensor, w: Any,
+                  b: Any, eps: float, handle: int) -> torch.Tensor:
+    """A patched LayerNorm's / RMSNorm's call on x (``xr``: x as rows of the normalized
+    size): in eager inference its site's Program once recorded (:class:`Direct`), else
+    ``dnnctl::<op>``."""
+    rms = op == "rms_norm"
+    if x.is_cuda and direct_ok(x, w, b):
         x2 = xr if xr.dim() == 2 else xr.reshape(-1, xr.shape[-1])
         if x2.is_contiguous():
-            # the arrays and scalars kernels.layer_norm gives dnnctl.ops.layer_norm
-            arrays, k = (x2, w, b, None), (x.shape, x.stride(), x.dtype, x.device, m.eps)
+            # the arrays and scalars kernels.layer_norm / rms_norm give dnnctl.ops
+            arrays, k = (x2, w, b, None), (x.shape, x.stride(), x.dtype, x.device, eps)
             y = direct.run(k, arrays, K.plan_of(handle))
             if y is None:
-                y = run_op("layer_norm", xr, w, b, m.eps, handle)
-                direct.learn(k, _ROWNORM, arrays, ("layer_norm", m.eps))
+                y = (run_op(op, xr, w, eps, handle) if rms
+                     else run_op(op, xr, w, b, eps, handle))
+                direct.learn(k, _ROWNORM, arrays, (op, eps))
             return y if y.shape == x.shape else y.reshape(x.shape)
-    y = run_op("layer_norm", xr, w, b, m.eps, handle)
+    y = run_op(op, xr, w, eps, handle) if rms else run_op(op, xr, w, b, eps, handle)
     return y if xr is x else y.reshape(x.shape)
 
 
@@ -306,18 +316,7 @@ def _rms_norm_fwd(m: Any, handle: int, direct: Direct, x: torch.Tensor) -> torch
         return type(m).forward(m, x)
     xr, w, _ = rows
     eps = m.eps if m.eps is not None else torch.finfo(x.dtype).eps
-    if x.is_cuda and direct_ok(x, w):  # inference: the site's Program (see _layer_norm_fwd)
-        x2 = xr if xr.dim() == 2 else xr.reshape(-1, xr.shape[-1])
-        if x2.is_contiguous():
-            # the arrays and scalars kernels.rms_norm gives dnnctl.ops.rms_norm
-            arrays, k = (x2, w, None, None), (x.shape, x.stride(), x.dtype, x.device, eps)
-            y = direct.run(k, arrays, K.plan_of(handle))
-            if y is None:
-                y = run_op("rms_norm", xr, w, eps, handle)
-                direct.learn(k, _ROWNORM, arrays, ("rms_norm", eps))
-            return y if y.shape == x.shape else y.reshape(x.shape)
-    y = run_op("rms_norm", xr, w, eps, handle)
-    return y if xr is x else y.reshape(x.shape)
+    return _rownorm_call(direct, "rms_norm", x, xr, w, None, eps, handle)
 
 
 def _rms_norm(m: Any, handle: int) -> Callable[..., Any]:

@@ -1,6 +1,7 @@
 """C++ paths of patched modules: an inference call (a fused convolution, a LayerNorm or
-RMSNorm, a linear, a routed SDPA) replayed with no dispatch in between (:class:`Direct`), and C++ autograd for the fused training batch_norm:
-eager training with no Python per layer.
+RMSNorm, a linear, a routed SDPA) replayed with no dispatch in between (:class:`Direct`),
+and C++ autograd for the fused training batch_norm: eager training with no Python per
+layer.
 
 A patched BatchNorm in training runs relu(batch_norm(x) [+ residual]) as a Python autograd
 Function whose forward and backward each enter dnnctl's dispatch (measured on a CPU box
