@@ -4,6 +4,8 @@ read from their ELF's .nv_fatbin section, and whether pip built them here."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -65,6 +67,31 @@ def test_fatbin_header_gives_cubins_and_ptx(tmp_path):
     # the brief's spelling of the section name is read too
     assert read_library(write(tmp_path / "c.so", elf(fatbin=standard_fatbin(),
                                                      section=".nv.fatbin"))).targets
+
+
+NVCC_CASES = [  # nvcc flags -> the targets its fatbin holds
+    (["-gencode", "arch=compute_80,code=sm_80",
+      "-gencode", "arch=compute_90,code=[sm_90,compute_90]"], ("sm_80", "sm_90", "compute_90")),
+    (["-arch=sm_86"], ("sm_86", "compute_86")),
+    (["-gencode", "arch=compute_75,code=compute_75"], ("compute_75",)),
+    (["-gencode", "arch=compute_80,code=sm_80", "-Xfatbin=-compress-all"], ("sm_80",)),
+]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs CUDA's nvcc")
+@pytest.mark.parametrize("flags,targets", NVCC_CASES)
+def test_a_real_nvcc_built_library_reads_as_built(tmp_path, flags, targets):
+    """The reader against nvcc's own output (checked with nvcc 13.0, compressed too)."""
+    src = tmp_path / "k.cu"
+    src.write_text("__global__ void k(float *x) { x[threadIdx.x] *= 2; }\n"
+                   "extern \"C\" void run(float *x) { k<<<1, 32>>>(x); }\n")
+    out = tmp_path / "libk.so"
+    done = subprocess.run(["nvcc", "-shared", "-Xcompiler", "-fPIC", *flags, str(src),
+                           "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lib = read_library(out)
+    assert lib.has_fatbin and lib.error is None
+    assert lib.targets == targets
 
 
 def test_source_built_detectron2_in_a_site_folder(tmp_path):
