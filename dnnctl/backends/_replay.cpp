@@ -90,25 +90,95 @@ struct AtenOut {
     std::vector<int64_t> sizes, strides;  // the return as recorded
 };
 
+// The operators a vendor variant calls per step most, called typed (unboxed) where their
+// recorded arguments allow it: no IValue stack, no SymInt list conversions (~1-2 us a call
+// on a boxed convolution). Everything else goes boxed through the dispatcher.
+enum class Typed { none, convolution, cudnn_convolution };
+
 struct AtenCall {
     c10::OperatorHandle op;
     std::vector<AtenArg> args;
     std::vector<AtenOut> outs;
     size_t returns = 0;
+    Typed typed = Typed::none;
+    std::vector<int64_t> stride, padding, dilation, output_padding;
+    int64_t groups = 1;
+    bool flag = false;  // convolution: transposed; cudnn_convolution: allow_tf32
 
     explicit AtenCall(c10::OperatorHandle h) : op(std::move(h)) {}
+
+    // after the arguments are in: the typed call this one can take, if any
+    void settle() {
+        const auto &name = op.schema().name();
+        const auto &overload = op.schema().overload_name();
+        auto ints = [&](size_t i, std::vector<int64_t> &to) {
+            if (args[i].slot >= 0 || !args[i].value.isIntList()) return false;
+            to = args[i].value.toIntVector();
+            return true;
+        };
+        auto tensor_or_none = [&](size_t i) { return args[i].slot >= 0 || args[i].value.isNone(); };
+        if (name == "aten::convolution" && overload.empty() && args.size() == 9) {
+            // (input, weight, bias?, stride, padding, dilation, transposed, output_padding,
+            // groups)
+            if (args[0].slot >= 0 && args[1].slot >= 0 && tensor_or_none(2) &&
+                ints(3, stride) && ints(4, padding) && ints(5, dilation) &&
+                args[6].slot < 0 && args[6].value.isBool() && ints(7, output_padding) &&
+                args[8].slot < 0 && args[8].value.isInt()) {
+                flag = args[6].value.toBool();
+                groups = args[8].value.toInt();
+                typed = Typed::convolution;
+            }
+        } else if (name == "aten::cudnn_convolution" && overload.empty() && args.size() == 9) {
+            // (input, weight, padding, stride, dilation, groups, benchmark, deterministic,
+            // allow_tf32): benchmark and deterministic are read from torch's context per
+            // call, as aten::convolution reads them before it calls this; allow_tf32 as
+            // recorded (it is read per op kind in newer torch; a float32 call, the only one
+            // it changes, refuses its recording in the vendor variant)
+            if (args[0].slot >= 0 && args[1].slot >= 0 && ints(2, padding) &&
+                ints(3, stride) && ints(4, dilation) && args[5].slot < 0 &&
+                args[5].value.isInt() && args[8].slot < 0 && args[8].value.isBool()) {
+                groups = args[5].value.toInt();
+                flag = args[8].value.toBool();
+                typed = Typed::cudnn_convolution;
+            }
+        }
+    }
+
+    at::Tensor tensor(const std::vector<at::Tensor> &slots, size_t i) const {
+        const AtenArg &a = args[i];
+        return a.slot >= 0 ? a.view.of(slots[a.slot]) : at::Tensor();
+    }
 
     // 0, or NO_FIT (-2): a result is not laid out as recorded
     int run(std::vector<at::Tensor> &slots) const {
         torch::jit::Stack stack;
-        stack.reserve(args.size());
-        for (const auto &a : args) {
-            if (a.slot >= 0)
-                stack.emplace_back(a.view.of(slots[a.slot]));
-            else
-                stack.push_back(a.value);
+        if (typed == Typed::convolution) {
+            c10::optional<at::Tensor> bias;
+            if (args[2].slot >= 0) bias = tensor(slots, 2);
+            stack.emplace_back(at::convolution(tensor(slots, 0), tensor(slots, 1), bias, stride,
+                                               padding, dilation, flag, output_padding,
+                                               groups));
+        } else if (typed == Typed::cudnn_convolution && !at::globalContext().userEnabledCuDNN()) {
+            // cuDNN turned off since the recording: torch's convolution picks another kernel
+            std::vector<int64_t> zeros(stride.size(), 0);
+            stack.emplace_back(at::convolution(tensor(slots, 0), tensor(slots, 1), c10::nullopt,
+                                               stride, padding, dilation, false, zeros, groups));
+        } else if (typed == Typed::cudnn_convolution) {
+            auto &ctx = at::globalContext();
+            stack.emplace_back(at::cudnn_convolution(
+                tensor(slots, 0), tensor(slots, 1), padding, stride, dilation, groups,
+                ctx.benchmarkCuDNN(), ctx.deterministicCuDNN() || ctx.deterministicAlgorithms(),
+                flag));
+        } else {
+            stack.reserve(args.size());
+            for (const auto &a : args) {
+                if (a.slot >= 0)
+                    stack.emplace_back(a.view.of(slots[a.slot]));
+                else
+                    stack.push_back(a.value);
+            }
+            op.callBoxed(&stack);
         }
-        op.callBoxed(&stack);
         if (stack.size() != returns) return -2;
         for (const auto &o : outs) {
             const c10::IValue &r = stack[o.ret];
@@ -211,6 +281,7 @@ class Program {
                     i++;
                 }
                 c.returns = schema.returns().size();
+                c.settle();
                 for (auto item : t[4].cast<py::list>()) {
                     auto o = item.cast<py::tuple>();
                     AtenOut out{o[0].cast<size_t>(), o[1].cast<int>(), view_of(o[2]),
