@@ -61,7 +61,10 @@ def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
     every submodule), so the module itself must behave as the function."""
     mod = sys.modules[module_name]
     mod.__dnnctl_call__ = fn  # type: ignore[attr-defined]
-    mod.__class__ = _CallableModule
+    # a class per module whose __call__ is ``fn`` itself: one Python frame less a call
+    # than a forwarding method (a static method is called without the module)
+    mod.__class__ = type(_CallableModule.__name__, (_CallableModule,),
+                         {"__call__": staticmethod(fn), "__module__": __name__})
 
 
 def __getattr__(name: str) -> Any:

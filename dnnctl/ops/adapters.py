@@ -130,7 +130,7 @@ class TorchCudaAdapter(Adapter):
         import torch
 
         self._torch, self._cupy = torch, cupy
-        self.det_probe = torch.are_deterministic_algorithms_enabled
+        self.det_probe = torch._C._get_deterministic_algorithms  # (no Python frame)
         self._getdev = cupy.cuda.runtime.getDevice
         self._tdev = torch.device("cuda", device_index)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -227,7 +227,7 @@ class TorchCpuAdapter(Adapter):
         import torch
 
         self._torch = torch
-        self.det_probe = torch.are_deterministic_algorithms_enabled
+        self.det_probe = torch._C._get_deterministic_algorithms  # (no Python frame)
         self._tdtypes: dict[np.dtype, Any] = {}
 
     def to_backend(self, a: Any) -> Any:

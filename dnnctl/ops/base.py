@@ -177,6 +177,19 @@ class Problem:
     op: str
     key: tuple[tuple[str, Any], ...]
 
+    def __hash__(self) -> int:
+        # computed once: a plan looks the call's problem up on every planned call, and a
+        # key's nested tuples cost ~0.5 us to hash again
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = self.__dict__["_hash"] = hash((self.op, self.key))
+            return h
+
+    def __reduce__(self) -> Any:
+        # the fields only: a string's hash differs between processes
+        return (Problem, (self.op, self.key))
+
     def __getitem__(self, name: str) -> Any:
         for k, v in self.key:
             if k == name:

@@ -395,9 +395,16 @@ class Site:
         return built
 
     def _pick(self, plan: PlanLike | None, build: bool = True) -> Built | None:
-        """:meth:`kernel`, with the unplanned default taken straight (no plan lookup)."""
-        if plan is None and self.default is not None and _ACTIVE_PLAN.get() is None:
-            return self.default
+        """:meth:`kernel`, with the unplanned default taken straight (no plan lookup), and
+        a non-deterministic one where nothing asks for determinism."""
+        if plan is None and _ACTIVE_PLAN.get() is None:
+            if self.default is not None:
+                return self.default
+            free = self.free_default
+            if free is not None and not deterministic_only():
+                probe = self.adapter.det_probe
+                if probe is None or not probe():
+                    return free
         return self.kernel(plan, build)
 
     def program(self, plan: PlanLike | None) -> tuple[Built | None, Any]:
@@ -419,7 +426,8 @@ class Site:
         programs = self.programs
         built = None
         if programs:  # a recorded program of the kernel this call takes: run it from C++
-            built, prog = self.program(plan)
+            built = self._pick(plan, False)
+            prog = None if built is None else programs.get(id(built[0]))
             if prog:
                 done = prog(arrays)
                 if done is not None:
