@@ -27,7 +27,6 @@ from dnnctl.torch import kernels as K
 from dnnctl.torch import own_grads as og
 from dnnctl.torch._tensors import ints, is_nhwc
 from dnnctl.torch.reference import activation as ref_activation
-from dnnctl.torch.reference import rms_norm as ref_rms_norm
 from dnnctl.torch.reference import stat_dtype
 
 NS = "dnnctl"
@@ -670,10 +669,7 @@ def run_op(name: str, *args: Any) -> Any:
     return KERNELS[name](*args)
 
 
-_F_RMS = getattr(F, "rms_norm", None)
-
-
-def _rownorm_call(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+def _torch_rownorm(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     rms = op == "rms_norm"
 
     def keys(x: Any, w: Any, *rest: Any) -> Any:
@@ -686,9 +682,7 @@ def _rownorm_call(op: str) -> tuple[Callable[..., Any], Callable[..., Any], Call
     def run(x: Any, w: Any = None, *rest: Any) -> Any:
         if rms:
             eps = rest[0] if rest else 1e-6
-            if _F_RMS is None:  # (torch before 2.4: its formula in torch's ops)
-                return ref_rms_norm(x, w, eps)
-            return _F_RMS(x, (x.shape[-1],), w, eps)
+            return F.rms_norm(x, (x.shape[-1],), w, eps)  # (torch >= 2.4: the extra's floor)
         b = rest[0] if rest else None
         eps = rest[1] if len(rest) > 1 else 1e-5
         return F.layer_norm(x, (x.shape[-1],), w, b, eps)
@@ -732,7 +726,7 @@ def _softmax_call(log: bool) -> tuple[Callable[..., Any], Callable[..., Any],
 # op -> (its backward keys, torch's own op, the call's key) of (the op's arguments less the
 # plan handle): the memory-bound ops whose training call can be torch's own (torch_trains)
 TORCH_TRAINS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]] = {
-    "layer_norm": _rownorm_call("layer_norm"), "rms_norm": _rownorm_call("rms_norm"),
+    "layer_norm": _torch_rownorm("layer_norm"), "rms_norm": _torch_rownorm("rms_norm"),
     "softmax": _softmax_call(False), "log_softmax": _softmax_call(True),
     **{fn: _act_call(fn) for fn in (*ACTIVATIONS, "gelu", "leaky_relu")},
 }
