@@ -178,6 +178,12 @@ class Matrix:
     def cupy_row(self, package: str) -> Row | None:
         return next((r for r in self.tables["cupy"] if r["package"] == package.lower()), None)
 
+    def cupy_gpu(self, arch: Row) -> Row | None:
+        """The ``cupy_gpus`` row of a GPU generation (an ``architectures`` row)."""
+        cc = CC.parse(arch["cc"])
+        return next((r for r in self.tables.get("cupy_gpus", [])
+                     if any(CC.parse(c) == cc for c in r["cc"])), None)
+
 
 def load_matrix(overlays: Sequence[Path | str] = ()) -> Matrix:
     """The bundled matrix with ``$DNNCTL_MATRIX`` and ``overlays`` applied on top, in order."""

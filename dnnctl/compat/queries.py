@@ -129,7 +129,12 @@ def _cupy_options(matrix: Matrix, cc: CC, drv: Version | None, platform: str | N
             continue
         if not re.search(r"\dx$", row["package"]):
             continue  # per-minor wheels are long gone: suggest the per-major ones
-        cupy_min = row.get("blackwell_min_cupy") if arch["family"] == "blackwell" else None
+        gen = matrix.cupy_gpu(arch)
+        cupy_min = Version.parse(gen["first"]) if gen and gen.get("fails") else None
+        if cupy_min is not None:  # a release before it fails on this GPU
+            cupy_min = max(cupy_min, VersionRange.parse(row["cupy"]).lowest() or cupy_min)
+            if not VersionRange.parse(row["cupy"]).contains(cupy_min):
+                continue
         out.append({"framework": "cupy", "version": f">={cupy_min}" if cupy_min else row["cupy"],
                     "package": row["package"], "cuda": f">={low}", "code": "jit",
                     "driver": driver_status(matrix, drv, low),

@@ -126,7 +126,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "all_releases": F("bool")}),
     "cupy": (("package",), {
         "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
-        "blackwell_min_cupy": F("version"), "install": F("text", True)}),
+        "install": F("text", True)}),
+    # cupy_gpus: GPU generations (an architectures row's cc) -> the first CuPy release with
+    # code of its own for them, and the releases whose run-time (NVRTC) kernels fail on them
+    "cupy_gpus": (("cc",), {
+        "cc": F("cc_list", True), "first": F("version", True), "fails": F("range")}),
     "package_conflicts": (("name",), {
         "name": F("text", True), "pattern": F("regex", True),
         "severity": F("choice", True, "error", "warning"), "why": F("text", True),

@@ -440,12 +440,16 @@ def _cupy_arch(ctx: Context, gpu: Any, what: str, row: Row, ver: Version,
     sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
     lo = Version.parse(arch["min_cuda"])
     hi = Version.maybe(arch.get("last_cuda"))
-    bw_min = Version.maybe(row.get("blackwell_min_cupy"))
-    if bw_min is not None and arch["family"] == "blackwell" and ver < bw_min:
+    gen = ctx.matrix.cupy_gpu(arch)
+    if gen is not None and not gen.uncertain and gen.get("fails") \
+            and VersionRange.parse(gen["fails"]).contains(ver):
+        first = Version.parse(gen["first"])
         return [finding("arch-unsupported", "error", "cupy",
-                        f"{what} predates Blackwell support (CuPy >= {bw_min}) and fails on "
-                        f"{gpu.label} with CUDA_ERROR_NO_BINARY_FOR_GPU",
-                        fix=f"pip install -U '{row['package']}>={bw_min}'", row=row)]
+                        f"{what} predates CuPy's support for {gpu.label} ({sm}, CuPy >= "
+                        f"{first}): the kernels it compiles at run time (NVRTC) are for an "
+                        "older GPU generation and fail with CUDA_ERROR_NO_BINARY_FOR_GPU",
+                        fix=_cupy_release_fix(ctx, row, first, lo, hi), row=gen,
+                        cupy=ver, compute_capability=gpu.cc)]
     if cuda is not None:
         if cuda < lo or (hi is not None and cuda.trunc(2) > hi):
             rng = f">= {lo}" + (f" and <= {hi}" if hi else "")
@@ -465,6 +469,40 @@ def _cupy_arch(ctx: Context, gpu: Any, what: str, row: Row, ver: Version,
                         "(NVRTC); their version is unknown", row=arch,
                         fix=f"pip install 'nvidia-cuda-nvrtc-cu{major}>={lo}'")]
     return []
+
+
+def _cupy_release_fix(ctx: Context, current: Row, first: Version, lo: Version,
+                      hi: Version | None) -> str:
+    """A CuPy release >= ``first`` of the installed package when its CUDA can target the GPU
+    (CUDA ``lo``..``hi``), else of the package that can (one whose CUDA this driver runs
+    first, then the newest CUDA)."""
+    best: tuple[tuple[bool, Version], Row, Version] | None = None
+    for r in ctx.matrix.rows("cupy"):
+        cupy = VersionRange.parse(r["cupy"])
+        need = max(first, cupy.lowest() or first)
+        cuda = VersionRange.parse(r["cuda"])
+        low = max([lo] + [v for op, v, _ in cuda.clauses if op in (">=", "==")])
+        if r.uncertain or not cupy.contains(need) or not cuda.contains(low) \
+                or (hi is not None and low.trunc(2) > hi):
+            continue
+        if r is current:
+            return _with_nvrtc(f"pip install -U '{r['package']}>={need}'", cuda, low)
+        rank = (fixcheck.driver_problem(ctx, low) is None, low)
+        if best is None or rank > best[0]:
+            best = (rank, r, need)
+    if best is None:
+        return f"no CuPy package in the matrix has a release >= {first} for a CUDA that can " \
+               "target this GPU"
+    cmd = f"pip uninstall -y {current['package']} && pip install '{best[1]['package']}>={best[2]}'"
+    return _with_nvrtc(cmd, VersionRange.parse(best[1]["cuda"]), best[0][1])
+
+
+def _with_nvrtc(cmd: str, cuda: VersionRange, low: Version) -> str:
+    """``cmd``, and the NVRTC of CUDA >= ``low`` where the package also runs with older."""
+    if low <= (cuda.lowest() or low):
+        return f"`{cmd}`"
+    return (f"`{cmd}` and, unless the CUDA {low.major} NVRTC here is {low} or newer, "
+            f"`pip install 'nvidia-cuda-nvrtc-cu{low.major}>={low}'`")
 
 
 def _cupy_fix(ctx: Context, lo: Version, hi: Version | None, current: Row) -> str:
