@@ -134,7 +134,33 @@ def print_commands(commands: list[tuple[str, str]]) -> None:
     console.print("[bold]commands[/] [dim](one per line)[/]:")
     for i, (what, cmd) in enumerate(commands, 1):
         console.print(f"[dim]# [{i}] {escape(what)}[/]", soft_wrap=True)
-        console.print(escape(cmd), soft_wrap=True, highlight=False)
+        for line in wrap_command(cmd, console.width):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def wrap_command(cmd: str, width: int = 80) -> list[str]:
+    """A POSIX shell command as lines of at most ``width`` columns that paste as the same
+    command: broken between words with `` \\`` (the next line indented), and a word longer
+    than a line (a path, a URL) inside it with a bare ``\\``, the next line at column 0
+    (the shell drops a backslash-newline, outside single quotes, even within a word).
+    PowerShell commands and words with single quotes are never broken inside."""
+    if len(cmd) <= width or cmd.startswith("$env:") or width < 20:
+        return [cmd]
+    lines, cur = [], ""
+    for word in cmd.split(" "):
+        if cur and len(cur) + 1 + len(word) + 2 <= width:
+            cur += " " + word
+            continue
+        if cur:
+            lines.append(cur + " \\")
+            cur = "    "
+        while len(cur) + len(word) + 1 > width and "'" not in word:
+            cut = max(word.rfind(c, 0, width - len(cur) - 1) for c in "/:,=&")
+            cut = cut + 1 if cut > 0 else width - len(cur) - 1
+            lines.append(cur + word[:cut] + "\\")
+            cur, word = "", word[cut:]
+        cur += word
+    return lines + [cur]
 
 
 # -- formats of values -------------------------------------------------------------------

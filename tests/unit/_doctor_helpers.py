@@ -12,6 +12,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from dnnctl.cli.app import app
+from dnnctl.cli.render import split_commands
 
 
 @dataclass
@@ -51,8 +52,33 @@ def doctor(tmp_path: Path, text: str) -> Doctor:
     assert data["schema"] == "dnnctl-doctor/1"
     width = max(len(line.rstrip()) for line in human.output.splitlines())
     assert width <= 80, human.output
+    fixes = [f["fix"] for f in data["findings"] if f.get("fix")]
+    assert sorted(shown_commands(human.output)) == sorted(
+        c for fix in fixes for c in split_commands(fix)[1]), human.output
     assert (human.exit_code == 1) == (data["verdict"] == "fail"), human.output
     return Doctor(human.exit_code, human.output, data)
+
+
+def shown_commands(text: str) -> list[str]:
+    """The commands of a human report as the shell reads them: the lines under each
+    ``# [n]`` joined back (`` \\`` ends a line between words, a bare ``\\`` inside one)."""
+    lines = text.splitlines()
+    if "commands (one per line):" not in lines:
+        return []
+    out: list[str] = []
+    for line in lines[lines.index("commands (one per line):") + 1:]:
+        line = line.rstrip()
+        if line.startswith("# ["):
+            out.append("")
+        elif not out or not line or line.startswith(("probe notes:", "  · ", "snapshot saved")):
+            break
+        elif out[-1].endswith(" \\"):
+            out[-1] = out[-1][:-1] + line.lstrip()
+        elif out[-1].endswith("\\"):
+            out[-1] = out[-1][:-1] + line
+        else:
+            out[-1] += line
+    return out
 
 
 def probe_fakes() -> Any:
