@@ -156,6 +156,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "dgl": (("dgl",), {
         "dgl": F("range", True), "torch": F("range", True), "raises_below": F("version", True),
         "index": F("text", True)}),
+    # dgl_wheels: DGL releases (and, from 2.2, torch lines) -> the +cuXYZ builds published
+    # for them; releases: the releases of the range
+    "dgl_wheels": (("dgl", "torch"), {
+        "dgl": F("range", True), "torch": F("range"), "variants": F("list_text", True),
+        "releases": F("list_text", True)}),
     # jaxlib_minimum: jax releases -> the oldest jaxlib their import check accepts, and whether
     # it also rejects a jaxlib newer than jax (from 0.3.0)
     "jaxlib_minimum": (("jax",), {

@@ -188,10 +188,8 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     cuda_pkg = any(re.fullmatch(r"dgl-cu\d+", n) for n in packages)
     if variant is None or cuda_pkg or built == variant:
         return found
-    index = row["index"].format(torch=torch.line, variant=variant)
-    fix = (f"`pip uninstall -y dgl` and `export PIP_FIND_LINKS={index}` and "
-           f"`pip install dgl=={text}+{variant}`"
-           + (f" (after torch {need})" if not supported else ""))
+    fix = _dgl_fix(ctx, row, v, text, variant, torch) \
+        + (f" (after torch {need})" if not supported else "")
     if built is None:
         on_gpu = bool(ctx.gpus)
         found.append(finding(
@@ -208,3 +206,44 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             "CUDA build must match torch's CUDA", fix=fix, source=cite, dgl=version,
             torch=torch.text))
     return found
+
+
+def _dgl_install(row: Row, release: str, variant: str, torch: TorchVersion) -> str:
+    index = row["index"].format(torch=torch.line, variant=variant)
+    return (f"`pip uninstall -y dgl` and `export PIP_FIND_LINKS={index}` and "
+            f"`pip install dgl=={release}+{variant}`")
+
+
+def _dgl_wheels(ctx: Context, torch: TorchVersion) -> list[Row]:
+    """The ``dgl_wheels`` rows that hold for this torch's line."""
+    line = Version.parse(torch.line)
+    return [r for r in ctx.matrix.rows("dgl_wheels") if not r.uncertain
+            and (not r.get("torch") or VersionRange.parse(r["torch"]).admits(line))]
+
+
+def _dgl_fix(ctx: Context, row: Row, v: Version, text: str, variant: str,
+             torch: TorchVersion) -> str:
+    """This release's ``variant`` build where DGL published one (or where the matrix does not
+    say); else the nearest release with one, for this torch."""
+    known = [r for r in ctx.matrix.rows("dgl_wheels") if not r.uncertain
+             and VersionRange.parse(r["dgl"]).admits(v)]
+    here = [r for r in _dgl_wheels(ctx, torch) if r in known]
+    published = sorted({x for r in here for x in r["variants"]})
+    if not known or variant in published:
+        return _dgl_install(row, text, variant, torch)
+    what = (f"DGL published no {variant} build of dgl {text} for torch {torch.line} (its CUDA "
+            f"builds for it: {', '.join(published) or 'none'})")
+    found: list[tuple[Version, Row]] = []
+    for r in _dgl_wheels(ctx, torch):
+        for rel in (Version.parse(x) for x in r["releases"] if variant in r["variants"]):
+            need = next((d for d in ctx.matrix.rows("dgl") if not d.uncertain
+                         and VersionRange.parse(d["dgl"]).admits(rel)), None)
+            if need is not None and VersionRange.parse(need["torch"]).admits(torch.release):
+                found.append((rel, need))
+    if not found:
+        return (f"{what}, nor of any release in the matrix: a torch of a CUDA DGL has a build "
+                "for, or DGL built from source")
+    ordered = sorted({rel for rel, _ in found} | {v})
+    pos = ordered.index(v)
+    rel, need = min(found, key=lambda f: (abs(ordered.index(f[0]) - pos), -ordered.index(f[0])))
+    return f"{what}; the nearest release with one: " + _dgl_install(need, str(rel), variant, torch)

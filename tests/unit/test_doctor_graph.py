@@ -108,3 +108,29 @@ def test_an_old_torch_geometric_is_not_told_to_drop_the_extensions(tmp_path) -> 
     bad = d.of("build-mismatch", "torch-geometric")
     assert bad and "uninstall" not in bad[0]["fix"]
     assert "from source" in bad[0]["fix"]
+
+
+def test_dgl_fix_names_only_a_published_cuda_build(tmp_path) -> None:
+    """DGL 2.4.0 has cu124 builds for torch 2.4 only: beside torch 2.3.1+cu124 (whose dgl is
+    the CPU build) there is no 2.4.0+cu124 to install, and no other release has one for 2.3."""
+    d = doctor(tmp_path, GPU + "packages: {torch: 2.3.1+cu124, dgl: 2.4.0}\n")
+    bad = d.of("build-mismatch", "dgl")
+    assert bad and "dgl==2.4.0+cu124" not in bad[0]["fix"]
+    assert "DGL published no cu124 build of dgl 2.4.0 for torch 2.3" in bad[0]["fix"]
+    assert "cu118, cu121" in bad[0]["fix"]
+
+
+def test_dgl_fix_names_the_nearest_release_with_the_build(tmp_path) -> None:
+    """dgl 1.1.2 has no cu121 build (cu116-cu118); 1.1.3 is the first release with one."""
+    d = doctor(tmp_path, GPU + "packages: {torch: 2.1.0+cu121, dgl: 1.1.2+cu118}\n")
+    bad = d.of("build-mismatch", "dgl")
+    assert bad and "the nearest release with one" in bad[0]["fix"]
+    assert bad[0]["fix"].endswith("`pip install dgl==1.1.3+cu121`")
+    assert "https://data.dgl.ai/wheels/cu121/repo.html" in bad[0]["fix"]
+
+
+def test_dgl_published_build_keeps_the_release(tmp_path) -> None:
+    d = doctor(tmp_path, GPU + "packages: {torch: 2.4.0+cu124, dgl: 2.4.0}\n")
+    bad = d.of("build-mismatch", "dgl")
+    assert bad and bad[0]["fix"].endswith("`pip install dgl==2.4.0+cu124`")
+    assert "torch-2.4/cu124/repo.html" in bad[0]["fix"]
