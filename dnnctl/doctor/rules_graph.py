@@ -241,8 +241,11 @@ def _dgl_fix(ctx: Context, row: Row, v: Version, text: str, variant: str,
             if need is not None and VersionRange.parse(need["torch"]).admits(torch.release):
                 found.append((rel, need))
     if not found:
-        return (f"{what}, nor of any release in the matrix: a torch of a CUDA DGL has a build "
-                "for, or DGL built from source")
+        if not published:
+            return f"{what}, nor of any release in the matrix: build DGL from source"
+        index = row["index"].format(torch=torch.line, variant="cuXYZ")
+        return (f"{what}, nor of any release in the matrix for this torch: a torch built for "
+                f"one of {', '.join(published)}, then dgl=={text}+cuXYZ from {index}")
     ordered = sorted({rel for rel, _ in found} | {v})
     pos = ordered.index(v)
     rel, need = min(found, key=lambda f: (abs(ordered.index(f[0]) - pos), -ordered.index(f[0])))
