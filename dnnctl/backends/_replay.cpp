@@ -93,7 +93,7 @@ struct AtenOut {
 // The operators a vendor variant calls per step most, called typed (unboxed) where their
 // recorded arguments allow it: no IValue stack, no SymInt list conversions (~1-2 us a call
 // on a boxed convolution). Everything else goes boxed through the dispatcher.
-enum class Typed { none, convolution, cudnn_convolution };
+enum class Typed { none, convolution, cudnn_convolution, conv_relu, conv_add_relu };
 
 struct AtenCall {
     c10::OperatorHandle op;
@@ -104,6 +104,7 @@ struct AtenCall {
     std::vector<int64_t> stride, padding, dilation, output_padding;
     int64_t groups = 1;
     bool flag = false;  // convolution: transposed; cudnn_convolution: allow_tf32
+    c10::optional<at::Scalar> alpha;  // cudnn_convolution_add_relu's
 
     explicit AtenCall(c10::OperatorHandle h) : op(std::move(h)) {}
 
@@ -127,6 +128,26 @@ struct AtenCall {
                 flag = args[6].value.toBool();
                 groups = args[8].value.toInt();
                 typed = Typed::convolution;
+            }
+        } else if (name == "aten::cudnn_convolution_relu" && overload.empty() &&
+                   args.size() == 7) {
+            // (input, weight, bias?, stride, padding, dilation, groups)
+            if (args[0].slot >= 0 && args[1].slot >= 0 && tensor_or_none(2) &&
+                ints(3, stride) && ints(4, padding) && ints(5, dilation) &&
+                args[6].slot < 0 && args[6].value.isInt()) {
+                groups = args[6].value.toInt();
+                typed = Typed::conv_relu;
+            }
+        } else if (name == "aten::cudnn_convolution_add_relu" && overload.empty() &&
+                   args.size() == 9) {
+            // (input, weight, z, alpha?, bias?, stride, padding, dilation, groups)
+            if (args[0].slot >= 0 && args[1].slot >= 0 && args[2].slot >= 0 &&
+                args[3].slot < 0 && (args[3].value.isNone() || args[3].value.isScalar()) &&
+                tensor_or_none(4) && ints(5, stride) && ints(6, padding) &&
+                ints(7, dilation) && args[8].slot < 0 && args[8].value.isInt()) {
+                if (!args[3].value.isNone()) alpha = args[3].value.toScalar();
+                groups = args[8].value.toInt();
+                typed = Typed::conv_add_relu;
             }
         } else if (name == "aten::cudnn_convolution" && overload.empty() && args.size() == 9) {
             // (input, weight, padding, stride, dilation, groups, benchmark, deterministic,
@@ -158,6 +179,18 @@ struct AtenCall {
             stack.emplace_back(at::convolution(tensor(slots, 0), tensor(slots, 1), bias, stride,
                                                padding, dilation, flag, output_padding,
                                                groups));
+        } else if (typed == Typed::conv_relu) {
+            c10::optional<at::Tensor> bias;
+            if (args[2].slot >= 0) bias = tensor(slots, 2);
+            stack.emplace_back(at::cudnn_convolution_relu(tensor(slots, 0), tensor(slots, 1),
+                                                          bias, stride, padding, dilation,
+                                                          groups));
+        } else if (typed == Typed::conv_add_relu) {
+            c10::optional<at::Tensor> bias;
+            if (args[4].slot >= 0) bias = tensor(slots, 4);
+            stack.emplace_back(at::cudnn_convolution_add_relu(
+                tensor(slots, 0), tensor(slots, 1), tensor(slots, 2), alpha, bias, stride,
+                padding, dilation, groups));
         } else if (typed == Typed::cudnn_convolution && !at::globalContext().userEnabledCuDNN()) {
             // cuDNN turned off since the recording: torch's convolution picks another kernel
             std::vector<int64_t> zeros(stride.size(), 0);
