@@ -33,7 +33,7 @@ import os
 import sys
 import sysconfig
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,9 @@ NAME = "_dnnctl_replay"
 BUILD_SECONDS = 600
 
 _LOCK = threading.Lock()
+# the loaded extension's ``signature(arrays)`` (bytes, or None for arrays other than torch
+# tensors and Nones): the arrays' part of a dispatch site's key; None until it loads
+SIGNATURE: Callable[[tuple[Any, ...]], bytes | None] | None = None
 _STATE: dict[str, Any] = {}  # "module": the loaded extension / None; "thread": the build
 
 
@@ -116,6 +119,9 @@ def _build_and_load() -> None:
             why = f"no CUDA driver: {exc}"  # records one; a test sets its own launcher)
     _STATE["failure"] = why
     _STATE["module"] = mod
+    global SIGNATURE
+    if mod is not None:
+        SIGNATURE = mod.signature
 
 
 def _load(path: Path) -> tuple[Any | None, str | None]:

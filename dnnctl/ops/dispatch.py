@@ -713,6 +713,15 @@ _SITES = _Sites()
 def call(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...],
          plan: PlanLike | None = None) -> Any:
     """Run one call of ``spec``'s op (see the module doc)."""
+    packed = replay.SIGNATURE
+    if packed is not None:  # torch tensors' signatures packed by the replay extension
+        try:
+            arrays_key = packed(arrays)
+            if arrays_key is not None:
+                site = _SITES[(spec, scalars, arrays_key)]
+                return site(arrays, plan)
+        except (KeyError, TypeError):  # a new signature or scalar: the slow path
+            return _call_slow(spec, arrays, scalars, plan)
     sig = SIGNATURES
     try:
         # the key _call_slow makes, (spec, scalars, *signatures), spelled out for the usual
@@ -748,10 +757,21 @@ def site_for(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]
     """The site a call of ``spec`` with arrays of these signatures and these scalars goes
     to, if one has been made (None otherwise)."""
     try:
-        return _SITES.get((spec, scalars, *[None if a is None else signature(a)
-                                            for a in arrays]))
+        return _SITES.get(_key(spec, arrays, scalars))
     except TypeError:
         return None
+
+
+def _key(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]) -> tuple:
+    """A site's key: (spec, scalars, the arrays' signatures), the signatures packed by the
+    replay extension where it is loaded and every array is a torch tensor or None (what
+    :func:`call` looks up first); TypeError for an array of no known kind."""
+    packed = replay.SIGNATURE
+    if packed is not None:
+        arrays_key = packed(arrays)
+        if arrays_key is not None:
+            return (spec, scalars, arrays_key)
+    return (spec, scalars, *[None if a is None else signature(a) for a in arrays])
 
 
 def replayed(site: Site, arrays: tuple[Any, ...], plan: PlanLike | None) -> Any | None:
@@ -785,7 +805,7 @@ def _call_slow(spec: CallSpec, arrays: tuple[Any, ...], scalars: tuple[Any, ...]
                plan: PlanLike | None) -> Any:
     checks.require(spec.name, spec.required, arrays)
     try:
-        sig: Any = (spec, scalars, *[signature(a) for a in arrays])
+        sig: Any = _key(spec, arrays, scalars)
         hash(sig)
     except TypeError:  # an unhashable scalar or an array kind without a signature
         sig = None

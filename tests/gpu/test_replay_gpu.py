@@ -329,11 +329,12 @@ def test_replayed_convolutions_equal_the_python_path_bitwise(name, cudnn_determi
     if variant == "torch_cudnn" and bias is None and not res:
         # the call taken straight to cuDNN's convolution is torch's own, bitwise; and with
         # cuDNN turned off after the recording, the replay follows torch to its other kernel
-        want = torch.nn.functional.conv2d(x, wt, None, s, r // 2)
+        # (the result is y's (N, P, Q, K) array)
+        want = torch.nn.functional.conv2d(x, wt, None, s, r // 2).permute(0, 2, 3, 1)
         assert torch.equal(fn(x, wt, z), want)
         torch.backends.cudnn.enabled = False
         try:
-            off = torch.nn.functional.conv2d(x, wt, None, s, r // 2)
+            off = torch.nn.functional.conv2d(x, wt, None, s, r // 2).permute(0, 2, 3, 1)
             got = fn(x, wt, z)
         finally:
             torch.backends.cudnn.enabled = True
