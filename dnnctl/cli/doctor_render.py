@@ -36,9 +36,11 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
     env = report.env
     origin = ("this machine" if report.origin == "detected"
               else f"snapshot {escape(report.origin)}")
+    # only what the snapshot gives (no "Python ?" for a Python it does not name)
+    about = [escape(env.os)] if env.os else []
+    about += [f"Python {escape(env.python)}"] if env.python else []
     console.print(f"[bold]dnnctl doctor[/] — {origin}"
-                  + (f" [dim]({escape(env.os)}; Python {escape(env.python or '?')})[/]"
-                     if env.os else ""))
+                  + (f" [dim]({'; '.join(about)})[/]" if about else ""))
     by_comp: dict[str, list[Finding]] = {}
     for f in report.findings:
         by_comp.setdefault(f.component, []).append(f)
@@ -65,8 +67,12 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
     print_commands(commands)
     if env.notes:
         console.print("[dim]probe notes:[/]")
+        notes = Table.grid(padding=(0, 1))  # a wrapped note stays indented under its bullet
+        notes.add_column(width=3, justify="right")
+        notes.add_column(overflow="fold")
         for note in env.notes:
-            console.print(f"[dim]  · {escape(note)}[/]")
+            notes.add_row("[dim]·[/]", f"[dim]{escape(note)}[/]")
+        console.print(notes)
     if saved is not None:
         console.print(f"snapshot saved to [bold]{escape(str(saved))}[/] "
                       f"[dim](judge it anywhere: dnnctl doctor --from {escape(saved.name)})[/]")
