@@ -115,9 +115,57 @@ def driver_install(ctx: Context) -> str:
     if ctx.os_kind == "windows":
         return (f"install the NVIDIA driver for Windows (R580 or newer) from {DRIVER_DOWNLOAD} "
                 "and reboot")
+    if rpm_distro(ctx):
+        return ("install the NVIDIA driver from RPM Fusion nonfree (`sudo dnf install "
+                "akmod-nvidia xorg-x11-drv-nvidia-cuda`) and reboot; in a container run with "
+                "`--gpus all` and the NVIDIA Container Toolkit")
     return ("install the NVIDIA driver (R580 LTSB or newer, e.g. `sudo apt install "
             "nvidia-driver-580` on Ubuntu) and reboot; in a container run with `--gpus all` "
             "and the NVIDIA Container Toolkit")
+
+
+# An installed driver whose kernel module does not load: with UEFI Secure Boot on, the kernel
+# loads only signed modules, and a module built on the machine (akmods, DKMS) is signed with a
+# machine owner key that must be enrolled (mokutil); meanwhile nouveau keeps the GPU.
+SECURE_BOOT_SOURCE = (
+    "https://docs.redhat.com/en/documentation/red_hat_enterprise_linux/8/html/"
+    "managing_monitoring_and_updating_the_kernel/signing-a-kernel-and-modules-for-secure-boot_"
+    "managing-monitoring-and-updating-the-kernel (with Secure Boot enabled every kernel module "
+    "must be signed and its public key enrolled; mokutil enrolls it); akmods README.secureboot "
+    "(Fedora: third-party modules such as NVIDIA's are signed with akmods' key, "
+    "/etc/pki/akmods/certs/public_key.der, enrolled with `mokutil --import`; "
+    "copr.fedorainfracloud.org/coprs/egeretto/akmods-secureboot); canonical/"
+    "nvidia-graphics-drivers#62 (Secure Boot on: `modprobe nvidia` 'Key was rejected by "
+    "service', nvidia-smi 'couldn't communicate with the NVIDIA driver'); "
+    "gridhead/nvidia-auto-installer-for-fedora-linux#75 (Fedora 34, RPM Fusion driver "
+    "installed, nouveau in use: Secure Boot off and a reinstall fixed it); rpmfusion-users "
+    "list ('Fedora ships nouveau ... RPMFusion repackages [the driver] as (a)kmod-nvidia')")
+NO_DRIVER_SOURCE = SECURE_BOOT_SOURCE
+_RPM_DISTROS = ("fedora", "rhel", "red hat", "centos", "rocky", "alma")
+
+
+def rpm_distro(ctx: Context) -> bool:
+    """Fedora and the RHEL family: dnf and RPM Fusion / NVIDIA's rpm repository, never apt."""
+    text = (ctx.env.os or "").lower()
+    return ctx.os_kind in (None, "linux") and any(d in text for d in _RPM_DISTROS)
+
+
+def module_not_loaded(ctx: Context) -> str:
+    """What to check, in this distribution's commands, when the GPU is there and no NVIDIA
+    kernel module is loaded."""
+    check = ("check `mokutil --sb-state` and `lsmod | grep -e nvidia -e nouveau`; if Secure Boot "
+             "is enabled, the unsigned or unenrolled NVIDIA module is refused (`sudo modprobe "
+             "nvidia`: 'Key was rejected by service') and nouveau keeps the GPU")
+    if rpm_distro(ctx):
+        return (f"{check}: enroll akmods' signing key with `sudo kmodgenca -a` and `sudo "
+                "mokutil --import /etc/pki/akmods/certs/public_key.der`, reboot and choose "
+                "Enroll MOK, then rebuild the module with `sudo akmods --force` and reboot "
+                "(or turn Secure Boot off in the firmware); if the driver is not installed: "
+                "`sudo dnf install akmod-nvidia xorg-x11-drv-nvidia-cuda` (RPM Fusion "
+                "nonfree) and reboot")
+    return (f"{check}: enroll the key the driver's module was signed with (`sudo mokutil "
+            "--import <its .der key>`, reboot, Enroll MOK) or turn Secure Boot off in the "
+            "firmware; if the driver is not installed: " + driver_install(ctx))
 
 
 def os_source(ctx: Context) -> str | None:

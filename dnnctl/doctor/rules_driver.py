@@ -43,9 +43,16 @@ def _check(ctx: Context) -> list[Finding]:
     if wsl1:
         return wsl1
     if ctx.driver_present is False:
-        fix, source = rules_platform.no_driver_fix(ctx) or (os_fixes.driver_install(ctx),
-                                                            os_fixes.os_source(ctx))
-        return [finding("no-driver", "error", "driver", NO_DRIVER_MSG, fix=fix, source=source,
+        fix, source = rules_platform.no_driver_fix(ctx) or (
+            os_fixes.driver_install(ctx), os_fixes.os_source(ctx) or os_fixes.NO_DRIVER_SOURCE)
+        message = NO_DRIVER_MSG
+        if ctx.gpus and ctx.os_kind in (None, "linux") and source == os_fixes.NO_DRIVER_SOURCE:
+            # the GPU is on the bus: an installed driver whose module did not load is as
+            # likely as no driver (Secure Boot refusing it, nouveau holding the GPU)
+            message = NO_DRIVER_MSG.replace("the driver is missing", "the driver is missing or "
+                                            "its kernel module did not load")
+            fix = os_fixes.module_not_loaded(ctx)
+        return [finding("no-driver", "error", "driver", message, fix=fix, source=source,
                         error=driver.get("error"))]
     out: list[Finding] = []
     if ctx.driver_present is None and ctx.driver is None and not driver.get("cuda") \
