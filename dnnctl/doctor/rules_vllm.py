@@ -1,4 +1,7 @@
-"""vLLM against the torch installed beside it.
+"""vLLM against the OS and the torch installed beside it.
+
+vLLM runs on Linux only (WSL 2 included): on native Windows there is no wheel and the source
+build fails, so nothing else is compared there.
 
 vLLM's compiled ops (``vllm/_C*.so``, and before 0.3 ``vllm/*_ops*.so``) are built against one
 torch and its wheels pin it (table ``vllm_torch``: ``torch==2.5.1`` for 0.6.4-0.7.3; before
@@ -49,11 +52,36 @@ def _row(ctx: Context, vllm: Version) -> Row | None:
                  and VersionRange.parse(r["vllm"]).contains(vllm)), None)
 
 
+WINDOWS_SOURCE = (
+    "https://docs.vllm.ai/en/v0.14.0/getting_started/installation/gpu/ (Requirements: 'OS: "
+    "Linux'; 'vLLM does not support Windows natively. To run vLLM on Windows, you can use the "
+    "Windows Subsystem for Linux (WSL) with a compatible Linux distribution'); "
+    "docs/getting_started/installation/gpu.md at v0.26.0 (the same); "
+    "https://docs.vllm.ai/en/v0.6.1.post2/_sources/getting_started/installation.rst "
+    "('OS: Linux'); youkaichao in vllm-project/vllm#3941 ('native windows is not supported')")
+
+
+def windows(ctx: Context, text: str) -> list[Finding]:
+    """vLLM on native Windows: it publishes Linux wheels only and does not build there."""
+    if ctx.os_kind != "windows" or ctx.wsl is not None:
+        return []
+    what = f"vllm {text}" if text else "vllm (version unknown)"
+    return [finding(
+        "cuda-mismatch", "error", "vllm", f"{what} on native Windows: vLLM supports Linux only "
+        "(no Windows wheel; `pip install vllm` tries to build it there and fails)",
+        fix="run vLLM in WSL 2 (a Linux distribution; the NVIDIA driver for Windows serves it) "
+        "and there `pip install vllm`, or on a Linux host", source=WINDOWS_SOURCE,
+        os="windows", vllm=text or None)]
+
+
 def check(ctx: Context) -> list[Finding]:
     """The torch each vLLM wheel is built for against the torch here."""
     text = _vllm(ctx)
     if text is None:
         return []
+    native = windows(ctx, text)
+    if native:  # what the OS rules out comes before any version is compared
+        return native
     vllm = Version.maybe(text.split("+")[0])
     torch = _torch(ctx)
     row = _row(ctx, vllm) if vllm is not None else None
