@@ -337,7 +337,8 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     python = (rules_python.check_release(ctx, "tensorflow", what, str(ver.trunc(2)))
               if ver else [])
     windows = rules_platform.tensorflow_windows(
-        ctx, what, ver, ctx.matrix.tensorflow_row(rules_platform.TF_WINDOWS_LAST_GPU))
+        ctx, what, ver, ctx.matrix.tensorflow_row(rules_platform.TF_WINDOWS_LAST_GPU)) \
+        or rules_platform.tensorflow_macos(ctx, what, ver, info)
     if windows:
         return python + windows
     if python and (row is None or row.uncertain or info.get("cuda_build") is False):

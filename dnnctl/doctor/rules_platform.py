@@ -1,7 +1,8 @@
 """What the operating system decides before any version is compared.
 
 - TensorFlow 2.10 was the last release with GPU support on native Windows: from 2.11 the
-  Windows wheels are CPU-only (GPU through WSL2, which is Linux to doctor).
+  Windows wheels are CPU-only (GPU through WSL2, which is Linux to doctor); on macOS 1.1 was
+  the last with a GPU build.
 - JAX has no CUDA build for native Windows (jaxlib's CUDA wheels and the CUDA plugins are
   Linux wheels): there every jax runs on the CPU; the GPU needs WSL2 (experimental in JAX's
   table). An error where the snapshot shows a GPU meant for it, else a conditional warning.
@@ -167,6 +168,37 @@ def tensorflow_windows(ctx: Context, what: str, version: Version | None,
         f"{TF_WINDOWS_LAST_GPU} was the last release with it, later ones run on the CPU only",
         fix="run TensorFlow in WSL2 and there `pip install \"tensorflow[and-cuda]\"`" + old,
         source=TF_WINDOWS_SOURCE, os="windows", last_gpu_release=str(TF_WINDOWS_LAST_GPU),
+        conditional=None if gpu else True)]
+
+
+TF_MACOS_LAST_GPU = Version.parse("1.1")
+TF_MACOS_SOURCE = (
+    "asimshankar in tensorflow/tensorflow#15230 ('GPUs-on-Macs are not supported by the "
+    "TensorFlow team (since after version 1.2)') and #18485 ('since version 1.2 TensorFlow has "
+    "not been providing GPU support on macOS. See release notes for 1.1.0'); av8ramit in "
+    "#11761 ('we stopped Mac GPU support after the 1.1 release'); gunan in #12770 and #9072 "
+    "('As announced in 1.1 we will drop official support for mac-gpu setups')")
+
+
+def tensorflow_macos(ctx: Context, what: str, version: Version | None,
+                     info: dict[str, Any]) -> list[Finding]:
+    """TensorFlow >= 1.2 on macOS: no GPU build exists (the Windows rule's shape)."""
+    if ctx.os_kind != "macos" or version is None or version.trunc(2) <= TF_MACOS_LAST_GPU:
+        return []
+    # the CPU package on a Mac with no GPU in view is simply the CPU build: nothing to say
+    asked = str(info.get("package") or "") == "tensorflow-gpu"
+    gpu = gpu_stack(ctx)
+    if not gpu and not asked:
+        return []
+    return [finding(
+        "cuda-mismatch", "error" if gpu else "warning", "tensorflow",
+        ("" if gpu else "if an NVIDIA GPU is meant for TensorFlow here: ")
+        + f"{what} has no GPU support on macOS: TensorFlow {TF_MACOS_LAST_GPU} was the last "
+        "release with a macOS GPU build, later ones run on the CPU only"
+        + (" (no tensorflow-gpu wheel exists for macOS)" if asked else ""),
+        fix=f"on macOS `pip install \"tensorflow=={version.trunc(2)}.*\"` (CPU only); for the "
+        "NVIDIA GPU run TensorFlow on a Linux host (or WSL2 on Windows)",
+        source=TF_MACOS_SOURCE, os="macos", last_gpu_release=str(TF_MACOS_LAST_GPU),
         conditional=None if gpu else True)]
 
 
