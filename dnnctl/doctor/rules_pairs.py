@@ -41,10 +41,18 @@ def jax_plugin(ctx: Context) -> list[Finding]:
     jax_info = (ctx.env.frameworks or {}).get("jax") or {}
     jaxlib = str(jax_info.get("jaxlib") or packages.get("jaxlib") or "")
     lib = _dotted(jaxlib) if jaxlib else None
+    plugins = {n: v for n, v in packages.items() if re.fullmatch(r"jax-cuda\d+-plugin", n)}
+    named = canonical_name(str(jax_info.get("plugin") or ""))
+    if re.fullmatch(r"jax-cuda\d+-plugin", named):  # the entry's own plugin and version win
+        plugins[named] = str(jax_info.get("plugin_version") or plugins.get(named) or "")
     out: list[Finding] = []
-    for name in sorted(n for n in packages if re.fullmatch(r"jax-cuda\d+-plugin", n)):
-        version = packages[name]
+    for name in sorted(plugins):
+        version = plugins[name]
         plugin = _dotted(version) if version else None
+        if lib is not None and plugin is None:
+            out.append(_plugin_unknown(name, jaxlib, str(jax_info.get("version")
+                                                         or packages.get("jax") or "")))
+            continue
         if lib is None or plugin is None or plugin == lib:
             continue
         pjrt = name.replace("-plugin", "-pjrt")
@@ -58,6 +66,24 @@ def jax_plugin(ctx: Context) -> list[Finding]:
             f"plugin's version ({version})", source=JAX_PLUGIN_SOURCE,
             plugin=version, jaxlib=jaxlib))
     return out
+
+
+def _plugin_unknown(name: str, jaxlib: str, jax: str) -> Finding:
+    """The plugin's version is not known: the rule is said, with the install that pairs it."""
+    major = re.sub(r"\D", "", name.split("-")[1])
+    if jax and _dotted(jax) == _dotted(jaxlib):  # the extra pins plugin and jaxlib to jax's
+        cmd = f'pip install "jax[cuda{major}]=={jax}"'
+    else:
+        cmd = f'pip install "{name}=={jaxlib}"'
+    return finding(
+        "not-judged", "info", "jax",
+        f"{name} (version unknown) beside jaxlib {jaxlib}: JAX uses a CUDA plugin only of "
+        "jaxlib's own version (another one is not used, or fails in its initialize()); the "
+        "plugin's version is not in the snapshot, so this pair was not judged",
+        fix=f"check `pip show {name}`; if it is not {jaxlib}: `{cmd}`",
+        source=JAX_PLUGIN_SOURCE + "; dfm in jax-ml/jax#26750 (a newer plugin beside jaxlib "
+        "0.4.35: 'pip install jax[cuda12]==0.4.35 should install the right versions')",
+        plugin=name, jaxlib=jaxlib)
 
 
 TRT_ENGINE_SOURCE = (
