@@ -170,7 +170,9 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     if row is None:
         return []
     cite = f"{row['source']} [{row['certainty']}; {row.where}]"
-    found: list[Finding] = []
+    found: list[Finding] = _graphbolt(ctx, v, version, torch)
+    if found:  # its libraries do not load at all: nothing else about it matters
+        return found
     floor = Version.parse(str(row["raises_below"]))
     supported = VersionRange.parse(row["torch"]).admits(torch.release)
     need = row["torch"].replace(" ", "")
@@ -206,6 +208,51 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             "CUDA build must match torch's CUDA", fix=fix, source=cite, dgl=version,
             torch=torch.text))
     return found
+
+
+GRAPHBOLT_SOURCE = (
+    "Rhett-Ying in dmlc/dgl#7809 (DGL 2.2.1, torch 2.4.1, Windows: no "
+    "graphbolt_pytorch_2.4.1.dll; 'Since 2024.06.27, we have stopped providing packages for "
+    "Windows and MacOS. The latest version of available package is 2.2.1 ... you need to build "
+    "on your own or downgrade your torch version to torch 2.1') and #7247 ('DGL 2.1.0 supports "
+    "up to torch 2.2.1'); dmlc/dgl#7822 (macOS, torch 2.4.1: 'Cannot find DGL C++ graphbolt "
+    "library'); dglai/dglai.github.io#95 (2024-06-27: the install page's warning that Windows "
+    "and Mac packages stop)")
+DGL_LAST_WINDOWS = "2.2.1"
+DGL_WINDOWS_TORCH = "2.1"  # the torch the maintainers name for 2.2.1 there (dgl#7809)
+
+
+def _graphbolt(ctx: Context, v: Version | None, version: str,
+               torch: TorchVersion) -> list[Finding]:
+    """DGL's GraphBolt library is built per torch release (graphbolt_pytorch_<torch>): a torch
+    line none of the release's packages was built for fails `import dgl`, on every OS."""
+    rows = [r for r in ctx.matrix.rows("dgl_wheels") if v is not None and not r.uncertain
+            and r.get("torch") and VersionRange.parse(r["dgl"]).admits(v)]
+    line = Version.parse(torch.line)
+    if not rows or any(VersionRange.parse(r["torch"]).admits(line) for r in rows):
+        return []
+    ranges = " or ".join(r["torch"].replace(" ", "") for r in rows)
+    ext = {"windows": "graphbolt_pytorch_{}.dll", "macos": "libgraphbolt_pytorch_{}.dylib"}.get(
+        ctx.os_kind or "", "libgraphbolt_pytorch_{}.so").format(torch.release)
+    if ctx.os_kind in ("windows", "macos"):
+        fix = (f"`pip install \"torch=={DGL_WINDOWS_TORCH}.*\"` (the torch DGL's maintainers "
+               f"name for dgl {DGL_LAST_WINDOWS}, its last {ctx.os_kind} package), or build DGL "
+               "from source for this torch, or run it in WSL 2 / Linux with DGL's current "
+               "packages")
+    else:
+        newer = sorted({rel for r in ctx.matrix.rows("dgl_wheels") if not r.uncertain
+                        and r.get("torch") and VersionRange.parse(r["torch"]).admits(line)
+                        for rel in r["releases"]}, key=Version.parse)
+        fix = (f"a torch {ranges}, or " + (f"dgl {newer[-1]} (its packages cover torch "
+               f"{torch.line}; index data.dgl.ai/wheels/torch-{torch.line}/...)" if newer
+               else "build DGL from source for this torch"))
+    return [finding(
+        "build-mismatch", "error", "dgl",
+        f"dgl {version} carries its GraphBolt library for torch {ranges} only; beside torch "
+        f"{torch.text} `import dgl` fails (no {ext})", fix=fix,
+        source=GRAPHBOLT_SOURCE + "; " + "; ".join(f"{r['source']} [{r['certainty']}; "
+                                                   f"{r.where}]" for r in rows[:1]),
+        dgl=version, torch=torch.text)]
 
 
 def _dgl_install(row: Row, release: str, variant: str, torch: TorchVersion) -> str:
