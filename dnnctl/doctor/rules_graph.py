@@ -170,11 +170,13 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     if row is None:
         return []
     cite = f"{row['source']} [{row['certainty']}; {row.where}]"
-    found: list[Finding] = _graphbolt(ctx, v, version, torch)
-    if found:  # its libraries do not load at all: nothing else about it matters
-        return found
+    found: list[Finding] = []
     floor = Version.parse(str(row["raises_below"]))
     supported = VersionRange.parse(row["torch"]).admits(torch.release)
+    if supported:  # a torch it accepts may still lack its GraphBolt library
+        found = _graphbolt(ctx, v, version, torch)
+        if found:  # its libraries do not load at all: nothing else about it matters
+            return found
     need = row["torch"].replace(" ", "")
     if not supported:
         raises = torch.release < floor

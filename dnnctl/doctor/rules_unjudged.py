@@ -20,6 +20,7 @@ from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_graph import PYG
 
 DRIVER_FIX = ("give the driver's version (driver: {version: ...}; on the machine: "
               "`nvidia-smi --query-gpu=driver_version --format=csv,noheader`)")
@@ -72,7 +73,8 @@ def check(ctx: Context, findings: list[Finding]) -> list[Finding]:
         if f.code == "ok":
             f.fix = None
     judged = {f.component for f in findings}
-    out = _driver(ctx, judged) + _runtimes(ctx, judged) + _packages(ctx, judged)
+    said = " ".join(f.message.lower() for f in findings)
+    out = _driver(ctx, judged) + _runtimes(ctx, judged) + _packages(ctx, judged, said)
     for f in findings + out:
         if f.code == "not-judged" and not f.fix:
             f.fix = _next_step(f)
@@ -115,8 +117,9 @@ def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
     return out
 
 
-def _packages(ctx: Context, judged: set[str]) -> list[Finding]:
-    """Each GPU package (or compiled extension) no rule said anything about."""
+def _packages(ctx: Context, judged: set[str], said: str) -> list[Finding]:
+    """Each GPU package (or compiled extension) no rule said anything about (no finding of
+    its component, none naming it)."""
     packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
     for name, info in (ctx.env.extensions or {}).items():
         packages.setdefault(canonical_name(name), str((info or {}).get("version") or ""))
@@ -124,9 +127,12 @@ def _packages(ctx: Context, judged: set[str]) -> list[Finding]:
     for name, version in sorted(packages.items()):
         known = GPU_PACKAGES.get(name)
         extension = any(canonical_name(n) == name for n in ctx.env.extensions or {})
-        if known is None and not extension and not _CUDA_NAME.fullmatch(name):
-            continue
-        if _covered(name, judged):
+        if known is None and not extension and (not _CUDA_NAME.fullmatch(name)
+                                                 or name.startswith("nvidia-")):
+            continue  # nvidia-* wheels are CUDA's own libraries, judged with what loads them
+        if name in PYG and "torch" in judged:
+            continue  # judged against torch by the pyg_wheels table (silent where they fit)
+        if _covered(name, judged) or re.search(rf"\b{re.escape(name)}\b", said):
             continue
         what = f"{name} {version}" if version else f"{name} (version unknown)"
         if known is not None:
@@ -150,6 +156,7 @@ def _packages(ctx: Context, judged: set[str]) -> list[Finding]:
 
 def _covered(name: str, judged: set[str]) -> bool:
     """Whether a finding speaks for the package (its own name, or its framework's)."""
+    name = name.rsplit("/", 1)[-1]  # @tensorflow/tfjs-node-gpu: its component is tfjs-node-gpu
     base = re.sub(r"-(gpu|cu\d+|cuda\d+x?)$", "", name)
     stems = {name, base, base.replace("paddlepaddle", "paddle")}
     if re.fullmatch(r"jax-cuda\d+-(plugin|pjrt)", name):

@@ -20,7 +20,10 @@ LONG = [f'pip install "jax[cuda12_pip]==0.4.14" -f {JAX_INDEX}',
 
 
 def test_jax_index_command_is_wrapped_in_the_report_and_whole_in_json(tmp_path) -> None:
-    d = doctor(tmp_path, "frameworks:\n  jax: {version: '0.4.6', jaxlib: '0.4.14'}\n"
+    # a GPU in view: the CPU-only jax is a warning whose fix is the index command (an ok
+    # finding carries no fix)
+    d = doctor(tmp_path, "gpus: [{name: NVIDIA H100 80GB HBM3}]\n"
+               "frameworks:\n  jax: {version: '0.4.6', jaxlib: '0.4.14'}\n"
                "packages: {jax: '0.4.6', jaxlib: '0.4.14'}\n")
     assert any(len(c) > 80 for c in shown_commands(d.text))  # one is longer than a line
     assert f'-f {JAX_INDEX}' in d.fixes  # --json: whole

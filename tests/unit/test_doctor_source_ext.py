@@ -59,9 +59,10 @@ def test_unknown_arch_list_of_a_source_build_is_not_judged(tmp_path: Path) -> No
     other = doctor(tmp_path, P100 + "extensions: {torch-scatter: {built_from_source: true}}\n")
     [f] = other.of("not-judged", "torch-scatter")
     assert "cuobjdump" in f["fix"]
-    # a wheel (not built from source) with no list says nothing
+    # a wheel (not built from source) with no list is not judged here: said, never silent
     wheel = doctor(tmp_path, P100 + "extensions: {torch-scatter: {built_from_source: false}}\n")
-    assert not [x for x in wheel.findings if x["component"] == "torch-scatter"]
+    assert [(x["code"], x["severity"]) for x in wheel.findings
+            if x["component"] == "torch-scatter"] == [("not-judged", "info")]
 
 
 def test_snapshot_field_is_validated() -> None:
