@@ -289,7 +289,7 @@ class Site:
     """Everything a call with one signature needs, made once (see the module doc)."""
 
     __slots__ = ("adapter", "op", "problem", "bname", "device", "attrs", "inputs", "outputs",
-                 "given", "consts", "result", "pointer", "kernels", "default", "last",
+                 "given", "consts", "result", "pointer", "kernels", "default", "last", "planned",
                  "prepare", "finish", "enter", "leave", "empty", "empty_like", "views",
                  "given_at", "flat_inputs", "free_default", "det_default", "autograd",
                  "as_is", "made_result", "programs", "seen")
@@ -319,6 +319,8 @@ class Site:
         self.free_default: Built | None = None
         self.det_default: Built | None = None
         self.last: tuple[Any, Built | None] = (None, None)
+        # (plan, its generation, the exact entry's hit, the kernel it picks): see _pick
+        self.planned: tuple[Any, int, Any, Built | None] = (None, -1, None, None)
         self.given_at = dict(parsed.given)
         cpu = adapter.kind in ("numpy", "torch-cpu")
         # a copy / re-layout of our own (prepare, finish) allocates in the backend library:
@@ -375,6 +377,12 @@ class Site:
                         built = self.kernels[choice] = self._built(choice)
                     if free:  # a non-deterministic entry is looked at again on every call
                         self.last = (choice, built)
+                        exact = getattr(active, "exact_hit", None)
+                        hit = None if exact is None else exact(self.problem, self.bname,
+                                                               self.device)
+                        if hit is not None and hit.choice is choice:
+                            # the next calls of this plan take it straight (_pick)
+                            self.planned = (active, active.generation, hit, built)
                     return built
         built = self.default
         if built is not None:
@@ -396,8 +404,10 @@ class Site:
 
     def _pick(self, plan: PlanLike | None, build: bool = True) -> Built | None:
         """:meth:`kernel`, with the unplanned default taken straight (no plan lookup), and
-        a non-deterministic one where nothing asks for determinism."""
-        if plan is None and _ACTIVE_PLAN.get() is None:
+        a non-deterministic one where nothing asks for determinism, and a plan's exact
+        entry seen before taken straight (its call still counted)."""
+        active = plan if plan is not None else _ACTIVE_PLAN.get()
+        if active is None:
             if self.default is not None:
                 return self.default
             free = self.free_default
@@ -405,6 +415,11 @@ class Site:
                 probe = self.adapter.det_probe
                 if probe is None or not probe():
                     return free
+            return self.kernel(plan, build)
+        seen = self.planned
+        if seen[0] is active and seen[1] == active.generation:
+            seen[2].calls += 1
+            return seen[3]
         return self.kernel(plan, build)
 
     def program(self, plan: PlanLike | None) -> tuple[Built | None, Any]:

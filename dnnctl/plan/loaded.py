@@ -103,6 +103,9 @@ class LoadedPlan:
         self.record_misses = Path(record_misses) if record_misses else None
         self._tables: dict[tuple[str, int], _Table] = {}
         self._last: tuple[Any, _Table | None] = (None, None)  # (device object, its table)
+        # bumped whenever a table is rebound: what a caller holding an entry's hit
+        # (:meth:`exact_hit`) checks before it trusts it
+        self.generation = 0
         self._fallbacks: dict[Problem, int] = {}
         self._misses: dict[Problem, int] = {}
         self._lock = threading.Lock()
@@ -154,6 +157,8 @@ class LoadedPlan:
         """Use ``section`` for ``device`` whatever its fingerprint (offline tools such as
         coverage judge a GPU plan on another machine)."""
         self._tables[(section.backend, device.index)] = _table_of(section, device, self.path)
+        self._last = (None, None)
+        self.generation += 1
 
     def section_for(self, backend: str, device: DeviceInfo) -> Section | None:
         """The section used for ``device`` (None when stale or absent)."""
@@ -176,6 +181,12 @@ class LoadedPlan:
             hit.calls += 1
             return hit.choice
         return self._lookup_slow(table, problem, backend, device)
+
+    def exact_hit(self, problem: Problem, backend: str, device: DeviceInfo) -> _Hit | None:
+        """``problem``'s exact entry (its choice and call counter: a caller that keeps it
+        counts its calls there), None where it has none; not counted. Valid while
+        :attr:`generation` stays."""
+        return self.select(backend, device).exact.get(problem)
 
     def _lookup_slow(self, table: _Table, problem: Problem, backend: str, device: DeviceInfo
                      ) -> Choice | None:

@@ -203,6 +203,28 @@ def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
     assert (problem, "numpy", 0, Choice.of("numpy_whole")) in dispatch._KERNELS
 
 
+def test_a_rebound_plan_section_is_seen_by_the_sites_that_kept_its_entry(tmp_path) -> None:
+    """A site keeps a plan's exact entry after its first call (no lookup on later ones);
+    binding another section to the plan makes it look again."""
+    op = registry.get_op("softmax")
+    problem = op.problem(rows=6, cols=40, dtype="float16")
+    dev = dnnctl.backends.registry.get_backend("numpy").device(0)
+    path = tmp_path / "plan.yaml"
+    write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of("numpy_whole"))])]), path)
+    plan = load_plan(str(path), device="cpu")
+    dispatch._SITES.clear()
+    for _ in range(2):
+        ops.softmax(X3, plan=plan)
+    site = next(s for s in dispatch._SITES.values() if s.op.name == "softmax")
+    assert site.planned[2].choice == Choice.of("numpy_whole")
+    rows = Choice.of("numpy_rows", {"chunk_rows": 16})
+    plan.bind_section(numpy_section([PlanEntry(problem, rows)]), dev)
+    ops.softmax(X3, plan=plan)
+    assert site.planned[2].choice == rows
+    assert (problem, "numpy", 0, rows) in dispatch._KERNELS
+    assert plan.stats().hits == {problem: 1}  # (the new section's entry, counted anew)
+
+
 def test_site_cache_is_bounded() -> None:
     cache = dispatch._Sites()
     cache.limit = 3
