@@ -184,16 +184,21 @@ def test_training_batch_norm_updates_running_stats_on_every_call() -> None:
     np.testing.assert_array_equal(y2, y3)
 
 
-def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
+def _softmax_whole_plan(tmp_path) -> tuple[Any, Any, Any]:
+    """(X3's softmax problem, the numpy device, a loaded plan whose entry picks
+    numpy_whole), with no site made yet."""
     op = registry.get_op("softmax")
     problem = op.problem(rows=6, cols=40, dtype="float16")
     dev = dnnctl.backends.registry.get_backend("numpy").device(0)
-    default = op.default_choice(problem, "numpy", dev)
-    assert default.variant != "numpy_whole"
+    assert op.default_choice(problem, "numpy", dev).variant != "numpy_whole"
     path = tmp_path / "plan.yaml"
     write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of("numpy_whole"))])]), path)
-    plan = load_plan(str(path), device="cpu")
     dispatch._SITES.clear()
+    return problem, dev, load_plan(str(path), device="cpu")
+
+
+def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
+    problem, _, plan = _softmax_whole_plan(tmp_path)
     for _ in range(3):
         ops.softmax(X3, plan=plan)
     with dnnctl.use_plan(plan):
@@ -206,13 +211,7 @@ def test_plan_hits_are_counted_on_the_fast_path(tmp_path) -> None:
 def test_a_rebound_plan_section_is_seen_by_the_sites_that_kept_its_entry(tmp_path) -> None:
     """A site keeps a plan's exact entry after its first call (no lookup on later ones);
     binding another section to the plan makes it look again."""
-    op = registry.get_op("softmax")
-    problem = op.problem(rows=6, cols=40, dtype="float16")
-    dev = dnnctl.backends.registry.get_backend("numpy").device(0)
-    path = tmp_path / "plan.yaml"
-    write_plan(Plan([numpy_section([PlanEntry(problem, Choice.of("numpy_whole"))])]), path)
-    plan = load_plan(str(path), device="cpu")
-    dispatch._SITES.clear()
+    problem, dev, plan = _softmax_whole_plan(tmp_path)
     for _ in range(2):
         ops.softmax(X3, plan=plan)
     site = next(s for s in dispatch._SITES.values() if s.op.name == "softmax")
