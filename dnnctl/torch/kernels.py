@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import dnnctl.ops as dops
+from dnnctl.backends import replay
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
 from dnnctl.ops.batch_norm.function import batch_norm as _batch_norm_op
@@ -207,8 +208,7 @@ def conv2d(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
     if (activation == "none" and residual is None and x.is_cuda and x.dtype in DNN_DTYPES
             and x.numel() and w.numel()
             and torch_runs("conv2d", plain_key, x, plan,
-                           (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None,
-                            st, pad, dil, groups, nhwc))):
+                           (tensors_key(x, w, bias), st, pad, dil, groups))):
         # cuDNN chosen for a convolution with nothing fused (a bias is what torch adds too):
         # torch's own call runs it (see torch_runs), with torch's own settings (a float32
         # conv as the unpatched model's: TF32 where torch.backends.cudnn.allow_tf32 says);
@@ -304,6 +304,19 @@ def vendor_picked(op: Any, problem: Any, x: torch.Tensor, plan: Any) -> bool:
 _VENDOR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, torch runs it)
 
 
+def tensors_key(*tensors: torch.Tensor | None) -> Any:
+    """The tensors' kinds, shapes, strides, dtypes and devices (None as None) as one
+    hashable value: packed by the replay extension where it is loaded (~0.07 us a call for
+    three), else a tuple."""
+    packed = replay.SIGNATURE
+    if packed is not None:
+        got = packed(tensors)
+        if got is not None:
+            return got
+    return tuple(None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+                 for t in tensors)
+
+
 def torch_runs(op_name: str, make_key: Callable[[], dict[str, Any]], x: torch.Tensor,
                plan: int, call_key: tuple) -> bool:
     """Whether a call with nothing fused runs as torch's own op: its planned or default
@@ -335,7 +348,7 @@ def torch_runs_linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | Non
     """A CUDA linear with no activation: :func:`torch_runs` (torch's ``F.linear`` calls
     cuBLAS / cuBLASLt, the bias in cuBLASLt's epilogue)."""
     return torch_runs("matmul", lambda: keys.linear(x, w, bias is not None, "none"), x, plan,
-                      (x.shape, x.dtype, x.get_device(), w.shape, w.dtype, bias is None))
+                      tensors_key(x, w, bias))
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
