@@ -174,6 +174,17 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "mmdet_mmcv": (("mmdet",), {
         "mmdet": F("list_text", True), "mmcv_min": F("text", True), "mmcv_max": F("text", True),
         "upper": F("choice", True, "<=", "<")}),
+    # prebuilt_pins: prebuilt add-on packages whose compiled code is built for one torch line
+    # (against: torch) or needs the CUDA runtime of one release (against: cuda); releases: the
+    # releases of the row; build: that torch line or CUDA release; bundled: a CUDA build of the
+    # same releases that brings its own runtime (so a mismatch is only likely); install: the
+    # command for one of these releases, {release} and {tag} (build without dots) filled in;
+    # index: the extra pip index of a torch CUDA variant ({variant}: cu118), added to the
+    # command where the variant of the torch here is known
+    "prebuilt_pins": (("package", "releases", "build"), {
+        "package": F("text", True), "releases": F("list_text", True),
+        "against": F("choice", True, "torch", "cuda"), "build": F("version", True),
+        "bundled": F("version"), "install": F("text", True), "index": F("text")}),
     # broken_releases: a release whose build for one OS is broken (it installs, then fails),
     # the failure as users see it, and the release that fixes it
     "broken_releases": (("package", "release", "os"), {

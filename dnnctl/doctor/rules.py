@@ -17,7 +17,8 @@ rules_flash_attn.py (the torch flash-attn was built against), rules_available.py
 (torch.cuda.is_available() False: its cause), rules_pairs.py (add-on
 versions that must pair, e.g. jax's CUDA plugin and jaxlib), rules_jaxlib.py (jax's own
 check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_mmdet.py (the mmcv range
-MMDetection asserts), rules_tf_runtime.py (a TensorFlow CUDA build with no release row and
+MMDetection asserts), rules_prebuilt.py (prebuilt add-ons tied to one torch line or CUDA
+release), rules_tf_runtime.py (a TensorFlow CUDA build with no release row and
 no runtime of its major), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc; with
 rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
@@ -68,6 +69,7 @@ from dnnctl.doctor import (
     rules_paddle,
     rules_pairs,
     rules_platform,
+    rules_prebuilt,
     rules_ptxas,
     rules_source_ext,
     rules_tf_runtime,
@@ -108,6 +110,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_jaxlib.check(ctx)
     findings += rules_vllm.check(ctx)
     findings += rules_mmdet.check(ctx)
+    findings += rules_prebuilt.check(ctx)
     findings += rules_tf_runtime.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)

@@ -60,7 +60,8 @@ GPU_PACKAGES = {
         "('vLLM contains pre-compiled C++ and CUDA (12.8) binaries')"),
 }
 # packages with a table of their own (pins.yaml, graph.yaml), which needs their version
-TABLED = ("dgl", "vllm")
+# (auto-gptq, pytorch3d, faiss-gpu: some releases, in prebuilt_pins)
+TABLED = ("dgl", "vllm", "auto-gptq", "pytorch3d", "faiss-gpu")
 # a distribution whose name says it is a CUDA build: -gpu, -cuXYZ, -cudaXY(x)
 _CUDA_NAME = re.compile(r".+-(gpu|cu\d{2,3}|cuda\d{2,3}x?)")
 NO_SOURCE = "source not given"

@@ -37,9 +37,10 @@ def test_gpu_package_with_no_rule_is_never_silent(tmp_path):
 
 
 def test_prebuilt_extension_of_one_torch_is_not_judged(tmp_path):
+    # 0.3.0 is a release the prebuilt_pins table lacks (its rows: test_doctor_prebuilt.py)
     d = doctor(tmp_path, "os: Linux\nframeworks: {torch: {version: '2.0.1', cuda: '11.8'}}\n"
-               "extensions: {auto-gptq: {version: 0.5.0+cu118, built_from_source: false}}\n"
-               "packages: {torch: '2.0.1', auto-gptq: 0.5.0+cu118}\n")
+               "extensions: {auto-gptq: {version: 0.3.0+cu118, built_from_source: false}}\n"
+               "packages: {torch: '2.0.1', auto-gptq: 0.3.0+cu118}\n")
     found = d.of("not-judged", "auto-gptq")
     assert found and "torch release" in found[0]["message"] and found[0]["fix"]
 
