@@ -5,7 +5,7 @@ from __future__ import annotations
 from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import fixcheck, os_fixes, rules_platform
+from dnnctl.doctor import fixcheck, os_fixes, rules_extensions, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding, flag, unknown
 from dnnctl.doctor.model import Component, Finding
 
@@ -309,11 +309,14 @@ def _toolkit_targets(ctx: Context, rt: Component, v: Version) -> list[Finding]:
                 "dir> for a toolkit, pip:<package>, conda:<prefix> or system:ldconfig for "
                 "runtime libraries", row=rel, cuda=v, compute_capability=gpu.cc))
             continue
-        out.append(finding(
+        found = finding(
             "cuda-mismatch", "warning", "cuda",
             f"the CUDA {v} toolkit ({rt.source}) cannot compile for {gpu.label} ({sm}); "
-            "extensions built with it will not run there", fix=_toolkit_fix(ctx, gpu), row=rel,
-            cuda=v, compute_capability=gpu.cc))
+            "extensions built with it will not run there", fix=_toolkit_fix(ctx, gpu, v), row=rel,
+            cuda=v, compute_capability=gpu.cc)
+        if rules_extensions.toolkit_fix_for_torch(ctx, gpu, v) is not None:
+            found.source = f"{found.source}; {rules_extensions.CPP_EXTENSION_SOURCE}"
+        out.append(found)
     return out
 
 
@@ -321,12 +324,16 @@ def _origin(rt: Component) -> str:
     return f"source {rt.source!r}" if rt.source else "source not given"
 
 
-def _toolkit_fix(ctx: Context, gpu: GpuInfo) -> str:
+def _toolkit_fix(ctx: Context, gpu: GpuInfo, have: Version | None = None) -> str:
     arch = gpu.arch
     if ctx.os_kind == "macos":
         return os_fixes.MACOS_NO_CUDA
     if arch is None:
         return "use a CUDA toolkit that lists this compute capability"
+    # beside a CUDA torch the toolkit builds its extensions: it must keep torch's CUDA major
+    for_torch = rules_extensions.toolkit_fix_for_torch(ctx, gpu, have)
+    if for_torch is not None:
+        return for_torch
     text = f"use a CUDA toolkit >= {arch['min_cuda']}"
     if arch.get("last_cuda"):
         text += f" and <= {arch['last_cuda']}"

@@ -12,16 +12,24 @@ DeepSpeed builds its CUDA ops at first use (``OpBuilder.jit_load``) with the nvc
 fails unless ``DS_SKIP_CUDA_CHECK=1``; a different minor passes only when both are in its
 list of compatible minors. A toolkit is a ``cuda_runtimes`` entry whose source is
 ``nvcc:<path>`` or ``system:<toolkit dir>`` (README, the snapshot's fields).
+
+A toolkit that cannot compile for a GPU here (rules_driver) is replaced, beside a CUDA torch,
+by the lowest toolkit of torch's CUDA major that targets it (``toolkit_fix_for_torch``, with
+the driver it needs when the driver is older or unknown), else by PTX of an older architecture
+through ``TORCH_CUDA_ARCH_LIST``; with torch's CUDA unknown, one answer per CUDA major of
+its line's builds.
 """
 
 from __future__ import annotations
 
+from dnnctl.compat.drivers import driver_need, with_gpu
 from dnnctl.compat.suggest import TORCH_INDEX, python_fits
-from dnnctl.compat.versions import Version
-from dnnctl.doctor.context import Context, finding
+from dnnctl.compat.versions import CC, Version
+from dnnctl.doctor import fixcheck, os_fixes
+from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.stack import torch_stack, torch_version
+from dnnctl.doctor.stack import torch_info, torch_stack, torch_version
 
 CPP_EXTENSION_SOURCE = (
     "torch/utils/cpp_extension.py _check_cuda_version ('if cuda_ver.major != "
@@ -177,3 +185,81 @@ def _deepspeed_accepts(toolkit: Version, torch_cuda: Version) -> bool:
     have, want = str(toolkit.trunc(2)), str(torch_cuda.trunc(2))
     return have == want or (toolkit.major == torch_cuda.major and {have, want}
                             <= set(DEEPSPEED_MINORS_OK.get(toolkit.major, ())))
+
+
+def toolkit_fix_for_torch(ctx: Context, gpu: GpuInfo, have: Version | None) -> str | None:
+    """The toolkit to build torch extensions for ``gpu`` when the one here (``have``) cannot:
+    torch's extension builder refuses a toolkit of another major than torch's CUDA
+    (``_check_cuda_version``), so the lowest toolkit of that major that targets the GPU (with
+    the driver it needs), else PTX of an older architecture through TORCH_CUDA_ARCH_LIST.
+    None when no CUDA torch is here (the toolkit is not judged against torch)."""
+    info = torch_info(ctx, packages=True)
+    if info is None or info.get("cuda_build") is False:
+        return None
+    torch_cuda, _ = torch_stack(ctx, packages=True)
+    majors = [torch_cuda.major] if torch_cuda is not None else _torch_majors(ctx)
+    if not majors:
+        return None
+    sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
+    if len(majors) == 1:
+        return (f"torch's extension builder refuses a toolkit whose major differs from "
+                f"torch's CUDA {torch_cuda or f'{majors[0]}.x'}, so "
+                + _for_major(ctx, gpu, majors[0], have, sm, command=True))
+    order = sorted(majors, key=lambda m: (have is None or m != have.major, -m))
+    parts = [f"a CUDA {m}.x torch: " + _for_major(ctx, gpu, m, have, sm, command=i == 0)
+             for i, m in enumerate(order)]
+    return ("keep torch's CUDA major (torch's extension builder refuses another; `python -c "
+            "\"import torch; print(torch.version.cuda)\"` names it): for " + "; for ".join(parts))
+
+
+def _torch_majors(ctx: Context) -> list[int]:
+    """The CUDA majors of the torch line's builds in the matrix, for a torch whose CUDA is
+    not known."""
+    found = torch_version(ctx)
+    if found is None:
+        return []
+    line = found[0].line
+    return sorted({v.major for r in ctx.matrix.rows("torch") if str(r["torch"]) == line
+                   and (v := Version.maybe(r.get("cuda"))) is not None})
+
+
+def _for_major(ctx: Context, gpu: GpuInfo, major: int, have: Version | None, sm: str, *,
+               command: bool) -> str:
+    """The lowest CUDA ``major``.x toolkit that compiles for ``gpu`` (and the driver it needs),
+    or PTX of an older architecture; ``command``: with the install command."""
+    rels = sorted(v for r in ctx.matrix.rows("cuda_releases") if not r.uncertain
+                  and (v := Version.parse(r["version"]).trunc(2)).major == major)
+    fits = [v for v in rels if str(gpu.cc) in (ctx.matrix.cuda_release(v) or {}).get(
+        "targets", [])]
+    ptx = _arch_list(ctx, gpu, have if have is not None and have.major == major
+                     else (rels[-1] if rels else None))
+    alt = (f"`{os_fixes.set_env(ctx, 'TORCH_CUDA_ARCH_LIST', chr(34) + ptx + chr(34))}` "
+           f"before the build (PTX of an older architecture, compiled for {sm} when loaded)"
+           if ptx else None)
+    if not fits:
+        return (f"no CUDA {major}.x toolkit compiles for {sm}: " + (alt + ", or " if alt else "")
+                + "a torch built with a CUDA that does")
+    pick = fits[0]
+    need = fixcheck.driver_problem(ctx, pick)
+    if need:
+        driver = f", with a newer driver ({need})"
+    elif ctx.driver is None:
+        floor = with_gpu(driver_need(ctx.matrix, pick, windows=ctx.windows), gpu.arch,
+                         matrix=ctx.matrix, windows=ctx.windows).minimum
+        driver = f" (it needs driver >= {floor}; the driver here is not known)" if floor else ""
+    else:
+        driver = ""
+    how = f": {os_fixes.toolkit_install(ctx, pick)}" if command else ""
+    return (f"the lowest CUDA {major}.x toolkit that compiles for {sm} is {pick}{driver}{how}"
+            + (f"; or with the toolkit here, {alt}" if alt and have is not None
+               and have.major == major else ""))
+
+
+def _arch_list(ctx: Context, gpu: GpuInfo, toolkit: Version | None) -> str | None:
+    """``X.Y+PTX`` for the newest architecture of the GPU's family or older that ``toolkit``
+    targets (PTX runs on newer GPUs), None when it targets none."""
+    rel = ctx.matrix.cuda_release(toolkit) if toolkit is not None else None
+    older = sorted((c for t in (rel or {}).get("targets", [])
+                    if (c := CC.maybe(str(t))) is not None and c <= gpu.cc),
+                   key=lambda c: (c.major, c.minor))
+    return f"{older[-1]}+PTX" if older else None
