@@ -93,7 +93,11 @@ def _driver(ctx: Context, judged: set[str]) -> list[Finding]:
 
 
 def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
-    """CUDA with no driver to judge it on; libraries with neither a driver nor a GPU."""
+    """CUDA with no driver version to judge it on; libraries with neither a driver nor a
+    GPU. Not where the driver is known to be absent: the no-driver error says why nothing
+    can run, and there is no version to ask for."""
+    if ctx.driver_present is False:
+        return []
     no_driver = ctx.driver is None and not (ctx.env.driver or {}).get("cuda")
     out: list[Finding] = []
     if no_driver and "cuda" not in judged:

@@ -21,6 +21,17 @@ def test_cuda_and_libraries_with_no_driver_nor_gpu_are_not_judged(tmp_path):
     assert "✓ cuda" not in d.text and "✓ cublas" not in d.text
 
 
+def test_no_driver_version_is_asked_for_where_the_driver_is_absent(tmp_path):
+    """The no-driver error says why nothing runs: no line per runtime asking for a driver
+    version that does not exist."""
+    d = doctor(tmp_path, "os: Linux\ndriver: {present: false}\n"
+               "cuda_runtimes: [{version: '13.0', source: 'system:/usr/local/cuda-13.0'}]\n"
+               "libraries: {cublas: [{version: '13.0', source: system}]}\n")
+    assert d.of("no-driver", "driver")
+    assert not d.of("not-judged", "cuda") and not d.of("not-judged", "cublas")
+    assert "driver: {version" not in d.text
+
+
 def test_cuda_with_a_driver_is_judged_not_flagged(tmp_path):
     d = doctor(tmp_path, "os: Linux\ndriver: {version: '580.65.06'}\n"
                "gpus: [{name: NVIDIA H100 80GB HBM3}]\n"
