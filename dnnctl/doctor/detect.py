@@ -24,7 +24,7 @@ from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda
 from dnnctl.doctor.probe_driver import probe_driver
 from dnnctl.doctor.probe_extensions import probe_extensions
 from dnnctl.doctor.probe_libs import probe_libraries
-from dnnctl.doctor.probe_python import probe_python
+from dnnctl.doctor.probe_python import probe_python, requires_of
 
 T = TypeVar("T")
 BUDGET = 3.0  # seconds for every plain probe together (doctor's promise: done within 5 s)
@@ -82,6 +82,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
                        if host.environ.get(k) is not None}
     env.frameworks = frameworks
     env.packages = packages
+    env.requires = _timed("probe: declared requirements", requires_of, dists)
     cupy = frameworks.get("cupy")
     if cupy and cupy.get("cuda"):  # CuPy carries its own (static) CUDA runtime
         runtimes.append(Component(version=cupy["cuda"], source=f"pip:{cupy['package']}"))

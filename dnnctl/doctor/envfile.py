@@ -22,6 +22,7 @@ import yaml
 
 from dnnctl.compat.inputs import check_yaml_shape, read_input
 from dnnctl.compat.versions import Version
+from dnnctl.doctor import requirements
 from dnnctl.doctor.model import (
     DOCTOR_SCHEMA,
     DRIVER_FIELDS,
@@ -44,7 +45,8 @@ GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory
               "uuid": "str", "mig": MIG_FIELDS}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes",
-              "cudnn", "libraries", "frameworks", "extensions", "live", "packages", "notes")
+              "cudnn", "libraries", "frameworks", "extensions", "live", "packages", "requires",
+              "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -258,10 +260,26 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
     if "packages" in top:  # name: null (or "") = installed, version unknown
         env.packages = {k: "" if _blank(v) else r.value(v, "version", f"packages.{k}")
                         for k, v in r.mapping(top["packages"], "packages", ()).items()}
+    if "requires" in top:
+        env.requires = _requires(r, top["requires"])
     if "notes" in top:
         env.notes = [r.scalar_text(n, f"notes[{i}]")
                      for i, n in enumerate(r.items(top["notes"], "notes"))]
     return env
+
+
+def _requires(r: _Reader, node: yaml.Node) -> dict[str, list[str]]:
+    """``requires: {package: ["torch==2.4.1", ...]}``: each line a PEP 508 requirement."""
+    out: dict[str, list[str]] = {}
+    for name, vnode in r.mapping(node, "requires", ()).items():
+        where = f"requires.{name}"
+        lines = r.value(vnode, "strlist", where) or []
+        for i, line in enumerate(lines):
+            if requirements.parse(line) is None:
+                raise r.fail(vnode.value[i], f"{where}[{i}]", f"not a requirement: {_show(line)}",
+                             "write it as its Requires-Dist line, e.g. \"torch==2.4.1\"")
+        out[name] = lines
+    return out
 
 
 def _blank(node: yaml.Node) -> bool:

@@ -14,7 +14,7 @@ DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
-             "libraries", "frameworks", "extensions", "live", "packages", "notes")
+             "libraries", "frameworks", "extensions", "live", "packages", "requires", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 # other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
 # compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
@@ -197,6 +197,9 @@ class EnvSnapshot:
     frameworks: dict[str, dict[str, Any]] = field(default_factory=dict)  # FRAMEWORK_FIELDS
     extensions: dict[str, dict[str, Any]] = field(default_factory=dict)  # EXTENSION_FIELDS
     packages: dict[str, str] = field(default_factory=dict)
+    # a package's own Requires-Dist entries on watched GPU stack projects (requirements.py),
+    # as written, only those whose markers held where they were read: {package: [lines]}
+    requires: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
     # the SEARCHED lists a file wrote as ``[]`` (looked, found none); not a file field. An
     # absent list stays unknown; rules ask :meth:`none_found`.

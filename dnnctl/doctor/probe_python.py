@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from dnnctl.doctor import parse
+from dnnctl.doctor import parse, requirements
 from dnnctl.doctor.host import Dist, Host
 from dnnctl.doctor.parse import jaxlib_tag
 
@@ -220,3 +220,14 @@ def probe_python(host: Host) -> tuple[dict[str, dict[str, Any]], dict[str, str],
             frameworks[name] = info
     packages = {name: d.version for name, d in sorted(dists.items())}
     return frameworks, packages, dists, notes
+
+
+def requires_of(dists: dict[str, Dist]) -> dict[str, list[str]]:
+    """Each listed distribution's requirements on watched GPU stack projects whose markers
+    hold for this interpreter (requirements.kept), by distribution name."""
+    out = {}
+    for name, dist in sorted(dists.items()):
+        lines = requirements.kept(dist.requires())
+        if lines:
+            out[name] = lines
+    return out
