@@ -57,6 +57,8 @@ CODES = {
     "libcudart-unreachable": "a package searches for the CUDA runtime by a name or in "
                              "directories where the installed copy is not (bitsandbytes "
                              "before 0.40.1 beside pip's libcudart.so.NN)",
+    "requirement-unmet": "an installed package's own Requires-Dist on a GPU stack package is "
+                         "not met by the version installed, or names one not installed",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

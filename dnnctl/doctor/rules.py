@@ -32,8 +32,8 @@ rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library
 CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
-rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module) and,
-last, rules_unjudged.py (what no rule judged is said to be not judged);
+rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module),
+rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
 os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
 commands for a native Windows snapshot.
 """
@@ -71,6 +71,7 @@ from dnnctl.doctor import (
     rules_platform,
     rules_prebuilt,
     rules_ptxas,
+    rules_requires,
     rules_source_ext,
     rules_tf_runtime,
     rules_tfjs,
@@ -120,6 +121,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_live.check(ctx)
     findings += rules_available.check(ctx, findings)
     findings += rules_packages.check(ctx)
+    findings += rules_requires.check(ctx, findings)
     findings += rules_unjudged.check(ctx, findings)
     os_fixes.for_shell(ctx, findings)
     return _dedupe(findings)
