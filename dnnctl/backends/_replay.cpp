@@ -195,27 +195,27 @@ struct AtenCall {
         return a.slot >= 0 ? a.view.of(slots[a.slot]) : at::Tensor();
     }
 
+    // a ``Tensor?`` argument: the slot's tensor, or none where the recording passed None
+    c10::optional<at::Tensor> maybe(const std::vector<at::Tensor> &slots, size_t i) const {
+        if (args[i].slot < 0) return c10::nullopt;
+        return tensor(slots, i);
+    }
+
     // 0, or NO_FIT (-2): a result is not laid out as recorded
     int run(std::vector<at::Tensor> &slots) const {
         torch::jit::Stack stack;
         if (typed == Typed::convolution) {
-            c10::optional<at::Tensor> bias;
-            if (args[2].slot >= 0) bias = tensor(slots, 2);
-            stack.emplace_back(at::convolution(tensor(slots, 0), tensor(slots, 1), bias, stride,
-                                               padding, dilation, flag, output_padding,
-                                               groups));
+            stack.emplace_back(at::convolution(tensor(slots, 0), tensor(slots, 1),
+                                               maybe(slots, 2), stride, padding, dilation, flag,
+                                               output_padding, groups));
         } else if (typed == Typed::conv_relu) {
-            c10::optional<at::Tensor> bias;
-            if (args[2].slot >= 0) bias = tensor(slots, 2);
             stack.emplace_back(at::cudnn_convolution_relu(tensor(slots, 0), tensor(slots, 1),
-                                                          bias, stride, padding, dilation,
-                                                          groups));
+                                                          maybe(slots, 2), stride, padding,
+                                                          dilation, groups));
         } else if (typed == Typed::conv_add_relu) {
-            c10::optional<at::Tensor> bias;
-            if (args[4].slot >= 0) bias = tensor(slots, 4);
             stack.emplace_back(at::cudnn_convolution_add_relu(
-                tensor(slots, 0), tensor(slots, 1), tensor(slots, 2), alpha, bias, stride,
-                padding, dilation, groups));
+                tensor(slots, 0), tensor(slots, 1), tensor(slots, 2), alpha, maybe(slots, 4),
+                stride, padding, dilation, groups));
         } else if (typed == Typed::cudnn_convolution && !at::globalContext().userEnabledCuDNN()) {
             // cuDNN turned off since the recording: torch's convolution picks another kernel
             std::vector<int64_t> zeros(stride.size(), 0);

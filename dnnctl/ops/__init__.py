@@ -47,11 +47,6 @@ _PUBLIC: dict[str, str] = {
 __all__ = sorted(_PUBLIC)
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.__dnnctl_call__(*args, **kwargs)
-
-
 def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
     """Let module ``module_name`` be called as ``fn``.
 
@@ -61,9 +56,9 @@ def make_callable(module_name: str, fn: Callable[..., Any]) -> None:
     every submodule), so the module itself must behave as the function."""
     mod = sys.modules[module_name]
     mod.__dnnctl_call__ = fn  # type: ignore[attr-defined]
-    # a class per module whose __call__ is ``fn`` itself: one Python frame less a call
-    # than a forwarding method (a static method is called without the module)
-    mod.__class__ = type(_CallableModule.__name__, (_CallableModule,),
+    # a module class of its own whose __call__ is ``fn`` itself (a static method: called
+    # without the module), no forwarding frame
+    mod.__class__ = type("_CallableModule", (types.ModuleType,),
                          {"__call__": staticmethod(fn), "__module__": __name__})
 
 

@@ -17,13 +17,12 @@ import torch
 import torch.nn.functional as F
 
 import dnnctl.ops as dops
-from dnnctl.backends import replay
 from dnnctl.errors import DnnctlError, ShapeError, UsageError
 from dnnctl.ops.batch_norm.function import _BN as _BN_SPEC
 from dnnctl.ops.batch_norm.function import batch_norm as _batch_norm_op
 from dnnctl.ops.conv2d.function import conv2d as _conv2d_op
 from dnnctl.ops.conv2d.function import conv2d_channels_last
-from dnnctl.ops.dispatch import active_plan, bind, problem_of, resolve
+from dnnctl.ops.dispatch import active_plan, arrays_key, bind, problem_of, resolve
 from dnnctl.ops.group_norm.function import group_norm as _group_norm_op
 from dnnctl.ops.matmul.function import matmul as _matmul_op
 from dnnctl.ops.registry import get_op, get_variant
@@ -305,16 +304,13 @@ _VENDOR_ROUTES: dict[tuple, tuple[Any, bool]] = {}  # call key -> (plan seen, to
 
 
 def tensors_key(*tensors: torch.Tensor | None) -> Any:
-    """The tensors' kinds, shapes, strides, dtypes and devices (None as None) as one
-    hashable value: packed by the replay extension where it is loaded (~0.07 us a call for
-    three), else a tuple."""
-    packed = replay.SIGNATURE
-    if packed is not None:
-        got = packed(tensors)
-        if got is not None:
-            return got
-    return tuple(None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
-                 for t in tensors)
+    """The tensors' signatures as one hashable value (:func:`dispatch.arrays_key`), also for
+    a tensor subclass dispatch does not sign (a quantized weight of another library)."""
+    try:
+        return arrays_key(tensors)
+    except TypeError:
+        return tuple(None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+                     for t in tensors)
 
 
 def torch_runs(op_name: str, make_key: Callable[[], dict[str, Any]], x: torch.Tensor,

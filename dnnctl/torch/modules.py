@@ -290,7 +290,7 @@ def _rownorm_call(direct: Direct, op: str, x: torch.Tensor, xr: torch.Tensor, w:
     """A patched LayerNorm's / RMSNorm's call on x (``xr``: x as rows of the normalized
     size): in eager inference its site's Program once recorded (:class:`Direct`), else
     ``dnnctl::<op>``."""
-    rms = op == "rms_norm"
+    args = (xr, w, eps, handle) if op == "rms_norm" else (xr, w, b, eps, handle)
     if x.is_cuda and direct_ok(x, w, b):
         x2 = xr if xr.dim() == 2 else xr.reshape(-1, xr.shape[-1])
         if x2.is_contiguous():
@@ -298,11 +298,10 @@ def _rownorm_call(direct: Direct, op: str, x: torch.Tensor, xr: torch.Tensor, w:
             arrays, k = (x2, w, b, None), (x.shape, x.stride(), x.dtype, x.device, eps)
             y = direct.run(k, arrays, K.plan_of(handle))
             if y is None:
-                y = (run_op(op, xr, w, eps, handle) if rms
-                     else run_op(op, xr, w, b, eps, handle))
+                y = run_op(op, *args)
                 direct.learn(k, _ROWNORM, arrays, (op, eps))
             return y if y.shape == x.shape else y.reshape(x.shape)
-    y = run_op(op, xr, w, eps, handle) if rms else run_op(op, xr, w, b, eps, handle)
+    y = run_op(op, *args)
     return y if xr is x else y.reshape(x.shape)
 
 
