@@ -1,7 +1,9 @@
 """End to end: ResNet-50, ViT-B/16 and a LLaMA-7B layer, five ways, on one GPU.
 
 Ways: ``eager``; ``compile`` (torch.compile default); ``compile-ro`` (mode="reduce-overhead",
-CUDA graphs); ``dnnctl`` (dnnctl.torch.patch + plan, eager); ``dnnctl+compile-ro`` (patched,
+CUDA graphs); ``dnnctl`` (dnnctl.torch.patch + plan, eager); ``dnnctl+graphs`` (the same
+with ``graphs=True``: the patched forward replayed from a CUDA graph, no compile);
+``dnnctl+compile-ro`` (patched,
 then compiled with reduce-overhead); ``compile-ro+freeze`` and ``dnnctl+compile-ro+freeze``, the
 same with ``torch._inductor.config.freezing = True`` (weights taken as constants at compile
 time: torch folds its own conv + BN, and the patched model's conv + BN fold is computed once
@@ -34,9 +36,9 @@ import _torch_bench as tb  # noqa: E402
 import models  # noqa: E402
 
 TITLE = "End to end: eager / torch.compile / dnnctl patch, median ms per forward"
-WAYS = ("eager", "compile", "compile-ro", "dnnctl", "dnnctl+compile-ro", "compile-ro+freeze",
-        "dnnctl+compile-ro+freeze")
-QUICK = {"llama7b-decode-b8-kv2048": WAYS, "resnet50-b1": ("eager", "dnnctl")}
+WAYS = ("eager", "compile", "compile-ro", "dnnctl", "dnnctl+graphs", "dnnctl+compile-ro",
+        "compile-ro+freeze", "dnnctl+compile-ro+freeze")
+QUICK = {"llama7b-decode-b8-kv2048": WAYS, "resnet50-b1": ("eager", "dnnctl", "dnnctl+graphs")}
 TOLERANCE = 3e-2  # max |diff| / max |eager| for fp16 / bf16 models
 
 
@@ -60,8 +62,8 @@ def _forward(way: str, model: Any, inputs: tuple, plan: Any,
         # the replayer loads in the background (seconds; a first build ~30 s): the rows
         # time the steady state, not the calls before it is there
         replay.module(wait=120.0)
-        report = dt.patch(model, plan)
-        notes["report"] = report
+        report = dt.patch(model, plan, graphs=way == "dnnctl+graphs")
+        notes["report"], notes["model"] = report, model
         cleanup = lambda: dt.unpatch(model)  # noqa: E731
     if "compile" in way:
         mode = "reduce-overhead" if "-ro" in way else None
@@ -116,6 +118,13 @@ def _measure(way: str, model: Any, inputs: tuple, ref: Any, plan: Any, iters: in
                             f"{len(report.skipped)} skipped, {fb} fallback calls")
             if way == "dnnctl" and via:
                 row["patch"] += f", {via} vendor linears via torch"
+            if report.graphs:
+                import dnnctl.torch as dt
+
+                gi = dt.graph_info(notes["model"])
+                row["patch"] += (f", graphs: {gi.captures} captured, {gi.replays} replays, "
+                                 f"{gi.eager} eager" + "".join(f", refused: {r}"
+                                                               for r in gi.refused))
         return row
     finally:
         cleanup()

@@ -779,11 +779,66 @@ static PyObject *signature_of(PyObject *, PyObject *arrays) {
 static PyMethodDef SIGNATURE_DEF = {"signature", signature_of, METH_O,
                                     "the arrays' part of a dispatch site's key, or None"};
 
+// ----------------------------------------------------------------------------- state
+//
+// What a captured CUDA graph of a model's forward depends on (dnnctl/torch/graphs.py): for
+// each (dict, key) pair, the identity of the value stored there (0 where there is none) and,
+// for a tensor, its data pointer and, with ``versions``, its version counter (0 for an
+// inference tensor, which has none), packed into one bytes object; a pair (dict, ...)
+// stands for the dict's size. The caller keeps the
+// values alive, so an identity is never reused. ~10 ns a pair against ~0.3 us in Python.
+static PyObject *state_of(PyObject *, PyObject *args) {
+    PyObject *pairs = nullptr;
+    int versions = 0;
+    if (!PyArg_ParseTuple(args, "O!p", &PyTuple_Type, &pairs, &versions)) return nullptr;
+    Py_ssize_t n = PyTuple_GET_SIZE(pairs);
+    std::vector<int64_t> buf(static_cast<size_t>(3 * n), 0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyDict_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_TypeError, "state: expected a tuple of (dict, key) pairs");
+            return nullptr;
+        }
+        int64_t *row = buf.data() + 3 * i;
+        if (PyTuple_GET_ITEM(pair, 1) == Py_Ellipsis) {  // (dict, ...): its size
+            row[0] = static_cast<int64_t>(PyDict_Size(PyTuple_GET_ITEM(pair, 0)));
+            continue;
+        }
+        PyObject *v = PyDict_GetItemWithError(PyTuple_GET_ITEM(pair, 0),
+                                              PyTuple_GET_ITEM(pair, 1));
+        if (v == nullptr) {
+            if (PyErr_Occurred()) return nullptr;
+            continue;
+        }
+        row[0] = static_cast<int64_t>(reinterpret_cast<intptr_t>(v));
+        // (the type's MRO, not isinstance: no __instancecheck__ for the many plain values)
+        if (!PyType_IsSubtype(Py_TYPE(v), reinterpret_cast<PyTypeObject *>(THPVariableClass)))
+            continue;
+        const at::Tensor &t = THPVariable_Unpack(v);
+        if (!t.defined()) continue;
+        const c10::TensorImpl *impl = t.unsafeGetTensorImpl();
+        if (impl->has_storage())
+            row[1] = static_cast<int64_t>(
+                reinterpret_cast<intptr_t>(impl->unsafe_storage().data())) +
+                     impl->storage_offset() * static_cast<int64_t>(impl->itemsize());
+        if (versions && impl->version_counter().enabled())
+            row[2] = static_cast<int64_t>(impl->version_counter().current_version());
+    }
+    return PyBytes_FromStringAndSize(reinterpret_cast<const char *>(buf.data()),
+                                     static_cast<Py_ssize_t>(buf.size() * sizeof(int64_t)));
+}
+
+static PyMethodDef STATE_DEF = {"state", state_of, METH_VARARGS,
+                                "what a captured graph of a forward depends on, as bytes"};
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     PARAMETER_TYPE = reinterpret_cast<PyTypeObject *>(
         py::module_::import("torch.nn.parameter").attr("Parameter").ptr());  // (kept alive)
     m.add_object("signature", py::reinterpret_steal<py::object>(
                                   PyCFunction_New(&SIGNATURE_DEF, nullptr)));
+    m.add_object("state", py::reinterpret_steal<py::object>(
+                              PyCFunction_New(&STATE_DEF, nullptr)));
     m.doc() = "dnnctl's replay of recorded launch programs";
     m.def("set_bn_fallback", &set_bn_fallback, "the differentiable batch_norm backward");
     // the slot names of the enums above (a test holds them to the op functions' order)

@@ -49,6 +49,9 @@ _LOCK = threading.Lock()
 # the loaded extension's ``signature(arrays)`` (bytes, or None for arrays other than torch
 # tensors and Nones): the arrays' part of a dispatch site's key; None until it loads
 SIGNATURE: Callable[[tuple[Any, ...]], bytes | None] | None = None
+# the loaded extension's ``state(pairs, versions)``: what a captured graph of a model's
+# forward depends on (dnnctl.torch.graphs); None until it loads
+STATE: Callable[[tuple[Any, ...], bool], bytes] | None = None
 _STATE: dict[str, Any] = {}  # "module": the loaded extension / None; "thread": the build
 
 
@@ -119,9 +122,9 @@ def _build_and_load() -> None:
             why = f"no CUDA driver: {exc}"  # records one; a test sets its own launcher)
     _STATE["failure"] = why
     _STATE["module"] = mod
-    global SIGNATURE
+    global SIGNATURE, STATE
     if mod is not None:
-        SIGNATURE = mod.signature
+        SIGNATURE, STATE = mod.signature, mod.state
 
 
 def _load(path: Path) -> tuple[Any | None, str | None]:

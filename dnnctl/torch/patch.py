@@ -24,6 +24,7 @@ from torch import fx, nn
 from torch.utils.hooks import RemovableHandle
 
 from dnnctl.errors import UsageError
+from dnnctl.torch import graphs as graphs_module
 from dnnctl.torch import kernels
 from dnnctl.torch.fuse import fuse_graph, hooked
 from dnnctl.torch.modules import forward_for
@@ -142,7 +143,8 @@ def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> Non
 
 
 def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
-          backward: str | dict[str, str] = "plan") -> PatchReport:
+          backward: str | dict[str, str] = "plan", graphs: bool = False,
+          max_graphs: int = graphs_module.MAX_GRAPHS) -> PatchReport:
     """Route ``model``'s supported modules to dnnctl (in place) and return the report.
 
     ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
@@ -152,9 +154,17 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     problem the plan has an entry for, torch's formula otherwise), ``"dnnctl"`` (dnnctl's
     backward kernels wherever they take the problem) or ``"torch"`` (torch's formulas); or a
     mapping per op / pass, e.g. ``{"*": "dnnctl", "conv2d/wgrad": "torch"}``.
+    ``graphs``: run the model's inference calls (grad off, eval mode, CUDA tensors) as one
+    CUDA graph per call signature, captured after two eager calls, at most ``max_graphs``
+    kept (see :mod:`dnnctl.torch.graphs`; :func:`graph_info` says what they did).
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(graphs, bool):
+        raise UsageError(f"patch: graphs must be True or False, got {graphs!r}")
+    if type(max_graphs) is not int or max_graphs < 1:
+        raise UsageError(f"patch: max_graphs must be a positive integer, got {max_graphs!r}",
+                         hint="each graph keeps its own GPU memory pool; 8 is the default")
     if _state(model) is not None:
         raise UsageError("patch: this model is already patched",
                          hint="call dnnctl.torch.unpatch(model) first")
@@ -184,6 +194,11 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
             report.skipped.append(Skipped(name, type(m).__name__, note))
     if trace and list(model.children()):
         _trace(model, covered, handle, report, saved)
+    if graphs:
+        inner = model.__dict__.get("forward", _MISSING)
+        _set_forward(model, graphs_module.GraphedForward(
+            model, _own_forward(model, inner), max_graphs), saved)
+        report.graphs = True
     object.__setattr__(model, _MARK, _State(report, saved, plan))
     _mark_unscriptable(model, saved)
     return report
@@ -455,7 +470,11 @@ def _trace_again(model: nn.Module, own: Any, covered: set[str], handle: int,
             traced.retraces = retraces
         except _NotTraceable:
             pass
-    object.__setattr__(model, "forward", traced)
+    graphed = model.__dict__.get("forward")
+    if isinstance(graphed, graphs_module.GraphedForward):
+        graphed.inner = traced  # (its graphs see the change and are captured again)
+    else:
+        object.__setattr__(model, "forward", traced)
     return traced
 
 
@@ -512,6 +531,13 @@ def unpatch(model: nn.Module) -> PatchReport:
 
 def is_patched(model: nn.Module) -> bool:
     return _state(model) is not None
+
+
+def graph_info(model: nn.Module) -> graphs_module.GraphInfo | None:
+    """What a model patched with ``graphs=True`` did with CUDA graphs: calls replayed,
+    captured and run eagerly, graphs dropped as stale, signatures refused and why (None:
+    not patched with ``graphs=True``)."""
+    return graphs_module.info(model)
 
 
 @contextlib.contextmanager

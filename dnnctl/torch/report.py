@@ -42,6 +42,7 @@ class PatchReport:
     traced: bool = False
     trace_error: str = ""
     training: bool = False
+    graphs: bool = False  # inference calls run as CUDA graphs (patch(..., graphs=True))
     _fallbacks_at: dict = field(default_factory=dict, repr=False)
 
     def fallbacks(self) -> dict[tuple[str, str], int]:
@@ -55,6 +56,8 @@ class PatchReport:
         lines = [f"dnnctl.torch.patch ({'training' if self.training else 'inference'}, {how}):"
                  f" {len(self.covered)} modules on dnnctl, {len(self.fusions)} fused chains, "
                  f"{len(self.skipped)} left to torch"]
+        if self.graphs:
+            lines.append("  inference calls (grad off, CUDA) replayed as CUDA graphs")
         for f in self.fusions:
             lines.append(f"  fused {f.head} + {' + '.join(f.parts)}")
         for s in self.skipped:
