@@ -12,13 +12,14 @@ as one CUDA graph per call signature, replayed in one launch:
   values (numbers, strings, flags, None), and what steers which kernels run: grad /
   inference mode, autocast, the current device, the active plan and its generation,
   dnnctl's and torch's determinism switches, cuDNN's and TF32's switches, the SDPA backends
-  allowed, and whether a hook was registered anywhere.
+  allowed.
 - **Captured after two eager calls** of the signature (lazy set-up, cuDNN's autotuning and
   dnnctl's kernel builds happen in the first). The second one is watched: a forward that
   replaces a module, parameter, buffer or attribute of the model, or writes into one of its
-  inputs, is never captured (Python state a replay would not update); nor is one whose
-  capture fails (a GPU value read on the host: ``.item()``, a data-dependent shape). The
-  reason is in :meth:`GraphedForward.info`.
+  inputs, is never captured (Python state a replay would not update); nor is a model with
+  a forward hook (its Python would run only at the capture), nor one whose capture fails
+  (a GPU value read on the host: ``.item()``, a data-dependent shape). The reason is in
+  :meth:`GraphedForward.info`.
 - **A call** copies its tensors into the graph's inputs, replays the graph on the caller's
   current stream and returns copies of its outputs: a later call never overwrites what an
   earlier one returned. Buffers the forward writes in place (a KV cache) are written by
@@ -43,9 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.modules.module as torch_module
 from torch import nn
 from torch.utils import _pytree as pytree
-from torch.utils.hooks import RemovableHandle
 
 from dnnctl.backends import replay
 from dnnctl.ops.dispatch import active_plan, arrays_key
@@ -144,6 +145,10 @@ class GraphedForward:
                  ) -> Any:
         """The last eager call before the capture, checked for state a replay would not
         update; then the capture (its result is this call's)."""
+        if _hooked(self):
+            self._refuse(key, "a forward hook is registered on the model (its Python would "
+                              "not run in a replay)")
+            return self._eager(args, kwargs)
         pairs = _watch(self)
         held = [d.get(k) for d, k in pairs if k is not ...]  # (no identity reused meanwhile)
         before = _state(pairs, False)
@@ -291,34 +296,50 @@ def _settings() -> tuple:
             torch.are_deterministic_algorithms_enabled(), b.cudnn.enabled, b.cudnn.benchmark,
             b.cudnn.deterministic, b.cudnn.allow_tf32, b.cuda.matmul.allow_tf32,
             b.cuda.flash_sdp_enabled(), b.cuda.mem_efficient_sdp_enabled(),
-            b.cuda.math_sdp_enabled(), b.cuda.cudnn_sdp_enabled(),
-            getattr(RemovableHandle, "next_id", 0))
+            b.cuda.math_sdp_enabled(), b.cuda.cudnn_sdp_enabled())
 
 
-def _watch(graphed: GraphedForward) -> tuple[tuple[dict, Any], ...]:
-    """(dict, key) for everything of the model a captured forward read: each module's
-    public attributes, parameters, buffers and submodules (and each such dict's size), of
-    the model and of the traced graph patch runs (its fused chains), and the forward
-    underneath itself."""
-    pairs: list[tuple[dict, Any]] = [(graphed.__dict__, "inner")]
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")
+
+
+def _modules(graphed: GraphedForward) -> list[nn.Module]:
+    """The model's modules and those of the traced graph patch runs (its fused chains)."""
     roots = [graphed.model]
     gm = getattr(graphed.inner, "gm", None)
     if isinstance(gm, nn.Module):
         roots.append(gm)
-    seen: set[int] = set()
+    seen: dict[int, nn.Module] = {}
     for root in roots:
         for m in root.modules():
-            if id(m) in seen:
-                continue
-            seen.add(id(m))
-            d = m.__dict__
-            pairs.append((d, ...))
-            pairs.extend((d, k) for k in d if k[0] != "_")
-            for name in ("_parameters", "_buffers", "_modules"):
-                sub = d.get(name)
-                if isinstance(sub, dict):
-                    pairs.append((sub, ...))
-                    pairs.extend((sub, k) for k in sub)
+            seen.setdefault(id(m), m)
+    return list(seen.values())
+
+
+def _hooked(graphed: GraphedForward) -> bool:
+    """A forward (pre-)hook on one of the model's modules, or a global one."""
+    return any(getattr(torch_module, h, None) for h in _GLOBAL_HOOKS) or any(
+        m.__dict__.get(h) for m in _modules(graphed) for h in _HOOKS)
+
+
+def _watch(graphed: GraphedForward) -> tuple[tuple[dict, Any], ...]:
+    """(dict, key) for everything of the model a captured forward read: each module's
+    public attributes, parameters, buffers and submodules (and each such dict's size, and
+    its forward hooks' count), of the model and of the traced graph patch runs, the global
+    forward hooks' counts, and the forward underneath itself."""
+    pairs: list[tuple[dict, Any]] = [(graphed.__dict__, "inner")]
+    pairs.extend((getattr(torch_module, h), ...) for h in _GLOBAL_HOOKS
+                 if isinstance(getattr(torch_module, h, None), dict))
+    for m in _modules(graphed):
+        d = m.__dict__
+        pairs.append((d, ...))
+        pairs.extend((d, k) for k in d if k[0] != "_")
+        pairs.extend((d[h], ...) for h in _HOOKS if isinstance(d.get(h), dict))
+        for name in ("_parameters", "_buffers", "_modules"):
+            sub = d.get(name)
+            if isinstance(sub, dict):
+                pairs.append((sub, ...))
+                pairs.extend((sub, k) for k in sub)
     return tuple(pairs)
 
 

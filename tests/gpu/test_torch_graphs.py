@@ -23,8 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from _torch_models import LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
 from torch import nn  # noqa: E402
 
+from dnnctl.backends import replay  # noqa: E402
+
 pytestmark = pytest.mark.gpu
 CL = torch.channels_last
+# the replay extension loads in the background; the counts below assume it is there from the
+# first call (its packed signatures are other keys than the Python ones made before it)
+replay.module(wait=300)
 
 
 def _bn_stats(model: nn.Module, seed: int = 1) -> nn.Module:
@@ -189,6 +194,29 @@ def test_forwards_a_replay_would_not_reproduce_stay_eager():
         # the CUDA context is still sound after the failed capture
         assert torch.equal(torch.ones(3, device="cuda") * 2, torch.full((3,), 2.0,
                                                                          device="cuda"))
+
+
+def test_a_forward_hook_keeps_the_model_eager_until_removed():
+    _, model, make = CASES[1]
+    eager, graphed = _pair(model)
+    seen = []
+    with torch.no_grad():
+        for _ in range(3):
+            x = make()
+            assert torch.equal(graphed(x), eager(x))
+        handle = graphed.ln2.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+        for _ in range(4):  # the hook runs on every call (a hooked module is never fused)
+            x = make()
+            assert torch.allclose(graphed(x), eager(x), rtol=2e-2, atol=2e-2)
+        assert len(seen) == 4
+        info = dt.graph_info(graphed)
+        assert info.stale == 1 and any("hook" in r for r in info.refused), info
+        handle.remove()
+        for _ in range(4):
+            x = make()
+            assert torch.allclose(graphed(x), eager(x), rtol=2e-2, atol=2e-2)
+        assert len(seen) == 4
+        assert dt.graph_info(graphed).captures == 2
 
 
 def test_grad_on_training_mode_and_side_streams():

@@ -165,3 +165,32 @@ def test_packed_state_agrees_with_python(monkeypatch):
         assert row == (p if isinstance(p, tuple) else (p, 0, 0))
     with pytest.raises(TypeError, match="pairs"):
         replay.module().state(((1, 2),), True)
+
+
+def test_a_forward_that_changes_its_attributes_is_not_traced():
+    """fx runs the forward's Python once, on proxies: a counter it bumps would be baked into
+    the traced graph (and bumped by the trace itself). patch restores it and runs the model
+    module by module, as it would run unpatched."""
+
+    class Counts(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            self.last = x.shape[0]
+            return self.lin(x) * self.calls
+
+    torch.manual_seed(0)
+    model, plain = Counts().eval(), Counts().eval()
+    plain.load_state_dict(model.state_dict())
+    report = dt.patch(model, graphs=True)
+    assert not report.traced and "changes attribute 'calls'" in report.trace_error
+    assert model.calls == 0 and "last" not in model.__dict__
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.allclose(model(x), plain(x), rtol=1e-5, atol=1e-6)
+    assert model.calls == 3 and model.last == 2
