@@ -84,6 +84,11 @@ class Matrix:
                 return row
         return None
 
+    def nvswitch_rows(self, name: str) -> list[Row]:
+        """The NVSwitch-board rows whose name pattern matches the GPU name ``name``."""
+        return [row for row in self.tables["nvswitch_gpus"]
+                if any(re.search(p, bounded(name), re.IGNORECASE) for p in row["match"])]
+
     def mig_enumeration(self, driver: Version | None) -> list[Row]:
         """How many MIG devices CUDA enumerates per process with ``driver``: the row of the
         newest driver not above it, or every row when the driver is unknown."""

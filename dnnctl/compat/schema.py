@@ -73,6 +73,13 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "model": F("text", True), "match": F("regex_list", True), "cc": F("cc", True),
         "class": F("choice", True, "datacenter", "workstation", "consumer", "jetson"),
         "platform": F("choice", False, "x86_64", "aarch64"), "examples": F("list_text", True)}),
+    # nvswitch_gpus: GPUs sold on NVSwitch baseboards (they need nvidia-fabricmanager there);
+    # switches: how the host sees the NVSwitches (driver: /proc/driver/nvidia-nvswitch/devices,
+    # nvlink5: an InfiniBand port); board_gpus: the GPU count of that baseboard
+    "nvswitch_gpus": (("model",), {
+        "model": F("text", True), "match": F("regex_list", True),
+        "switches": F("choice", True, "driver", "nvlink5"), "board_gpus": F("int", True),
+        "examples": F("list_text", True)}),
     "mig_enumeration": (("driver",), {
         "driver": F("version", True), "per": F("choice", True, "process", "gpu_instance")}),
     "cudnn": (("versions", "cuda_major"), {
