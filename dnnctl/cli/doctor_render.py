@@ -172,7 +172,27 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
              if drv.get(k) and drv[k] != drv.get("version")]
     if drv.get("source"):
         extra.append(f"via {drv['source']}")
-    return [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
+    lines = [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
+    fabric = _fabric_line(drv)
+    return lines + ([(f"[dim]{escape(fabric)}[/]", True)] if fabric else [])
+
+
+def _fabric_line(drv: dict[str, Any]) -> str | None:
+    """'fabric manager 535.161.08, running; 6 NVSwitches' (what the snapshot says of them)."""
+    fm = drv.get("fabric_manager") or {}
+    bits = []
+    if fm:
+        state = {True: "running", False: "not running"}.get(fm.get("active"))
+        if fm.get("installed") is False and fm.get("active") is not True:
+            state = "not installed"
+        bits.append("fabric manager " + ", ".join(
+            str(b) for b in (fm.get("version"), state) if b) if fm.get("version") or state
+            else "fabric manager: state unknown")
+    if drv.get("nvswitches"):
+        bits.append(f"{drv['nvswitches']} NVSwitch{'es' * (drv['nvswitches'] != 1)}")
+    if drv.get("nvlink5_switch"):
+        bits.append("NVLink 5 switch port")
+    return "; ".join(bits) or None
 
 
 def _gpu_line(g: Any) -> str:
@@ -190,6 +210,9 @@ def _gpu_line(g: Any) -> str:
                      f"({g.compute_capability})")
     if g.memory_mib:
         parts.append(f"{g.memory_mib} MiB")
+    state = (getattr(g, "fabric", None) or {}).get("state")
+    if state and state != "not_supported":
+        parts.append(f"(fabric {state.replace('_', ' ')})")
     return " ".join(parts)
 
 

@@ -29,6 +29,8 @@ from dnnctl.doctor.model import (
     ENV_SCHEMA,
     ENVIRONMENT_FIELDS,
     EXTENSION_FIELDS,
+    FABRIC_FIELDS,
+    FABRIC_STATES,
     FRAMEWORK_FIELDS,
     LIBRARIES,
     MIG_FIELDS,
@@ -36,13 +38,14 @@ from dnnctl.doctor.model import (
     Component,
     EnvSnapshot,
     Gpu,
+    fabric_state,
 )
 from dnnctl.errors import InputFileError, UsageError
 
 _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map",
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
-              "uuid": "str", "mig": MIG_FIELDS}
+              "uuid": "str", "mig": MIG_FIELDS, "fabric": FABRIC_FIELDS}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes",
               "cudnn", "libraries", "frameworks", "extensions", "live", "packages", "requires",
@@ -121,6 +124,13 @@ class _Reader:
             if node.tag.endswith(":bool"):
                 return text.lower() in ("true", "yes", "on", "y")
             raise self.fail(node, where, f"expected true or false, got {text!r}")
+        if kind == "fabric_state":
+            state = fabric_state(text)
+            if state is None:
+                raise self.fail(node, where, f"not a fabric state: {_show(text)}",
+                                "one of " + ", ".join(FABRIC_STATES) + " (nvidia-smi -q's "
+                                "'In Progress' is read as in_progress)")
+            return state
         if kind == "cc":
             cc = normalize_cc(text)
             if cc is None:

@@ -67,7 +67,14 @@ CODES = {
 # What each free-form dict of a snapshot may hold, and the type of every key ("str" values
 # are versions or names kept exactly as written). Detection writes these keys; the dnnctl-env/1
 # loader accepts exactly these, so a typo in a hand-written file is an error, not a no-op.
-DRIVER_FIELDS = {
+# nvidia-fabricmanager, which an NVSwitch system needs at the driver's exact version
+# (dnnctl.doctor.probe_fabric); absent = unknown
+FABRIC_MANAGER_FIELDS = {
+    "version": "version",  # nv-fabricmanager --version ("Fabric Manager version is : 535.161.08")
+    "active": "bool",  # a nv-fabricmanager process runs (False: systemd says it is not running)
+    "installed": "bool",  # the nv-fabricmanager program is here (False: looked, not found)
+}
+DRIVER_FIELDS: dict[str, Any] = {
     "present": "bool",  # detected snapshots always say; False = looked and found no driver
     "version": "version",  # "580.159.04"
     "cuda": "version",  # newest CUDA the driver supports (cuDriverGetVersion), "13.0"
@@ -81,7 +88,18 @@ DRIVER_FIELDS = {
     "source": "str",  # nvml | nvidia-smi | libcuda | proc
     "error": "str",  # a present driver that could not be read fully (probe problem)
     "reason": "str",  # why no driver was found (present: false)
+    "fabric_manager": FABRIC_MANAGER_FIELDS,
+    # NVSwitches the driver lists in /proc/driver/nvidia-nvswitch/devices (NVLink 4 and
+    # earlier; 0 = the driver lists none); an NVLink 5 switch's management port (InfiniBand
+    # VPD "SW_MNG", HGX B200 and later) sets nvlink5_switch
+    "nvswitches": "int",
+    "nvlink5_switch": "bool",
 }
+# A GPU's NVLink fabric registration as NVML reports it (Hopper and later;
+# nvmlDeviceGetGpuFabricInfo, nvidia-smi -q "Fabric: State / Status"): state is one of
+# FABRIC_STATES, status "success" or NVML's error text (meaningful once state is completed)
+FABRIC_STATES = ("not_supported", "not_started", "in_progress", "completed")
+FABRIC_FIELDS = {"state": "fabric_state", "status": "str"}
 # A MIG device is an entry of ``gpus`` with ``mig.profile``; its physical GPU has ``mig.mode``.
 MIG_FIELDS = {
     "mode": "bool",  # on a physical GPU: MIG mode is enabled (CUDA uses its MIG devices instead)
@@ -162,6 +180,7 @@ class Gpu:
     memory_mib: int | None = None
     uuid: str | None = None
     mig: dict[str, Any] | None = None  # keys: MIG_FIELDS
+    fabric: dict[str, Any] | None = None  # keys: FABRIC_FIELDS
 
 
 @dataclass
@@ -220,6 +239,12 @@ class EnvSnapshot:
         if empty - set(data):
             data = {k: data.get(k, []) for k in ENV_ORDER if k in data or k in empty}
         return data
+
+
+def fabric_state(text: str) -> str | None:
+    """A fabric state as NVML's names or nvidia-smi prints it ("In Progress") -> FABRIC_STATES."""
+    key = "_".join(text.strip().lower().replace("-", " ").split())
+    return key if key in FABRIC_STATES else None
 
 
 def _prune(obj: Any) -> Any:

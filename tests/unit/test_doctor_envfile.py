@@ -61,6 +61,13 @@ packages: {numpy: 1.26}
     ("- a list\n", 1, None, "expected a mapping"),
     ("cudnn: [{version: 9.1, loaded_first: yes please}]\n", 1, "cudnn[0].loaded_first",
      "true or false"),
+    ("driver:\n  fabric_manager: {versoin: '535.161.08'}\n", 2,
+     "driver.fabric_manager.versoin", "did you mean 'version'"),
+    ("driver: {fabric_manager: {active: running}}\n", 1, "driver.fabric_manager.active",
+     "true or false"),
+    ("gpus:\n  - {name: H100, fabric: {state: done}}\n", 2, "gpus[0].fabric.state",
+     "not a fabric state"),
+    ("driver: {nvswitches: six}\n", 1, "driver.nvswitches", "whole number"),
 ])
 def test_errors_name_the_line_and_field(tmp_path, text, line, where, words):
     p = tmp_path / "env.yaml"
@@ -119,6 +126,23 @@ def test_save_is_atomic_and_round_trips(tmp_path):
     text = p.read_text()
     assert text.startswith("# dnnctl-env/1") and "gpus: []" in text
     assert [f.name for f in tmp_path.iterdir()] == ["env.yaml"]  # no temp file left behind
+
+
+def test_fabric_manager_and_gpu_fabric_state_round_trip(tmp_path):
+    """driver.fabric_manager, the NVSwitch evidence and a GPU's fabric state: nvidia-smi -q's
+    spelling ("In Progress") is read as NVML's state name, and saving keeps a known False."""
+    env = parse_env("driver:\n  version: 535.161.08\n  fabric_manager: {version: 535.104.05, "
+                    "active: false, installed: true}\n  nvswitches: 0\n"
+                    "  nvlink5_switch: false\ngpus:\n  - {name: NVIDIA H100 80GB HBM3, "
+                    "fabric: {state: In Progress, status: success}}\n")
+    assert env.driver["fabric_manager"] == {"version": "535.104.05", "active": False,
+                                            "installed": True}
+    assert (env.driver["nvswitches"], env.driver["nvlink5_switch"]) == (0, False)
+    assert env.gpus[0].fabric == {"state": "in_progress", "status": "success"}
+    p = tmp_path / "env.yaml"
+    save_env(env, p)
+    assert load_env(p) == env
+    assert "active: false" in p.read_text() and "nvswitches: 0" in p.read_text()
 
 
 def test_save_into_a_missing_directory(tmp_path):
