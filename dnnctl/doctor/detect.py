@@ -23,6 +23,7 @@ from dnnctl.doctor.native import nvml_argv
 from dnnctl.doctor.probe_cuda import pip_cuda_runtimes, probe_cudnn, system_cuda_runtimes
 from dnnctl.doctor.probe_driver import probe_driver
 from dnnctl.doctor.probe_extensions import probe_extensions
+from dnnctl.doctor.probe_fabric import probe_fabric
 from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_python import probe_python, requires_of
 
@@ -65,6 +66,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     ldconfig, ld_note = ld_task.result()
     cudnn_task = Task(_timed, "probe: cuDNN copies", probe_cudnn, host, dists, ldconfig)
     drv_task = Task(_timed, "probe: driver and GPUs", probe_driver, host, ldconfig)
+    fabric_task = Task(_timed, "probe: fabric manager and NVSwitches", probe_fabric, host)
     libs_task = Task(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries, host, dists,
                      ldconfig)
     system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
@@ -76,6 +78,9 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
 
     env.driver = drv.driver
     env.gpus = drv.gpus
+    fabric, fabric_notes = fabric_task.result()
+    if env.driver.get("present"):
+        env.driver.update(fabric)
     if drv.gpus_known:  # physical GPUs: a MIG device is listed beside its GPU
         env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
     env.environment = {k: host.environ[k] for k in ENVIRONMENT_FIELDS
@@ -94,8 +99,8 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         bundled = next((c for c in cudnn if c.source == "torch:bundled" and c.version), None)
         if bundled:
             torch["cudnn"] = bundled.version
-    env.notes = [*([ld_note] if ld_note else []), *drv.notes, *py_notes, *cudnn_notes,
-                 *ext_notes]
+    env.notes = [*([ld_note] if ld_note else []), *drv.notes, *fabric_notes, *py_notes,
+                 *cudnn_notes, *ext_notes]
     if deep_task is not None:
         with timing.span("--deep: waiting for the framework children"):
             results = deep_task.result()

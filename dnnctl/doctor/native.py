@@ -60,6 +60,9 @@ out["count"] = n.value if call("count", count, ctypes.byref(n)) else None
 class Mem(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
                 ("used", ctypes.c_ulonglong)]
+class Fabric(ctypes.Structure):  # nvmlGpuFabricInfo_t (nvml.h)
+    _fields_ = [("uuid", ctypes.c_char * 16), ("status", ctypes.c_int),
+                ("clique", ctypes.c_uint), ("state", ctypes.c_ubyte)]
 by_index = getattr(L, "nvmlDeviceGetHandleByIndex_v2", None) or L.nvmlDeviceGetHandleByIndex
 def ask(name, h):  # an unsigned-int query that older libraries may not have
     f, v = getattr(L, name, None), ctypes.c_uint(0)
@@ -98,6 +101,10 @@ for i in range(out["count"] or 0):
         m = Mem()
         if call("gpu%d.memory" % i, L.nvmlDeviceGetMemoryInfo, h, ctypes.byref(m)):
             g["memory"] = m.total
+        fab = getattr(L, "nvmlDeviceGetGpuFabricInfo", None)  # Hopper on, R525 on
+        fi = Fabric()
+        if fab is not None and fab(h, ctypes.byref(fi)) == 0:
+            g["fabric"] = [fi.state, fi.status, msg(fi.status) if fi.status else "success"]
         mode = getattr(L, "nvmlDeviceGetMigMode", None)
         cur, pend = ctypes.c_uint(0), ctypes.c_uint(0)
         if mode is not None and mode(h, ctypes.byref(cur), ctypes.byref(pend)) == 0:
@@ -214,6 +221,15 @@ class SubprocessNvml:
         from types import SimpleNamespace
 
         return SimpleNamespace(total=self._get(f"gpu{h}.memory", self._gpu(h).get("memory")))
+
+    def nvmlDeviceGetGpuFabricInfo(self, h: int) -> Any:  # noqa: N802
+        """pynvml's answer: ``state`` and ``status`` (nvmlReturn_t), with NVML's text of it."""
+        from types import SimpleNamespace
+
+        fab = self._gpu(h).get("fabric")
+        if not (isinstance(fab, list) and len(fab) == 3):
+            raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
+        return SimpleNamespace(state=fab[0], status=fab[1], status_text=str(fab[2]))
 
     def nvmlDeviceGetMigMode(self, h: int) -> list[int]:  # noqa: N802
         mode = self._gpu(h).get("mig_mode")

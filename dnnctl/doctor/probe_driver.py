@@ -15,7 +15,7 @@ from typing import Any
 
 from dnnctl.doctor import parse
 from dnnctl.doctor.host import Host
-from dnnctl.doctor.model import Gpu
+from dnnctl.doctor.model import FABRIC_STATES, Gpu
 from dnnctl.doctor.native import SubprocessNvml, libcuda_version
 
 NVML_MISMATCH = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch")
@@ -133,7 +133,24 @@ def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> tuple
         gpu.memory_mib = int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // (1 << 20)
     except error_cls as exc:
         notes.append(f"NVML: GPU {index} memory: {_nvml_text(exc)}")
+    gpu.fabric = _fabric(nvml, error_cls, handle)
     return gpu, handle
+
+
+def _fabric(nvml: Any, error_cls: type, handle: Any) -> dict[str, Any] | None:
+    """The GPU's NVLink fabric registration (nvmlDeviceGetGpuFabricInfo: Hopper and later;
+    NVML_ERROR_NOT_SUPPORTED elsewhere, and older libraries lack the call)."""
+    get = getattr(nvml, "nvmlDeviceGetGpuFabricInfo", None)
+    if get is None:
+        return None
+    try:
+        info = get(handle)
+        state = FABRIC_STATES[int(info.state)]
+    except (error_cls, AttributeError, IndexError, TypeError, ValueError):
+        return None
+    status = int(getattr(info, "status", 0) or 0)
+    text = getattr(info, "status_text", None) or f"NVML error {status}"
+    return {"state": state, "status": "success" if status == 0 else text}
 
 
 def _nvml_migs(nvml: Any, error_cls: type, handle: Any, parent: Gpu,

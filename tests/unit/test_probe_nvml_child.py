@@ -34,6 +34,10 @@ int nvmlDeviceGetUUID(void *h, char *b, unsigned n) { return 999; }
 int nvmlDeviceGetCudaComputeCapability(void *h, int *a, int *b) {
   *a = (size_t)h == 1 ? 9 : 10; *b = 0; return 0; }
 int nvmlDeviceGetMemoryInfo(void *h, Mem *m) { m->total = 143771ULL << 20; return 0; }
+typedef struct { char uuid[16]; int status; unsigned clique; unsigned char state; } Fab;
+int nvmlDeviceGetGpuFabricInfo(void *h, Fab *f) {  /* the H200 on a fabric; B200: 3 */
+  if ((size_t)h != 1) return 3;
+  memset(f, 0, sizeof *f); f->state = 3; f->clique = 7; return 0; }
 """
 
 
@@ -56,6 +60,8 @@ def test_child_reads_gpus_through_ctypes(tmp_path: Path, monkeypatch: pytest.Mon
     assert [(g.name, g.compute_capability, g.memory_mib) for g in out.gpus] == [
         ("NVIDIA H200", "9.0", 143771), ("NVIDIA B200", "10.0", 143771)]
     assert any("uuid" in n and "Unknown Error" in n for n in out.notes)
+    # nvmlGpuFabricInfo_t read through ctypes; NOT_SUPPORTED leaves the state unknown
+    assert [g.fabric for g in out.gpus] == [{"state": "completed", "status": "success"}, None]
 
 
 def test_init_error_code_comes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
