@@ -19,7 +19,7 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("doctor", "driver", "gpu", "cuda", "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc",
+COMPONENTS = ("doctor", "driver", "gpu", "fabric", "cuda", "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc",
               "torch", "tensorflow", "jax", "cupy", "ctranslate2", "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]", "not-judged": "[bold]?[/]"}
@@ -132,6 +132,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         failed = sum(n.startswith("probe failed:") for n in env.notes)
         return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
             if failed else []
+    if comp == "fabric":  # NVSwitches and Fabric Manager, where the snapshot says anything
+        line = _fabric_line(env.driver or {})
+        return [(escape(line), True)] if line else []
     if comp == "gpu":
         visible = (env.environment or {}).get("CUDA_VISIBLE_DEVICES")
         extra = [(f"[dim]CUDA_VISIBLE_DEVICES={escape(visible)}[/]", True)] \
@@ -172,22 +175,20 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
              if drv.get(k) and drv[k] != drv.get("version")]
     if drv.get("source"):
         extra.append(f"via {drv['source']}")
-    lines = [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
-    fabric = _fabric_line(drv)
-    return lines + ([(f"[dim]{escape(fabric)}[/]", True)] if fabric else [])
+    return [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
 
 
 def _fabric_line(drv: dict[str, Any]) -> str | None:
-    """'fabric manager 535.161.08, running; 6 NVSwitches' (what the snapshot says of them)."""
+    """'Fabric Manager 535.161.08, running; 6 NVSwitches' (what the snapshot says of them)."""
     fm = drv.get("fabric_manager") or {}
     bits = []
     if fm:
         state = {True: "running", False: "not running"}.get(fm.get("active"))
         if fm.get("installed") is False and fm.get("active") is not True:
             state = "not installed"
-        bits.append("fabric manager " + ", ".join(
+        bits.append("Fabric Manager " + ", ".join(
             str(b) for b in (fm.get("version"), state) if b) if fm.get("version") or state
-            else "fabric manager: state unknown")
+            else "Fabric Manager: state unknown")
     if drv.get("nvswitches"):
         bits.append(f"{drv['nvswitches']} NVSwitch{'es' * (drv['nvswitches'] != 1)}")
     if drv.get("nvlink5_switch"):

@@ -79,7 +79,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "nvswitch_gpus": (("model",), {
         "model": F("text", True), "match": F("regex_list", True),
         "switches": F("choice", True, "driver", "nvlink5"), "board_gpus": F("int", True),
-        "examples": F("list_text", True)}),
+        "board": F("bool"), "examples": F("list_text", True)}),
+    # fabric_manager_packages: driver releases -> the package of their Fabric Manager
+    # ({version}: the driver's exact version, {branch}: its major)
+    "fabric_manager_packages": (("driver",), {
+        "driver": F("range", True), "apt": F("text", True), "rpm": F("text", True)}),
     "mig_enumeration": (("driver",), {
         "driver": F("version", True), "per": F("choice", True, "process", "gpu_instance")}),
     "cudnn": (("versions", "cuda_major"), {

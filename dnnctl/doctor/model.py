@@ -59,6 +59,9 @@ CODES = {
                              "before 0.40.1 beside pip's libcudart.so.NN)",
     "requirement-unmet": "an installed package's own Requires-Dist on a GPU stack package is "
                          "not met by the version installed, or names one not installed",
+    "fabric-manager": "an NVSwitch system's nvidia-fabricmanager is missing, stopped, not of the "
+                      "driver's version, or has not set up the fabric (CUDA fails with "
+                      "cudaErrorSystemNotReady, 802)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -261,7 +264,7 @@ def _prune(obj: Any) -> Any:
 class Finding:
     code: str
     severity: str  # error | warning | info
-    component: str  # driver | gpu | cuda | cudnn | torch | tensorflow | jax | cupy | packages
+    component: str  # driver | gpu | fabric | cuda | cudnn | torch | tensorflow | jax | cupy | ...
     message: str
     fix: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)

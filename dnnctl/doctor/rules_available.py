@@ -30,7 +30,7 @@ from dnnctl.doctor.rules_driver import driver_fix, runtime_findings
 from dnnctl.errors import UsageError
 
 # findings that already explain why torch sees no GPU
-CAUSES = {"no-driver", "no-gpu", "driver-mismatch", "driver-too-old"}
+CAUSES = {"no-driver", "no-gpu", "driver-mismatch", "driver-too-old", "fabric-manager"}
 VISIBLE_SOURCE = (
     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars "
     "(CUDA_VISIBLE_DEVICES: 'Only the devices whose index is present in the sequence are "
@@ -75,7 +75,7 @@ def _names_cause(f: Finding) -> bool:
     if f.severity not in ("error", "warning"):
         return False
     # a snapshot that names no GPU gets a no-gpu warning: that is no cause
-    if f.code in CAUSES and f.component in ("driver", "gpu", "torch") and (
+    if f.code in CAUSES and f.component in ("driver", "gpu", "fabric", "torch") and (
             f.severity == "error" or f.component == "torch"):
         return True
     if f.code == "live-failed":  # doctor --deep: torch itself said why

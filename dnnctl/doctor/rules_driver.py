@@ -9,6 +9,7 @@ from dnnctl.doctor import (
     fixcheck,
     os_fixes,
     rules_extensions,
+    rules_fabric,
     rules_forward_compat,
     rules_platform,
 )
@@ -109,7 +110,7 @@ def _check(ctx: Context) -> list[Finding]:
         have, _ = ctx.driver_cuda
         out.append(finding("ok", "info", "driver", f"driver {ctx.driver} fully supports CUDA "
                            f"{have or 'unknown'}", driver=ctx.driver, driver_cuda=have))
-    return out
+    return out + rules_fabric.check(ctx)  # an NVSwitch node: its Fabric Manager (fabric)
 
 
 def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:
