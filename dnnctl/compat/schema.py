@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnctl.compat.inputs import check_pattern
-from dnnctl.compat.versions import CC, Target, Version, VersionRange
+from dnnctl.compat.versions import CC, Target, Version, VersionRange, release_key
 from dnnctl.errors import InputFileError, UsageError
 
 MATRIX_SCHEMA = "dnnctl-matrix/1"
@@ -99,6 +99,14 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "tensorflow": (("tensorflow",), {
         "tensorflow": F("version", True), "python": F("range"), "cuda": F("version", True),
         "cudnn": F("version", True), "arch_list": F("target_list"), "pip_extra": F("text")}),
+    # tensorflow_floors: TensorFlow releases [first, before) -> the lowest compute capability
+    # their official GPU binaries run on (the runtime ignores a GPU below it), per OS where the
+    # builds differ (os absent: every OS); built_for: the capabilities built, where a source
+    # names them; install: the pip requirement naming these releases, for a fix
+    "tensorflow_floors": (("first", "os"), {
+        "first": F("release", True), "before": F("release"),
+        "os": F("choice", False, "linux", "windows"), "min_cc": F("cc", True),
+        "built_for": F("cc_list"), "install": F("text")}),
     "jax": (("jax", "plugin"), {
         "jax": F("range", True), "plugin": F("int", True), "cuda": F("range", True),
         "cudnn": F("version", True), "cudnn_max": F("version"), "arch_list": F("target_list", True),
@@ -262,6 +270,11 @@ def _check(field: Field, value: Any) -> str | None:
             return None if isinstance(value, bool) else "expected true or false"
         if k == "version":
             return _version_text(value)
+        if k == "release":
+            if not isinstance(value, str):
+                return 'quote releases ("0.12.0rc1")'
+            release_key(value)
+            return None
         if k == "range":
             VersionRange.parse(str(value))
             return None

@@ -112,6 +112,25 @@ class Version(_Parsed):
         return self.text or ".".join(map(str, self.parts))
 
 
+_RELEASE = re.compile(r"v?(\d{1,9}(?:\.\d{1,9})*)(?:[-_.]?(a|alpha|b|beta|rc|c)[-_.]?(\d{0,9}))?"
+                      r"(?:[-_.]?(?:post|dev)[-_.]?\d{0,9})*", re.IGNORECASE)
+_PRE = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "rc": 2, "c": 2}
+
+
+def release_key(text: object) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """An ordering key that, unlike :class:`Version`, tells pre-releases apart (PEP 440):
+    ``0.12.0rc0`` < ``0.12.0rc1`` < ``0.12.0`` == ``0.12``; a local tag is ignored. Raises
+    UsageError on text that is no release."""
+    m = _RELEASE.fullmatch(str(text).split("+", 1)[0].strip()[:MAX_TEXT])
+    if not m:
+        raise UsageError(f"not a release: {str(text)[:40]!r}",
+                         hint='write it as released, e.g. "0.12.0rc1" or "1.15"')
+    parts = Version.parse(m.group(1)).key
+    if m.group(2) is None:
+        return parts, (1,)
+    return parts, (0, _PRE[m.group(2).lower()], int(m.group(3) or 0))
+
+
 def cmp_versions(a: object, b: object) -> int:
     """-1, 0 or 1 comparing two version strings numerically."""
     va, vb = Version.parse(a), Version.parse(b)
