@@ -6,7 +6,9 @@ filled from the matrix (a torch wheel's arch list and cuDNN from its version and
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py
 (with rules_fabric.py: an NVSwitch node's Fabric Manager),
-rules_mig.py (MIG devices), rules_frameworks.py, rules_jax.py and rules_ctranslate2.py (with
+rules_mig.py (MIG devices), rules_frameworks.py (with rules_tf_floor.py: the lowest
+compute capability of TensorFlow's binaries per release), rules_jax.py and
+rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
 GPU code), rules_extensions.py (nvcc vs torch's CUDA),

@@ -24,6 +24,7 @@ from dnnctl.doctor import (
     rules_platform,
     rules_python,
     rules_reach,
+    rules_tf_floor,
     rules_torch_cudnn,
     rules_torch_lines,
 )
@@ -341,8 +342,10 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         or rules_platform.tensorflow_macos(ctx, what, ver, info)
     if windows:
         return python + windows
+    # the official binaries' lowest compute capability, whatever the CUDA row says
+    floor = rules_tf_floor.check(ctx, what, info)
     if python and (row is None or row.uncertain or info.get("cuda_build") is False):
-        return python
+        return python + floor
     if info.get("cuda_build") is False:  # tensorflow-cpu, or is_built_with_cuda() False
         extra = "[and-cuda]" if row is None or row.get("pip_extra") else ""
         pin = f"=={row['tensorflow']}.*" if row is not None else ""
@@ -351,10 +354,12 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
             fix = f"`pip uninstall -y tensorflow-cpu`, then {fix}"
         return rules_platform.cpu_only(ctx, "tensorflow", what, fix=fix)
     if row is None or row.uncertain:
+        if rules_tf_floor.below(floor):  # no CUDA row to check: the GPU is ruled out anyway
+            return floor
         reason = f"no {'certain ' if row else ''}tested configuration in the matrix"
-        return explicit_build(ctx, "tensorflow", what, info, reason,
-                              release_fix=rules_reach.release_fix(ctx, "tensorflow")) or [
-            unknown("tensorflow", f"{what}: {reason}", row=row)]
+        return floor + (explicit_build(ctx, "tensorflow", what, info, reason,
+                                       release_fix=rules_reach.release_fix(ctx, "tensorflow"))
+                        or [unknown("tensorflow", f"{what}: {reason}", row=row)])
     cuda = _cuda_of(info) or Version.parse(row["cuda"])
     compiled = parse_cudnn(info.get("cudnn")) or Version.parse(row["cudnn"])
     install = f"pip install 'tensorflow[and-cuda]=={row['tensorflow']}.*'"
@@ -362,6 +367,9 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     out, ptx_only = arch_findings(ctx, "tensorflow", what, row, info.get("arch_list"),
                                   rebuild_fix(ctx, "tensorflow", release)
                                   if info.get("arch_list") else release)
+    ruled_out = rules_tf_floor.below(floor)  # said by the floor: not "no arch list" again
+    out = floor + [f for f in out if str(f.evidence.get("compute_capability")) not in ruled_out
+                   or f.code != "unknown-version"]
     out = rules_python.check(ctx, "tensorflow", what, row) + out
     no_code = [f for f in out if f.code == "arch-unsupported" and f.severity == "error"]
     gpu = rules_cudnn.gpu_support(ctx, "tensorflow", what, compiled, cuda)

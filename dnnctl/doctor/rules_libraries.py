@@ -59,7 +59,8 @@ def arch_findings(ctx: Context, component: str, what: str, row: Row,
         got, unsure, used = reach_row(gpu.cc, row, ctx.platform, arch_list)
         if used is None:
             out.append(unknown(component, f"{what}: the matrix has no {ctx.platform + ' ' if ctx.platform else ''}arch list "
-                               "for this build", row=row, platform=ctx.platform))
+                               "for this build", row=row, platform=ctx.platform,
+                               compute_capability=gpu.cc))
             continue
         if unsure:
             disputed = ", ".join(row.get("arch_uncertain") or [])
