@@ -19,19 +19,11 @@ dt = pytest.importorskip("dnnctl.torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from _torch_models import Bottleneck, LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import bn_stats as _bn_stats  # noqa: E402
 from torch import nn  # noqa: E402
 
 CL = torch.channels_last
 
-
-def _bn_stats(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model
 
 
 def _models():

@@ -160,3 +160,29 @@ def randomize_bn(model: nn.Module, seed: int = 1,
                 m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
                 m.bias.copy_(torch.rand(m.num_features, generator=g) - 0.5)
     return model
+
+
+def bn_stats(model: nn.Module, seed: int = 1) -> nn.Module:
+    """``model`` with random running statistics in its BatchNorm2d layers (a folded BN then
+    changes the result)."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            with torch.no_grad():
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return model
+
+
+class Counts(nn.Module):
+    """A forward that changes its module's Python state: a call counter, the last batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        self.last = x.shape[0]
+        return self.lin(x) * self.calls

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dt = pytest.importorskip("dnnctl.torch")
 
-from _torch_models import LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import LlamaBlock, SmallResNet, ViTBlock, bn_stats  # noqa: E402
 from torch import nn  # noqa: E402
 
 from dnnctl.errors import UsageError  # noqa: E402
@@ -19,14 +19,7 @@ from dnnctl.errors import UsageError  # noqa: E402
 
 def _resnet() -> nn.Module:
     torch.manual_seed(0)
-    model = SmallResNet()
-    g = torch.Generator().manual_seed(1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model
+    return bn_stats(SmallResNet())
 
 
 def _dnnctl_ops(ep: torch.export.ExportedProgram) -> list[str]:

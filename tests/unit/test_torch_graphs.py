@@ -1,7 +1,7 @@
 """``patch(model, graphs=True)`` where no graph can be captured (CPU tensors, grad on): the
 patched forward runs as it is; the option's errors; a graphed model's life (pickle, deep
 copy, unpatch, retrace); and the watch that tells a replay its model changed, in C++ and in
-Python. The captures themselves run in tests/gpu/test_torch_graphs.py."""
+Python. The captures themselves run in tests/gpu/test_torch_graphs_gpu.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dnnctl.errors import UsageError  # noqa: E402
 from dnnctl.torch import graphs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _torch_models import SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import Counts, SmallResNet, ViTBlock  # noqa: E402
 
 
 def _resnet() -> nn.Module:
@@ -171,17 +171,6 @@ def test_a_forward_that_changes_its_attributes_is_not_traced():
     """fx runs the forward's Python once, on proxies: a counter it bumps would be baked into
     the traced graph (and bumped by the trace itself). patch restores it and runs the model
     module by module, as it would run unpatched."""
-
-    class Counts(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(8, 8)
-            self.calls = 0
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.calls += 1
-            self.last = x.shape[0]
-            return self.lin(x) * self.calls
 
     torch.manual_seed(0)
     model, plain = Counts().eval(), Counts().eval()

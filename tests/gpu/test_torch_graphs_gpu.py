@@ -3,7 +3,7 @@ from CUDA graphs give bitwise the patched eager model's results, follow changes 
 (weights loaded, a module replaced), never overwrite what an earlier call returned, and stay
 eager where a replay would not do what the forward does.
 
-    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_torch_graphs.py
+    PYTHONPATH=. python3 -m pytest -m gpu tests/gpu/test_torch_graphs_gpu.py
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ if not torch.cuda.is_available():
 dt = pytest.importorskip("dnnctl.torch")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from _torch_models import LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import Counts, LlamaBlock, SmallResNet, ViTBlock  # noqa: E402
+from _torch_models import bn_stats as _bn_stats  # noqa: E402
 from torch import nn  # noqa: E402
 
 from dnnctl.backends import replay  # noqa: E402
@@ -31,15 +32,6 @@ CL = torch.channels_last
 # first call (its packed signatures are other keys than the Python ones made before it)
 replay.module(wait=300)
 
-
-def _bn_stats(model: nn.Module, seed: int = 1) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model
 
 
 def _cases():
@@ -151,16 +143,6 @@ def test_kv_cache_written_in_place_by_each_replay():
 
 
 def test_forwards_a_replay_would_not_reproduce_stay_eager():
-    class Counts(nn.Module):  # Python state the forward changes
-        def __init__(self) -> None:
-            super().__init__()
-            self.lin = nn.Linear(8, 8)
-            self.calls = 0
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.calls += 1
-            return self.lin(x) * self.calls
-
     class Syncs(nn.Module):  # reads a GPU value on the host: the capture fails
         def __init__(self) -> None:
             super().__init__()
