@@ -319,16 +319,10 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     and route its attention calls (noted in ``report``); _NotTraceable where fx cannot
     trace it."""
     sig, required, defaults = _signature(own)
-    attrs = _attributes(model)
     try:
         gm = symbolic_trace(model, defaults)
     except Exception as exc:  # any trace failure
-        _restore(attrs)
         raise _NotTraceable(f"not traceable: {type(exc).__name__}: {str(exc)[:120]}") from exc
-    changed = _restore(attrs)
-    if changed:  # (a counter, a cached value): the graph would have it baked in
-        raise _NotTraceable(f"not traceable: the forward changes attribute {changed!r}, "
-                            f"which a traced graph would not")
     reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
@@ -338,27 +332,6 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     reads += tuple((m.__dict__, "approximate", m.approximate) for m in members
                    if type(m) is nn.GELU)
     return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members)
-
-
-def _attributes(model: nn.Module) -> list[tuple[dict, dict]]:
-    """(module __dict__, a copy of its public entries) for each module of ``model``."""
-    return [(d, {k: v for k, v in d.items() if k[0] != "_"})
-            for d in (m.__dict__ for m in model.modules())]
-
-
-def _restore(attrs: list[tuple[dict, dict]]) -> str:
-    """Put back the public attributes a trace's run of the forward changed, added or removed
-    (the forward's own Python ran on proxies); the first one's name, "" where none."""
-    first = ""
-    for d, before in attrs:
-        for k, v in before.items():
-            if d.get(k, _MISSING) is not v:
-                first = first or k
-                d[k] = v
-        for k in [k for k in d if k[0] != "_" and k not in before]:
-            first = first or k
-            del d[k]
-    return first
 
 
 def _hook_count() -> int:

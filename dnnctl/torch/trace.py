@@ -37,13 +37,51 @@ class _Tracer(fx.Tracer):
         return _InplaceProxy(node, self)
 
 
+class ChangesItsAttributes(Exception):
+    """The forward changes its modules' attributes (a call counter, a cached size): a traced
+    graph would have the value of the trace baked in."""
+
+
 def symbolic_trace(model: nn.Module, defaults: dict[str, Any]) -> fx.GraphModule:
     """``fx.symbolic_trace`` with in-place augmented assignments kept in place, and
-    activation checkpointing kept (:func:`_checkpoint_leaf`)."""
+    activation checkpointing kept (:func:`_checkpoint_leaf`). The modules' public
+    attributes are as before the trace afterwards (fx runs the forward's Python once, on
+    proxies); :class:`ChangesItsAttributes` where the forward changed one."""
     tracer = _Tracer()
-    with _checkpoint_leaf(model, tracer):
-        graph = tracer.trace(model, concrete_args=defaults or None)
+    attrs = _attributes(model)
+    try:
+        with _checkpoint_leaf(model, tracer):
+            graph = tracer.trace(model, concrete_args=defaults or None)
+    finally:
+        changed = _restore(attrs)
+    if changed:
+        raise ChangesItsAttributes(f"the forward changes attribute {changed!r}, which a "
+                                   "traced graph would not")
     return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
+_MISSING = object()
+
+
+def _attributes(model: nn.Module) -> list[tuple[dict, dict]]:
+    """(module __dict__, a copy of its public entries) for each module of ``model``."""
+    return [(d, {k: v for k, v in d.items() if k[0] != "_"})
+            for d in (m.__dict__ for m in model.modules())]
+
+
+def _restore(attrs: list[tuple[dict, dict]]) -> str:
+    """Put back the public attributes a trace's run of the forward changed, added or removed
+    (the forward's own Python ran on proxies); the first one's name, "" where none."""
+    first = ""
+    for d, before in attrs:
+        for k, v in before.items():
+            if d.get(k, _MISSING) is not v:
+                first = first or k
+                d[k] = v
+        for k in [k for k in d if k[0] != "_" and k not in before]:
+            first = first or k
+            del d[k]
+    return first
 
 
 _CHECKPOINTS = (torch.utils.checkpoint.checkpoint, torch.utils.checkpoint.checkpoint_sequential)
