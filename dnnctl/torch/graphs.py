@@ -31,7 +31,9 @@ as one CUDA graph per call signature, replayed in one launch:
   eagerly (refreshing what the patch derives from it, BatchNorm folded into a convolution)
   and is captured again. State outside the model (a global, a closure) is not watched.
 - **Memory.** Each graph keeps its own memory pool; at most ``max_graphs`` signatures are
-  kept, the least recently used dropped first.
+  kept, the least recently used dropped first. Once ``CAPTURE_LIMIT * max_graphs``
+  signatures have been captured (shapes that change from call to call), new ones stay
+  eager.
 
 A replay does not pass through dnnctl's per-op Python, so a plan's call counters do not
 count replayed calls.
@@ -54,6 +56,8 @@ from dnnctl.ops.registry import deterministic_only, generation
 
 WARM_CALLS = 2  # eager calls of a signature before its capture (the last one watched)
 MAX_GRAPHS = 8
+CAPTURE_LIMIT = 4  # captures stop at this many times max_graphs (the model's graphs so far)
+_MAX_WARM = 4096
 _PLAIN = (int, float, bool, str, type(None), torch.dtype)
 _TENSOR_TYPES = (torch.Tensor, nn.Parameter)
 _SKIP = object()  # a call no graph takes
@@ -109,6 +113,8 @@ class GraphedForward:
         self.graphs: OrderedDict[Any, _Graph] = OrderedDict()
         self.warm: dict[Any, int] = {}
         self.refused: dict[Any, str] = {}
+        self.captured: set[Any] = set()  # every signature captured so far (a recapture of
+        # one, after its model changed, is not a new one)
         self.stream: Any = None  # the side stream captures run on
         self.counts = GraphInfo()
 
@@ -132,9 +138,17 @@ class GraphedForward:
             return self._eager(args, kwargs)
         n = self.warm.get(key, 0) + 1
         if n < WARM_CALLS:
+            if len(self.warm) >= _MAX_WARM:  # (signatures seen once, kept within bounds)
+                self.warm.clear()
             self.warm[key] = n
             return self._eager(args, kwargs)
         self.warm.pop(key, None)
+        if len(self.captured) >= CAPTURE_LIMIT * self.max_graphs and key not in self.captured:
+            # shapes that change from call to call: each capture costs a synchronize and
+            # torch's empty_cache, and its graph would be dropped before it is used much
+            self._refuse(key, f"{len(self.captured)} signatures captured already (the shapes "
+                              f"change from call to call; max_graphs={self.max_graphs})")
+            return self._eager(args, kwargs)
         return self._watched(key, tensors, args, kwargs)
 
     def _eager(self, args: tuple, kwargs: dict) -> Any:
@@ -168,6 +182,8 @@ class GraphedForward:
         return out
 
     def _refuse(self, key: Any, reason: str) -> None:
+        if len(self.refused) >= _MAX_WARM:
+            self.refused.clear()
         self.refused[key] = reason
         self.counts.refused[reason] = self.counts.refused.get(reason, 0) + 1
 
@@ -203,6 +219,7 @@ class GraphedForward:
             while len(self.graphs) >= self.max_graphs:
                 self.graphs.popitem(last=False)
         self.graphs[key] = _Graph(graph, statics, leaves, spec, pairs, _state(pairs, True), held)
+        self.captured.add(key)
         self.counts.captures += 1
 
     def drop(self) -> None:

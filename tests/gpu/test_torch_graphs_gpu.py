@@ -25,6 +25,7 @@ from _torch_models import bn_stats as _bn_stats  # noqa: E402
 from torch import nn  # noqa: E402
 
 from dnnctl.backends import replay  # noqa: E402
+from dnnctl.torch import graphs as graphs_module  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 CL = torch.channels_last
@@ -240,3 +241,18 @@ def test_unpatch_deepcopy_and_compile_of_a_graphed_model():
     dt.unpatch(graphed)
     assert dt.graph_info(graphed) is None
     assert "forward" not in graphed.__dict__
+
+
+def test_shapes_that_change_every_call_stop_new_captures():
+    eager, graphed = _pair(nn.Sequential(nn.Linear(16, 16), nn.GELU()).cuda().eval())
+    dt.unpatch(graphed)
+    dt.patch(graphed, graphs=True, max_graphs=2)
+    with torch.no_grad():
+        for n in range(1, 11):
+            for _ in range(3):
+                x = torch.randn(n, 16, device="cuda")
+                assert torch.equal(graphed(x), eager(x))
+    info = dt.graph_info(graphed)
+    limit = graphs_module.CAPTURE_LIMIT * 2
+    assert info.captures == limit and info.graphs == 2, info
+    assert any("signatures captured already" in r for r in info.refused), info.refused
