@@ -203,11 +203,15 @@ class _Node:
         what = (f"nvidia-fabricmanager {have} (the driver's version) is installed, but whether "
                 "it runs is not in the snapshot" if have else
                 "nvidia-fabricmanager's state is not in the snapshot")
+        if not (self.certain or self.whole_board()):
+            # a few GPUs of a model also sold on boards without NVSwitches (4-GPU boards,
+            # cloud VMs given one or two), nothing else known: nothing to say (a line on
+            # every such snapshot would be noise; `doctor` on the machine itself reads the
+            # switches, the GPUs' fabric state and the service)
+            return []
         cond = "" if self.certain else "on an NVSwitch board "
-        likely = self.certain or self.whole_board()
         return [finding(
-            "fabric-manager" if likely else "not-judged", "warning" if likely else "info",
-            "fabric",
+            "fabric-manager", "warning", "fabric",
             f"{self.why()}: {cond}CUDA runs only once nvidia-fabricmanager of exactly the "
             f"driver's version has set up the fabric ({NOT_READY}); {what}",
             fix=f"check `systemctl status nvidia-fabricmanager`; if it is missing or stopped: "
