@@ -141,8 +141,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
             if visible is not None else []
         if env.gpus:
             return [(escape(_gpu_line(g)), True) for g in env.gpus] + extra
-        if env.driver.get("present") is True:
-            return [("no GPU visible to the driver", False)]
+        if env.driver.get("present") is True:  # gpu_count: 0 is the driver's own "none"
+            return [("no GPU visible to the driver" if str(env.driver.get("gpu_count")) == "0"
+                     else "[dim]not listed (unknown)[/]", False)]
         return []
     if comp in ("cuda", "cudnn") or comp in env.libraries:
         items = (env.cuda_runtimes if comp == "cuda" else env.cudnn if comp == "cudnn"

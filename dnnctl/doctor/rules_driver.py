@@ -74,13 +74,7 @@ def _check(ctx: Context) -> list[Finding]:
         kmod is not None and lib is not None and kmod != lib)
     if mismatch and rules_forward_compat.compat_libcuda(ctx, kmod, lib):
         mismatch = False  # the newer libcuda is cuda-compat's: judged by rules_forward_compat
-    listed = not mismatch and str(driver.get("gpu_count", 0)) == "0"
-    if flag(driver.get("present")) is True and not ctx.env.gpus and listed:
-        out.append(finding("no-gpu", "error", "gpu",
-                           f"the driver ({ctx.driver or 'version unknown'}) is loaded but sees no "
-                           "NVIDIA GPU", fix="check `nvidia-smi -L`, CUDA_VISIBLE_DEVICES, the "
-                           "container's --gpus flag, and that the GPU is not bound to vfio/MIG-less "
-                           "passthrough", driver=ctx.driver))
+    out += _no_gpu(ctx, driver, mismatch)
     if mismatch:
         # in a container the kernel module is the host's and the container toolkit mounts the
         # host's user-space libraries: a mismatch there is a driver installed inside the
@@ -111,6 +105,27 @@ def _check(ctx: Context) -> list[Finding]:
         out.append(finding("ok", "info", "driver", f"driver {ctx.driver} fully supports CUDA "
                            f"{have or 'unknown'}", driver=ctx.driver, driver_cuda=have))
     return out + rules_fabric.check(ctx)  # an NVSwitch node: its Fabric Manager (fabric)
+
+
+def _no_gpu(ctx: Context, driver: dict, mismatch: bool) -> list[Finding]:
+    """A present driver with no GPU listed: an error only where the driver's own count says
+    none (``gpu_count: 0``, what detection writes when NVML or nvidia-smi lists no GPU); a
+    snapshot without ``gpus`` and ``gpu_count`` says nothing about them (absent = unknown)."""
+    if flag(driver.get("present")) is not True or ctx.env.gpus or mismatch:
+        return []
+    count = driver.get("gpu_count")
+    if count is not None and str(count).strip() == "0":
+        return [finding("no-gpu", "error", "gpu",
+                        f"the driver ({ctx.driver or 'version unknown'}) is loaded but sees no "
+                        "NVIDIA GPU", fix="check `nvidia-smi -L`, CUDA_VISIBLE_DEVICES, the "
+                        "container's --gpus flag, and that the GPU is not bound to vfio/MIG-less "
+                        "passthrough", driver=ctx.driver)]
+    return [finding("not-judged", "info", "gpu",
+                    "the driver is present, but the snapshot names no GPU (gpus and "
+                    "driver.gpu_count absent: unknown), so nothing was judged against a GPU's "
+                    "compute capability", fix="add the GPUs (gpus: [{name: ..., "
+                    "compute_capability: ...}]; on the machine: `nvidia-smi -L`), or run "
+                    "`dnnctl doctor` there", gpu_count=count)]
 
 
 def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:

@@ -90,8 +90,9 @@ def _same_major(cc: Any) -> str:
 
 
 def loadable_majors(ctx: Context) -> set[int] | None:
-    """CUDA majors whose runtime libraries would be found, or None when nothing is known
-    (an explicit ``cuda_runtimes: []`` is known: none).
+    """CUDA majors whose runtime libraries would be found, or None when that is not known:
+    nothing listed (an explicit ``cuda_runtimes: []`` is known: none), or a runtime listed
+    whose version is not given (it may be of any major: absent is unknown, not "none").
 
     CuPy's own static runtime (``pip:cupy-*``) and cuda-compat's driver do not count."""
     majors: set[int] = set()
@@ -102,8 +103,9 @@ def loadable_majors(ctx: Context) -> set[int] | None:
             continue
         listed = True
         v = Version.maybe(rt.version)
-        if v is not None:
-            majors.add(v.major)
+        if v is None:
+            return None
+        majors.add(v.major)
     return majors if listed else None
 
 
@@ -126,8 +128,7 @@ def library_major(ctx: Context, component: str, what: str, major: int, lib: str,
         return []
     if major in have:
         return _soname_minor(ctx, component, what, major, lib, fix, row, built)
-    found = ", ".join(f"{m}.x" for m in sorted(have)) or (
-        "none" if ctx.env.none_found("cuda_runtimes") else "none with a readable version")
+    found = ", ".join(f"{m}.x" for m in sorted(have)) or "none"
     tag = (f"{built.major}.{built.minor}" if built is not None and built.major == major
            and major < 11 else str(major))
     libs = f"{tag}.x" if tag == str(major) else tag

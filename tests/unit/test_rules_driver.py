@@ -26,8 +26,12 @@ def test_no_driver_is_clear_and_not_called_insufficient(m) -> None:
 
 
 def test_no_gpu_only_when_the_driver_could_list_them(m) -> None:
-    assert codes(judge(EnvSnapshot(driver={"present": True, "version": "580.65.06"}), m)) == \
-        ["no-gpu"]
+    listed_none = {"present": True, "version": "580.65.06", "gpu_count": 0}
+    assert codes(judge(EnvSnapshot(driver=listed_none), m)) == ["no-gpu"]
+    # gpus and gpu_count absent: unknown, not "none" (a hand-written or partial snapshot)
+    unknown = judge(EnvSnapshot(driver={"present": True, "version": "580.65.06"}), m)
+    assert codes(unknown) == [] and [f.code for f in unknown if f.component == "gpu"] == \
+        ["not-judged"]
     mismatch = {"present": True, "version": "580.95.05", "kernel_module": "580.65.06"}
     assert codes(judge(EnvSnapshot(driver=mismatch), m)) == ["driver-mismatch"]
     # a hand-written plan with only a driver version says nothing about GPUs
