@@ -27,6 +27,7 @@ from dnnctl.doctor import (
     rules_tf_floor,
     rules_torch_cudnn,
     rules_torch_lines,
+    rules_torch_source,
 )
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
@@ -108,6 +109,8 @@ def _build_only(ctx: Context, name: str, info: dict[str, Any]) -> list[Finding]:
         local = (info.get("local_tag") or "").lower() or None
         fix = _torch_fix(ctx, None)
         found = _torch_build(ctx, what, info, local, fix)
+        if not found and rules_torch_source.is_source_build(info):
+            return rules_torch_source.check(ctx, info, what)
     elif name == "jax" and rules_jax.cpu_only(ctx, info):
         found = rules_jax.cpu_finding(ctx, what, None)
     elif info.get("cuda_build") is False:
@@ -170,7 +173,8 @@ def _torch(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     # the Python range is the release's wheels', whatever their build (a CPU or untagged wheel
     # too); a source, vendor or conda build and a nightly have their own
     wheel = not (ver.custom or ver.is_dev or _conda(ctx, info)
-                 or str(info.get("source") or "").lower().startswith("conda"))
+                 or str(info.get("source") or "").lower().startswith("conda")
+                 or rules_torch_source.is_source_build(info))
     python = rules_python.check_release(ctx, "torch", f"torch {ver.text}", ver.line) \
         if wheel else []
     return python + _torch_build_of(ctx, info, ver)
@@ -193,6 +197,8 @@ def _torch_build_of(ctx: Context, info: dict[str, Any], ver: TorchVersion) -> li
         return jetson
     if ver.custom:
         return _custom(ctx, info, ver, what)
+    if rules_torch_source.is_source_build(info):
+        return rules_torch_source.check(ctx, info, what)
     if not rows:  # a nightly: by the nearest release line; a 0.x release: its dropped GPUs
         nightly = rules_torch_lines.prerelease(ctx, info, ver, what, local, fix(False))
         if nightly:
