@@ -36,6 +36,8 @@ CODES = {
                       "built against another torch (minor, CUDA or C++ ABI) than the one "
                       "installed, or is a CPU build beside a CUDA torch",
     "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
+    "libcuda-stub": "the libcuda the loader finds first is the CUDA toolkit's link-time stub "
+                    "(CUDA_ERROR_STUB_LIBRARY, 34)",
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",

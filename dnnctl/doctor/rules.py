@@ -37,7 +37,8 @@ CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pi
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module),
-rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
+rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet), rules_stub.py
+(the toolkit's stub libcuda found before the driver's) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
 os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
 commands for a native Windows snapshot.
 """
@@ -77,6 +78,7 @@ from dnnctl.doctor import (
     rules_ptxas,
     rules_requires,
     rules_source_ext,
+    rules_stub,
     rules_tf_runtime,
     rules_tfjs,
     rules_unjudged,
@@ -92,6 +94,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     ctx = build_context(env, matrix)
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
+    findings += rules_stub.check(ctx)
     findings += rules_container.check(ctx)
     findings += rules_mig.check(ctx)
     findings += rules_frameworks.check(ctx)
