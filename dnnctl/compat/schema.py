@@ -138,11 +138,13 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "ptxas_blackwell": F("version")}),
     "triton_pins": (("torch",), {
         "torch": F("range", True), "triton": F("version", True)}),
+    # gpu_minimums: packages: more distributions the row covers (a suite's), each also under
+    # its -cuNN wheel name unless listed with one
     "gpu_minimums": (("package", "versions"), {
         "package": F("text", True), "versions": F("range", True), "min_cc": F("cc", True),
         "severity": F("choice", True, "error", "warning"), "feature": F("text", True),
         "symptom": F("text", True), "fix": F("text", True), "fixed": F("version"),
-        "all_releases": F("bool")}),
+        "all_releases": F("bool"), "packages": F("list_text")}),
     "cupy": (("package",), {
         "package": F("text", True), "cupy": F("range", True), "cuda": F("range", True),
         "install": F("text", True)}),

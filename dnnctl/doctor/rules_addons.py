@@ -91,10 +91,25 @@ def _not_judged(row: Row, name: str, need: CC, gpus: str) -> Finding:
     """A package of unknown version, where only some releases have the row's limit."""
     return finding(
         "not-judged", "info", name,
-        f"{row['package']} (version unknown): releases {row['versions']} need compute "
+        f"{name} (version unknown): releases {row['versions']} need compute "
         f"capability {need} or newer for {row['feature']}, and {gpus} is older; whether this "
         "release is one of them is not known, so it was not judged",
-        fix=f"name its version (pip show {row['package']})", row=row, min_cc=str(need))
+        fix=f"name its version (pip show {name})", row=row, min_cc=str(need))
+
+
+_CU_WHEEL = re.compile(r"-cu\d+$")
+
+
+def _covered(row: Row, installed: dict[str, str | None]) -> list[str]:
+    """The installed names a row covers: its package, and a suite's ``packages`` each also
+    under a -cuNN wheel name (cudf-cu12) unless the row lists it with one."""
+    names = [canonical_name(row["package"])]
+    if not row.get("packages"):
+        return names if names[0] in installed else []
+    names += [canonical_name(n) for n in row["packages"]]
+    return sorted(n for n in installed
+                  if n in names or (_CU_WHEEL.search(n) and _CU_WHEEL.sub("", n) in names
+                                    and not any(_CU_WHEEL.search(x) for x in names)))
 
 
 def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
@@ -104,9 +119,9 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
     no_code = {f.component for f in earlier
                if f.code == "arch-unsupported" and f.severity == "error"}
     out: list[Finding] = []
-    for row in ctx.matrix.rows("gpu_minimums"):
-        name = canonical_name(row["package"])
-        if name not in installed or name in no_code or row.uncertain:
+    for row, name in ((r, n) for r in ctx.matrix.rows("gpu_minimums")
+                      for n in _covered(r, installed)):
+        if name in no_code or row.uncertain:
             continue
         text = installed[name]
         ver = Version.maybe((text or "").split("+")[0])
@@ -128,8 +143,10 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
         if unknown_release:
             out.append(_not_judged(row, name, need, gpus))
             continue
-        what = f"{row['package']} {text}" if ver is not None else \
-            f"{row['package']} (version unknown)"
+        shown = name if row.get("packages") else row["package"]
+        what = f"{shown} {text}" if ver is not None else f"{shown} (version unknown)"
+        if row["severity"] == "error":
+            no_code.add(name)  # one error per package: a later row's floor adds nothing
         out.append(finding(
             "arch-unsupported", row["severity"], name,
             f"{what}: {row['feature']} needs compute capability {need} or newer, and {gpus} "
