@@ -9,7 +9,8 @@ never a guess. The shared context lives in context.py; rule families in rules_dr
 rules_mig.py (MIG devices), rules_frameworks.py (with rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
+rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_tensorrt.py (a
+TensorRT build's CUDA major), rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
 GPU code), rules_extensions.py (nvcc vs torch's CUDA),
 rules_source_ext.py (a source-built torch CUDA extension's arch list vs the GPUs),
@@ -79,6 +80,7 @@ from dnnctl.doctor import (
     rules_requires,
     rules_source_ext,
     rules_stub,
+    rules_tensorrt,
     rules_tf_runtime,
     rules_tfjs,
     rules_unjudged,
@@ -101,6 +103,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_broken.check(ctx)
     findings += rules_ctranslate2.check(ctx)
     findings += rules_onnxruntime.check(ctx)
+    findings += rules_tensorrt.check(ctx)
     findings += rules_paddle.check(ctx)
     findings += rules_extensions.check(ctx)
     findings += rules_source_ext.check(ctx)
