@@ -212,6 +212,17 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "package": F("text", True), "release": F("version", True),
         "os": F("choice", True, "windows", "linux", "macos"), "symptom": F("text", True),
         "fixed_in": F("version", True)}),
+    # libcuda_paths: a libcuda the loader finds first that is not the driver's (match: a
+    # pattern of its path, e.g. a toolkit's stubs directory)
+    "libcuda_paths": (("name",), {
+        "name": F("text", True), "match": F("regex", True), "what": F("text", True),
+        "symptom": F("text", True)}),
+    # tensorrt_builds: TensorRT releases -> the CUDA majors they are built for (one build per
+    # major, linked against that major's libraries), those of them with a tensorrt-cuNN pip
+    # wheel, and the CUDA libraries its libnvinfer links where a source names them
+    "tensorrt_builds": (("tensorrt",), {
+        "tensorrt": F("range", True), "cuda_majors": F("list_text", True),
+        "pip_majors": F("list_text"), "libraries": F("list_text")}),
 }
 
 

@@ -30,7 +30,7 @@ rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
 rules_bitsandbytes.py (its native library for torch's CUDA, old releases' libcudart
 search), rules_python.py, rules_reach.py, rules_broken.py (a release
 broken on one OS, compat/releases.yaml), rules_container.py (an image's NVIDIA_REQUIRE_CUDA
-vs the host driver), rules_torch_cudnn.py
+vs the host driver), rules_torch_cudnn.py,
 rules_torch_lines.py (torch nightlies and 0.x releases) and rules_torch_source.py (a torch
 built from source; all three used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old

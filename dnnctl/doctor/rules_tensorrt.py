@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dnnctl.compat.versions import Version
+from dnnctl.compat.schema import Row
+from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
@@ -34,12 +35,8 @@ SOURCE = (
     "cyrusbehr/tensorrt-cpp-api#45 (TensorRT 8.6.1.6's CUDA 12 build on CUDA 11.7: "
     "'libcublas.so.12 => not found'; 'You can download TensorRT 8.6 for CUDA 11.x. That "
     "version does not require CUDA 12'); NVIDIA/TensorRT#4614 (tensorrt_cu12_libs requires "
-    "nvidia-cuda-runtime-cu12); NVIDIA/TensorRT release 10.13.2 ('Added support for CUDA "
-    "13.0, dropped support for CUDA 11.X')")
+    "nvidia-cuda-runtime-cu12); the builds of each release: compat/libraries.yaml")
 _WHEEL = re.compile(r"tensorrt(?:-(?:lean|dispatch))?-cu(\d+)(?:-(?:libs|bindings))?")
-# TensorRT 10.13.2 added CUDA 13 and dropped CUDA 11 (its release notes): no later cu11 build
-LAST_CU11 = Version.parse("10.13.0")
-PIP_FROM = Version.parse("10.0")  # tensorrt-cuNN wheels exist from TensorRT 10.0
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -77,45 +74,63 @@ def check(ctx: Context) -> list[Finding]:
     return out
 
 
+def _release(ctx: Context, ver: Version | None) -> Row | None:
+    """The tensorrt_builds row of this release, if its version is known and has one."""
+    return next((r for r in ctx.matrix.rows("tensorrt_builds") if ver is not None
+                 and not r.uncertain and VersionRange.parse(r["tensorrt"]).contains(ver)), None)
+
+
 def _runtime(ctx: Context, what: str, major: int, wheel: str | None,
              ver: Version | None) -> list[Finding]:
     have = loadable_majors(ctx)
     if have is None:
         return [finding(
             "not-judged", "info", "tensorrt", f"{what} needs a CUDA {major}.x runtime; "
-            "which CUDA runtimes are here is not in the snapshot, so this was not judged", fix="list the CUDA runtimes (cuda_runtimes), or run "
-            "`dnnctl doctor` on the machine", source=SOURCE, needs_cuda_major=major)]
+            "which CUDA runtimes are here is not in the snapshot, so this was not judged",
+            fix="list the CUDA runtimes (cuda_runtimes), or run `dnnctl doctor` on the machine",
+            source=SOURCE, needs_cuda_major=major)]
     if major in have:
         return []
+    row = _release(ctx, ver)
     found = ", ".join(f"{m}.x" for m in sorted(have)) or "none"
+    libs = [f"{lib}.so.{major}" for lib in (row.get("libraries") or [])] if row else []
+    fails = (f"'{libs[0]}: cannot open shared object file'" if libs
+             else f"a library of CUDA {major} not found")
     pip = (f"; its pip dependency nvidia-cuda-runtime-cu{major} is not listed either"
            if wheel else "")
-    # TensorRT 8.x links cuBLAS (its ldd: libcublas.so.12 => not found); from 10 cuBLAS is
-    # optional, so only "a CUDA library of that major" is said
-    fails = (f"'libcublas.so.{major}: cannot open shared object file'"
-             if ver is not None and ver.major < 10 else
-             f"a library of CUDA {major} not found")
-    return [finding(
+    found_f = finding(
         "cuda-mismatch", "warning" if wheel else "error", "tensorrt",
-        f"{what}: TensorRT is built once per CUDA major and links that major's libraries "
-        f"(whose names carry the major), but the CUDA runtimes here are {found}: loading it "
-        f"fails with {fails}{pip}", fix=_fix(ctx, major, have, ver), source=SOURCE,
-        needs_cuda_major=major, cuda_majors_found=sorted(have))]
+        f"{what}: TensorRT is built once per CUDA major and links that major's libraries"
+        + (f" ({', '.join(libs)})" if libs else " (whose names carry the major)")
+        + f", but the CUDA runtimes here are {found}: loading it fails with {fails}{pip}",
+        fix=_fix(ctx, major, have, ver, row), row=row, needs_cuda_major=major,
+        cuda_majors_found=sorted(have))
+    found_f.source = SOURCE + (f"; {found_f.source}" if found_f.source else "")
+    return [found_f]
 
 
-def _fix(ctx: Context, major: int, have: set[int], ver: Version | None) -> str:
-    """TensorRT's build for the CUDA here, else that CUDA's runtime beside it."""
+def _fix(ctx: Context, major: int, have: set[int], ver: Version | None,
+         row: Row | None) -> str:
+    """TensorRT's build for the CUDA here (this release's where it has one, else the newest
+    release that does), else that major's runtime beside it."""
     add = (f"install a CUDA {major} runtime beside it (the CUDA {major} toolkit on the library "
            f"path, or `pip install nvidia-cuda-runtime-cu{major} nvidia-cublas-cu{major}`)")
     if not have:
         return add
     other = max(have)
-    release = f"TensorRT {ver.trunc(3)}" if ver is not None else "TensorRT"
-    if other == 11 and ver is not None and ver > LAST_CU11:
-        release = "TensorRT <= 10.13.0 (10.13.2 dropped CUDA 11)"
-    pip = ((ver is None or ver >= PIP_FROM) and other in (11, 12, 13)
-           and not (other == 11 and ver is not None and ver > LAST_CU11))
-    pin = f"=={ver}" if ver is not None and release.endswith(str(ver.trunc(3))) else ""
+    if row is not None and str(other) not in row["cuda_majors"]:
+        newest = [r for r in ctx.matrix.rows("tensorrt_builds") if not r.uncertain
+                  and str(other) in r["cuda_majors"]]
+        if not newest:
+            return add
+        row = newest[-1]
+        release = f"TensorRT {row['tensorrt']}"
+        upper = VersionRange.parse(row["tensorrt"]).upper()
+        pin = f"<{upper}" if upper is not None else ""
+    else:
+        release = f"TensorRT {ver.trunc(3)}" if ver is not None else "TensorRT"
+        pin = f"=={ver}" if ver is not None else ""
+    pip = row is not None and str(other) in (row.get("pip_majors") or [])
     how = (f"`pip install 'tensorrt-cu{other}{pin}'`, or " if pip else "") + \
         f"the tar / zip / deb package whose name contains cuda-{other}"
     return f"install {release} built for CUDA {other} ({how}); or {add}"

@@ -17,7 +17,8 @@ def test_cuda12_build_on_a_cuda11_machine_is_an_error(tmp_path: Path) -> None:
     assert "CUDA 12 build" in f["message"] and "11.x" in f["message"]
     assert "libcublas.so.12" in f["message"]
     assert "TensorRT 8.6.1 built for CUDA 11" in f["fix"] and "cuda-11" in f["fix"]
-    assert "pip install" in f["fix"] and "tensorrt-cu11" not in f["fix"]  # no 8.6 cu11 wheel
+    assert "tensorrt-cu11" not in f["fix"]  # 8.6 has no tensorrt-cuNN wheel
+    assert "libcublas.so.12, libcublasLt.so.12" in f["message"] and "libraries.yaml" in f["source"]
     assert "support-matrix" in f["source"] and "tensorrt-cpp-api#45" in f["source"]
     assert not d.of("no-gpu")
 
@@ -29,10 +30,11 @@ def test_pip_wheel_of_another_major_names_the_wheel_for_this_cuda(tmp_path: Path
     assert "pip install 'tensorrt-cu11==10.3.0'" in f["fix"]
 
 
-def test_cuda11_wheels_end_at_10_13_0(tmp_path: Path) -> None:
+def test_a_release_without_a_build_for_this_cuda_names_one_with_it(tmp_path: Path) -> None:
     d = doctor(tmp_path, "os: Linux\n" + CUDA117 + "packages: {tensorrt-cu12: '10.14.1'}\n")
     [f] = d.of("cuda-mismatch", "tensorrt")
-    assert "TensorRT <= 10.13.0" in f["fix"] and "tensorrt-cu11" not in f["fix"]
+    assert "TensorRT >=10.0, <10.13.2 built for CUDA 11" in f["fix"]
+    assert "pip install 'tensorrt-cu11<10.13.2'" in f["fix"]
 
 
 def test_matching_major_passes(tmp_path: Path) -> None:
