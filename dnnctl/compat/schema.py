@@ -217,6 +217,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "libcuda_paths": (("name",), {
         "name": F("text", True), "match": F("regex", True), "what": F("text", True),
         "symptom": F("text", True)}),
+    # library_dlls: a library's releases that load a DLL / shared library nothing installs
+    # with them on one OS; brought_by: the sources of a copy that does bring it (torch:, conda:)
+    "library_dlls": (("library", "versions", "os"), {
+        "library": F("text", True), "versions": F("range", True),
+        "os": F("choice", True, "windows", "linux"), "dll": F("text", True),
+        "symptom": F("text", True), "fix": F("text", True), "brought_by": F("list_text")}),
     # tensorrt_builds: TensorRT releases -> the CUDA majors they are built for (one build per
     # major, linked against that major's libraries), those of them with a tensorrt-cuNN pip
     # wheel, and the CUDA libraries its libnvinfer links where a source names them

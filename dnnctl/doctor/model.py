@@ -38,6 +38,8 @@ CODES = {
     "duplicate-package": "two installs of the same thing conflict (e.g. two cupy-cuda*)",
     "libcuda-stub": "the libcuda the loader finds first is the CUDA toolkit's link-time stub "
                     "(CUDA_ERROR_STUB_LIBRARY, 34)",
+    "dll-dependency": "a library release loads a DLL nothing installs with it (cuDNN 8.3-8.9's "
+                      "zlibwapi.dll on Windows); said where its presence is not known",
     "unknown-version": "the matrix has no row for a version: not judged, never guessed",
     "forward-compat": "needs the cuda-compat package (data-center GPUs only)",
     "probe-failed": "a probe could not read something (permission, broken library, timeout)",

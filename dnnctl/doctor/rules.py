@@ -34,7 +34,8 @@ vs the host driver), rules_torch_cudnn.py,
 rules_torch_lines.py (torch nightlies and 0.x releases) and rules_torch_source.py (a torch
 built from source; all three used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
-CUDA directory before cuDNN), rules_nccl.py (the NCCL loaded first vs torch's pin),
+CUDA directory before cuDNN), rules_dlls.py (a DLL a library needs that nothing installs with
+it: cuDNN 8.3-8.9's zlibwapi.dll on Windows), rules_nccl.py (the NCCL loaded first vs torch's pin),
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module),
@@ -56,6 +57,7 @@ from dnnctl.doctor import (
     rules_container,
     rules_copies,
     rules_ctranslate2,
+    rules_dlls,
     rules_driver,
     rules_extensions,
     rules_flash_attn,
@@ -125,6 +127,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_tf_runtime.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
+    findings += rules_dlls.check(ctx)
     findings += rules_nccl.check(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_ptxas.check(ctx)
