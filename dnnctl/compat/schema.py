@@ -229,6 +229,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "tensorrt_builds": (("tensorrt",), {
         "tensorrt": F("range", True), "cuda_majors": F("list_text", True),
         "pip_majors": F("list_text"), "libraries": F("list_text")}),
+    # gpu_packages: packages that ship CUDA code of their own: what their build is tied to
+    # (built_for) and how to check it (check), said where no rule judged them; packages: more
+    # names, each also under a -cuNN wheel name; tabled: a table of its own judges it
+    "gpu_packages": (("package",), {
+        "package": F("text", True), "packages": F("list_text"), "built_for": F("text", True),
+        "check": F("text", True), "tabled": F("bool")}),
 }
 
 

@@ -66,10 +66,20 @@ def check(ctx: Context) -> list[Finding]:
     out: list[Finding] = []
     for major, (build, wheel) in sorted(builds.items()):
         label = f"{what} ({wheel or f'its CUDA {major} build'})"
-        out += _runtime(ctx, label, major, wheel, ver)
-        found = runtime_findings(ctx, "tensorrt", build, what=label, jit=False)
+        found = _runtime(ctx, label, major, wheel, ver)
+        found += runtime_findings(ctx, "tensorrt", build, what=label, jit=False)
         for f in found:
-            f.source = SOURCE + (f"; {f.source}" if f.source else "")
+            f.source = f.source if f.source and SOURCE in f.source else \
+                SOURCE + (f"; {f.source}" if f.source else "")
+        if not found:  # its major's runtime is here: the driver is what is left
+            driver_known = ctx.driver is not None or (ctx.env.driver or {}).get("cuda")
+            found = [finding(
+                "ok", "info", "tensorrt", f"{label}: a CUDA {major}.x runtime is here and the "
+                f"driver runs CUDA {build.trunc(2)}", source=SOURCE) if driver_known else
+                finding("not-judged", "info", "tensorrt", f"{label}: a CUDA {major}.x runtime "
+                        f"is here; whether the driver runs CUDA {major} was not judged (no "
+                        "driver version)", source=SOURCE,
+                        fix="give the driver's version (driver: {version: ...})")]
         out += found
     return out
 

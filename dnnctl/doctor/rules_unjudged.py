@@ -6,8 +6,10 @@ Runs last, over the findings of every other rule:
   compared with it;
 - CUDA runtimes with no driver version (nor the CUDA the driver reports) to run them on, and
   cuDNN / cuBLAS / NCCL / ... copies with neither a driver nor a GPU behind them;
-- a package that ships CUDA code (``GPU_PACKAGES``, a name that says it is a CUDA build, or
-  an entry of ``extensions``) that no rule judged: it is in no table of the matrix;
+- a package that ships CUDA code that no rule judged: a ``gpu_packages`` row of the matrix
+  (compat/libraries.yaml: what its build is tied to, and how to check it), a name that says
+  it is for CUDA (-gpu, -cuNN, -cudaNN, *cuda*), or an entry of ``extensions``; CUDA's own
+  library wheels (nvidia-*-cuNN), grouped per major, where nothing that loads them was judged;
 - an ``ok`` finding carries no fix (a numbered command under a pass reads as something to
   run), and every ``not-judged`` finding says what would let it be judged.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
@@ -24,46 +27,14 @@ from dnnctl.doctor.rules_graph import PYG
 
 DRIVER_FIX = ("give the driver's version (driver: {version: ...}; on the machine: "
               "`nvidia-smi --query-gpu=driver_version --format=csv,noheader`)")
-# Packages that ship compiled CUDA code of their own (so a build of one CUDA or one torch
-# release), by their distribution name, each with where that is stated.
-GPU_PACKAGES = {
-    "faiss-gpu": (
-        "CUDA release", "facebookresearch/faiss#371 (ailzhang: 'we only did it for cuda90 for "
-        "this release'; the conda package links libcublas.so.9.0) and #392 (Enet4: 'the conda "
-        "package is pre-compiled specifically for CUDA 9.0, so it will only work for this "
-        "version')"),
-    "pytorch3d": (
-        "torch release", "bottler in facebookresearch/pytorch3d#476 ('The prebuilt wheels on "
-        "PyPI for pytorch3d are only for a particular version of pytorch, specifically pytorch "
-        "1.6.0 at the moment ... Getting this wrong is likely to produce an error like' "
-        "'undefined symbol'); its wheel index is per Python, CUDA and torch "
-        "(dl.fbaipublicfiles.com/pytorch3d/packaging/wheels/py3X_cuXYZ_pytXYZ)"),
-    "auto-gptq": (
-        "torch release", "AutoGPTQ/AutoGPTQ#402 (auto-gptq's cu118 wheel beside torch 2.0.1: "
-        "exllama_kernels 'undefined symbol: _ZN3c104cuda9SetDeviceEi'; an older wheel works) "
-        "and TheBloke in #454 (torch 2.0: 'install AutoGPTQ 0.4.2, which should work on that "
-        "system using the pre-built wheels')"),
-    "autoawq-kernels": (
-        "torch release", "casper-hansen in casper-hansen/AutoAWQ#466 ('You are installing "
-        "wheels that are built with 2.2.0 and trying with torch 2.3.0. To fix this, you need "
-        "to build from source')"),
-    "exllamav2": (
-        "torch release", "turboderp in turboderp-org/exllamav2#457 ('You're using a prebuilt "
-        "wheel that doesn't match your PyTorch version. The 0.0.21 wheels are built for "
-        "PyTorch 2.3.0')"),
-    "dgl": (
-        "torch release", "Rhett-Ying in dmlc/dgl#7809 (GraphBolt's library is per torch "
-        "version: 'graphbolt_pytorch_2.4.1.dll' missing) and #7247 ('DGL 2.1.0 supports up to "
-        "torch 2.2.1')"),
-    "vllm": (
-        "torch release", "https://docs.vllm.ai/en/v0.14.0/getting_started/installation/gpu/ "
-        "('vLLM contains pre-compiled C++ and CUDA (12.8) binaries')"),
-}
-# packages with a table of their own (pins.yaml, graph.yaml), which needs their version
-# (auto-gptq, pytorch3d, faiss-gpu: some releases, in prebuilt_pins)
-TABLED = ("dgl", "vllm", "auto-gptq", "pytorch3d", "faiss-gpu")
-# a distribution whose name says it is a CUDA build: -gpu, -cuXYZ, -cudaXY(x)
-_CUDA_NAME = re.compile(r".+-(gpu|cu\d{2,3}|cuda\d{2,3}x?)")
+# a distribution whose name says it is a CUDA build: -gpu, -cuXYZ, -cudaXY(x), or *cuda*
+_CUDA_NAME = re.compile(r".+-(gpu|cu\d{2,3}|cuda\d{2,3}x?)|.*cuda.*")
+_CU_WHEEL = re.compile(r"-cu\d+$")
+# CUDA's own library wheels (nvidia-cublas-cu12): judged through what loads them
+_NVIDIA_WHEEL = re.compile(r"nvidia-.+-cu(\d+)")
+# what loads CUDA's library wheels: a finding of one of these judged them
+_LOADERS = {"torch", "tensorflow", "jax", "cupy", "onnxruntime", "paddlepaddle-gpu", "cuda",
+            "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc", "tensorrt", "ctranslate2"}
 NO_SOURCE = "source not given"
 _LIBRARIES = ("cudnn", "cublas", "nccl", "nvjitlink", "nvrtc", "ptxas")
 
@@ -124,50 +95,85 @@ def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
 
 def _packages(ctx: Context, judged: set[str], said: str) -> list[Finding]:
     """Each GPU package (or compiled extension) no rule said anything about (no finding of
-    its component, none naming it)."""
+    its component, none naming it): a ``gpu_packages`` row's package with what its build is
+    tied to, any other whose name says it is a CUDA build, CUDA's own library wheels grouped."""
     packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
     for name, info in (ctx.env.extensions or {}).items():
         packages.setdefault(canonical_name(name), str((info or {}).get("version") or ""))
+    rows = _rows(ctx)
     out: list[Finding] = []
+    wheels: dict[int, list[str]] = {}
     for name, version in sorted(packages.items()):
-        known = GPU_PACKAGES.get(name)
+        row = rows.get(name) or rows.get(_CU_WHEEL.sub("", name))
         extension = any(canonical_name(n) == name for n in ctx.env.extensions or {})
-        if known is None and not extension and (not _CUDA_NAME.fullmatch(name)
-                                                 or name.startswith("nvidia-")):
-            continue  # nvidia-* wheels are CUDA's own libraries, judged with what loads them
+        if row is None and not extension and not _CUDA_NAME.fullmatch(name):
+            continue
         if name in PYG and "torch" in judged:
             continue  # judged against torch by the pyg_wheels table (silent where they fit)
         if _covered(name, judged) or re.search(rf"\b{re.escape(name)}\b", said):
             continue
+        wheel = _NVIDIA_WHEEL.fullmatch(name)
+        if row is None and not extension and wheel:
+            if not (judged & _LOADERS) and not _loaded(ctx, name):
+                wheels.setdefault(int(wheel.group(1)), []).append(name)
+            continue  # judged with what loads it
         what = f"{name} {version}" if version else f"{name} (version unknown)"
-        if known is not None:
-            per, source = known
-            message = (f"{what} ships CUDA code built for one {per}; it was not judged "
-                       f"against the {per} here (" + ("its version, or the row for it, is "
-                       "missing" if name in TABLED else "the matrix has no table of its builds")
-                       + ")")
-            fix = (f"check that its build is for the {per} installed here (its install page "
-                   "lists the builds), else install the build for it or build it from source")
-        else:
-            source = None
-            kind = "a compiled extension" if extension else "a CUDA build (its name says so)"
-            message = f"{what} is {kind}; the matrix has no row for it, so it was not judged"
-            fix = ("check by hand that it was built for the CUDA (and torch) installed here, "
-                   "or add a row for it with --matrix extra.yaml (see compat/README.md)")
-        out.append(finding("not-judged", "info", name, message, fix=fix, source=source,
-                           package=name, version=version or None))
+        if row is not None:
+            message = (f"{what} ships CUDA code built for {row['built_for']}; it was not "
+                       "judged here (" + ("its version, or the row for it, is missing"
+                                          if row.get("tabled") else
+                                          "the matrix has no table of its builds") + ")")
+            out.append(finding("not-judged", "info", name, message, fix=row["check"],
+                               row=row, package=name, version=version or None))
+            continue
+        kind = ("a compiled extension" if extension else
+                "a CUDA build (its name says so)" if _CUDA_NAME.fullmatch(name).group(1)
+                else "named for CUDA")
+        out.append(finding(
+            "not-judged", "info", name, f"{what} is {kind}; the matrix has no row for it, so "
+            "it was not judged", fix="check by hand that it was built for the CUDA (and torch) "
+            "installed here, or add a row for it with --matrix extra.yaml (see "
+            "compat/README.md)", package=name, version=version or None))
+    for major, names in sorted(wheels.items()):
+        out.append(finding(
+            "not-judged", "info", "packages", f"{', '.join(names)}: CUDA {major} library "
+            "wheels; they are judged with what loads them (a framework) and the driver, and "
+            "this snapshot has neither, so they were not judged", fix="give the framework "
+            "that uses them (frameworks: {torch: {version: ...}}) and the driver's version",
+            packages=names))
     return out
+
+
+def _rows(ctx: Context) -> dict[str, Row]:
+    """gpu_packages rows by each name they cover."""
+    out: dict[str, Row] = {}
+    for row in ctx.matrix.rows("gpu_packages"):
+        if not row.uncertain:
+            for n in [row["package"], *(row.get("packages") or [])]:
+                out.setdefault(canonical_name(n), row)
+    return out
+
+
+def _loaded(ctx: Context, name: str) -> bool:
+    """Whether a listed runtime or library copy comes from this wheel (pip:<name>)."""
+    copies = [*ctx.env.cuda_runtimes, *ctx.env.cudnn,
+              *(c for cs in (ctx.env.libraries or {}).values() for c in cs)]
+    return any(canonical_name((c.source or "").removeprefix("pip:")) == name for c in copies)
 
 
 def _covered(name: str, judged: set[str]) -> bool:
     """Whether a finding speaks for the package (its own name, or its framework's)."""
     name = name.rsplit("/", 1)[-1]  # @tensorflow/tfjs-node-gpu: its component is tfjs-node-gpu
-    base = re.sub(r"-(gpu|cu\d+|cuda\d+x?)$", "", name)
+    base = re.sub(r"-(gpu|cu\d+|cuda\d+x?)$", "", re.sub(r"-(libs|bindings)$", "", name))
     stems = {name, base, base.replace("paddlepaddle", "paddle")}
     if re.fullmatch(r"jax-cuda\d+-(plugin|pjrt)", name):
         stems.add("jax")
     if name.startswith(("cupy-", "tensorflow-", "tf-nightly")):
         stems |= {"cupy", "tensorflow"}
+    if name.startswith("tensorrt-"):  # tensorrt-cu12, -libs, -lean-cu12: rules_tensorrt's
+        stems.add("tensorrt")
+    if name in ("triton", "pytorch-triton"):  # its ptxas judged against the GPUs
+        stems.add("ptxas")
     return bool(stems & judged)
 
 
