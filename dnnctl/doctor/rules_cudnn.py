@@ -42,8 +42,10 @@ def tf_same_minor(version: object) -> bool | None:
 
 
 def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: Version,
-                fix: str | None = None) -> list[Finding]:
-    """The cuDNN line ``cudnn`` (run with CUDA ``cuda``) against every GPU's CC."""
+                fix: str | None = None, cuda_known: bool = True) -> list[Finding]:
+    """The cuDNN line ``cudnn`` (run with CUDA ``cuda``) against every GPU's CC;
+    ``cuda_known`` False: ``cuda`` is only the build's floor, the runtime's own version is not
+    in the snapshot, so a GPU that needs a newer runtime is not judged (never assumed)."""
     rows = ctx.matrix.cudnn_rows(cudnn, cuda.major)
     if not rows:
         return [unknown(component, f"{what}: cuDNN {cudnn} for CUDA {cuda.major}.x has no row in "
@@ -58,6 +60,15 @@ def gpu_support(ctx: Context, component: str, what: str, cudnn: Version, cuda: V
         if listed is not None:
             need = Version.maybe((row.get("cc_needs_cuda") or {}).get(str(listed)))
             if need is None or cuda >= need:
+                continue
+            if not cuda_known:
+                out.append(finding(
+                    "not-judged", "info", component,
+                    f"{what}: cuDNN {cudnn} supports {gpu.label} (sm_{gpu.cc.major}"
+                    f"{gpu.cc.minor}) only with a CUDA >= {need} runtime; the runtime's version "
+                    "is not in the snapshot, so this was not judged", row=row,
+                    fix="list the CUDA runtime (cuda_runtimes), or run `dnnctl doctor` where "
+                    f"{component} is installed", cudnn=cudnn, required=need))
                 continue
             out.append(finding(
                 "cudnn-mismatch", "error", "cudnn",

@@ -105,8 +105,9 @@ def check(ctx: Context, info: dict[str, Any]) -> list[Finding]:
         f"{install} (the [cuda{row['plugin']}] extra installs the CUDA {row['plugin']} "
         "libraries as pip packages)"), row=row)
     out += runtime_findings(ctx, "jax", runtime, what=what, jit=True, ptx_only=ptx_only, row=row)
-    return out + _cudnn(ctx, info, row, what, runtime) + _libraries_unknown(ctx, info, row, what,
-                                                                           install)
+    known = cuda is not None and not cuda.major_only
+    return out + _cudnn(ctx, info, row, what, runtime, known) + _libraries_unknown(
+        ctx, info, row, what, install)
 
 
 def tag_only(ctx: Context, info: dict[str, Any], row: Row | None = None) -> list[Finding]:
@@ -179,7 +180,7 @@ def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,
 
 
 def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
-               runtime: Version) -> list[Finding]:
+               runtime: Version, runtime_known: bool = True) -> list[Finding]:
     """The cuDNN that loads against the one the build needs. ``cudnn`` is what the build was
     compiled with (a jaxlib ``+cudnn86`` tag, --deep's cudnnGetVersion of the build), which
     XLA checks at start (same major, equal or higher minor); without it the row's minimum."""
@@ -196,7 +197,8 @@ def _cudnn(ctx: Context, info: dict[str, Any], row: Row, what: str,
         return _cudnn_none(ctx, info, row, what, minimum)
     older = loaded.trunc(2) < built.trunc(2) if built else loaded < minimum
     if loaded.major == minimum.major and not older:
-        return rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime)
+        return rules_cudnn.gpu_support(ctx, "jax", what, loaded, runtime,
+                                       cuda_known=runtime_known)
     need = (f"was built against cuDNN {built} (it needs {built.major}.x, minor >= "
             f"{built.minor})" if built else
             f"needs cuDNN >= {minimum} (< {minimum.major + 1})")

@@ -73,3 +73,18 @@ def test_release_torch_on_kepler_is_still_told_about_release_builds(tmp_path: Pa
                "frameworks: {torch: {}}\n")
     [f] = d.of("arch-unsupported", "torch")
     assert "build torch from source" in f["fix"]
+
+
+def test_cudnn_gpu_floor_is_not_judged_on_an_assumed_runtime(tmp_path: Path) -> None:
+    """No CUDA runtime listed: the plugin's floor (12.1) is not "the runtime", so cuDNN's
+    need of CUDA >= 12.8 on Blackwell is not an error, only not judged."""
+    base = ("driver: {version: 575.57.08}\ngpus: [{name: NVIDIA RTX PRO 6000 Blackwell "
+            "Workstation Edition, compute_capability: '12.0'}]\n"
+            "cudnn: [{version: 9.10.2.21, source: 'pip:nvidia-cudnn-cu12', loaded_first: true}]\n"
+            "frameworks: {jax: {version: 0.6.2, plugin: jax-cuda12-plugin}}\n")
+    unknown = doctor(tmp_path, base)
+    assert not unknown.of("cudnn-mismatch")
+    assert [f for f in unknown.of("not-judged", "jax") if "CUDA >= 12.8" in f["message"]]
+    known = doctor(tmp_path, base + "cuda_runtimes: [{version: '12.4', source: "
+                   "'pip:nvidia-cuda-runtime-cu12'}]\n")
+    assert known.of("cudnn-mismatch", "cudnn")
