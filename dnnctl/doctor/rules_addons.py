@@ -173,6 +173,13 @@ def cuda_python(ctx: Context) -> list[Finding]:
         f"`pip install 'cuda-python<{ver.major}'` (bindings for the CUDA this driver runs)")
     found = runtime_findings(ctx, name, Version.parse(f"{ver.major}.0"), what=what, jit=False,
                              alt_fix=alt)
+    if not found:  # judged and fine, or nothing to judge it against: never silent
+        known = ctx.driver is not None or (ctx.env.driver or {}).get("cuda")
+        found = [finding("ok", "info", name, f"{what}: the driver runs CUDA {ver.major}")
+                 if known else
+                 finding("not-judged", "info", name, f"{what}: they need a driver that runs "
+                         f"CUDA {ver.major}; the snapshot has no driver version, so this was "
+                         "not judged", fix="give the driver's version (driver: {version: ...})")]
     for f in found:
         f.source = CUDA_PYTHON_SOURCE + (f"; {f.source}" if f.source else "")
     return found

@@ -58,3 +58,11 @@ def test_a_package_a_rule_judged_gets_no_second_line(tmp_path: Path) -> None:
                "nvidia-cuda-runtime-cu12: '12.4.127'}\n")
     assert not [f for f in d.of("not-judged") if f["component"].startswith("tensorrt-")]
     assert not d.of("not-judged", "packages")  # the runtime wheel is a listed runtime
+
+
+def test_cuda_python_judged_against_the_driver_is_not_called_unjudged(tmp_path: Path) -> None:
+    d = doctor(tmp_path, "driver: {cuda: '12.0'}\npackages: {cuda-python: '12.1.0'}\n")
+    assert d.of("ok", "cuda-python") and not d.of("not-judged", "cuda-python")
+    nodrv = doctor(tmp_path, "packages: {cuda-python: '12.1.0'}\n")
+    [f] = nodrv.of("not-judged", "cuda-python")
+    assert "driver that runs CUDA 12" in f["message"]
