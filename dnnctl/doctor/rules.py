@@ -9,8 +9,7 @@ never a guess. The shared context lives in context.py; rule families in rules_dr
 rules_mig.py (MIG devices), rules_frameworks.py (with rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_tensorrt.py (a
-TensorRT build's CUDA major), rules_paddle.py
+rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
 GPU code), rules_extensions.py (nvcc vs torch's CUDA),
 rules_source_ext.py (a source-built torch CUDA extension's arch list vs the GPUs),
@@ -40,7 +39,8 @@ rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module),
 rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet), rules_stub.py
-(the toolkit's stub libcuda found before the driver's) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
+(the toolkit's stub libcuda found before the driver's), rules_tensorrt.py (a TensorRT build's
+CUDA major) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
 os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
 commands for a native Windows snapshot.
 """
