@@ -229,6 +229,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "tensorrt_builds": (("tensorrt",), {
         "tensorrt": F("range", True), "cuda_majors": F("list_text", True),
         "pip_majors": F("list_text"), "libraries": F("list_text")}),
+    # undriven_gpus: why a driver can see fewer GPUs than the machine has; below_cc: GPUs
+    # under this compute capability are the ones it leaves out (absent: any GPU); check: the
+    # commands that tell which cause it is; fix: what to do when it is this one
+    "undriven_gpus": (("cause",), {
+        "cause": F("text", True), "below_cc": F("version"), "what": F("text", True),
+        "check": F("text", True), "fix": F("text", True)}),
     # gpu_packages: packages that ship CUDA code of their own: what their build is tied to
     # (built_for) and how to check it (check), said where no rule judged them; packages: more
     # names, each also under a -cuNN wheel name; tabled: a table of its own judges it

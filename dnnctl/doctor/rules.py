@@ -5,7 +5,8 @@
 filled from the matrix (a torch wheel's arch list and cuDNN from its version and CUDA tag).
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py
-(with rules_fabric.py: an NVSwitch node's Fabric Manager),
+(with rules_fabric.py: an NVSwitch node's Fabric Manager; rules_gpu_count.py: fewer GPUs
+driven than named),
 rules_mig.py (MIG devices), rules_frameworks.py (with rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
@@ -63,6 +64,7 @@ from dnnctl.doctor import (
     rules_flash_attn,
     rules_frameworks,
     rules_ggml,
+    rules_gpu_count,
     rules_graph,
     rules_jaxlib,
     rules_libraries,
@@ -98,6 +100,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     ctx = build_context(env, matrix)
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
+    findings += rules_gpu_count.check(ctx)
     findings += rules_stub.check(ctx)
     findings += rules_container.check(ctx)
     findings += rules_mig.check(ctx)
