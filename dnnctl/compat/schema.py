@@ -235,6 +235,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "undriven_gpus": (("cause",), {
         "cause": F("text", True), "below_cc": F("version"), "what": F("text", True),
         "check": F("text", True), "fix": F("text", True)}),
+    # conda_cuda_runtimes: a conda package built for one CUDA release (its build string says
+    # cudaX.Y) whose CUDA runtime comes from another conda package (runtime) of that release
+    "conda_cuda_runtimes": (("package", "releases"), {
+        "package": F("text", True), "releases": F("range", True), "runtime": F("text", True),
+        "install": F("text", True)}),
     # gpu_packages: packages that ship CUDA code of their own: what their build is tied to
     # (built_for) and how to check it (check), said where no rule judged them; packages: more
     # names, each also under a -cuNN wheel name; tabled: a table of its own judges it
