@@ -269,13 +269,14 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                    "works on data-center GPUs only and fails with error 804 elsewhere)"
     if alt_fix:
         fix += f"; or {alt_fix}"
-    return [finding("driver-too-old", "error", component,
+    return [rules_forward_compat.gpus_unknown(ctx, cuda, finding(
+                    "driver-too-old", "error", component,
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
                     f"{have or 'below ' + str(cuda.major)} and is below the CUDA "
                     f"{str(cuda.major) + '.x' if need_row.mvc else cuda} minimum {floor}"
                     if ctx.driver < floor else
                     f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
-                    fix=fix, row=cite, required=need, **ev)]
+                    fix=fix, row=cite, required=need, **ev))]
 
 
 def _stuck(ctx: Context, need: Version | None) -> list[GpuInfo]:

@@ -51,6 +51,26 @@ def check(ctx: Context) -> list[Finding]:
     return out
 
 
+def gpus_unknown(ctx: Context, cuda: Version, found: Finding) -> Finding:
+    """A driver-too-old finding for ``cuda`` while cuda-compat is in use and the snapshot names
+    no GPU: the package extends the driver on data-center GPUs only, so whether the driver is
+    too old depends on the GPU; said as a warning with the condition, never as certain."""
+    row = ctx.matrix.forward_compat()
+    fc = ctx.forward_compat
+    if fc is None or row is None or ctx.gpus or (fc.major != 0 and fc.trunc(2) < cuda.trunc(2)):
+        return found
+    classes = ", ".join(row["gpu_classes"])
+    found.severity = "warning"
+    found.message += (f"; cuda-compat {'' if fc.major == 0 else fc} (forward compatibility) "
+                      f"is in use and extends it to that CUDA on {classes} GPUs only (elsewhere "
+                      f"'{row['error']}'): the snapshot names no GPU, so which applies is not "
+                      "known")
+    found.fix = ("check the GPU (`nvidia-smi -L`): on a data-center GPU with a driver branch "
+                 f"cuda-compat supports, nothing to change; otherwise {found.fix}")
+    found.source = f"{found.source}; {row['source']} [{row['certainty']}; {row.where}]"
+    return found
+
+
 FC_BRANCH_SOURCE = (
     "https://gitlab.com/nvidia/container-images/cuda/-/issues/182 ('Tesla K80 supports up to "
     "CUDA 11.5 Forward Compatibility packages according to the table ... While we can start "

@@ -3,7 +3,8 @@
 Runs last, over the findings of every other rule:
 
 - a driver that is present but of unknown version (``driver: {present: true}``): nothing was
-  compared with it;
+  compared with it (one that reports only the CUDA it supports: that CUDA was, the driver
+  itself was not);
 - CUDA runtimes with no driver version (nor the CUDA the driver reports) to run them on, and
   cuDNN / cuBLAS / NCCL / ... copies with neither a driver nor a GPU behind them;
 - a package that ships CUDA code that no rule judged: a ``gpu_packages`` row of the matrix
@@ -55,8 +56,14 @@ def check(ctx: Context, findings: list[Finding]) -> list[Finding]:
 
 def _driver(ctx: Context, judged: set[str]) -> list[Finding]:
     drv = ctx.env.driver or {}
-    if ctx.driver is not None or ctx.driver_present is not True or "driver" in judged \
-            or drv.get("cuda"):
+    if ctx.driver is not None or ctx.driver_present is False or "driver" in judged:
+        return []
+    if drv.get("cuda"):  # what the driver reports is judged against; the driver itself is not
+        return [finding("not-judged", "info", "driver", f"the driver reports CUDA "
+                        f"{drv['cuda']}, but its version is not in the snapshot: CUDA was "
+                        "judged against that, the driver itself (its branch against each "
+                        "GPU) was not", fix=DRIVER_FIX)]
+    if ctx.driver_present is not True:
         return []
     return [finding("not-judged", "info", "driver", "an NVIDIA driver is present, but its "
                     "version is not in the snapshot: nothing here was judged against it",
