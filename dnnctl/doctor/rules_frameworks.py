@@ -24,6 +24,7 @@ from dnnctl.doctor import (
     rules_platform,
     rules_python,
     rules_reach,
+    rules_tf_custom,
     rules_tf_floor,
     rules_torch_cudnn,
     rules_torch_lines,
@@ -339,6 +340,9 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     ver = Version.maybe(info["version"])
     row = ctx.matrix.tensorflow_row(ver) if ver else None
     what = f"tensorflow {info['version']}"
+    local = rules_tf_custom.local_tag(info)
+    if local and info.get("cuda_build") is not False:  # its own build: not the release's row
+        return rules_tf_custom.check(ctx, what, info, local)
     # the release's Python range first, whatever the build and OS: outside it pip finds no
     # wheel at all, before any GPU question
     python = (rules_python.check_release(ctx, "tensorflow", what, str(ver.trunc(2)))
