@@ -19,8 +19,9 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("doctor", "driver", "gpu", "fabric", "cuda", "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc",
-              "torch", "tensorflow", "jax", "cupy", "ctranslate2", "packages")
+COMPONENTS = ("doctor", "driver", "gpu", "fabric", "cuda", "toolchain", "cudnn", "cublas", "nccl",
+              "nvjitlink", "nvrtc", "torch", "tensorflow", "jax", "cupy", "ctranslate2",
+              "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
          "none": "[dim]–[/]", "not-judged": "[bold]?[/]"}
 
@@ -132,6 +133,9 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         failed = sum(n.startswith("probe failed:") for n in env.notes)
         return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
             if failed else []
+    if comp == "toolchain":  # what a build here would run: never a pass on its own
+        line = _toolchain_line(env.toolchain or {})
+        return [(escape(line), False)] if line else []
     if comp == "fabric":  # NVSwitches and Fabric Manager, where the snapshot says anything
         line = _fabric_line(env.driver or {})
         return [(escape(line), True)] if line else []
@@ -174,9 +178,16 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
         text += f" (supports CUDA ≤ {escape(drv['cuda'])})"
     extra = [f"{k.replace('_', ' ')} {drv[k]}" for k in ("kernel_module", "library")
              if drv.get(k) and drv[k] != drv.get("version")]
+    if drv.get("kernel_module_type"):
+        extra.append(f"{drv['kernel_module_type']} kernel module")
     if drv.get("source"):
         extra.append(f"via {drv['source']}")
-    return [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
+    lines = [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]
+    pci = drv.get("pci_gpus") or []
+    if pci and isinstance(drv.get("gpu_count"), int) and len(pci) != drv["gpu_count"]:
+        lines.append((f"[dim]{len(pci)} NVIDIA GPU{'s' * (len(pci) != 1)} on the PCI bus, "
+                      f"{drv['gpu_count']} listed by the driver[/]", True))
+    return lines
 
 
 def _fabric_line(drv: dict[str, Any]) -> str | None:
@@ -215,7 +226,32 @@ def _gpu_line(g: Any) -> str:
     state = (getattr(g, "fabric", None) or {}).get("state")
     if state and state != "not_supported":
         parts.append(f"(fabric {state.replace('_', ' ')})")
+    mode = getattr(g, "compute_mode", None)
+    if mode and mode != "default":
+        parts.append(f"(compute mode {mode.replace('_', ' ')})")
     return " ".join(parts)
+
+
+def _toolchain_line(tc: dict[str, Any]) -> str | None:
+    """'gcc 11.4.0, no clang; nvcc host compiler g++-10 10.5.0; C compiler /usr/bin/gcc;
+    Python.h missing' (what the snapshot says of the compilers a build here runs)."""
+    bits = []
+    for name in ("gcc", "clang"):
+        if tc.get(name) is False:
+            bits.append(f"no {name}")
+        elif tc.get(name):
+            bits.append(f"{name} {tc[name] if tc[name] is not True else '(version unknown)'}")
+    ccbin = tc.get("nvcc_ccbin") or {}
+    if ccbin:
+        bits.append("nvcc host compiler " + " ".join(
+            str(v) for v in (ccbin.get("path"), ccbin.get("version")) if v))
+    if tc.get("c_compiler") is False:
+        bits.append("no C compiler")
+    elif isinstance(tc.get("c_compiler"), str):
+        bits.append(f"C compiler {tc['c_compiler']}")
+    if tc.get("python_h") is not None:
+        bits.append("Python.h " + ("found" if tc["python_h"] else "missing"))
+    return "; ".join(bits) or None
 
 
 def _framework_line(name: str, info: dict[str, Any]) -> str:

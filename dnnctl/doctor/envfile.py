@@ -24,6 +24,7 @@ from dnnctl.compat.inputs import check_yaml_shape, read_input
 from dnnctl.compat.versions import Version
 from dnnctl.doctor import requirements
 from dnnctl.doctor.model import (
+    COMPUTE_MODES,
     DOCTOR_SCHEMA,
     DRIVER_FIELDS,
     ENV_SCHEMA,
@@ -32,12 +33,15 @@ from dnnctl.doctor.model import (
     FABRIC_FIELDS,
     FABRIC_STATES,
     FRAMEWORK_FIELDS,
+    KERNEL_MODULE_TYPES,
     LIBRARIES,
     MIG_FIELDS,
     SEARCHED,
+    TOOLCHAIN_FIELDS,
     Component,
     EnvSnapshot,
     Gpu,
+    compute_mode,
     fabric_state,
 )
 from dnnctl.errors import InputFileError, UsageError
@@ -45,11 +49,12 @@ from dnnctl.errors import InputFileError, UsageError
 _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map",
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
-              "uuid": "str", "mig": MIG_FIELDS, "fabric": FABRIC_FIELDS}
+              "uuid": "str", "mig": MIG_FIELDS, "fabric": FABRIC_FIELDS,
+              "compute_mode": "compute_mode"}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
-TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes",
-              "cudnn", "libraries", "frameworks", "extensions", "live", "packages", "requires",
-              "notes")
+TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain",
+              "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live",
+              "packages", "requires", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -113,8 +118,10 @@ class _Reader:
             if node.tag.endswith(":int") and re.fullmatch(r"[+]?\d{1,9}", text):
                 return int(text)
             raise self.fail(node, where, f"expected a whole number, got {_show(text)}")
-        if kind == "version_or_bool" and node.tag.endswith(":bool"):
+        if kind in ("version_or_bool", "str_or_bool") and node.tag.endswith(":bool"):
             return text.lower() in ("true", "yes", "on", "y")
+        if kind == "str_or_bool":
+            return text
         if kind in ("version", "version_or_bool"):
             if Version.maybe(text) is None:
                 raise self.fail(node, where, f"not a version: {_show(text)}",
@@ -131,6 +138,19 @@ class _Reader:
                                 "one of " + ", ".join(FABRIC_STATES) + " (nvidia-smi -q's "
                                 "'In Progress' is read as in_progress)")
             return state
+        if kind == "compute_mode":
+            mode = compute_mode(text)
+            if mode is None:
+                raise self.fail(node, where, f"not a compute mode: {_show(text)}",
+                                "one of " + ", ".join(COMPUTE_MODES) + " (nvidia-smi's "
+                                "'Exclusive_Process' is read as exclusive_process)")
+            return mode
+        if kind == "module_type":
+            flavor = text.strip().lower()
+            if flavor not in KERNEL_MODULE_TYPES:
+                raise self.fail(node, where, f"not a kernel module type: {_show(text)}",
+                                "one of " + ", ".join(KERNEL_MODULE_TYPES))
+            return flavor
         if kind == "cc":
             cc = normalize_cc(text)
             if cc is None:
@@ -140,12 +160,18 @@ class _Reader:
         raise AssertionError(kind)
 
     def record(self, node: yaml.Node, where: str, spec: dict[str, Any]) -> dict[str, Any]:
-        """A mapping of typed fields; a field whose kind is a dict is a nested record."""
+        """A mapping of typed fields; a field whose kind is a dict is a nested record, one
+        whose kind is ``[dict]`` a list of such records (a bare value names its ``name``)."""
         out = {}
         for key, vnode in self.mapping(node, where, spec).items():
             kind = spec[key]
             if isinstance(vnode, yaml.ScalarNode) and vnode.tag.endswith(":null"):
                 continue  # absent = unknown
+            if isinstance(kind, list):
+                value = [_shorthand(self, n, f"{_join(where, key)}[{i}]", kind[0], "name")
+                         for i, n in enumerate(self.items(vnode, _join(where, key)))]
+                out[key] = value
+                continue
             value = (self.record(vnode, _join(where, key), kind) if isinstance(kind, dict)
                      else self.value(vnode, kind, _join(where, key)))
             if value is not None:
@@ -243,6 +269,8 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
                     for i, n in enumerate(r.items(top["gpus"], "gpus"))]
     if "environment" in top:
         env.environment = r.record(top["environment"], "environment", ENVIRONMENT_FIELDS)
+    if "toolchain" in top:
+        env.toolchain = r.record(top["toolchain"], "toolchain", TOOLCHAIN_FIELDS)
     for key in SEARCHED:  # ``cudnn: []`` = looked and found none; ``cudnn: null`` = unknown
         if key in top:
             setattr(env, key, [

@@ -13,8 +13,9 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
-ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "cuda_runtimes", "cudnn",
-             "libraries", "frameworks", "extensions", "live", "packages", "requires", "notes")
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain",
+             "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live", "packages",
+             "requires", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 # other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
 # compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
@@ -66,6 +67,13 @@ CODES = {
     "fabric-manager": "an NVSwitch system's nvidia-fabricmanager is missing, stopped, not of the "
                       "driver's version, or has not set up the fabric (CUDA fails with "
                       "cudaErrorSystemNotReady, 802)",
+    "kernel-module": "the NVIDIA kernel module flavor loaded (open or proprietary) does not drive "
+                     "a GPU here, or the driver lists fewer GPUs than are present",
+    "compute-mode": "a GPU's compute mode lets one process (exclusive_process) or none "
+                    "(prohibited) create a CUDA context on it",
+    "host-compiler": "the gcc / clang nvcc runs is outside the range its CUDA release accepts, "
+                     "or there is none",
+    "triton-build": "Triton's run-time C build lacks a C compiler or the interpreter's Python.h",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -101,6 +109,33 @@ DRIVER_FIELDS: dict[str, Any] = {
     # VPD "SW_MNG", HGX B200 and later) sets nvlink5_switch
     "nvswitches": "int",
     "nvlink5_switch": "bool",
+    # the flavor of the loaded nvidia.ko (dnnctl.doctor.probe_pci): "open" (NVIDIA's open GPU
+    # kernel modules, /proc/driver/nvidia/version "Open Kernel Module", license Dual MIT/GPL)
+    # or "proprietary"; the open flavor drives Turing and later GPUs only
+    "kernel_module_type": "module_type",
+    # the NVIDIA GPUs on the PCI bus (display / 3D controllers of vendor 10de, from /sys), with
+    # or without a driver that lists them; name: pci.ids' name ("GP104 [GeForce GTX 1070 Ti]")
+    "pci_gpus": [{"slot": "str", "device_id": "str", "name": "str"}],
+}
+KERNEL_MODULE_TYPES = ("open", "proprietary")
+# A GPU's compute mode (nvmlDeviceGetComputeMode, nvidia-smi's "Compute M."): exclusive_thread
+# is the pre-CUDA 4 exclusive mode NVML still names ("support removed")
+COMPUTE_MODES = ("default", "exclusive_thread", "prohibited", "exclusive_process")
+_COMPUTE_MODE_TEXT = {"0": "default", "1": "exclusive_thread", "2": "prohibited",
+                      "3": "exclusive_process", "e. thread": "exclusive_thread",
+                      "e. process": "exclusive_process", "exclusive": "exclusive_thread"}
+# The compilers a build here would run (dnnctl.doctor.probe_toolchain); absent = unknown.
+TOOLCHAIN_FIELDS: dict[str, Any] = {
+    "gcc": "version_or_bool",  # `gcc --version` of the gcc on PATH (nvcc's default host
+    "clang": "version_or_bool",  # compiler on Linux); false = looked, none on PATH
+    # the host compiler nvcc is pointed at instead: $NVCC_CCBIN, or compiler-bindir in the
+    # nvcc.profile beside the nvcc on PATH (kind: gcc | clang)
+    "nvcc_ccbin": {"path": "str", "kind": "str", "version": "version"},
+    # the C compiler Triton's run-time build takes ($CC, else gcc, else clang on PATH);
+    # false = none found
+    "c_compiler": "str_or_bool",
+    "python_h": "bool",  # Python.h is in python_include (Triton builds against it)
+    "python_include": "str",  # sysconfig's include dir, as triton/runtime/build.py asks it
 }
 # A GPU's NVLink fabric registration as NVML reports it (Hopper and later;
 # nvmlDeviceGetGpuFabricInfo, nvidia-smi -q "Fabric: State / Status"): state is one of
@@ -125,6 +160,11 @@ ENVIRONMENT_FIELDS = {
     # the host driver before the container starts) and the switch that turns the check off
     "NVIDIA_REQUIRE_CUDA": "str",
     "NVIDIA_DISABLE_REQUIRE": "str",
+    # the C compiler Triton's run-time build runs, and the host compiler nvcc runs instead of
+    # gcc (NVCC_CCBIN: nvcc itself; CUDAHOSTCXX: CMake's CUDA builds)
+    "CC": "str",
+    "NVCC_CCBIN": "str",
+    "CUDAHOSTCXX": "str",
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
@@ -188,6 +228,7 @@ class Gpu:
     uuid: str | None = None
     mig: dict[str, Any] | None = None  # keys: MIG_FIELDS
     fabric: dict[str, Any] | None = None  # keys: FABRIC_FIELDS
+    compute_mode: str | None = None  # one of COMPUTE_MODES
 
 
 @dataclass
@@ -218,6 +259,7 @@ class EnvSnapshot:
     driver: dict[str, Any] = field(default_factory=dict)  # keys: DRIVER_FIELDS
     gpus: list[Gpu] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)  # keys: ENVIRONMENT_FIELDS
+    toolchain: dict[str, Any] = field(default_factory=dict)  # keys: TOOLCHAIN_FIELDS
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
     libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES
@@ -246,6 +288,14 @@ class EnvSnapshot:
         if empty - set(data):
             data = {k: data.get(k, []) for k in ENV_ORDER if k in data or k in empty}
         return data
+
+
+def compute_mode(text: str) -> str | None:
+    """A compute mode as NVML names it, nvidia-smi prints it ("Exclusive_Process", "E. Process")
+    or its number (0-3) -> COMPUTE_MODES."""
+    key = " ".join(text.strip().lower().replace("-", " ").split())
+    key = _COMPUTE_MODE_TEXT.get(key, key.replace(" ", "_"))
+    return key if key in COMPUTE_MODES else None
 
 
 def fabric_state(text: str) -> str | None:

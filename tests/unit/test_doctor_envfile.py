@@ -68,6 +68,15 @@ packages: {numpy: 1.26}
     ("gpus:\n  - {name: H100, fabric: {state: done}}\n", 2, "gpus[0].fabric.state",
      "not a fabric state"),
     ("driver: {nvswitches: six}\n", 1, "driver.nvswitches", "whole number"),
+    ("driver: {kernel_module_type: closed}\n", 1, "driver.kernel_module_type",
+     "not a kernel module type"),
+    ("driver:\n  pci_gpus:\n    - {slot: '0000:02:00.0', nmae: GP104}\n", 3,
+     "driver.pci_gpus[0].nmae", "did you mean 'name'"),
+    ("gpus:\n  - {name: V100, compute_mode: shared}\n", 2, "gpus[0].compute_mode",
+     "not a compute mode"),
+    ("toolchain: {gcc: eleven}\n", 1, "toolchain.gcc", "not a version"),
+    ("toolchain: {python_h: maybe}\n", 1, "toolchain.python_h", "true or false"),
+    ("toolchain: {cc: /usr/bin/gcc}\n", 1, "toolchain.cc", "unknown field 'cc'"),
 ])
 def test_errors_name_the_line_and_field(tmp_path, text, line, where, words):
     p = tmp_path / "env.yaml"
@@ -143,6 +152,35 @@ def test_fabric_manager_and_gpu_fabric_state_round_trip(tmp_path):
     save_env(env, p)
     assert load_env(p) == env
     assert "active: false" in p.read_text() and "nvswitches: 0" in p.read_text()
+
+
+def test_kernel_module_bus_gpus_compute_mode_and_toolchain_round_trip(tmp_path):
+    """The open/proprietary flavor, the GPUs on the PCI bus (a bare name for the name), a GPU's
+    compute mode as nvidia-smi prints it, and the toolchain with a known absent compiler
+    (false) all load, save and load again unchanged."""
+    env = parse_env(
+        "driver:\n  version: 560.35.03\n  kernel_module_type: Open\n  gpu_count: 1\n"
+        "  pci_gpus:\n    - GeForce GTX 1070 Ti\n"
+        "    - {slot: '0000:01:00.0', device_id: 1e89, name: 'TU106 [GeForce RTX 2060]'}\n"
+        "gpus:\n  - {name: NVIDIA GeForce RTX 2060, compute_mode: Exclusive_Process}\n"
+        "  - {name: Tesla V100-SXM2-16GB, compute_mode: 2}\n"
+        "toolchain:\n  gcc: 9.4.0\n  clang: false\n  c_compiler: false\n  python_h: false\n"
+        "  python_include: /usr/include/python3.12\n"
+        "  nvcc_ccbin: {path: /usr/bin/g++-8, kind: gcc, version: 8.4.0}\n")
+    assert env.driver["kernel_module_type"] == "open"
+    assert env.driver["pci_gpus"] == [
+        {"name": "GeForce GTX 1070 Ti"},
+        {"slot": "0000:01:00.0", "device_id": "1e89", "name": "TU106 [GeForce RTX 2060]"}]
+    assert [g.compute_mode for g in env.gpus] == ["exclusive_process", "prohibited"]
+    assert env.toolchain == {"gcc": "9.4.0", "clang": False, "c_compiler": False,
+                             "python_h": False, "python_include": "/usr/include/python3.12",
+                             "nvcc_ccbin": {"path": "/usr/bin/g++-8", "kind": "gcc",
+                                            "version": "8.4.0"}}
+    p = tmp_path / "env.yaml"
+    save_env(env, p)
+    assert load_env(p) == env
+    text = p.read_text()
+    assert "clang: false" in text and "python_h: false" in text
 
 
 def test_save_into_a_missing_directory(tmp_path):
