@@ -25,7 +25,9 @@ from dnnctl.doctor.probe_driver import probe_driver
 from dnnctl.doctor.probe_extensions import probe_extensions
 from dnnctl.doctor.probe_fabric import probe_fabric
 from dnnctl.doctor.probe_libs import probe_libraries
+from dnnctl.doctor.probe_pci import probe_pci
 from dnnctl.doctor.probe_python import probe_python, requires_of
+from dnnctl.doctor.probe_toolchain import probe_toolchain
 
 T = TypeVar("T")
 BUDGET = 3.0  # seconds for every plain probe together (doctor's promise: done within 5 s)
@@ -58,6 +60,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     if host.runner is run_command and host.nvml is None and str(host.root) == "/":
         spawn.prestart(nvml_argv(host.python))  # the slowest probe on a GPU host: start it now
     ld_task = Task(_timed, "probe: ldconfig cache", ldconfig_cache, host)
+    tool_task = Task(_timed, "probe: compilers and Python.h", probe_toolchain, host)
     ext_task = Task(_timed, "probe: compiled torch extensions", probe_extensions, host)
     env = EnvSnapshot(os=_timed("probe: os", os_name, host), python=platform.python_version())
     frameworks, packages, dists, py_notes = _timed(
@@ -67,6 +70,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     cudnn_task = Task(_timed, "probe: cuDNN copies", probe_cudnn, host, dists, ldconfig)
     drv_task = Task(_timed, "probe: driver and GPUs", probe_driver, host, ldconfig)
     fabric_task = Task(_timed, "probe: fabric manager and NVSwitches", probe_fabric, host)
+    pci_task = Task(_timed, "probe: PCI bus GPUs and kernel module flavor", probe_pci, host)
     libs_task = Task(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries, host, dists,
                      ldconfig)
     system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
@@ -83,6 +87,8 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         env.driver.update(fabric)
     if drv.gpus_known:  # physical GPUs: a MIG device is listed beside its GPU
         env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
+    env.driver.update(pci_task.result())
+    env.toolchain = tool_task.result()
     env.environment = {k: host.environ[k] for k in ENVIRONMENT_FIELDS
                        if host.environ.get(k) is not None}
     env.frameworks = frameworks

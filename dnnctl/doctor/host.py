@@ -137,11 +137,12 @@ class Host:
         except OSError:
             return False
 
-    def read_text(self, logical: str) -> tuple[str | None, str | None]:
-        """(text, None), or (None, why): "missing", "permission denied", "unreadable: ..."."""
+    def read_text(self, logical: str, limit: int = MAX_READ) -> tuple[str | None, str | None]:
+        """(text, None), or (None, why): "missing", "permission denied", "unreadable: ...".
+        At most ``limit`` bytes are read."""
         try:
             with open(self.path(logical), "rb") as fh:
-                return fh.read(MAX_READ).decode("utf-8", errors="replace"), None
+                return fh.read(limit).decode("utf-8", errors="replace"), None
         except FileNotFoundError:
             return None, "missing"
         except PermissionError:

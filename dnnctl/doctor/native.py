@@ -101,6 +101,9 @@ for i in range(out["count"] or 0):
         m = Mem()
         if call("gpu%d.memory" % i, L.nvmlDeviceGetMemoryInfo, h, ctypes.byref(m)):
             g["memory"] = m.total
+        v = ask("nvmlDeviceGetComputeMode", h)  # nvmlComputeMode_t: 0 default ... 3
+        if v is not None:
+            g["compute_mode"] = v
         fab = getattr(L, "nvmlDeviceGetGpuFabricInfo", None)  # Hopper on, R525 on
         fi = Fabric()
         if fab is not None and fab(h, ctypes.byref(fi)) == 0:
@@ -221,6 +224,12 @@ class SubprocessNvml:
         from types import SimpleNamespace
 
         return SimpleNamespace(total=self._get(f"gpu{h}.memory", self._gpu(h).get("memory")))
+
+    def nvmlDeviceGetComputeMode(self, h: int) -> int:  # noqa: N802
+        mode = self._gpu(h).get("compute_mode")
+        if not isinstance(mode, int):
+            raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
+        return mode
 
     def nvmlDeviceGetGpuFabricInfo(self, h: int) -> Any:  # noqa: N802
         """pynvml's answer: ``state`` and ``status`` (nvmlReturn_t), with NVML's text of it."""

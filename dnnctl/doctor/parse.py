@@ -238,21 +238,24 @@ def os_release_name(text: str | None) -> str | None:
 
 
 def nvidia_smi_query(text: str | None) -> list[dict[str, Any]]:
-    """``nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,uuid
-    --format=csv,noheader`` -> one dict per GPU; malformed lines are skipped."""
+    """``nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,uuid[,
+    compute_mode] --format=csv,noheader`` -> one dict per GPU; malformed lines are skipped."""
     rows = []
     for line in (text or "").splitlines():
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) != 6 or not cells[0].isdigit():
+        if len(cells) not in (6, 7) or not cells[0].isdigit():
             continue
         mem = re.match(r"(\d+)\s*MiB", cells[3])
-        rows.append({
+        row = {
             "index": int(cells[0]), "name": cells[1] or None,
             "compute_capability": cells[2] if re.fullmatch(r"\d+\.\d+", cells[2]) else None,
             "memory_mib": int(mem.group(1)) if mem else None,
             "driver": cells[4] if version_tuple(cells[4]) else None,
             "uuid": cells[5] if cells[5].startswith(("GPU-", "MIG-")) else None,
-        })
+        }
+        if len(cells) == 7:
+            row["compute_mode"] = cells[6]  # "Default", "Exclusive_Process", "Prohibited"
+        rows.append(row)
     return rows
 
 

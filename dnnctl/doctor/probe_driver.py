@@ -15,7 +15,7 @@ from typing import Any
 
 from dnnctl.doctor import parse
 from dnnctl.doctor.host import Host
-from dnnctl.doctor.model import FABRIC_STATES, Gpu
+from dnnctl.doctor.model import COMPUTE_MODES, FABRIC_STATES, Gpu, compute_mode
 from dnnctl.doctor.native import SubprocessNvml, libcuda_version
 
 NVML_MISMATCH = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch")
@@ -134,7 +134,20 @@ def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> tuple
     except error_cls as exc:
         notes.append(f"NVML: GPU {index} memory: {_nvml_text(exc)}")
     gpu.fabric = _fabric(nvml, error_cls, handle)
+    gpu.compute_mode = _compute_mode(nvml, error_cls, handle)
     return gpu, handle
+
+
+def _compute_mode(nvml: Any, error_cls: type, handle: Any) -> str | None:
+    """nvmlDeviceGetComputeMode as one of COMPUTE_MODES (None: not answered)."""
+    get = getattr(nvml, "nvmlDeviceGetComputeMode", None)
+    if get is None:
+        return None
+    try:
+        mode = int(get(handle))
+    except (error_cls, TypeError, ValueError):
+        return None
+    return COMPUTE_MODES[mode] if 0 <= mode < len(COMPUTE_MODES) else None
 
 
 def _fabric(nvml: Any, error_cls: type, handle: Any) -> dict[str, Any] | None:
@@ -220,8 +233,8 @@ def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
     smi = host.which("nvidia-smi")
     if not smi:
         return
-    res = host.run([smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid",
-                    "--format=csv,noheader"])
+    res = host.run([smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid,"
+                    "compute_mode", "--format=csv,noheader"])
     if res is None or not res.ok:
         return
     rows = parse.nvidia_smi_query(res.stdout)
@@ -231,7 +244,8 @@ def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
     for row in rows:
         out.gpus.append(Gpu(index=row["index"], name=row["name"],
                             compute_capability=row["compute_capability"],
-                            memory_mib=row["memory_mib"], uuid=row["uuid"]))
+                            memory_mib=row["memory_mib"], uuid=row["uuid"],
+                            compute_mode=compute_mode(row.get("compute_mode") or "")))
     listed = host.run([smi, "-L"])  # MIG devices appear only in this listing
     out.gpus = _with_smi_migs(out.gpus, parse.nvidia_smi_list(listed.stdout if listed and
                                                                 listed.ok else None))

@@ -34,6 +34,9 @@ int nvmlDeviceGetUUID(void *h, char *b, unsigned n) { return 999; }
 int nvmlDeviceGetCudaComputeCapability(void *h, int *a, int *b) {
   *a = (size_t)h == 1 ? 9 : 10; *b = 0; return 0; }
 int nvmlDeviceGetMemoryInfo(void *h, Mem *m) { m->total = 143771ULL << 20; return 0; }
+int nvmlDeviceGetComputeMode(void *h, unsigned *m) {  /* H200 exclusive process; B200 error */
+  if ((size_t)h != 1) return 999;
+  *m = 3; return 0; }
 typedef struct { char uuid[16]; int status; unsigned clique; unsigned char state; } Fab;
 int nvmlDeviceGetGpuFabricInfo(void *h, Fab *f) {  /* the H200 on a fabric; B200: 3 */
   if ((size_t)h != 1) return 3;
@@ -62,6 +65,8 @@ def test_child_reads_gpus_through_ctypes(tmp_path: Path, monkeypatch: pytest.Mon
     assert any("uuid" in n and "Unknown Error" in n for n in out.notes)
     # nvmlGpuFabricInfo_t read through ctypes; NOT_SUPPORTED leaves the state unknown
     assert [g.fabric for g in out.gpus] == [{"state": "completed", "status": "success"}, None]
+    # nvmlComputeMode_t 3 is exclusive_process; a GPU that does not answer stays unknown
+    assert [g.compute_mode for g in out.gpus] == ["exclusive_process", None]
 
 
 def test_init_error_code_comes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

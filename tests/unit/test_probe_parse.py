@@ -155,6 +155,10 @@ def test_nvidia_smi_query():
                        "uuid": "GPU-5e4ab4d6-1b0c-6a51-ca14-ae5e1e1d8a16"}
     assert rows[7]["memory_mib"] is None  # "[N/A]"
     assert parse.nvidia_smi_query(canned("probes/nvidia-smi-failed.txt")) == []
+    # with compute_mode asked for too: a seventh column, kept as nvidia-smi prints it
+    seven = parse.nvidia_smi_query("0, Tesla V100-SXM2-16GB, 7.0, 16160 MiB, 535.183.01, "
+                                   "GPU-1a2b, Exclusive_Process\n")
+    assert seven[0]["compute_mode"] == "Exclusive_Process" and seven[0]["uuid"] == "GPU-1a2b"
 
 
 def test_proc_gpu_information():

@@ -157,6 +157,11 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:  # noqa: N802
         return SimpleNamespace(total=self.gpus[h]["memory"], free=0, used=0)
 
+    def nvmlDeviceGetComputeMode(self, h: int) -> int:  # noqa: N802
+        if "compute_mode" not in self.gpus[h]:
+            raise self.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+        return self.gpus[h]["compute_mode"]
+
 
 def no_pynvml() -> Any:
     raise ImportError("No module named 'pynvml'")
