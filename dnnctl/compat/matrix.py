@@ -89,6 +89,26 @@ class Matrix:
         return [row for row in self.tables["nvswitch_gpus"]
                 if any(re.search(p, bounded(name), re.IGNORECASE) for p in row["match"])]
 
+    def kernel_flavor(self, flavor: str) -> Row | None:
+        """The kernel_module_flavors row of "open" / "proprietary"."""
+        return next((r for r in self.tables["kernel_module_flavors"]
+                     if r["flavor"] == flavor), None)
+
+    def nvcc_host_rows(self, cuda: Version) -> list[Row]:
+        """The nvcc_host_compilers rows for a CUDA release; for "X.Y" (no update number),
+        every row of an X.Y update (11.4 -> both the 11.4.0 and the 11.4.1+ row)."""
+        exact = cuda if len(cuda.key) >= 3 else None
+        out = []
+        for row in self.tables["nvcc_host_compilers"]:
+            rng = VersionRange.parse(row["cuda"])
+            if exact is not None:
+                hit = rng.contains(exact)
+            else:
+                hit = any(rng.contains(Version.parse(f"{cuda.text}.{u}")) for u in range(10))
+            if hit:
+                out.append(row)
+        return out
+
     def mig_enumeration(self, driver: Version | None) -> list[Row]:
         """How many MIG devices CUDA enumerates per process with ``driver``: the row of the
         newest driver not above it, or every row when the driver is unknown."""

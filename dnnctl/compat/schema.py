@@ -84,6 +84,20 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # ({version}: the driver's exact version, {branch}: its major)
     "fabric_manager_packages": (("driver",), {
         "driver": F("range", True), "apt": F("text", True), "rpm": F("text", True)}),
+    # kernel_module_flavors: NVIDIA's open and proprietary kernel modules -> the GPUs each
+    # drives (min_cc / below_cc; not_match: GPU names it does not drive) and how to switch to
+    # it ({branch}: the driver's major)
+    "kernel_module_flavors": (("flavor",), {
+        "flavor": F("choice", True, "open", "proprietary"), "min_cc": F("cc"),
+        "below_cc": F("cc"), "not_match": F("regex_list"), "install_apt": F("text", True),
+        "install_apt_debian": F("text", True), "install_dnf": F("text", True),
+        "install_dnf_module": F("text", True), "runfile": F("text", True)}),
+    # nvcc_host_compilers: CUDA releases -> the gcc / clang majors their nvcc's host_config.h
+    # accepts (*_uncertain: majors the sources disagree on)
+    "nvcc_host_compilers": (("cuda",), {
+        "cuda": F("range", True), "gcc_min": F("int"), "gcc_max": F("int"),
+        "gcc_uncertain": F("list_text"), "clang_min": F("int"), "clang_max": F("int"),
+        "clang_uncertain": F("list_text")}),
     "mig_enumeration": (("driver",), {
         "driver": F("version", True), "per": F("choice", True, "process", "gpu_instance")}),
     "cudnn": (("versions", "cuda_major"), {
