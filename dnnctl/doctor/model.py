@@ -114,8 +114,9 @@ DRIVER_FIELDS: dict[str, Any] = {
     # or "proprietary"; the open flavor drives Turing and later GPUs only
     "kernel_module_type": "module_type",
     # the NVIDIA GPUs on the PCI bus (display / 3D controllers of vendor 10de, from /sys), with
-    # or without a driver that lists them; name: pci.ids' name ("GP104 [GeForce GTX 1070 Ti]")
-    "pci_gpus": [{"slot": "str", "device_id": "str", "name": "str"}],
+    # or without a driver that lists them; name: pci.ids' name ("GP104 [GeForce GTX 1070 Ti]");
+    # bound: the kernel driver bound to it (nvidia, nouveau, vfio-pci; absent: none)
+    "pci_gpus": [{"slot": "str", "device_id": "str", "name": "str", "bound": "str"}],
 }
 KERNEL_MODULE_TYPES = ("open", "proprietary")
 # A GPU's compute mode (nvmlDeviceGetComputeMode, nvidia-smi's "Compute M."): exclusive_thread
@@ -128,8 +129,9 @@ _COMPUTE_MODE_TEXT = {"0": "default", "1": "exclusive_thread", "2": "prohibited"
 TOOLCHAIN_FIELDS: dict[str, Any] = {
     "gcc": "version_or_bool",  # `gcc --version` of the gcc on PATH (nvcc's default host
     "clang": "version_or_bool",  # compiler on Linux); false = looked, none on PATH
-    # the host compiler nvcc is pointed at instead: $NVCC_CCBIN, or compiler-bindir in the
-    # nvcc.profile beside the nvcc on PATH (kind: gcc | clang)
+    # the host compiler nvcc is pointed at instead: -ccbin in $NVCC_PREPEND_FLAGS /
+    # $NVCC_APPEND_FLAGS, $NVCC_CCBIN, or compiler-bindir in the nvcc.profile beside the nvcc
+    # on PATH (kind: gcc | clang)
     "nvcc_ccbin": {"path": "str", "kind": "str", "version": "version"},
     # the C compiler Triton's run-time build takes ($CC, else gcc, else clang on PATH);
     # false = none found
@@ -165,6 +167,9 @@ ENVIRONMENT_FIELDS = {
     "CC": "str",
     "NVCC_CCBIN": "str",
     "CUDAHOSTCXX": "str",
+    # options added to every nvcc command line (-ccbin, -allow-unsupported-compiler)
+    "NVCC_PREPEND_FLAGS": "str",
+    "NVCC_APPEND_FLAGS": "str",
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {

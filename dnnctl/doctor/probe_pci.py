@@ -10,8 +10,9 @@ cheap file reads only, never raising:
   cannot be read, the module's taint flags in ``/sys/module/nvidia/taint``: a non-GPL module
   taints the kernel ``P`` (proprietary), the open flavor (Dual MIT/GPL) does not;
 - the GPUs: each ``/sys/bus/pci/devices/*`` of vendor 0x10de whose class is a VGA (0x0300)
-  or 3D (0x0302) controller, named from the pci.ids database when one is installed (the file
-  lspci reads), only when there is such a GPU.
+  or 3D (0x0302) controller, the kernel driver bound to it (its ``driver`` link: nvidia,
+  nouveau, vfio-pci), named from the pci.ids database when one is installed (the file lspci
+  reads), only when there is such a GPU.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def pci_gpus(host: Host) -> list[dict[str, Any]]:
         m = re.fullmatch(r"0x([0-9a-f]{4})", (device or "").strip().lower())
         if m:
             gpu["device_id"] = m.group(1)
+        bound = host.realpath(f"{dev}/driver")
+        if bound != f"{dev}/driver" and host.exists(f"{dev}/driver"):
+            gpu["bound"] = bound.rsplit("/", 1)[-1]  # .../bus/pci/drivers/nvidia -> nvidia
         out.append(gpu)
     ids = [g["device_id"] for g in out if g.get("device_id")]
     names = pci_names(host, ids) if ids else {}

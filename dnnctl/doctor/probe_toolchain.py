@@ -6,7 +6,8 @@ time with ``$CC``, else ``gcc``, else ``clang`` on PATH, against ``Python.h`` in
 interpreter's sysconfig include directory (triton/runtime/build.py). What is read, never
 raising: ``gcc --version`` and ``clang --version`` (one short command each, under the probes'
 time limit), ``$NVCC_CCBIN`` or the ``compiler-bindir`` line of the nvcc.profile beside the
-nvcc on PATH (and that compiler's version), and one file test for Python.h.
+nvcc on PATH, or -ccbin in ``$NVCC_PREPEND_FLAGS`` (and that compiler's version), and one
+file test for Python.h.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dnnctl.doctor.host import Host
 _GCC = re.compile(r"^\S+ \(.*\) (\d+\.\d+(?:\.\d+)?)", re.MULTILINE)  # gcc (Ubuntu ...) 11.4.0
 _CLANG = re.compile(r"\bclang version (\d+\.\d+(?:\.\d+)?)")
 _BINDIR = re.compile(r"^\s*compiler-bindir\s*=\s*(\S.*?)\s*$", re.MULTILINE)
+_CCBIN_FLAG = re.compile(r"(?:^|\s)(?:-ccbin|--compiler-bindir)[=\s]+['\"]?([^\s'\"]+)")
 HOST_COMPILERS = ("g++", "gcc", "clang++", "clang")  # what a compiler-bindir directory holds
 
 
@@ -40,8 +42,13 @@ def compiler_version(host: Host, program: str) -> tuple[str, str] | None:
 
 
 def nvcc_ccbin(host: Host) -> str | None:
-    """The host compiler (or its directory) nvcc is pointed at: $NVCC_CCBIN, else the
-    ``compiler-bindir`` of the nvcc.profile beside the nvcc on PATH."""
+    """The host compiler (or its directory) nvcc is pointed at: -ccbin in
+    $NVCC_PREPEND_FLAGS / $NVCC_APPEND_FLAGS (conda's nvcc activation sets it), $NVCC_CCBIN,
+    else the ``compiler-bindir`` of the nvcc.profile beside the nvcc on PATH."""
+    for var in ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"):
+        m = _CCBIN_FLAG.search(host.environ.get(var) or "")
+        if m:
+            return m.group(1)
     if host.environ.get("NVCC_CCBIN"):
         return host.environ["NVCC_CCBIN"]
     nvcc = host.which("nvcc")

@@ -45,11 +45,18 @@ BUS = {**_device("0000:00:00.0", "0x8086", "0x060000", "0x1237"),
 
 
 def test_open_module_and_both_gpus_on_the_bus_named_from_pci_ids(tmp_path: Path) -> None:
+    """Both GPUs are bound to nvidia.ko (the open module binds a GPU it then refuses to run);
+    the audio function of a card is no GPU."""
+    drivers = {f"/sys/bus/pci/devices/{slot}/driver": fakes.Link("/sys/bus/pci/drivers/nvidia")
+               for slot in ("0000:01:00.0", "0000:02:00.0")}
     host = fakes.make_host(tmp_path, files={"/proc/driver/nvidia/version": OPEN, **BUS,
+                                            "/sys/bus/pci/drivers/nvidia/bind": "", **drivers,
                                             "/usr/share/misc/pci.ids": PCI_IDS})
     assert probe_pci(host) == {"kernel_module_type": "open", "pci_gpus": [
-        {"slot": "0000:01:00.0", "device_id": "1e89", "name": "TU106 [GeForce RTX 2060]"},
-        {"slot": "0000:02:00.0", "device_id": "1b82", "name": "GP104 [GeForce GTX 1070 Ti]"}]}
+        {"slot": "0000:01:00.0", "device_id": "1e89", "name": "TU106 [GeForce RTX 2060]",
+         "bound": "nvidia"},
+        {"slot": "0000:02:00.0", "device_id": "1b82", "name": "GP104 [GeForce GTX 1070 Ti]",
+         "bound": "nvidia"}]}
 
 
 def test_proprietary_module_and_a_bus_without_pci_ids(tmp_path: Path) -> None:
@@ -111,10 +118,17 @@ def test_cc_wins_for_triton_and_nvcc_profile_names_the_host_compiler(tmp_path: P
 
 
 def test_nvcc_ccbin_from_the_environment(tmp_path: Path) -> None:
-    host = _tool_host(tmp_path, {"/usr/bin/gcc": "", "/usr/bin/g++-8": ""},
+    host = _tool_host(tmp_path / "a", {"/usr/bin/gcc": "", "/usr/bin/g++-8": ""},
                       {"gcc": GCC9, "g++-8": GPP8}, environ={"NVCC_CCBIN": "g++-8"})
     assert probe_toolchain(host, include="/x")["nvcc_ccbin"] == {
         "path": "g++-8", "kind": "gcc", "version": "8.4.0"}
+    # conda's nvcc activation: -ccbin in NVCC_PREPEND_FLAGS wins over NVCC_CCBIN
+    host = _tool_host(tmp_path / "b", {"/usr/bin/gcc": "", "/opt/conda/bin/g++-8": ""},
+                      {"gcc": GCC9, "g++-8": GPP8},
+                      environ={"NVCC_CCBIN": "clang", "NVCC_PREPEND_FLAGS":
+                               "-ccbin=/opt/conda/bin/g++-8 -Xcompiler -fPIC"})
+    assert probe_toolchain(host, include="/x")["nvcc_ccbin"] == {
+        "path": "/opt/conda/bin/g++-8", "kind": "gcc", "version": "8.4.0"}
 
 
 def test_a_real_stub_compiler_on_path_and_this_interpreters_headers(tmp_path: Path) -> None:
