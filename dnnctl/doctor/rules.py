@@ -7,7 +7,9 @@ A version the matrix has no row for, or a row marked uncertain, gives ``unknown-
 never a guess. The shared context lives in context.py; rule families in rules_driver.py
 (with rules_fabric.py: an NVSwitch node's Fabric Manager; rules_gpu_count.py: fewer GPUs
 driven than named),
-rules_mig.py (MIG devices), rules_frameworks.py (with rules_tf_floor.py: the lowest
+rules_mig.py (MIG devices), rules_kernel_module.py (the open / proprietary kernel
+module flavor against the GPUs; GPUs on the PCI bus the driver does not list),
+rules_frameworks.py (with rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
 rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
@@ -69,6 +71,7 @@ from dnnctl.doctor import (
     rules_gpu_count,
     rules_graph,
     rules_jaxlib,
+    rules_kernel_module,
     rules_libraries,
     rules_live,
     rules_mig,
@@ -106,6 +109,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_stub.check(ctx)
     findings += rules_container.check(ctx)
     findings += rules_mig.check(ctx)
+    findings += rules_kernel_module.check(ctx)
     findings += rules_frameworks.check(ctx)
     findings += rules_broken.check(ctx)
     findings += rules_ctranslate2.check(ctx)
