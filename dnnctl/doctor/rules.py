@@ -42,7 +42,9 @@ CUDA directory before cuDNN), rules_dlls.py (a DLL a library needs that nothing 
 it: cuDNN 8.3-8.9's zlibwapi.dll on Windows), rules_nccl.py (the NCCL loaded first vs torch's pin),
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
-rules_triton.py: Triton's bundled one), rules_packages.py (none imports this module),
+rules_triton.py: Triton's bundled one), rules_toolchain.py (nvcc's host compiler against
+its CUDA release; Triton's run-time C build: a C compiler and Python.h), rules_packages.py
+(none imports this module),
 rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet), rules_stub.py
 (the toolkit's stub libcuda found before the driver's), rules_tensorrt.py (a TensorRT build's
 CUDA major) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
@@ -94,6 +96,7 @@ from dnnctl.doctor import (
     rules_tensorrt,
     rules_tf_runtime,
     rules_tfjs,
+    rules_toolchain,
     rules_unjudged,
     rules_vllm,
     rules_xformers,
@@ -144,6 +147,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_nccl.check(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_ptxas.check(ctx)
+    findings += rules_toolchain.check(ctx)
     findings += rules_live.check(ctx)
     findings += rules_available.check(ctx, findings)
     findings += rules_packages.check(ctx)
