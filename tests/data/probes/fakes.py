@@ -271,6 +271,9 @@ def h200_host(tmp: Path) -> tuple[Host, FakeRunner, FakeNvml]:
         "/usr/local/cuda-13": Link("/etc/alternatives/cuda-13"),
         "/lib/x86_64-linux-gnu/libcudnn.so.9": None,
         "/sbin/ldconfig": "#!/bin/sh\n",
+        # env.txt: PATH ends with /opt/gcc/bin and CUDAHOSTCXX=/opt/gcc/bin/g++; the capture
+        # has no `gcc --version`, so the replayed gcc answers nothing (version unknown)
+        "/opt/gcc/bin/gcc": "#!/bin/sh\n", "/opt/gcc/bin/g++": "#!/bin/sh\n",
         "/etc/os-release": 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\n',
         "/.dockerenv": None,
     }
@@ -288,7 +291,7 @@ def h200_host(tmp: Path) -> tuple[Host, FakeRunner, FakeNvml]:
                    "cupy": "DNNCTL_JSON " + _deep_cupy()}
     host = make_host(tmp, files=files, environ=env, runner=runner, nvml=lambda: nvml,
                      site=site)
-    for d in ("/usr/local/cuda-13.0/bin", "/sbin"):
+    for d in ("/usr/local/cuda-13.0/bin", "/sbin", "/opt/gcc/bin"):
         for f in host.path(d).iterdir():
             f.chmod(0o755)
     return host, runner, nvml
