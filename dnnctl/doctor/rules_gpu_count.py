@@ -24,8 +24,9 @@ def check(ctx: Context) -> list[Finding]:
     if count is None or count == 0 or count >= len(physical):
         return []  # 0 with GPUs listed: the no-gpu rule's case; absent: unknown
     causes, left_out = [], []
+    flavor = (ctx.env.driver or {}).get("kernel_module_type")  # known: rules_kernel_module's
     for row in ctx.matrix.rows("undriven_gpus"):
-        if row.uncertain:
+        if row.uncertain or (row["cause"] == "open-kernel-module" and flavor):
             continue
         below = Version.maybe(row.get("below_cc"))
         if below is None:
@@ -35,8 +36,8 @@ def check(ctx: Context) -> list[Finding]:
         if older and len(physical) - len(older) <= count:
             causes.insert(0, row)  # the GPUs it leaves out account for the missing ones
             left_out += older
-    if not causes:
-        return []
+    if not causes or (flavor == "open" and _open_leaves_out(ctx, physical, count)):
+        return []  # the open flavor leaves those out: rules_kernel_module names them
     names = ", ".join(info.label for _, info in physical)
     lead = causes[0]
     if left_out:
@@ -54,6 +55,14 @@ def check(ctx: Context) -> list[Finding]:
                                      for r in causes),
                     gpu_count=count, gpus_named=len(physical),
                     left_out=[g.label for g in left_out] or None)]
+
+
+def _open_leaves_out(ctx: Context, physical: list, count: int) -> bool:
+    """The GPUs the open kernel module does not drive account for the missing ones."""
+    row = ctx.matrix.kernel_flavor("open")
+    floor = Version.maybe(row.get("min_cc")) if row else None
+    gone = [i for _, i in physical if floor is not None and _below(i, floor)]
+    return bool(gone) and len(physical) - len(gone) <= count
 
 
 def _count(value: object) -> int | None:

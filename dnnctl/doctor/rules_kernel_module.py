@@ -9,10 +9,11 @@ no such module), with what the snapshot says:
 - ``driver.kernel_module_type`` known: each GPU it names (the driver's, and outside a
   container the PCI bus's, ``driver.pci_gpus`` resolved by name) that flavor does not drive is
   an error, fixed by the other flavor when that one drives every GPU here;
-- ``driver.gpu_count`` below the GPUs present (on the bus, or named in a hand-written
-  snapshot): an error naming the missing ones and the likely cause: a GPU bound to nouveau, or
-  with the flavor unknown on a driver that has an open flavor (515 on, the default from 560), a
-  GPU before Turing, which the open flavor does not drive.
+- ``driver.gpu_count`` below the NVIDIA GPUs on the PCI bus (what detection reads from /sys;
+  GPUs bound to vfio-pci are passed to a VM on purpose): an error naming the missing ones and
+  the likely cause: a GPU bound to nouveau, or with the flavor unknown on a driver that has an
+  open flavor (515 on, the default from 560), a GPU before Turing. More GPUs *named* than
+  counted, with no bus list, is rules_gpu_count's.
 
 In a container the bus shows the host's GPUs, not the ones given to the container: there only
 the GPUs the driver lists are judged.
@@ -76,7 +77,7 @@ def check(ctx: Context) -> list[Finding]:
     if flavor in ("open", "proprietary"):
         undriven = [g for g in listed + unlisted if not _drives(ctx, flavor, g.info)]
         if undriven:
-            out.append(_flavor_error(ctx, flavor, undriven, listed + unlisted, count, missing))
+            out.append(_flavor_error(ctx, flavor, undriven, listed + unlisted, count))
             missing = [g for g in missing if all(g is not u for u in undriven)]
     if missing and count is not None:
         out.append(_count_error(ctx, flavor, missing, count, len(listed), len(bus)))
@@ -112,13 +113,11 @@ def _unlisted(listed: list[_Gpu], bus: list[_Gpu]) -> list[_Gpu]:
 
 def _missing(listed: list[_Gpu], bus: list[_Gpu], unlisted: list[_Gpu],
              count: int | None) -> list[_Gpu]:
-    """The GPUs present that the driver does not list (empty unless its count says fewer)."""
-    if count is None or count >= max(len(listed), len(bus)):
+    """The GPUs on the bus that the driver does not list (empty unless its count says fewer;
+    more GPUs named than counted is rules_gpu_count's to say)."""
+    if count is None or len(bus) <= count or len(listed) > count:
         return []
-    if len(bus) > count:
-        return unlisted or bus[count:]
-    old = [g for g in listed if _pre_turing(g)]  # a hand-written list of the GPUs present
-    return old if old and len(old) <= len(listed) - count else listed[count:]
+    return unlisted or bus[count:]
 
 
 def _pre_turing(g: _Gpu) -> bool:
@@ -139,7 +138,7 @@ def _drives(ctx: Context, flavor: str, info: GpuInfo) -> bool:
 
 
 def _flavor_error(ctx: Context, flavor: str, undriven: list[_Gpu], every: list[_Gpu],
-                  count: int | None, missing: list[_Gpu]) -> Finding:
+                  count: int | None) -> Finding:
     other = "proprietary" if flavor == "open" else "open"
     row = ctx.matrix.kernel_flavor(flavor)
     names = "; ".join(g.text for g in undriven)
@@ -148,8 +147,9 @@ def _flavor_error(ctx: Context, flavor: str, undriven: list[_Gpu], every: list[_
            "the proprietary modules do not drive Blackwell (compute capability 10.0 and "
            "later) nor Grace Hopper")
     drv = f" (driver {ctx.driver})" if ctx.driver else ""
-    seen = f"; the driver lists {count} of {count + len(missing)} GPUs" if missing and \
-        count is not None else ""
+    present = max(len(every), count or 0)
+    seen = f"; the driver lists {count} of {present} GPUs" if count is not None and \
+        count < present else ""
     both = all(_drives(ctx, other, g.info) for g in every)
     fix = (_switch(ctx, other) if both else
            f"no one flavor drives every GPU here: the {flavor} flavor misses {names}, the "
@@ -169,8 +169,8 @@ def _flavor_error(ctx: Context, flavor: str, undriven: list[_Gpu], every: list[_
 
 def _count_error(ctx: Context, flavor: str | None, missing: list[_Gpu], count: int,
                  n_listed: int, n_bus: int) -> Finding:
-    present = max(n_listed, n_bus)
-    where = "on the PCI bus" if n_bus > count else "named in this snapshot"
+    present = n_bus
+    where = "on the PCI bus"
     names = "; ".join(g.text for g in missing)
     gone = present - count
     if len(missing) > gone:  # which ones is not known (no names to match them by)

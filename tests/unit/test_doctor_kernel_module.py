@@ -34,21 +34,29 @@ def test_open_module_beside_a_pascal_gpu_on_the_bus(tmp_path):
     assert "2 NVIDIA GPUs on the PCI bus, 1 listed by the driver" in d.text
 
 
-def test_hand_written_count_with_the_flavor_unknown_names_the_open_module(tmp_path):
-    """audit15 case 01 as written: both GPUs named, the driver's count 1, no flavor field."""
-    d = doctor(tmp_path, "os: Ubuntu 20.04.6 LTS\ndriver: {present: true, version: 560.35.03, "
-               "cuda: '12.6', gpu_count: 1}\ngpus:\n"
-               "  - {name: NVIDIA GeForce RTX 2060, compute_capability: '7.5'}\n"
-               "  - {name: NVIDIA GeForce GTX 1070 Ti, compute_capability: '6.1'}\n")
+CASE01 = ("os: Ubuntu 20.04.6 LTS\ndriver: {present: true, version: 560.35.03, cuda: '12.6', "
+          "gpu_count: 1KMT}\ngpus:\n"
+          "  - {name: NVIDIA GeForce RTX 2060, compute_capability: '7.5'}\n"
+          "  - {name: NVIDIA GeForce GTX 1070 Ti, compute_capability: '6.1'}\n")
+
+
+def test_a_hand_written_count_is_one_error_from_one_rule(tmp_path):
+    """audit15 case 01 as written (both GPUs named, the driver's count 1): with the flavor
+    unknown rules_gpu_count names the likely causes; with the open flavor named, this rule
+    names the GPU it leaves out and rules_gpu_count says nothing; with the proprietary flavor
+    named, the open module is no cause."""
+    d = doctor(tmp_path, CASE01.replace("KMT", ""))
+    assert _km(d) == [] and len(d.of("gpu-not-driven")) == 1
+    assert "open kernel modules" in d.of("gpu-not-driven")[0]["message"]
+    d = doctor(tmp_path, CASE01.replace("KMT", ", kernel_module_type: open"))
+    assert d.of("gpu-not-driven") == []
     [f] = _km(d)
-    assert f["severity"] == "error"
-    assert f["message"].startswith("the driver lists 1 of the 2 NVIDIA GPUs named in this "
-                                   "snapshot: NVIDIA GeForce GTX 1070 Ti (compute capability "
-                                   "6.1, Pascal) is missing")
-    assert "open kernel module (the default flavor from 560)" in f["message"]
-    assert "Open Kernel Module" in f["message"]
-    assert "--kernel-module-type=proprietary" in f["fix"]
-    assert "open-gpu-kernel-modules#696" in f["source"]
+    assert "does not drive NVIDIA GeForce GTX 1070 Ti (compute capability 6.1, Pascal)" \
+        in f["message"] and "the driver lists 1 of 2 GPUs" in f["message"]
+    d = doctor(tmp_path, CASE01.replace("KMT", ", kernel_module_type: proprietary"))
+    assert _km(d) == []
+    [g] = d.of("gpu-not-driven")
+    assert "open kernel modules" not in g["message"] and "vfio-pci" in g["message"]
 
 
 def test_proprietary_module_and_blackwell(tmp_path):
