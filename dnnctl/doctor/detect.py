@@ -70,7 +70,6 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
     cudnn_task = Task(_timed, "probe: cuDNN copies", probe_cudnn, host, dists, ldconfig)
     drv_task = Task(_timed, "probe: driver and GPUs", probe_driver, host, ldconfig)
     fabric_task = Task(_timed, "probe: fabric manager and NVSwitches", probe_fabric, host)
-    pci_task = Task(_timed, "probe: PCI bus GPUs and kernel module flavor", probe_pci, host)
     libs_task = Task(_timed, "probe: cuBLAS/NCCL/... copies", probe_libraries, host, dists,
                      ldconfig)
     system = _timed("probe: system CUDA toolkits", system_cuda_runtimes, host, ldconfig)
@@ -87,7 +86,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         env.driver.update(fabric)
     if drv.gpus_known:  # physical GPUs: a MIG device is listed beside its GPU
         env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
-    env.driver.update(pci_task.result())
+    env.driver.update(_timed("probe: PCI bus GPUs and kernel module flavor", probe_pci, host))
     env.toolchain = tool_task.result()
     env.environment = {k: host.environ[k] for k in ENVIRONMENT_FIELDS
                        if host.environ.get(k) is not None}
