@@ -108,6 +108,7 @@ def test_missing_python_h_under_triton(tmp_path):
     assert "'fatal error: Python.h: No such file or directory'" in f["message"]
     assert f["fix"].startswith("`sudo apt-get install python3.12-dev`")
     assert "tabbyAPI PR#456" in f["source"] and "build.py" in f["source"]
+    assert "– toolchain  gcc 13.3.0; C compiler /usr/bin/gcc; Python.h missing" in d.text
 
 
 def test_missing_c_compiler_and_rpm_distributions(tmp_path):

@@ -167,3 +167,20 @@ def test_compute_mode_through_nvml_and_nvidia_smi(tmp_path: Path) -> None:
     host.path("/usr/bin/nvidia-smi").chmod(0o755)
     gpus = probe_driver(host, {"libcuda.so.1": ["/usr/lib/libcuda.so.1"]}).gpus
     assert [g.compute_mode for g in gpus] == ["exclusive_process", "default"]
+
+
+def test_detect_puts_the_bus_the_flavor_and_the_toolchain_in_the_snapshot(tmp_path: Path) -> None:
+    """End to end through detect(): a host with the open module, two GPUs on the bus (NVML
+    unusable here) and a gcc; saved and loaded back unchanged."""
+    from dnnctl.doctor.detect import detect
+    from dnnctl.doctor.envfile import load_env, save_env
+
+    host = _tool_host(tmp_path, {"/proc/driver/nvidia/version": OPEN, **BUS,
+                                 "/usr/share/misc/pci.ids": PCI_IDS, "/usr/bin/gcc": ""},
+                      {"gcc": GCC9})
+    env = detect(host=host)
+    assert env.driver["kernel_module_type"] == "open"
+    assert [g["name"] for g in env.driver["pci_gpus"]] == ["TU106 [GeForce RTX 2060]",
+                                                           "GP104 [GeForce GTX 1070 Ti]"]
+    assert env.toolchain["gcc"] == "9.4.0" and env.toolchain["c_compiler"] == "/usr/bin/gcc"
+    assert load_env(save_env(env, tmp_path / "env.yaml")) == env
