@@ -46,6 +46,17 @@ from dnnctl.doctor.model import (
 )
 from dnnctl.errors import InputFileError, UsageError
 
+# kinds of field whose value is one of a few words: (reader -> the word or None, the words,
+# what the field is, how nvidia-smi's own spelling is read)
+_CHOICES: dict[str, tuple[Any, tuple[str, ...], str, str]] = {
+    "fabric_state": (fabric_state, FABRIC_STATES, "fabric state",
+                     " (nvidia-smi -q's 'In Progress' is read as in_progress)"),
+    "compute_mode": (compute_mode, COMPUTE_MODES, "compute mode",
+                     " (nvidia-smi's 'Exclusive_Process' is read as exclusive_process)"),
+    "module_type": (lambda t: t.strip().lower() if t.strip().lower() in KERNEL_MODULE_TYPES
+                    else None, KERNEL_MODULE_TYPES, "kernel module type", ""),
+}
+
 _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map",
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
@@ -131,26 +142,13 @@ class _Reader:
             if node.tag.endswith(":bool"):
                 return text.lower() in ("true", "yes", "on", "y")
             raise self.fail(node, where, f"expected true or false, got {text!r}")
-        if kind == "fabric_state":
-            state = fabric_state(text)
-            if state is None:
-                raise self.fail(node, where, f"not a fabric state: {_show(text)}",
-                                "one of " + ", ".join(FABRIC_STATES) + " (nvidia-smi -q's "
-                                "'In Progress' is read as in_progress)")
-            return state
-        if kind == "compute_mode":
-            mode = compute_mode(text)
-            if mode is None:
-                raise self.fail(node, where, f"not a compute mode: {_show(text)}",
-                                "one of " + ", ".join(COMPUTE_MODES) + " (nvidia-smi's "
-                                "'Exclusive_Process' is read as exclusive_process)")
-            return mode
-        if kind == "module_type":
-            flavor = text.strip().lower()
-            if flavor not in KERNEL_MODULE_TYPES:
-                raise self.fail(node, where, f"not a kernel module type: {_show(text)}",
-                                "one of " + ", ".join(KERNEL_MODULE_TYPES))
-            return flavor
+        if kind in _CHOICES:
+            read, choices, what, note = _CHOICES[kind]
+            value = read(text)
+            if value is None:
+                raise self.fail(node, where, f"not a {what}: {_show(text)}",
+                                "one of " + ", ".join(choices) + note)
+            return value
         if kind == "cc":
             cc = normalize_cc(text)
             if cc is None:
