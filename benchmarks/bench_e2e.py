@@ -63,7 +63,7 @@ def _forward(way: str, model: Any, inputs: tuple, plan: Any,
         # time the steady state, not the calls before it is there
         replay.module(wait=120.0)
         report = dt.patch(model, plan, graphs=way == "dnnctl+graphs")
-        notes["report"], notes["model"] = report, model
+        notes["report"] = report
         cleanup = lambda: dt.unpatch(model)  # noqa: E731
     if "compile" in way:
         mode = "reduce-overhead" if "-ro" in way else None
@@ -121,7 +121,7 @@ def _measure(way: str, model: Any, inputs: tuple, ref: Any, plan: Any, iters: in
             if report.graphs:
                 import dnnctl.torch as dt
 
-                gi = dt.graph_info(notes["model"])
+                gi = dt.graph_info(model)
                 row["patch"] += (f", graphs: {gi.captures} captured, {gi.replays} replays, "
                                  f"{gi.eager} eager" + "".join(f", refused: {r}"
                                                                for r in gi.refused))

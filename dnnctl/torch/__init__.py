@@ -26,8 +26,9 @@ except ImportError as exc:  # pragma: no cover - exercised without torch
 from dnnctl.torch import library
 from dnnctl.torch import patch as patch_module
 from dnnctl.torch.grad_plan import BACKWARD_PATHS
+from dnnctl.torch.graphs import info as graph_info
 from dnnctl.torch.kernels import FALLBACKS, plan_handle
-from dnnctl.torch.patch import PatchReport, graph_info, is_patched, patch, patched, unpatch
+from dnnctl.torch.patch import PatchReport, is_patched, patch, patched, unpatch
 from dnnctl.torch.record import record
 
 OPS = library.OPS

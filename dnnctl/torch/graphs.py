@@ -159,12 +159,13 @@ class GraphedForward:
                  ) -> Any:
         """The last eager call before the capture, checked for state a replay would not
         update; then the capture (its result is this call's)."""
-        if _hooked(self):
+        modules = _modules(self)
+        if _hooked(modules):
             self._refuse(key, "a forward hook is registered on the model (its Python would "
                               "not run in a replay)")
             return self._eager(args, kwargs)
-        pairs = _watch(self)
-        held = [d.get(k) for d, k in pairs if k is not ...]  # (no identity reused meanwhile)
+        pairs = _watch(self, modules)
+        held = tuple(d.get(k) for d, k in pairs if k is not ...)  # (no identity reused)
         before = _state(pairs, False)
         versions = [-1 if t.is_inference() else t._version for t in tensors]
         # an inference tensor has no version counter: its values are compared instead
@@ -176,9 +177,8 @@ class GraphedForward:
         elif versions != [-1 if t.is_inference() else t._version for t in tensors] or any(
                 c is not None and not torch.equal(c, t) for c, t in zip(copies, tensors)):
             self._refuse(key, "the forward writes into an input tensor")
-        else:
-            self._capture(key, tensors, args, kwargs)
-        del held
+        else:  # the state read before the call is the one the graph is captured against
+            self._capture(key, tensors, args, kwargs, pairs, held)
         return out
 
     def _refuse(self, key: Any, reason: str) -> None:
@@ -187,12 +187,10 @@ class GraphedForward:
         self.refused[key] = reason
         self.counts.refused[reason] = self.counts.refused.get(reason, 0) + 1
 
-    def _capture(self, key: Any, tensors: list[torch.Tensor], args: tuple, kwargs: dict
-                 ) -> None:
-        statics = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
-                   for t in tensors]
-        for s, t in zip(statics, tensors):
-            s.copy_(t)
+    def _capture(self, key: Any, tensors: list[torch.Tensor], args: tuple, kwargs: dict,
+                 pairs: tuple[tuple[dict, Any], ...], held: tuple[Any, ...]) -> None:
+        statics = [torch.empty_strided(t.size(), t.stride(), dtype=t.dtype,
+                                       device=t.device).copy_(t) for t in tensors]
         it = iter(statics)  # (the order of _tensors)
         s_args = tuple(next(it) if a.__class__ in _TENSOR_TYPES else a for a in args)
         s_kwargs = {k: next(it) if v.__class__ in _TENSOR_TYPES else v
@@ -212,8 +210,6 @@ class GraphedForward:
         finally:
             torch.set_autocast_cache_enabled(cache)
         leaves, spec = pytree.tree_flatten(out)
-        pairs = _watch(self)
-        held = tuple(d.get(k) for d, k in pairs if k is not ...)
         if len(self.graphs) >= self.max_graphs:
             torch.cuda.synchronize()  # (a dropped graph's pool is not freed under a replay)
             while len(self.graphs) >= self.max_graphs:
@@ -270,7 +266,9 @@ def _as_is(value: Any) -> Any:
 
 
 def info(model: nn.Module) -> GraphInfo | None:
-    """What ``model``'s graphed forward did (None: not patched with ``graphs=True``)."""
+    """What a model patched with ``graphs=True`` did with CUDA graphs: calls replayed,
+    captured and run eagerly, graphs dropped as stale, signatures refused and why (None: not
+    patched with ``graphs=True``); ``dnnctl.torch.graph_info``."""
     fn = model.__dict__.get("forward")
     return fn.info() if isinstance(fn, GraphedForward) else None
 
@@ -333,13 +331,14 @@ def _modules(graphed: GraphedForward) -> list[nn.Module]:
     return list(seen.values())
 
 
-def _hooked(graphed: GraphedForward) -> bool:
-    """A forward (pre-)hook on one of the model's modules, or a global one."""
+def _hooked(modules: list[nn.Module]) -> bool:
+    """A forward (pre-)hook on one of ``modules``, or a global one."""
     return any(getattr(torch_module, h, None) for h in _GLOBAL_HOOKS) or any(
-        m.__dict__.get(h) for m in _modules(graphed) for h in _HOOKS)
+        m.__dict__.get(h) for m in modules for h in _HOOKS)
 
 
-def _watch(graphed: GraphedForward) -> tuple[tuple[dict, Any], ...]:
+def _watch(graphed: GraphedForward, modules: list[nn.Module] | None = None
+           ) -> tuple[tuple[dict, Any], ...]:
     """(dict, key) for everything of the model a captured forward read: each module's
     public attributes, parameters, buffers and submodules (and each such dict's size, and
     its forward hooks' count), of the model and of the traced graph patch runs, the global
@@ -347,7 +346,7 @@ def _watch(graphed: GraphedForward) -> tuple[tuple[dict, Any], ...]:
     pairs: list[tuple[dict, Any]] = [(graphed.__dict__, "inner")]
     pairs.extend((getattr(torch_module, h), ...) for h in _GLOBAL_HOOKS
                  if isinstance(getattr(torch_module, h, None), dict))
-    for m in _modules(graphed):
+    for m in _modules(graphed) if modules is None else modules:
         d = m.__dict__
         pairs.append((d, ...))
         pairs.extend((d, k) for k in d if k[0] != "_")

@@ -156,7 +156,7 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     mapping per op / pass, e.g. ``{"*": "dnnctl", "conv2d/wgrad": "torch"}``.
     ``graphs``: run the model's inference calls (grad off, eval mode, CUDA tensors) as one
     CUDA graph per call signature, captured after two eager calls, at most ``max_graphs``
-    kept (see :mod:`dnnctl.torch.graphs`; :func:`graph_info` says what they did).
+    kept (see :mod:`dnnctl.torch.graphs`; :func:`dnnctl.torch.graphs.info` says what they did).
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
@@ -533,12 +533,6 @@ def is_patched(model: nn.Module) -> bool:
     return _state(model) is not None
 
 
-def graph_info(model: nn.Module) -> graphs_module.GraphInfo | None:
-    """What a model patched with ``graphs=True`` did with CUDA graphs: calls replayed,
-    captured and run eagerly, graphs dropped as stale, signatures refused and why (None:
-    not patched with ``graphs=True``)."""
-    return graphs_module.info(model)
-
 
 @contextlib.contextmanager
 def patched(model: nn.Module, plan: Any = None, **kwargs: Any) -> Iterator[PatchReport]:
@@ -548,4 +542,3 @@ def patched(model: nn.Module, plan: Any = None, **kwargs: Any) -> Iterator[Patch
         yield report
     finally:
         unpatch(model)
-
