@@ -186,13 +186,20 @@ def _forward_compat(env: EnvSnapshot) -> Version | None:
     return None
 
 
+def cite(*rows: Row | None) -> str:
+    """Matrix rows' citations, each with its certainty and where it lives, joined by '; '
+    (None left out)."""
+    return "; ".join(f"{r['source']} [{r['certainty']}; {r.where}]" for r in rows
+                     if r is not None)
+
+
 def finding(code: str, severity: str, component: str, message: str, *, fix: str | None = None,
             row: Row | None = None, source: str | None = None, **evidence: Any) -> Finding:
     """Build a Finding; the source is the matrix row's citation (and where it lives)."""
-    cite = source or (f"{row['source']} [{row['certainty']}; {row.where}]" if row else None)
+    cited = source or (cite(row) if row else None)
     ev = {k: (str(v) if isinstance(v, (Version, CC)) else v) for k, v in evidence.items()
           if v is not None}
-    return Finding(code, severity, component, message, fix, ev, cite)
+    return Finding(code, severity, component, message, fix, ev, cited)
 
 
 def unknown(component: str, message: str, *, row: Row | None = None, fix: str | None = None,

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor import os_fixes
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding, Gpu
 
 ON_FABRIC = ("not_started", "in_progress", "completed")
@@ -107,7 +107,7 @@ class _Node:
         self.fm = self.drv.get("fabric_manager") or {}
         self.named, self.rows, self.fabric = named, rows, fabric
         self.certain = bool(fabric or switches)
-        self.cite = "; ".join(f"{r['source']} [{r['certainty']}; {r.where}]" for r in rows)
+        self.cite = cite(*rows)
 
     # -- what the node is -------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ class _Node:
 
     def _package_cite(self) -> str:
         row = self._package_row()
-        return f"{row['source']} [{row['certainty']}; {row.where}]" if row else SOURCE
+        return cite(row) if row else SOURCE
 
     def _source(self) -> str:
         parts = [SOURCE] + ([self.cite] if self.cite else [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version
-from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
+from dnnctl.doctor.context import Context, GpuInfo, cite, finding, unknown
 from dnnctl.doctor.model import Finding
 
 
@@ -67,7 +67,7 @@ def gpus_unknown(ctx: Context, cuda: Version, found: Finding) -> Finding:
                       "known")
     found.fix = ("check the GPU (`nvidia-smi -L`): on a data-center GPU with a driver branch "
                  f"cuda-compat supports, nothing to change; otherwise {found.fix}")
-    found.source = f"{found.source}; {row['source']} [{row['certainty']}; {row.where}]"
+    found.source = f"{found.source}; {cite(row)}"
     return found
 
 

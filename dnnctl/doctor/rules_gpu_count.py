@@ -12,7 +12,7 @@ stays unknown and nothing is said.
 from __future__ import annotations
 
 from dnnctl.compat.versions import Version
-from dnnctl.doctor.context import Context, GpuInfo, finding
+from dnnctl.doctor.context import Context, GpuInfo, cite, finding
 from dnnctl.doctor.model import Finding
 
 
@@ -51,8 +51,7 @@ def check(ctx: Context) -> list[Finding]:
     fixes = "; or ".join(r["fix"] for r in causes)
     return [finding("gpu-not-driven", "error", "gpu", msg,
                     fix=f"check which: {checks}. Then {fixes}",
-                    source="; ".join(f"{r['source']} [{r['certainty']}; {r.where}]"
-                                     for r in causes),
+                    source=cite(*causes),
                     gpu_count=count, gpus_named=len(physical),
                     left_out=[g.label for g in left_out] or None)]
 

@@ -29,7 +29,7 @@ from dnnctl.compat.inputs import bounded
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import os_fixes
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 
 OPEN_FROM = Version.parse("515")  # the first branch with an open flavor
@@ -157,13 +157,12 @@ def _flavor_error(ctx: Context, flavor: str, undriven: list[_Gpu], every: list[_
            + "; ".join(g.text for g in every if not _drives(ctx, other, g.info))
            + ": run them on separate machines (or keep the GPUs the loaded flavor drives)")
     other_row = ctx.matrix.kernel_flavor(other)
-    cite = "; ".join(f"{r['source']} [{r['certainty']}; {r.where}]" for r in (row, other_row)
-                     if r is not None)
+    cited = cite(row, other_row)
     return finding(
         "kernel-module", "error", "driver",
         f"the {flavor} NVIDIA kernel module is loaded{drv} and does not drive {names}: {why}, "
         f"so {NOT_DRIVEN.replace('it stays', 'the GPU stays')}{seen}", fix=fix,
-        source=cite or None, kernel_module_type=flavor,
+        source=cited or None, kernel_module_type=flavor,
         gpus=[g.label for g in undriven], gpu_count=count)
 
 
@@ -199,7 +198,7 @@ def _count_error(ctx: Context, flavor: str | None, missing: list[_Gpu], count: i
             f"kernel module ({default}) does not drive: if `head -1 /proc/driver/nvidia/"
             "version` says 'Open Kernel Module', that is why",
             fix=_switch(ctx, "proprietary"),
-            source=f"{row['source']} [{row['certainty']}; {row.where}]; {COUNT_SOURCE}",
+            source=f"{cite(row)}; {COUNT_SOURCE}",
             gpu_count=count, gpus=[g.label for g in missing])
     return finding(
         "kernel-module", "error", "driver", head,

@@ -23,7 +23,7 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import torch_install
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor import stack
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 
@@ -73,10 +73,6 @@ def _release(version: str | None) -> str | None:
     return version.split("+")[0].strip().lower() if version else None
 
 
-def _cite(rows: list[Row]) -> str:
-    return "; ".join(f"{r['source']} [{r['certainty']}; {r.where}]" for r in rows)
-
-
 def _install(row: Row, release: str | None = None, variant: str | None = None) -> str:
     tag = str(row["build"]).replace(".", "")
     cmd = str(row["install"]).replace("{release}", release or row["releases"][-1])
@@ -102,7 +98,7 @@ def _torch(ctx: Context, name: str, version: str | None, rows: list[Row]) -> lis
                 "not-judged", "info", name,
                 f"{what}: each prebuilt release is built for one torch line ({_lines(judged)});"
                 " neither its release nor torch's version is known here, so it was not judged",
-                fix=f"give its version (pip show {name}) and torch's", source=_cite(judged))]
+                fix=f"give its version (pip show {name}) and torch's", source=cite(*judged))]
         return [finding(
             "not-judged", "info", name,
             f"{what} is a prebuilt wheel built for torch {row['build']}; torch's version is "
@@ -116,7 +112,7 @@ def _torch(ctx: Context, name: str, version: str | None, rows: list[Row]) -> lis
             "not-judged", "info", name,
             f"{what}: each prebuilt release is built for one torch line ({_lines(judged)}); "
             f"its release is not known, so it was not judged against torch {torch.text}",
-            fix=f"give its version (pip show {name}); " + fix, source=_cite(judged),
+            fix=f"give its version (pip show {name}); " + fix, source=cite(*judged),
             torch=torch.text)]
     built = Version.parse(row["build"]).trunc(2)
     if built == torch.release.trunc(2):
@@ -186,7 +182,7 @@ def _cuda(ctx: Context, name: str, version: str | None, rows: list[Row]) -> list
             f"{what} is a build for one CUDA release, which it does not install{builds}; "
             + ("its release is not known" if here else "no CUDA runtime is listed here")
             + " (CUDA here: " + shown + "), so whether it loads was not judged",
-            fix=fix, source=_cite(mine or ([judged[0]] + fits[-1:])), cuda=shown)]
+            fix=fix, source=cite(*(mine or [judged[0]] + fits[-1:])), cuda=shown)]
     loads = [r for r in mine if _loads(Version.parse(r["build"]), here)]
     if loads:  # a build of this release loads here; which build it is, is not known
         return [finding(
@@ -194,7 +190,7 @@ def _cuda(ctx: Context, name: str, version: str | None, rows: list[Row]) -> list
             f"{what} has a build for CUDA {loads[-1]['build']}, which is here; which of its "
             "builds is installed is not in the snapshot, so it was not judged",
             fix=f"`conda list {name}` names the build; else {_install(loads[-1], release)}",
-            source=_cite(loads), cuda=shown)]
+            source=cite(*loads), cuda=shown)]
     builds = "/".join(r["build"] for r in mine)
     bundled = next((r["bundled"] for r in mine if r.get("bundled")), None)
     other = [r for r in fits if r not in mine]
@@ -207,9 +203,9 @@ def _cuda(ctx: Context, name: str, version: str | None, rows: list[Row]) -> list
             f"{what}: its builds for CUDA {builds} need that CUDA installed (they do not bring "
             f"it) and the CUDA here is {shown}; only its CUDA {bundled} build brings its own "
             "runtime, so unless that is the build here its GPU library does not load",
-            fix=fix, source=_cite(mine), builds=builds, cuda=shown)]
+            fix=fix, source=cite(*mine), builds=builds, cuda=shown)]
     return [finding(
         "cuda-mismatch", "error", name,
         f"{what} is built for CUDA {builds} and does not install it; the CUDA here is {shown}: "
         f"its GPU library does not load ('libcublas.so.{mine[0]['build']}: cannot open shared "
-        "object file')", fix=fix, source=_cite(mine), builds=builds, cuda=shown)]
+        "object file')", fix=fix, source=cite(*mine), builds=builds, cuda=shown)]

@@ -22,7 +22,7 @@ import os
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor import os_fixes
-from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.context import Context, cite, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import canonical_name
 
@@ -162,9 +162,9 @@ def _nvcc(ctx: Context) -> list[Finding]:
               "version' (crt/host_config.h)")
            + ", so building CUDA code with it (a torch source build, CUDA extensions, "
              "DeepSpeed ops) fails" + (f"; {'; '.join(notes)}" if notes else ""))
-    cite = "; ".join(dict.fromkeys(f"{r['source']} [{r['certainty']}; {r.where}]" for r in rows))
+    cited = "; ".join(dict.fromkeys(cite(r) for r in rows))
     return [finding("host-compiler", severity, "cuda", msg, fix=_compiler_fix(
-        ctx, kind, cuda, lo, hi, cv), source=f"{cite}; {CCBIN_SOURCE}", cuda=cuda,
+        ctx, kind, cuda, lo, hi, cv), source=f"{cited}; {CCBIN_SOURCE}", cuda=cuda,
         toolkit=comp.source, compiler=f"{kind} {cv}", accepted=span)]
 
 
