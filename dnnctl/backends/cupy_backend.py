@@ -139,6 +139,14 @@ class CupyBackend(Backend):
         defs = tuple(sorted((defines or {}).items()))
         return _compile(source, defs, tuple(name_expressions), tuple(options), cc, dev.id)
 
+    def compile_code(self, code: str, *, device: int | None = None) -> Any:
+        """Compile generated CUDA source (``code``, which may include the kernels' headers)
+        with NVRTC for the current device (memoized by the source; CuPy caches on disk)."""
+        cp = _cupy()
+        dev = cp.cuda.Device(device) if device is not None else cp.cuda.Device()
+        text = dev.compute_capability
+        return _compile_code(code, (int(text[:-1]), int(text[-1])), dev.id)
+
     # ------------------------------------------------------------------ timing
 
     def _flush_buffer(self) -> Any:
@@ -245,12 +253,17 @@ def _spin_kernel() -> Any:
 @functools.cache
 def _compile(source: str, defines: tuple[tuple[str, Any], ...], names: tuple[str, ...],
              options: tuple[str, ...], cc: tuple[int, int], device_id: int) -> Any:
-    cp = _cupy()
     path = kernels_dir() / source
     try:
         code = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise KernelBuildError(f"kernel source {path} cannot be read: {exc}") from None
+    return _build(code, f"kernels/{source}", defines, names, options, cc)
+
+
+def _build(code: str, what: str, defines: tuple[tuple[str, Any], ...], names: tuple[str, ...],
+           options: tuple[str, ...], cc: tuple[int, int]) -> Any:
+    cp = _cupy()
     # CuPy's on-disk cache hashes the source and options but not included headers: put the
     # headers' digest into the options so a header change recompiles.
     opts = (arch_flag(cc), "--std=c++17", f"-I{kernels_dir() / 'include'}",
@@ -261,8 +274,13 @@ def _compile(source: str, defines: tuple[tuple[str, Any], ...], names: tuple[str
         mod.compile()
     except Exception as exc:
         raise KernelBuildError(
-            f"NVRTC failed to compile kernels/{source} with {' '.join(opts)}:\n{exc}") from None
+            f"NVRTC failed to compile {what} with {' '.join(opts)}:\n{exc}") from None
     return mod
+
+
+@functools.cache
+def _compile_code(code: str, cc: tuple[int, int], device_id: int) -> Any:
+    return _build(code, "generated code", (), (), (), cc)
 
 
 def _define_value(v: Any) -> str:

@@ -366,7 +366,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         else:
             fn = FusedLinear(head, act, handle)
             args = (node.args[0],)
-        name = _add_submodule(gm, node.target, fn)
+        name = add_submodule(gm, node.target, fn)
         with graph.inserting_before(last):
             new = graph.call_module(name, args)
         last.replace_all_uses_with(new)
@@ -465,7 +465,7 @@ def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: 
             continue
         if _act_node(nxt, modules, True) != "relu":
             continue
-        name = _add_submodule(gm, node.target, FusedBnAct(bn, handle, residual is not None))
+        name = add_submodule(gm, node.target, FusedBnAct(bn, handle, residual is not None))
         with graph.inserting_before(nxt):
             new = graph.call_module(name, (node.args[0],) if residual is None
                                     else (node.args[0], residual))
@@ -494,7 +494,7 @@ def _route_modules(gm: fx.GraphModule, modules: dict[str, nn.Module],
             continue
         name = routed.get(node.target)
         if name is None:
-            name = routed[node.target] = _add_submodule(gm, node.target, Routed(m, fn))
+            name = routed[node.target] = add_submodule(gm, node.target, Routed(m, fn))
         node.target = name
 
 
@@ -541,12 +541,12 @@ def _out_of_place_acts(gm: fx.GraphModule, modules: dict[str, nn.Module], covere
             fn = act_call(m, handle, inplace=False)
             if fn is None:
                 continue
-            name = routed[node.target] = _add_submodule(gm, node.target + "_out_of_place",
+            name = routed[node.target] = add_submodule(gm, node.target + "_out_of_place",
                                                         Routed(m, fn))
         node.target = name
 
 
-def _add_submodule(gm: fx.GraphModule, target: str, module: nn.Module) -> str:
+def add_submodule(gm: fx.GraphModule, target: str, module: nn.Module) -> str:
     """Add ``module`` to gm under a name made of ``target`` (``dnnctl_layer1_0_conv1``, or
     ``..._2``, ``..._3`` where taken); returns the name."""
     base = "dnnctl_" + target.replace(".", "_")

@@ -782,3 +782,4 @@ _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False
 # more, and runs only when some region is active)
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
     lambda: autocast_active("cuda") or autocast_active("cpu"))
+any_autocast = _any_autocast  # (public: for the torch layer's other modules)

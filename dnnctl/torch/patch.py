@@ -28,6 +28,7 @@ from dnnctl.torch import graphs as graphs_module
 from dnnctl.torch import kernels
 from dnnctl.torch.fuse import fuse_graph, hooked
 from dnnctl.torch.modules import forward_for
+from dnnctl.torch.pointwise import fuse_pointwise
 from dnnctl.torch.report import Covered, PatchReport, Skipped
 from dnnctl.torch.trace import symbolic_trace
 
@@ -144,7 +145,7 @@ def _attention_hook(gm: fx.GraphModule, report: PatchReport, handle: int) -> Non
 
 def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
           backward: str | dict[str, str] = "plan", graphs: bool = False,
-          max_graphs: int = graphs_module.MAX_GRAPHS) -> PatchReport:
+          max_graphs: int = graphs_module.MAX_GRAPHS, pointwise: bool = True) -> PatchReport:
     """Route ``model``'s supported modules to dnnctl (in place) and return the report.
 
     ``plan``: a loaded plan (``dnnctl.load_plan``); None uses the active plan at call time,
@@ -157,11 +158,16 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     ``graphs``: run the model's inference calls (grad off, eval mode, CUDA tensors) as one
     CUDA graph per call signature, captured after two eager calls, at most ``max_graphs``
     kept (see :mod:`dnnctl.torch.graphs`; :func:`dnnctl.torch.graphs.info` says what they did).
+    ``pointwise``: in a traced model in eval mode, run each chain of elementwise ops (rotary
+    embeddings, scales, casts, gates) as one generated CUDA kernel (see
+    :mod:`dnnctl.torch.pointwise`; ``report.pointwise`` lists the chains).
     """
     if not isinstance(model, nn.Module):
         raise UsageError(f"patch: expected a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(graphs, bool):
         raise UsageError(f"patch: graphs must be True or False, got {graphs!r}")
+    if not isinstance(pointwise, bool):
+        raise UsageError(f"patch: pointwise must be True or False, got {pointwise!r}")
     if type(max_graphs) is not int or max_graphs < 1:
         raise UsageError(f"patch: max_graphs must be a positive integer, got {max_graphs!r}",
                          hint="each graph keeps its own GPU memory pool; 8 is the default")
@@ -193,7 +199,7 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
         elif op:
             report.skipped.append(Skipped(name, type(m).__name__, note))
     if trace and list(model.children()):
-        _trace(model, covered, handle, report, saved)
+        _trace(model, covered, handle, report, saved, pointwise)
     if graphs:
         inner = model.__dict__.get("forward", _MISSING)
         _set_forward(model, graphs_module.GraphedForward(
@@ -292,7 +298,7 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport,
-           saved: list[tuple[nn.Module, Any]]) -> None:
+           saved: list[tuple[nn.Module, Any]], pointwise: bool) -> None:
     """Trace the model with its optional arguments fixed at their defaults (``forward(x,
     mask=None)``: the graph of the call without a mask); the traced graph runs the calls
     that pass only the required arguments (or the defaults themselves), in the training mode
@@ -301,7 +307,7 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
     original = model.__dict__.get("forward", _MISSING)
     own = type(model).forward.__get__(model) if original is _MISSING else original
     try:
-        traced = _traced(model, own, covered, handle, report)
+        traced = _traced(model, own, covered, handle, report, pointwise)
     except _NotTraceable as exc:  # module-by-module is still sound
         report.trace_error = str(exc)
         return
@@ -314,7 +320,7 @@ class _NotTraceable(Exception):
 
 
 def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
-            report: PatchReport) -> _Traced:
+            report: PatchReport, pointwise: bool) -> _Traced:
     """Trace ``model`` at its optional arguments' defaults, fuse the traced graph's chains
     and route its attention calls (noted in ``report``); _NotTraceable where fx cannot
     trace it."""
@@ -326,12 +332,15 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
+    if pointwise and not model.training:
+        report.pointwise = fuse_pointwise(gm)
     members = tuple(model.get_submodule(n) for f in report.fusions for n in (f.head, *f.folded))
     # a fused GELU's form is baked into its chain's epilogue: changed, the graph is traced
     # again (the modules a fused chain holds read their own settings at each call)
     reads += tuple((m.__dict__, "approximate", m.approximate) for m in members
                    if type(m) is nn.GELU)
-    return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members)
+    return _Traced(model, gm, own, sig, required, defaults, covered, handle, reads, members,
+                   pointwise)
 
 
 def _hook_count() -> int:
@@ -391,8 +400,9 @@ class _Traced:
                  sig: inspect.Signature | None, required: list[str], defaults: dict[str, Any],
                  covered: set[str], handle: int,
                  reads: tuple[tuple[dict, str, Any], ...] = (),
-                 members: tuple[nn.Module, ...] = ()) -> None:
+                 members: tuple[nn.Module, ...] = (), pointwise: bool = True) -> None:
         self.model, self.gm, self.own, self.sig = model, gm, own, sig
+        self.pointwise = pointwise
         self.required, self.defaults, self.n_req = required, defaults, len(required)
         self.covered, self.handle, self.reads = covered, handle, reads
         self.mode, self.retraces = model.training, 0
@@ -446,17 +456,17 @@ class _Traced:
     def _retrace(self) -> Any:
         """A module or tensor the graph holds was replaced: trace the model as it is now."""
         return _trace_again(self.model, self.own, self.covered, self.handle,
-                            self.retraces + 1)
+                            self.retraces + 1, self.pointwise)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))
         if new is None:  # copied without its model: the same forward
             return self
-        return _Retrace(new, self.covered, self.handle)
+        return _Retrace(new, self.covered, self.handle, self.pointwise)
 
 
 def _trace_again(model: nn.Module, own: Any, covered: set[str], handle: int,
-                 retraces: int) -> Any:
+                 retraces: int, pointwise: bool) -> Any:
     """Trace ``model`` as it is now and make that its forward (modules dnnctl patched still
     run on dnnctl; a module put in since runs its own forward). Where it no longer traces,
     or after _MAX_RETRACES traces (like torch.compile's recompile limit), the model's own
@@ -466,7 +476,7 @@ def _trace_again(model: nn.Module, own: Any, covered: set[str], handle: int,
         patched = {n for n, m in model.named_modules() if "forward" in m.__dict__}
         try:
             traced = _traced(model, own, covered & patched, handle,
-                             PatchReport(training=model.training))
+                             PatchReport(training=model.training), pointwise)
             traced.retraces = retraces
         except _NotTraceable:
             pass
@@ -482,15 +492,17 @@ class _Retrace:
     """A deep copy's forward: traces the copy (its own modules, already patched) on its first
     call, when the copy is complete, then stands aside for that :class:`_Traced`."""
 
-    def __init__(self, model: nn.Module, covered: set[str], handle: int) -> None:
+    def __init__(self, model: nn.Module, covered: set[str], handle: int,
+                 pointwise: bool) -> None:
         self.model, self.covered, self.handle = model, covered, handle
+        self.pointwise = pointwise
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         model = self.model
         if torch.compiler.is_compiling():  # no tracing inside a compile: the model's own
             return type(model).forward(model, *args, **kwargs)
         traced = _trace_again(model, type(model).forward.__get__(model), self.covered,
-                              self.handle, 0)
+                              self.handle, 0, self.pointwise)
         return traced(*args, **kwargs)
 
     @property
@@ -503,7 +515,8 @@ class _Retrace:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))
-        return self if new is None else _Retrace(new, self.covered, self.handle)
+        return self if new is None else _Retrace(new, self.covered, self.handle,
+                                                 self.pointwise)
 
 
 def unpatch(model: nn.Module) -> PatchReport:

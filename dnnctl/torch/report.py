@@ -43,6 +43,9 @@ class PatchReport:
     trace_error: str = ""
     training: bool = False
     graphs: bool = False  # inference calls run as CUDA graphs (patch(..., graphs=True))
+    # chains of elementwise ops run as one generated kernel each (inference): one line per
+    # chain, "<root>: <n> ops (<ops>)"
+    pointwise: list[str] = field(default_factory=list)
     _fallbacks_at: dict = field(default_factory=dict, repr=False)
 
     def fallbacks(self) -> dict[tuple[str, str], int]:
@@ -60,6 +63,8 @@ class PatchReport:
             lines.append("  inference calls (grad off, CUDA) replayed as CUDA graphs")
         for f in self.fusions:
             lines.append(f"  fused {f.head} + {' + '.join(f.parts)}")
+        for p in self.pointwise:
+            lines.append(f"  one kernel for {p}"[:100])
         for s in self.skipped:
             lines.append(f"  skipped {s.name} ({s.module}): {s.reason}")
         return "\n".join(lines)
