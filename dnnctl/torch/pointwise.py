@@ -170,6 +170,27 @@ def _scalarish(graph: fx.Graph) -> set[fx.Node]:
     return out
 
 
+_INPLACE_FNS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                operator.setitem, operator.ipow, operator.iand, operator.ior}
+
+
+def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """The node may write into a tensor it is given: an in-place method (``add_``,
+    ``__setitem__``), an augmented assignment, ``out=`` / ``inplace=True``, or a module
+    with ``inplace`` set (or one that wraps such a module)."""
+    if node.op == "call_method":
+        name = str(node.target)
+        return name.endswith("_") or name == "__setitem__" or "out" in node.kwargs
+    if node.op == "call_function":
+        return (node.target in _INPLACE_FNS or "out" in node.kwargs
+                or bool(node.kwargs.get("inplace")))
+    if node.op == "call_module":
+        m = modules.get(str(node.target))
+        inner = getattr(m, "mod", None)
+        return bool(getattr(m, "inplace", False) or getattr(inner, "inplace", False))
+    return False
+
+
 # ----------------------------------------------------------------------------- grouping
 
 
@@ -190,7 +211,9 @@ def find_groups(graph: fx.Graph) -> list[Group]:
         return (isinstance(n, fx.Node) and n not in scalar and _kind(n) is not None
                 and n.op in ("call_function", "call_method"))
 
-    order = {n: i for i, n in enumerate(graph.nodes)}
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    modules = dict(graph.owning_module.named_modules()) if graph.owning_module else {}
     taken: set[fx.Node] = set()  # roots already, or absorbed into every consumer
     groups: list[Group] = []
     for root in reversed(list(graph.nodes)):
@@ -212,6 +235,10 @@ def find_groups(graph: fx.Graph) -> list[Group]:
         if len(members) < 2:
             continue
         ordered = sorted(members, key=order.__getitem__)
+        if any(_mutates(n, modules) for n in nodes[order[ordered[0]]:order[root]]):
+            # the group runs where its root was: an in-place op between its first op and
+            # there could change what the earlier ops read
+            continue
         inputs: dict[fx.Node, None] = {}
         for n in ordered:
             for a in n.all_input_nodes:

@@ -206,3 +206,21 @@ def test_scalarish_nodes_are_not_group_members():
     assert torch.equal(gm(x), Shapes()(x))
     (mod, a), = _calls(gm, [x])
     torch.testing.assert_close(pw.run_python(mod._prog, a), Shapes()(x))
+
+
+class _InPlaceBetween(nn.Module):
+    """x is changed in place between y's op and the chain's end: y must be what x was."""
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        y = x * 2.0
+        x.add_(r)
+        return torch.sigmoid(y) + x
+
+
+def test_an_in_place_op_inside_the_span_keeps_the_ops():
+    gm = fx.symbolic_trace(_InPlaceBetween())
+    assert pw.find_groups(gm.graph) == []
+    x, r = torch.randn(4, 5), torch.randn(4, 5)
+    want = _InPlaceBetween()(x.clone(), r)
+    pw.fuse_pointwise(gm)
+    assert torch.equal(gm(x.clone(), r), want)
