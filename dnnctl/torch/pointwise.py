@@ -859,6 +859,14 @@ class FusedPointwise(nn.Module):
 
 
 _MISSING = object()
+_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _raw_stream(index: int) -> int:
+    """torch's current stream on device ``index`` as a raw handle (one C call)."""
+    if _raw is not None:
+        return _raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 class _Launcher:
@@ -872,6 +880,7 @@ class _Launcher:
         import numpy as np
 
         self.launch, self.sig, self.device = launch, sig, device
+        self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.tensors = tensors
         index = np.int64 if itype == "long long" else np.uint32
         self.tail = [index(v) if k == "i" else np.float32(v) for v, k in zip(params, kinds)]
@@ -915,7 +924,7 @@ class _Launcher:
                                   device=self.device)
         state = cuda.STATE
         saved = state.stream
-        state.stream = torch.cuda.current_stream(self.device).cuda_stream
+        state.stream = _raw_stream(self.index)
         try:
             self.launch([*(args[k] for k in self.tensors), out, self.n, *self.tail])
         finally:
