@@ -224,3 +224,71 @@ def test_an_in_place_op_inside_the_span_keeps_the_ops():
     want = _InPlaceBetween()(x.clone(), r)
     pw.fuse_pointwise(gm)
     assert torch.equal(gm(x.clone(), r), want)
+
+
+# the kernel header's names as plain C++, so the CUDA rendering compiles and runs on the CPU
+_HOST_HEADER = r"""
+#pragma once
+#include <cmath>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(x)
+struct __half { float v; };
+struct __nv_bfloat16 { float v; };
+struct dim3 { unsigned x, y, z; };
+static dim3 blockIdx, blockDim, threadIdx, gridDim;
+namespace dnnctl {
+inline float to_float(float v) { return v; }
+template <typename T> T from_float(float v);
+template <> inline float from_float<float>(float v) { return v; }
+}
+#include <math.h>
+inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
+inline float __int_as_float(int) { return INFINITY; }
+"""
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_cuda_rendering_runs_on_the_host(case, tmp_path):
+    """The CUDA source itself, compiled by the host's C++ compiler with the grid walked in a
+    loop, against the ops (float32): the index arithmetic in the kernel's own integer type,
+    its branches and its C expressions."""
+    import ctypes
+    import re
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this machine")
+    name, module, shapes, perm = case
+    gm, _ = _fused(copy.deepcopy(module))
+    (tmp_path / "dnnctl").mkdir()
+    (tmp_path / "dnnctl" / "common.cuh").write_text(_HOST_HEADER)
+    for k, (mod, a) in enumerate(_calls(gm, inputs(shapes, perm, torch.float32, "cpu"))):
+        sig, params, key = mod._prog.signature(a)
+        src = pw._cuda_source(key)
+        params_c = re.search(r"pointwise\((.*)\) \{", src).group(1)
+        names = [p.split()[-1] for p in params_c.split(", ")]
+        src = src.replace('extern "C" __global__ void __launch_bounds__(256) pointwise(',
+                          "static void body(")
+        src += (f'extern "C" void run({params_c}) {{ blockDim.x = 32; gridDim.x = 3;\n'
+                "  for (unsigned b = 0; b < 3; ++b) for (unsigned t = 0; t < 32; ++t) {\n"
+                f"    blockIdx.x = b; threadIdx.x = t; body({', '.join(names)}); }} }}\n")
+        (tmp_path / f"k{k}.cpp").write_text(src)
+        lib_path = tmp_path / f"k{k}.so"
+        subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{tmp_path}",
+                        str(tmp_path / f"k{k}.cpp"), "-o", str(lib_path)], check=True,
+                       capture_output=True)
+        lib = ctypes.CDLL(str(lib_path))
+        index = ctypes.c_uint if key[5] == "unsigned" else ctypes.c_longlong
+        out = torch.empty_strided(sig.out_shape, sig.out_stride).fill_(float("nan"))
+        args = [ctypes.c_void_p(t.data_ptr()) for t in a if isinstance(t, torch.Tensor)]
+        args += [ctypes.c_void_p(out.data_ptr()), index(sig.numel)]
+        args += [index(v) if kind == "i" else ctypes.c_float(v)
+                 for v, kind in zip(params, key[3])]
+        lib.run.argtypes = [type(x) for x in args]
+        lib.run(*args)
+        torch.testing.assert_close(out, mod.sub(*a), rtol=1e-6, atol=1e-6)
