@@ -226,35 +226,41 @@ def test_an_in_place_op_inside_the_span_keeps_the_ops():
     assert torch.equal(gm(x.clone(), r), want)
 
 
-# the kernel header's names as plain C++, so the CUDA rendering compiles and runs on the CPU
+# the kernel header's names as plain C++ (bfloat16 as its 16 bits, rounded to nearest even),
+# so the CUDA rendering compiles and runs on the CPU
 _HOST_HEADER = r"""
 #pragma once
 #include <cmath>
+#include <math.h>
+#include <cstring>
+#include <cstdint>
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(x)
-struct __half { float v; };
-struct __nv_bfloat16 { float v; };
+struct __half { uint16_t bits; };  // (float16 cases are left to the GPU tests)
+struct __nv_bfloat16 { uint16_t bits; };
 struct dim3 { unsigned x, y, z; };
 static dim3 blockIdx, blockDim, threadIdx, gridDim;
 namespace dnnctl {
 inline float to_float(float v) { return v; }
+inline float to_float(__nv_bfloat16 v) { uint32_t u = (uint32_t)v.bits << 16; float f; memcpy(&f, &u, 4); return f; }
 template <typename T> T from_float(float v);
 template <> inline float from_float<float>(float v) { return v; }
+template <> inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { uint32_t u; memcpy(&u, &v, 4); u += 0x7FFF + ((u >> 16) & 1); return __nv_bfloat16{(uint16_t)(u >> 16)}; }
 }
-#include <math.h>
-inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
-inline float __int_as_float(int) { return INFINITY; }
+inline float rsqrtf(float x){return 1/std::sqrt(x);}
+inline float __int_as_float(int){return INFINITY;}
 """
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_cuda_rendering_runs_on_the_host(case, tmp_path):
+def test_cuda_rendering_runs_on_the_host(case, dtype, tmp_path):
     """The CUDA source itself, compiled by the host's C++ compiler with the grid walked in a
-    loop, against the ops (float32): the index arithmetic in the kernel's own integer type,
-    its branches and its C expressions."""
+    loop, against the ops: the index arithmetic in the kernel's own integer type, its
+    branches, its C expressions and its roundings."""
     import ctypes
     import re
     import shutil
@@ -267,7 +273,7 @@ def test_cuda_rendering_runs_on_the_host(case, tmp_path):
     gm, _ = _fused(copy.deepcopy(module))
     (tmp_path / "dnnctl").mkdir()
     (tmp_path / "dnnctl" / "common.cuh").write_text(_HOST_HEADER)
-    for k, (mod, a) in enumerate(_calls(gm, inputs(shapes, perm, torch.float32, "cpu"))):
+    for k, (mod, a) in enumerate(_calls(gm, inputs(shapes, perm, dtype, "cpu"))):
         sig, params, key = mod._prog.signature(a)
         src = pw._cuda_source(key)
         params_c = re.search(r"pointwise\((.*)\) \{", src).group(1)
@@ -284,11 +290,13 @@ def test_cuda_rendering_runs_on_the_host(case, tmp_path):
                        capture_output=True)
         lib = ctypes.CDLL(str(lib_path))
         index = ctypes.c_uint if key[5] == "unsigned" else ctypes.c_longlong
-        out = torch.empty_strided(sig.out_shape, sig.out_stride).fill_(float("nan"))
+        out = torch.empty_strided(sig.out_shape, sig.out_stride, dtype=sig.out_dtype)
+        out.fill_(float("nan"))
         args = [ctypes.c_void_p(t.data_ptr()) for t in a if isinstance(t, torch.Tensor)]
         args += [ctypes.c_void_p(out.data_ptr()), index(sig.numel)]
         args += [index(v) if kind == "i" else ctypes.c_float(v)
                  for v, kind in zip(params, key[3])]
         lib.run.argtypes = [type(x) for x in args]
         lib.run(*args)
-        torch.testing.assert_close(out, mod.sub(*a), rtol=1e-6, atol=1e-6)
+        ref = mod.sub(*a)
+        torch.testing.assert_close(out, ref, rtol=TOL[ref.dtype], atol=TOL[ref.dtype])
