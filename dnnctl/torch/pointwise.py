@@ -618,6 +618,16 @@ class _Render:
             return f"OP({e[1]!r}, {a}, {b})"
         raise AssertionError(tag)
 
+    def decompose(self, decomp: Any, out: list[str]) -> None:
+        """The linear index ``r`` split into one index a dim, innermost first."""
+        const, div, end = ("const I ", "/=", ";") if self.cuda else ("", "//=", "")
+        for j, (d, size) in enumerate(decomp):
+            s = self.expr(size)
+            if j == len(decomp) - 1:
+                out.append(f"    {const}i{d} = r{end}")
+            else:
+                out.append(f"    {const}i{d} = r % {s}; r {div} {s}{end}")
+
     def stmts(self, body: Any, indent: str, out: list[str]) -> None:
         for s in body:
             tag = s[0]
@@ -669,12 +679,7 @@ def _cuda_source(key: tuple[Any, ...]) -> str:
              "  for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n;",
              "       i += (I)gridDim.x * blockDim.x) {",
              "    I r = i;"]
-    for j, (d, size) in enumerate(decomp):
-        s = r.expr(size)
-        if j == len(decomp) - 1:
-            lines.append(f"    const I i{d} = r;")
-        else:
-            lines.append(f"    const I i{d} = r % {s}; r /= {s};")
+    r.decompose(decomp, lines)
     r.stmts(body, "    ", lines)
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
@@ -684,12 +689,7 @@ def _python_source(key: tuple[Any, ...]) -> str:
     _inputs, _out_dt, decomp, _kinds, body, _itype = key
     r = _Render(cuda=False)
     lines = ["def pointwise(n, p, LOAD, STORE, ROUND, OP):", "  for i in range(n):", "    r = i"]
-    for j, (d, size) in enumerate(decomp):
-        s = r.expr(size)
-        if j == len(decomp) - 1:
-            lines.append(f"    i{d} = r")
-        else:
-            lines.append(f"    i{d} = r % {s}; r //= {s}")
+    r.decompose(decomp, lines)
     nparams = len(_kinds)
     lines.insert(1, "  " + "; ".join(f"p{j} = p[{j}]" for j in range(nparams)) if nparams
                  else "  pass")
