@@ -300,3 +300,13 @@ def test_cuda_rendering_runs_on_the_host(case, dtype, tmp_path):
         lib.run(*args)
         ref = mod.sub(*a)
         torch.testing.assert_close(out, ref, rtol=TOL[ref.dtype], atol=TOL[ref.dtype])
+
+
+def test_compiled_fullgraph_traces_the_ops():
+    """torch.compile(fullgraph=True) of a fused graph: no graph break, the ops traced."""
+    gm, _ = _fused(Rope())
+    args = inputs([(1, 2, 3, 4), (1, 2, 3, 4), (3, 4), (3, 4)], None, torch.float32, "cpu")
+    compiled = torch.compile(gm, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        for w, g in zip(Rope()(*args), compiled(*args)):
+            assert torch.equal(w, g)
