@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dnnctl.cli.render import console, print_commands, split_commands
-from dnnctl.doctor.parse import mig_profile
+from dnnctl.doctor.parse import driver_branch, mig_profile
 from dnnctl.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -174,6 +174,8 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
     if not drv:
         return []
     text = escape(drv.get("version") or "version unknown")
+    if driver_branch(drv.get("version")) is not None:
+        text += " (branch; exact version unknown)"
     if drv.get("cuda"):
         text += f" (supports CUDA ≤ {escape(drv['cuda'])})"
     extra = [f"{k.replace('_', ' ')} {drv[k]}" for k in ("kernel_module", "library")

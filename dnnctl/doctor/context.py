@@ -13,9 +13,9 @@ from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.gpus import GpuInfo, resolve_gpu
 from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
-from dnnctl.compat.versions import CC, Version
+from dnnctl.compat.versions import CC, MAX_MINOR, Version
 from dnnctl.doctor.model import EnvSnapshot, Finding
-from dnnctl.doctor.parse import wsl_version
+from dnnctl.doctor.parse import driver_branch, wsl_version
 
 __all__ = ["Context", "GpuInfo", "build_context", "finding", "flag", "unknown"]
 
@@ -31,12 +31,64 @@ class Context:
     gpus: list[GpuInfo] = field(default_factory=list)
     platform: str | None = None  # "x86_64" | "aarch64" | None (unknown)
     forward_compat: Version | None = None  # the cuda-compat version in use, if any
+    # a driver known by its branch alone ("535", "r535"): ``driver`` is then None, and what
+    # every driver of the branch shares is judged (driver_span, driver_at_least)
+    driver_branch: int | None = None
+
+    @property
+    def driver_major(self) -> int | None:
+        """The driver's branch (R535 for 535.54.03), exact or given alone."""
+        return self.driver.major if self.driver is not None else self.driver_branch
+
+    @property
+    def driver_span(self) -> tuple[Version, Version] | None:
+        """The oldest and newest driver the snapshot may mean: the exact one twice, a bare
+        branch's first and last possible version (Linux numbering: a Windows driver's version
+        does not start with its branch, R535 is 53x.xx there), None when unknown."""
+        if self.driver is not None:
+            return self.driver, self.driver
+        if self.driver_branch is None or self.windows:
+            return None
+        return Version((self.driver_branch,)), Version((self.driver_branch, MAX_MINOR))
+
+    def driver_at_least(self, need: Version) -> bool | None:
+        """Whether the driver is ``need`` or newer; None when unknown, or when a bare branch
+        holds drivers on both sides of ``need`` (R535 against 535.54.03)."""
+        span = self.driver_span
+        if span is None:
+            return None
+        if span[0] >= need:
+            return True
+        return False if span[1] < need else None
+
+    @property
+    def driver_label(self) -> str:
+        """'535.54.03', or 'of the R535 branch (exact version unknown)'."""
+        if self.driver is not None:
+            return str(self.driver)
+        if self.driver_branch is not None:
+            return f"of the R{self.driver_branch} branch (exact version unknown)"
+        return "of unknown version"
+
+    def branch_cuda(self) -> tuple[Version | None, Version | None]:
+        """For a bare branch: the newest CUDA every driver of it fully supports, and the
+        newest any of them does (R535: 12.1 and 12.2, as 12.2 needs 535.54.03)."""
+        span = self.driver_span
+        if span is None:
+            return None, None
+        lo, _ = self.matrix.driver_cuda(span[0], windows=self.windows)
+        hi, _ = self.matrix.driver_cuda(span[1], windows=self.windows)
+        return lo, hi
 
     @property
     def driver_cuda(self) -> tuple[Version | None, bool]:
-        """The CUDA the driver fully supports (forward-compat package included)."""
+        """The CUDA the driver fully supports (forward-compat package included); for a bare
+        branch, what every driver of it supports, unsure when a later one supports more."""
         if self.driver is None:  # a snapshot may know only what the driver reports
             reported = Version.maybe((self.env.driver or {}).get("cuda"))
+            if reported is None and self.driver_span is not None:
+                lo, hi = self.branch_cuda()
+                return lo, lo != hi
             return (reported.trunc(2) if reported else None), False
         best, unsure = self.matrix.driver_cuda(self.driver, windows=self.windows)
         if self.forward_compat is not None and self.fc_eligible and \
@@ -148,11 +200,12 @@ def flag(value: Any) -> bool | None:
 
 def build_context(env: EnvSnapshot, matrix: Matrix) -> Context:
     driver = env.driver or {}
-    version = Version.maybe(driver.get("version"))
+    branch = driver_branch(driver.get("version"))
+    version = None if branch is not None else Version.maybe(driver.get("version"))
     present = flag(driver.get("present"))
-    if present is None and version is not None:
+    if present is None and (version is not None or branch is not None):
         present = True
-    ctx = Context(env, matrix, version, present)
+    ctx = Context(env, matrix, version, present, driver_branch=branch)
     for i, gpu in enumerate(env.gpus):
         ctx.gpus.append(resolve_gpu(matrix, gpu.name, gpu.compute_capability, index=i))
     ctx.platform = _platform(env, ctx.gpus)

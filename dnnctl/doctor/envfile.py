@@ -44,6 +44,7 @@ from dnnctl.doctor.model import (
     compute_mode,
     fabric_state,
 )
+from dnnctl.doctor.parse import driver_branch
 from dnnctl.errors import InputFileError, UsageError
 
 # kinds of field whose value is one of a few words: (reader -> the word or None, the words,
@@ -132,6 +133,11 @@ class _Reader:
         if kind in ("version_or_bool", "str_or_bool") and node.tag.endswith(":bool"):
             return text.lower() in ("true", "yes", "on", "y")
         if kind == "str_or_bool":
+            return text
+        if kind == "driver_version":
+            if Version.maybe(text) is None and driver_branch(text) is None:
+                raise self.fail(node, where, f"not a version: {_show(text)}",
+                                'write it as "580.159.04", or its branch alone as "580"')
             return text
         if kind in ("version", "version_or_bool"):
             if Version.maybe(text) is None:

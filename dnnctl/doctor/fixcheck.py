@@ -19,17 +19,18 @@ from dnnctl.doctor.context import Context
 def driver_problem(ctx: Context, cuda: Version) -> str | None:
     """Why this driver cannot run CUDA ``cuda`` (full support or minor-version compatibility),
     None when it can or when the driver is not known (Jetson: not on this numbering)."""
-    if ctx.driver is None or ctx.tegra:
+    span = ctx.driver_span  # a bare branch: its oldest and newest driver must agree
+    if span is None or ctx.tegra:
         return None
-    status = driver_status(ctx.matrix, ctx.driver, cuda, windows=ctx.windows)
-    if status in ("full", "mvc"):
+    status = {driver_status(ctx.matrix, d, cuda, windows=ctx.windows) for d in span}
+    if status <= {"full", "mvc"}:
         return None
     need = driver_need(ctx.matrix, cuda, windows=ctx.windows)
     for gpu in ctx.known_ccs:
         need = with_gpu(need, gpu.arch, matrix=ctx.matrix, windows=ctx.windows)
-    if status == "unknown" or need.minimum is None:
+    if "unknown" in status or need.minimum is None:
         return f"the driver CUDA {cuda.trunc(2)} needs is not known"
-    return f"CUDA {cuda.trunc(2)} needs driver >= {need.minimum}; this one is {ctx.driver}"
+    return f"CUDA {cuda.trunc(2)} needs driver >= {need.minimum}; this one is {ctx.driver_label}"
 
 
 def build_problems(ctx: Context, cuda: Version, row: Row | None = None) -> list[str]:

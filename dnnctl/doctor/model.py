@@ -91,7 +91,9 @@ FABRIC_MANAGER_FIELDS = {
 }
 DRIVER_FIELDS: dict[str, Any] = {
     "present": "bool",  # detected snapshots always say; False = looked and found no driver
-    "version": "version",  # "580.159.04"
+    # "580.159.04"; or the branch alone ("535", "r535", "535 branch": parse.driver_branch), of
+    # which only what every driver of the branch shares is judged
+    "version": "driver_version",
     "cuda": "version",  # newest CUDA the driver supports (cuDriverGetVersion), "13.0"
     "kernel_module": "version",  # /proc/driver/nvidia/version or /sys/module/nvidia/version
     "library": "version",  # user-space libcuda / libnvidia-ml version (from its file name)

@@ -52,6 +52,20 @@ def cudnn_int_version(value: Any) -> str | None:
     return f"{v // 1000}.{(v % 1000) // 100}.{v % 100}"
 
 
+# a driver named by its branch only: "535", "r535", "R535", "535 branch", "branch 535", "535.xx"
+_BRANCH = re.compile(r"(?:r|branch\s*r?)?\s*(\d{2,3})(?:\s*(?:\.x+|\.\*|-?series|branch))?",
+                     re.IGNORECASE)
+
+
+def driver_branch(text: object) -> int | None:
+    """The branch of a driver given by its branch alone (``"390"``, ``"r535"``, ``"535 branch"``,
+    ``"535.xx"``) -> 390 / 535; None for an exact version (``"535.54.03"``) or anything else.
+    Every released NVIDIA driver has a dotted version, so a bare number names a branch."""
+    s = str(text).strip() if text is not None else ""
+    m = _BRANCH.fullmatch(s) if len(s) <= 40 else None
+    return int(m.group(1)) if m else None
+
+
 def proc_driver_version(text: str | None) -> str | None:
     """Kernel module version from /proc/driver/nvidia/version (proprietary or open module)."""
     if not text:

@@ -9,6 +9,7 @@ from typing import Any
 from dnnctl.compat.gpus import split_gpu_text
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.model import Component, EnvSnapshot, Gpu
+from dnnctl.doctor.parse import driver_branch
 from dnnctl.errors import UsageError
 
 
@@ -33,7 +34,8 @@ def plan_snapshot(plan: Plan) -> EnvSnapshot:
     if plan.gpu:
         env.gpus = [gpu_from_text(plan.gpu)]
     if plan.driver:
-        env.driver = {"version": _ver(plan.driver, "--driver")}
+        env.driver = {"version": plan.driver.strip() if driver_branch(plan.driver) is not None
+                      else _ver(plan.driver, "--driver")}
     if plan.cuda:
         env.cuda_runtimes = [Component(_ver(plan.cuda, "--cuda"), source="planned")]
     if plan.cudnn:

@@ -122,6 +122,8 @@ def _maybe_too_old(ctx: Context, what: str, info: dict[str, Any]) -> list[Findin
     """The build's CUDA unknown, the driver's newest CUDA known: a build for any newer CUDA
     fails here, and the next CUDA release after the driver's says which driver it needs."""
     have = ctx.driver_cuda[0]
+    if ctx.driver is None and ctx.driver_span is not None and have is not None:
+        have = ctx.branch_cuda()[1] or have  # a bare branch: what its newest driver supports
     newer = sorted(v for r in ctx.matrix.rows("cuda_releases") if not r.uncertain
                    and (v := Version.parse(r["version"]).trunc(2)) > have)
     if not newer:

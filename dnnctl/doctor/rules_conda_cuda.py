@@ -35,7 +35,8 @@ def check(ctx: Context, findings: list[Finding]) -> list[Finding]:
             continue
         cmd = row["install"].format(torch=info.get("version"), cuda=build)
         runs = fixcheck.driver_problem(ctx, build) is None
-        why = (f"; driver {ctx.driver} runs CUDA {build}" if runs and ctx.driver else "")
+        drv = ctx.driver or (f"R{ctx.driver_branch}" if ctx.driver_span else None)
+        why = (f"; driver {drv} runs CUDA {build}" if runs and drv else "")
         for f in findings:  # a driver upgrade for the other runtime comes second
             if f.code == "driver-too-old" and f"conda:{row['runtime']}" in f.message and runs:
                 f.fix = f"`{cmd}` (torch's own CUDA {build}{why}); or {f.fix}"

@@ -41,9 +41,11 @@ def check(ctx: Context) -> list[Finding]:
         return []
     reported = Version.maybe((ctx.env.driver or {}).get("cuda"))
     have = reported.trunc(2) if reported is not None else ctx.driver_cuda[0]
-    groups = [_holds(g, have, ctx.driver) for g in require.split()]
+    groups = [_holds_here(ctx, g, reported) for g in require.split()]
     if not groups or any(g is not False for g in groups):
         return []  # one group holds, or one could not be judged
+    if reported is None and ctx.driver is None and ctx.driver_span is not None:
+        have = ctx.branch_cuda()[1]  # a bare branch: the most any driver of it supports
     need = [Version.parse(m.group(3)) for m in _CLAUSE.finditer(require)
             if m.group(1) == "cuda" and m.group(2) in (">=", ">")]
     cuda = max(need) if need else None
@@ -73,6 +75,18 @@ def _shown(require: str, cuda: Version | None) -> str:
     if cuda is None or len(require.split()) == 1:
         return repr(require)
     return f"cuda>={cuda} (its other alternatives do not match this driver either)"
+
+
+def _holds_here(ctx: Context, group: str, reported: Version | None) -> bool | None:
+    """_holds for this driver; one known by its branch alone holds a group only where its
+    oldest and newest driver agree."""
+    span = ctx.driver_span
+    if ctx.driver is not None or span is None:
+        return _holds(group, reported.trunc(2) if reported else ctx.driver_cuda[0], ctx.driver)
+    lo, hi = ctx.branch_cuda()
+    ends = {_holds(group, reported.trunc(2) if reported else cuda, drv)
+            for cuda, drv in ((lo, span[0]), (hi, span[1]))}
+    return ends.pop() if len(ends) == 1 else None
 
 
 def _holds(group: str, cuda: Version | None, driver: Version | None) -> bool | None:

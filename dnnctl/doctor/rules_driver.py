@@ -104,6 +104,9 @@ def _check(ctx: Context) -> list[Finding]:
         have, _ = ctx.driver_cuda
         out.append(finding("ok", "info", "driver", f"driver {ctx.driver} fully supports CUDA "
                            f"{have or 'unknown'}", driver=ctx.driver, driver_cuda=have))
+    elif ctx.driver_branch is not None and not driver.get("cuda") and \
+            not any(f.component == "driver" for f in out):
+        out.append(_branch_line(ctx))
     return out + rules_fabric.check(ctx)  # an NVSwitch node: its Fabric Manager (fabric)
 
 
@@ -141,24 +144,57 @@ def _gpu_vs_driver(ctx: Context, gpu: GpuInfo) -> list[Finding]:
     out: list[Finding] = []
     if gpu.model is not None and gpu.model.uncertain:
         out.append(unknown("gpu", f"{gpu.label}: the matrix row is uncertain", row=gpu.model))
-    if ctx.driver is None or gpu.gpu_class == "jetson" or ctx.windows:
+    if ctx.driver_span is None or gpu.gpu_class == "jetson" or ctx.windows:
         return out  # Jetson (L4T) and Windows drivers are not on the Linux numbering
     last = arch.get("last_driver_branch")
-    if last is not None and ctx.driver.major > last:
+    drv, branch = ctx.driver, ctx.driver_branch
+    if last is not None and (ctx.driver_major or 0) > last:  # a branch decides this alone
         out.append(finding(
             "arch-unsupported", "error", "driver",
-            f"driver {ctx.driver} no longer supports {arch['name']} GPUs ({gpu.label}, "
+            f"driver {ctx.driver_label} no longer supports {arch['name']} GPUs ({gpu.label}, "
             f"sm_{gpu.cc.major}{gpu.cc.minor}): R{last} was the last branch for them",
             fix=f"install an R{last} driver (the legacy branch for {arch['name']})",
-            row=arch, driver=ctx.driver, last_branch=last, gpu=gpu.label))
+            row=arch, driver=drv, driver_branch=branch, last_branch=last, gpu=gpu.label))
     need = Version.maybe(arch.get("min_driver"))
-    if need is not None and ctx.driver < need:
+    at_least = ctx.driver_at_least(need) if need is not None else True
+    what = f"{gpu.label} ({arch['name']}, sm_{gpu.cc.major}{gpu.cc.minor}) needs driver >= {need}"
+    if at_least is False:
         out.append(finding(
-            "driver-too-old", "error", "driver",
-            f"{gpu.label} ({arch['name']}, sm_{gpu.cc.major}{gpu.cc.minor}) needs driver >= "
-            f"{need}; this one is {ctx.driver}",
-            fix=driver_fix(ctx, need), row=arch, driver=ctx.driver, required=need))
+            "driver-too-old", "error", "driver", f"{what}; this one is {ctx.driver_label}",
+            fix=driver_fix(ctx, need), row=arch, driver=drv, driver_branch=branch,
+            required=need))
+    elif at_least is None and need is not None:
+        out.append(unknown(
+            "driver", f"{what}: drivers of the R{branch} branch before it do not drive it, and "
+            "the exact version of this one is not in the snapshot",
+            fix=f"check the exact version (`nvidia-smi --query-gpu=driver_version "
+            f"--format=csv,noheader`); if it is older, {driver_fix(ctx, need)}", row=arch,
+            driver_branch=branch, required=need))
     return out
+
+
+def _branch_line(ctx: Context) -> Finding:
+    """What a driver known only by its branch fully supports, with or without its exact
+    version: 'R470: CUDA 11.3, and 11.4 from 470.42.01'."""
+    lo, hi = ctx.branch_cuda()
+    text = (f"a driver of the R{ctx.driver_branch} branch (its exact version is not in the "
+            "snapshot)")
+    if ctx.driver_span is None:  # Windows: a branch's drivers are numbered 53x.xx for R535
+        return finding("not-judged", "info", "driver", f"{text}: Windows drivers are not "
+                       "numbered by their branch, so it was not judged", fix=BRANCH_FIX,
+                       driver_branch=ctx.driver_branch)
+    if lo == hi:
+        return finding("ok", "info", "driver", f"{text}: every driver of it fully supports "
+                       f"CUDA {lo or 'unknown'}", driver_branch=ctx.driver_branch,
+                       driver_cuda=lo)
+    need = driver_need(ctx.matrix, hi, windows=ctx.windows).full if hi else None
+    return finding("ok", "info", "driver", f"{text}: fully supports CUDA {lo or 'unknown'}, "
+                   f"and CUDA {hi} from {need}", driver_branch=ctx.driver_branch,
+                   driver_cuda=lo, driver_cuda_from=f"{hi} from {need}")
+
+
+BRANCH_FIX = ("give the exact version (`nvidia-smi --query-gpu=driver_version "
+              "--format=csv,noheader`)")
 
 
 def recommended_branch(ctx: Context, need: Version) -> str:
@@ -184,6 +220,10 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
     have, unsure = ctx.driver_cuda
     if ctx.tegra:  # Jetson: CUDA support comes with the JetPack release, not a driver number
         return []
+    if ctx.driver is None and ctx.driver_span is not None and \
+            not (ctx.env.driver or {}).get("cuda"):
+        return _branch_runtime(ctx, component, cuda, what=what, jit=jit, row=row,
+                               alt_fix=alt_fix, ptx_only=ptx_only)
     if ctx.driver is None:
         if have is None or have >= cuda.trunc(2):
             return []
@@ -252,6 +292,21 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                         f"{have} only, so it runs through minor-version compatibility.{why}",
                         fix=fix, row=cite, **ev)]
     need = full_need or floor
+    fix = _too_old_fix(ctx, cuda, need, have, alt_fix)
+    return [rules_forward_compat.gpus_unknown(ctx, cuda, finding(
+                    "driver-too-old", "error", component,
+                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
+                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA "
+                    f"{str(cuda.major) + '.x' if need_row.mvc else cuda} minimum {floor}"
+                    if ctx.driver < floor else
+                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
+                    fix=fix, row=cite, required=need, **ev))]
+
+
+def _too_old_fix(ctx: Context, cuda: Version, need: Version, have: Version | None,
+                 alt_fix: str | None) -> str:
+    """A driver >= ``need``; the build's own alternative first where no such driver exists
+    for a GPU here; cuda-compat across majors on data-center GPUs."""
     fix = driver_fix(ctx, need)
     stuck = _stuck(ctx, need)
     if stuck and alt_fix:  # the newer driver does not exist for this GPU: lead with the build
@@ -269,14 +324,64 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
                    "works on data-center GPUs only and fails with error 804 elsewhere)"
     if alt_fix:
         fix += f"; or {alt_fix}"
-    return [rules_forward_compat.gpus_unknown(ctx, cuda, finding(
-                    "driver-too-old", "error", component,
-                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports CUDA "
-                    f"{have or 'below ' + str(cuda.major)} and is below the CUDA "
-                    f"{str(cuda.major) + '.x' if need_row.mvc else cuda} minimum {floor}"
-                    if ctx.driver < floor else
-                    f"{what} needs CUDA {cuda}: driver {ctx.driver} supports up to CUDA {have}",
-                    fix=fix, row=cite, required=need, **ev))]
+    return fix
+
+
+def _branch_runtime(ctx: Context, component: str, cuda: Version, *, what: str, jit: bool,
+                    row: Row | None, alt_fix: str | None, ptx_only: bool) -> list[Finding]:
+    """runtime_findings for a driver known by its branch alone: judged where every driver of
+    the branch agrees (all at or past a minimum, or all below it), else said to depend on the
+    exact version, never guessed."""
+    need = driver_need(ctx.matrix, cuda, windows=ctx.windows)
+    branch, label = ctx.driver_branch, ctx.driver_label
+    if need.major_row is None or need.minimum is None:
+        return [unknown(component, f"{what}: the matrix has no driver minimum for CUDA "
+                        f"{cuda.major}.x" if need.major_row is None else
+                        f"{what}: the matrix has no driver minimum for CUDA {cuda}",
+                        row=need.release_row or need.major_row, cuda=cuda,
+                        driver_branch=branch)]
+    full = ctx.driver_at_least(need.full) if need.full is not None else None
+    if full is True:
+        return []
+    floor = ctx.driver_at_least(need.minimum)
+    lo, hi = ctx.branch_cuda()
+    ev = {"cuda": cuda, "driver_branch": branch, "driver_cuda": lo}
+    cite = need.release_row or need.major_row
+    if floor is False:  # every driver of the branch is below the minimum
+        fix = _too_old_fix(ctx, cuda, need.full or need.minimum, hi, alt_fix)
+        return [rules_forward_compat.gpus_unknown(ctx, cuda, finding(
+            "driver-too-old", "error", component,
+            f"{what} needs CUDA {cuda}: a driver {label} supports CUDA "
+            f"{hi or 'below ' + str(cuda.major)} at most and is below the CUDA "
+            f"{str(cuda.major) + '.x' if need.mvc else cuda} minimum {need.minimum}",
+            fix=fix, row=cite, required=need.full or need.minimum, **ev))]
+    if floor is None or not need.mvc:  # the branch spans the minimum: its exact version says
+        return [unknown(
+            component, f"{what} needs driver >= {need.minimum}"
+            + (f" (CUDA {cuda.major}.x minor-version compatibility)" if need.mvc else "")
+            + f"; drivers of the R{branch} branch before it are too old, and the exact "
+            "version of this one is not in the snapshot", row=cite,
+            fix=f"{BRANCH_FIX}; if it is older, {driver_fix(ctx, need.minimum)}",
+            required=need.minimum, **ev)]
+    # every driver of the branch runs it through minor-version compatibility at least
+    sev = "error" if ptx_only else ("warning" if jit else "info")
+    why = (" Its only code for this GPU is PTX, and a driver older than the toolkit cannot "
+           "JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
+           " PTX it JIT-compiles can fail with 'the provided PTX was compiled with an "
+           "unsupported toolchain' (cudaErrorUnsupportedPtxVersion)." if jit else
+           " Prebuilt kernels work; features needing the newer driver do not.")
+    if full is False:
+        return [finding("driver-mvc", sev, component,
+                        f"{what} uses CUDA {cuda}, but a driver {label} fully supports CUDA "
+                        f"{hi} at most, so it runs through minor-version compatibility.{why}",
+                        fix=driver_fix(ctx, need.full) if need.full else None, row=cite, **ev)]
+    if sev == "info":  # full support or minor-version compatibility: prebuilt code runs either way
+        return []
+    return [unknown(component, f"{what} uses CUDA {cuda}: drivers of the R{branch} branch from "
+                    f"{need.full} fully support it, earlier ones only through minor-version "
+                    f"compatibility.{why} The exact version of this one is not in the snapshot",
+                    row=cite, fix=f"{BRANCH_FIX}; if it is older, {driver_fix(ctx, need.full)}",
+                    required=need.full, **ev)]
 
 
 def _stuck(ctx: Context, need: Version | None) -> list[GpuInfo]:

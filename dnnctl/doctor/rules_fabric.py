@@ -171,14 +171,17 @@ class _Node:
 
     def _mismatch(self, set_up: bool) -> list[Finding]:
         have, drv = Version.maybe(self.fm.get("version")), self.ctx.driver
-        if have is None or drv is None or have == drv:
+        branch = self.ctx.driver_branch  # a bare branch: only another branch is sure to differ
+        if have is None or (drv is None and (branch is None or have.major == branch)) \
+                or have == drv:
             return []
         later = (": the fabric is set up now, but Fabric Manager will refuse to start at the "
                  "next boot or restart" if set_up else f", so the fabric is never set up and "
                  f"CUDA fails ({NOT_READY})")
         return [finding(
             "fabric-manager", "warning" if set_up else "error", "fabric",
-            f"nvidia-fabricmanager {have} is not the driver's version {drv}: it refuses to "
+            f"nvidia-fabricmanager {have} is not the driver's version "
+            f"{drv or self.ctx.driver_label}: it refuses to "
             f"start beside it{later}", fix=self.install_fix(),
             source=f"{MISMATCH_SOURCE}; {self._package_cite()}", fabric_manager=str(have),
             driver=drv)]

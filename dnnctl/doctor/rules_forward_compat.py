@@ -18,13 +18,13 @@ def check(ctx: Context) -> list[Finding]:
         return []
     out: list[Finding] = []
     branch = next((r for r in ctx.matrix.rows("driver_branches")
-                   if ctx.driver is not None and r["branch"] == ctx.driver.major), None)
+                   if r["branch"] == ctx.driver_major), None)
     allowed = row.get("branch_types") or []
     if branch is not None and allowed and branch["type"] not in allowed:
         out.append(finding(
             "forward-compat", "error", "driver",
             f"cuda-compat {ctx.forward_compat} (forward compatibility) is in use on driver "
-            f"{ctx.driver}, an R{branch['branch']} {branch['type']} (new feature branch): "
+            f"{ctx.driver_label}, an R{branch['branch']} {branch['type']} (new feature branch): "
             f"forward compatibility is supported on {' and '.join(allowed)} branches only",
             fix="install a long-term (LTSB) or production (PB) data-center driver branch, e.g. "
             "R580, or upgrade the driver to the CUDA version needed instead",
@@ -46,7 +46,7 @@ def check(ctx: Context) -> list[Finding]:
                 row=row, gpu=gpu.label, gpu_class=gpu.gpu_class))
         else:
             out.append(finding("forward-compat", "info", "driver",
-                               f"cuda-compat {ctx.forward_compat} extends driver {ctx.driver} to "
+                               f"cuda-compat {ctx.forward_compat} extends driver {ctx.driver_label} to "
                                f"CUDA {ctx.forward_compat} on {gpu.label}", row=row))
     return out
 

@@ -152,15 +152,16 @@ def _major_floor(ctx: Context, what: str, cuda: Version) -> list[Finding]:
     CUDA M.x build runs on the major's minor-version-compatibility floor; below it, only if
     built with an old enough minor, which the version does not say."""
     need = driver_need(ctx.matrix, cuda)
-    if ctx.driver is None or ctx.tegra or not need.mvc or need.minimum is None \
-            or ctx.driver >= need.minimum:
+    if ctx.tegra or not need.mvc or need.minimum is None \
+            or ctx.driver_at_least(need.minimum) is not False:
         return []
     return [finding(
         "driver-too-old", "warning", "jax",
-        f"{what} is a CUDA {cuda.major} build of unknown minor; driver {ctx.driver} is below "
+        f"{what} is a CUDA {cuda.major} build of unknown minor; driver {ctx.driver_label} is below "
         f"the CUDA {cuda.major}.x floor {need.minimum}, so it runs only if built with an "
         f"early CUDA {cuda.major} minor", fix=f"install NVIDIA driver >= {need.minimum}",
-        row=need.major_row, driver=ctx.driver, required=need.minimum)]
+        row=need.major_row, driver=ctx.driver, driver_branch=ctx.driver_branch,
+        required=need.minimum)]
 
 
 def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,

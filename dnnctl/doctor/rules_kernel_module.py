@@ -146,7 +146,7 @@ def _flavor_error(ctx: Context, flavor: str, undriven: list[_Gpu], every: list[_
            "(compute capability 7.5)" if flavor == "open" else
            "the proprietary modules do not drive Blackwell (compute capability 10.0 and "
            "later) nor Grace Hopper")
-    drv = f" (driver {ctx.driver})" if ctx.driver else ""
+    drv = f" (driver {ctx.driver_label})" if ctx.driver_major is not None else ""
     present = max(len(every), count or 0)
     seen = f"; the driver lists {count} of {present} GPUs" if count is not None and \
         count < present else ""
@@ -187,10 +187,10 @@ def _count_error(ctx: Context, flavor: str | None, missing: list[_Gpu], count: i
             "/etc/modprobe.d/blacklist-nouveau.conf`, then `sudo update-initramfs -u` and "
             "reboot) so nvidia.ko takes the GPU", source=NOUVEAU_SOURCE, gpu_count=count,
             gpus=[g.label for g in missing])
-    open_possible = flavor is None and (ctx.driver is None or ctx.driver >= OPEN_FROM)
+    open_possible = flavor is None and ctx.driver_at_least(OPEN_FROM) is not False
     if old and open_possible and row is not None:
-        default = ("the default flavor from 560" if ctx.driver is None or
-                   ctx.driver >= OPEN_DEFAULT_FROM else "an option from 515")
+        default = ("the default flavor from 560" if ctx.driver_at_least(OPEN_DEFAULT_FROM)
+                   is not False else "an option from 515")
         return finding(
             "kernel-module", "error", "driver",
             f"{head}; " + ", ".join(g.label for g in old) + " "
@@ -213,7 +213,7 @@ def _switch(ctx: Context, flavor: str) -> str:
     row: Row | None = ctx.matrix.kernel_flavor(flavor)
     if row is None:
         return f"install the {flavor} flavor of the NVIDIA kernel module and reboot"
-    branch = str(ctx.driver.major) if ctx.driver else "<branch>"
+    branch = str(ctx.driver_major) if ctx.driver_major is not None else "<branch>"
     text = (ctx.env.os or "").lower()
     if os_fixes.rpm_distro(ctx):
         cmd = (f"`sudo {row['install_dnf']}` (RHEL 10 / Fedora; RHEL 8/9: `sudo "

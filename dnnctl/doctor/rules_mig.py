@@ -35,7 +35,7 @@ def check(ctx: Context) -> list[Finding]:
     visible = _visible(ctx.env, migs)
     if len(visible) < 2:
         return out
-    rows = ctx.matrix.mig_enumeration(None if ctx.windows else ctx.driver)
+    rows = _enumeration(ctx)
     if not rows:
         return out
     per = {r["per"] for r in rows}
@@ -44,7 +44,7 @@ def check(ctx: Context) -> list[Finding]:
     n = len(visible)
     names = ", ".join(sorted(Counter(_profile(g) or "?" for g in visible)))
     if per == {"process"}:
-        why = (f"with driver {ctx.driver} (before R570) CUDA enumerates only one MIG device per "
+        why = (f"with driver {ctx.driver_label} (before R570) CUDA enumerates only one MIG device per "
                "process")
     else:
         why = ("with a driver before R570 CUDA enumerates only one MIG device per process "
@@ -57,6 +57,16 @@ def check(ctx: Context) -> list[Finding]:
         cuda_visible_devices=(ctx.env.environment or {}).get("CUDA_VISIBLE_DEVICES")))
     return out
 
+
+
+def _enumeration(ctx: Context) -> list:
+    """The mig_enumeration rows for this driver: every row when it is unknown, or a bare
+    branch whose oldest and newest driver differ (Windows: not on this numbering)."""
+    span = None if ctx.windows else ctx.driver_span
+    if span is None:
+        return ctx.matrix.mig_enumeration(None)
+    lo, hi = (ctx.matrix.mig_enumeration(d) for d in span)
+    return lo if lo == hi else ctx.matrix.mig_enumeration(None)
 
 def _is_mig(gpu: Gpu) -> bool:
     """A MIG device: a profile (in ``mig`` or the name), or any MIG-device field."""

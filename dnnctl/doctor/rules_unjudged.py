@@ -58,6 +58,12 @@ def _driver(ctx: Context, judged: set[str]) -> list[Finding]:
     drv = ctx.env.driver or {}
     if ctx.driver is not None or ctx.driver_present is False or "driver" in judged:
         return []
+    if drv.get("cuda") and ctx.driver_branch is not None:
+        return [finding("not-judged", "info", "driver", f"the driver reports CUDA "
+                        f"{drv['cuda']} and is of the R{ctx.driver_branch} branch; its exact "
+                        "version is not in the snapshot: CUDA was judged against what it "
+                        "reports, the driver against each GPU by its branch only",
+                        fix=DRIVER_FIX, driver_branch=ctx.driver_branch)]
     if drv.get("cuda"):  # what the driver reports is judged against; the driver itself is not
         return [finding("not-judged", "info", "driver", f"the driver reports CUDA "
                         f"{drv['cuda']}, but its version is not in the snapshot: CUDA was "
@@ -76,7 +82,7 @@ def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
     can run, and there is no version to ask for."""
     if ctx.driver_present is False:
         return []
-    no_driver = ctx.driver is None and not (ctx.env.driver or {}).get("cuda")
+    no_driver = ctx.driver_span is None and not (ctx.env.driver or {}).get("cuda")
     out: list[Finding] = []
     if no_driver and "cuda" not in judged:
         for rt in ctx.env.cuda_runtimes:

@@ -18,7 +18,7 @@ def test_cuda90_build_with_cudatoolkit_92_asks_for_cudatoolkit_90(tmp_path: Path
     [f] = d.of("cuda-mismatch", "torch")
     assert f["severity"] == "error" and "cudatoolkit is 9.2" in f["message"]
     assert "conda install pytorch=0.4.1 cudatoolkit=9.0 -c pytorch" in f["fix"]
-    assert "driver 390 runs CUDA 9.0" in f["fix"]
+    assert "driver R390 runs CUDA 9.0" in f["fix"]  # every driver of the 390 branch
     assert "pytorch/pytorch#11138" in f["source"] and "previous-versions" in f["source"]
     [old] = d.of("driver-too-old", "cuda")  # the driver upgrade is offered second
     assert old["fix"].startswith("`conda install pytorch=0.4.1 cudatoolkit=9.0")
