@@ -94,12 +94,13 @@ class Matrix:
         return next((r for r in self.tables["kernel_module_flavors"]
                      if r["flavor"] == flavor), None)
 
-    def nvcc_host_rows(self, cuda: Version) -> list[Row]:
-        """The nvcc_host_compilers rows for a CUDA release; for "X.Y" (no update number),
-        every row of an X.Y update (11.4 -> both the 11.4.0 and the 11.4.1+ row)."""
+    def nvcc_host_rows(self, cuda: Version, table: str = "nvcc_host_compilers") -> list[Row]:
+        """The nvcc_host_compilers (or nvcc_msvc) rows for a CUDA release; for "X.Y" (no
+        update number), every row of an X.Y update (11.4 -> both the 11.4.0 and the 11.4.1+
+        row)."""
         exact = cuda if len(cuda.key) >= 3 else None
         out = []
-        for row in self.tables["nvcc_host_compilers"]:
+        for row in self.tables[table]:
             rng = VersionRange.parse(row["cuda"])
             if exact is not None:
                 hit = rng.contains(exact)

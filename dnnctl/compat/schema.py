@@ -98,6 +98,11 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "cuda": F("range", True), "gcc_min": F("int"), "gcc_max": F("int"),
         "gcc_uncertain": F("list_text"), "clang_min": F("int"), "clang_max": F("int"),
         "clang_uncertain": F("list_text")}),
+    # nvcc_msvc: CUDA releases -> the _MSC_VER range (msvc_max inclusive) their host_config.h
+    # accepts on Windows (msvc_uncertain: _MSC_VER values the sources disagree on)
+    "nvcc_msvc": (("cuda",), {
+        "cuda": F("range", True), "msvc_min": F("int", True), "msvc_max": F("int", True),
+        "msvc_uncertain": F("list_text")}),
     "mig_enumeration": (("driver",), {
         "driver": F("version", True), "per": F("choice", True, "process", "gpu_instance")}),
     "cudnn": (("versions", "cuda_major"), {
