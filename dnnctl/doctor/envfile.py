@@ -44,7 +44,7 @@ from dnnctl.doctor.model import (
     compute_mode,
     fabric_state,
 )
-from dnnctl.doctor.parse import driver_branch
+from dnnctl.doctor.parse import driver_branch, msc_ver_span
 from dnnctl.errors import InputFileError, UsageError
 
 # kinds of field whose value is one of a few words: (reader -> the word or None, the words,
@@ -130,9 +130,16 @@ class _Reader:
             if node.tag.endswith(":int") and re.fullmatch(r"[+]?\d{1,9}", text):
                 return int(text)
             raise self.fail(node, where, f"expected a whole number, got {_show(text)}")
-        if kind in ("version_or_bool", "str_or_bool") and node.tag.endswith(":bool"):
+        if kind in ("version_or_bool", "str_or_bool", "msvc_or_bool") and \
+                node.tag.endswith(":bool"):
             return text.lower() in ("true", "yes", "on", "y")
         if kind == "str_or_bool":
+            return text
+        if kind == "msvc_or_bool":
+            if msc_ver_span(text) is None:
+                raise self.fail(node, where, f"not an MSVC version: {_show(text)}",
+                                'write cl.exe\'s "19.29.30133", _MSC_VER "1929", the toolset '
+                                '"14.29" or Visual Studio\'s "VS 2022 17.10"')
             return text
         if kind == "driver_version":
             if Version.maybe(text) is None and driver_branch(text) is None:

@@ -131,9 +131,13 @@ _COMPUTE_MODE_TEXT = {"0": "default", "1": "exclusive_thread", "2": "prohibited"
 TOOLCHAIN_FIELDS: dict[str, Any] = {
     "gcc": "version_or_bool",  # `gcc --version` of the gcc on PATH (nvcc's default host
     "clang": "version_or_bool",  # compiler on Linux); false = looked, none on PATH
+    # MSVC, nvcc's host compiler on Windows (cl.exe on PATH): cl.exe's version "19.29.30133",
+    # _MSC_VER "1929", the toolset "14.29", or Visual Studio's "VS 2022 17.10" / "vs2019"
+    # (parse.msc_ver_span); false = looked, no cl.exe
+    "msvc": "msvc_or_bool",
     # the host compiler nvcc is pointed at instead: -ccbin in $NVCC_PREPEND_FLAGS /
     # $NVCC_APPEND_FLAGS, $NVCC_CCBIN, or compiler-bindir in the nvcc.profile beside the nvcc
-    # on PATH (kind: gcc | clang)
+    # on PATH (kind: gcc | clang | msvc)
     "nvcc_ccbin": {"path": "str", "kind": "str", "version": "version"},
     # the C compiler Triton's run-time build takes ($CC, else gcc, else clang on PATH);
     # false = none found

@@ -66,6 +66,49 @@ def driver_branch(text: object) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# MSVC as cl.exe, its toolset or Visual Studio names it -> _MSC_VER (Microsoft's predefined
+# macros page): VS 2017 15.x 1910-1916, VS 2019 16.x 1920-1929, VS 2022 17.x 1930 + minor,
+# VS 2026 18.x 1950 and up; a platform toolset (v142) or a year names every release of it
+_VS_YEARS = {2017: (1910, 1916), 2019: (1920, 1929), 2022: (1930, 1949), 2026: (1950, 1959)}
+_VS_TOOLSETS = {141: 2017, 142: 2019, 143: 2022, 145: 2026}
+_VS15 = {0: 1910, 1: 1910, 2: 1910, 3: 1911, 4: 1911, 5: 1912, 6: 1913, 7: 1914, 8: 1915,
+         9: 1916}
+_VS16 = {0: 1920, 1: 1921, 2: 1922, 3: 1923, 4: 1924, 5: 1925, 6: 1926, 7: 1927, 8: 1928,
+         9: 1928, 10: 1929, 11: 1929}
+
+
+def msc_ver_span(text: object) -> tuple[int, int] | None:
+    """The _MSC_VER (lowest, highest) an MSVC as written may be: ``1929``, cl.exe's
+    ``19.29.30133``, the toolset ``14.29`` / ``v14.29``, a Visual Studio version ``17.10`` or
+    ``VS 2022 17.10``, a year ``VS 2019`` / ``vs2022`` or platform toolset ``v143`` (every
+    release of it); None for anything else."""
+    s = str(text).strip().lower() if text is not None else ""
+    if not s or len(s) > 60:
+        return None
+    m = re.search(r"(?<![\d.])(1[5-9])\.(\d{1,2})(?:\.\d+)*(?![\d.])", s)
+    if m:
+        major, minor = int(m.group(1)), int(m.group(2))
+        if major == 19:  # cl.exe's version
+            return 1900 + minor, 1900 + minor
+        if major == 15 and minor in _VS15:
+            return _VS15[minor], _VS15[minor]
+        if major == 16 and minor in _VS16:
+            return _VS16[minor], _VS16[minor]
+        if major == 17 and minor <= 19:
+            return 1930 + minor, 1930 + minor
+        return _VS_YEARS[2026] if major == 18 else None
+    m = re.fullmatch(r"(?:_msc_ver\s*=?\s*)?(1[89]\d\d)", s) or \
+        re.search(r"(?<![\d.])v?14\.(\d{1,2})(?:\.\d+)*(?![\d.])", s)
+    if m:
+        n = int(m.group(1))
+        return (n, n) if n >= 1000 else (1900 + n, 1900 + n)
+    m = re.search(r"(?<!\d)v(14[1-5])(?!\d)", s)
+    if m and int(m.group(1)) in _VS_TOOLSETS:
+        return _VS_YEARS[_VS_TOOLSETS[int(m.group(1))]]
+    m = re.search(r"(?<!\d)(2017|2019|2022|2026)(?!\d)", s)
+    return _VS_YEARS[int(m.group(1))] if m else None
+
+
 def proc_driver_version(text: str | None) -> str | None:
     """Kernel module version from /proc/driver/nvidia/version (proprietary or open module)."""
     if not text:

@@ -1,13 +1,13 @@
 """The compilers a build on this machine runs, and whether Python's headers are here.
 
-Two builds need them: nvcc runs a host compiler (gcc on Linux unless told otherwise), and
-each CUDA release accepts a bounded range of them; Triton compiles a small C launcher at run
-time with ``$CC``, else ``gcc``, else ``clang`` on PATH, against ``Python.h`` in the
-interpreter's sysconfig include directory (triton/runtime/build.py). What is read, never
+Two builds need them: nvcc runs a host compiler (gcc on Linux unless told otherwise, cl.exe on
+Windows), and each CUDA release accepts a bounded range of them; Triton compiles a small C
+launcher at run time with ``$CC``, else ``gcc``, else ``clang`` on PATH, against ``Python.h`` in
+the interpreter's sysconfig include directory (triton/runtime/build.py). What is read, never
 raising: ``gcc --version`` and ``clang --version`` (one short command each, under the probes'
-time limit), ``$NVCC_CCBIN`` or the ``compiler-bindir`` line of the nvcc.profile beside the
-nvcc on PATH, or -ccbin in ``$NVCC_PREPEND_FLAGS`` (and that compiler's version), and one
-file test for Python.h.
+time limit), cl.exe's banner where there is a cl.exe, ``$NVCC_CCBIN`` or the
+``compiler-bindir`` line of the nvcc.profile beside the nvcc on PATH, or -ccbin in
+``$NVCC_PREPEND_FLAGS`` (and that compiler's version), and one file test for Python.h.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dnnctl.doctor.host import Host
 
 _GCC = re.compile(r"^\S+ \(.*\) (\d+\.\d+(?:\.\d+)?)", re.MULTILINE)  # gcc (Ubuntu ...) 11.4.0
 _CLANG = re.compile(r"\bclang version (\d+\.\d+(?:\.\d+)?)")
+_CL = re.compile(r"Compiler Version (19\.\d+(?:\.\d+)*)")
 _BINDIR = re.compile(r"^\s*compiler-bindir\s*=\s*(\S.*?)\s*$", re.MULTILINE)
 _CCBIN_FLAG = re.compile(r"(?:^|\s)(?:-ccbin|--compiler-bindir)[=\s]+['\"]?([^\s'\"]+)")
 HOST_COMPILERS = ("g++", "gcc", "clang++", "clang")  # what a compiler-bindir directory holds
@@ -39,6 +40,14 @@ def compiler_version(host: Host, program: str) -> tuple[str, str] | None:
     if m and "Free Software Foundation" in res.stdout:
         return "gcc", m.group(1)
     return None
+
+
+def msvc_version(host: Host, program: str) -> str | None:
+    """cl.exe's version from its banner ("Microsoft (R) C/C++ Optimizing Compiler Version
+    19.44.35217 for x64", printed on stderr when run with no file), None when unreadable."""
+    res = host.run([program], label="cl.exe")
+    m = _CL.search(f"{res.stdout}\n{res.stderr}") if res is not None else None
+    return m.group(1) if m else None
 
 
 def nvcc_ccbin(host: Host) -> str | None:
@@ -103,6 +112,9 @@ def probe_toolchain(host: Host, include: str | None = None) -> dict[str, Any]:
             continue
         found = compiler_version(host, str(host.path(program)))
         out[name] = found[1] if found else True
+    cl = host.which("cl.exe")  # MSVC: nvcc's host compiler on Windows (never on Linux)
+    if cl:
+        out["msvc"] = msvc_version(host, cl) or True
     ccbin = nvcc_ccbin(host)
     if ccbin:
         out["nvcc_ccbin"] = _ccbin_record(host, ccbin)

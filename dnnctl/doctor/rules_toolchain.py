@@ -1,7 +1,10 @@
 """Builds that run on this machine: nvcc's host compiler, and Triton's run-time C build.
 
 - nvcc: each CUDA release's ``crt/host_config.h`` stops every compile whose host compiler is
-  outside the release's range (matrix table ``nvcc_host_compilers``). The compiler judged is
+  outside the release's range (matrix tables ``nvcc_host_compilers`` for gcc / clang by major,
+  ``nvcc_msvc`` for MSVC by _MSC_VER: cl.exe on PATH is the host compiler on Windows, a
+  Visual Studio year or toolset is judged where all of its releases agree; rules_msvc). The
+  compiler judged is
   ``toolchain.nvcc_ccbin`` where the snapshot names one (-ccbin in NVCC_PREPEND_FLAGS,
   NVCC_CCBIN, nvcc.profile), else the gcc on PATH, against every CUDA toolkit with an nvcc
   (``cuda_runtimes`` of source ``nvcc:`` / ``system:<dir>``): outside the range of all of them
@@ -18,13 +21,15 @@
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor import os_fixes
+from dnnctl.doctor import os_fixes, rules_msvc
 from dnnctl.doctor.context import Context, cite, finding, unknown
 from dnnctl.doctor.model import Component, Finding
-from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.parse import canonical_name, msc_ver_span
 
 TRITON_PACKAGES = ("triton", "pytorch-triton", "triton-nightly")
 HOST_CONFIG = ("nvcc stops with '#error -- unsupported GNU version! gcc versions later than {max} "
@@ -50,7 +55,10 @@ CC_SOURCE = ("lemonade-sdk/lemonade PR#2749 ('vLLM needs gcc, binutils, and libc
 
 
 def check(ctx: Context) -> list[Finding]:
-    """nvcc's host compiler against each toolkit's range; Triton's C build."""
+    """nvcc's host compiler against each toolkit's range (MSVC on Windows); Triton's C
+    build (Linux)."""
+    if ctx.os_kind == "windows":
+        return _nvcc(ctx)
     if ctx.os_kind not in (None, "linux"):
         return []
     return _nvcc(ctx) + _triton(ctx)
@@ -63,39 +71,78 @@ def _toolkits(ctx: Context) -> list[tuple[Component, Version]]:
     out = []
     for c in ctx.env.cuda_runtimes:
         v = Version.maybe(c.version) if c.toolkit else None
-        if v is not None and len(v.key) >= 2:
+        if v is not None and len(v.parts) >= 2:  # parts: "13.0" is a release, "13" is not
             # nvcc --version's "V11.4.48" and version.txt's "10.2.89" carry a build number,
             # not the update: keep the release (major.minor) only
-            out.append((c, v if len(v.key) == 3 and v.key[2] < 10 else v.trunc(2)))
+            out.append((c, v if len(v.parts) == 3 and v.parts[2] < 10 else v.trunc(2)))
     return out
 
 
-def _compiler(ctx: Context) -> tuple[str, Version, str] | None:
-    """(kind, version, how it was chosen) of the host compiler nvcc runs here."""
+@dataclass(frozen=True)
+class _Host:
+    """The host compiler nvcc runs: gcc / clang by major, MSVC by _MSC_VER (``lo``..``hi``:
+    what it may be, when written as a Visual Studio year or platform toolset)."""
+
+    kind: str  # gcc | clang | msvc
+    written: str  # its version as the snapshot has it
+    how: str
+    lo: int
+    hi: int
+
+    @property
+    def text(self) -> str:
+        return (rules_msvc.host_text(self.lo, self.hi, self.written) if self.kind == "msvc"
+                else f"{self.kind} {self.written}")
+
+
+def _compiler(ctx: Context) -> _Host | None:
+    """The host compiler nvcc runs here: -ccbin's, else cl.exe on Windows, else gcc."""
     tc = ctx.env.toolchain or {}
     ccbin = tc.get("nvcc_ccbin") or {}
+    how = f"the host compiler nvcc is pointed at ({ccbin.get('path')})"
     if ccbin.get("path"):
-        v = Version.maybe(ccbin.get("version"))
-        kind = ccbin.get("kind") or ("clang" if "clang" in ccbin["path"] else "gcc")
-        return (kind, v, f"the host compiler nvcc is pointed at ({ccbin['path']})") if v \
-            else None
-    v = Version.maybe(tc.get("gcc")) if isinstance(tc.get("gcc"), str) else None
-    return ("gcc", v, "the gcc on PATH, nvcc's default host compiler") if v else None
+        path = str(ccbin["path"])
+        kind = ccbin.get("kind") or ("msvc" if re.search(r"(^|[\\/])cl(\.exe)?$", path, re.I)
+                                     else "clang" if "clang" in path else "gcc")
+        return _host(kind, ccbin.get("version"), how)
+    if ctx.os_kind == "windows" or (ctx.os_kind is None and tc.get("msvc")
+                                    and not isinstance(tc.get("gcc"), str)):
+        return _host("msvc", tc.get("msvc"), "cl.exe on PATH, nvcc's host compiler on Windows")
+    return _host("gcc", tc.get("gcc"), "the gcc on PATH, nvcc's default host compiler")
 
 
-def _verdict(rows: list[Row], kind: str, major: int) -> str:
-    """'ok', 'bad' or 'unsure' for a compiler major against a release's rows (a bare X.Y
-    spans the rows of its updates: they must agree)."""
+def _host(kind: str, written: object, how: str) -> _Host | None:
+    if not isinstance(written, str):
+        return None
+    if kind in ("msvc", "cl"):
+        span = msc_ver_span(written)
+        return _Host("msvc", written, how, *span) if span else None
+    v = Version.maybe(written)
+    return _Host(kind, written, how, v.major, v.major) if v else None
+
+
+def _fields(kind: str) -> tuple[str, str]:
+    """The matrix table and field prefix of a compiler kind."""
+    return ("nvcc_msvc", "msvc") if kind == "msvc" else ("nvcc_host_compilers", kind)
+
+
+def _verdict(rows: list[Row], host: _Host) -> str:
+    """'ok', 'bad' or 'unsure' for the host compiler against a release's rows (a bare X.Y
+    spans the rows of its updates, an MSVC named by its year spans its releases: they must
+    agree)."""
+    _, key = _fields(host.kind)
     seen = set()
     for row in rows:
-        lo, hi = row.get(f"{kind}_min"), row.get(f"{kind}_max")
-        disputed = str(major) in (row.get(f"{kind}_uncertain") or []) or row.uncertain
-        if (hi is None and lo is None) or disputed:
-            seen.add("unsure")
-        elif (hi is not None and major > hi) or (lo is not None and major < lo):
-            seen.add("bad")
-        else:
-            seen.add("ok")
+        lo, hi = row.get(f"{key}_min"), row.get(f"{key}_max")
+        disputed = row.uncertain or any(host.lo <= int(v) <= host.hi
+                                        for v in row.get(f"{key}_uncertain") or [])
+        for value in {host.lo, host.hi}:
+            if (hi is None and lo is None) or disputed:
+                seen.add("unsure")
+            elif (hi is not None and value > hi) or (lo is not None and value < lo):
+                seen.add("bad")
+            else:
+                seen.add("ok")
     return seen.pop() if len(seen) == 1 else "unsure"
 
 
@@ -104,9 +151,9 @@ def _nvcc(ctx: Context) -> list[Finding]:
     tc = ctx.env.toolchain or {}
     if not kits or not tc:
         return []
-    picked = _compiler(ctx)
-    if picked is None:
-        if tc.get("gcc") is False and not tc.get("nvcc_ccbin"):
+    host = _compiler(ctx)
+    if host is None:
+        if tc.get("gcc") is False and not tc.get("nvcc_ccbin") and ctx.os_kind != "windows":
             names = ", ".join(f"CUDA {v.trunc(2)} ({c.source})" for c, v in kits)
             return [finding(
                 "host-compiler", "warning", "cuda",
@@ -115,27 +162,38 @@ def _nvcc(ctx: Context) -> list[Finding]:
                 "host compiler properties'", fix=_gcc_install(ctx, None),
                 source=NO_HOST_SOURCE)]
         return []
-    kind, cv, how = picked
+    table, _ = _fields(host.kind)
     judged = []
     for comp, cuda in kits:
-        rows = ctx.matrix.nvcc_host_rows(cuda)
-        judged.append((comp, cuda, rows, _verdict(rows, kind, cv.major) if rows else "unsure"))
+        rows = ctx.matrix.nvcc_host_rows(cuda, table)
+        judged.append((comp, cuda, rows, _verdict(rows, host) if rows else "unsure"))
     bad = [j for j in judged if j[3] == "bad"]
     if not bad:
         unsure = [j for j in judged if j[3] == "unsure" and j[2]]
         if unsure and not [j for j in judged if j[3] == "ok"]:
             comp, cuda, rows, _ = unsure[0]
-            return [unknown("cuda", f"whether CUDA {cuda.trunc(2)}'s nvcc accepts {kind} {cv} as its "
-                            "host compiler: the sources disagree (or the update is unknown)",
-                            row=rows[0], cuda=cuda, compiler=f"{kind} {cv}")]
+            return [unknown("cuda", f"whether CUDA {cuda.trunc(2)}'s nvcc accepts {host.text} "
+                            "as its host compiler: the sources disagree (or the update, or "
+                            "which release of it, is unknown)",
+                            row=rows[0], cuda=cuda, compiler=host.text)]
         return []
-    comp, cuda, rows, _ = bad[0]
-    lo, hi = _range(rows, kind)
+    return [_refused(ctx, host, judged, bad[0])]
+
+
+def _refused(ctx: Context, host: _Host, judged: list, bad: tuple) -> Finding:
+    """The host-compiler finding for a toolkit whose nvcc refuses the compiler here."""
+    comp, cuda, rows, _ = bad
+    lo, hi = _range(rows, host.kind)
+    if host.kind == "msvc":  # a disputed top of the window is neither shown nor offered
+        disputed = {str(v) for r in rows for v in r.get("msvc_uncertain") or []}
+        while hi is not None and str(hi) in disputed:
+            hi -= 1
     good = [j for j in judged if j[3] == "ok"]
     env = ctx.env.environment or {}
     flags = f"{env.get('NVCC_PREPEND_FLAGS') or ''} {env.get('NVCC_APPEND_FLAGS') or ''}"
-    distro = any(_distro_nvcc(c) for c, *_ in bad)
+    distro = any(_distro_nvcc(j[0]) for j in judged if j[3] == "bad")
     others = [v for v in ("CUDAHOSTCXX", "CC") if env.get(v)]
+    stl = host.kind == "msvc" and host.lo >= rules_msvc.STL_FROM and cuda < Version((12, 4))
     severity = "error"
     notes = []
     if good:
@@ -143,38 +201,47 @@ def _nvcc(ctx: Context) -> list[Finding]:
         notes.append("CUDA " + ", ".join(str(c.trunc(2)) for _, c, *_ in good)
                      + " accepts it: builds "
                      "that use that toolkit's nvcc work")
-    if "-allow-unsupported-compiler" in flags:
+    if "-allow-unsupported-compiler" in flags and stl:
+        notes.append("NVCC_*_FLAGS pass -allow-unsupported-compiler, but " + rules_msvc.STL_NOTE)
+    elif "-allow-unsupported-compiler" in flags:
         severity = "warning"
         notes.append("NVCC_*_FLAGS pass -allow-unsupported-compiler, which skips the check: the "
                      "build may still fail or miscompile")
     if distro and not (ctx.env.toolchain or {}).get("nvcc_ccbin"):
         severity = "warning"
         notes.append("a distribution's nvcc may be set up to run its own gcc")
-    if others:
+    if others and host.kind != "msvc":
         severity = "warning"
         notes.append("builds that pass -ccbin from " + " / ".join(f"${v}={env[v]}" for v in others)
                      + " use that compiler instead")
-    span = _span(kind, lo, hi)
-    too = "newer" if hi is not None and cv.major > hi else "older"
-    msg = (f"{kind} {cv} ({how}) is {too} than CUDA {cuda.trunc(2)}'s nvcc accepts ({span}): "
-           + (HOST_CONFIG.format(max=hi) if too == "newer" and kind == "gcc" else
-              f"nvcc stops every compile with 'unsupported {'GNU' if kind == 'gcc' else 'clang'} "
-              "version' (crt/host_config.h)")
+    span = _span(host.kind, lo, hi)
+    too = "newer" if hi is not None and host.lo > hi else "older"
+    msg = (f"{host.text} ({host.how}) is {too} than CUDA {cuda.trunc(2)}'s nvcc accepts "
+           f"({span}): "
+           + (HOST_CONFIG.format(max=hi) if too == "newer" and host.kind == "gcc" else
+              rules_msvc.HOST_CONFIG if host.kind == "msvc" else
+              "nvcc stops every compile with 'unsupported "
+              f"{'GNU' if host.kind == 'gcc' else 'clang'} version' (crt/host_config.h)")
            + ", so building CUDA code with it (a torch source build, CUDA extensions, "
              "DeepSpeed ops) fails" + (f"; {'; '.join(notes)}" if notes else ""))
     cited = "; ".join(dict.fromkeys(cite(r) for r in rows))
-    return [finding("host-compiler", severity, "cuda", msg, fix=_compiler_fix(
-        ctx, kind, cuda, lo, hi, cv), source=f"{cited}; {CCBIN_SOURCE}", cuda=cuda,
-        toolkit=comp.source, compiler=f"{kind} {cv}", accepted=span)]
+    extra = (f"; {rules_msvc.VCVARS_SOURCE}" + (f"; {rules_msvc.STL_SOURCE}" if stl else "")
+             if host.kind == "msvc" else f"; {CCBIN_SOURCE}")
+    return finding("host-compiler", severity, "cuda", msg, fix=_compiler_fix(
+        ctx, host, cuda, lo, hi), source=f"{cited}{extra}", cuda=cuda,
+        toolkit=comp.source, compiler=host.text, accepted=span)
 
 
 def _range(rows: list[Row], kind: str) -> tuple[int | None, int | None]:
-    los = [r.get(f"{kind}_min") for r in rows if r.get(f"{kind}_min") is not None]
-    his = [r.get(f"{kind}_max") for r in rows if r.get(f"{kind}_max") is not None]
+    _, key = _fields(kind)
+    los = [r.get(f"{key}_min") for r in rows if r.get(f"{key}_min") is not None]
+    his = [r.get(f"{key}_max") for r in rows if r.get(f"{key}_max") is not None]
     return (max(los) if los else None), (min(his) if his else None)
 
 
 def _span(kind: str, lo: int | None, hi: int | None) -> str:
+    if kind == "msvc":
+        return rules_msvc.span_text(lo, hi)
     if lo is not None and hi is not None:
         return f"{kind} {lo} to {hi}"
     return f"{kind} {hi} or older" if hi is not None else f"{kind} {lo} or newer"
@@ -196,32 +263,37 @@ def _gcc_install(ctx: Context, major: int | None) -> str:
         "`sudo apt-get install build-essential`"
 
 
-def _compiler_fix(ctx: Context, kind: str, cuda: Version, lo: int | None, hi: int | None,
-                  cv: Version) -> str:
-    """Install an accepted gcc and point the builds at it, or a toolkit that accepts this one."""
-    want = hi if hi is not None and cv.major > hi else lo
-    if kind != "gcc" or want is None:
-        return (f"use a host compiler CUDA {cuda} accepts ({_span(kind, lo, hi)}) and point the "
-                "build at it (nvcc `-ccbin`, CMake `CUDAHOSTCXX`, torch extensions `CC` / "
-                "`CXX`), or a CUDA toolkit that accepts this one")
+def _compiler_fix(ctx: Context, host: _Host, cuda: Version, lo: int | None, hi: int | None
+                  ) -> str:
+    """Install an accepted compiler and point the builds at it, or a toolkit that accepts
+    this one."""
+    newer = _toolkit_for(ctx, host.kind, host.lo) if host.lo > (hi or 0) else None
+    if host.kind == "msvc":
+        return rules_msvc.fix(ctx, cuda, lo, hi, host.lo, newer)
+    want = hi if hi is not None and host.lo > hi else lo
+    if host.kind != "gcc" or want is None:
+        return (f"use a host compiler CUDA {cuda} accepts ({_span(host.kind, lo, hi)}) and "
+                "point the build at it (nvcc `-ccbin`, CMake `CUDAHOSTCXX`, torch extensions "
+                "`CC` / `CXX`), or a CUDA toolkit that accepts this one")
     gxx = f"g++-{want}"
     text = (f"install gcc {want} ({_gcc_install(ctx, want)}) and point the build at it: "
             f"`export CC=gcc-{want} CXX={gxx} CUDAHOSTCXX={gxx}` (torch's extension builder "
             f"passes -ccbin $CC, CMake -ccbin $CUDAHOSTCXX; plain nvcc: `-ccbin {gxx}`)")
-    newer = _toolkit_for(ctx, cv.major) if cv.major > (hi or 0) else None
     if newer is not None:
-        text += (f"; or a CUDA toolkit that accepts gcc {cv.major} (CUDA {newer} or later), if "
+        text += (f"; or a CUDA toolkit that accepts gcc {host.lo} (CUDA {newer} or later), if "
                  "it still targets your GPUs")
     return text
 
 
-def _toolkit_for(ctx: Context, major: int) -> Version | None:
-    """The first CUDA release whose nvcc accepts gcc ``major`` with certainty."""
+def _toolkit_for(ctx: Context, kind: str, value: int) -> Version | None:
+    """The first CUDA release whose nvcc accepts the compiler (gcc major, _MSC_VER) with
+    certainty."""
+    table, key = _fields(kind)
     fit = []
-    for row in ctx.matrix.rows("nvcc_host_compilers"):
-        hi, lo = row.get("gcc_max"), row.get("gcc_min")
-        if hi is not None and hi >= major and (lo is None or lo <= major) \
-                and str(major) not in (row.get("gcc_uncertain") or []):
+    for row in ctx.matrix.rows(table):
+        hi, lo = row.get(f"{key}_max"), row.get(f"{key}_min")
+        if hi is not None and hi >= value and (lo is None or lo <= value) \
+                and str(value) not in (row.get(f"{key}_uncertain") or []):
             fit += [ref for op, ref, _ in VersionRange.parse(row["cuda"]).clauses
                     if op in (">=", "==")]
     return min(fit) if fit else None

@@ -138,3 +138,78 @@ def test_triton_with_its_build_needs_met_or_unknown_is_silent(tmp_path):
                       "toolchain: {c_compiler: false}\n")) == []
     assert _tb(doctor(tmp_path, "packages: {torch: 2.7.1}\ntoolchain: {c_compiler: false, "
                       "python_h: false}\n")) == []
+
+
+WINDOWS = "os: Windows 11\n"
+
+
+def _nvcc_win(cuda: str) -> str:
+    return (f"cuda_runtimes: [{{version: '{cuda}', source: 'nvcc:C:/Program Files/NVIDIA GPU "
+            f"Computing Toolkit/CUDA/v{cuda[:4]}/bin/nvcc.exe'}}]\n")
+
+
+def test_msvc_newer_than_the_release_accepts_is_an_error_with_the_toolset_to_select(tmp_path):
+    """VS 2022 17.14 (cl.exe 19.44) with CUDA 12.1, whose host_config.h stops at 1939."""
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("12.1") + "toolchain: {msvc: 19.44.35217}\n")
+    [f] = _hc(d)
+    assert f["severity"] == "error" and d.code == 1
+    assert f["message"].startswith("MSVC 19.44 (_MSC_VER 1944; 19.44.35217) (cl.exe on PATH, "
+                                   "nvcc's host compiler on Windows) is newer than CUDA 12.1's "
+                                   "nvcc accepts (MSVC 19.10 to 19.39 (_MSC_VER 1910-1939))")
+    assert "unsupported Microsoft Visual Studio version!" in f["message"]
+    assert "`vcvars64.bat -vcvars_ver=14.39`" in f["fix"] and "CUDA 12.4 or later" in f["fix"]
+    assert "toolchain.yaml" in f["source"] and "vcvars_ver" in f["source"]
+
+
+@pytest.mark.parametrize(("cuda", "msvc"), [
+    ("12.1", "14.29"), ("12.4", "VS 2022 17.14"), ("12.8", "1944"), ("13.3", "19.50"),
+    ("11.8", "vs2019"), ("12.6", "v142")])
+def test_accepted_msvc_in_any_spelling_is_silent(tmp_path, cuda, msvc):
+    d = doctor(tmp_path, WINDOWS + _nvcc_win(cuda) + f"toolchain: {{msvc: '{msvc}'}}\n")
+    assert _hc(d) == [] and d.of("unknown-version", "cuda") == []
+
+
+def test_msvc_older_than_cuda_13_accepts_and_a_year_that_spans_the_edge(tmp_path):
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("13.0") + "toolchain: {msvc: VS 2017 15.9}\n")
+    [f] = _hc(d)
+    assert "is older than CUDA 13.0's nvcc accepts (MSVC 19.20 to 19.49" in f["message"]
+    assert "`vcvars64.bat -vcvars_ver=14.44`" in f["fix"]  # the newest released VS 2022 toolset
+    # VS 2022 is 1930-1944: CUDA 12.3 accepts up to 1939, so which update it is decides
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("12.3") + "toolchain: {msvc: VS 2022}\n")
+    assert _hc(d) == []
+    [f] = d.of("unknown-version", "cuda")
+    assert "VS 2022 (MSVC _MSC_VER 1930-1949)" in f["message"]
+    # the sources disagree on _MSC_VER 1950 (VS 2026 18.0) with CUDA 13.0
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("13.0") + "toolchain: {msvc: '14.50'}\n")
+    assert _hc(d) == [] and len(d.of("unknown-version", "cuda")) == 1
+
+
+def test_allow_unsupported_compiler_does_not_get_cuda_11_8_past_the_new_stl(tmp_path):
+    flags = "environment: {NVCC_APPEND_FLAGS: -allow-unsupported-compiler}\n"
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("11.8") + "toolchain: {msvc: '19.44'}\n" + flags)
+    [f] = _hc(d)
+    assert f["severity"] == "error" and "STL1002" in f["message"]
+    assert "microsoft/STL" in f["source"]
+    d = doctor(tmp_path, WINDOWS + _nvcc_win("12.8") + "toolchain: {msvc: '19.50'}\n" + flags)
+    [f] = _hc(d)
+    assert f["severity"] == "warning" and "STL1002" not in f["message"]
+
+
+def test_an_x_0_toolkit_is_judged(tmp_path):
+    """nvcc 13.0 is the release 13.0 (a trailing .0 is no bare major)."""
+    d = doctor(tmp_path, UBUNTU + "cuda_runtimes: [{version: '13.0', source: "
+               "'system:/usr/local/cuda-13.0'}]\ntoolchain: {gcc: 16.1.0}\n")
+    [f] = _hc(d)
+    assert "newer than CUDA 13.0's nvcc accepts (gcc 6 to 15)" in f["message"]
+
+
+def test_clang_18_with_cuda_12_6_is_disputed_and_clang_21_with_13_3_accepted(tmp_path):
+    d = doctor(tmp_path, UBUNTU + "cuda_runtimes: [{version: 12.6.3, source: "
+               "'system:/usr/local/cuda-12.6'}]\ntoolchain: {nvcc_ccbin: {path: /usr/bin/clang, "
+               "kind: clang, version: 18.1.3}}\n")
+    assert _hc(d) == [] and len(d.of("unknown-version", "cuda")) == 1
+    d = doctor(tmp_path, UBUNTU + "cuda_runtimes: [{version: 13.3.1, source: "
+               "'system:/usr/local/cuda-13.3'}]\ntoolchain: {nvcc_ccbin: {path: /usr/bin/clang, "
+               "kind: clang, version: 22.1.0}}\n")
+    [f] = _hc(d)
+    assert "clang 21 or older" in f["message"]

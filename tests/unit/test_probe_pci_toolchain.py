@@ -184,3 +184,12 @@ def test_detect_puts_the_bus_the_flavor_and_the_toolchain_in_the_snapshot(tmp_pa
                                                            "GP104 [GeForce GTX 1070 Ti]"]
     assert env.toolchain["gcc"] == "9.4.0" and env.toolchain["c_compiler"] == "/usr/bin/gcc"
     assert load_env(save_env(env, tmp_path / "env.yaml")) == env
+
+
+def test_cl_exe_banner_is_the_msvc_version(tmp_path: Path) -> None:
+    banner = ("Microsoft (R) C/C++ Optimizing Compiler Version 19.29.30133 for x64\n"
+              "Copyright (C) Microsoft Corporation.  All rights reserved.\n")
+    host = _tool_host(tmp_path, {"/usr/bin/cl.exe": ""}, {"cl.exe": banner})
+    assert probe_toolchain(host, include="/x")["msvc"] == "19.29.30133"
+    host = _tool_host(tmp_path / "b", {"/usr/bin/gcc": ""}, {"gcc": GCC9})
+    assert "msvc" not in probe_toolchain(host, include="/x")  # no cl.exe: nothing said
