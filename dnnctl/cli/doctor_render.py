@@ -182,6 +182,9 @@ def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:
              if drv.get(k) and drv[k] != drv.get("version")]
     if drv.get("kernel_module_type"):
         extra.append(f"{drv['kernel_module_type']} kernel module")
+    init = drv.get("cuinit") or {}
+    if init.get("code") not in (None, 0):
+        extra.append(f"cuInit {init.get('name') or 'failed'} ({init['code']})")
     if drv.get("source"):
         extra.append(f"via {drv['source']}")
     lines = [(text + (f" [dim]{escape(', '.join(extra))}[/]" if extra else ""), True)]

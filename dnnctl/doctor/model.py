@@ -69,6 +69,8 @@ CODES = {
                       "cudaErrorSystemNotReady, 802)",
     "kernel-module": "the NVIDIA kernel module flavor loaded (open or proprietary) does not drive "
                      "a GPU here, or the driver lists fewer GPUs than are present",
+    "cuda-init": "cuInit fails although the driver lists GPUs (CUDA_ERROR_UNKNOWN, 999, on "
+                 "Linux: nvidia_uvm left unusable by a suspend / resume)",
     "compute-mode": "a GPU's compute mode lets one process (exclusive_process) or none "
                     "(prohibited) create a CUDA context on it",
     "host-compiler": "the gcc / clang nvcc runs is outside the range its CUDA release accepts, "
@@ -104,6 +106,10 @@ DRIVER_FIELDS: dict[str, Any] = {
     "gpu_count": "int",  # set when the GPUs could be listed (0 = the driver sees none)
     "source": "str",  # nvml | nvidia-smi | libcuda | proc
     "error": "str",  # a present driver that could not be read fully (probe problem)
+    # cuInit(0) of the libcuda the loader finds first, asked in a child beside NVML
+    # (dnnctl.doctor.probe_driver.ask_libcuda): code, the CUresult (0 CUDA_SUCCESS; 999
+    # CUDA_ERROR_UNKNOWN, 100 CUDA_ERROR_NO_DEVICE, ...), name, cuGetErrorName's name of it
+    "cuinit": {"code": "int", "name": "str"},
     "reason": "str",  # why no driver was found (present: false)
     "fabric_manager": FABRIC_MANAGER_FIELDS,
     # NVSwitches the driver lists in /proc/driver/nvidia-nvswitch/devices (NVLink 4 and

@@ -126,7 +126,15 @@ try:
     lib = ctypes.CDLL(sys.argv[1])
     v = ctypes.c_int(0)
     rc = lib.cuDriverGetVersion(ctypes.byref(v))
-    print(json.dumps({"rc": rc, "version": v.value}))
+    out = {"rc": rc, "version": v.value}
+    init = getattr(lib, "cuInit", None) if sys.argv[2:] == ["init"] else None
+    if init is not None:
+        out["init"] = init(0)
+        name = ctypes.c_char_p()
+        get_name = getattr(lib, "cuGetErrorName", None)
+        if out["init"] and get_name is not None and get_name(out["init"], ctypes.byref(name)) == 0:
+            out["init_name"] = (name.value or b"").decode(errors="replace")
+    print(json.dumps(out))
 except Exception as e:
     print(json.dumps({"error": "%s: %s" % (type(e).__name__, e)}))
 """
@@ -271,7 +279,17 @@ class SubprocessNvml:
 
 def libcuda_version(host: Host, path: str, timeout: float = NVML_TIMEOUT) -> int:
     """cuDriverGetVersion of the libcuda at ``path``, asked in a child; LookupError if not."""
-    res = host.run([host.python, "-I", "-S", "-c", LIBCUDA_QUERY, str(host.path(path))],
+    return int(libcuda_query(host, path, timeout).get("version") or 0)
+
+
+def libcuda_query(host: Host, path: str, timeout: float | None = None, *,
+                  init: bool = False) -> dict[str, Any]:
+    """The libcuda child's answer: ``version`` (cuDriverGetVersion) and, with ``init``, the
+    CUresult of cuInit(0) as ``init`` (0: success) with its name (``init_name``, from
+    cuGetErrorName) when it failed; LookupError when the library cannot be asked. The child
+    runs under ``timeout``, else the host's limit for one command."""
+    res = host.run([host.python, "-I", "-S", "-c", LIBCUDA_QUERY, str(host.path(path)),
+                    *(["init"] if init else [])],
                    timeout=timeout, label="libcuda child (python -I -S)")
     if res is None:
         raise LookupError(f"{path}: cannot run {host.python}")
@@ -284,4 +302,4 @@ def libcuda_version(host: Host, path: str, timeout: float = NVML_TIMEOUT) -> int
         raise LookupError(f"{path}: {data.get('error') if isinstance(data, dict) else data}")
     if data.get("rc") != 0:
         raise LookupError(f"{path}: cuDriverGetVersion returned CUDA error {data.get('rc')}")
-    return int(data.get("version") or 0)
+    return data

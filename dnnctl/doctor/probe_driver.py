@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnnctl.doctor import parse
+from dnnctl.doctor.background import Task
 from dnnctl.doctor.host import Host
 from dnnctl.doctor.model import COMPUTE_MODES, FABRIC_STATES, Gpu, compute_mode
-from dnnctl.doctor.native import SubprocessNvml, libcuda_version
+from dnnctl.doctor.native import SubprocessNvml, libcuda_query, libcuda_version
 
 NVML_MISMATCH = 18  # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("Driver/library version mismatch")
 NVML_NO_PERMISSION = 4
@@ -217,15 +218,42 @@ def probe_libcuda(host: Host, path: str) -> str | None:
     unless a test injected ``host.load_library``."""
     if host.load_library is None:
         return parse.cuda_int_version(libcuda_version(host, path))
+    return parse.cuda_int_version(_ask_in_process(host, path, init=False)["version"])
+
+
+def ask_libcuda(host: Host, path: str) -> dict[str, Any]:
+    """cuDriverGetVersion and cuInit(0) of the libcuda at ``path`` (in a child, which a hung
+    GPU costs a timeout): ``version``, and ``init``, the CUresult (0: success), with its name
+    ``init_name`` when it failed. LookupError when the library cannot be asked."""
+    if host.load_library is None:
+        return libcuda_query(host, path, init=True)
+    return _ask_in_process(host, path, init=True)
+
+
+def _ask_in_process(host: Host, path: str, *, init: bool) -> dict[str, Any]:
+    """What the libcuda child asks, through a library a test injected."""
     try:
-        lib = host.load_library(str(host.path(path)))
+        lib = host.load_library(str(host.path(path)))  # type: ignore[misc]
         version = ctypes.c_int(0)
         rc = lib.cuDriverGetVersion(ctypes.byref(version))
+        out: dict[str, Any] = {"version": version.value}
+        cu_init = getattr(lib, "cuInit", None) if init else None
+        if cu_init is not None:
+            out["init"] = int(cu_init(0))
     except (OSError, AttributeError, TypeError) as exc:
         raise LookupError(f"{path}: {exc}") from None
     if rc != 0:
         raise LookupError(f"{path}: cuDriverGetVersion returned CUDA error {rc}")
-    return parse.cuda_int_version(version.value)
+    return out
+
+
+def cuinit_record(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """driver.cuinit from the libcuda child's answer: {code, name} (code 0: cuInit worked)."""
+    code = answer.get("init")
+    if not isinstance(code, int):
+        return None
+    name = answer.get("init_name") or ("CUDA_SUCCESS" if code == 0 else None)
+    return {"code": code, **({"name": name} if name else {})}
 
 
 def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
@@ -312,16 +340,22 @@ def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
         lib_version = library_version(host, libnvml[0], "libnvidia-ml")
         if lib_version:
             drv["library"] = lib_version
+    # cuInit beside NVML: NVML can list GPUs that CUDA cannot initialize (999 after a resume)
+    ask = Task(_asked, host, libcuda[0]) if libcuda and not compat else None
 
     failed = probe_nvml(host, out)
     if failed is None:
         drv["present"] = True
+        answer, _ = ask.result() if ask is not None else ({}, None)
+        if out.gpus and cuinit_record(answer):
+            drv["cuinit"] = cuinit_record(answer)
     elif failed[0] == NVML_MISMATCH:
         drv.update(present=True, mismatch=True, error=f"NVML: {failed[1]}")
         if kmod:
             drv.update(version=kmod, source="proc")
     else:
-        _fallbacks(host, out, failed, libcuda, kmod)
+        _fallbacks(host, out, failed, libcuda, kmod,
+                   ask.result() if ask is not None else ({}, None))
 
     if kmod and drv.get("library") and drv["library"] != kmod:
         drv["mismatch"] = True
@@ -339,8 +373,16 @@ def probe_driver(host: Host, ldconfig: dict[str, list[str]]) -> DriverProbe:
     return out
 
 
+def _asked(host: Host, path: str) -> tuple[dict[str, Any], str | None]:
+    """ask_libcuda's answer, or ({}, why not): never raises (it runs on its own thread)."""
+    try:
+        return ask_libcuda(host, path), None
+    except LookupError as exc:
+        return {}, str(exc)
+
+
 def _fallbacks(host: Host, out: DriverProbe, failed: tuple[int, str], libcuda: list[str],
-               kmod: str | None) -> None:
+               kmod: str | None, asked: tuple[dict[str, Any], str | None]) -> None:
     """NVML failed: ask libcuda, then the kernel module, and explain what is missing.
 
     A present driver that NVML could not read is a probe problem (``driver.error``); NVML
@@ -348,15 +390,15 @@ def _fallbacks(host: Host, out: DriverProbe, failed: tuple[int, str], libcuda: l
     """
     drv = out.driver
     nvml_error, nvml_msg = failed
-    cuda = None
-    if libcuda:
-        try:
-            cuda = probe_libcuda(host, libcuda[0])
-        except LookupError as exc:
-            out.notes.append(f"probe failed: libcuda: {str(exc).removeprefix('probe failed: ')}"
-                             if "probe failed" in str(exc) else f"libcuda: {exc}")
+    answer, why = asked
+    cuda = parse.cuda_int_version(answer.get("version")) if answer else None
+    if why:
+        out.notes.append(f"probe failed: libcuda: {why.removeprefix('probe failed: ')}"
+                         if "probe failed" in why else f"libcuda: {why}")
     if cuda:
         drv["cuda"] = cuda
+    if cuinit_record(answer):
+        drv["cuinit"] = cuinit_record(answer)
     if kmod and "version" not in drv:
         drv["version"] = kmod
         drv["source"] = "proc"

@@ -9,7 +9,8 @@ never a guess. The shared context lives in context.py; rule families in rules_dr
 driven than named),
 rules_mig.py (MIG devices), rules_kernel_module.py (the open / proprietary kernel
 module flavor against the GPUs; GPUs on the PCI bus the driver does not list),
-rules_compute_mode.py (a GPU one process or none may use), rules_frameworks.py (with
+rules_compute_mode.py (a GPU one process or none may use), rules_cuinit.py (cuInit failing
+while the driver lists GPUs: nvidia_uvm after a suspend), rules_frameworks.py (with
 rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
@@ -66,6 +67,7 @@ from dnnctl.doctor import (
     rules_container,
     rules_copies,
     rules_ctranslate2,
+    rules_cuinit,
     rules_dlls,
     rules_driver,
     rules_extensions,
@@ -116,6 +118,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_mig.check(ctx)
     findings += rules_kernel_module.check(ctx)
     findings += rules_compute_mode.check(ctx)
+    findings += rules_cuinit.check(ctx, findings)
     findings += rules_frameworks.check(ctx)
     findings += rules_broken.check(ctx)
     findings += rules_ctranslate2.check(ctx)

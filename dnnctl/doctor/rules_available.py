@@ -30,7 +30,8 @@ from dnnctl.doctor.rules_driver import driver_fix, runtime_findings
 from dnnctl.errors import UsageError
 
 # findings that already explain why torch sees no GPU
-CAUSES = {"no-driver", "no-gpu", "driver-mismatch", "driver-too-old", "fabric-manager"}
+CAUSES = {"no-driver", "no-gpu", "driver-mismatch", "driver-too-old", "fabric-manager",
+          "cuda-init"}
 VISIBLE_SOURCE = (
     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars "
     "(CUDA_VISIBLE_DEVICES: 'Only the devices whose index is present in the sequence are "
