@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_stack
@@ -142,7 +142,7 @@ def _binary(ctx: Context, ver: Version | None) -> list[Finding]:
 
 def _first_source(rows: list[Row], cuda: Version) -> str:
     row = next((r for r in rows if _has(r, cuda)), rows[-1])
-    return f"{row['source']} [{row['certainty']}; {row.where}]"
+    return cite(row)
 
 
 def _cudart(ctx: Context, ver: Version | None) -> list[Finding]:

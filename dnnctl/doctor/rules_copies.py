@@ -23,7 +23,7 @@ import re
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor import os_fixes
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules_libraries import LIBRARY_SOURCE
 
@@ -211,6 +211,6 @@ def _old_dir(copy: Component, kind: str, have: Version, cudnn: Component, ver: V
         fix=f"remove {directory} from LD_LIBRARY_PATH (or unload the module that adds it) so "
         "the CUDA libraries that came with this cuDNN load",
         source="; ".join(s for s in (
-            f"{row['source']} [{row['certainty']}; {row.where}]" if row is not None and old
+            cite(row) if row is not None and old
             else None, NVRTC_SOURCE if no_cubin else None) if s),
         loaded=str(have), loaded_from=where, cudnn=str(ver), cuda_needed=str(floor))

@@ -21,7 +21,7 @@ import re
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version, VersionRange
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info, torch_variant
@@ -92,7 +92,7 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
     found: list[Finding] = []
     pyg = Version.maybe(packages.get("torch-geometric") or "")
     fix = _pyg_fix(names, row, torch.local or "", pyg is None or pyg >= _OPTIONAL_FROM)
-    cite = PYG_SOURCE + (f"; {row['source']} [{row['certainty']}; {row.where}]" if row else "")
+    cited = PYG_SOURCE + (f"; {cite(row)}" if row else "")
     here = f"torch {torch.text}" + ("" if "+" in torch.text or not torch.local
                                     else f" ({torch.local})")
     if bad:
@@ -101,21 +101,21 @@ def _pyg(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             f"PyG extension wheels built for another torch than {here}: " + "; ".join(bad)
             + ": they do not load (an undefined symbol, or 'Detected that PyTorch and "
             "torch_sparse were compiled with different CUDA versions')", fix=fix,
-            source=cite, torch=torch.text, packages=", ".join(names)))
+            source=cited, torch=torch.text, packages=", ".join(names)))
     if unknown and row is not None:
         found.append(finding(
             "not-judged", "info", "torch-geometric",
             f"{', '.join(unknown)}: which torch and CUDA the wheels were built for is not "
             f"known (no +ptXYcuZ local version); beside {here} they must come from "
             f"PyG's index for torch {row['index']}+{torch.local} (another torch's or CUDA's "
-            "wheels fail to load)", fix=fix, source=cite, torch=torch.text,
+            "wheels fail to load)", fix=fix, source=cited, torch=torch.text,
             packages=", ".join(unknown)))
     if unknown and row is None and _after_first_index(ctx, torch):
         found.append(finding(
             "build-mismatch", "warning", "torch-geometric",
             f"PyG has no extension wheels for {here}, so {', '.join(unknown)} here were built "
             "for another torch (they then fail to load with an undefined symbol) unless they "
-            "were built from source against this torch", fix=fix, source=cite,
+            "were built from source against this torch", fix=fix, source=cited,
             torch=torch.text, packages=", ".join(unknown)))
     return found
 
@@ -169,7 +169,7 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
                 and VersionRange.parse(r["dgl"]).admits(v)), None)
     if row is None:
         return []
-    cite = f"{row['source']} [{row['certainty']}; {row.where}]"
+    cited = cite(row)
     found: list[Finding] = []
     floor = Version.parse(str(row["raises_below"]))
     supported = VersionRange.parse(row["torch"]).admits(torch.release)
@@ -186,7 +186,7 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             + (f": 'import dgl' raises 'DGL requires PyTorch >= {floor}'" if raises else
                " (below the torch its install page documents for this release)"),
             fix=f"install a torch {need} (a build of the CUDA the dgl index has), then dgl "
-            "from its index for that torch", source=cite, dgl=version, torch=torch.text))
+            "from its index for that torch", source=cited, dgl=version, torch=torch.text))
     variant = torch.local if torch.local and DGL_CUDA_TAG.match(torch.local) else None
     built = tag.lower() if DGL_CUDA_TAG.match(tag.lower()) else None
     cuda_pkg = any(re.fullmatch(r"dgl-cu\d+", n) for n in packages)
@@ -200,14 +200,14 @@ def _dgl(ctx: Context, packages: dict[str, str], torch: TorchVersion | None) -> 
             "build-mismatch", "error" if on_gpu else "warning", "dgl",
             f"dgl {version} has no +cuXYZ tag: it is DGL's CPU build (PyPI's), beside torch "
             f"{torch.text}: graphs cannot go to the GPU ('Device API cuda is not enabled. "
-            "Please install the cuda version of dgl')", fix=fix, source=cite, dgl=version,
+            "Please install the cuda version of dgl')", fix=fix, source=cited, dgl=version,
             torch=torch.text)
         )
     else:
         found.append(finding(
             "build-mismatch", "error", "dgl",
             f"dgl {version} is built for {built}, torch {torch.text} for {variant}: DGL's "
-            "CUDA build must match torch's CUDA", fix=fix, source=cite, dgl=version,
+            "CUDA build must match torch's CUDA", fix=fix, source=cited, dgl=version,
             torch=torch.text))
     return found
 
@@ -252,8 +252,7 @@ def _graphbolt(ctx: Context, v: Version | None, version: str,
         "build-mismatch", "error", "dgl",
         f"dgl {version} carries its GraphBolt library for torch {ranges} only; beside torch "
         f"{torch.text} `import dgl` fails (no {ext})", fix=fix,
-        source=GRAPHBOLT_SOURCE + "; " + "; ".join(f"{r['source']} [{r['certainty']}; "
-                                                   f"{r.where}]" for r in rows[:1]),
+        source=f"{GRAPHBOLT_SOURCE}; {cite(*rows[:1])}",
         dgl=version, torch=torch.text)]
 
 

@@ -17,7 +17,7 @@ import re
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name, jaxlib_tag
 
@@ -79,7 +79,7 @@ def jaxlib_pair(ctx: Context) -> list[Finding]:
         return []
     row = _row(ctx, jax)
     minimum = Version.parse(row["jaxlib"]) if row is not None else None
-    cite = SOURCE + (f"; {row['source']} [{row['certainty']}; {row.where}]" if row else "")
+    cited = SOURCE + (f"; {cite(row)}" if row else "")
     ev = {"jax": jax_text, "jaxlib": jaxlib_text, "jaxlib_minimum": minimum}
     if minimum is not None and jaxlib < minimum:
         message = (f"jaxlib {jaxlib_text} is older than jax {jax_text} accepts (jaxlib >= "
@@ -92,7 +92,7 @@ def jaxlib_pair(ctx: Context) -> list[Finding]:
     else:
         return []
     return [finding("build-mismatch", "error", "jax", message,
-                    fix=_fix(ctx, jax, jaxlib, jaxlib_text, minimum), source=cite, **ev)]
+                    fix=_fix(ctx, jax, jaxlib, jaxlib_text, minimum), source=cited, **ev)]
 
 
 def _fix(ctx: Context, jax: Version, jaxlib: Version, jaxlib_text: str,

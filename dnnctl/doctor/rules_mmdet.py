@@ -16,7 +16,7 @@ import re
 
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info
@@ -121,12 +121,12 @@ def check(ctx: Context) -> list[Finding]:
     if ok is not False:
         return []
     want = f">={row['mmcv_min']}, {row['upper']}{row['mmcv_max']}"
-    cite = f"{SOURCE}; {row['source']} [{row['certainty']}; {row.where}]"
+    cited = f"{SOURCE}; {cite(row)}"
     return [finding(
         "build-mismatch", "error", "mmdet",
         f"mmdet {mmdet} accepts mmcv{want} only, and {package} {mmcv} is installed: `import "
         f"mmdet` fails ('MMCV=={mmcv} is used but incompatible. Please install mmcv{want}.')",
-        fix=_fix(ctx, row, package, accept), source=cite + "; " + MMCV_INDEX_SOURCE,
+        fix=_fix(ctx, row, package, accept), source=cited + "; " + MMCV_INDEX_SOURCE,
         mmdet=mmdet, mmcv=mmcv, mmcv_accepted=want)]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import python_fits
 from dnnctl.compat.versions import Version
-from dnnctl.doctor.context import Context, finding, unknown
+from dnnctl.doctor.context import Context, cite, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.rules_libraries import LIBRARY_SOURCE
 from dnnctl.doctor.stack import torch_row
@@ -49,8 +49,7 @@ def check(ctx: Context) -> list[Finding]:
         f"NCCL {loaded} from {where} is found first and wins over the NCCL {pin} that {torch} "
         f"pins: the older copy lacks symbols torch calls, so it fails at import with "
         "'undefined symbol: nccl...' (e.g. ncclCommRegister, new in NCCL 2.19)",
-        fix=_fix(ctx, row, pin, first), source=f"{row['source']} [{row['certainty']}; "
-        f"{row.where}]; {LIBRARY_SOURCE['nccl']}", loaded=str(loaded), loaded_from=where,
+        fix=_fix(ctx, row, pin, first), source=f"{cite(row)}; {LIBRARY_SOURCE['nccl']}", loaded=str(loaded), loaded_from=where,
         pinned=str(pin))]
 
 

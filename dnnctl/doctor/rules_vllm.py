@@ -17,7 +17,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import TorchVersion, Version, VersionRange
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info
@@ -99,7 +99,7 @@ def check(ctx: Context) -> list[Finding]:
         return []
     other_line = built is not None and here.trunc(2) != built.trunc(2)
     spec = row["torch"].replace(" ", "")
-    cite = f"{SOURCE}; {row['source']} [{row['certainty']}; {row.where}]"
+    cited = f"{SOURCE}; {cite(row)}"
     what = (f"its wheels require torch{spec}" + (f", built against torch {built}"
                                                  if line is not None else ""))
     message = (f"vllm {text} is built for another torch than torch {torch.text} ({what}): "
@@ -108,7 +108,7 @@ def check(ctx: Context) -> list[Finding]:
                   "usually keeps the C++ ABI; this pair is untested)"))
     return [finding(
         "build-mismatch", "error" if other_line else "warning", "vllm", message,
-        fix=_fix(ctx, torch, pin, row), source=cite, vllm=text, torch=torch.text,
+        fix=_fix(ctx, torch, pin, row), source=cited, vllm=text, torch=torch.text,
         torch_required=spec, built_line=line)]
 
 

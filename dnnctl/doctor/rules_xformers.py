@@ -16,7 +16,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor import rules_cpu_torch, stack
-from dnnctl.doctor.context import Context, finding
+from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
@@ -86,11 +86,11 @@ def check(ctx: Context) -> list[Finding]:
     later = bool(row is not None and row.get("later_torch")) or _stable_abi(version)
     problem = _mismatch(built, torch, later)
     ev = {"built_for": built.text, "torch": _show(torch), "xformers": version or None}
-    cite = SOURCE + (f"; {row['source']} [{row['certainty']}; {row.where}]" if row else "")
+    cited = SOURCE + (f"; {cite(row)}" if row else "")
     if problem is None:
         tag_note = "" if built.local else " (its CUDA variant was not compared)"
         return [finding("ok", "info", "xformers", f"{what} was built for torch {built.text}, "
-                        f"which loads with torch {_show(torch)}{tag_note}", source=cite, **ev)]
+                        f"which loads with torch {_show(torch)}{tag_note}", source=cited, **ev)]
     return [finding(
         "cuda-mismatch", "error", "xformers",
         f"{what} was built for torch {built.text}, but torch {_show(torch)} is installed "
@@ -98,7 +98,7 @@ def check(ctx: Context) -> list[Finding]:
         f"extensions. xFormers was built for: PyTorch {built.text} ... (you have "
         f"{torch.text})') and its operators are missing ('No operator found for "
         "memory_efficient_attention_forward')",
-        fix=_fix(ctx, torch), source=cite, **ev)]
+        fix=_fix(ctx, torch), source=cited, **ev)]
 
 
 def _cpu_build(ctx: Context) -> Finding | None:
