@@ -15,7 +15,7 @@ from dnnctl.compat.matrix import Matrix
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, MAX_MINOR, Version
 from dnnctl.doctor.model import EnvSnapshot, Finding
-from dnnctl.doctor.parse import driver_branch, wsl_version
+from dnnctl.doctor.parse import canonical_name, driver_branch, wsl_version
 
 __all__ = ["Context", "GpuInfo", "build_context", "finding", "flag", "unknown"]
 
@@ -135,6 +135,12 @@ class Context:
                if r.get("driver_linux") and not r.uncertain
                and Version.parse(r["driver_linux"]).major <= branch]
         return max(fit) if fit else None
+
+    @property
+    def packages(self) -> dict[str, str]:
+        """The installed packages by canonical (PEP 503) name, versions as text ("" unknown);
+        a new dict each time, so a rule may add to its own."""
+        return {canonical_name(n): str(v or "") for n, v in (self.env.packages or {}).items()}
 
     @property
     def windows(self) -> bool:

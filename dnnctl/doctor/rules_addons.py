@@ -60,7 +60,7 @@ def _installed(ctx: Context) -> dict[str, str | None]:
 
 def cupy_wheel(ctx: Context) -> str | None:
     """The CuPy wheel installed (its package name), or None when there is no CuPy."""
-    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    names = list(ctx.packages)
     found = next((n for n in names if CUPY_WHEEL.fullmatch(n)), None)
     cupy = (ctx.env.frameworks or {}).get("cupy")
     if cupy is None:
@@ -157,7 +157,7 @@ def check(ctx: Context, earlier: Sequence[Finding] = ()) -> list[Finding]:
 
 def cuda_python(ctx: Context) -> list[Finding]:
     """cuda-bindings (or the cuda-python metapackage) of CUDA major M against the driver."""
-    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     name = next((n for n in ("cuda-bindings", "cuda-python") if n in packages), None)
     ver = Version.maybe(packages[name]) if name else None
     if name and ver is None:

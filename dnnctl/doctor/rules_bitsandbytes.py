@@ -19,7 +19,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_stack
 
 NAME = "bitsandbytes"
@@ -40,7 +39,7 @@ CUDART_SOURCE = (
 def check(ctx: Context, earlier: list[Finding] | None = None) -> list[Finding]:
     """bitsandbytes against torch's CUDA and the CUDA runtimes listed; where neither rule
     here nor an ``earlier`` one said anything about it, why it passed or was not judged."""
-    packages = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     if NAME not in packages:
         return []
     ver = Version.maybe(str(packages[NAME] or ""))

@@ -71,7 +71,7 @@ class CudaAddon:
 
 def cuda_addons(ctx: Context) -> list[CudaAddon]:
     """The add-ons here that are built for CUDA."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     fw = {canonical_name(n): v or {} for n, v in (ctx.env.frameworks or {}).items()}
     out: list[CudaAddon] = []
     xformers = _xformers(ctx, fw.get("xformers"), packages.get("xformers"))

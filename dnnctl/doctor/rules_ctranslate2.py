@@ -17,7 +17,6 @@ from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import library_major, loadable_majors
 from dnnctl.doctor.stack import cudnn_found, torch_info, torch_stack
 
@@ -32,7 +31,7 @@ USERS = ("faster-whisper", "whisperx")
 
 def check(ctx: Context) -> list[Finding]:
     """The installed ctranslate2 wheel against the CUDA and cuDNN majors found here."""
-    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     text = packages.get("ctranslate2")
     if text is None or ctx.os_kind == "macos" or ctx.platform == "aarch64":
         return []  # macOS and aarch64 Linux wheels are CPU-only

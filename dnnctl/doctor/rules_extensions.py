@@ -28,7 +28,6 @@ from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import fixcheck, os_fixes
 from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Component, Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info, torch_stack, torch_version
 
 CPP_EXTENSION_SOURCE = (
@@ -86,7 +85,7 @@ def check(ctx: Context) -> list[Finding]:
     same = [(c, v) for c, v in found if v.major == torch_cuda.major]
     other = [(c, v) for c, v in found if v.major != torch_cuda.major]
     where = ", ".join(f"{v} ({c.source})" for c, v in other)
-    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    names = set(ctx.packages)
     if "deepspeed" in names and len(found) == 1:
         judged = _deepspeed(ctx, found[0], torch_cuda)
         if judged is not None:

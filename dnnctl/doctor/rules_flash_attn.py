@@ -18,7 +18,6 @@ from typing import Any
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import CXX11_ABI_SOURCE, torch_cxx11_abi, torch_info, torch_stack
 from dnnctl.errors import UsageError
 
@@ -63,7 +62,7 @@ class Build:
 def build_of(ctx: Context) -> Build | None:
     """flash-attn's build, from its entry and its package version's local tag."""
     info: dict[str, Any] = (ctx.env.frameworks or {}).get(NAME) or {}
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     if not info and NAME not in packages:
         return None
     text = str(info.get("version") or packages.get(NAME) or "")

@@ -32,7 +32,6 @@ from dnnctl.doctor import (
 )
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
@@ -81,7 +80,7 @@ def _info(ctx: Context, fw: dict[str, Any], name: str) -> dict[str, Any] | None:
         return rules_jax.with_packages(ctx, fw.get(name))
     if name in fw:
         return fw[name]
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     names = {"torch": ("torch",), "tensorflow": TF_PACKAGES,
              "cupy": tuple(n for n in sorted(packages) if re.fullmatch(r"cupy(-cuda\d+x?)?", n))}
     found = [n for n in names[name] if n in packages]
@@ -302,7 +301,7 @@ CONDA_TORCH = "conda install pytorch={torch} cudatoolkit={cuda} -c pytorch"
 
 def _conda(ctx: Context, info: dict[str, Any]) -> bool:
     """A conda-installed torch: its installer, or conda's package name ``pytorch`` listed."""
-    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    names = set(ctx.packages)
     return str(info.get("installer") or "").lower() == "conda" or "pytorch" in names
 
 

@@ -27,7 +27,6 @@ from dnnctl.compat.versions import Version
 from dnnctl.doctor import fixcheck, os_fixes, rules_cpu_builds
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_extensions import toolkits
 from dnnctl.doctor.rules_libraries import arch_findings
@@ -76,7 +75,7 @@ BINDINGS = (
 
 
 def check(ctx: Context) -> list[Finding]:
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     out: list[Finding] = []
     for b in BINDINGS:
         info = (ctx.env.frameworks or {}).get(b.package)

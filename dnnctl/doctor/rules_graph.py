@@ -23,7 +23,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version, VersionRange
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info, torch_variant
 from dnnctl.errors import UsageError
 
@@ -47,8 +46,7 @@ DGL_CUDA_TAG = re.compile(r"^cu(\d+)$")
 
 def check(ctx: Context) -> list[Finding]:
     """PyG's extension wheels and DGL against the torch installed."""
-    packages = {canonical_name(n): (str(v) if v else "") for n, v in
-                (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     torch = _torch(ctx)
     return _pyg(ctx, packages, torch) + _dgl(ctx, packages, torch)
 

@@ -16,7 +16,7 @@ from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor import rules_cudnn, rules_platform
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name, jaxlib_tag
+from dnnctl.doctor.parse import jaxlib_tag
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
@@ -46,7 +46,7 @@ JAX_BUILT_CUDNN = ("the build's own cuDNN (jaxlib +cudnnXY tag or --deep): XLA r
 def with_packages(ctx: Context, info: dict[str, Any] | None) -> dict[str, Any] | None:
     """The jax entry completed from ``packages`` (a hand-written snapshot may list jax, jaxlib
     and the plugin only there): its version, jaxlib and plugin where the entry lacks them."""
-    names = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    names = ctx.packages
     if info is None and "jax" not in names and "jaxlib" not in names:
         return None
     out = dict(info or {})
@@ -168,7 +168,7 @@ def _libraries_unknown(ctx: Context, info: dict[str, Any], row: Row, what: str,
                        install: str) -> list[Finding]:
     """A CUDA jax whose CUDA libraries and cuDNN are both absent from the snapshot: what it
     loads was not judged (never "no problem found"); the row's install brings them."""
-    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    names = list(ctx.packages)
     if loadable_majors(ctx) is not None or ctx.env.cudnn or "cudnn" in ctx.env.listed \
             or info.get("cuda_runtime") \
             or info.get("cudnn_runtime") or any(n.startswith("nvidia-") for n in names):
@@ -217,7 +217,7 @@ def _cudnn_none(ctx: Context, info: dict[str, Any], row: Row, what: str,
                 minimum: Version) -> list[Finding]:
     """No cuDNN at all, when the snapshot says it looked (``cudnn: []``) and no nvidia-cudnn
     wheel is listed: a CUDA jaxlib dlopens libcudnn at start and fails without it."""
-    names = [canonical_name(n) for n in (ctx.env.packages or {})]
+    names = list(ctx.packages)
     if not ctx.env.none_found("cudnn") or any(n.startswith("nvidia-cudnn") for n in names):
         return []
     return [finding(
@@ -267,7 +267,7 @@ def cpu_only(ctx: Context, info: dict[str, Any]) -> bool:
         return True
     if _plugin_major(info) is not None or info.get("plugin") or info.get("plugins"):
         return False
-    names = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    names = ctx.packages
     if not names or any(re.fullmatch(r"jax-(cuda|rocm)\d+-(plugin|pjrt)", n) for n in names):
         return False  # what is installed is not listed, or a plugin is
     jaxlib = str(info.get("jaxlib") or names.get("jaxlib") or "")

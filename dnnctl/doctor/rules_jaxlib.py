@@ -19,7 +19,7 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name, jaxlib_tag
+from dnnctl.doctor.parse import jaxlib_tag
 
 SOURCE = (
     "jax-ml/jax jax/_src/lib/__init__.py check_jaxlib_version ('jaxlib is version {jaxlib}, "
@@ -39,10 +39,6 @@ def _dotted(text: str) -> Version | None:
     """The dotted numeric prefix, as jax's own check reads it."""
     m = _DOTTED.match(text.strip())
     return Version.parse(m.group(0)) if m else None
-
-
-def _packages(ctx: Context) -> dict[str, str]:
-    return {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -70,7 +66,7 @@ def _rejects_newer(ctx: Context, jax: Version, row: Row | None) -> bool:
 
 def jaxlib_pair(ctx: Context) -> list[Finding]:
     """A jaxlib that jax's import check rejects: older than the minimum, or newer than jax."""
-    packages = _packages(ctx)
+    packages = ctx.packages
     info = (ctx.env.frameworks or {}).get("jax") or {}
     jax_text = str(packages.get("jax") or info.get("version") or "")
     jaxlib_text = str(info.get("jaxlib") or packages.get("jaxlib") or "")
@@ -105,7 +101,7 @@ def _fix(ctx: Context, jax: Version, jaxlib: Version, jaxlib_text: str,
             if jaxlib >= Version.parse("0.3") and mate is not None
             and Version.parse(mate["jaxlib"]) <= jaxlib else None)
     cuda = jaxlib_tag(jaxlib_text)[0] is not None
-    packages = _packages(ctx)
+    packages = ctx.packages
     plugin = any(re.fullmatch(r"jax-cuda\d+-(plugin|pjrt)", n) for n in packages)
     spec = f"jaxlib>={minimum},<={jax}" if minimum is not None else f"jaxlib<={jax}"
     lib = (f"a CUDA jaxlib that jax {jax} accepts ({spec}, from {CUDA_INDEX})" if cuda else
@@ -118,7 +114,7 @@ def _fix(ctx: Context, jax: Version, jaxlib: Version, jaxlib_text: str,
 def pjrt_pair(ctx: Context) -> list[Finding]:
     """jax-cudaN-pjrt of another version than jax-cudaN-plugin: a warning, since the plugin
     requires its own version of the PJRT wheel but no check at run time is sourced."""
-    packages = _packages(ctx)
+    packages = ctx.packages
     out: list[Finding] = []
     for plugin in sorted(n for n in packages if re.fullmatch(r"jax-cuda\d+-plugin", n)):
         pjrt = plugin.replace("-plugin", "-pjrt")

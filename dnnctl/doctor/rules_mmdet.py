@@ -18,7 +18,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info
 from dnnctl.errors import UsageError
 
@@ -83,7 +82,7 @@ def _release_key(text: str) -> tuple[int, ...]:
 
 def _installed(ctx: Context) -> tuple[str | None, str, str] | None:
     """(mmdet's version or None, mmcv's package, its version) when both are listed."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     if "mmdet" not in packages:
         return None
     for name in ("mmcv-full", "mmcv"):

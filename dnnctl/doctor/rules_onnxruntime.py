@@ -21,7 +21,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_libraries import loadable_majors
 from dnnctl.doctor.stack import cudnn_found, torch_stack
 
@@ -37,7 +36,7 @@ def check(ctx: Context) -> list[Finding]:
 
 def _cuda_ep(ctx: Context) -> list[Finding]:
     """The installed onnxruntime-gpu against the CUDA runtimes and cuDNN majors found here."""
-    packages = {canonical_name(n): str(v) for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     fw = (ctx.env.frameworks or {}).get("onnxruntime")
     info = fw or {}
     text = str(info.get("version") or packages.get(PACKAGE) or "")
@@ -269,7 +268,7 @@ TENSORRT_DOWNLOAD = "https://developer.nvidia.com/tensorrt"
 def tensorrt_ep(ctx: Context) -> list[Finding]:
     """ONNX Runtime's TensorRT execution provider against the TensorRT found here (nothing
     when no TensorRT is listed: the provider is then unused)."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     info = (ctx.env.frameworks or {}).get("onnxruntime")
     trt_info = (ctx.env.frameworks or {}).get("tensorrt")
     listed = [n for n in TENSORRT_PACKAGES if n in packages]

@@ -17,7 +17,6 @@ from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor import rules_cudnn, rules_paddle3
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import library_major
 
@@ -33,7 +32,7 @@ TAG = re.compile(r"(\d+(?:\.\d+){1,2})(?:\.(post\d+))?")
 
 def check(ctx: Context) -> list[Finding]:
     """The installed paddlepaddle-gpu wheel's tag against what is installed here."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     if COMPONENT not in packages:
         return []
     text = packages[COMPONENT].strip()

@@ -37,7 +37,7 @@ def check(ctx: Context) -> list[Finding]:
 
 def jax_plugin(ctx: Context) -> list[Finding]:
     """jax-cudaN-plugin against jaxlib: equal dotted versions, or the plugin is not used."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     jax_info = (ctx.env.frameworks or {}).get("jax") or {}
     jaxlib = str(jax_info.get("jaxlib") or packages.get("jaxlib") or "")
     lib = _dotted(jaxlib) if jaxlib else None
@@ -109,7 +109,7 @@ def _engine_runs(built: Version, runtime: Version, compatible: bool) -> bool:
 def tensorrt_engines(ctx: Context) -> list[Finding]:
     """Each serialized engine against the TensorRT runtime here."""
     info = (ctx.env.frameworks or {}).get("tensorrt") or {}
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     runtime = Version.maybe(info.get("version") or packages.get("tensorrt"))
     compatible = info.get("version_compatible") is True
     out: list[Finding] = []

@@ -33,7 +33,6 @@ from dnnctl.compat.suggest import python_fits, torch_install
 from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
 
 TF_WINDOWS_LAST_GPU = Version.parse("2.10")
@@ -206,7 +205,7 @@ def jax_windows(ctx: Context, info: dict[str, Any]) -> list[Finding]:
     """jax on native Windows: no CUDA jaxlib or plugin exists there."""
     if ctx.os_kind != "windows":
         return []
-    names = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    names = ctx.packages
     jaxlib = str(info.get("jaxlib") or names.get("jaxlib") or "")
     plugins = [n for n in names if re.fullmatch(r"jax-cuda\d+-(plugin|pjrt)", n)]
     if info.get("plugin"):
@@ -299,7 +298,7 @@ def wsl_libcuda(ctx: Context) -> list[Finding]:
     generation): it is found only with /usr/lib/wsl/lib on LD_LIBRARY_PATH."""
     if ctx.wsl not in (0, 2) or ctx.driver_present is False:
         return []
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     out: list[Finding] = _cudnn8(ctx)
     for name, (fixed, source) in sorted(UNVERSIONED_LIBCUDA.items()):
         if name not in packages:

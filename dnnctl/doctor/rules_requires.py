@@ -75,7 +75,7 @@ def check(ctx: Context, findings: list[Finding]) -> list[Finding]:
 
 def _installed(ctx: Context) -> dict[str, str]:
     """{canonical name: version ("" = unknown)} from ``packages`` and the frameworks."""
-    out = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    out = ctx.packages
     fw = ctx.env.frameworks or {}
     pairs = [("torch", (fw.get("torch") or {}).get("version")),
              ("jax", (fw.get("jax") or {}).get("version")),

@@ -20,7 +20,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import loadable_majors
 
@@ -42,7 +41,7 @@ _WHEEL = re.compile(r"tensorrt(?:-(?:lean|dispatch))?-cu(\d+)(?:-(?:libs|binding
 def check(ctx: Context) -> list[Finding]:
     """Each TensorRT build here against the CUDA runtimes and the driver."""
     info: dict[str, Any] = (ctx.env.frameworks or {}).get("tensorrt") or {}
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     wheels = {int(m.group(1)): n for n in sorted(packages) if (m := _WHEEL.fullmatch(n))}
     listed = "tensorrt" in (ctx.env.frameworks or {}) or "tensorrt" in packages \
         or "nvidia-tensorrt" in packages or bool(wheels)

@@ -29,7 +29,7 @@ from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor import os_fixes, rules_msvc
 from dnnctl.doctor.context import Context, cite, finding, unknown
 from dnnctl.doctor.model import Component, Finding
-from dnnctl.doctor.parse import canonical_name, msc_ver_span
+from dnnctl.doctor.parse import msc_ver_span
 
 TRITON_PACKAGES = ("triton", "pytorch-triton", "triton-nightly")
 HOST_CONFIG = ("nvcc stops with '#error -- unsupported GNU version! gcc versions later than {max} "
@@ -303,7 +303,7 @@ def _toolkit_for(ctx: Context, kind: str, value: int) -> Version | None:
 
 
 def _triton(ctx: Context) -> list[Finding]:
-    packages = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     name = next((n for n in TRITON_PACKAGES if n in packages), None)
     tc = ctx.env.toolchain or {}
     if name is None or not tc:

@@ -21,7 +21,6 @@ from typing import Any
 from dnnctl.compat.versions import Version, parse_cudnn
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_cudnn_missing, torch_cudnn_origin
 
 SYSTEM_SOURCE = (
@@ -48,7 +47,7 @@ def check(ctx: Context, info: dict[str, Any], what: str, compiled: Version,
         if origin == "system":
             return [_system(ctx, info, what, compiled, cuda, release_fix)]
         return [_pip_dependency(info, what, compiled, cuda)]
-    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    names = set(ctx.packages)
     if origin not in ("pip", "wheel") or any(n.startswith("nvidia-cudnn") for n in names) \
             or info.get("cudnn_runtime") or info.get("cudnn_loaded"):
         return None

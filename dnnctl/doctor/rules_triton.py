@@ -19,7 +19,6 @@ from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
 from dnnctl.doctor.model import Component, Finding
-from dnnctl.doctor.parse import canonical_name
 
 PACKAGES = ("triton", "pytorch-triton")
 BLACKWELL = CC(10, 0)  # get_ptxas: `ptxas_blackwell if arch >= 100`
@@ -43,7 +42,7 @@ def is_triton(copy: Component) -> bool:
 
 def _listed(ctx: Context) -> tuple[str, str] | None:
     """(name, version text) of the triton / pytorch-triton package listed, if any."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     return next(((n, packages[n]) for n in PACKAGES if n in packages), None)
 
 

@@ -110,7 +110,7 @@ def _packages(ctx: Context, judged: set[str], said: str) -> list[Finding]:
     """Each GPU package (or compiled extension) no rule said anything about (no finding of
     its component, none naming it): a ``gpu_packages`` row's package with what its build is
     tied to, any other whose name says it is a CUDA build, CUDA's own library wheels grouped."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     for name, info in (ctx.env.extensions or {}).items():
         packages.setdefault(canonical_name(name), str((info or {}).get("version") or ""))
     rows = _rows(ctx)

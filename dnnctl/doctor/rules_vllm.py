@@ -19,7 +19,6 @@ from dnnctl.compat.suggest import TORCH_INDEX
 from dnnctl.compat.versions import TorchVersion, Version, VersionRange
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.stack import torch_info
 from dnnctl.errors import UsageError
 
@@ -32,7 +31,7 @@ SOURCE = (
 
 
 def _vllm(ctx: Context) -> str | None:
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     info = (ctx.env.frameworks or {}).get("vllm") or {}
     if "vllm" not in packages and not info:
         return None

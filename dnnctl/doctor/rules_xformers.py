@@ -18,7 +18,6 @@ from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor import rules_cpu_torch, stack
 from dnnctl.doctor.context import Context, cite, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
 
 SOURCE = (
@@ -40,7 +39,7 @@ def _installed(ctx: Context) -> dict[str, str] | None:
     fw = (ctx.env.frameworks or {}).get("xformers")
     if fw is not None:
         return {k: str(v) for k, v in fw.items() if v is not None}
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     return {"version": packages["xformers"]} if "xformers" in packages else None
 
 

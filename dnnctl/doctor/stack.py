@@ -19,7 +19,6 @@ import re
 from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import TorchVersion, Version, parse_cudnn, tag_from_cuda
 from dnnctl.doctor.context import Context
-from dnnctl.doctor.parse import canonical_name
 from dnnctl.errors import UsageError
 
 # PyPI's Linux torch wheels depend on nvidia-cudnn-cuN (pip log quoted in triton-lang/triton#1057:
@@ -34,7 +33,7 @@ def torch_info(ctx: Context, packages: bool = False) -> dict | None:
     info = (ctx.env.frameworks or {}).get("torch")
     if info is not None or not packages:
         return info
-    packages = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     if "torch" not in packages:
         return None
     return {"version": packages["torch"]} if packages["torch"] else {}
@@ -187,7 +186,7 @@ def torch_cudnn_missing(ctx: Context, packages: bool = False) -> bool:
     info = torch_info(ctx, packages) or {}
     if info.get("cudnn_runtime") or info.get("cudnn_loaded"):
         return False
-    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    names = set(ctx.packages)
     if any(n.startswith("nvidia-cudnn") for n in names):
         return False
     origin = torch_cudnn_origin(ctx, packages)
