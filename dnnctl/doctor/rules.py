@@ -5,8 +5,9 @@
 filled from the matrix (a torch wheel's arch list and cuDNN from its version and CUDA tag).
 A version the matrix has no row for, or a row marked uncertain, gives ``unknown-version``:
 never a guess. The shared context lives in context.py; rule families in rules_driver.py
-(with rules_fabric.py: an NVSwitch node's Fabric Manager; rules_gpu_count.py: fewer GPUs
-driven than named),
+(with rules_runtime.py: the driver against one CUDA runtime or build, shared by every
+rule that judges one; rules_fabric.py: an NVSwitch node's Fabric Manager;
+rules_gpu_count.py: fewer GPUs driven than named),
 rules_mig.py (MIG devices), rules_kernel_module.py (the open / proprietary kernel
 module flavor against the GPUs; GPUs on the PCI bus the driver does not list),
 rules_compute_mode.py (a GPU one process or none may use), rules_cuinit.py (cuInit failing

@@ -25,7 +25,7 @@ from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 CUDA_PYTHON_SOURCE = (
     "https://nvidia.github.io/cuda-python/cuda-bindings/12.9.11/install.html (cuda-bindings 12.x: "

@@ -26,7 +26,7 @@ from dnnctl.compat.versions import TorchVersion, Version
 from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import driver_fix, runtime_findings
+from dnnctl.doctor.rules_runtime import driver_fix, runtime_findings
 from dnnctl.errors import UsageError
 
 # findings that already explain why torch sees no GPU

@@ -17,7 +17,7 @@ from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.versions import Version
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import driver_fix
+from dnnctl.doctor.rules_runtime import driver_fix
 
 REQUIRE_SOURCE = (
     "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/"

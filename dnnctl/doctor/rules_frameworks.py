@@ -32,7 +32,6 @@ from dnnctl.doctor import (
 )
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
     explicit_build,
@@ -40,6 +39,7 @@ from dnnctl.doctor.rules_libraries import (
     library_major,
     rebuild_fix,
 )
+from dnnctl.doctor.rules_runtime import runtime_findings
 from dnnctl.errors import UsageError
 
 

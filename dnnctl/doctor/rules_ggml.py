@@ -27,9 +27,9 @@ from dnnctl.compat.versions import Version
 from dnnctl.doctor import fixcheck, os_fixes, rules_cpu_builds
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_extensions import toolkits
 from dnnctl.doctor.rules_libraries import arch_findings
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 LLAMA_SOURCE = (
     "abetlen/llama-cpp-python README.md at each tag (CUDA: `CMAKE_ARGS=\"-DLLAMA_CUBLAS=on\"` up "

@@ -17,7 +17,6 @@ from dnnctl.doctor import rules_cudnn, rules_platform
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import jaxlib_tag
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import (
     arch_findings,
     built_cudnn,
@@ -25,6 +24,7 @@ from dnnctl.doctor.rules_libraries import (
     loadable_majors,
     loaded_runtime,
 )
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 
 def _cuda_of(info: dict[str, Any], key: str = "cuda") -> Version | None:

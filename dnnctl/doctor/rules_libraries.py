@@ -24,7 +24,7 @@ from dnnctl.doctor import rules_cudnn
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Component, Finding
 from dnnctl.doctor.parse import jaxlib_tag
-from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 EXPLICIT_SOURCE = ("the build's own arch list (the snapshot's arch_list: torch.cuda.get_arch_list(), "
                    "a build's TORCH_CUDA_ARCH_LIST / TF_CUDA_COMPUTE_CAPABILITIES, cuobjdump of "

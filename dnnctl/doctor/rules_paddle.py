@@ -17,8 +17,8 @@ from dnnctl.compat.versions import Version, VersionRange, parse_cudnn
 from dnnctl.doctor import rules_cudnn, rules_paddle3
 from dnnctl.doctor.context import Context, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import library_major
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 DYNLOAD_SOURCE = (
     "PaddlePaddle/Paddle paddle/fluid/platform/dynload/dynamic_loader.cc (cuBLAS, cuDNN, "

@@ -20,7 +20,7 @@ from dnnctl.doctor import fixcheck
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.parse import canonical_name
-from dnnctl.doctor.rules_driver import runtime_findings
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 COMPONENT = "paddlepaddle-gpu"
 NO_KERNEL = ("every GPU op fails with 'CUDA error(209), no kernel image is available for "

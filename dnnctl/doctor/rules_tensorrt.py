@@ -20,8 +20,8 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import Version, VersionRange
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import loadable_majors
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 SOURCE = (
     "https://docs.nvidia.com/deeplearning/tensorrt/archives/tensorrt-861/support-matrix/"

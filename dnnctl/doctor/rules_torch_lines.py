@@ -9,8 +9,8 @@ from typing import Any
 from dnnctl.compat.versions import TorchVersion, Version, VersionRange, tag_from_cuda
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.rules_driver import runtime_findings
 from dnnctl.doctor.rules_libraries import arch_findings
+from dnnctl.doctor.rules_runtime import runtime_findings
 
 NIGHTLY_SOURCE = (
     "https://pytorch.org/get-started/locally/ (Preview (Nightly) builds, index "
