@@ -366,7 +366,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         else:
             fn = FusedLinear(head, act, handle)
             args = (node.args[0],)
-        name = add_submodule(gm, node.target, fn)
+        name = add_submodule(gm, node.target, fn, modules)
         with graph.inserting_before(last):
             new = graph.call_module(name, args)
         last.replace_all_uses_with(new)
@@ -465,7 +465,8 @@ def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: 
             continue
         if _act_node(nxt, modules, True) != "relu":
             continue
-        name = add_submodule(gm, node.target, FusedBnAct(bn, handle, residual is not None))
+        name = add_submodule(gm, node.target, FusedBnAct(bn, handle, residual is not None),
+                             modules)
         with graph.inserting_before(nxt):
             new = graph.call_module(name, (node.args[0],) if residual is None
                                     else (node.args[0], residual))
@@ -494,7 +495,8 @@ def _route_modules(gm: fx.GraphModule, modules: dict[str, nn.Module],
             continue
         name = routed.get(node.target)
         if name is None:
-            name = routed[node.target] = add_submodule(gm, node.target, Routed(m, fn))
+            name = routed[node.target] = add_submodule(gm, node.target, Routed(m, fn),
+                                                       modules)
         node.target = name
 
 
@@ -542,17 +544,22 @@ def _out_of_place_acts(gm: fx.GraphModule, modules: dict[str, nn.Module], covere
             if fn is None:
                 continue
             name = routed[node.target] = add_submodule(gm, node.target + "_out_of_place",
-                                                        Routed(m, fn))
+                                                       Routed(m, fn), modules)
         node.target = name
 
 
-def add_submodule(gm: fx.GraphModule, target: str, module: nn.Module) -> str:
+def add_submodule(gm: fx.GraphModule, target: str, module: nn.Module,
+                  modules: dict[str, nn.Module] | None = None) -> str:
     """Add ``module`` to gm under a name made of ``target`` (``dnnctl_layer1_0_conv1``, or
-    ``..._2``, ``..._3`` where taken); returns the name."""
+    ``..._2``, ``..._3`` where taken), and to ``modules`` (the passes look up every
+    call_module node's module there: a conv whose output is a later fused chain's residual
+    has that chain's node as its user); returns the name."""
     base = "dnnctl_" + target.replace(".", "_")
     name, i = base, 1
     while hasattr(gm, name):
         i += 1
         name = f"{base}_{i}"
     gm.add_submodule(name, module)
+    if modules is not None:
+        modules[name] = module
     return name

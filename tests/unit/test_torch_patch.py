@@ -1569,3 +1569,30 @@ def test_compiled_patched_model_keeps_its_checkpoint_node():
     want, got, xa, xb = _forward_backward(ref, compiled, torch.randn(2, 16, 8, 8))
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+
+
+class _ShortcutLast(nn.Module):
+    """diffusers' ResnetBlock2D order: the 1x1 shortcut conv runs after conv2, so its output
+    is the residual of a chain already fused (the fused node is its user)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(4, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.act, self.conv_shortcut = nn.SiLU(), nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        h = self.conv2(self.act(self.conv1(x)))
+        return self.conv_shortcut(x) + h
+
+
+def test_a_conv_feeding_a_fused_chains_residual_patches():
+    """patch raised KeyError('dnnctl_conv2') in eval: the fusion pass looked up the fused
+    chain's new submodule (the shortcut conv's user) in the module table made before it."""
+    torch.manual_seed(0)
+    model = _ShortcutLast().eval()
+    x = torch.randn(2, 4, 5, 5)
+    want, got, report = _eager_and_patched(model, x)
+    assert report.traced
+    assert {f.head: f.parts for f in report.fusions} == {"conv1": ["silu"],
+                                                         "conv2": ["residual"]}
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
