@@ -1596,3 +1596,41 @@ def test_a_conv_feeding_a_fused_chains_residual_patches():
     assert {f.head: f.parts for f in report.fusions} == {"conv1": ["silu"],
                                                          "conv2": ["residual"]}
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+class _TimeEmbedding(nn.Module):
+    """A diffusion ResBlock's time embedding, ``conv(h) + temb[:, :, None, None]``, and the
+    same after a BatchNorm before a ReLU: adds that broadcast, not residuals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.t = nn.Conv2d(4, 8, 3, padding=1), nn.Linear(6, 8)
+        self.bn, self.relu = nn.BatchNorm2d(8), nn.ReLU()
+
+    def forward(self, x, temb):
+        h = self.conv(x) + self.t(temb)[:, :, None, None]
+        return self.relu(self.bn(h) + temb[:, :1, None, None])
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_an_add_that_broadcasts_runs_after_the_fused_op(mode):
+    """A conv (or BatchNorm) followed by an add of a tensor that broadcasts was fused as the
+    epilogue's residual; the op refused it at run time (the whole conv / batch_norm fell
+    back to torch, counted in report.fallbacks()). Now the op runs on dnnctl and torch adds,
+    as eager: same outputs, gradients and statistics, no fallback."""
+    torch.manual_seed(0)
+    ref = getattr(_randomize_bn(_TimeEmbedding()), mode)()
+    model = copy.deepcopy(ref)
+    x, temb = torch.randn(2, 4, 5, 5), torch.randn(2, 6)
+    with dt.patched(model) as report:
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        want, got = ref(xa, temb), model(xb, temb)
+        g = torch.randn_like(want)
+        want.backward(g)
+        got.backward(g)
+    assert "residual" in {p for f in report.fusions for p in f.parts}
+    assert report.fallbacks() == {}
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
