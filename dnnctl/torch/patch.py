@@ -393,8 +393,11 @@ _MAX_RETRACES = 8
 
 class _Traced:
     """The patched model's forward: the traced graph for calls it was traced for (see
-    :func:`_trace`), the model's own forward otherwise. Deep-copied with its model it becomes
-    a :class:`_Retrace` of the copy: the graph's fused chains hold the original's modules."""
+    :func:`_trace`), the model's own forward otherwise. A required argument given as None
+    (CLIP's ``layer(h, None, causal_mask)``) is a call of the latter: the trace gave each
+    required argument a traced value, which ``mask is not None`` took for a tensor.
+    Deep-copied with its model it becomes a :class:`_Retrace` of the copy: the graph's fused
+    chains hold the original's modules."""
 
     def __init__(self, model: nn.Module, gm: fx.GraphModule, own: Any,
                  sig: inspect.Signature | None, required: list[str], defaults: dict[str, Any],
@@ -423,6 +426,9 @@ class _Traced:
                 if any(hooked(m) for m in self.members):  # on a fused module: unfuse it
                     return self._retrace()(*args, **kwargs)
         if not kwargs and len(args) == self.n_req:
+            for a in args:
+                if a is None:  # (see the class docstring)
+                    return self.own(*args)
             return self.gm(*args)
         if self.sig is None:
             return self.gm(*args, **kwargs)
@@ -432,7 +438,7 @@ class _Traced:
             return self.own(*args, **kwargs)  # the model's own error for a wrong call
         given = bound.arguments
         if all(_is_default(given[n], self.defaults[n]) for n in given if n in self.defaults) \
-                and all(n in given for n in self.required):
+                and all(n in given and given[n] is not None for n in self.required):
             return self.gm(*(given[n] for n in self.required))
         return self.own(*args, **kwargs)
 

@@ -1634,3 +1634,41 @@ def test_an_add_that_broadcasts_runs_after_the_fused_op(mode):
     _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
     for (n, a), b in zip(ref.named_buffers(), model.buffers()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
+
+
+class _MaskedLayer(nn.Module):
+    """CLIP's encoder layer signature: ``layer(h, attention_mask, causal_attention_mask)``,
+    both masks required and either one may be None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qk, self.norm = nn.Linear(16, 16), nn.LayerNorm(16)
+
+    def forward(self, h, attention_mask, causal_attention_mask):
+        scores = self.qk(h) @ h.transpose(-1, -2)
+        if attention_mask is not None and causal_attention_mask is not None:
+            attention_mask = attention_mask + causal_attention_mask
+        elif causal_attention_mask is not None:
+            attention_mask = causal_attention_mask
+        if attention_mask is not None:
+            scores = scores + attention_mask
+        return self.norm(scores.softmax(-1) @ h)
+
+
+def test_a_required_argument_given_none_runs_the_models_forward():
+    """The trace gives each required argument a traced value, which ``is not None`` takes
+    for a tensor: a call passing None ran the graph and raised TypeError (None + Tensor).
+    It runs the model's own forward (its modules still on dnnctl); tensors run the graph."""
+    torch.manual_seed(0)
+    model = _MaskedLayer().eval()
+    h = torch.randn(2, 5, 16)
+    causal = torch.full((5, 5), -1e9).triu(1)
+    calls = [(h, None, causal), (h, causal, causal), (h, None, None)]
+    with torch.no_grad():
+        want = [model(*c) for c in calls]
+        with dt.patched(model) as report:
+            got = [model(*c) for c in calls]
+            got.append(model(h, attention_mask=None, causal_attention_mask=causal))
+    assert report.traced
+    for g, w in zip(got, [*want, want[0]]):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
