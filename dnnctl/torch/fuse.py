@@ -30,6 +30,7 @@ from dnnctl.torch.modules import act_call, act_of, base_type, bn_fwd, conv1d_as_
 from dnnctl.torch.native import Direct
 from dnnctl.torch.reference import ACTS
 from dnnctl.torch.report import Fusion
+from dnnctl.torch.trace import MODE_CHANGES
 
 # activations the conv / matmul epilogues take (gelu: the erf form); the conv epilogue also
 # takes MobileNet's relu6 / hardswish
@@ -318,9 +319,25 @@ def hooked(m: nn.Module) -> bool:
                 getattr(m, "_forward_hooks_with_kwargs", None))
 
 
-def _single_user(node: fx.Node) -> fx.Node | None:
+def _single_user(node: fx.Node, blocks: dict[fx.Node, int]) -> fx.Node | None:
+    """node's only user, if it has one and it is in node's mode block (see :func:`_blocks`)."""
     users = list(node.users)
-    return users[0] if len(users) == 1 else None
+    if len(users) != 1 or blocks.get(users[0], -1) != blocks.get(node, -2):
+        return None
+    return users[0]
+
+
+def _blocks(graph: fx.Graph) -> dict[fx.Node, int]:
+    """Each node's mode block: how many grad-mode / autocast switches precede it (see
+    trace.MODE_CHANGES). A chain fuses within one block only: the fused op runs where the
+    chain's last node was, in that node's modes (a conv under ``no_grad`` and its ReLU after
+    the block fused would give the conv's weights gradients)."""
+    blocks, block = {}, 0
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target in MODE_CHANGES:
+            block += 1
+        blocks[n] = block
+    return blocks
 
 
 def _act_node(node: fx.Node, modules: dict[str, nn.Module], conv: bool) -> str | None:
@@ -351,6 +368,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
     often each module is called in the graph (a shared module is not fused)."""
     modules = dict(gm.named_modules())
     graph = gm.graph
+    blocks = _blocks(graph)
     fusions: list[Fusion] = []
     for node in list(graph.nodes):
         if node.op != "call_module" or node.target not in covered or calls[node.target] != 1:
@@ -364,7 +382,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         chain, folded, parts = [node], [], []
         bn = None
         cur = node
-        nxt = _single_user(cur)
+        nxt = _single_user(cur, blocks)
         is_conv = kind is not nn.Linear
         bn_type = nn.BatchNorm1d if kind is nn.Conv1d else nn.BatchNorm2d
         if (is_conv and fold_bn_ok and nxt is not None
@@ -376,7 +394,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
             chain.append(nxt)
             folded.append(nxt.target)
             parts.append("bn")
-            cur, nxt = nxt, _single_user(nxt)
+            cur, nxt = nxt, _single_user(nxt, blocks)
         act = "none"
         # training: no activation in the epilogue (its gradient would need the
         # pre-activation, recomputed by a second conv / GEMM; the separate op saves it)
@@ -388,7 +406,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
                 if nxt.op == "call_module":
                     folded.append(nxt.target)
                 parts.append(found)
-                cur, nxt = nxt, _single_user(nxt)
+                cur, nxt = nxt, _single_user(nxt, blocks)
         residual = None
         # ``h += conv(x)`` mutates h (code may read it later): only ``conv(x) += r``, whose
         # left side is the chain's own value, fuses
@@ -400,7 +418,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
                 residual = other
                 chain.append(nxt)
                 parts.append("residual")
-                cur, nxt = nxt, _single_user(nxt)
+                cur, nxt = nxt, _single_user(nxt, blocks)
         before = False
         # relu(bn(conv(x)) + identity): the activation after the add joins the epilogue
         # (inference only, as above; a 2-D conv)
@@ -431,7 +449,7 @@ def fuse_graph(gm: fx.GraphModule, covered: set[str], fold_bn_ok: bool, handle: 
         for n in reversed(chain):
             graph.erase_node(n)
         fusions.append(Fusion(node.target, folded, parts))
-    fusions += _bn_relu_chains(gm, modules, covered, handle, calls)
+    fusions += _bn_relu_chains(gm, modules, covered, handle, calls, blocks)
     _out_of_place_acts(gm, modules, covered, handle)
     _route_modules(gm, modules, covered)
     graph.lint()
@@ -507,7 +525,8 @@ def _residual_add(node: fx.Node, cur: fx.Node) -> fx.Node | None:
 
 
 def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: set[str],
-                    handle: int, calls: dict[str, int]) -> list[Fusion]:
+                    handle: int, calls: dict[str, int],
+                    blocks: dict[fx.Node, int]) -> list[Fusion]:
     """Rewrite each BatchNorm2d that dnnctl runs, called once, whose only user is a ReLU of
     its output (module or function), or an add whose only user is such a ReLU, into one
     :class:`FusedBnAct` call."""
@@ -520,9 +539,9 @@ def _bn_relu_chains(gm: fx.GraphModule, modules: dict[str, nn.Module], covered: 
         bn = modules[node.target]
         if type(bn) is not nn.BatchNorm2d or hooked(bn):
             continue
-        nxt, cur, residual, add = _single_user(node), node, None, None
+        nxt, cur, residual, add = _single_user(node, blocks), node, None, None
         if nxt is not None and (residual := _residual_add(nxt, node)) is not None:
-            add, cur, nxt = nxt, nxt, _single_user(nxt)
+            add, cur, nxt = nxt, nxt, _single_user(nxt, blocks)
         if nxt is None or len(nxt.args) != 1 or nxt.args[0] is not cur:
             continue
         if _act_node(nxt, modules, True) != "relu":

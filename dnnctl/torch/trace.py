@@ -1,6 +1,7 @@
 """torch.fx tracing of a model for :func:`dnnctl.torch.patch`: ``fx.symbolic_trace`` with
-in-place augmented assignments kept in place and activation checkpointing kept as one graph
-node (not inlined), so the traced graph computes what the model computes."""
+in-place augmented assignments kept in place, activation checkpointing kept as one graph
+node (not inlined), and grad-mode / autocast blocks kept as nodes that enter and leave them,
+so the traced graph computes what the model computes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 import torch
 import torch.utils.checkpoint
 from torch import fx, nn
+from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+from torch.autograd.grad_mode import _enter_inference_mode, _exit_inference_mode
 
 
 class _InplaceProxy(fx.Proxy):
@@ -50,7 +53,7 @@ def symbolic_trace(model: nn.Module, defaults: dict[str, Any]) -> fx.GraphModule
     tracer = _Tracer()
     attrs = _attributes(model)
     try:
-        with _checkpoint_leaf(model, tracer):
+        with _checkpoint_leaf(model, tracer), _mode_blocks(tracer):
             graph = tracer.trace(model, concrete_args=defaults or None)
     finally:
         changed = _restore(attrs)
@@ -155,3 +158,95 @@ def _leaf(fn: Any, tracer: fx.Tracer) -> Any:
             return tracer.create_proxy("call_function", fn, args, kwargs)
         return fn(*args, **kwargs)
     return call
+
+
+# ----------------------------------------------------------------------------- mode blocks
+
+
+def _grad_enter(mode: bool) -> bool:
+    """A traced ``torch.no_grad()`` / ``enable_grad()`` / ``set_grad_enabled(mode)`` block
+    entered: grad mode set to ``mode``; the mode before, for :func:`_grad_exit`."""
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(mode)
+    return prev
+
+
+def _grad_exit(prev: bool) -> None:
+    torch._C._set_grad_enabled(prev)
+
+
+# the functions of the nodes that enter and leave a mode block in a traced graph
+MODE_CHANGES = frozenset({_grad_enter, _grad_exit, _enter_inference_mode, _exit_inference_mode,
+                          _enter_autocast, _exit_autocast})
+
+_NODE = "_dnnctl_mode_node"  # on the context object: its enter node, for the exit's
+
+
+def _enter_args(ctx: Any, args: tuple) -> tuple[Any, tuple] | None:
+    """(enter function, its arguments) for a context manager entered (or, for
+    set_grad_enabled, made: it switches on construction, as a plain call too)."""
+    g = torch.autograd.grad_mode
+    if isinstance(ctx, g.no_grad):
+        return _grad_enter, (False,)
+    if isinstance(ctx, g.enable_grad):
+        return _grad_enter, (True,)
+    if isinstance(ctx, g.set_grad_enabled):
+        return _grad_enter, (bool(args[0]),)
+    if isinstance(ctx, g.inference_mode):
+        return _enter_inference_mode, (bool(ctx.mode),)
+    if isinstance(ctx, torch.amp.autocast_mode.autocast):
+        return _enter_autocast, (ctx.device, ctx.fast_dtype, bool(ctx._enabled),
+                                 bool(ctx._cache_enabled))
+    return None
+
+
+_EXITS = {_grad_enter: _grad_exit, _enter_inference_mode: _exit_inference_mode,
+          _enter_autocast: _exit_autocast}
+
+
+@contextlib.contextmanager
+def _mode_blocks(tracer: fx.Tracer) -> Iterator[None]:
+    """While the model is traced, entering and leaving a ``torch.no_grad()``,
+    ``enable_grad()``, ``set_grad_enabled()``, ``inference_mode()`` or ``autocast()``
+    block (a ``with``, or a decorator such as ``@torch.no_grad()``) also records graph
+    nodes that do so. fx runs the model's Python once: the switch alone would happen at
+    trace time only, and the graph compute the block in the caller's modes (a teacher
+    network under ``no_grad`` getting gradients, a rotary embedding under
+    ``autocast(enabled=False)`` computed in bfloat16). Only the outermost switch of a
+    nest records (no_grad switches through set_grad_enabled)."""
+    g = torch.autograd.grad_mode
+    depth = [0]
+
+    def record(real: Any, enter: bool) -> Any:
+        def method(self: Any, *args: Any) -> Any:
+            depth[0] += 1
+            try:
+                out = real(self, *args)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                if enter:
+                    found = _enter_args(self, args)
+                    if found is not None:
+                        self.__dict__[_NODE] = (found[0], tracer.create_proxy(
+                            "call_function", found[0], found[1], {}))
+                elif _NODE in self.__dict__:
+                    fn, node = self.__dict__.pop(_NODE)
+                    tracer.create_proxy("call_function", _EXITS[fn], (node,), {})
+            return out
+        return method
+
+    targets = [(g.no_grad, "__enter__", True), (g.no_grad, "__exit__", False),
+               (g.enable_grad, "__enter__", True), (g.enable_grad, "__exit__", False),
+               (g.set_grad_enabled, "__init__", True), (g.set_grad_enabled, "__exit__", False),
+               (g.inference_mode, "__enter__", True), (g.inference_mode, "__exit__", False),
+               (torch.amp.autocast_mode.autocast, "__enter__", True),
+               (torch.amp.autocast_mode.autocast, "__exit__", False)]
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in targets]
+    for (cls, name, enter), (_, _, real) in zip(targets, saved):
+        setattr(cls, name, record(real, enter))
+    try:
+        yield
+    finally:
+        for cls, name, real in saved:
+            setattr(cls, name, real)

@@ -1672,3 +1672,55 @@ def test_a_required_argument_given_none_runs_the_models_forward():
     assert report.traced
     for g, w in zip(got, [*want, want[0]]):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+class _Teacher(nn.Module):
+    """BYOL / DINO style: a target network under ``torch.no_grad()`` in the forward, and a
+    rotary-style block under ``autocast(enabled=False)`` (a decorator), as Hugging Face's
+    rotary embeddings are written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.online, self.target = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.rot, self.act = nn.Linear(8, 8), nn.ReLU()
+
+    @torch.autocast("cpu", enabled=False)
+    def _fp32(self, x):
+        return self.rot(x.float())
+
+    def forward(self, x):
+        with torch.no_grad():
+            t = self.target(x)  # its ReLU is outside the block: no fusion across it
+        return self.act(self.online(x)) - self.act(t) + self._fp32(x)
+
+
+def test_no_grad_and_autocast_blocks_in_a_forward_survive_the_trace():
+    """fx ran ``with torch.no_grad()`` / ``autocast(enabled=False)`` once, at trace time:
+    the graph gave the target network gradients (and the input a wrong one), and computed
+    the float32 block in bfloat16 under an outer autocast. The traced graph now enters and
+    leaves the blocks itself (eager, compiled and exported); a chain does not fuse across."""
+    torch.manual_seed(0)
+    ref = _Teacher().eval()
+    model = copy.deepcopy(ref)
+    report = dt.patch(model)
+    assert report.traced and [f.head for f in report.fusions] == ["online"]
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(3, 8))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert model.target.weight.grad is None and ref.target.weight.grad is None
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-5, atol=1e-6)
+    for (n, pa), pb in zip(ref.named_parameters(), model.parameters()):
+        if pa.grad is not None:
+            torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-5, atol=1e-6, msg=n)
+    x = torch.randn(3, 8)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = ref(x), model(x)
+        assert torch.is_autocast_enabled("cpu") and not torch.is_grad_enabled()
+    assert got.dtype == want.dtype == torch.float32 and torch.is_grad_enabled()
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    y = compiled(x.requires_grad_())
+    y.sum().backward()
+    torch._dynamo.reset()
+    assert model.target.weight.grad is None
+    torch.testing.assert_close(y, ref(x), rtol=1e-5, atol=1e-6)
