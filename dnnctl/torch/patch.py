@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -67,12 +68,39 @@ def _routed(fn: Any) -> bool:
     return bool(mod) and mod.startswith("dnnctl.torch")
 
 
-def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]]) -> None:
+def _set_forward(m: nn.Module, fn: Any, saved: list[tuple[nn.Module, Any]],
+                 root: nn.Module) -> None:
     before = m.__dict__.get("forward", _MISSING)
     saved.append((m, before))
     if isinstance(fn, functools.partial):
-        fn = _PatchForward.of(fn, m, before)
+        fn = _PatchForward.of(fn, m, before, root)
     object.__setattr__(m, "forward", fn)
+
+
+def _root(fn: Any) -> nn.Module | None:
+    """The patched model whose patch put ``fn`` (a routed forward) there, while that
+    model is still patched; None for a forward no live patch holds (a copy of a part of a
+    patched model)."""
+    if isinstance(fn, _PatchForward):
+        root = fn.root() if fn.root is not None else None
+    else:  # the model's own traced / graphed forward
+        root = getattr(fn, "model", None)
+    return root if isinstance(root, nn.Module) and _state(root) is not None else None
+
+
+def _holds(outer: nn.Module, inner: nn.Module) -> bool:
+    return any(m is inner for m in outer.modules())
+
+
+def _shared_with(model: nn.Module, fn: Any) -> nn.Module | None:
+    """The other patched model that routes a module ``model`` holds, where neither model
+    holds the other (they share the module: a backbone two models hold, ultralytics'
+    ``Conv.default_act``, one SiLU for every model built in the process); None where the
+    patches would nest or no live patch holds the module."""
+    root = _root(fn)
+    if root is None or root is model or _holds(root, model) or _holds(model, root):
+        return None
+    return root
 
 
 # Pickling a patched model (torch.save(model), a checkpoint of the whole model object)
@@ -98,9 +126,13 @@ class _PatchForward(functools.partial):
     the copy's module)."""
 
     @classmethod
-    def of(cls, fn: functools.partial, m: nn.Module, before: Any) -> _PatchForward:
+    def of(cls, fn: functools.partial, m: nn.Module, before: Any,
+           root: nn.Module | None) -> _PatchForward:
         new = cls(fn.func, *fn.args, **fn.keywords)
         new.owner, new.before = m, before
+        # the patched model (see _shared_with); a weak reference: a module shared with
+        # another model must not keep this one alive
+        new.root = None if root is None else weakref.ref(root)
         return new
 
     def __reduce__(self) -> Any:
@@ -110,7 +142,11 @@ class _PatchForward(functools.partial):
         plain = functools.partial(self.func, *copy.deepcopy(self.args, memo),
                                   **copy.deepcopy(self.keywords, memo))
         before = self.before if self.before is _MISSING else copy.deepcopy(self.before, memo)
-        return _PatchForward.of(plain, copy.deepcopy(self.owner, memo), before)
+        # the copy of the patched model, where it is copied too (else a copy of a part of it,
+        # which no live patch holds)
+        root = self.root() if self.root is not None else None
+        return _PatchForward.of(plain, copy.deepcopy(self.owner, memo), before,
+                                None if root is None else memo.get(id(root)))
 
 
 def _no_patch() -> None:
@@ -174,8 +210,13 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     if _state(model) is not None:
         raise UsageError("patch: this model is already patched",
                          hint="call dnnctl.torch.unpatch(model) first")
+    shared: set[str] = set()  # modules another patched model holds and routes
     for name, m in model.named_modules():
-        if _routed(m.__dict__.get("forward")):  # a part of (or around) another patch
+        fwd = m.__dict__.get("forward")
+        if _routed(fwd):  # a part of (or around) another patch, or shared with one
+            if _shared_with(model, fwd) is not None:
+                shared.add(name)
+                continue
             raise UsageError(f"patch: module {name!r} is already routed by another "
                              f"dnnctl.torch.patch (of a model that holds it, or that it "
                              f"holds)",
@@ -192,8 +233,12 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
             if op == "(container)":  # what runs its covered parts, said once
                 report.skipped.append(Skipped(name, type(m).__name__, note))
             continue
-        if fn is not None:
-            _set_forward(m, fn, saved)
+        if name in shared:  # left as the other model's patch routes it (with its plan)
+            covered.add(name)
+            report.covered.append(Covered(name, type(m).__name__, op, "shared with another "
+                                          "patched model, whose patch routes it"))
+        elif fn is not None:
+            _set_forward(m, fn, saved, model)
             covered.add(name)
             report.covered.append(Covered(name, type(m).__name__, op, note))
         elif op:
@@ -203,7 +248,7 @@ def patch(model: nn.Module, plan: Any = None, *, trace: bool = True,
     if graphs:
         inner = model.__dict__.get("forward", _MISSING)
         _set_forward(model, graphs_module.GraphedForward(
-            model, _own_forward(model, inner), max_graphs), saved)
+            model, _own_forward(model, inner), max_graphs), saved, model)
         report.graphs = True
     object.__setattr__(model, _MARK, _State(report, saved, plan))
     _mark_unscriptable(model, saved)
@@ -312,7 +357,7 @@ def _trace(model: nn.Module, covered: set[str], handle: int, report: PatchReport
         report.trace_error = str(exc)
         return
     report.traced = True
-    _set_forward(model, traced, saved)
+    _set_forward(model, traced, saved, model)
 
 
 class _NotTraceable(Exception):
@@ -531,7 +576,8 @@ def unpatch(model: nn.Module) -> PatchReport:
     if state is None:
         # a copy of a part of a patched model (``copy.deepcopy(model.backbone)``) carries
         # dnnctl forwards without a patch of its own: they are taken off
-        routed = [m for m in model.modules() if _routed(m.__dict__.get("forward"))]
+        routed = [m for m in model.modules() if _routed(m.__dict__.get("forward"))
+                  and _root(m.__dict__["forward"]) is None]  # (not another model's)
         if not routed:
             raise UsageError("unpatch: this model is not patched",
                              hint="call dnnctl.torch.patch(model) first")

@@ -1724,3 +1724,48 @@ def test_no_grad_and_autocast_blocks_in_a_forward_survive_the_trace():
     torch._dynamo.reset()
     assert model.target.weight.grad is None
     torch.testing.assert_close(y, ref(x), rtol=1e-5, atol=1e-6)
+
+
+class _UltralyticsConv(nn.Module):
+    """ultralytics' Conv: its activation is a class attribute, one SiLU that every Conv of
+    every model built in the process holds."""
+
+    default_act = nn.SiLU()
+
+    def __init__(self, c1: int, c2: int) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(c1, c2, 3, padding=1, bias=False), nn.BatchNorm2d(c2)
+        self.act = self.default_act
+
+    def forward(self, x):
+        return self.act(self.bn(self.conv(x)))
+
+
+def test_two_patched_models_may_share_modules():
+    """Two models built alike share ultralytics' activation, and two heads may hold one
+    backbone: the second patch was refused ("already routed ... patches do not nest").
+    It now leaves a shared module as the first patch routes it, says so, and both models
+    give eager's results before and after either is unpatched; nesting is still refused."""
+    torch.manual_seed(0)
+    backbone = nn.Sequential(_UltralyticsConv(3, 8), _UltralyticsConv(8, 8))
+    a = nn.Sequential(backbone, nn.Conv2d(8, 2, 1)).eval()
+    b = nn.Sequential(backbone, nn.Conv2d(8, 4, 1), _UltralyticsConv(4, 4)).eval()
+    _randomize_bn(b)
+    x = torch.randn(2, 3, 6, 6)
+    with torch.no_grad():
+        want_a, want_b = a(x), b(x)
+        dt.patch(a)
+        report = dt.patch(b)
+        assert {c.name for c in report.covered if "shared" in c.note} == {
+            "0.0.conv", "0.0.bn", "0.0.act", "0.1.conv", "0.1.bn"}
+        torch.testing.assert_close(a(x), want_a, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b(x), want_b, rtol=1e-5, atol=1e-5)
+        with pytest.raises(UsageError, match="not patched"):
+            dt.unpatch(backbone)  # routed, but by the patches of a and b
+        with pytest.raises(UsageError, match="patches do not nest"):
+            dt.patch(nn.Sequential(a))
+        dt.unpatch(a)
+        torch.testing.assert_close(b(x), want_b, rtol=1e-5, atol=1e-5)
+        dt.unpatch(b)
+        assert not [n for n, m in b.named_modules() if "forward" in m.__dict__]
+        torch.testing.assert_close(b(x), want_b, rtol=0, atol=0)
