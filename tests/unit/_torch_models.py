@@ -162,6 +162,23 @@ def randomize_bn(model: nn.Module, seed: int = 1,
     return model
 
 
+def randomize_norms(model: nn.Module, seed: int = 1) -> nn.Module:
+    """:func:`randomize_bn`, and random affine parameters (weight in [0.5, 1.5), bias in
+    [-0.5, 0.5)) for every other normalization module, torch's or a model's own (a class
+    whose name ends in ``Norm``: T5's, Qwen2's RMSNorm written by hand); returns the model."""
+    randomize_bn(model, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)) or not type(m).__name__.endswith(
+                "Norm"):
+            continue
+        with torch.no_grad():
+            for name, p in m.named_parameters(recurse=False):
+                shift = 0.5 if name == "weight" else -0.5
+                p.copy_(torch.rand(p.shape, generator=g) + shift)
+    return model
+
+
 def bn_stats(model: nn.Module, seed: int = 1) -> nn.Module:
     """``model`` with random running statistics in its BatchNorm2d layers (a folded BN then
     changes the result)."""
