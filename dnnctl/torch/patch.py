@@ -14,6 +14,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import operator
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ class _State:
     plan: Any
 
     def __reduce__(self) -> Any:  # a pickled patched model comes back unpatched
-        return _no_patch, ()
+        return _pickled_as(None)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _State:
         forwards = [(memo.get(id(m), m),
@@ -106,12 +107,14 @@ def _shared_with(model: nn.Module, fn: Any) -> nn.Module | None:
 # Pickling a patched model (torch.save(model), a checkpoint of the whole model object)
 # stores the model as it was before the patch: a patch's forwards name a plan by a handle
 # of this process, which means nothing in the one that loads it. Each object a patch puts on
-# a model pickles as what was there before (or as nothing that changes the model), while a
+# a model pickles as what was there before (or as nothing that changes the model), through
+# the standard library only (the checkpoint loads where dnnctl is not installed), while a
 # deep copy stays a patched model of its own.
 
 
-def _as_is(value: Any) -> Any:
-    return value
+def _pickled_as(value: Any) -> tuple[Any, tuple]:
+    """A ``__reduce__`` value that unpickles as ``value``, naming no dnnctl function."""
+    return operator.getitem, ((value,), 0)
 
 
 def _own_forward(m: nn.Module, before: Any) -> Any:
@@ -136,7 +139,7 @@ class _PatchForward(functools.partial):
         return new
 
     def __reduce__(self) -> Any:
-        return _as_is, (_own_forward(self.owner, self.before),)
+        return _pickled_as(_own_forward(self.owner, self.before))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _PatchForward:
         plain = functools.partial(self.func, *copy.deepcopy(self.args, memo),
@@ -147,10 +150,6 @@ class _PatchForward(functools.partial):
         root = self.root() if self.root is not None else None
         return _PatchForward.of(plain, copy.deepcopy(self.owner, memo), before,
                                 None if root is None else memo.get(id(root)))
-
-
-def _no_patch() -> None:
-    return None
 
 
 def _calls(gm: fx.GraphModule) -> dict[str, int]:
@@ -290,21 +289,11 @@ class _NotScriptable:
                               "unpatch), or use torch.compile / torch.export, which keep "
                               "the dnnctl ops")
 
-    def __reduce__(self) -> Any:
-        return _Scriptable, (self.model,)
+    def __reduce__(self) -> Any:  # a callable that returns the model as it is
+        return functools.partial, (operator.getitem, (self.model,), 0)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _NotScriptable:
         return _NotScriptable(copy.deepcopy(self.model, memo), self.name)
-
-
-class _Scriptable:
-    """The ``__prepare_scriptable__`` of an unpickled patched model: the model as it is."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    def __call__(self) -> nn.Module:
-        return self.model
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -502,7 +491,7 @@ class _Traced:
         return _own_signature(self.own)
 
     def __reduce__(self) -> Any:  # pickled as the model's own forward
-        return _as_is, (self.own,)
+        return _pickled_as(self.own)
 
     def _retrace(self) -> Any:
         """A module or tensor the graph holds was replaced: trace the model as it is now."""
@@ -562,7 +551,7 @@ class _Retrace:
         return _own_signature(_own_forward(self.model, _MISSING))
 
     def __reduce__(self) -> Any:  # pickled as the model's own forward
-        return _as_is, (_own_forward(self.model, _MISSING),)
+        return _pickled_as(_own_forward(self.model, _MISSING))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = memo.get(id(self.model))

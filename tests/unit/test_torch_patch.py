@@ -1769,3 +1769,31 @@ def test_two_patched_models_may_share_modules():
         dt.unpatch(b)
         assert not [n for n, m in b.named_modules() if "forward" in m.__dict__]
         torch.testing.assert_close(b(x), want_b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("how", [{}, {"trace": False}, {"graphs": True}],
+                         ids=["traced", "modules", "graphs"])
+def test_a_pickled_patched_model_loads_without_dnnctl(how):
+    """A checkpoint of the whole patched model named dnnctl.torch.patch's own functions
+    (each patched forward pickled as ``_as_is(the forward before)``): loading it where
+    dnnctl is not installed (a deployment image) failed with ModuleNotFoundError. It names
+    only the standard library's, and loads as the model before the patch."""
+    import io
+    import pickle
+
+    class NoDnnctl(pickle.Unpickler):
+        def find_class(self, module, name):
+            assert not module.startswith("dnnctl"), f"{module}.{name}"
+            return super().find_class(module, name)
+
+    torch.manual_seed(0)
+    model = _randomize_bn(SmallResNet()).eval()
+    x = torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        want = model(x)
+    dt.patch(model, **how)
+    loaded = NoDnnctl(io.BytesIO(pickle.dumps(model))).load()
+    assert not dt.is_patched(loaded)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), want, rtol=0, atol=0)
+    torch.jit.script(loaded)
