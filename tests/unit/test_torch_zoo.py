@@ -1625,9 +1625,10 @@ def _same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
 def test_zoo_model_patched_equals_eager_and_unpatch_restores_it(name, mode, dtype):
     """Every call form of each model (masks, caches, channels-last, optional arguments)
     gives the unpatched model's outputs; in training also its input and parameter
-    gradients and running statistics (fresh random inputs, random norm statistics, Dropout
-    masks drawn alike). unpatch gives the model back exactly: its attributes and hooks,
-    state_dict, and bit-for-bit the outputs it gave before the patch."""
+    gradients (dnnctl's backward kernels wherever they take the problem) and running
+    statistics (fresh random inputs, random norm statistics, Dropout masks drawn alike).
+    unpatch gives the model back exactly: its attributes and hooks, state_dict, and
+    bit-for-bit the outputs it gave before the patch."""
     case = ZOO[name]
     if dtype not in case.dtypes:
         pytest.skip(f"{name} runs in float32 only")
@@ -1636,7 +1637,8 @@ def test_zoo_model_patched_equals_eager_and_unpatch_restores_it(name, mode, dtyp
     calls = case.calls(dtype)
     before = [_run(m, c)[0] for c in calls for m in (ref, model)][1::2]
     attributes = _attributes(model)
-    report = dt.patch(model)
+    paths = dict(dt.BACKWARD_PATHS)
+    report = dt.patch(model, backward="dnnctl")
     assert report.training == (mode == "train")
     for i, call in enumerate(calls):
         if mode == "eval":
@@ -1655,6 +1657,9 @@ def test_zoo_model_patched_equals_eager_and_unpatch_restores_it(name, mode, dtyp
                 pa.grad = pb.grad = None
     _close([b for _, b in model.named_buffers()], [b for _, b in ref.named_buffers()],
            _TOL[dtype], "buffers")
+    if mode == "train" and dtype == torch.float32:
+        assert any(n > paths.get(k, 0) for k, n in dt.BACKWARD_PATHS.items()
+                   if k[2] == "dnnctl")
     # dnnctl runs float32; float64 calls run torch's ops, said as fallbacks of that dtype
     assert {reason for (op, reason) in report.fallbacks() if op != "multihead_attention"} <= (
         set() if dtype == torch.float32 else {"dtype not float32/float16/bfloat16"})
