@@ -53,6 +53,7 @@ from torch.fx.interpreter import Interpreter
 
 from dnnctl.torch.fuse import add_submodule
 from dnnctl.torch.library import any_autocast, plain_eager
+from dnnctl.torch.trace import MODE_CHANGES
 
 # ----------------------------------------------------------------------------- op tables
 
@@ -174,10 +175,13 @@ _INPLACE_FNS = {operator.iadd, operator.isub, operator.imul, operator.itruediv,
                 operator.setitem, operator.ipow, operator.iand, operator.ior}
 
 
-def _mutates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
-    """The node may write into a tensor it is given: an in-place method (``add_``,
-    ``__setitem__``), an augmented assignment, ``out=`` / ``inplace=True``, or a module
-    with ``inplace`` set (or one that wraps such a module)."""
+def _barrier(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+    """No group spans the node: it may write into a tensor it is given (an in-place method
+    such as ``add_`` or ``__setitem__``, an augmented assignment, ``out=`` /
+    ``inplace=True``, a module with ``inplace`` set or one that wraps such a module), or it
+    enters or leaves a grad-mode / autocast block (the group runs in its root's modes)."""
+    if node.op == "call_function" and node.target in MODE_CHANGES:
+        return True
     if node.op == "call_method":
         name = str(node.target)
         return name.endswith("_") or name == "__setitem__" or "out" in node.kwargs
@@ -235,9 +239,9 @@ def find_groups(graph: fx.Graph) -> list[Group]:
         if len(members) < 2:
             continue
         ordered = sorted(members, key=order.__getitem__)
-        if any(_mutates(n, modules) for n in nodes[order[ordered[0]]:order[root]]):
+        if any(_barrier(n, modules) for n in nodes[order[ordered[0]]:order[root]]):
             # the group runs where its root was: an in-place op between its first op and
-            # there could change what the earlier ops read
+            # there could change what the earlier ops read, a mode block how they run
             continue
         inputs: dict[fx.Node, None] = {}
         for n in ordered:

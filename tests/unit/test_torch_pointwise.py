@@ -310,3 +310,28 @@ def test_compiled_fullgraph_traces_the_ops():
     with torch.no_grad():
         for w, g in zip(Rope()(*args), compiled(*args)):
             assert torch.equal(w, g)
+
+
+class _Blocks(nn.Module):
+    """A chain that starts inside a no_grad block and ends after it (a teacher's target
+    mixed with the student's output): the block's edge splits it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            t = torch.sigmoid(x) * 2.0
+        return (x + t).neg()
+
+
+def test_a_grad_mode_block_edge_splits_a_chain():
+    from dnnctl.torch.trace import symbolic_trace
+
+    gm = symbolic_trace(_Blocks(), {})
+    for g in pw.find_groups(gm.graph):
+        names = [pw._op_name(n) for n in g.members]
+        assert not ({"sigmoid", "neg"} <= set(names)), names
+    pw.fuse_pointwise(gm)
+    x = torch.randn(3, 4, requires_grad=True)
+    gm(x).sum().backward()
+    ref = x.detach().clone().requires_grad_(True)
+    _Blocks()(ref).sum().backward()
+    assert torch.equal(x.grad, ref.grad)
