@@ -18,6 +18,7 @@ from torch import fx, nn  # noqa: E402
 import dnnctl.torch as dt  # noqa: E402
 from dnnctl.errors import UsageError  # noqa: E402
 from dnnctl.torch import pointwise as pw  # noqa: E402
+from dnnctl.torch import pointwise_render as pr  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # the rendering computes in float64 and rounds each value through float32 to its dtype;
@@ -60,7 +61,7 @@ def test_generated_code_matches_the_ops(case, dtype):
     assert calls
     for mod, a in calls:
         ref = mod.sub(*a)
-        out = pw.run_python(mod._prog, a)
+        out = pr.run_python(mod._prog, a)
         assert out is not None, f"{name}: the kernel would not run"
         assert (out.shape, out.stride(), out.dtype) == (ref.shape, ref.stride(), ref.dtype)
         torch.testing.assert_close(out.double(), ref.double(), rtol=TOL[ref.dtype],
@@ -134,7 +135,7 @@ def test_integer_and_float64_values_run_the_ops():
     assert lines
     args64 = inputs([(1, 2, 3, 4), (1, 2, 3, 4), (3, 4), (3, 4)], None, torch.float64, "cpu")
     for mod, a in _calls(gm, args64):
-        assert pw.run_python(mod._prog, a) is None  # float64: the kernel does not take it
+        assert pr.run_python(mod._prog, a) is None  # float64: the kernel does not take it
 
     class Ints(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -144,7 +145,7 @@ def test_integer_and_float64_values_run_the_ops():
     assert lines
     x = torch.arange(6).reshape(2, 3)
     for mod, a in _calls(gm, [x]):
-        assert pw.run_python(mod._prog, a) is None
+        assert pr.run_python(mod._prog, a) is None
     assert torch.equal(gm(x), Ints()(x))
 
 
@@ -205,7 +206,7 @@ def test_scalarish_nodes_are_not_group_members():
     x = torch.randn(3, 6)
     assert torch.equal(gm(x), Shapes()(x))
     (mod, a), = _calls(gm, [x])
-    torch.testing.assert_close(pw.run_python(mod._prog, a), Shapes()(x))
+    torch.testing.assert_close(pr.run_python(mod._prog, a), Shapes()(x))
 
 
 class _InPlaceBetween(nn.Module):
@@ -275,7 +276,7 @@ def test_cuda_rendering_runs_on_the_host(case, dtype, tmp_path):
     (tmp_path / "dnnctl" / "common.cuh").write_text(_HOST_HEADER)
     for k, (mod, a) in enumerate(_calls(gm, inputs(shapes, perm, dtype, "cpu"))):
         sig, params, key = mod._prog.signature(a)
-        src = pw._cuda_source(key)
+        src = pr.cuda_source(key)
         params_c = re.search(r"pointwise\((.*)\) \{", src).group(1)
         names = [p.split()[-1] for p in params_c.split(", ")]
         src = src.replace('extern "C" __global__ void __launch_bounds__(256) pointwise(',
