@@ -265,6 +265,24 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "gpu_packages": (("package",), {
         "package": F("text", True), "packages": F("list_text"), "built_for": F("text", True),
         "check": F("text", True), "tabled": F("bool")}),
+    # tensorrt_gpus: TensorRT releases -> the oldest and newest compute capability they
+    # support (compat/limits.yaml); cc_uncertain: capabilities the sources leave open
+    "tensorrt_gpus": (("tensorrt",), {
+        "tensorrt": F("range", True), "min_cc": F("cc"), "max_cc": F("cc"),
+        "cc_uncertain": F("cc_list")}),
+    # source_build_floors: the lowest compute capability a framework's own build accepts
+    "source_build_floors": (("framework",), {
+        "framework": F("text", True), "min_cc": F("cc", True)}),
+    # os_builds: package families with no native build for an OS, only through ``via``
+    "os_builds": (("package", "os"), {
+        "package": F("text", True), "os": F("choice", True, "windows", "macos"),
+        "via": F("text", True), "packages": F("list_text"), "family": F("text", True),
+        "fix": F("text", True)}),
+    # conda_cpu_builds: a package whose conda-forge build for an OS has no CUDA (conda_names:
+    # its conda-forge package names; error: what GPU use then raises)
+    "conda_cpu_builds": (("package", "os"), {
+        "package": F("text", True), "os": F("choice", True, "windows", "linux", "macos"),
+        "conda_names": F("list_text", True), "error": F("text", True), "fix": F("text", True)}),
 }
 
 
