@@ -49,7 +49,7 @@ its CUDA release; Triton's run-time C build: a C compiler and Python.h), rules_p
 (none imports this module),
 rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet), rules_stub.py
 (the toolkit's stub libcuda found before the driver's), rules_tensorrt.py (a TensorRT build's
-CUDA major) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
+CUDA major; rules_tensorrt_gpus.py: the GPUs a release has kernels for) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
 os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
 commands for a native Windows snapshot.
 """
@@ -97,6 +97,7 @@ from dnnctl.doctor import (
     rules_source_ext,
     rules_stub,
     rules_tensorrt,
+    rules_tensorrt_gpus,
     rules_tf_runtime,
     rules_tfjs,
     rules_toolchain,
@@ -125,6 +126,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_ctranslate2.check(ctx)
     findings += rules_onnxruntime.check(ctx)
     findings += rules_tensorrt.check(ctx)
+    findings += rules_tensorrt_gpus.check(ctx)
     findings += rules_paddle.check(ctx)
     findings += rules_extensions.check(ctx)
     findings += rules_source_ext.check(ctx)
