@@ -76,6 +76,8 @@ CODES = {
     "host-compiler": "the gcc / clang nvcc runs is outside the range its CUDA release accepts, "
                      "or there is none",
     "triton-build": "Triton's run-time C build lacks a C compiler or the interpreter's Python.h",
+    "hide-gpu": "a GPU a framework here has no code for is visible beside GPUs it runs on: "
+                "show CUDA only those (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -167,6 +169,7 @@ MIG_FIELDS = {
 # Variables of the process environment that rules read (never the whole environment).
 ENVIRONMENT_FIELDS = {
     "CUDA_VISIBLE_DEVICES": "str",  # "0,1", "GPU-<uuid>", "MIG-<uuid>,MIG-<uuid>"
+    "CUDA_DEVICE_ORDER": "str",  # FASTEST_FIRST (CUDA's default) | PCI_BUS_ID (nvidia-smi's)
     # the ptxas Triton runs instead of its bundled copy (below / from compute capability 10.0)
     "TRITON_PTXAS_PATH": "str",
     "TRITON_PTXAS_BLACKWELL_PATH": "str",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import best_torch_fix, cubin_status, reach_row
 from dnnctl.compat.versions import Version, VersionRange
-from dnnctl.doctor import fixcheck, rules_jax, rules_platform
+from dnnctl.doctor import fixcheck, rules_gpu_hide, rules_jax, rules_platform
 from dnnctl.doctor.context import Context, GpuInfo, finding
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_libraries import ARCH_VARIABLE, NO_KERNEL
@@ -54,7 +54,11 @@ def unreached(ctx: Context, framework: str) -> list[GpuInfo]:
 
 
 def source_build_fix(ctx: Context, framework: str, gpu: GpuInfo) -> str:
-    """A source build for a GPU no release build has code for."""
+    """A source build for a GPU no release build has code for (another GPU where the
+    framework's own build does not accept it)."""
+    floor = rules_gpu_hide.floor(ctx, framework, gpu.cc)
+    if floor is not None:
+        return rules_gpu_hide.floor_fix(framework, gpu, floor)
     arch = gpu.arch or {}
     sm = f"sm_{gpu.cc.major}{gpu.cc.minor}"
     var = ARCH_VARIABLE.get(framework)
