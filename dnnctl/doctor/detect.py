@@ -27,6 +27,7 @@ from dnnctl.doctor.probe_fabric import probe_fabric
 from dnnctl.doctor.probe_libs import probe_libraries
 from dnnctl.doctor.probe_pci import probe_pci
 from dnnctl.doctor.probe_python import probe_python, requires_of
+from dnnctl.doctor.probe_system import probe_system
 from dnnctl.doctor.probe_toolchain import probe_toolchain
 
 T = TypeVar("T")
@@ -88,6 +89,7 @@ def detect(runner: Runner | None = None, deep: bool = False, timeout: float | No
         env.driver["gpu_count"] = sum(not (g.mig or {}).get("profile") for g in drv.gpus)
     env.driver.update(_timed("probe: PCI bus GPUs and kernel module flavor", probe_pci, host))
     env.toolchain = tool_task.result()
+    env.system = _timed("probe: container and /dev/shm", probe_system, host)
     env.environment = {k: host.environ[k] for k in ENVIRONMENT_FIELDS
                        if host.environ.get(k) is not None}
     env.frameworks = frameworks

@@ -37,6 +37,7 @@ from dnnctl.doctor.model import (
     LIBRARIES,
     MIG_FIELDS,
     SEARCHED,
+    SYSTEM_FIELDS,
     TOOLCHAIN_FIELDS,
     Component,
     EnvSnapshot,
@@ -64,7 +65,7 @@ GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory
               "uuid": "str", "mig": MIG_FIELDS, "fabric": FABRIC_FIELDS,
               "compute_mode": "compute_mode"}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
-TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain",
+TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain", "system",
               "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live",
               "packages", "requires", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
@@ -282,6 +283,8 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
         env.environment = r.record(top["environment"], "environment", ENVIRONMENT_FIELDS)
     if "toolchain" in top:
         env.toolchain = r.record(top["toolchain"], "toolchain", TOOLCHAIN_FIELDS)
+    if "system" in top:
+        env.system = r.record(top["system"], "system", SYSTEM_FIELDS)
     for key in SEARCHED:  # ``cudnn: []`` = looked and found none; ``cudnn: null`` = unknown
         if key in top:
             setattr(env, key, [

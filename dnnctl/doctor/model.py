@@ -13,7 +13,7 @@ ENV_SCHEMA = "dnnctl-env/1"
 DOCTOR_SCHEMA = "dnnctl-doctor/1"
 
 SEVERITIES = ("error", "warning", "info")
-ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain",
+ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain", "system",
              "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live", "packages",
              "requires", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
@@ -78,6 +78,8 @@ CODES = {
     "triton-build": "Triton's run-time C build lacks a C compiler or the interpreter's Python.h",
     "hide-gpu": "a GPU a framework here has no code for is visible beside GPUs it runs on: "
                 "show CUDA only those (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID)",
+    "shm-size": "NCCL across several GPUs with a /dev/shm below 1 GiB (a container's default "
+                "64 MB): its shared-memory segments do not fit",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -152,6 +154,14 @@ TOOLCHAIN_FIELDS: dict[str, Any] = {
     "c_compiler": "str_or_bool",
     "python_h": "bool",  # Python.h is in python_include (Triton builds against it)
     "python_include": "str",  # sysconfig's include dir, as triton/runtime/build.py asks it
+}
+# The machine around the GPU stack (dnnctl.doctor.probe_system); absent = unknown.
+SYSTEM_FIELDS: dict[str, Any] = {
+    # the container runtime this runs in, from its marks (/.dockerenv: docker,
+    # /run/.containerenv: podman, KUBERNETES_SERVICE_HOST or kubepods: kubernetes, PID 1's
+    # cgroup: containerd, lxc); false = none of them found
+    "container": "str_or_bool",
+    "shm_mib": "int",  # the size of /dev/shm (statvfs), where NCCL and DataLoader workers share
 }
 # A GPU's NVLink fabric registration as NVML reports it (Hopper and later;
 # nvmlDeviceGetGpuFabricInfo, nvidia-smi -q "Fabric: State / Status"): state is one of
@@ -280,6 +290,7 @@ class EnvSnapshot:
     gpus: list[Gpu] = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)  # keys: ENVIRONMENT_FIELDS
     toolchain: dict[str, Any] = field(default_factory=dict)  # keys: TOOLCHAIN_FIELDS
+    system: dict[str, Any] = field(default_factory=dict)  # keys: SYSTEM_FIELDS
     cuda_runtimes: list[Component] = field(default_factory=list)
     cudnn: list[Component] = field(default_factory=list)
     libraries: dict[str, list[Component]] = field(default_factory=dict)  # keys: LIBRARIES
