@@ -41,7 +41,8 @@ rules_torch_lines.py (torch nightlies and 0.x releases) and rules_torch_source.p
 built from source; all three used by rules_frameworks),
 rules_cudnn.py, rules_libraries.py, rules_copies.py (several copies of a library, an old
 CUDA directory before cuDNN), rules_dlls.py (a DLL a library needs that nothing installs with
-it: cuDNN 8.3-8.9's zlibwapi.dll on Windows), rules_nccl.py (the NCCL loaded first vs torch's pin),
+it: cuDNN 8.3-8.9's zlibwapi.dll on Windows), rules_nccl.py (the NCCL loaded first vs torch's pin;
+rules_shm.py: its shared-memory segments vs the size of /dev/shm),
 rules_nvjitlink.py, rules_nvrtc.py (torch's NVRTC vs a newer GPU), rules_tfjs.py
 (tfjs-node-gpu's libtensorflow), rules_ptxas.py (a JIT compiler's ptxas vs the GPUs; with
 rules_triton.py: Triton's bundled one), rules_toolchain.py (nvcc's host compiler against
@@ -96,6 +97,7 @@ from dnnctl.doctor import (
     rules_prebuilt,
     rules_ptxas,
     rules_requires,
+    rules_shm,
     rules_source_ext,
     rules_stub,
     rules_tensorrt,
@@ -153,6 +155,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_copies.check(ctx)
     findings += rules_dlls.check(ctx)
     findings += rules_nccl.check(ctx)
+    findings += rules_shm.check(ctx)
     findings += rules_nvjitlink.check(ctx)
     findings += rules_ptxas.check(ctx)
     findings += rules_toolchain.check(ctx)
