@@ -80,6 +80,10 @@ CODES = {
                 "show CUDA only those (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER=PCI_BUS_ID)",
     "shm-size": "NCCL across several GPUs with a /dev/shm below 1 GiB (a container's default "
                 "64 MB): its shared-memory segments do not fit",
+    "platform-unsupported": "the OS has no build of a package (RAPIDS on native Windows) or of a "
+                            "feature a program may use (torch.distributed's NCCL, "
+                            "torch.compile's Triton on native Windows)",
+    "pinned-memory": "a build that pins host memory runs where pinned memory is limited (WSL 2)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

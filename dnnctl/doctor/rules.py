@@ -15,7 +15,8 @@ while the driver lists GPUs: nvidia_uvm after a suspend), rules_frameworks.py (w
 rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
-rules_platform.py: what the OS rules out), rules_onnxruntime.py, rules_paddle.py
+rules_platform.py: what the OS rules out; rules_os_limits.py: what native Windows and WSL 2
+leave out that Linux has), rules_onnxruntime.py, rules_paddle.py
 (paddlepaddle-gpu's .postNNN wheels; rules_paddle3.py: 3.x's CUDA variants and their
 GPU code), rules_extensions.py (nvcc vs torch's CUDA),
 rules_source_ext.py (a source-built torch CUDA extension's arch list vs the GPUs),
@@ -90,6 +91,7 @@ from dnnctl.doctor import (
     rules_nvjitlink,
     rules_nvrtc,
     rules_onnxruntime,
+    rules_os_limits,
     rules_packages,
     rules_paddle,
     rules_pairs,
@@ -139,6 +141,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_addons.check(ctx, findings)
     findings += rules_addons.cuda_python(ctx)
     findings += rules_platform.wsl_libcuda(ctx)
+    findings += rules_os_limits.check(ctx)
     findings += rules_bitsandbytes.check(ctx, findings)
     findings += rules_xformers.check(ctx)
     findings += rules_graph.check(ctx)
