@@ -234,6 +234,9 @@ def _gpu_line(g: Any) -> str:
     mode = getattr(g, "compute_mode", None)
     if mode and mode != "default":
         parts.append(f"(compute mode {mode.replace('_', ' ')})")
+    if getattr(g, "watchdog", None) or getattr(g, "display_active", None):
+        parts.append("(kernel run-time limit)" if getattr(g, "watchdog", None)
+                     else "(display)")
     return " ".join(parts)
 
 

@@ -63,7 +63,7 @@ _CORE = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null
                                              "seq")}
 GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory_mib": "int",
               "uuid": "str", "mig": MIG_FIELDS, "fabric": FABRIC_FIELDS,
-              "compute_mode": "compute_mode"}
+              "compute_mode": "compute_mode", "display_active": "bool", "watchdog": "bool"}
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain", "system",
               "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live",

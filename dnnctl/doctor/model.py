@@ -84,6 +84,8 @@ CODES = {
                             "feature a program may use (torch.distributed's NCCL, "
                             "torch.compile's Triton on native Windows)",
     "pinned-memory": "a build that pins host memory runs where pinned memory is limited (WSL 2)",
+    "kernel-timeout": "a GPU that drives a display runs kernels under the watchdog: a long kernel "
+                      "is stopped (CUDA_ERROR_LAUNCH_TIMEOUT, 702)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -263,6 +265,11 @@ class Gpu:
     mig: dict[str, Any] | None = None  # keys: MIG_FIELDS
     fabric: dict[str, Any] | None = None  # keys: FABRIC_FIELDS
     compute_mode: str | None = None  # one of COMPUTE_MODES
+    # a display is initialized on the GPU (NVML nvmlDeviceGetDisplayActive: an X server or a
+    # desktop uses it), and the kernel run-time watchdog is on (cudaDevAttrKernelExecTimeout,
+    # deviceQuery's "Run time limit on kernels", numba's cuda.detect() "Watchdog: Enabled")
+    display_active: bool | None = None
+    watchdog: bool | None = None
 
 
 @dataclass

@@ -104,6 +104,9 @@ for i in range(out["count"] or 0):
         v = ask("nvmlDeviceGetComputeMode", h)  # nvmlComputeMode_t: 0 default ... 3
         if v is not None:
             g["compute_mode"] = v
+        v = ask("nvmlDeviceGetDisplayActive", h)  # nvmlEnableState_t: 1 a display is up
+        if v is not None:
+            g["display_active"] = v
         fab = getattr(L, "nvmlDeviceGetGpuFabricInfo", None)  # Hopper on, R525 on
         fi = Fabric()
         if fab is not None and fab(h, ctypes.byref(fi)) == 0:
@@ -238,6 +241,12 @@ class SubprocessNvml:
         if not isinstance(mode, int):
             raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
         return mode
+
+    def nvmlDeviceGetDisplayActive(self, h: int) -> int:  # noqa: N802
+        active = self._gpu(h).get("display_active")
+        if not isinstance(active, int):
+            raise NVMLError(NVML_NOT_SUPPORTED, "Not Supported")
+        return active
 
     def nvmlDeviceGetGpuFabricInfo(self, h: int) -> Any:  # noqa: N802
         """pynvml's answer: ``state`` and ``status`` (nvmlReturn_t), with NVML's text of it."""

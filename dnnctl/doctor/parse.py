@@ -296,11 +296,12 @@ def os_release_name(text: str | None) -> str | None:
 
 def nvidia_smi_query(text: str | None) -> list[dict[str, Any]]:
     """``nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,uuid[,
-    compute_mode] --format=csv,noheader`` -> one dict per GPU; malformed lines are skipped."""
+    compute_mode[,display_active]] --format=csv,noheader`` -> one dict per GPU; malformed lines
+    are skipped."""
     rows = []
     for line in (text or "").splitlines():
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) not in (6, 7) or not cells[0].isdigit():
+        if len(cells) not in (6, 7, 8) or not cells[0].isdigit():
             continue
         mem = re.match(r"(\d+)\s*MiB", cells[3])
         row = {
@@ -310,8 +311,10 @@ def nvidia_smi_query(text: str | None) -> list[dict[str, Any]]:
             "driver": cells[4] if version_tuple(cells[4]) else None,
             "uuid": cells[5] if cells[5].startswith(("GPU-", "MIG-")) else None,
         }
-        if len(cells) == 7:
+        if len(cells) >= 7:
             row["compute_mode"] = cells[6]  # "Default", "Exclusive_Process", "Prohibited"
+        if len(cells) == 8:  # "Enabled" / "Disabled"
+            row["display_active"] = {"enabled": True, "disabled": False}.get(cells[7].lower())
         rows.append(row)
     return rows
 

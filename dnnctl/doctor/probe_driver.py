@@ -136,7 +136,20 @@ def _nvml_gpu(nvml: Any, error_cls: type, index: int, notes: list[str]) -> tuple
         notes.append(f"NVML: GPU {index} memory: {_nvml_text(exc)}")
     gpu.fabric = _fabric(nvml, error_cls, handle)
     gpu.compute_mode = _compute_mode(nvml, error_cls, handle)
+    gpu.display_active = _display_active(nvml, error_cls, handle)
     return gpu, handle
+
+
+def _display_active(nvml: Any, error_cls: type, handle: Any) -> bool | None:
+    """nvmlDeviceGetDisplayActive: whether a display is initialized on the GPU (None: not
+    answered, e.g. NVML_ERROR_NOT_SUPPORTED)."""
+    get = getattr(nvml, "nvmlDeviceGetDisplayActive", None)
+    if get is None:
+        return None
+    try:
+        return bool(int(get(handle)))
+    except (error_cls, TypeError, ValueError):
+        return None
 
 
 def _compute_mode(nvml: Any, error_cls: type, handle: Any) -> str | None:
@@ -262,7 +275,7 @@ def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
     if not smi:
         return
     res = host.run([smi, "--query-gpu=index,name,compute_cap,memory.total,driver_version,uuid,"
-                    "compute_mode", "--format=csv,noheader"])
+                    "compute_mode,display_active", "--format=csv,noheader"])
     if res is None or not res.ok:
         return
     rows = parse.nvidia_smi_query(res.stdout)
@@ -273,7 +286,8 @@ def probe_smi_gpus(host: Host, out: DriverProbe) -> None:
         out.gpus.append(Gpu(index=row["index"], name=row["name"],
                             compute_capability=row["compute_capability"],
                             memory_mib=row["memory_mib"], uuid=row["uuid"],
-                            compute_mode=compute_mode(row.get("compute_mode") or "")))
+                            compute_mode=compute_mode(row.get("compute_mode") or ""),
+                            display_active=row.get("display_active")))
     listed = host.run([smi, "-L"])  # MIG devices appear only in this listing
     out.gpus = _with_smi_migs(out.gpus, parse.nvidia_smi_list(listed.stdout if listed and
                                                                 listed.ok else None))

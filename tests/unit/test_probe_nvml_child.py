@@ -37,6 +37,8 @@ int nvmlDeviceGetMemoryInfo(void *h, Mem *m) { m->total = 143771ULL << 20; retur
 int nvmlDeviceGetComputeMode(void *h, unsigned *m) {  /* H200 exclusive process; B200 error */
   if ((size_t)h != 1) return 999;
   *m = 3; return 0; }
+int nvmlDeviceGetDisplayActive(void *h, unsigned *a) {  /* the B200 drives a display */
+  *a = (size_t)h == 1 ? 0 : 1; return 0; }
 typedef struct { char uuid[16]; int status; unsigned clique; unsigned char state; } Fab;
 int nvmlDeviceGetGpuFabricInfo(void *h, Fab *f) {  /* the H200 on a fabric; B200: 3 */
   if ((size_t)h != 1) return 3;
@@ -67,6 +69,8 @@ def test_child_reads_gpus_through_ctypes(tmp_path: Path, monkeypatch: pytest.Mon
     assert [g.fabric for g in out.gpus] == [{"state": "completed", "status": "success"}, None]
     # nvmlComputeMode_t 3 is exclusive_process; a GPU that does not answer stays unknown
     assert [g.compute_mode for g in out.gpus] == ["exclusive_process", None]
+    # nvmlEnableState_t read as a flag
+    assert [g.display_active for g in out.gpus] == [False, True]
 
 
 def test_init_error_code_comes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -162,6 +162,11 @@ class FakeNvml:
             raise self.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
         return self.gpus[h]["compute_mode"]
 
+    def nvmlDeviceGetDisplayActive(self, h: int) -> int:  # noqa: N802
+        if "display_active" not in self.gpus[h]:
+            raise self.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+        return self.gpus[h]["display_active"]
+
 
 def no_pynvml() -> Any:
     raise ImportError("No module named 'pynvml'")
