@@ -10,8 +10,9 @@ rule that judges one; rules_fabric.py: an NVSwitch node's Fabric Manager;
 rules_gpu_count.py: fewer GPUs driven than named),
 rules_mig.py (MIG devices), rules_kernel_module.py (the open / proprietary kernel
 module flavor against the GPUs; GPUs on the PCI bus the driver does not list),
-rules_compute_mode.py (a GPU one process or none may use), rules_cuinit.py (cuInit failing
-while the driver lists GPUs: nvidia_uvm after a suspend), rules_frameworks.py (with
+rules_compute_mode.py (a GPU one process or none may use; rules_watchdog.py: one whose
+kernels a display's watchdog stops), rules_cuinit.py (cuInit failing while the driver lists
+GPUs: nvidia_uvm after a suspend), rules_frameworks.py (with
 rules_tf_floor.py: the lowest
 compute capability of TensorFlow's binaries per release), rules_jax.py and
 rules_ctranslate2.py (with
@@ -109,6 +110,7 @@ from dnnctl.doctor import (
     rules_toolchain,
     rules_unjudged,
     rules_vllm,
+    rules_watchdog,
     rules_xformers,
 )
 from dnnctl.doctor.context import build_context
@@ -126,6 +128,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_mig.check(ctx)
     findings += rules_kernel_module.check(ctx)
     findings += rules_compute_mode.check(ctx)
+    findings += rules_watchdog.check(ctx)
     findings += rules_cuinit.check(ctx, findings)
     findings += rules_frameworks.check(ctx)
     findings += rules_broken.check(ctx)
