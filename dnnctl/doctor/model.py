@@ -86,6 +86,8 @@ CODES = {
     "pinned-memory": "a build that pins host memory runs where pinned memory is limited (WSL 2)",
     "kernel-timeout": "a GPU that drives a display runs kernels under the watchdog: a long kernel "
                       "is stopped (CUDA_ERROR_LAUNCH_TIMEOUT, 702)",
+    "conda-virtual-package": "a conda CUDA build where conda sees no driver, so no __cuda "
+                             "virtual package (CONDA_OVERRIDE_CUDA sets it)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }
@@ -186,6 +188,8 @@ MIG_FIELDS = {
 ENVIRONMENT_FIELDS = {
     "CUDA_VISIBLE_DEVICES": "str",  # "0,1", "GPU-<uuid>", "MIG-<uuid>,MIG-<uuid>"
     "CUDA_DEVICE_ORDER": "str",  # FASTEST_FIRST (CUDA's default) | PCI_BUS_ID (nvidia-smi's)
+    # the __cuda virtual package conda / mamba solve with instead of the driver's
+    "CONDA_OVERRIDE_CUDA": "str",
     # the ptxas Triton runs instead of its bundled copy (below / from compute capability 10.0)
     "TRITON_PTXAS_PATH": "str",
     "TRITON_PTXAS_BLACKWELL_PATH": "str",

@@ -31,7 +31,7 @@ check of jaxlib), rules_vllm.py (the torch vLLM's wheels pin), rules_mmdet.py (t
 MMDetection asserts), rules_prebuilt.py (prebuilt add-ons tied to one torch line or CUDA
 release), rules_tf_runtime.py (a TensorFlow CUDA build with no release row and
 no runtime of its major), rules_conda_cuda.py (a conda torch build vs the env's
-cudatoolkit), rules_ggml.py
+cudatoolkit; rules_conda.py: conda's __cuda virtual package, conda-forge's CPU-only builds), rules_ggml.py
 (llama.cpp / whisper.cpp bindings: their CUDA backend, arch list and nvcc; with
 rules_cpu_builds.py: a CPU-only default build is never a pass), rules_addons.py
 (add-ons' GPU minimums, cuda-python),
@@ -68,6 +68,7 @@ from dnnctl.doctor import (
     rules_bitsandbytes,
     rules_broken,
     rules_compute_mode,
+    rules_conda,
     rules_conda_cuda,
     rules_container,
     rules_copies,
@@ -157,6 +158,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_prebuilt.check(ctx)
     findings += rules_tf_runtime.check(ctx)
     findings += rules_conda_cuda.check(ctx, findings)
+    findings += rules_conda.check(ctx)
     findings += rules_libraries.duplicates(ctx)
     findings += rules_copies.check(ctx)
     findings += rules_dlls.check(ctx)
