@@ -255,8 +255,13 @@ def _torch_build_of(ctx: Context, info: dict[str, Any], ver: TorchVersion) -> li
     # wheels before CUDA 11 carry libcudnn in torch/lib (no nvidia-cudnn pip package yet)
     out += none if none is not None else rules_cudnn.need_check(
         ctx, "torch", what, compiled, loaded=loaded, fix=pip_fix, bundled=cuda.major < 11)
-    if not any(f.severity in ("error", "warning") for f in out):
-        sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs) or "no GPU given"
+    if not ctx.known_ccs:
+        out.append(finding("not-judged", "info", "torch", f"{what}: wheel {row['variant']} "
+                           f"(CUDA {cuda}, cuDNN {compiled}); no GPU is given, so which GPUs "
+                           "it has code for was not judged", row=row, variant=row["variant"],
+                           fix="give the GPUs (gpus: [{name: ...}])"))
+    elif not any(f.severity in ("error", "warning") for f in out):
+        sms = ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs)
         out.append(finding("ok", "info", "torch", f"{what}: wheel {row['variant']} (CUDA "
                            f"{cuda}, cuDNN {compiled}) has code for {sms}", row=row,
                            variant=row["variant"], cuda=cuda, cudnn=compiled))

@@ -36,6 +36,9 @@ _NVIDIA_WHEEL = re.compile(r"nvidia-.+-cu(\d+)")
 # what loads CUDA's library wheels: a finding of one of these judged them
 _LOADERS = {"torch", "tensorflow", "jax", "cupy", "onnxruntime", "paddlepaddle-gpu", "cuda",
             "cudnn", "cublas", "nccl", "nvjitlink", "nvrtc", "tensorrt", "ctranslate2"}
+# frameworks whose rules judge the cuDNN / cuBLAS / NCCL / ... copies they load
+_JUDGED_FOR = {"torch", "tensorflow", "tensorflow-gpu", "jax", "jaxlib", "cupy", "onnxruntime",
+               "onnxruntime-gpu", "paddlepaddle-gpu", "ctranslate2"}
 NO_SOURCE = "source not given"
 _LIBRARIES = ("cudnn", "cublas", "nccl", "nvjitlink", "nvrtc", "ptxas")
 
@@ -47,7 +50,8 @@ def check(ctx: Context, findings: list[Finding]) -> list[Finding]:
             f.fix = None
     judged = {f.component for f in findings}
     said = " ".join(f.message.lower() for f in findings)
-    out = _driver(ctx, judged) + _runtimes(ctx, judged) + _packages(ctx, judged, said)
+    out = _driver(ctx, judged) + _runtimes(ctx, judged) + _gpus(ctx, judged)
+    out += _unloaded(ctx, judged | {f.component for f in out}) + _packages(ctx, judged, said)
     for f in findings + out:
         if f.code == "not-judged" and not f.fix:
             f.fix = _next_step(f)
@@ -70,6 +74,10 @@ def _driver(ctx: Context, judged: set[str]) -> list[Finding]:
                         "judged against that, the driver itself (its branch against each "
                         "GPU) was not", fix=DRIVER_FIX)]
     if ctx.driver_present is not True:
+        if ctx.driver_present is None and drv:  # e.g. only the libcuda path is known
+            return [finding("not-judged", "info", "driver", "the driver's version is not in "
+                            "the snapshot (nor whether one is loaded): nothing here was judged "
+                            "against it", fix=DRIVER_FIX)]
         return []
     return [finding("not-judged", "info", "driver", "an NVIDIA driver is present, but its "
                     "version is not in the snapshot: nothing here was judged against it",
@@ -103,6 +111,37 @@ def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
                 "and no GPU, so nothing was judged against them",
                 fix="add the GPU and driver (gpus: [{name: ...}], driver: {version: ...}), or "
                 "run `dnnctl doctor` on the machine itself"))
+    return out
+
+
+def _gpus(ctx: Context, judged: set[str]) -> list[Finding]:
+    """GPUs listed that no rule said anything about (with no driver to run them, say)."""
+    if not ctx.env.gpus or "gpu" in judged:
+        return []
+    names = ", ".join(dict.fromkeys(g.label for g in ctx.gpus))
+    return [finding("not-judged", "info", "gpu", f"{names}: no rule here judged the GPUs (nothing "
+                    "in the snapshot runs on them)",
+                    fix="give the driver's version and what runs on the GPUs (frameworks)")]
+
+
+def _unloaded(ctx: Context, judged: set[str]) -> list[Finding]:
+    """cuDNN / cuBLAS / NCCL / nvJitLink / NVRTC copies no rule said anything about, with
+    nothing in the snapshot that loads them: what they are judged for (the build a framework
+    needs, which copy it loads first) is not there, so they are not judged (never a pass)."""
+    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    if ctx.driver_present is False or (set(ctx.env.frameworks or {}) | names) & _JUDGED_FOR:
+        return []
+    out = []
+    for name in _LIBRARIES[:-1]:  # ptxas is judged against the GPUs themselves
+        copies = ctx.env.cudnn if name == "cudnn" else ctx.env.libraries.get(name, [])
+        if copies and name not in judged:
+            versions = ", ".join(c.version or "version unknown" for c in copies)
+            out.append(finding(
+                "not-judged", "info", name, f"{name} {versions}: nothing in the snapshot loads "
+                "it (no framework), so it was not judged: the version a framework needs and the "
+                "copy it loads first are judged for that framework",
+                fix="give the framework that uses it (frameworks: {torch: {version: ...}}), or "
+                "run `dnnctl doctor` where it runs"))
     return out
 
 
