@@ -5,7 +5,8 @@
   tensorflow's cuda variants, ``py-xgboost=*=cuda*``) require it. On a machine with no driver
   (a cluster's login node, a CI or image build host) there is none: the CUDA variant is "missing
   on the system" and cannot be solved, or an unpinned request silently gets the CPU build.
-  ``CONDA_OVERRIDE_CUDA`` sets it by hand. A conda CUDA build in a snapshot whose driver is known
+  ``CONDA_OVERRIDE_CUDA`` sets it by hand. A conda CUDA build to be installed (its ``source``
+  says conda, no ``installer`` read from an installed copy) in a snapshot whose driver is known
   absent is a warning; where neither a driver nor a GPU is named, a conditional one.
 - A package whose conda-forge build for an OS has no CUDA (compat/limits.yaml
   ``conda_cpu_builds``: xgboost on Windows, where only the PyPI wheel has it): where the snapshot
@@ -54,10 +55,11 @@ def _virtual_cuda(ctx: Context) -> list[Finding]:
     out = []
     for name in FRAMEWORKS:
         info: dict[str, Any] = (ctx.env.frameworks or {}).get(name) or {}
-        source = f"{info.get('source') or ''} {info.get('installer') or ''}".lower()
+        source = str(info.get("source") or "").lower()
         cuda = Version.maybe(info.get("cuda"))
-        if "conda" not in source or (cuda is None and "cuda" not in source):
-            continue
+        if "conda" not in source or (cuda is None and "cuda" not in source) or \
+                info.get("installer"):
+            continue  # an installed build (its installer read) was solved already
         what = f"{name} {info['version']}" if info.get("version") else name
         build = f"conda CUDA {cuda} build" if cuda is not None else "conda CUDA build"
         where = ("no NVIDIA driver is found here" if no_driver else

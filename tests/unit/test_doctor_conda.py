@@ -57,3 +57,9 @@ def test_conda_forge_xgboost_on_windows_is_cpu_only(tmp_path):
     linux = doctor(tmp_path, "os: Ubuntu 22.04\ngpus: [{name: NVIDIA GeForce RTX 3080}]\n"
                    "packages: {py-xgboost: 2.0.3}\n")
     assert linux.of("cuda-mismatch") == []
+
+
+def test_an_installed_conda_build_was_solved_already(tmp_path):
+    """NVIDIA/apex#315's snapshot: a conda torch installed (installer read), no driver named."""
+    d = doctor(tmp_path, "frameworks: {torch: {cuda: '9.0', installer: conda, source: conda}}\n")
+    assert d.of("conda-virtual-package") == []
