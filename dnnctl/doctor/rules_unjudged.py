@@ -115,13 +115,15 @@ def _runtimes(ctx: Context, judged: set[str]) -> list[Finding]:
 
 
 def _gpus(ctx: Context, judged: set[str]) -> list[Finding]:
-    """GPUs listed that no rule said anything about (with no driver to run them, say)."""
-    if not ctx.env.gpus or "gpu" in judged:
+    """GPUs listed where no driver is loaded: no rule judged them (the no-driver error says
+    why nothing runs), so they are never shown as a pass."""
+    if not ctx.env.gpus or "gpu" in judged or ctx.driver_present is not False:
         return []
     names = ", ".join(dict.fromkeys(g.label for g in ctx.gpus))
-    return [finding("not-judged", "info", "gpu", f"{names}: no rule here judged the GPUs (nothing "
-                    "in the snapshot runs on them)",
-                    fix="give the driver's version and what runs on the GPUs (frameworks)")]
+    return [finding("not-judged", "info", "gpu", f"{names}: no NVIDIA driver is loaded, so "
+                    "nothing here was judged against the GPUs",
+                    fix="load the NVIDIA driver (the driver's finding says how), then judge "
+                    "again")]
 
 
 def _unloaded(ctx: Context, judged: set[str]) -> list[Finding]:
