@@ -136,7 +136,8 @@ def test_windows_drivers_use_the_windows_column(m) -> None:
                 frameworks={"torch": {"version": "2.7.1+cu128"}})
     # 570.65 is the CUDA 12.8 GA Windows driver (Linux 12.8 needs 570.26): full support
     f = judge(EnvSnapshot(os="Windows-11-10.0.26100", driver={"version": "570.65"}, **base), m)
-    assert codes(f) == []
+    # only the conditions a CUDA torch has on native Windows (no NCCL, no Triton)
+    assert codes(f) == ["platform-unsupported"]
     # 527.41 is the CUDA 12.0 Windows driver: 12.8 only through minor-version compatibility
     f = judge(EnvSnapshot(os="Windows-10", driver={"version": "527.41"}, **base), m)
     assert "driver-mvc" in codes(f, ("info",)) and "driver-too-old" not in codes(f)

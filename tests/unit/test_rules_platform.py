@@ -70,7 +70,8 @@ def test_pypi_torch_without_a_tag_is_cpu_only_off_linux(m) -> None:
                 EnvSnapshot(gpus=RTX3060, frameworks={"torch": torch}),
                 EnvSnapshot(os="Windows", gpus=RTX3060, frameworks={"torch": {
                     "version": "2.3.1", "cuda": "12.1"}})):
-        assert _of(judge(env, m), "torch") == [("info", "ok")], env.os
+        got = [x for x in _of(judge(env, m), "torch") if x != ("warning", "platform-unsupported")]
+        assert got == [("info", "ok")], env.os
 
 
 WSL1 = "Ubuntu 18.04.6 LTS; Linux 4.4.0-19041-Microsoft x86_64; WSL1"
