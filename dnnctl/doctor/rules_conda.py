@@ -39,7 +39,7 @@ CONDA_CUDA_PACKAGES = ("cudatoolkit", "cuda-version", "pytorch-cuda", "cuda-cuda
 
 
 def check(ctx: Context) -> list[Finding]:
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     return _virtual_cuda(ctx) + _cpu_builds(ctx, packages)
 
 

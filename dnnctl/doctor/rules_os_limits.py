@@ -56,7 +56,7 @@ TRITON_PACKAGES = ("triton", "triton-windows", "pytorch-triton")
 
 def check(ctx: Context) -> list[Finding]:
     """Every OS limit the snapshot makes relevant."""
-    packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+    packages = ctx.packages
     out = _os_builds(ctx, packages)
     torch = _cuda_torch(ctx, packages)
     if ctx.os_kind == "windows" and torch is not None:

@@ -18,7 +18,6 @@ from typing import Any
 
 from dnnctl.doctor.context import Context, finding
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 
 NEEDED_MIB = 1024  # NCCL's guide: --shm-size=1g
 SOURCE = (
@@ -83,7 +82,7 @@ def _nccl_users(ctx: Context) -> list[str]:
     if copies:
         versions = ", ".join(c.version for c in copies if c.version)
         out.append(f"NCCL {versions}".strip())
-    names = sorted(canonical_name(n) for n in (ctx.env.packages or {}))
+    names = sorted(ctx.packages)
     if not copies and any(_NCCL_PACKAGE.fullmatch(n) for n in names):
         out.append(next(n for n in names if _NCCL_PACKAGE.fullmatch(n)))
     torch = (ctx.env.frameworks or {}).get("torch") or {}

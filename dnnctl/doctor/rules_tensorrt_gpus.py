@@ -19,7 +19,6 @@ from dnnctl.compat.schema import Row
 from dnnctl.compat.versions import CC, Version, VersionRange
 from dnnctl.doctor.context import Context, GpuInfo, cite, finding, unknown
 from dnnctl.doctor.model import Finding
-from dnnctl.doctor.parse import canonical_name
 
 _WHEEL = re.compile(r"tensorrt(?:-cu\d+)?(?:-(?:libs|bindings))?")
 SYMPTOM = ("building an engine on it aborts with 'Unsupported SM' (TensorRT 7-10: "
@@ -32,7 +31,7 @@ def release(ctx: Context) -> tuple[str, Version | None]:
     info: dict[str, Any] = (ctx.env.frameworks or {}).get("tensorrt") or {}
     text = str(info.get("version") or "")
     if not text:
-        packages = {canonical_name(n): str(v or "") for n, v in (ctx.env.packages or {}).items()}
+        packages = ctx.packages
         text = next((v for n, v in sorted(packages.items())
                      if v and (_WHEEL.fullmatch(n) or n == "nvidia-tensorrt")), "")
     return text, Version.maybe(text.split("+")[0])
