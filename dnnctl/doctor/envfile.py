@@ -67,7 +67,7 @@ GPU_FIELDS = {"index": "int", "name": "str", "compute_capability": "cc", "memory
 COMPONENT_FIELDS = {"version": "version", "source": "str", "path": "str", "loaded_first": "bool"}
 TOP_FIELDS = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain", "system",
               "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live",
-              "packages", "requires", "notes")
+              "packages", "requires", "errors", "notes")
 MAX_VALUE = 8192  # characters in one scalar (paths included)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 HINT = ("see `dnnctl doctor --save env.yaml` for the format; every field is optional "
@@ -314,9 +314,10 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
                         for k, v in r.mapping(top["packages"], "packages", ()).items()}
     if "requires" in top:
         env.requires = _requires(r, top["requires"])
-    if "notes" in top:
-        env.notes = [r.scalar_text(n, f"notes[{i}]")
-                     for i, n in enumerate(r.items(top["notes"], "notes"))]
+    for key in ("errors", "notes"):  # lists of text: messages seen, probe remarks
+        if key in top:
+            setattr(env, key, [r.scalar_text(n, f"{key}[{i}]")
+                               for i, n in enumerate(r.items(top[key], key))])
     return env
 
 

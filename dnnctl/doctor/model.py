@@ -15,7 +15,7 @@ DOCTOR_SCHEMA = "dnnctl-doctor/1"
 SEVERITIES = ("error", "warning", "info")
 ENV_ORDER = ("schema", "os", "python", "driver", "gpus", "environment", "toolchain", "system",
              "cuda_runtimes", "cudnn", "libraries", "frameworks", "extensions", "live", "packages",
-             "requires", "notes")
+             "requires", "errors", "notes")
 SEARCHED = ("cuda_runtimes", "cudnn")  # lists whose explicit [] means "none installed"
 # other libraries whose copies and load order are judged, and ptxas: the assembler a JIT
 # compiler runs (Triton's bundled copy or TRITON_PTXAS_PATH, the one XLA finds), by CUDA release
@@ -316,6 +316,8 @@ class EnvSnapshot:
     # a package's own Requires-Dist entries on watched GPU stack projects (requirements.py),
     # as written, only those whose markers held where they were read: {package: [lines]}
     requires: dict[str, list[str]] = field(default_factory=dict)
+    # error messages a user saw, verbatim (doctor --error / --error-file); rules_errors.py
+    errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # probe remarks ("NVML: permission denied")
     # the SEARCHED lists a file wrote as ``[]`` (looked, found none); not a file field. An
     # absent list stays unknown; rules ask :meth:`none_found`.
