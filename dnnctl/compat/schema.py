@@ -283,7 +283,21 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "conda_cpu_builds": (("package", "os"), {
         "package": F("text", True), "os": F("choice", True, "windows", "linux", "macos"),
         "conda_names": F("list_text", True), "error": F("text", True), "fix": F("text", True)}),
+    # error_messages: error messages users see -> what they mean and what causes them
+    # (compat/errors.yaml, doctor --error): match: patterns of the message (named groups capture
+    # what a cause's check reads); example: the message as its source quotes it; component:
+    # what raises it; causes: CAUSE_FIELDS; implies: snapshot facts the message itself states
+    "error_messages": (("id",), {
+        "id": F("text", True), "match": F("regex_list", True), "example": F("text", True),
+        "component": F("text", True), "meaning": F("text", True),
+        "causes": F("cause_list", True), "fix": F("text", True), "implies": F("list_text")}),
 }
+# One cause of an error message: cause (what happened), fact (the check of dnnctl.doctor's
+# error_facts that reads it from a snapshot, "name" or "name:argument"), codes (doctor
+# findings that establish it, "code" or "code@component"), tell (how to tell it from the
+# others by hand), fix (what to do when it is this one)
+CAUSE_FIELDS = {"cause": F("text", True), "fact": F("text"), "codes": F("list_text"),
+                "tell": F("text"), "fix": F("text")}
 
 
 def row_key(table: str, row: dict[str, Any]) -> tuple[str, ...]:
@@ -381,9 +395,32 @@ def _check(field: Field, value: Any) -> str | None:
                     CC.parse(a)
                     Version.parse(b)
             return None
+        if k == "cause_list":
+            return _cause_list(value)
     except (UsageError, re.error) as exc:
         return str(getattr(exc, "message", exc))
     return f"unknown field kind {k}"
+
+
+def _cause_list(value: Any) -> str | None:
+    """Why ``value`` is not a list of causes (mappings of CAUSE_FIELDS), or None."""
+    if not isinstance(value, list) or not value:
+        return "expected a list of causes"
+    for i, cause in enumerate(value):
+        if not isinstance(cause, dict):
+            return f"cause {i + 1}: expected a mapping"
+        for name in cause:
+            if name not in CAUSE_FIELDS:
+                return f"cause {i + 1}: unknown field {name!r} (fields: {', '.join(CAUSE_FIELDS)})"
+        for name, field in CAUSE_FIELDS.items():
+            if cause.get(name) is None:
+                if field.required:
+                    return f"cause {i + 1}: missing {name!r}"
+                continue
+            problem = _check(field, cause[name])
+            if problem:
+                return f"cause {i + 1}, {name}: {problem}"
+    return None
 
 
 def _version_text(value: Any) -> str | None:
