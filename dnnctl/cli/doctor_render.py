@@ -19,11 +19,11 @@ from dnnctl.errors import ExitCode
 if TYPE_CHECKING:
     from dnnctl.doctor.model import DoctorReport, EnvSnapshot, Finding
 
-COMPONENTS = ("doctor", "driver", "gpu", "fabric", "cuda", "toolchain", "cudnn", "cublas", "nccl",
+COMPONENTS = ("doctor", "errors", "driver", "gpu", "fabric", "cuda", "toolchain", "cudnn", "cublas", "nccl",
               "nvjitlink", "nvrtc", "torch", "tensorflow", "jax", "cupy", "ctranslate2",
               "packages")
 MARKS = {"error": "[bold red]✗[/]", "warning": "[bold yellow]⚠[/]", "info": "[green]✓[/]",
-         "none": "[dim]–[/]", "not-judged": "[bold]?[/]"}
+         "none": "[dim]–[/]", "not-judged": "[bold]?[/]", "see": "[bold cyan]→[/]"}
 
 
 def exit_code(verdict: str, strict: bool) -> ExitCode:
@@ -59,6 +59,8 @@ def render(report: DoctorReport, saved: Path | None = None) -> None:
         worst = found[0].severity if found else ("info" if lines[0][1] else "none")
         if found and all(f.code == "not-judged" for f in found):
             worst = "not-judged"  # found but not judged: never shown as a pass
+        elif worst == "info" and comp == "errors":
+            worst = "see"  # an error message another finding explains: never a ✓
         body = [text for text, _ in lines] or ["[dim]unknown[/]"]
         grid.add_row(MARKS.get(worst, MARKS["none"]), f"[bold]{comp}[/]", "\n".join(body))
         for f in found:
@@ -90,8 +92,9 @@ def _finding(f: Finding, commands: list[tuple[str, str]]) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=1)
     grid.add_column(overflow="fold")
-    grid.add_row(MARKS["not-judged"] if f.code == "not-judged" else
-                 MARKS.get(f.severity, MARKS["none"]),
+    mark = "not-judged" if f.code == "not-judged" else "see" if (
+        f.code == "error-message" and f.severity == "info") else f.severity
+    grid.add_row(MARKS.get(mark, MARKS["none"]),
                  f"{escape(f.message)} [dim]\\[{escape(f.code)}][/]")
     if f.fix:
         prose, cmds = split_commands(f.fix, len(commands) + 1)
@@ -133,6 +136,8 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         failed = sum(n.startswith("probe failed:") for n in env.notes)
         return [(f"{failed} probe{'s' * (failed != 1)} failed or timed out", False)] \
             if failed else []
+    if comp == "errors":  # the messages the user saw, as given
+        return [(f"[dim]{escape(_quote(e))}[/]", False) for e in env.errors]
     if comp == "toolchain":  # what a build here would run: never a pass on its own
         line = _toolchain_line(env.toolchain or {})
         return [(escape(line), False)] if line else []
@@ -165,6 +170,11 @@ def summary(env: EnvSnapshot, comp: str) -> list[tuple[str, bool]]:
         if name in env.packages:         # onnxruntime-gpu)
             return [(f"{escape(env.packages[name])}  [dim]package {escape(name)}[/]", True)]
     return []
+
+
+def _quote(text: str, width: int = 64) -> str:
+    flat = " ".join(text.split())
+    return f"'{flat}'" if len(flat) <= width else f"'{flat[:width - 1]}…'"
 
 
 def _driver_lines(drv: dict[str, Any]) -> list[tuple[str, bool]]:

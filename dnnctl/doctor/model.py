@@ -88,6 +88,8 @@ CODES = {
                       "is stopped (CUDA_ERROR_LAUNCH_TIMEOUT, 702)",
     "conda-virtual-package": "a conda CUDA build where conda sees no driver, so no __cuda "
                              "virtual package (CONDA_OVERRIDE_CUDA sets it)",
+    "error-message": "an error message the user saw (doctor --error): what it means, and its cause "
+                     "where the snapshot decides it, else the causes left open (compat/errors.yaml)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",
     "ok": "a component checked and fine",
 }

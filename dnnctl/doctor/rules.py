@@ -52,7 +52,8 @@ its CUDA release; Triton's run-time C build: a C compiler and Python.h), rules_p
 (none imports this module),
 rules_requires.py (a package's own Requires-Dist on a GPU stack package, unmet), rules_stub.py
 (the toolkit's stub libcuda found before the driver's), rules_gpu_hide.py (a GPU a framework
-has no code for beside GPUs it runs on: hide it), rules_tensorrt.py (a TensorRT build's
+has no code for beside GPUs it runs on: hide it), rules_errors.py (the error messages a user
+saw: their meaning and, where the snapshot decides it, their cause), rules_tensorrt.py (a TensorRT build's
 CUDA major; rules_tensorrt_gpus.py: the GPUs a release has kernels for) and, last, rules_unjudged.py (what no rule judged is said to be not judged);
 os_fixes.py writes install commands for the snapshot's OS and rewrites POSIX environment
 commands for a native Windows snapshot.
@@ -76,6 +77,7 @@ from dnnctl.doctor import (
     rules_cuinit,
     rules_dlls,
     rules_driver,
+    rules_errors,
     rules_extensions,
     rules_flash_attn,
     rules_frameworks,
@@ -172,6 +174,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings += rules_packages.check(ctx)
     findings += rules_requires.check(ctx, findings)
     findings += rules_gpu_hide.check(ctx, findings)
+    findings += rules_errors.check(ctx, findings, rejudge=lambda e: judge(e, matrix))
     findings += rules_unjudged.check(ctx, findings)
     os_fixes.for_shell(ctx, findings)
     return _dedupe(findings)

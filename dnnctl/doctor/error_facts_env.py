@@ -1,0 +1,219 @@
+"""More checks of error_facts: the platform, the process environment, libraries, packages.
+
+Imported by rules_errors for their registration; see error_facts for what a check answers.
+"""
+
+from __future__ import annotations
+
+from dnnctl.compat.errors import ErrorMatch
+from dnnctl.compat.versions import Version
+from dnnctl.doctor import stack
+from dnnctl.doctor.context import Context
+from dnnctl.doctor.error_facts import LIKELY, NO, UNKNOWN, YES, Outcome, check, lib_major
+from dnnctl.doctor.parse import canonical_name
+
+OS_NAMES = {"windows": "native Windows", "macos": "macOS", "linux": "Linux"}
+
+
+@check("os")
+def _os(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """The snapshot's OS is one of ``arg`` ("windows", "windows+macos")."""
+    kind = ctx.os_kind
+    wanted = set((arg or "").split("+"))
+    if kind is None:
+        return UNKNOWN
+    if kind == "linux" and ctx.wsl is not None and "wsl" in wanted:
+        return Outcome(YES, "this is WSL")
+    if kind in wanted:
+        return Outcome(YES, f"this is {OS_NAMES.get(kind, kind)}")
+    return Outcome(NO, f"this is {OS_NAMES.get(kind, kind)}"
+                   + (" (WSL)" if ctx.wsl is not None else ""))
+
+
+@check("wsl")
+def _wsl(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    if ctx.wsl is not None:
+        return Outcome(YES, f"this is WSL{' ' + str(ctx.wsl) if ctx.wsl else ''}")
+    if ctx.os_kind is not None:
+        return Outcome(NO, "this is not WSL")
+    return UNKNOWN
+
+
+@check("container")
+def _container(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """Inside a container: a likely place for the cause (never proof of it)."""
+    if ctx.container:
+        return Outcome(LIKELY, "this runs in a container")
+    return UNKNOWN
+
+
+@check("hidden")
+def _hidden(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """CUDA_VISIBLE_DEVICES hides every GPU (empty, -1, NoDevFiles)."""
+    env = ctx.env.environment or {}
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        detected = isinstance((ctx.env.driver or {}).get("present"), bool)
+        return Outcome(NO, "CUDA_VISIBLE_DEVICES is not set") if detected else UNKNOWN
+    value = env["CUDA_VISIBLE_DEVICES"]
+    first = value.split(",")[0].strip()
+    if not first or first.startswith("-") or first.lower() == "nodevfiles":
+        return Outcome(YES, f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
+    return Outcome(NO, f"CUDA_VISIBLE_DEVICES={value!r} shows a GPU")
+
+
+@check("visible_set")
+def _visible_set(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """CUDA_VISIBLE_DEVICES is set: CUDA numbers only the GPUs it names, from 0."""
+    env = ctx.env.environment or {}
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return Outcome(LIKELY, f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r}: CUDA "
+                               "sees only those GPUs, numbered from 0")
+    return UNKNOWN
+
+
+# -- libraries --------------------------------------------------------------------------------
+
+# the message's library (its stem, lower case) -> the snapshot's lists and pip wheels of it
+_LIBS = {
+    "cudnn": ("cudnn", ("nvidia-cudnn-cu",)),
+    "cudart": ("cuda_runtimes", ("nvidia-cuda-runtime-cu",)),
+    "cublas": ("cublas", ("nvidia-cublas-cu",)),
+    "nvrtc": ("nvrtc", ("nvidia-cuda-nvrtc-cu",)),
+    "nvjitlink": ("nvjitlink", ("nvidia-nvjitlink-cu",)),
+    "cufft": (None, ("nvidia-cufft-cu",)),
+    "curand": (None, ("nvidia-curand-cu",)),
+    "cusolver": (None, ("nvidia-cusolver-cu",)),
+    "cusparse": (None, ("nvidia-cusparse-cu",)),
+}
+
+
+def _family(lib: str) -> str | None:
+    low = lib.lower().removeprefix("lib")
+    for stem in _LIBS:
+        if low.startswith(stem):
+            return stem
+    return None
+
+
+def _majors(ctx: Context, stem: str) -> tuple[bool, set[int], list[str]]:
+    """(whether the snapshot says which copies there are, their majors, where from)."""
+    listed, wheels = _LIBS[stem]
+    majors: set[int] = set()
+    where: list[str] = []
+    known = False
+    comps = []
+    if listed == "cudnn":
+        comps, known = ctx.env.cudnn, bool(ctx.env.cudnn) or ctx.env.none_found("cudnn")
+    elif listed == "cuda_runtimes":
+        comps = ctx.env.cuda_runtimes
+        known = bool(comps) or ctx.env.none_found("cuda_runtimes")
+    elif listed:
+        comps = ctx.env.libraries.get(listed) or []
+        known = bool(comps)
+    if stem not in ("cudnn", "cudart"):  # a toolkit holds every CUDA library of its release
+        comps = list(comps) + [c for c in ctx.env.cuda_runtimes if c.toolkit]
+    for c in comps:
+        v = Version.maybe(c.version)
+        if v is not None:
+            majors.add(v.major)
+            where.append(f"{v} ({c.source or 'source unknown'})")
+    for name, version in (ctx.env.packages or {}).items():
+        canon = canonical_name(name)
+        for prefix in wheels:
+            if canon.startswith(prefix) and canon[len(prefix):].isdigit():
+                v = Version.maybe(version) if version else None
+                if stem == "cudnn" and v is None:
+                    continue  # the wheel's name gives its CUDA major, not cuDNN's
+                known = True
+                majors.add(v.major if stem == "cudnn" else int(canon[len(prefix):]))
+                where.append(f"{canon} {version or ''}".strip())
+    cuda, cudnn = stack.torch_stack(ctx, packages=True)
+    torch_lib = cudnn if stem == "cudnn" else cuda
+    if torch_lib is not None and stack.torch_row(ctx, packages=True) is not None:
+        majors.add(torch_lib.major)  # a torch wheel brings its own copies
+        where.append(f"{torch_lib} (torch's wheel)")
+        known = True
+    return known, majors, where
+
+
+@check("lib")
+def _lib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """``lib:absent``: no copy of the library's major here; ``lib:unreachable``: a copy of
+    that major is here, so the loader is not looking where it is."""
+    lib = m.groups.get("lib") or ""
+    stem = _family(lib) or ("cudnn" if "cudnn" in lib.lower() else None)
+    major = lib_major(m)
+    if stem is None or major is None:
+        return UNKNOWN
+    known, majors, where = _majors(ctx, stem)
+    if not known:
+        return UNKNOWN
+    name = f"{stem} {major}"
+    have = (f"only {', '.join(where)}" if where else "none")
+    if arg == "absent":
+        return (Outcome(NO, f"a {name} copy is here: {', '.join(where)}") if major in majors
+                else Outcome(YES, f"no {name} is installed here ({have})"))
+    if major in majors:
+        return Outcome(LIKELY, f"a {name} copy is here ({', '.join(where)}), so the loader does "
+                               "not find it")
+    return Outcome(NO, f"no {name} is installed here ({have})")
+
+
+@check("cudnn8_zlib")
+def _cudnn8_zlib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """cuDNN 8 on native Windows, which needs zlibwapi.dll (cuDNN 8.3-8.9)."""
+    if ctx.os_kind is None or lib_major(m) is None:
+        return UNKNOWN
+    if ctx.os_kind == "windows" and lib_major(m) == 8:
+        return Outcome(LIKELY, "cuDNN 8 on Windows loads zlibwapi.dll (8.3-8.9)")
+    return Outcome(NO, "not cuDNN 8 on Windows")
+
+
+# -- Python and packages -----------------------------------------------------------------------
+
+
+@check("python_dll")
+def _python_dll(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """Python 3.8+ on Windows no longer searches PATH for an extension's DLLs."""
+    if ctx.os_kind != "windows" or ctx.python is None:
+        return UNKNOWN if ctx.os_kind in (None, "windows") else Outcome(NO, "not Windows")
+    if ctx.python >= Version.parse("3.8"):
+        return Outcome(LIKELY, f"Python {ctx.python} on Windows searches PATH for no DLL")
+    return Outcome(NO, f"Python {ctx.python} still searches PATH")
+
+
+@check("python_h")
+def _python_h(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    have = (ctx.env.toolchain or {}).get("python_h")
+    if have is False:
+        return Outcome(YES, "Python.h is not in the interpreter's include directory")
+    if have is True:
+        return Outcome(NO, "Python.h is installed")
+    return UNKNOWN
+
+
+@check("package")
+def _package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """``package:NAME``: NAME is installed (YES) or, with packages listed, not (NO)."""
+    names = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    want = canonical_name(arg or "")
+    if want in names:
+        return Outcome(YES, f"{want} {names[want] or ''} is installed".replace("  ", " "))
+    return Outcome(NO, f"{want} is not installed") if names else UNKNOWN
+
+
+@check("no_package")
+def _no_package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """``no_package:NAME``: NAME is missing (with packages listed)."""
+    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    want = canonical_name(arg or "")
+    if not names:
+        return UNKNOWN
+    return Outcome(NO, f"{want} is installed") if want in names else \
+        Outcome(YES, f"{want} is not installed")
+
+
+@check("stated")
+def _stated(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """The message states its cause itself (the versions it compares)."""
+    return Outcome(YES, "the message says so")
