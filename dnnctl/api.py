@@ -416,7 +416,8 @@ def _param_value(text: str) -> Any:
 def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = False,
            matrix: Sequence[str | os.PathLike[str]] = (), save: str | os.PathLike[str] | None = None,
            timeout: float | None = None, deep_timeout: float | str | None = None,
-           while_probing: Callable[[], object] | None = None) -> DoctorReport:
+           while_probing: Callable[[], object] | None = None, errors: Sequence[str] = (),
+           error_files: Sequence[str | os.PathLike[str]] = ()) -> DoctorReport:
     """Judge this machine's GPU stack (or a saved / hand-written snapshot) against the matrix.
 
     ``from_file`` loads a ``dnnctl-env/1`` snapshot instead of probing; ``deep`` also asks
@@ -424,7 +425,9 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     ``$DNNCTL_DEEP_TIMEOUT`` or 60); ``matrix`` adds overlay files; ``save`` writes the
     snapshot (atomically) before it is judged. With timing on (dnnctl.doctor.timing) the
     report carries wall ms per step. ``while_probing`` is called on this thread while the
-    probes run (the command line imports its renderer then). Raises UsageError /
+    probes run (the command line imports its renderer then). ``errors`` (messages seen) and
+    ``error_files`` (logs whose lines the error catalogue recognizes) are added to the
+    snapshot's ``errors`` (dnnctl.doctor.error_log), so --save keeps them. Raises UsageError /
     InputFileError for bad arguments and unreadable files; never for what the probes find.
     """
     from dnnctl.doctor import timing
@@ -463,6 +466,12 @@ def doctor(*, from_file: str | os.PathLike[str] | None = None, deep: bool = Fals
     from dnnctl.doctor.model import DoctorReport
     from dnnctl.doctor.rules import judge
 
+    if errors or error_files:
+        from dnnctl.doctor.error_log import gather
+
+        extra, notes = gather(errors, error_files, table)
+        env.errors = list(dict.fromkeys([*env.errors, *extra]))
+        env.notes += notes
     if save is not None:
         from dnnctl.doctor.envfile import save_env
 

@@ -45,6 +45,12 @@ def doctor(
     timings: Annotated[bool, typer.Option(
         "--timings", help="Print wall ms per probe to stderr (also $DNNCTL_PROFILE=1; "
         "with --json also under \"timings\").")] = False,
+    error: Annotated[list[str] | None, typer.Option(
+        "--error", metavar="TEXT", help="An error message you saw, verbatim: what it means and "
+        "its cause here (repeatable; snapshot field errors).")] = None,
+    error_file: Annotated[list[Path] | None, typer.Option(
+        "--error-file", metavar="LOG", help="A log or traceback: the lines the error catalogue "
+        "recognizes are judged as --error (repeatable).")] = None,
 ) -> None:
     """Check the driver, GPUs, CUDA, cuDNN and frameworks, and say exactly what to change."""
     json_errors(ctx, json_out)
@@ -53,7 +59,8 @@ def doctor(
     if timings:
         timing.enable()
     report = api.doctor(from_file=from_file, deep=deep, matrix=matrix or (), save=save,
-                        deep_timeout=deep_timeout)
+                        deep_timeout=deep_timeout, errors=error or (),
+                        error_files=error_file or ())
     if json_out:
         print_json(report.to_dict())
     else:

@@ -2,7 +2,8 @@
 
 Importing typer (and the pydantic it loads for parameter coercion) costs more than the
 whole doctor run. :func:`run` handles the plain forms (``--json``, ``--strict``, ``--deep``,
-``--save F``, ``--from F``, ``--matrix F``..., also ``--opt=F``) with the same library call,
+``--save F``, ``--from F``, ``--matrix F``..., ``--error TEXT``..., ``--error-file F``..., also
+``--opt=F``) with the same library call,
 the same rendering and the same exit codes as dnnctl.cli.doctor; anything else (``-h``, an
 unknown or misspelled option, a missing value) returns None and typer handles it, so help
 and usage errors have one definition.
@@ -17,14 +18,14 @@ from typing import Any
 
 FLAGS = {"--json": "json_out", "--strict": "strict", "--deep": "deep", "--timings": "timings"}
 VALUES = {"--save": "save", "--from": "from_file", "--deep-timeout": "deep_timeout"}
-REPEATED = {"--matrix": "matrix"}
+REPEATED = {"--matrix": "matrix", "--error": "errors", "--error-file": "error_files"}
 
 
 def parse(argv: Sequence[str]) -> dict[str, Any] | None:
     """The doctor options in ``argv`` (after the word ``doctor``), or None if not plain."""
     opts: dict[str, Any] = {"json_out": False, "strict": False, "deep": False, "save": None,
                             "from_file": None, "matrix": [], "timings": False,
-                            "deep_timeout": None}
+                            "deep_timeout": None, "errors": [], "error_files": []}
     args = list(argv)
     while args:
         arg = args.pop(0)
@@ -42,8 +43,8 @@ def parse(argv: Sequence[str]) -> dict[str, Any] | None:
                 opts["deep_timeout"] = value  # checked by the library (UsageError)
             elif name in VALUES:
                 opts[VALUES[name]] = Path(value)
-            else:
-                opts[REPEATED[name]].append(Path(value))
+            else:  # an error message stays text; files are paths
+                opts[REPEATED[name]].append(value if name == "--error" else Path(value))
         else:
             return None
     return opts
@@ -77,7 +78,8 @@ def run(argv: Sequence[str]) -> int | None:
     try:
         report = api.doctor(from_file=opts["from_file"], deep=opts["deep"],
                             matrix=opts["matrix"], save=opts["save"],
-                            deep_timeout=opts["deep_timeout"], while_probing=renderer)
+                            deep_timeout=opts["deep_timeout"], while_probing=renderer,
+                            errors=opts["errors"], error_files=opts["error_files"])
     except (Exception, KeyboardInterrupt) as exc:  # rendered as the typer path does
         from dnnctl.cli.render import error_status
 

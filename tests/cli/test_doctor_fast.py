@@ -67,9 +67,12 @@ def test_parse_plain_forms() -> None:
     opts = parse(["--json", "--matrix", "a.yaml", "--matrix=b.yaml", "--save", "s.yaml"])
     assert opts == {"json_out": True, "strict": False, "deep": False, "save": Path("s.yaml"),
                     "from_file": None, "matrix": [Path("a.yaml"), Path("b.yaml")],
-                    "timings": False, "deep_timeout": None}
+                    "timings": False, "deep_timeout": None, "errors": [], "error_files": []}
     opts = parse(["--deep", "--deep-timeout", "120", "--timings"])
     assert (opts["deep"], opts["deep_timeout"], opts["timings"]) == (True, "120", True)
+    opts = parse(["--error", "CUDA error: out of memory", "--error=x y", "--error-file", "a.log"])
+    assert opts["errors"] == ["CUDA error: out of memory", "x y"]  # text, never a Path
+    assert opts["error_files"] == [Path("a.log")]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "abc", "nan", "1e9"])
