@@ -84,15 +84,23 @@ def cuda_of(text: str | None) -> Version | None:
     return v.trunc(2) if v is not None else None
 
 
-def lib_major(m: ErrorMatch) -> int | None:
-    """The major of the library the message names: group major, or a Windows DLL's digits
-    (cudart64_110.dll -> 11, cublas64_12.dll -> 12)."""
+def lib_version(m: ErrorMatch) -> tuple[int, int | None] | None:
+    """(major, minor or None) of the library the message names: groups major / minor, or a
+    Windows DLL's digits (cudart64_101.dll -> (10, 1), cudart64_110.dll -> (11, 0),
+    cublas64_12.dll -> (12, None))."""
     if m.groups.get("major", "").isdigit():
-        return int(m.groups["major"])
+        minor = m.groups.get("minor", "")
+        return int(m.groups["major"]), int(minor) if minor.isdigit() else None
     digits = m.groups.get("dll", "")
     if digits.isdigit():
-        return int(digits[:-1]) if len(digits) == 3 else int(digits)
+        return (int(digits[:-1]), int(digits[-1])) if len(digits) == 3 else (int(digits), None)
     return None
+
+
+def lib_major(m: ErrorMatch) -> int | None:
+    """The major of the library the message names (lib_version)."""
+    v = lib_version(m)
+    return v[0] if v else None
 
 
 # -- GPUs and builds ------------------------------------------------------------------------

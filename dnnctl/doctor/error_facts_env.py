@@ -9,7 +9,16 @@ from dnnctl.compat.errors import ErrorMatch
 from dnnctl.compat.versions import Version
 from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context
-from dnnctl.doctor.error_facts import LIKELY, NO, UNKNOWN, YES, Outcome, check, lib_major
+from dnnctl.doctor.error_facts import (
+    LIKELY,
+    NO,
+    UNKNOWN,
+    YES,
+    Outcome,
+    check,
+    lib_major,
+    lib_version,
+)
 from dnnctl.doctor.parse import canonical_name
 
 OS_NAMES = {"windows": "native Windows", "macos": "macOS", "linux": "Linux"}
@@ -95,66 +104,76 @@ def _family(lib: str) -> str | None:
     return None
 
 
-def _majors(ctx: Context, stem: str) -> tuple[bool, set[int], list[str]]:
-    """(whether the snapshot says which copies there are, their majors, where from)."""
+def _copies(ctx: Context, stem: str) -> tuple[bool, list[tuple[Version, str]]]:
+    """(whether the snapshot says which copies of a library there are, each copy's version
+    and where it is from). A CUDA toolkit listed holds every CUDA library of its release."""
     listed, wheels = _LIBS[stem]
-    majors: set[int] = set()
-    where: list[str] = []
     known = False
     comps = []
-    if listed == "cudnn":
-        comps, known = ctx.env.cudnn, bool(ctx.env.cudnn) or ctx.env.none_found("cudnn")
-    elif listed == "cuda_runtimes":
-        comps = ctx.env.cuda_runtimes
-        known = bool(comps) or ctx.env.none_found("cuda_runtimes")
+    if listed in ("cudnn", "cuda_runtimes"):
+        comps = getattr(ctx.env, listed)
+        known = bool(comps) or ctx.env.none_found(listed)
     elif listed:
         comps = ctx.env.libraries.get(listed) or []
         known = bool(comps)
-    if stem not in ("cudnn", "cudart"):  # a toolkit holds every CUDA library of its release
-        comps = list(comps) + [c for c in ctx.env.cuda_runtimes if c.toolkit]
-    for c in comps:
-        v = Version.maybe(c.version)
-        if v is not None:
-            majors.add(v.major)
-            where.append(f"{v} ({c.source or 'source unknown'})")
+    if stem not in ("cudnn", "cudart"):
+        kits = [c for c in ctx.env.cuda_runtimes if c.toolkit]
+        comps, known = list(comps) + kits, known or bool(kits)
+    out = [(v, c.source or "source unknown") for c in comps
+           if (v := Version.maybe(c.version)) is not None]
     for name, version in (ctx.env.packages or {}).items():
         canon = canonical_name(name)
         for prefix in wheels:
             if canon.startswith(prefix) and canon[len(prefix):].isdigit():
                 v = Version.maybe(version) if version else None
-                if stem == "cudnn" and v is None:
+                if v is None and stem == "cudnn":
                     continue  # the wheel's name gives its CUDA major, not cuDNN's
                 known = True
-                majors.add(v.major if stem == "cudnn" else int(canon[len(prefix):]))
-                where.append(f"{canon} {version or ''}".strip())
+                out.append((v or Version.parse(canon[len(prefix):]), canon))
     cuda, cudnn = stack.torch_stack(ctx, packages=True)
     torch_lib = cudnn if stem == "cudnn" else cuda
     if torch_lib is not None and stack.torch_row(ctx, packages=True) is not None:
-        majors.add(torch_lib.major)  # a torch wheel brings its own copies
-        where.append(f"{torch_lib} (torch's wheel)")
+        out.append((torch_lib, "torch's wheel"))  # a torch wheel brings its own copies
         known = True
-    return known, majors, where
+    return known, out
+
+
+def _fits(v: Version, want: tuple[int, int | None], stem: str) -> bool:
+    """A copy of version ``v`` has the library file asked for: the same major, and before
+    CUDA 11 (whose libraries' file names carried major.minor) the same minor where the
+    message names one."""
+    major, minor = want
+    if v.major != major:
+        return False
+    exact = minor is not None and stem != "cudnn" and major < 11
+    return not exact or (len(v.key) > 1 and v.key[1] == minor)
 
 
 @check("lib")
 def _lib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
-    """``lib:absent``: no copy of the library's major here; ``lib:unreachable``: a copy of
-    that major is here, so the loader is not looking where it is."""
+    """``lib:absent``: no copy of the library asked for is here; ``lib:unreachable``: one is,
+    so the loader is not looking where it is. A message that names no version is judged on
+    whether any copy of the library is here."""
     lib = m.groups.get("lib") or ""
     stem = _family(lib) or ("cudnn" if "cudnn" in lib.lower() else None)
-    major = lib_major(m)
-    if stem is None or major is None:
+    if stem is None and "cudnn" in m.text.lower():
+        stem = "cudnn"
+    if stem is None:
         return UNKNOWN
-    known, majors, where = _majors(ctx, stem)
+    known, copies = _copies(ctx, stem)
     if not known:
         return UNKNOWN
-    name = f"{stem} {major}"
-    have = (f"only {', '.join(where)}" if where else "none")
+    want = lib_version(m)
+    name = stem + (f" {want[0]}" + (f".{want[1]}" if want[1] is not None and want[0] < 11
+                                      and stem != "cudnn" else "") if want else "")
+    here = [f"{v} ({src})" for v, src in copies]
+    fit = [c for c, (v, _) in zip(here, copies) if want is None or _fits(v, want, stem)]
+    have = f"only {', '.join(here)}" if here else "none"
     if arg == "absent":
-        return (Outcome(NO, f"a {name} copy is here: {', '.join(where)}") if major in majors
+        return (Outcome(NO, f"a {name} copy is here: {', '.join(fit)}") if fit
                 else Outcome(YES, f"no {name} is installed here ({have})"))
-    if major in majors:
-        return Outcome(LIKELY, f"a {name} copy is here ({', '.join(where)}), so the loader does "
+    if fit:
+        return Outcome(LIKELY, f"a {name} copy is here ({', '.join(fit)}), so the loader does "
                                "not find it")
     return Outcome(NO, f"no {name} is installed here ({have})")
 

@@ -174,3 +174,27 @@ def test_no_errors_no_block(tmp_path):
     d = doctor(tmp_path, "gpus: [{name: NVIDIA A100-SXM4-80GB}]\n")
     assert not [f for f in d.findings if f["component"] == "errors"]
     assert "errors " not in d.text
+
+
+def test_before_cuda_11_a_library_file_names_its_minor(tmp_path):
+    """libcudart.so.10.0 is not in CUDA 10.1 (whose file is libcudart.so.10.1); from CUDA 11
+    one file serves the major (libcudart.so.11.0 for every 11.x)."""
+    old = doctor(tmp_path, "cuda_runtimes: [{version: 10.1.105, source: 'system:/opt/cuda'}]\n"
+                 + _errors("libcudart.so.10.0 => not found"))
+    [f] = old.of("error-message", "errors")
+    assert f["severity"] == "error" and "no cudart 10.0 is installed here" in f["message"]
+    new = doctor(tmp_path, "cuda_runtimes: [{version: 11.8.89, source: 'system:/opt/cuda'}]\n"
+                 + _errors("libcudart.so.11.0: cannot open shared object file"))
+    [g] = new.of("error-message", "errors")
+    assert g["severity"] == "warning" and "Likely here: a copy of that major is installed" \
+        in g["message"] and "a cudart 11 copy is here (11.8.89" in g["message"]
+
+
+def test_a_message_naming_no_version_is_judged_on_any_copy(tmp_path):
+    d = doctor(tmp_path, "cudnn: [{version: 7.6.5, source: 'system:/usr/local/cuda'}]\n"
+               + _errors("Error: Cannot load cudnn shared library. Cannot invoke method "
+                         "cudnnGetVersion"))
+    [f] = d.of("error-message", "errors")
+    assert "Likely here: a cuDNN of that major is installed but not where the loader looks" \
+        in f["message"] and "(a cudnn copy is here (7.6.5" in f["message"]
+    assert "LD_LIBRARY_PATH" in f["fix"]
