@@ -46,13 +46,20 @@ def check(name: str) -> Callable[[Check], Check]:
 
 
 def evaluate(fact: str | None, ctx: Context, m: ErrorMatch) -> Outcome:
-    """The answer of the check ``fact`` ("name" or "name:argument"); unknown names and no
-    fact at all answer None."""
-    if not fact:
-        return UNKNOWN
-    name, _, arg = fact.partition(":")
-    fn = CHECKS.get(name)
-    return fn(ctx, m, arg or None) if fn is not None else UNKNOWN
+    """The answer of the check ``fact``: "name" or "name:argument"; "a|b", the first of a and
+    b that answers; a trailing "?", a check that can make the cause likely, never certain
+    (a YES becomes LIKELY). Unknown names and no fact at all answer None."""
+    for one in (fact or "").split("|"):
+        one = one.strip()
+        soft = one.endswith("?")
+        name, _, arg = one.rstrip("?").partition(":")
+        fn = CHECKS.get(name)
+        outcome = fn(ctx, m, arg or None) if fn is not None else UNKNOWN
+        if outcome.state is not None:
+            if soft and outcome.state == YES:
+                outcome = Outcome(LIKELY, outcome.says, outcome.fix, outcome.evidence)
+            return outcome
+    return UNKNOWN
 
 
 # -- what the message captured ---------------------------------------------------------------

@@ -41,11 +41,15 @@ def _os(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
 
 @check("wsl")
 def _wsl(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
-    if ctx.wsl is not None:
-        return Outcome(YES, f"this is WSL{' ' + str(ctx.wsl) if ctx.wsl else ''}")
-    if ctx.os_kind is not None:
-        return Outcome(NO, "this is not WSL")
-    return UNKNOWN
+    """Inside WSL (``wsl:1`` / ``wsl:2``: that generation; WSL of unknown generation then
+    answers None)."""
+    if ctx.wsl is None:
+        return Outcome(NO, "this is not WSL") if ctx.os_kind is not None else UNKNOWN
+    if arg and ctx.wsl == 0:
+        return UNKNOWN
+    if arg and str(ctx.wsl) != arg:
+        return Outcome(NO, f"this is WSL {ctx.wsl}")
+    return Outcome(YES, f"this is WSL{' ' + str(ctx.wsl) if ctx.wsl else ''}")
 
 
 @check("container")

@@ -38,8 +38,10 @@ UNRECOGNIZED_FIX = ("look the message up in the issue tracker of the program tha
 
 
 def check(ctx: Context, found: list[Finding], rejudge: Rejudge | None = None) -> list[Finding]:
-    """One finding per distinct error message of the snapshot."""
+    """One finding per catalogue row the snapshot's error messages match (several messages of
+    one row, e.g. two lines of one NCCL failure, are judged once), one per unknown message."""
     out: list[Finding] = []
+    rows: dict[str, list[ErrorMatch]] = {}
     seen: set[str] = set()
     for text in ctx.env.errors:
         quoted = shown(text)
@@ -51,8 +53,16 @@ def check(ctx: Context, found: list[Finding], rejudge: Rejudge | None = None) ->
             out.append(finding("not-judged", "info", COMPONENT,
                                f"'{quoted}' is not in the error catalogue (compat/errors.yaml): "
                                "not recognized, so not judged", fix=UNRECOGNIZED_FIX))
+        elif m.id in rows:
+            rows[m.id].append(m)
         else:
+            rows[m.id] = [m]
             out.append(_judge(ctx, found, m, rejudge))
+    for same in rows.values():
+        if len(same) > 1:
+            f = next(x for x in out if x.evidence.get("error_row") == same[0].id)
+            f.message += " (also: " + "; ".join(f"'{shown(x.text)}'" for x in same[1:]) + ")"
+            f.evidence["messages"] = len(same)
     return out
 
 

@@ -198,3 +198,30 @@ def test_a_message_naming_no_version_is_judged_on_any_copy(tmp_path):
     assert "Likely here: a cuDNN of that major is installed but not where the loader looks" \
         in f["message"] and "(a cudnn copy is here (7.6.5" in f["message"]
     assert "LD_LIBRARY_PATH" in f["fix"]
+
+
+def test_two_messages_of_one_row_are_judged_once(tmp_path):
+    d = doctor(tmp_path, "os: Ubuntu 18.04 (docker container)\n" + _errors(
+        "NCCL WARN Call to posix_fallocate failed: No space left on device",
+        "NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 9637888)"))
+    [f] = d.of("error-message", "errors")
+    assert f["evidence"]["messages"] == 2
+    assert "(also: 'NCCL WARN Error while creating shared memory segment" in f["message"]
+    assert "Likely here: /dev/shm is too small" in f["message"] and "--shm-size=1g" in f["fix"]
+
+
+def test_a_soft_fact_makes_a_cause_likely_never_certain(tmp_path):
+    """Windows alone does not prove a CPU-only xgboost (pip's Windows wheels have CUDA)."""
+    d = doctor(tmp_path, "os: Windows 10\n"
+               + _errors("XGBoost version not compiled with GPU support"))
+    [f] = d.of("error-message", "errors")
+    assert f["severity"] == "warning" and "Likely here: a CPU-only xgboost" in f["message"]
+    assert "pip install xgboost" in f["fix"]
+
+
+def test_a_message_that_states_its_cause_is_an_error_without_other_facts(tmp_path):
+    d = doctor(tmp_path, _errors("ERROR: modpost: GPL-incompatible module nvidia.ko uses "
+                                 "GPL-only symbol 'rcu_read_unlock_strict'"))
+    [f] = d.of("error-message", "errors")
+    assert f["severity"] == "error" and "the message says so" in f["message"]
+    assert "535.183.08" in f["fix"]
