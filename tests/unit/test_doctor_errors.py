@@ -186,7 +186,7 @@ def test_before_cuda_11_a_library_file_names_its_minor(tmp_path):
     new = doctor(tmp_path, "cuda_runtimes: [{version: 11.8.89, source: 'system:/opt/cuda'}]\n"
                  + _errors("libcudart.so.11.0: cannot open shared object file"))
     [g] = new.of("error-message", "errors")
-    assert g["severity"] == "warning" and "Likely here: a copy of that major is installed" \
+    assert g["severity"] == "warning" and "Likely here: a copy of that release is installed" \
         in g["message"] and "a cudart 11 copy is here (11.8.89" in g["message"]
 
 
