@@ -79,9 +79,11 @@ def fill(text: str, m: ErrorMatch) -> str:
 def _cites(f: Finding, codes: list[str]) -> bool:
     if f.severity not in ("error", "warning"):
         return False
-    for code in codes:
+    for code in codes:  # "code", "code@component", "code@component#evidence-key"
+        code, _, key = code.partition("#")
         name, _, comp = code.partition("@")
-        if f.code == name and (not comp or f.component == comp):
+        if f.code == name and (not comp or f.component == comp) and (
+                not key or key in f.evidence):
             return True
     return False
 

@@ -74,8 +74,8 @@ def test_a_driver_older_than_the_runtime_with_the_snapshots_own_versions(tmp_pat
 
 
 def test_nvcc_older_than_the_architecture_it_was_asked_for(tmp_path):
-    d = doctor(tmp_path, "gpus: [{name: NVIDIA GeForce RTX 4090}]\n"
-               "cuda_runtimes: [{version: '11.3', source: 'nvcc:/usr/local/cuda/bin/nvcc'}]\n"
+    """No GPU named (a build machine): the message's architecture against the toolkit."""
+    d = doctor(tmp_path, "cuda_runtimes: [{version: '11.3', source: 'nvcc:/usr/local/cuda/bin/nvcc'}]\n"
                + _errors("nvcc fatal   : Unsupported gpu architecture 'compute_89'"))
     [f] = d.of("error-message", "errors")
     assert f["severity"] == "error" and f["evidence"]["arch"] == "compute_89"
@@ -225,3 +225,13 @@ def test_a_message_that_states_its_cause_is_an_error_without_other_facts(tmp_pat
     [f] = d.of("error-message", "errors")
     assert f["severity"] == "error" and "the message says so" in f["message"]
     assert "535.183.08" in f["fix"]
+
+
+def test_a_finding_cited_by_evidence_key_is_the_one_pointed_at(tmp_path):
+    """The toolkit-vs-GPU warning (its evidence names the compute capability) explains an nvcc
+    architecture error; the toolkit-vs-torch one (evidence torch_cuda) would not."""
+    d = doctor(tmp_path, "gpus: [{name: NVIDIA GeForce RTX 4090}]\n"
+               "cuda_runtimes: [{version: '11.3', source: 'nvcc:/usr/local/cuda/bin/nvcc'}]\n"
+               + _errors("nvcc fatal   : Unsupported gpu architecture 'compute_89'"))
+    [f] = d.of("error-message", "errors")
+    assert f["severity"] == "info" and f["evidence"]["see"] == ["cuda-mismatch (cuda)"]
