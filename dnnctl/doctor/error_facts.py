@@ -20,7 +20,7 @@ from dnnctl.compat.suggest import reach_row
 from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context
-from dnnctl.doctor.rules_driver import driver_fix
+from dnnctl.doctor.rules_runtime import driver_fix
 
 YES, LIKELY, NO = "yes", "likely", "no"
 

@@ -125,8 +125,7 @@ def _copies(ctx: Context, stem: str) -> tuple[bool, list[tuple[Version, str]]]:
         comps, known = list(comps) + kits, known or bool(kits)
     out = [(v, c.source or "source unknown") for c in comps
            if (v := Version.maybe(c.version)) is not None]
-    for name, version in (ctx.env.packages or {}).items():
-        canon = canonical_name(name)
+    for canon, version in ctx.packages.items():
         for prefix in wheels:
             if canon.startswith(prefix) and canon[len(prefix):].isdigit():
                 v = Version.maybe(version) if version else None
@@ -218,7 +217,7 @@ def _python_h(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
 @check("package")
 def _package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """``package:NAME``: NAME is installed (YES) or, with packages listed, not (NO)."""
-    names = {canonical_name(n): v for n, v in (ctx.env.packages or {}).items()}
+    names = ctx.packages
     want = canonical_name(arg or "")
     if want in names:
         return Outcome(YES, f"{want} {names[want] or ''} is installed".replace("  ", " "))
@@ -228,7 +227,7 @@ def _package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
 @check("no_package")
 def _no_package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """``no_package:NAME``: NAME is missing (with packages listed)."""
-    names = {canonical_name(n) for n in (ctx.env.packages or {})}
+    names = set(ctx.packages)
     want = canonical_name(arg or "")
     if not names:
         return UNKNOWN

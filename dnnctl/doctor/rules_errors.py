@@ -7,8 +7,9 @@ Every cause of its row is then looked for, in this order:
 - a finding of the other rules that establishes it (its ``codes``): the error finding then
   points at that finding (info, ``see``) instead of repeating it;
 - the facts the message itself states (``implies``: the compute capability torch names, the
-  CUDA version a driver reports), added to a copy of the snapshot where it says nothing of
-  them and judged again: a finding that appears only then names the cause;
+  CUDA version a driver reports, cuInit's CUDA_ERROR_UNKNOWN), added to a copy of the snapshot
+  where it says nothing of them and judged again, unless a finding already explains the
+  message: a finding that appears only then names the cause;
 - the cause's own check (``fact``, dnnctl.doctor.error_facts): yes, likely, ruled out or
   unknown.
 
@@ -91,11 +92,13 @@ def _cites(f: Finding, codes: list[str]) -> bool:
 def _judge(ctx: Context, found: list[Finding], m: ErrorMatch,
            rejudge: Rejudge | None) -> Finding:
     row = m.row
-    implied, given = _implied(ctx, found, m, rejudge)
+    refs_of = [[f for f in found if f.component != COMPONENT
+                and _cites(f, list(c.get("codes") or []))] for c in row["causes"]]
+    # what the message states is added only where no finding explains it already
+    implied, given = ([], "") if any(refs_of) else _implied(ctx, found, m, rejudge)
     verdicts: list[tuple[dict[str, Any], Outcome, list[Finding]]] = []
-    for cause in row["causes"]:
+    for cause, refs in zip(row["causes"], refs_of):
         codes = list(cause.get("codes") or [])
-        refs = [f for f in found if f.component != COMPONENT and _cites(f, codes)]
         new = [f for f in implied if _cites(f, codes)]
         if refs:
             outcome = Outcome(YES, "; ".join(f"{f.message} [{f.code}]" for f in refs[:1]))
@@ -189,6 +192,9 @@ def _implied(ctx: Context, found: list[Finding], m: ErrorMatch,
             not (ctx.env.driver or {}).get("cuda"):
         env.driver = {**(env.driver or {}), "cuda": str(cuda)}
         said.append(f"the driver's CUDA {cuda} the message names")
+    if "cuinit" in wants and m.groups.get("cuinit") and not (ctx.env.driver or {}).get("cuinit"):
+        env.driver = {**(env.driver or {}), "cuinit": {"code": 999, "name": "CUDA_ERROR_UNKNOWN"}}
+        said.append("cuInit's CUDA_ERROR_UNKNOWN the message names")
     if not said:
         return [], ""
     before = {(f.code, f.component, f.message) for f in found}

@@ -235,3 +235,21 @@ def test_a_finding_cited_by_evidence_key_is_the_one_pointed_at(tmp_path):
                + _errors("nvcc fatal   : Unsupported gpu architecture 'compute_89'"))
     [f] = d.of("error-message", "errors")
     assert f["severity"] == "info" and f["evidence"]["see"] == ["cuda-mismatch (cuda)"]
+
+
+def test_cuinit_unknown_error_is_the_suspend_cause_where_the_driver_lists_gpus(tmp_path):
+    """The message's CUDA_ERROR_UNKNOWN is what the cuInit rule reads (driver.cuinit)."""
+    msg = "failed call to cuInit: CUDA_ERROR_UNKNOWN: unknown error"
+    d = doctor(tmp_path, "os: Ubuntu 22.04\ndriver: {version: 535.113.01}\n"
+               "gpus: [{name: NVIDIA GeForce RTX 3090}]\n" + _errors(msg))
+    [f] = d.of("error-message", "errors")
+    assert f["severity"] == "error"
+    assert "given cuInit's CUDA_ERROR_UNKNOWN the message names" in f["message"]
+    assert "nvidia_uvm" in f["fix"]
+    assert d.of("cuda-init") == []  # the snapshot alone says nothing of cuInit
+    # a stub libcuda the snapshot shows explains it: nothing is implied then
+    stub = doctor(tmp_path, "os: Ubuntu 22.04\ndriver: {version: 535.113.01, libcuda: "
+                  "/usr/local/cuda/lib64/stubs/libcuda.so}\ngpus: [{name: NVIDIA GeForce RTX "
+                  "3090}]\n" + _errors(msg))
+    [g] = stub.of("error-message", "errors")
+    assert g["severity"] == "info" and g["evidence"]["see"] == ["libcuda-stub (driver)"]
