@@ -80,11 +80,14 @@ def fill(text: str, m: ErrorMatch) -> str:
 def _cites(f: Finding, codes: list[str]) -> bool:
     if f.severity not in ("error", "warning"):
         return False
-    for code in codes:  # "code", "code@component", "code@component#evidence-key"
+    # "code", "code@component", "...#evidence-key", "...~word" (its message says the word)
+    for code in codes:
+        code, _, word = code.partition("~")
         code, _, key = code.partition("#")
         name, _, comp = code.partition("@")
         if f.code == name and (not comp or f.component == comp) and (
-                not key or key in f.evidence):
+                not key or key in f.evidence) and (
+                not word or word.lower() in f.message.lower()):
             return True
     return False
 
@@ -100,8 +103,16 @@ def _judge(ctx: Context, found: list[Finding], m: ErrorMatch,
     for cause, refs in zip(row["causes"], refs_of):
         codes = list(cause.get("codes") or [])
         new = [f for f in implied if _cites(f, codes)]
-        if refs:
-            outcome = Outcome(YES, "; ".join(f"{f.message} [{f.code}]" for f in refs[:1]))
+        firm = [f for f in refs if not f.evidence.get("conditional")]
+        if firm:
+            outcome = Outcome(YES, "; ".join(f"{f.message} [{f.code}]" for f in firm[:1]))
+            refs = firm
+        elif refs:  # a finding that said "if ...": the message shows the condition holds
+            f = refs[0]
+            outcome = Outcome(YES, f"the message confirms the condition of [{f.code}] under "
+                                   f"{f.component}", fix=f.fix, evidence={"confirms": [
+                                       f"{x.code} ({x.component})" for x in refs]})
+            refs = []
         elif new:
             outcome = Outcome(YES, f"given {given}: {new[0].message}", fix=new[0].fix)
         else:

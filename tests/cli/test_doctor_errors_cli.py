@@ -42,7 +42,11 @@ def test_error_option_judges_the_message_against_the_snapshot(tmp_path):
     data = _json(["--from", str(_snap(tmp_path)), "--error", NCCL])
     [f] = _errors(data)
     assert f["code"] == "error-message" and f["evidence"]["error_row"] == "nccl-not-built"
-    assert f["severity"] == "error" and "backend='gloo'" in f["fix"]
+    # torch's Windows finding says "if this program uses NCCL": the message shows it does
+    assert f["severity"] == "error" and 'backend="gloo"' in f["fix"]
+    assert f["evidence"]["confirms"] == ["platform-unsupported (torch)"]
+    assert "the message confirms the condition of [platform-unsupported] under torch" \
+        in f["message"]
     assert data["env"]["errors"] == [NCCL] and data["verdict"] == "fail"
 
 

@@ -77,7 +77,8 @@ def test_checks_and_codes_are_real(row):
         for code in cause.get("codes") or []:
             name = code.split("@")[0]
             # codes of rules still on other branches are allowed, but must look like codes
-            assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*(?:@[a-z0-9-]+(?:#\w+)?)?", code), code
+            assert re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*(?:@[a-z0-9-]+(?:#\w+)?(?:~\w+)?)?",
+                                code), code
             assert name in CODES or name in PENDING, (row["id"], code)
         assert fact or cause.get("codes") or cause.get("tell"), (row["id"], cause["cause"])
 
