@@ -107,11 +107,13 @@ def _judge(ctx: Context, found: list[Finding], m: ErrorMatch,
         if firm:
             outcome = Outcome(YES, "; ".join(f"{f.message} [{f.code}]" for f in firm[:1]))
             refs = firm
-        elif refs:  # a finding that said "if ...": the message shows the condition holds
-            f = refs[0]
-            outcome = Outcome(YES, f"the message confirms the condition of [{f.code}] under "
-                                   f"{f.component}", fix=f.fix, evidence={"confirms": [
-                                       f"{x.code} ({x.component})" for x in refs]})
+        elif refs:  # a finding that said "if ...": the message shows the condition holds,
+            f = refs[0]  # unless the cause's own check is soft (the message does not prove it)
+            soft = any(p.strip().endswith("?") for p in (cause.get("fact") or "").split("|"))
+            outcome = Outcome(LIKELY if soft else YES,
+                              f"the message {'fits' if soft else 'confirms'} the condition of "
+                              f"[{f.code}] under {f.component}", fix=f.fix, evidence={
+                                  "confirms": [f"{x.code} ({x.component})" for x in refs]})
             refs = []
         elif new:
             outcome = Outcome(YES, f"given {given}: {new[0].message}", fix=new[0].fix)
@@ -156,6 +158,8 @@ def _open(row: Any, head: str, verdicts: list, m: ErrorMatch, ev: dict[str, Any]
     unsure = [(c, o) for c, o, _ in verdicts if o.state is None]
     ruled = [(c, o) for c, o, _ in verdicts if o.state == NO]
     text = head + "."
+    for _, o in likely:
+        ev.update(o.evidence)
     if likely:
         text += " Likely here: " + "; ".join(f"{_clause(c['cause'], m)} ({o.says})"
                                              for c, o in likely) + "."

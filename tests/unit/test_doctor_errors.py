@@ -253,3 +253,17 @@ def test_cuinit_unknown_error_is_the_suspend_cause_where_the_driver_lists_gpus(t
                   "3090}]\n" + _errors(msg))
     [g] = stub.of("error-message", "errors")
     assert g["severity"] == "info" and g["evidence"]["see"] == ["libcuda-stub (driver)"]
+
+
+def test_a_conditional_finding_is_confirmed_only_as_far_as_the_message_proves(tmp_path):
+    """An OOM in WSL 2 fits the pinned-memory condition but does not prove it (a model may
+    simply not fit): likely, a warning; NCCL's shm messages do prove theirs: an error."""
+    d = doctor(tmp_path, "os: Ubuntu 22.04 (WSL2, Linux 5.15.90.1-microsoft-standard-WSL2)\n"
+               "gpus: [{name: NVIDIA GeForce RTX 3050}]\ndriver: {version: 531.79}\n"
+               "frameworks: {llama-cpp-python: {version: 0.1.50, cuda_build: true}}\n"
+               + _errors("CUDA error 2 at ggml-cuda.cu:359: out of memory"))
+    [f] = d.of("error-message", "errors")
+    assert f["severity"] == "warning" and f["evidence"]["confirms"] == [
+        "pinned-memory (llama-cpp-python)"]
+    assert "the message fits the condition of [pinned-memory]" in f["message"]
+    assert "GGML_CUDA_NO_PINNED=1" in f["fix"]
