@@ -96,12 +96,7 @@ def runtime_findings(ctx: Context, component: str, cuda: Version, *, what: str, 
         return []  # pre-MVC: the release's own driver is the one and only minimum
     cite = rel or major
     if need_row.mvc and ctx.driver >= floor and have is not None and have.major >= cuda.major:
-        sev = "error" if ptx_only else ("warning" if jit else "info")
-        why = (" Its only code for this GPU is PTX, and a driver older than the toolkit "
-               "cannot JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
-               " PTX it JIT-compiles can fail with 'the provided PTX was compiled with an "
-               "unsupported toolchain' (cudaErrorUnsupportedPtxVersion)." if jit else
-               " Prebuilt kernels work; features needing the newer driver do not.")
+        sev, why = _mvc_effect(ptx_only, jit)
         fix = driver_fix(ctx, full_need) if full_need else None
         stuck = _stuck(ctx, full_need)
         if fix and stuck:  # the driver that would fully support it does not exist here
@@ -186,12 +181,7 @@ def _branch_runtime(ctx: Context, component: str, cuda: Version, *, what: str, j
             fix=f"{BRANCH_FIX}; if it is older, {driver_fix(ctx, need.minimum)}",
             required=need.minimum, **ev)]
     # every driver of the branch runs it through minor-version compatibility at least
-    sev = "error" if ptx_only else ("warning" if jit else "info")
-    why = (" Its only code for this GPU is PTX, and a driver older than the toolkit cannot "
-           "JIT that PTX (cudaErrorUnsupportedPtxVersion)." if ptx_only else
-           " PTX it JIT-compiles can fail with 'the provided PTX was compiled with an "
-           "unsupported toolchain' (cudaErrorUnsupportedPtxVersion)." if jit else
-           " Prebuilt kernels work; features needing the newer driver do not.")
+    sev, why = _mvc_effect(ptx_only, jit)
     if full is False:
         return [finding("driver-mvc", sev, component,
                         f"{what} uses CUDA {cuda}, but a driver {label} fully supports CUDA "
@@ -211,3 +201,16 @@ def _stuck(ctx: Context, need: Version | None) -> list[GpuInfo]:
     return [g for g in ctx.gpus if need is not None and g.arch
             and g.arch.get("last_driver_branch") is not None
             and need.major > g.arch["last_driver_branch"]]
+
+
+def _mvc_effect(ptx_only: bool, jit: bool) -> tuple[str, str]:
+    """(severity, the sentence saying why) of a program running through minor-version
+    compatibility: an error where its only code for the GPU is PTX, a warning where it
+    JIT-compiles PTX, else information."""
+    if ptx_only:
+        return "error", (" Its only code for this GPU is PTX, and a driver older than the "
+                         "toolkit cannot JIT that PTX (cudaErrorUnsupportedPtxVersion).")
+    if jit:
+        return "warning", (" PTX it JIT-compiles can fail with 'the provided PTX was compiled "
+                           "with an unsupported toolchain' (cudaErrorUnsupportedPtxVersion).")
+    return "info", " Prebuilt kernels work; features needing the newer driver do not."

@@ -660,7 +660,7 @@ def run_op(name: str, *args: Any) -> Any:
     if _grad_on() and x.is_cuda and name in TORCH_TRAINS and _any_grad(*args) \
             and torch_trains(name, args):
         return TORCH_TRAINS[name][1](*args)
-    if _any_autocast():
+    if any_autocast():
         cast = AUTOCAST_DIRECT.get((x.device.type, name))
         if cast is not None and autocast_active(x.device.type):
             return cast(*args)
@@ -759,7 +759,7 @@ def direct_ok(x: torch.Tensor, *tensors: Any) -> bool:
     (:func:`plain_eager`), no autocast region, no gradient to record, no record() session,
     x's dtype one dnnctl runs (not inside torch_forms()). A patched module may then take
     its call's replay Program directly (:class:`dnnctl.torch.native.Direct`)."""
-    return (plain_eager(x) and not _any_autocast()
+    return (plain_eager(x) and not any_autocast()
             and not (_grad_on() and _any_grad(x, *tensors)) and not K.RECORDERS
             and x.dtype in K._RUNS)
 
@@ -780,6 +780,5 @@ _modes, _tracing = torch._C._len_torch_dispatch_stack, torch._C._is_tracing
 _functorch = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 # any device's autocast region (one C call; the per-device check needs x.device, ~0.4 us
 # more, and runs only when some region is active)
-_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
+any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (
     lambda: autocast_active("cuda") or autocast_active("cpu"))
-any_autocast = _any_autocast  # (public: for the torch layer's other modules)

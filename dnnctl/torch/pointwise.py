@@ -52,7 +52,7 @@ from torch.fx.interpreter import Interpreter
 
 from dnnctl.torch.fuse import add_submodule
 from dnnctl.torch.library import any_autocast, plain_eager
-from dnnctl.torch.pointwise_render import cuda_source, python_source
+from dnnctl.torch.pointwise_render import C_TYPES, cuda_source
 from dnnctl.torch.trace import MODE_CHANGES
 
 # ----------------------------------------------------------------------------- op tables
@@ -71,9 +71,9 @@ _UNARY_METHODS = {"neg": "neg", "relu": "relu", "sigmoid": "sigmoid", "tanh": "t
                   "exp": "exp", "sqrt": "sqrt", "rsqrt": "rsqrt", "abs": "abs", "cos": "cos",
                   "sin": "sin", "log": "log"}
 _POW = {operator.pow, torch.pow}
-_CAST_METHODS = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
+_CAST_METHODS = {"float", "half", "bfloat16"}
 _CATS = {torch.cat, torch.concat, torch.concatenate}
-FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+FLOATS = tuple(C_TYPES)  # the dtypes the kernels take
 MAX_MEMBERS = 64  # op instances in one group
 MAX_INPUTS = 16
 MAX_PLANS = 64  # call signatures remembered per group
@@ -301,9 +301,6 @@ class _Sig:
     numel: int
 
 
-_DT = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
-
-
 class Program:
     """The group's ops in a form code is generated from: one entry per node of the group's
     graph, in order (placeholders first)."""
@@ -336,9 +333,7 @@ class Program:
         for n in self.nodes:
             v = interp.values.get(n)
             if n.op == "placeholder" and not isinstance(v, torch.Tensor):
-                if not _number(v) and type(v) is not bool:
-                    shapes[n.name] = ()  # (a dtype, a slice bound read elsewhere)
-                continue
+                continue  # a number, a dtype, a slice bound: read where it is used
             if not isinstance(v, torch.Tensor) or v.dtype not in FLOATS:
                 return None
             if any(s >= 2**31 for s in v.shape) or v.numel() >= 2**31:
@@ -358,14 +353,6 @@ class Program:
         except _Refused:
             return None
         return sig, code.params, code.key
-
-    def source(self, args: Sequence[Any]) -> tuple[str, str, list[Any]] | None:
-        """(CUDA source, Python source, parameter values) for ``args`` (tests, diagnostics)."""
-        got = self.signature(args)
-        if got is None:
-            return None
-        sig, params, key = got
-        return cuda_source(key), python_source(key), params
 
 
 class _Refused(Exception):
@@ -404,12 +391,8 @@ class _Codegen:
         perm = sorted(range(nd), key=lambda d: (-stride[d], -d)) if nd else []
         sizes = [self.param(shape[d], "i") for d in range(nd)]
         ostr = [self.param(stride[d], "i") for d in range(nd)]
-        idx: list[Any] = [None] * nd
         # decomposition of the linear index, innermost (last in perm) first
-        decomp = []
-        for d in reversed(perm):
-            decomp.append((d, sizes[d]))
-            idx[d] = ("idx", d)
+        decomp = [(d, sizes[d]) for d in reversed(perm)]
         body: list[Any] = []
         memo: dict[Any, Any] = {}
         root = self.emit(self.prog.root, [("idx", d) for d in range(nd)], body, memo)
@@ -417,12 +400,12 @@ class _Codegen:
         for d in range(nd):
             if shape[d] != 1:
                 off = ("add_i", off, ("mul_i", ("idx", d), ostr[d]))
-        body.append(("store", off, ("round", _DT[sig.out_dtype], root)))
+        body.append(("store", off, ("round", C_TYPES[sig.out_dtype], root)))
         inputs = []
         for n in self.prog.inputs:
             a = self.args[self.prog.inputs.index(n)]
-            inputs.append(_DT[a.dtype] if isinstance(a, torch.Tensor) else None)
-        self.key = (tuple(inputs), _DT[sig.out_dtype], tuple(decomp), tuple(self.param_kinds),
+            inputs.append(C_TYPES[a.dtype] if isinstance(a, torch.Tensor) else None)
+        self.key = (tuple(inputs), C_TYPES[sig.out_dtype], tuple(decomp), tuple(self.param_kinds),
                     _freeze(body), self.itype)
 
     # -- values
@@ -487,7 +470,7 @@ class _Codegen:
             return ("load", k, off)
         kind, op = _kind(node) or (None, None)
         ev = self.evaluated[node]
-        dt = _DT[sig.dtypes[node.name]]
+        dt = C_TYPES[sig.dtypes[node.name]]
         if kind == "bin":
             a = self.operand(node.args[0], node, idx, body, memo)
             b = self.operand(node.args[1], node, idx, body, memo)

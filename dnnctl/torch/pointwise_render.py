@@ -191,7 +191,9 @@ def _py_op(name: str, a: float, b: float | None) -> float:
     raise AssertionError(name)
 
 
-_TORCH_DT = {"float": torch.float32, "__half": torch.float16, "__nv_bfloat16": torch.bfloat16}
+# each dtype the code takes and its C type
+C_TYPES = {torch.float32: "float", torch.float16: "__half", torch.bfloat16: "__nv_bfloat16"}
+_TORCH_DT = {c: t for t, c in C_TYPES.items()}
 
 
 def run_python(prog: Any, args: Sequence[Any]) -> torch.Tensor | None:
