@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dnnctl.compat.errors import ErrorMatch
 from dnnctl.compat.versions import Version
-from dnnctl.doctor import stack
+from dnnctl.doctor import stack, visible
 from dnnctl.doctor.context import Context
 from dnnctl.doctor.error_facts import (
     LIKELY,
@@ -62,16 +62,15 @@ def _container(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
 
 @check("hidden")
 def _hidden(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
-    """CUDA_VISIBLE_DEVICES hides every GPU (empty, -1, NoDevFiles)."""
+    """CUDA_VISIBLE_DEVICES hides every GPU (empty, -1, NoDevFiles, an index past the last GPU)."""
     env = ctx.env.environment or {}
     if "CUDA_VISIBLE_DEVICES" not in env:
         detected = isinstance((ctx.env.driver or {}).get("present"), bool)
         return Outcome(NO, "CUDA_VISIBLE_DEVICES is not set") if detected else UNKNOWN
-    value = env["CUDA_VISIBLE_DEVICES"]
-    first = value.split(",")[0].strip()
-    if not first or first.startswith("-") or first.lower() == "nodevfiles":
-        return Outcome(YES, f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU")
-    return Outcome(NO, f"CUDA_VISIBLE_DEVICES={value!r} shows a GPU")
+    seen = visible.parse(ctx.env)
+    if seen is not None and seen.hides_all:
+        return Outcome(YES, f"CUDA_VISIBLE_DEVICES={seen.value!r} hides every GPU ({seen.why})")
+    return Outcome(NO, f"CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']!r} shows a GPU")
 
 
 @check("visible_set")

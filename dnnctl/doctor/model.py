@@ -289,12 +289,18 @@ class Component:
 
     @property
     def toolkit(self) -> bool:
-        """A CUDA toolkit with an nvcc: only ``nvcc:<path to nvcc>`` or ``system:<toolkit dir>``
+        """A CUDA toolkit with an nvcc: only ``nvcc[:<path to nvcc>]`` or ``system:<toolkit dir>``
         mark one (README, the snapshot's fields); not the ld cache's libcudart
         (``system:ldconfig``), pip's runtime wheels, conda's cudart, or a copy of unknown source."""
         src = self.source or ""
-        return src.startswith("nvcc:") or (src.startswith("system:")
-                                           and not src.startswith("system:ldconfig"))
+        return self.nvcc or (src.startswith("system:") and not src.startswith("system:ldconfig"))
+
+    @property
+    def nvcc(self) -> bool:
+        """Found as an nvcc: ``nvcc:<path>``, or ``nvcc`` alone as a hand-written snapshot
+        says it."""
+        src = (self.source or "").strip()
+        return src == "nvcc" or src.startswith("nvcc:")
 
 
 @dataclass

@@ -112,6 +112,7 @@ from dnnctl.doctor import (
     rules_tfjs,
     rules_toolchain,
     rules_unjudged,
+    rules_visible,
     rules_vllm,
     rules_watchdog,
     rules_xformers,
@@ -126,6 +127,7 @@ def judge(env: EnvSnapshot, matrix: Matrix) -> list[Finding]:
     findings: list[Finding] = []
     findings += rules_driver.check(ctx)
     findings += rules_gpu_count.check(ctx)
+    findings += rules_visible.check(ctx)
     findings += rules_stub.check(ctx)
     findings += rules_container.check(ctx)
     findings += rules_mig.check(ctx)

@@ -8,7 +8,8 @@ supports, in this order:
   with the driver that CUDA needs and a torch build this driver runs; torch itself says "The
   NVIDIA driver on your system is too old (found version 8000)" (pytorch/pytorch#1564);
 - no driver, or a driver that sees no GPU (rules_driver.py names these);
-- ``CUDA_VISIBLE_DEVICES`` empty (or starting with an invalid index): CUDA sees no device;
+- ``CUDA_VISIBLE_DEVICES`` empty, or starting with an invalid entry (``-1``, an index past the
+  last GPU, a UUID of no GPU here; :mod:`dnnctl.doctor.visible`): CUDA sees no device;
 - a CPU-only build (rules_platform.py names it);
 - the build's CUDA unknown, the driver's known: a warning that a build for any newer CUDA
   fails on this driver, with the driver the next CUDA release needs;
@@ -23,7 +24,7 @@ from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.schema import Row
 from dnnctl.compat.suggest import cubin_status, python_fits, torch_install
 from dnnctl.compat.versions import TorchVersion, Version
-from dnnctl.doctor import fixcheck
+from dnnctl.doctor import fixcheck, visible
 from dnnctl.doctor.context import Context, finding, flag
 from dnnctl.doctor.model import Finding
 from dnnctl.doctor.rules_runtime import driver_fix, runtime_findings
@@ -32,11 +33,6 @@ from dnnctl.errors import UsageError
 # findings that already explain why torch sees no GPU
 CAUSES = {"no-driver", "no-gpu", "driver-mismatch", "driver-too-old", "fabric-manager",
           "cuda-init"}
-VISIBLE_SOURCE = (
-    "https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#env-vars "
-    "(CUDA_VISIBLE_DEVICES: 'Only the devices whose index is present in the sequence are "
-    "visible to CUDA applications ... If one of the indices is invalid, only the devices whose "
-    "index precedes the invalid index are visible')")
 TOO_OLD_SOURCE = (
     "pytorch/pytorch#1564 (torch.cuda.is_available() False, 'The NVIDIA driver on your system "
     "is too old (found version 8000)'; the maintainer: 'upgrade your driver'); the driver per "
@@ -106,17 +102,15 @@ def _too_old(ctx: Context, what: str, cuda: Version) -> list[Finding]:
 
 
 def _hidden(ctx: Context, what: str) -> list[Finding]:
-    visible = (ctx.env.environment or {}).get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return []
-    first = visible.split(",")[0].strip()
-    if first and not first.startswith("-"):
+    seen = visible.parse(ctx.env)
+    if seen is None or not seen.hides_all:
         return []
     return [finding("no-gpu", "warning", "torch",
-                    f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU from CUDA: {what} reports "
-                    "CUDA unavailable (torch.cuda.is_available() is False)",
+                    f"CUDA_VISIBLE_DEVICES={seen.value!r} hides every GPU from CUDA "
+                    f"({seen.why}): {what} reports CUDA unavailable "
+                    "(torch.cuda.is_available() is False)",
                     fix="`unset CUDA_VISIBLE_DEVICES` (or `export CUDA_VISIBLE_DEVICES=0` for the "
-                    "first GPU)", source=VISIBLE_SOURCE, cuda_visible_devices=visible)]
+                    "first GPU)", source=visible.SOURCE, cuda_visible_devices=seen.value)]
 
 
 def _maybe_too_old(ctx: Context, what: str, info: dict[str, Any]) -> list[Finding]:

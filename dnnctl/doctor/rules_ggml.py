@@ -163,7 +163,7 @@ def _toolkit(ctx: Context, b: Binding, what: str, version: str) -> list[Finding]
     kits = toolkits(ctx)
     old = [(rt, v) for rt, v in kits if v.trunc(2) < TESTED_TOOLKIT]
     good = sorted((v, rt) for rt, v in kits if v.trunc(2) >= TESTED_TOOLKIT)
-    first = next(((rt, v) for rt, v in kits if (rt.source or "").startswith("nvcc:")), None)
+    first = next(((rt, v) for rt, v in kits if rt.nvcc), None)
     if not old or (good and (first is None or first[1].trunc(2) >= TESTED_TOOLKIT)):
         return []
     rt, v = min(old, key=lambda x: x[1])
