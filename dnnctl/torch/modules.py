@@ -182,6 +182,12 @@ def linear_call(direct: Direct, x: torch.Tensor, w: torch.Tensor, b: torch.Tenso
 
 def _linear_fwd(m: nn.Linear, handle: int, direct: Direct, x: torch.Tensor) -> torch.Tensor:
     w, b = _param(m, "weight"), _param(m, "bias")  # read once (see _conv_fwd)
+    return _linear_of(handle, direct, x, w, b)
+
+
+def _linear_of(handle: int, direct: Direct, x: torch.Tensor, w: torch.Tensor,
+               b: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(x, w, b)`` on dnnctl, or torch's where a training plan says torch."""
     if (_training_torch(x) and x.dim() >= 2 and x.numel() and w.numel()
             and gp.torch_trains(
                 "matmul", handle, x, w,
@@ -195,6 +201,38 @@ def _linear_fwd(m: nn.Linear, handle: int, direct: Direct, x: torch.Tensor) -> t
 
 def _linear(m: nn.Linear, handle: int) -> Callable[..., Any]:
     return partial(_linear_fwd, m, handle, Direct())
+
+
+def _gpt_conv1d_fwd(m: nn.Module, handle: int, direct: Direct, x: torch.Tensor) -> Any:
+    """transformers' Conv1D: ``addmm(bias, x.view(-1, nx), weight)`` with the weight stored
+    (nx, nf), viewed back to x's leading dims: a linear of the weight's transpose (a view)."""
+    w, b = _param(m, "weight"), _param(m, "bias")
+    if w.dim() != 2 or x.shape[-1] != w.shape[0] or b is None or b.shape != (w.shape[1],):
+        return type(m).forward(m, x)  # (torch's error, or its result)
+    return _linear_of(handle, direct, x, w.t(), b)
+
+
+def _gpt_conv1d(m: nn.Module, handle: int) -> Callable[..., Any]:
+    return partial(_gpt_conv1d_fwd, m, handle, Direct())
+
+
+# modules of other libraries, known by their class's name and the names its forward's code
+# reads (its exact set: a class that computes anything else is not taken), each a published
+# class whose forward is known
+BY_CODE: dict[tuple[str, frozenset[str]], tuple[str, Callable[[Any, int], Callable[..., Any]]]] = {
+    # GPT-2, OpenAI GPT, Image GPT, CTRL: huggingface/transformers pytorch_utils.py
+    # (modeling_utils.py before v4.20): size_out = x.size()[:-1] + (self.nf,); x =
+    # torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight); x.view(size_out)
+    ("Conv1D", frozenset({"size", "nf", "torch", "addmm", "bias", "view", "weight"})):
+        ("matmul", _gpt_conv1d),
+}
+
+
+def _by_code(kind: type) -> tuple[str, Callable[[Any, int], Callable[..., Any]]] | None:
+    code = getattr(kind.__dict__.get("forward"), "__code__", None)
+    if code is None:
+        return None
+    return BY_CODE.get((kind.__name__, frozenset(code.co_names)))
 
 
 def bn_fwd(m: nn.BatchNorm2d, handle: int, x: torch.Tensor, activation: str = "none",
@@ -520,6 +558,9 @@ def forward_for(m: nn.Module, handle: int) -> tuple[Callable[..., Any] | None, s
             if reason is not None:
                 return None, op, reason
             return make(m, handle), op, ""
+    named = _by_code(kind)
+    if named is not None:
+        return named[1](m, handle), named[0], ""
     if type(m) is nn.TransformerEncoderLayer:  # its parts are covered: say when they run
         return None, "(container)", ("in inference without gradients torch runs the whole "
                                      "layer as one fused op (its fast path); the Linear / "

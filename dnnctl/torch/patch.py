@@ -30,6 +30,7 @@ from dnnctl.torch import graphs as graphs_module
 from dnnctl.torch import kernels
 from dnnctl.torch.fuse import fuse_graph, hooked
 from dnnctl.torch.modules import forward_for
+from dnnctl.torch.param_linear import route_param_linears
 from dnnctl.torch.pointwise import fuse_pointwise
 from dnnctl.torch.report import Covered, PatchReport, Skipped
 from dnnctl.torch.trace import symbolic_trace
@@ -366,6 +367,8 @@ def _traced(model: nn.Module, own: Any, covered: set[str], handle: int,
     reads = _reads(model, gm)
     report.fusions = fuse_graph(gm, covered, not model.training, handle, _calls(gm))
     _attention_hook(gm, report, handle)
+    if not model.training:
+        route_param_linears(gm, report, handle)
     if pointwise and not model.training:
         report.pointwise = fuse_pointwise(gm)
     members = tuple(model.get_submodule(n) for f in report.fusions for n in (f.head, *f.folded))

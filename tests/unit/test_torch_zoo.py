@@ -1497,7 +1497,8 @@ _CONTROL_FLOW = "control flow"  # fx's words for ``assert L == H * W`` on a trac
 _WHISPER_SUBCLASS = "a subclass of"
 
 ZOO: dict[str, Case] = {
-    "gpt2": Case(GPT2Block, _gpt2_calls, "slice indices", frozenset({"ln_1", "ln_2"})),
+    "gpt2": Case(GPT2Block, _gpt2_calls, _CONTROL_FLOW, frozenset({
+        "ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"})),
     "bert": Case(BertLayer, _bert_calls, True, frozenset({
         "attention.self.query", "attention.self.key", "attention.self.value",
         "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
