@@ -61,6 +61,31 @@ def _search(row: Row, text: str) -> dict[str, str] | None:
     return None
 
 
+# where a message prints a CUDA error as a bare number: a wrapper's words, then the number
+# (ollama's "cudart init failure: 802", "cuda driver library init failure: 3", ggml's "CUDA
+# error 222 at", "cudaSetDevice err: 802", "cuInit(0) failed: 999", "CUresult 100")
+_NUMBERED = re.compile(
+    r"(?:\bcu(?:da)?rt init failure|\bcuda driver library init failure|\bCUDA error"
+    r"|\bcu(?:da)?[A-Z]\w*(?:\(\w*\))? (?:err(?:or)?|failed|returned)|\bCUresult"
+    r"|\bcudaError_t)[\s:=(]*(?:with |code |error )*(\d{1,3})\b(?!\.\d)")
+
+
+def annotate(matrix: Matrix, text: str) -> str:
+    """``text`` with the names of each CUDA error it prints only as a number added after it
+    (table ``cuda_error_codes``): "cudart init failure: 802 (cudaErrorSystemNotReady /
+    CUDA_ERROR_SYSTEM_NOT_READY)". A number not in the table is left as it is."""
+    codes = {int(r["code"]): r for r in matrix.rows("cuda_error_codes") if not r.uncertain}
+
+    def named(m: re.Match[str]) -> str:
+        row = codes.get(int(m.group(1)))
+        if row is None:
+            return m.group(0)
+        names = " / ".join(n for n in (row["runtime"], row.get("driver")) if n)
+        return f"{m.group(0)} ({names})"
+
+    return _NUMBERED.sub(named, text)
+
+
 def _pieces(text: str) -> list[str]:
     flat = normalize(text)
     if len(flat) <= MAX_MESSAGE:
@@ -69,8 +94,9 @@ def _pieces(text: str) -> list[str]:
 
 
 def match_error(matrix: Matrix, text: str) -> ErrorMatch | None:
-    """The first catalogue row that matches ``text``, or None (not recognized)."""
-    for piece in _pieces(text):
+    """The first catalogue row that matches ``text`` (its bare CUDA error numbers named:
+    :func:`annotate`), or None (not recognized)."""
+    for piece in _pieces(annotate(matrix, text)):
         for row in matrix.rows(TABLE):
             groups = _search(row, piece)
             if groups is not None:
@@ -80,5 +106,6 @@ def match_error(matrix: Matrix, text: str) -> ErrorMatch | None:
 
 def matching_rows(matrix: Matrix, text: str) -> list[Row]:
     """Every row whose patterns match ``text`` (the first of them is the one that wins)."""
+    text = annotate(matrix, text)
     return [row for row in matrix.rows(TABLE)
             if any(_search(row, piece) is not None for piece in _pieces(text))]

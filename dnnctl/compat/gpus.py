@@ -32,6 +32,10 @@ def resolve_gpu(matrix: Matrix, name: str | None, cc_text: str | None, index: in
     cc = CC.maybe(cc_text) if cc_text else None
     if cc is None and model is not None:
         cc = CC.parse(model["cc"])
+    if cc is None and model is None and name:  # a board known only by its die (pci.ids)
+        chip = matrix.gpu_chip(name)
+        if chip is not None and not chip.uncertain:
+            cc = CC.parse(chip["cc"])
     label = name or (cc.sm if cc else f"GPU {index}")
     return GpuInfo(label, cc, model, matrix.arch(cc) if cc else None)
 

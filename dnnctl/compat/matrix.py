@@ -26,6 +26,10 @@ from dnnctl.resources import compat_dir
 ENV_VAR = "DNNCTL_MATRIX"
 # torch lines older than this are judged when installed, never suggested (Matrix.current)
 LEGACY_TORCH_BEFORE = Version.parse("1.13")
+# a die codename at the start of a pci.ids board name: GF/GK/GM/GP/GV/TU/GA/AD/GH + 3 digits,
+# then a revision or variant suffix (B, GL, M, BM, GLM) or nothing
+_CHIP = re.compile(r"((?:GF|GK|GM|GP|GV|TU|GA|AD|GH)\d{3})(?:[A-Z]{0,3})(?=$|[\s\[(])",
+                   re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -77,6 +81,15 @@ class Matrix:
                 if m and (best is None or len(m.group(0)) > best[0]):
                     best = (len(m.group(0)), row)
         return best[1] if best else None
+
+    def gpu_chip(self, name: str) -> Row | None:
+        """The gpu_chips row of the die a pci.ids-style name starts with ("GP108 [GeForce GT
+        1030]", "TU117M", "GK208B [GeForce GT 710]"); None for other names."""
+        m = _CHIP.match(name.strip())
+        if not m:
+            return None
+        chip = m.group(1).upper()
+        return next((r for r in self.tables.get("gpu_chips", []) if chip in r["chips"]), None)
 
     def arch(self, cc: CC) -> Row | None:
         for row in self.tables["architectures"]:

@@ -69,6 +69,9 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
         "cc": F("cc", True), "name": F("text", True), "family": F("text", True),
         "min_cuda": F("version", True), "last_cuda": F("version"), "min_driver": F("version"),
         "last_driver_branch": F("int"), "aliases": F("cc_list")}),
+    # gpu_chips: a GPU die's codename (pci.ids names a board "GP108 [GeForce GT 1030]") ->
+    # its compute capability, for boards the gpus table does not list
+    "gpu_chips": (("cc",), {"cc": F("cc", True), "chips": F("list_text", True)}),
     "gpus": (("model",), {
         "model": F("text", True), "match": F("regex_list", True), "cc": F("cc", True),
         "class": F("choice", True, "datacenter", "workstation", "consumer", "jetson"),
@@ -287,6 +290,12 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # (compat/errors.yaml, doctor --error): match: patterns of the message (named groups capture
     # what a cause's check reads); example: the message as its source quotes it; component:
     # what raises it; causes: CAUSE_FIELDS; implies: snapshot facts the message itself states
+    # cuda_error_codes: a CUDA error's number -> its names in the runtime (cudaError_t) and
+    # the driver API (CUresult), for messages that print only the number ("cudart init
+    # failure: 802"); only numbers that mean the same in both, and in runtimes before CUDA
+    # 10.1's renumbering, are listed
+    "cuda_error_codes": (("code",), {
+        "code": F("int", True), "runtime": F("text", True), "driver": F("text")}),
     "error_messages": (("id",), {
         "id": F("text", True), "match": F("regex_list", True), "example": F("text", True),
         "component": F("text", True), "meaning": F("text", True),

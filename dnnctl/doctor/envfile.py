@@ -316,8 +316,12 @@ def _build(r: _Reader, top: dict[str, yaml.Node]) -> EnvSnapshot:
         env.requires = _requires(r, top["requires"])
     for key in ("errors", "notes"):  # lists of text: messages seen, probe remarks
         if key in top:
+            node = top[key]
+            if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:str":
+                setattr(env, key, [r.scalar_text(node, key)])  # one text: a list of one
+                continue
             setattr(env, key, [r.scalar_text(n, f"{key}[{i}]")
-                               for i, n in enumerate(r.items(top[key], key))])
+                               for i, n in enumerate(r.items(node, key))])
     return env
 
 

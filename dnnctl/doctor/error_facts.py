@@ -20,6 +20,7 @@ from dnnctl.compat.suggest import reach_row
 from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context
+from dnnctl.doctor.parse import canonical_name
 from dnnctl.doctor.rules_runtime import driver_fix
 
 YES, LIKELY, NO = "yes", "likely", "no"
@@ -272,11 +273,37 @@ def _needed_cuda(ctx: Context, m: ErrorMatch) -> tuple[Version | None, str]:
     return max(found, key=lambda x: x[0])
 
 
+_TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
+
+
+def origin(ctx: Context, m: ErrorMatch) -> str | None:
+    """The installed package (other than torch's own) whose files the message names — a
+    path segment such as ``.../ctransformers/models/ggml/ggml-cuda.cu`` or
+    ``site-packages/llama_cpp/...``: the program that printed it."""
+    installed = ctx.packages
+    for seg in re.findall(r"[/\\]([A-Za-z][\w.-]*)(?=[/\\])", m.text):
+        name = canonical_name(seg)
+        for cand in (name, name + "-python"):
+            if cand in installed and cand not in _TORCH_FAMILY:
+                return cand
+    return None
+
+
 @check("driver_cuda")
 def _driver_cuda(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """The driver's CUDA (the message's 'found version', else the snapshot's) against the
-    newest CUDA a runtime or build here needs."""
+    newest CUDA a runtime or build here needs; where the message comes from another
+    installed package's files (:func:`origin`), against that package's build, whose CUDA the
+    snapshot does not give: the message itself says the driver is older than it."""
     have = cuda_of(m.groups.get("driver_cuda")) or ctx.driver_cuda[0]
+    pkg = origin(ctx, m) if m.groups.get("need") is None else None
+    if pkg is not None and have is not None:
+        return Outcome(YES, f"the driver supports CUDA {have}; {pkg}'s build, whose files the "
+                            f"message names, was made with a newer CUDA (which one is not in "
+                            "the snapshot)",
+                       fix=f"a driver for the CUDA {pkg} was built with (newer than {have}: "
+                           f"the newest driver for this GPU), or a {pkg} build for CUDA {have} "
+                           "or older", evidence={"driver_cuda": str(have), "origin": pkg})
     need, who = _needed_cuda(ctx, m)
     if have is None or need is None:
         return UNKNOWN

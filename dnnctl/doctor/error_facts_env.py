@@ -5,6 +5,8 @@ Imported by rules_errors for their registration; see error_facts for what a chec
 
 from __future__ import annotations
 
+import re
+
 from dnnctl.compat.errors import ErrorMatch
 from dnnctl.compat.versions import Version
 from dnnctl.doctor import stack, visible
@@ -232,6 +234,32 @@ def _no_package(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
         return UNKNOWN
     return Outcome(NO, f"{want} is installed") if want in names else \
         Outcome(YES, f"{want} is not installed")
+
+
+@check("cxx11_abi")
+def _cxx11_abi(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """The missing torch symbol's mangling says which C++ ABI the extension was built with
+    (``St7__cxx11`` in it: the new one, ``_GLIBCXX_USE_CXX11_ABI=1``; ``Ss`` for std::string:
+    the old one), against torch's own (its report, else its wheel's)."""
+    symbol = m.groups.get("symbol") or ""
+    if "__cxx11" in symbol:
+        wants = True
+    elif re.search(r"Ss(?:[A-Z_]|$)|NSs", symbol):
+        wants = False
+    else:
+        return UNKNOWN
+    abi = stack.torch_cxx11_abi(ctx)
+    if abi is None:
+        return UNKNOWN
+    if abi == wants:
+        return Outcome(NO, f"the extension and torch both use the {_abi(abi)} C++ ABI")
+    return Outcome(YES, f"the extension was built with the {_abi(wants)} C++ ABI (its missing "
+                        f"symbol says so) and torch uses the {_abi(abi)} one",
+                   evidence={"extension_cxx11_abi": wants, "torch_cxx11_abi": abi})
+
+
+def _abi(new: bool) -> str:
+    return "new (cxx11abiTRUE)" if new else "old (cxx11abiFALSE)"
 
 
 @check("stated")

@@ -88,6 +88,10 @@ CODES = {
                       "is stopped (CUDA_ERROR_LAUNCH_TIMEOUT, 702)",
     "conda-virtual-package": "a conda CUDA build where conda sees no driver, so no __cuda "
                              "virtual package (CONDA_OVERRIDE_CUDA sets it)",
+    "visible-devices": "CUDA_VISIBLE_DEVICES names a GPU this machine does not have (an index past "
+                       "the last GPU, a UUID of no GPU here): CUDA stops reading the list there",
+    "ptxas-newer-driver": "a ptxas newer than the CUDA the driver supports: XLA compiles "
+                          "serially, and cubins of a newer CUDA major may not load",
     "error-message": "an error message the user saw (doctor --error): what it means, and its cause "
                      "where the snapshot decides it, else the causes left open (compat/errors.yaml)",
     "not-judged": "found, but nothing in the matrix judges it (shown as ?, never as a pass)",

@@ -397,9 +397,42 @@ def _tensorflow(ctx: Context, info: dict[str, Any]) -> list[Finding]:
                                         same_minor=rules_cudnn.tf_same_minor(ver), fix=(
         f"{install} (it pulls the matching nvidia-cudnn-cu{cuda.major})"
         if row.get("pip_extra") else f"install cuDNN {compiled.trunc(2)} for CUDA {cuda.major}.x"))
+    own += _tf_pip_libraries(ctx, what, row, cuda, compiled, install)
     if no_code:  # its own libraries or a newer driver leave a GPU without code: another release
         _release_only(ctx, own, row, release)
     return out + own
+
+
+TF_PIP_SOURCE = (
+    "https://www.tensorflow.org/install/pip ('pip install tensorflow[and-cuda]': the GPU "
+    "libraries as pip packages, Linux, from 2.14); a Colab maintainer in "
+    "googlecolab/colabtools#5099 (a plain `pip install tensorflow==2.15.0` saw no GPU)")
+
+
+def _tf_pip_libraries(ctx: Context, what: str, row: Any, cuda: Version, cudnn: Version,
+                      install: str) -> list[Finding]:
+    """A release whose CUDA libraries come as the ``[and-cuda]`` extra's nvidia-* wheels,
+    with a package list that has none of them and no CUDA runtime or cuDNN listed (unknown,
+    not "none": those rules judge a listed one): a plain ``pip install tensorflow`` that finds
+    its GPU libraries only where a system CUDA / cuDNN of its versions is on the loader's
+    path. A warning: the snapshot cannot say whether one is."""
+    pkgs = ctx.packages
+    if not row.get("pip_extra") or not pkgs or ctx.os_kind in ("windows", "macos"):
+        return []
+    if ctx.env.cuda_runtimes or ctx.env.cudnn or "cuda_runtimes" in ctx.env.listed \
+            or "cudnn" in ctx.env.listed:
+        return []
+    if any(n.startswith((f"nvidia-cudnn-cu{cuda.major}", f"nvidia-cuda-runtime-cu{cuda.major}",
+                         "cudatoolkit", "cuda-cudart", "cudnn")) for n in pkgs):
+        return []
+    return [finding(
+        "cuda-mismatch", "warning", "tensorflow",
+        f"{what} is installed without its CUDA libraries: none of the nvidia-* CUDA "
+        f"{cuda.major} wheels that `{install}` adds is among the packages listed, and no "
+        f"system CUDA or cuDNN is listed; unless CUDA {cuda} and cuDNN {cudnn.trunc(2)} "
+        "libraries are on the loader's path, TensorFlow registers no GPU "
+        "(tf.config.list_physical_devices('GPU') is [])", fix=install, source=TF_PIP_SOURCE,
+        conditional=True, needs_cuda=cuda, needs_cudnn=cudnn.trunc(2))]
 
 
 def _runtime_fix(ctx: Context, cuda: Version) -> str:

@@ -10,6 +10,7 @@ on PATH. ptxas assembles only for the targets of its own CUDA release (matrix ta
 
 from __future__ import annotations
 
+from dnnctl.compat.drivers import driver_need
 from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import rules_triton
 from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
@@ -62,11 +63,48 @@ def _one(ctx: Context, copy: Component) -> list[Finding]:
             f"{'does not know' if newer else 'no longer targets'} {gpu.label} (sm_{sm}): "
             + SYMPTOM.format(sm=sm), fix=_fix(copy, gpu), row=release, source=SOURCE,
             ptxas=version, compute_capability=gpu.cc, targets=list(release["targets"])))
-    if not out and ctx.known_ccs:
+    out += _driver(ctx, copy, version, where)
+    if not [f for f in out if f.severity != "info"] and ctx.known_ccs:
         out.append(finding("ok", "info", "ptxas", f"ptxas {version} ({where}) can assemble for "
                            + ", ".join(f"sm_{g.cc.major}{g.cc.minor}" for g in ctx.known_ccs),
                            row=release))
     return out
+
+
+DRIVER_SOURCE = (
+    "XLA's nvptx_compiler.cc ('The NVIDIA driver's CUDA version is 12.2 which is older than "
+    "the ptxas CUDA version (12.3.107). Because the driver is older than the ptxas version, "
+    "XLA is disabling parallel compilation, which may slow down compilation. You should update "
+    "your NVIDIA driver or use the NVIDIA-provided CUDA forward compatibility packages.', as "
+    "quoted in jax-ml/jax#19821); CUDA Compatibility guide, minor version compatibility (within "
+    "one CUDA major only), https://docs.nvidia.com/deploy/cuda-compatibility/")
+
+
+def _driver(ctx: Context, copy: Component, version: Version, where: str) -> list[Finding]:
+    """A ptxas newer than the CUDA the driver supports: XLA compiles serially then (a newer
+    minor), and cubins of a newer CUDA major do not load at all."""
+    have, unsure = ctx.driver_cuda
+    mine = version.trunc(2)
+    if have is None or unsure or mine <= have:
+        return []
+    need = driver_need(ctx.matrix, mine, windows=ctx.windows)
+    floor = need.full or need.minimum
+    pin = (f"pip install 'nvidia-cuda-nvcc-cu{have.major}=={have}.*'"
+           if "pip:" in (copy.source or "") else f"the ptxas of a CUDA {have} toolkit first")
+    drv = f"install NVIDIA driver >= {floor}" if floor else "a newer driver"
+    if mine.major > have.major:
+        what = (f"its cubins are CUDA {mine.major} code, which minor-version compatibility does "
+                f"not carry to a driver for CUDA {have}: kernels it assembles (XLA, Triton) can "
+                "fail to load ('device kernel image is invalid')")
+    else:
+        what = ("XLA (JAX, TensorFlow) then turns off parallel compilation ('the driver is "
+                "older than the ptxas version, XLA is disabling parallel compilation'), so "
+                "every compile is slower")
+    return [finding("ptxas-newer-driver", "warning", "ptxas",
+                    f"ptxas {version} ({where}) is from CUDA {mine}, newer than the CUDA {have} "
+                    f"the driver supports: {what}",
+                    fix=f"{drv} (CUDA {mine}), or a ptxas no newer than CUDA {have} ({pin})",
+                    source=DRIVER_SOURCE, ptxas=version, driver_cuda=have)]
 
 
 def _fix(copy: Component, gpu: GpuInfo) -> str:
