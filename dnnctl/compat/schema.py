@@ -289,7 +289,9 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     # error_messages: error messages users see -> what they mean and what causes them
     # (compat/errors.yaml, doctor --error): match: patterns of the message (named groups capture
     # what a cause's check reads); example: the message as its source quotes it; component:
-    # what raises it; causes: CAUSE_FIELDS; implies: snapshot facts the message itself states
+    # what raises it; causes: CAUSE_FIELDS; implies: snapshot facts the message itself states;
+    # severity: of a decided cause (default error; warning: the program's choice, not the
+    # installation)
     # cuda_error_codes: a CUDA error's number -> its names in the runtime (cudaError_t) and
     # the driver API (CUresult), for messages that print only the number ("cudart init
     # failure: 802"); only numbers that mean the same in both, and in runtimes before CUDA
@@ -299,7 +301,8 @@ TABLES: dict[str, tuple[tuple[str, ...], dict[str, Field]]] = {
     "error_messages": (("id",), {
         "id": F("text", True), "match": F("regex_list", True), "example": F("text", True),
         "component": F("text", True), "meaning": F("text", True),
-        "causes": F("cause_list", True), "fix": F("text", True), "implies": F("list_text")}),
+        "causes": F("cause_list", True), "fix": F("text", True), "implies": F("list_text"),
+        "severity": F("choice", False, "error", "warning")}),
 }
 # One cause of an error message: cause (what happened), fact (the check of dnnctl.doctor's
 # error_facts that reads it from a snapshot, "name" or "name:argument"), codes (doctor

@@ -155,7 +155,11 @@ class Context:
 
     @property
     def container(self) -> bool:
-        """Detection marks a container (/.dockerenv, /run/.containerenv) in ``os``."""
+        """In a container: ``system.container`` names its runtime (detection finds the
+        marks: /.dockerenv, /run/.containerenv), else ``os`` says so."""
+        given = (self.env.system or {}).get("container")
+        if given is not None:
+            return given not in (False, "false", "no", "none", "")
         text = (self.env.os or "").lower()
         return "container" in text or "docker" in text or "podman" in text
 

@@ -149,7 +149,8 @@ def _decided(row: Any, head: str, yes: list, implied: list[Finding], m: ErrorMat
     message = f"{head}. Cause here: " + "; and ".join(parts)
     fix = "; or ".join(dict.fromkeys(fixes)) if fixes else \
         f"follow the fix of [{refs[0].code}] under {refs[0].component}"
-    return finding("error-message", "error" if own else "info", COMPONENT, message, fix=fix,
+    severity = row.get("severity") or "error"  # (warning: the program's choice, not the setup)
+    return finding("error-message", severity if own else "info", COMPONENT, message, fix=fix,
                    source="; ".join(dict.fromkeys(sources)), **ev)
 
 

@@ -9,6 +9,9 @@ relevant (rules_platform holds the framework builds the OS rules out).
 - torch.compile's GPU backend (Inductor) generates Triton kernels, and Triton publishes no
   Windows build: "Cannot find a working triton installation". A conditional warning for a
   CUDA build of torch 2.0 or later (or of unknown release) without a triton package.
+- WSL 2 reaches a GPU only through Windows' WDDM driver model; data-center GPUs run in TCC by
+  default (some only in it): a conditional warning for one the snapshot does not show WSL
+  reaching.
 - WSL 2 limits pinned (page-locked) host memory: a large pinned allocation fails with out of
   memory. ggml's CUDA backend (llama.cpp and its bindings) pins host buffers, which
   ``GGML_CUDA_NO_PINNED=1`` turns off: a conditional warning for such a build in WSL 2.
@@ -62,8 +65,37 @@ def check(ctx: Context) -> list[Finding]:
     if ctx.os_kind == "windows" and torch is not None:
         out += _torch_windows(ctx, torch, packages)
     if ctx.wsl in (0, 2):
-        out += _pinned(ctx, packages)
+        out += _pinned(ctx, packages) + _tcc(ctx)
     return out
+
+
+TCC_SOURCE = (
+    "microsoft/WSL#9952 (H100 PCIe, which Windows runs only in TCC, not visible in WSL 2: "
+    "'WSL only supports CUDA with GPUs in WDDM mode'), https://github.com/microsoft/WSL/issues/"
+    "9952; microsoft/WSL#13027 ('TCC driver mode is currently not supported with WSL'); "
+    "nvidia-smi(1), -dm / --driver-model ('0/WDDM, 1/TCC ... Windows only')")
+
+
+def _tcc(ctx: Context) -> list[Finding]:
+    """Data-center GPUs in WSL 2 that the snapshot does not show WSL reaching: Windows runs
+    them in the TCC driver model by default (some only in it), and WSL 2 reaches a GPU only
+    through WDDM. Conditional: a WDDM-capable board switched to WDDM works."""
+    count = (ctx.env.driver or {}).get("gpu_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return []  # the driver in WSL lists GPUs: they are reached
+    names = [g.label for g in ctx.gpus if g.gpu_class == "datacenter"]
+    if not names:
+        return []
+    return [finding(
+        "platform-unsupported", "warning", "gpu",
+        f"{', '.join(names)} {'is a data-center GPU' if len(names) == 1 else 'are data-center GPUs'}"
+        ": Windows runs those in the TCC driver model by default (some, such as the H100 PCIe, "
+        "only in it), and WSL 2 reaches a GPU only through the WDDM model, so a GPU in TCC "
+        "mode is not visible in WSL", fix="on Windows, `nvidia-smi -q` shows each GPU's "
+        "Driver Model; switch one that supports it to WDDM (`nvidia-smi -i <index> -dm 0` as "
+        "administrator, then reboot); a GPU that runs only TCC works from native Linux or from "
+        "a VM it is passed through to, not from WSL", source=TCC_SOURCE, conditional=True,
+        gpus=names)]
 
 
 def _os_builds(ctx: Context, packages: dict[str, str]) -> list[Finding]:
