@@ -121,6 +121,9 @@ class _Reader:
         if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
             return None
         if kind == "strlist":
+            if where.endswith("arch_list") and isinstance(node, yaml.ScalarNode) \
+                    and node.tag.endswith(":str"):
+                return [self.scalar_text(node, where)]  # TORCH_CUDA_ARCH_LIST's "7.0;8.0+PTX"
             if not isinstance(node, yaml.SequenceNode):
                 raise self.fail(node, where, f"expected a list, got {_kind(node)}")
             return [self.scalar_text(n, f"{where}[{i}]") for i, n in enumerate(node.value)]

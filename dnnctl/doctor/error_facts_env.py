@@ -182,6 +182,35 @@ def _lib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     return Outcome(NO, f"no {name} is installed here ({have})")
 
 
+def _cudnn_version(text: str) -> Version | None:
+    """A cuDNN version as messages print it: "9.4.0", or cudnnGetVersion()'s number (7103 ->
+    7.1.3; 90400 -> 9.4.0 from cuDNN 9 on, major * 10000 + minor * 100 + patch)."""
+    text = text.strip().rstrip(".")
+    if text.isdigit():
+        n = int(text)
+        if n >= 10000:
+            return Version((n // 10000, n // 100 % 100, n % 100))
+        return Version((n // 1000, n // 100 % 10, n % 100))
+    return Version.maybe(text)
+
+
+@check("cudnn_compiled")
+def _cudnn_compiled(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
+    """``cudnn_compiled:absent``: no cuDNN copy here has the compiled major and a minor at
+    least the compiled one (the message's ``compiled`` group), so none can satisfy the build."""
+    want = _cudnn_version(m.groups.get("compiled", ""))
+    known, copies = _copies(ctx, "cudnn")
+    if want is None or not known:
+        return UNKNOWN
+    good = [f"{v} ({src})" for v, src in copies
+            if v.major == want.major and v.trunc(2) >= want.trunc(2)]
+    here = ", ".join(f"{v} ({src})" for v, src in copies) or "none"
+    if good:
+        return Outcome(NO, f"a cuDNN the build accepts is here: {', '.join(good)}")
+    return Outcome(YES, f"no cuDNN {want.major}.x at or above {want.trunc(2)} is installed here "
+                        f"(only {here})")
+
+
 @check("cudnn8_zlib")
 def _cudnn8_zlib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """cuDNN 8 on native Windows, which needs zlibwapi.dll (cuDNN 8.3-8.9)."""
