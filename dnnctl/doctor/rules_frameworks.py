@@ -417,7 +417,8 @@ def _tf_pip_libraries(ctx: Context, what: str, row: Any, cuda: Version, cudnn: V
     its GPU libraries only where a system CUDA / cuDNN of its versions is on the loader's
     path. A warning: the snapshot cannot say whether one is."""
     pkgs = ctx.packages
-    if not row.get("pip_extra") or not pkgs or ctx.os_kind in ("windows", "macos"):
+    if not row.get("pip_extra") or not pkgs or ctx.os_kind in ("windows", "macos") \
+            or "tensorflow-cpu" in pkgs:  # (CPU-only for that reason: duplicate-package)
         return []
     if ctx.env.cuda_runtimes or ctx.env.cudnn or "cuda_runtimes" in ctx.env.listed \
             or "cudnn" in ctx.env.listed:
