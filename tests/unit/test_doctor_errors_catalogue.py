@@ -51,6 +51,8 @@ def test_the_examples_that_other_rows_also_match_are_the_expected_ones():
         "libcuda-missing": ["cudnn-missing"],  # cuDNN failing to load because libcuda is absent
         "undefined-symbol-cuda-library": ["cudnn-missing"],  # ... because of an old libnvrtc
         "cublas-bf16-unsupported": ["cublas-not-supported"],
+        # TensorFlow's 'Could not create cudnn handle: CUDNN_STATUS_INTERNAL_ERROR' is the handle's
+        "cudnn-init-failed": ["cudnn-internal-error"],
     }
 
 
