@@ -123,7 +123,7 @@ def test_the_human_report_shows_the_messages_in_80_columns(tmp_path):
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ('errors: "one message"', "expected a list"),
+    ("errors: {a: x}", "expected a list"),
     ("errors: [{message: x}]", "expected a single value"),
     ("errors: [" + "x" * 9000 + "]", "longer than 8192"),
 ])
@@ -136,3 +136,4 @@ def test_bad_errors_fields_are_named(text, problem):
 def test_errors_load_as_text_exactly():
     env = parse_env('errors: ["a: b", 12, "  spaced  "]\n')
     assert env.errors == ["a: b", "12", "  spaced  "]
+    assert parse_env('errors: "one message"\n').errors == ["one message"]  # a list of one
