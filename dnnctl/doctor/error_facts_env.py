@@ -198,6 +198,9 @@ def _cudnn_version(text: str) -> Version | None:
 def _cudnn_compiled(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """``cudnn_compiled:absent``: no cuDNN copy here has the compiled major and a minor at
     least the compiled one (the message's ``compiled`` group), so none can satisfy the build."""
+    library = m.groups.get("library") or ("cuDNN" if "cudnn" in m.text.lower() else "")
+    if library.lower() != "cudnn":
+        return UNKNOWN  # (a version of another library)
     want = _cudnn_version(m.groups.get("compiled", ""))
     known, copies = _copies(ctx, "cudnn")
     if want is None or not known:

@@ -163,6 +163,8 @@ def need_check(ctx: Context, component: str, what: str, compiled: Version, *,
                      else "reported by the framework")
     shadow = source is not None and source.startswith(SHADOW_SOURCES)
     code = "cudnn-shadowed" if shadow else "cudnn-mismatch"
+    if loaded.major_only and loaded.major == compiled.major:
+        return []  # "9": its minor is not known, so neither is whether it is high enough
     if loaded.major != compiled.major or loaded.trunc(2) < compiled.trunc(2):
         hint = _unshadow(ctx, copy, compiled.major, fix) if shadow and copy else fix
         return [finding(
