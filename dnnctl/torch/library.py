@@ -198,12 +198,21 @@ def _needs(ctx: Any) -> tuple[bool, ...]:
     return tuple(ctx.needs_input_grad) + (False,) * 12
 
 
+def _unpacked(ctx: Any) -> tuple[list[Any], tuple[Any, ...]]:
+    """The forward's inputs (tensors back from the saved ones) and the tensors saved after
+    them (``_save``'s ``extra``), from one read of ``ctx.saved_tensors``: each read unpacks
+    every saved tensor again, which a saved-tensor hook may allow only once (non-reentrant
+    ``torch.utils.checkpoint`` raises on a second unpack of a recomputed tensor)."""
+    saved = ctx.saved_tensors
+    args = list(ctx.rest)
+    for i, t in zip(ctx.slots, saved):
+        args[i] = t
+    return args, saved[len(ctx.slots):]
+
+
 def _args(ctx: Any) -> list[Any]:
     """The forward's inputs, tensors back from the saved ones."""
-    args = list(ctx.rest)
-    for i, t in zip(ctx.slots, ctx.saved_tensors):
-        args[i] = t
-    return args
+    return _unpacked(ctx)[0]
 
 
 def _conv2d_bwd(ctx, grad):
@@ -251,8 +260,8 @@ def _rownorm_bwd(rms: bool) -> Callable[..., Any]:
 
 def _softmax_bwd(log: bool) -> Callable[..., Any]:
     def backward(ctx, grad):
-        x, dim, plan = _args(ctx)
-        return bw.softmax(grad, ctx.saved_tensors[-1], dim, log, plan), None, None
+        (x, dim, plan), (y,) = _unpacked(ctx)
+        return bw.softmax(grad, y, dim, log, plan), None, None
     return backward
 
 
@@ -266,9 +275,10 @@ def _bn_bwd(ctx, grad):
 
 
 def _bn_train_bwd(ctx, grad, *_unused):
-    x, _, _, weight, bias, momentum, eps, plan, act, z = _args(ctx)  # running stats: unused
-    mean, invstd = ctx.saved_tensors[-2:]
-    y = ctx.saved_tensors[-3] if act == "relu" else None
+    args, extra = _unpacked(ctx)
+    x, _, _, weight, bias, momentum, eps, plan, act, z = args  # running stats: unused
+    mean, invstd = extra[-2:]
+    y = extra[-3] if act == "relu" else None
     n = _needs(ctx)
     gx, gw, gb, gz = bw.batch_norm(grad, x, weight, bias, mean, invstd, True,
                                    (n[0], n[3], n[4], n[9]), plan, act, z, y, eps)
@@ -330,8 +340,7 @@ def _act_bwd(fn: str) -> Callable[..., Any]:
 
 
 def _attention_bwd(ctx, grad, _grad_lse=None):
-    q, k, v, is_causal, scale, enable_gqa, plan = _args(ctx)
-    out, lse = ctx.saved_tensors[-2:]
+    (q, k, v, is_causal, scale, enable_gqa, plan), (out, lse) = _unpacked(ctx)
     gq, gk, gv = bw.attention(grad, q, k, v, out, lse, is_causal, scale, enable_gqa,
                               _needs(ctx)[:3], plan)
     return gq, gk, gv, None, None, None, None

@@ -1558,6 +1558,42 @@ def test_checkpointing_through_a_partial_patches_module_by_module():
     assert isinstance(tuc.CheckpointFunction, type)  # the class itself, put back
 
 
+class _SavesOutputs(nn.Module):
+    """Ops whose backward reads tensors saved beside their inputs (batch_norm's batch
+    statistics, softmax's output, attention's output and lse), under non-reentrant
+    checkpointing."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.softmax, self.log_softmax = nn.Softmax(-1), nn.LogSoftmax(1)
+
+    def block(self, x):
+        y = self.softmax(self.bn(self.conv(x))) + self.log_softmax(x.mean(1, keepdim=True))
+        q = y.reshape(2, 2, 4, 16)
+        return F.scaled_dot_product_attention(q, q, q).flatten(1)
+
+    def forward(self, x):
+        import torch.utils.checkpoint as tuc
+
+        return tuc.checkpoint(self.block, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize("trace", [True, False], ids=["traced", "module-by-module"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_non_reentrant_checkpoint_unpacks_each_saved_tensor_once(trace, dtype):
+    """A backward reads ctx.saved_tensors once: non-reentrant checkpointing recomputes the
+    saved tensors on the first read and raises on a second (BatchNorm in float64, which
+    takes the functional batch_norm_train op, and softmax / attention in any dtype did)."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(_SavesOutputs()).to(dtype).train()
+    model = copy.deepcopy(ref)
+    dt.patch(model, trace=trace, backward="dnnctl")
+    want, got, xa, xb = _forward_backward(ref, model, torch.randn(2, 3, 4, 4, dtype=dtype))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-4, 1e-5))
+
+
 def test_compiled_patched_model_keeps_its_checkpoint_node():
     """torch.compile over a patched model whose graph holds checkpoint nodes (dynamo takes
     them as its checkpoint operator): the same output and input gradient as eager."""
