@@ -124,6 +124,9 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
     Hessian-vector products, MAML); dnnctl's backward kernels are not, so torch's formulas
     run (else the second-order terms through them would be silently missing).
 
+    Under tracing (:func:`_traced`: torch.compile's backward graph, export) torch's
+    formulas run.
+
     ``call_key``: everything ``make_keys()`` is made of (x's shape, strides, dtype and
     device, the op's flags): the answer is then kept per call key, plan, determinism and
     registered variants, and a later call with the same key builds no keys (a training
@@ -135,7 +138,7 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
         for kop, key in keys.values():
             K.note_problem(kop, dict(key))
     if (mode == "torch" or x.dtype not in DNN_DTYPES
-            or (in_backward and _grad_enabled())):
+            or (in_backward and _grad_enabled()) or _traced(x)):
         return _NONE
     plan = K.plan_of(handle)
     if plan is None:
@@ -164,6 +167,15 @@ def decide(op: str, handle: int, x: torch.Tensor, make_keys: Callable[[], Keys],
 
 
 _grad_enabled = torch.is_grad_enabled
+_modes = torch._C._len_torch_dispatch_stack
+
+
+def _traced(x: torch.Tensor) -> bool:
+    """x stands in for data while a graph is traced (a fake or functional tensor: the
+    backward torch.compile's AOT autograd or torch.export traces), or a dispatch mode
+    watches: dnnctl's own backward kernels compute on real data outside the dispatcher,
+    so torch's formulas, which trace, run there."""
+    return type(x) is not torch.Tensor or _modes() > 0
 
 
 _TRAINS: dict[tuple, tuple[Any, bool]] = {}  # call -> (plan seen, torch trains it)

@@ -1607,6 +1607,29 @@ def test_compiled_patched_model_keeps_its_checkpoint_node():
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("make", [lambda: _randomize_bn(SmallResNet()), ViTBlock],
+                         ids=["resnet", "vit"])
+def test_compiled_training_with_dnnctls_backward_traces_torchs_formulas(make):
+    """backward="dnnctl" under torch.compile: AOT autograd traces the backward with fake
+    tensors, which dnnctl's own backward kernels (real data, outside the dispatcher) cannot
+    run on ('.numpy() is not supported for tensor subclasses'); the traced backward takes
+    torch's formulas, and the eager calls of the same model still take dnnctl's."""
+    torch.manual_seed(0)
+    ref = make().train()
+    model = copy.deepcopy(ref)
+    dt.patch(model, backward="dnnctl")
+    shape = (2, 3, 16, 16) if isinstance(ref, SmallResNet) else (2, 5, 32)
+    compiled = torch.compile(model, backend="aot_eager")
+    x = torch.randn(*shape)
+    want, got, xa, xb = _forward_backward(ref, compiled, x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    _assert_same_grads(ref, model, xa, xb, (1e-4, 1e-5), (1e-3, 1e-4))
+    before = sum(n for k, n in dt.BACKWARD_PATHS.items() if k[2] == "dnnctl")
+    model.zero_grad()
+    model(x.clone().requires_grad_()).sum().backward()
+    assert sum(n for k, n in dt.BACKWARD_PATHS.items() if k[2] == "dnnctl") > before
+
+
 class _ShortcutLast(nn.Module):
     """diffusers' ResnetBlock2D order: the 1x1 shortcut conv runs after conv2, so its output
     is the residual of a chain already fused (the fused node is its user)."""
