@@ -546,14 +546,30 @@ def batch_norm_train_(x: torch.Tensor, running_mean: torch.Tensor, running_var: 
                     raise replay.failed(y, "batch_norm")
                 if y.requires_grad and fused.own_backward:  # runs in C++: counted here
                     _BN_PATHS[_BN_OWN] += 1
+                _written(running_mean, running_var)
                 return y
         y = _bn_train_apply(x, weight, bias, residual, running_mean, running_var,
                             momentum, eps, plan, activation)
         native.learn(k, x, weight, bias, residual, running_mean, running_var, momentum, eps,
                      plan, activation)
+        _written(running_mean, running_var)
         return y
-    return K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps,
-                               plan, activation, residual)[0]
+    y = K.batch_norm_train_(x, running_mean, running_var, weight, bias, momentum, eps, plan,
+                            activation, residual)[0]
+    _written(running_mean, running_var)
+    return y
+
+
+def _written(running_mean: torch.Tensor, running_var: torch.Tensor) -> None:
+    """Bump the version counters of running statistics a kernel wrote through their
+    memory, as torch's own in-place batch_norm does: what keys on a tensor's version (an
+    inference fold of this BatchNorm into its convolution, a captured CUDA graph's check)
+    then sees the new statistics (a model validated, trained a step, validated again)."""
+    _bump(running_mean)
+    _bump(running_var)
+
+
+_bump = torch.autograd.graph.increment_version
 
 
 _any_grad = torch._C._any_requires_grad

@@ -364,6 +364,32 @@ def test_folded_weights_follow_in_place_updates_of_the_model():
         torch.testing.assert_close(got, other(x), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("trace", [True, False], ids=["traced", "modules"])
+def test_eval_after_training_calls_folds_the_new_running_statistics(trace, grad):
+    """Validate, train, validate: the training calls' BatchNorm kernels write the running
+    statistics through their memory, and the next inference call folds the new ones (the
+    fold keys on the tensors' versions, which the kernel bumps as torch's batch_norm
+    does; the stale fold was 0.4 off)."""
+    torch.manual_seed(0)
+    ref = _randomize_bn(Bottleneck(16, 4)).eval()
+    model = copy.deepcopy(ref)
+    dt.patch(model, trace=trace)
+    x = torch.randn(2, 16, 6, 6)
+    for step in range(2):
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-5)
+        ref.train(), model.train()
+        with torch.set_grad_enabled(grad):
+            y = torch.randn(2, 16, 6, 6) * (2 + step) + 1
+            ref(y), model(y)
+        ref.eval(), model.eval()
+    for (n, a), b in zip(ref.named_buffers(), model.buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=n)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-5)
+
+
 def test_sdpa_is_routed_to_dnnctl_attention():
     """A LLaMA block's F.scaled_dot_product_attention runs torch.ops.dnnctl.attention (the
     real op: numpy backend, fp16) and gives eager's result."""
