@@ -3,9 +3,10 @@ backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's M
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
 modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF and DETR's decoder. Each is
 written in plain torch after its published source (cited above it), at tiny sizes. For each:
-patched equals eager (eval and train, float32 and float64, every call form the model
-takes), the report says what ran where, unpatch restores the model exactly, and weights
-loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README promises."""
+patched equals eager (eval and train, float32 and float64, every call form the model takes),
+the report says what ran where, unpatch restores the model exactly, a model validated,
+trained and validated again follows the steps, and weights loaded, deep copies, pickling,
+torch.jit.trace and torch.export behave as README promises."""
 
 from __future__ import annotations
 
@@ -1671,6 +1672,46 @@ def test_zoo_model_patched_equals_eager_and_unpatch_restores_it(name, mode, dtyp
     for i, call in enumerate(calls):
         for a, b in zip(_run(model, call)[0], before[i]):
             assert torch.equal(a, b), f"call {i}"
+
+
+def _train_step(model: nn.Module, call, seed: int, sgd: bool) -> list[torch.Tensor]:
+    """One training-mode call of ``model``: with ``sgd`` a gradient and an SGD step on its
+    parameters (in place, as an optimizer's), else under no_grad (BatchNorm
+    recalibration, swa_utils.update_bn's pass: only the running statistics change); the
+    call's outputs."""
+    model.train()
+    out, _ = _run(model, call, seed=seed, grad=sgd)
+    if sgd:
+        sum(o.square().mean() for o in out).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.sub_(0.01 * p.grad)
+                    p.grad = None
+    model.eval()
+    return [o.detach() for o in out]
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_model_validates_trains_and_validates_again(name):
+    """A model patched for inference, then trained between validations (a training loop's
+    evaluation): an SGD step, then a pass that only recalibrates the BatchNorm statistics.
+    Each validation gives the unpatched model's output with the weights and running
+    statistics the steps left (folded BatchNorms included), each training call its
+    output."""
+    call = ZOO[name].calls(torch.float32)[0]
+    ref = _make(name, "eval")
+    model = copy.deepcopy(ref)
+    dt.patch(model)
+    for step in range(3):
+        _close(_run(model, call)[0], _run(ref, call)[0], _TOL[torch.float32], f"eval {step}")
+        if step < 2:
+            _close(_train_step(model, call, step, sgd=step == 0),
+                   _train_step(ref, call, step, sgd=step == 0), _TOL[torch.float32],
+                   f"train {step}")
+    _close([b for _, b in model.named_buffers()], [b for _, b in ref.named_buffers()],
+           _TOL[torch.float32], "buffers")
+    dt.unpatch(model)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
