@@ -1,12 +1,13 @@
 """dnnctl.torch.patch on blocks of real models it was not written against (CPU, numpy
 backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's MBConv, a
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
-modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF and DETR's decoder. Each is
-written in plain torch after its published source (cited above it), at tiny sizes. For each:
-patched equals eager (eval and train, float32 and float64, every call form the model takes),
-the report says what ran where, unpatch restores the model exactly, a model validated,
-trained and validated again follows the steps, and weights loaded, deep copies, pickling,
-torch.jit.trace and torch.export behave as README promises."""
+modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder and
+MobileNetV3's inverted residuals. Each is written in plain torch after its published source
+(cited above it), at tiny sizes. For each: patched equals eager (eval and train, float32 and
+float64, every call form the model takes), the report says what ran where, unpatch restores
+the model exactly, a model validated, trained and validated again follows the steps, and
+weights loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README
+promises."""
 
 from __future__ import annotations
 
@@ -1403,6 +1404,87 @@ class DetrDecoderLayer(nn.Module):
                                  memory_key_padding_mask, pos, query_pos)
 
 
+# ----------------------------------------------------------------------------- MobileNetV3
+# pytorch/vision torchvision/models/mobilenetv3.py (InvertedResidualConfig, InvertedResidual,
+# MobileNetV3's BatchNorm), torchvision/models/_utils.py (_make_divisible); the SE layer is
+# torchvision/ops/misc.py's SqueezeExcitation (above) with scale_activation=nn.Hardsigmoid
+
+
+def _make_divisible(v, divisor, min_value=None):
+    if min_value is None:
+        min_value = divisor
+    new_v = max(min_value, int(v + divisor / 2) // divisor * divisor)
+    if new_v < 0.9 * v:
+        new_v += divisor
+    return new_v
+
+
+class InvertedResidualConfig:
+    def __init__(self, input_channels, kernel, expanded_channels, out_channels, use_se,
+                 activation, stride, dilation, width_mult):
+        self.input_channels = self.adjust_channels(input_channels, width_mult)
+        self.kernel = kernel
+        self.expanded_channels = self.adjust_channels(expanded_channels, width_mult)
+        self.out_channels = self.adjust_channels(out_channels, width_mult)
+        self.use_se = use_se
+        self.use_hs = activation == "HS"
+        self.stride = stride
+        self.dilation = dilation
+
+    @staticmethod
+    def adjust_channels(channels, width_mult):
+        return _make_divisible(channels * width_mult, 8)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cnf, norm_layer,
+                 se_layer=partial(SqueezeExcitation, scale_activation=nn.Hardsigmoid)):
+        super().__init__()
+        if not (1 <= cnf.stride <= 2):
+            raise ValueError("illegal stride value")
+        self.use_res_connect = cnf.stride == 1 and cnf.input_channels == cnf.out_channels
+        layers = []
+        activation_layer = nn.Hardswish if cnf.use_hs else nn.ReLU
+        if cnf.expanded_channels != cnf.input_channels:
+            layers.append(Conv2dNormActivation(cnf.input_channels, cnf.expanded_channels,
+                                               kernel_size=1, norm_layer=norm_layer,
+                                               activation_layer=activation_layer))
+        stride = 1 if cnf.dilation > 1 else cnf.stride
+        layers.append(Conv2dNormActivation(cnf.expanded_channels, cnf.expanded_channels,
+                                           kernel_size=cnf.kernel, stride=stride,
+                                           dilation=cnf.dilation, groups=cnf.expanded_channels,
+                                           norm_layer=norm_layer,
+                                           activation_layer=activation_layer))
+        if cnf.use_se:
+            squeeze_channels = _make_divisible(cnf.expanded_channels // 4, 8)
+            layers.append(se_layer(cnf.expanded_channels, squeeze_channels))
+        layers.append(Conv2dNormActivation(cnf.expanded_channels, cnf.out_channels,
+                                           kernel_size=1, norm_layer=norm_layer,
+                                           activation_layer=None))
+        self.block = nn.Sequential(*layers)
+        self.out_channels = cnf.out_channels
+        self._is_cn = cnf.stride > 1
+
+    def forward(self, input):
+        result = self.block(input)
+        if self.use_res_connect:
+            result += input
+        return result
+
+
+def mobilenet_v3_blocks() -> nn.Sequential:
+    """Three of MobileNetV3's blocks, built as MobileNetV3 builds them (its BatchNorm, its
+    config rows): mobilenet_v3_small's first (SE, ReLU, stride 2, no expansion), a
+    Hardswish one with SE and the residual, and a dilated one (``dilated=True``: stride 1,
+    dilation 2)."""
+    norm_layer = partial(nn.BatchNorm2d, eps=0.001, momentum=0.01)
+    bneck_conf = partial(InvertedResidualConfig, width_mult=1.0)
+    return nn.Sequential(*[InvertedResidual(cnf, norm_layer) for cnf in (
+        bneck_conf(16, 3, 16, 16, True, "RE", 2, 1),
+        bneck_conf(16, 5, 64, 16, True, "HS", 1, 1),
+        bneck_conf(16, 3, 48, 24, True, "HS", 2, 2))])
+
+
 # ============================================================================= the zoo
 
 
@@ -1479,6 +1561,14 @@ def _one(*shape: int):
     return lambda dtype: [((_randn(_g(), dtype, *shape),), {})]
 
 
+def _and_channels_last(*shape: int):
+    """One image batch, as it is and in channels-last memory."""
+    def calls(dtype):
+        x = _randn(_g(), dtype, *shape)
+        return [((x,), {}), ((x.contiguous(memory_format=torch.channels_last),), {})]
+    return calls
+
+
 @dataclass(frozen=True)
 class Case:
     """One model of the zoo: how to make it and call it, and what patch should say of it
@@ -1492,6 +1582,17 @@ class Case:
     skipped: tuple[tuple[str, str], ...] = ()
     fused: tuple[tuple[str, tuple[str, ...]], ...] = ()
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+
+
+def _cna(name: str, act: bool = True) -> tuple[str, ...]:
+    """A torchvision Conv2dNormActivation's modules: conv, norm, [activation]."""
+    return (f"{name}.0", f"{name}.1", *((f"{name}.2",) if act else ()))
+
+
+def _se(name: str) -> tuple[str, ...]:
+    """A torchvision SqueezeExcitation's modules."""
+    return tuple(f"{name}.{m}" for m in ("avgpool", "fc1", "fc2", "activation",
+                                          "scale_activation"))
 
 
 _CONTROL_FLOW = "control flow"  # fx's words for ``assert L == H * W`` on a traced value
@@ -1554,6 +1655,17 @@ ZOO: dict[str, Case] = {
     "detr_decoder": Case(DetrDecoderLayer, _detr_calls, True, frozenset({
         "self_attn", "multihead_attn", "linear1", "linear2", "norm1", "norm2", "norm3"}),
         fused=(("linear1", ("relu",)),)),
+    "mobilenet_v3": Case(mobilenet_v3_blocks, _and_channels_last(2, 16, 8, 8), True, frozenset({
+        *_cna("0.block.0"), *_se("0.block.1"), *_cna("0.block.2", act=False),  # no expansion
+        *_cna("1.block.0"), *_cna("1.block.1"), *_se("1.block.2"), *_cna("1.block.3", act=False),
+        *_cna("2.block.0"), *_cna("2.block.1"), *_se("2.block.2"),
+        *_cna("2.block.3", act=False)}),
+        fused=(("0.block.0.0", ("bn", "relu")), ("0.block.1.fc1", ("relu",)),
+               ("0.block.2.0", ("bn",)), ("1.block.0.0", ("bn", "hardswish")),
+               ("1.block.1.0", ("bn", "hardswish")), ("1.block.2.fc1", ("relu",)),
+               ("1.block.3.0", ("bn", "residual")), ("2.block.0.0", ("bn", "hardswish")),
+               ("2.block.1.0", ("bn", "hardswish")), ("2.block.2.fc1", ("relu",)),
+               ("2.block.3.0", ("bn",)))),
 }
 
 @pytest.fixture(autouse=True, scope="module")
