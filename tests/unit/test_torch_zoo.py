@@ -1,19 +1,20 @@
 """dnnctl.torch.patch on blocks of real models it was not written against (CPU, numpy
 backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's MBConv, a
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
-modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder and
-MobileNetV3's inverted residuals. Each is written in plain torch after its published source
-(cited above it), at tiny sizes. For each: patched equals eager (eval and train, float32 and
-float64, every call form the model takes), the report says what ran where, unpatch restores
-the model exactly, a model validated, trained and validated again follows the steps, and
-weights loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README
-promises."""
+modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder,
+MobileNetV3's inverted residuals and a RegNetY stage. Each is written in plain torch after
+its published source (cited above it), at tiny sizes. For each: patched equals eager (eval
+and train, float32 and float64, every call form the model takes), the report says what ran
+where, unpatch restores the model exactly, a model validated, trained and validated again
+follows the steps, and weights loaded, deep copies, pickling, torch.jit.trace and
+torch.export behave as README promises."""
 
 from __future__ import annotations
 
 import copy
 import io
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -1485,6 +1486,71 @@ def mobilenet_v3_blocks() -> nn.Sequential:
         bneck_conf(16, 3, 48, 24, True, "HS", 2, 2))])
 
 
+# ----------------------------------------------------------------------------- RegNet
+# pytorch/vision torchvision/models/regnet.py (BottleneckTransform, ResBottleneckBlock,
+# AnyStage): a RegNetY stage, grouped 3x3 convolutions (group_width 8), SE, a projected
+# shortcut in its first block; Conv2dNormActivation / SqueezeExcitation as above
+
+
+class BottleneckTransform(nn.Sequential):
+    def __init__(self, width_in, width_out, stride, norm_layer, activation_layer, group_width,
+                 bottleneck_multiplier, se_ratio):
+        layers = OrderedDict()
+        w_b = int(round(width_out * bottleneck_multiplier))
+        g = w_b // group_width
+        layers["a"] = Conv2dNormActivation(width_in, w_b, kernel_size=1, stride=1,
+                                           norm_layer=norm_layer,
+                                           activation_layer=activation_layer)
+        layers["b"] = Conv2dNormActivation(w_b, w_b, kernel_size=3, stride=stride, groups=g,
+                                           norm_layer=norm_layer,
+                                           activation_layer=activation_layer)
+        if se_ratio:
+            width_se_out = int(round(se_ratio * width_in))
+            layers["se"] = SqueezeExcitation(input_channels=w_b, squeeze_channels=width_se_out,
+                                             activation=activation_layer)
+        layers["c"] = Conv2dNormActivation(w_b, width_out, kernel_size=1, stride=1,
+                                           norm_layer=norm_layer, activation_layer=None)
+        super().__init__(layers)
+
+
+class ResBottleneckBlock(nn.Module):
+    def __init__(self, width_in, width_out, stride, norm_layer, activation_layer,
+                 group_width=1, bottleneck_multiplier=1.0, se_ratio=None):
+        super().__init__()
+        self.proj = None
+        should_proj = (width_in != width_out) or (stride != 1)
+        if should_proj:
+            self.proj = Conv2dNormActivation(width_in, width_out, kernel_size=1, stride=stride,
+                                             norm_layer=norm_layer, activation_layer=None)
+        self.f = BottleneckTransform(width_in, width_out, stride, norm_layer, activation_layer,
+                                     group_width, bottleneck_multiplier, se_ratio)
+        self.activation = activation_layer(inplace=True)
+
+    def forward(self, x):
+        if self.proj is not None:
+            x = self.proj(x) + self.f(x)
+        else:
+            x = x + self.f(x)
+        return self.activation(x)
+
+
+class AnyStage(nn.Sequential):
+    def __init__(self, width_in, width_out, stride, depth, block_constructor, norm_layer,
+                 activation_layer, group_width, bottleneck_multiplier, se_ratio=None,
+                 stage_index=0):
+        super().__init__()
+        for i in range(depth):
+            block = block_constructor(width_in if i == 0 else width_out, width_out,
+                                      stride if i == 0 else 1, norm_layer, activation_layer,
+                                      group_width, bottleneck_multiplier, se_ratio)
+            self.add_module(f"block{stage_index}-{i}", block)
+
+
+def regnet_y_stage() -> AnyStage:
+    return AnyStage(16, 32, 2, 2, ResBottleneckBlock, nn.BatchNorm2d, nn.ReLU, group_width=8,
+                    bottleneck_multiplier=1.0, se_ratio=0.25, stage_index=1)
+
+
 # ============================================================================= the zoo
 
 
@@ -1666,6 +1732,17 @@ ZOO: dict[str, Case] = {
                ("1.block.3.0", ("bn", "residual")), ("2.block.0.0", ("bn", "hardswish")),
                ("2.block.1.0", ("bn", "hardswish")), ("2.block.2.fc1", ("relu",)),
                ("2.block.3.0", ("bn",)))),
+    "regnet_y": Case(regnet_y_stage, _one(2, 16, 8, 8), True, frozenset({
+        *_cna("block1-0.proj", act=False), *_cna("block1-0.f.a"), *_cna("block1-0.f.b"),
+        *_se("block1-0.f.se"), *_cna("block1-0.f.c", act=False), "block1-0.activation",
+        *_cna("block1-1.f.a"), *_cna("block1-1.f.b"), *_se("block1-1.f.se"),
+        *_cna("block1-1.f.c", act=False), "block1-1.activation"}),
+        # relu(proj(x) + f(x)): the projection's conv takes the add and the ReLU
+        fused=(("block1-0.proj.0", ("bn", "residual", "relu")),
+               ("block1-0.f.a.0", ("bn", "relu")), ("block1-0.f.b.0", ("bn", "relu")),
+               ("block1-0.f.se.fc1", ("relu",)), ("block1-0.f.c.0", ("bn",)),
+               ("block1-1.f.a.0", ("bn", "relu")), ("block1-1.f.b.0", ("bn", "relu")),
+               ("block1-1.f.se.fc1", ("relu",)), ("block1-1.f.c.0", ("bn", "residual", "relu")))),
 }
 
 @pytest.fixture(autouse=True, scope="module")
