@@ -2,12 +2,12 @@
 backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's MBConv, a
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
 modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder,
-MobileNetV3's inverted residuals and a RegNetY stage. Each is written in plain torch after
-its published source (cited above it), at tiny sizes. For each: patched equals eager (eval
-and train, float32 and float64, every call form the model takes), the report says what ran
-where, unpatch restores the model exactly, a model validated, trained and validated again
-follows the steps, and weights loaded, deep copies, pickling, torch.jit.trace and
-torch.export behave as README promises."""
+MobileNetV3's inverted residuals, a RegNetY stage and a DenseNet block and transition (also
+checkpointed). Each is written in plain torch after its published source (cited above it),
+at tiny sizes. For each: patched equals eager (eval and train, float32 and float64, every
+call form the model takes), the report says what ran where, unpatch restores the model
+exactly, a model validated, trained and validated again follows the steps, and weights
+loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README promises."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 dt = pytest.importorskip("dnnctl.torch")
 
 import torch.nn.functional as F  # noqa: E402
+import torch.utils.checkpoint as cp  # noqa: E402
 from _torch_models import randomize_norms  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -1551,6 +1552,101 @@ def regnet_y_stage() -> AnyStage:
                     bottleneck_multiplier=1.0, se_ratio=0.25, stage_index=1)
 
 
+# ----------------------------------------------------------------------------- DenseNet
+# pytorch/vision torchvision/models/densenet.py (_DenseLayer, _DenseBlock, _Transition):
+# pre-activation BN-ReLU-conv on the concatenation of every earlier layer's features;
+# memory_efficient=True checkpoints the bottleneck (torch.utils.checkpoint, non-reentrant)
+
+
+class _DenseLayer(nn.Module):
+    def __init__(self, num_input_features, growth_rate, bn_size, drop_rate,
+                 memory_efficient=False):
+        super().__init__()
+        self.norm1 = nn.BatchNorm2d(num_input_features)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv1 = nn.Conv2d(num_input_features, bn_size * growth_rate, kernel_size=1,
+                               stride=1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth_rate)
+        self.relu2 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(bn_size * growth_rate, growth_rate, kernel_size=3, stride=1,
+                               padding=1, bias=False)
+        self.drop_rate = float(drop_rate)
+        self.memory_efficient = memory_efficient
+
+    def bn_function(self, inputs):
+        concated_features = torch.cat(inputs, 1)
+        bottleneck_output = self.conv1(self.relu1(self.norm1(concated_features)))
+        return bottleneck_output
+
+    def any_requires_grad(self, input):
+        for tensor in input:  # noqa: SIM110
+            if tensor.requires_grad:
+                return True
+        return False
+
+    @torch.jit.unused
+    def call_checkpoint_bottleneck(self, input):
+        def closure(*inputs):
+            return self.bn_function(inputs)
+
+        return cp.checkpoint(closure, *input, use_reentrant=False)
+
+    def forward(self, input):
+        if isinstance(input, torch.Tensor):
+            prev_features = [input]
+        else:
+            prev_features = input
+        if self.memory_efficient and self.any_requires_grad(prev_features):
+            if torch.jit.is_scripting():
+                raise Exception("Memory Efficient not supported in JIT")
+            bottleneck_output = self.call_checkpoint_bottleneck(prev_features)
+        else:
+            bottleneck_output = self.bn_function(prev_features)
+        new_features = self.conv2(self.relu2(self.norm2(bottleneck_output)))
+        if self.drop_rate > 0:
+            new_features = F.dropout(new_features, p=self.drop_rate, training=self.training)
+        return new_features
+
+
+class _DenseBlock(nn.ModuleDict):
+    _version = 2
+
+    def __init__(self, num_layers, num_input_features, bn_size, growth_rate, drop_rate,
+                 memory_efficient=False):
+        super().__init__()
+        for i in range(num_layers):
+            layer = _DenseLayer(num_input_features + i * growth_rate, growth_rate=growth_rate,
+                                bn_size=bn_size, drop_rate=drop_rate,
+                                memory_efficient=memory_efficient)
+            self.add_module("denselayer%d" % (i + 1), layer)  # noqa: UP031
+
+    def forward(self, init_features):
+        features = [init_features]
+        for name, layer in self.items():  # noqa: B007
+            new_features = layer(features)
+            features.append(new_features)
+        return torch.cat(features, 1)
+
+
+class _Transition(nn.Sequential):
+    def __init__(self, num_input_features, num_output_features):
+        super().__init__()
+        self.norm = nn.BatchNorm2d(num_input_features)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv = nn.Conv2d(num_input_features, num_output_features, kernel_size=1,
+                              stride=1, bias=False)
+        self.pool = nn.AvgPool2d(kernel_size=2, stride=2)
+
+
+def densenet_stage(memory_efficient: bool = False) -> nn.Sequential:
+    """DenseNet's features after the stem: a dense block of two layers and a transition,
+    named and sized as DenseNet builds them (growth 8, bn_size 2, dropout 0.1)."""
+    return nn.Sequential(OrderedDict([
+        ("denseblock1", _DenseBlock(2, 16, bn_size=2, growth_rate=8, drop_rate=0.1,
+                                    memory_efficient=memory_efficient)),
+        ("transition1", _Transition(32, 16))]))
+
+
 # ============================================================================= the zoo
 
 
@@ -1661,6 +1757,11 @@ def _se(name: str) -> tuple[str, ...]:
                                           "scale_activation"))
 
 
+_DENSENET = frozenset({
+    *(f"denseblock1.denselayer{i}.{m}" for i in (1, 2)
+      for m in ("norm1", "relu1", "conv1", "norm2", "relu2", "conv2")),
+    *(f"transition1.{m}" for m in ("norm", "relu", "conv", "pool"))})
+
 _CONTROL_FLOW = "control flow"  # fx's words for ``assert L == H * W`` on a traced value
 _WHISPER_SUBCLASS = "a subclass of"
 
@@ -1743,6 +1844,16 @@ ZOO: dict[str, Case] = {
                ("block1-0.f.se.fc1", ("relu",)), ("block1-0.f.c.0", ("bn",)),
                ("block1-1.f.a.0", ("bn", "relu")), ("block1-1.f.b.0", ("bn", "relu")),
                ("block1-1.f.se.fc1", ("relu",)), ("block1-1.f.c.0", ("bn", "residual", "relu")))),
+    "densenet": Case(densenet_stage, _one(2, 16, 8, 8), True, _DENSENET,
+                     # pre-activation: each norm1 takes its ReLU, each conv1 folds norm2 + relu2
+                     fused=(("denseblock1.denselayer1.norm1", ("relu",)),
+                            ("denseblock1.denselayer1.conv1", ("bn", "relu")),
+                            ("denseblock1.denselayer2.norm1", ("relu",)),
+                            ("denseblock1.denselayer2.conv1", ("bn", "relu")),
+                            ("transition1.norm", ("relu",)))),
+    # memory_efficient: ``any(t.requires_grad ...)`` does not trace; checkpointed in training
+    "densenet_checkpointed": Case(partial(densenet_stage, memory_efficient=True),
+                                  _one(2, 16, 8, 8), _CONTROL_FLOW, _DENSENET),
 }
 
 @pytest.fixture(autouse=True, scope="module")
