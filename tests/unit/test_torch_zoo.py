@@ -2,12 +2,13 @@
 backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's MBConv, a
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
 modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder,
-MobileNetV3's inverted residuals, a RegNetY stage and a DenseNet block and transition (also
-checkpointed). Each is written in plain torch after its published source (cited above it),
-at tiny sizes. For each: patched equals eager (eval and train, float32 and float64, every
-call form the model takes), the report says what ran where, unpatch restores the model
-exactly, a model validated, trained and validated again follows the steps, and weights
-loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README promises."""
+MobileNetV3's inverted residuals, a RegNetY stage, a DenseNet block and transition (also
+checkpointed) and SegFormer's Mix Transformer. Each is written in plain torch after its
+published source (cited above it), at tiny sizes. For each: patched equals eager (eval and
+train, float32 and float64, every call form the model takes), the report says what ran
+where, unpatch restores the model exactly, a model validated, trained and validated again
+follows the steps, and weights loaded, deep copies, pickling, torch.jit.trace and
+torch.export behave as README promises."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -1647,6 +1649,252 @@ def densenet_stage(memory_efficient: bool = False) -> nn.Sequential:
         ("transition1", _Transition(32, 16))]))
 
 
+# ----------------------------------------------------------------------------- SegFormer
+# huggingface/transformers src/transformers/models/segformer/modeling_segformer.py
+# (drop_path, SegformerDropPath, SegformerOverlapPatchEmbeddings,
+# SegformerEfficientSelfAttention, SegformerSelfOutput, SegformerAttention, SegformerDWConv,
+# SegformerMixFFN, SegformerLayer, SegformerEncoder; return_dict=False); ACT2FN["gelu"] is
+# GELUActivation (above)
+
+
+def seg_drop_path(input, drop_prob=0.0, training=False):
+    if drop_prob == 0.0 or not training:
+        return input
+    keep_prob = 1 - drop_prob
+    shape = (input.shape[0],) + (1,) * (input.ndim - 1)
+    random_tensor = keep_prob + torch.rand(shape, dtype=input.dtype, device=input.device)
+    random_tensor.floor_()
+    output = input.div(keep_prob) * random_tensor
+    return output
+
+
+class SegformerDropPath(nn.Module):
+    def __init__(self, drop_prob=None):
+        super().__init__()
+        self.drop_prob = drop_prob
+
+    def forward(self, hidden_states):
+        return seg_drop_path(hidden_states, self.drop_prob, self.training)
+
+
+class SegformerOverlapPatchEmbeddings(nn.Module):
+    def __init__(self, patch_size, stride, num_channels, hidden_size):
+        super().__init__()
+        self.proj = nn.Conv2d(num_channels, hidden_size, kernel_size=patch_size, stride=stride,
+                              padding=patch_size // 2)
+        self.layer_norm = nn.LayerNorm(hidden_size)
+
+    def forward(self, pixel_values):
+        embeddings = self.proj(pixel_values)
+        _, _, height, width = embeddings.shape
+        embeddings = embeddings.flatten(2).transpose(1, 2)
+        embeddings = self.layer_norm(embeddings)
+        return embeddings, height, width
+
+
+class SegformerEfficientSelfAttention(nn.Module):
+    def __init__(self, config, hidden_size, num_attention_heads, sequence_reduction_ratio):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.attention_head_size = int(self.hidden_size / self.num_attention_heads)
+        self.all_head_size = self.num_attention_heads * self.attention_head_size
+        self.query = nn.Linear(self.hidden_size, self.all_head_size)
+        self.key = nn.Linear(self.hidden_size, self.all_head_size)
+        self.value = nn.Linear(self.hidden_size, self.all_head_size)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+        self.sr_ratio = sequence_reduction_ratio
+        if sequence_reduction_ratio > 1:
+            self.sr = nn.Conv2d(hidden_size, hidden_size, kernel_size=sequence_reduction_ratio,
+                                stride=sequence_reduction_ratio)
+            self.layer_norm = nn.LayerNorm(hidden_size)
+
+    def transpose_for_scores(self, hidden_states):
+        new_shape = hidden_states.size()[:-1] + (self.num_attention_heads,
+                                                 self.attention_head_size)
+        hidden_states = hidden_states.view(new_shape)
+        return hidden_states.permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, height, width, output_attentions=False):
+        query_layer = self.transpose_for_scores(self.query(hidden_states))
+        if self.sr_ratio > 1:
+            batch_size, seq_len, num_channels = hidden_states.shape
+            hidden_states = hidden_states.permute(0, 2, 1).reshape(batch_size, num_channels,
+                                                                   height, width)
+            hidden_states = self.sr(hidden_states)
+            hidden_states = hidden_states.reshape(batch_size, num_channels, -1).permute(0, 2, 1)
+            hidden_states = self.layer_norm(hidden_states)
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.attention_head_size)
+        attention_probs = nn.functional.softmax(attention_scores, dim=-1)
+        attention_probs = self.dropout(attention_probs)
+        context_layer = torch.matmul(attention_probs, value_layer)
+        context_layer = context_layer.permute(0, 2, 1, 3).contiguous()
+        new_context_layer_shape = context_layer.size()[:-2] + (self.all_head_size,)
+        context_layer = context_layer.view(new_context_layer_shape)
+        outputs = (context_layer, attention_probs) if output_attentions else (context_layer,)
+        return outputs
+
+
+class SegformerSelfOutput(nn.Module):
+    def __init__(self, config, hidden_size):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, input_tensor):
+        hidden_states = self.dense(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        return hidden_states
+
+
+class SegformerAttention(nn.Module):
+    def __init__(self, config, hidden_size, num_attention_heads, sequence_reduction_ratio):
+        super().__init__()
+        self.self = SegformerEfficientSelfAttention(
+            config=config, hidden_size=hidden_size, num_attention_heads=num_attention_heads,
+            sequence_reduction_ratio=sequence_reduction_ratio)
+        self.output = SegformerSelfOutput(config, hidden_size=hidden_size)
+        self.pruned_heads = set()
+
+    def forward(self, hidden_states, height, width, output_attentions=False):
+        self_outputs = self.self(hidden_states, height, width, output_attentions)
+        attention_output = self.output(self_outputs[0], hidden_states)
+        outputs = (attention_output,) + self_outputs[1:]
+        return outputs
+
+
+class SegformerDWConv(nn.Module):
+    def __init__(self, dim=768):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 3, 1, 1, bias=True, groups=dim)
+
+    def forward(self, hidden_states, height, width):
+        batch_size, seq_len, num_channels = hidden_states.shape
+        hidden_states = hidden_states.transpose(1, 2).view(batch_size, num_channels, height,
+                                                           width)
+        hidden_states = self.dwconv(hidden_states)
+        hidden_states = hidden_states.flatten(2).transpose(1, 2)
+        return hidden_states
+
+
+class SegformerMixFFN(nn.Module):
+    def __init__(self, config, in_features, hidden_features=None, out_features=None):
+        super().__init__()
+        out_features = out_features or in_features
+        self.dense1 = nn.Linear(in_features, hidden_features)
+        self.dwconv = SegformerDWConv(hidden_features)
+        self.intermediate_act_fn = GELUActivation()  # ACT2FN[config.hidden_act], "gelu"
+        self.dense2 = nn.Linear(hidden_features, out_features)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, height, width):
+        hidden_states = self.dense1(hidden_states)
+        hidden_states = self.dwconv(hidden_states, height, width)
+        hidden_states = self.intermediate_act_fn(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        hidden_states = self.dense2(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        return hidden_states
+
+
+class SegformerLayer(nn.Module):
+    def __init__(self, config, hidden_size, num_attention_heads, drop_path,
+                 sequence_reduction_ratio, mlp_ratio):
+        super().__init__()
+        self.layer_norm_1 = nn.LayerNorm(hidden_size)
+        self.attention = SegformerAttention(config, hidden_size=hidden_size,
+                                            num_attention_heads=num_attention_heads,
+                                            sequence_reduction_ratio=sequence_reduction_ratio)
+        self.drop_path = SegformerDropPath(drop_path) if drop_path > 0.0 else nn.Identity()
+        self.layer_norm_2 = nn.LayerNorm(hidden_size)
+        mlp_hidden_size = int(hidden_size * mlp_ratio)
+        self.mlp = SegformerMixFFN(config, in_features=hidden_size,
+                                   hidden_features=mlp_hidden_size)
+
+    def forward(self, hidden_states, height, width, output_attentions=False):
+        self_attention_outputs = self.attention(self.layer_norm_1(hidden_states), height, width,
+                                                output_attentions=output_attentions)
+        attention_output = self_attention_outputs[0]
+        outputs = self_attention_outputs[1:]
+        attention_output = self.drop_path(attention_output)
+        hidden_states = attention_output + hidden_states
+        mlp_output = self.mlp(self.layer_norm_2(hidden_states), height, width)
+        mlp_output = self.drop_path(mlp_output)
+        layer_output = mlp_output + hidden_states
+        outputs = (layer_output,) + outputs
+        return outputs
+
+
+class SegformerEncoder(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        drop_path_decays = [x.item() for x in torch.linspace(0, config.drop_path_rate,
+                                                             sum(config.depths))]
+        embeddings = []
+        for i in range(config.num_encoder_blocks):
+            embeddings.append(SegformerOverlapPatchEmbeddings(
+                patch_size=config.patch_sizes[i], stride=config.strides[i],
+                num_channels=config.num_channels if i == 0 else config.hidden_sizes[i - 1],
+                hidden_size=config.hidden_sizes[i]))
+        self.patch_embeddings = nn.ModuleList(embeddings)
+        blocks = []
+        cur = 0
+        for i in range(config.num_encoder_blocks):
+            layers = []
+            if i != 0:
+                cur += config.depths[i - 1]
+            for j in range(config.depths[i]):
+                layers.append(SegformerLayer(
+                    config, hidden_size=config.hidden_sizes[i],
+                    num_attention_heads=config.num_attention_heads[i],
+                    drop_path=drop_path_decays[cur + j],
+                    sequence_reduction_ratio=config.sr_ratios[i],
+                    mlp_ratio=config.mlp_ratios[i]))
+            blocks.append(nn.ModuleList(layers))
+        self.block = nn.ModuleList(blocks)
+        self.layer_norm = nn.ModuleList([nn.LayerNorm(config.hidden_sizes[i])
+                                         for i in range(config.num_encoder_blocks)])
+
+    def forward(self, pixel_values, output_attentions=False, output_hidden_states=False,
+                return_dict=False):
+        all_hidden_states = () if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        batch_size = pixel_values.shape[0]
+        hidden_states = pixel_values
+        for idx, x in enumerate(zip(self.patch_embeddings, self.block, self.layer_norm)):
+            embedding_layer, block_layer, norm_layer = x
+            hidden_states, height, width = embedding_layer(hidden_states)
+            for i, blk in enumerate(block_layer):  # noqa: B007
+                layer_outputs = blk(hidden_states, height, width, output_attentions)
+                hidden_states = layer_outputs[0]
+                if output_attentions:
+                    all_self_attentions = all_self_attentions + (layer_outputs[1],)
+            hidden_states = norm_layer(hidden_states)
+            if idx != len(self.patch_embeddings) - 1 or (
+                    idx == len(self.patch_embeddings) - 1 and self.config.reshape_last_stage):
+                hidden_states = hidden_states.reshape(batch_size, height, width, -1).permute(
+                    0, 3, 1, 2).contiguous()
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states + (hidden_states,)
+        return tuple(v for v in [hidden_states, all_hidden_states, all_self_attentions]
+                     if v is not None)
+
+
+def segformer_encoder() -> SegformerEncoder:
+    """Mix Transformer (nvidia/mit-b0's layout) with two stages of two layers each, tiny:
+    overlapping patch embeddings (7x7 stride 4, then 3x3 stride 2), spatial reduction 2
+    then 1, drop path rising to 0.1."""
+    return SegformerEncoder(SimpleNamespace(
+        num_encoder_blocks=2, depths=[2, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+        patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+        num_channels=3, drop_path_rate=0.1, attention_probs_dropout_prob=0.1,
+        hidden_dropout_prob=0.1, hidden_act="gelu", reshape_last_stage=True))
+
+
 # ============================================================================= the zoo
 
 
@@ -1729,6 +1977,11 @@ def _and_channels_last(*shape: int):
         x = _randn(_g(), dtype, *shape)
         return [((x,), {}), ((x.contiguous(memory_format=torch.channels_last),), {})]
     return calls
+
+
+def _segformer_calls(dtype):
+    x = _randn(_g(), dtype, 2, 3, 16, 16)
+    return [((x,), {}), ((x,), {"output_attentions": True, "output_hidden_states": True})]
 
 
 @dataclass(frozen=True)
@@ -1854,6 +2107,14 @@ ZOO: dict[str, Case] = {
     # memory_efficient: ``any(t.requires_grad ...)`` does not trace; checkpointed in training
     "densenet_checkpointed": Case(partial(densenet_stage, memory_efficient=True),
                                   _one(2, 16, 8, 8), _CONTROL_FLOW, _DENSENET),
+    "segformer": Case(segformer_encoder, _segformer_calls, True, frozenset({
+        *(f"patch_embeddings.{i}.{m}" for i in (0, 1) for m in ("proj", "layer_norm")),
+        *(f"block.{b}.{m}" for b in ("0.0", "0.1", "1.0") for m in (
+            "layer_norm_1", "attention.self.query", "attention.self.key",
+            "attention.self.value", "attention.output.dense", "layer_norm_2", "mlp.dense1",
+            "mlp.dwconv.dwconv", "mlp.dense2")),
+        *(f"block.0.{i}.attention.self.{m}" for i in (0, 1) for m in ("sr", "layer_norm")),
+        "layer_norm.0", "layer_norm.1"})),
 }
 
 @pytest.fixture(autouse=True, scope="module")
