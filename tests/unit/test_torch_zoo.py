@@ -3,11 +3,11 @@ backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's M
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
 modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder,
 MobileNetV3's inverted residuals, a RegNetY stage, a DenseNet block and transition (also
-checkpointed), SegFormer's Mix Transformer and Wav2Vec2's front end. Each is written in
-plain torch after its published source (cited above it), at tiny sizes. For each: patched
-equals eager (eval and train, float32 and float64, every call form the model takes), the
-report says what ran where, unpatch restores the model exactly, a model validated, trained
-and validated again follows the steps, and weights loaded, deep copies, pickling,
+checkpointed), SegFormer's Mix Transformer, Wav2Vec2's front end and ConvNeXt V2. Each is
+written in plain torch after its published source (cited above it), at tiny sizes. For each:
+patched equals eager (eval and train, float32 and float64, every call form the model takes),
+the report says what ran where, unpatch restores the model exactly, a model validated,
+trained and validated again follows the steps, and weights loaded, deep copies, pickling,
 torch.jit.trace and torch.export behave as README promises."""
 
 from __future__ import annotations
@@ -2047,6 +2047,125 @@ class Wav2Vec2Front(nn.Module):
         return hidden_states, extract_features
 
 
+# ----------------------------------------------------------------------------- ConvNeXt V2
+# facebookresearch/ConvNeXt-V2 models/convnextv2.py (Block, ConvNeXtV2), models/utils.py
+# (LayerNorm: channels_last through F.layer_norm, channels_first written out; GRN); DropPath
+# from timm (above)
+
+
+class ConvNeXtV2LayerNorm(nn.Module):
+    def __init__(self, normalized_shape, eps=1e-6, data_format="channels_last"):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(normalized_shape))
+        self.bias = nn.Parameter(torch.zeros(normalized_shape))
+        self.eps = eps
+        self.data_format = data_format
+        if self.data_format not in ["channels_last", "channels_first"]:
+            raise NotImplementedError
+        self.normalized_shape = (normalized_shape, )
+
+    def forward(self, x):
+        if self.data_format == "channels_last":
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        elif self.data_format == "channels_first":
+            u = x.mean(1, keepdim=True)
+            s = (x - u).pow(2).mean(1, keepdim=True)
+            x = (x - u) / torch.sqrt(s + self.eps)
+            x = self.weight[:, None, None] * x + self.bias[:, None, None]
+            return x
+
+
+class GRN(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.zeros(1, 1, 1, dim))
+        self.beta = nn.Parameter(torch.zeros(1, 1, 1, dim))
+
+    def forward(self, x):
+        Gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+        Nx = Gx / (Gx.mean(dim=-1, keepdim=True) + 1e-6)
+        return self.gamma * (x * Nx) + self.beta + x
+
+
+class ConvNeXtV2Block(nn.Module):
+    def __init__(self, dim, drop_path=0.):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, kernel_size=7, padding=3, groups=dim)
+        self.norm = ConvNeXtV2LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.grn = GRN(4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.drop_path = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+
+    def forward(self, x):
+        input = x
+        x = self.dwconv(x)
+        x = x.permute(0, 2, 3, 1)
+        x = self.norm(x)
+        x = self.pwconv1(x)
+        x = self.act(x)
+        x = self.grn(x)
+        x = self.pwconv2(x)
+        x = x.permute(0, 3, 1, 2)
+        x = input + self.drop_path(x)
+        return x
+
+
+class ConvNeXtV2(nn.Module):
+    def __init__(self, in_chans=3, num_classes=10, depths=(1, 1, 2, 1), dims=(8, 8, 16, 16),
+                 drop_path_rate=0.1, head_init_scale=1.):
+        super().__init__()
+        self.depths = depths
+        self.downsample_layers = nn.ModuleList()
+        stem = nn.Sequential(
+            nn.Conv2d(in_chans, dims[0], kernel_size=4, stride=4),
+            ConvNeXtV2LayerNorm(dims[0], eps=1e-6, data_format="channels_first"))
+        self.downsample_layers.append(stem)
+        for i in range(3):
+            downsample_layer = nn.Sequential(
+                ConvNeXtV2LayerNorm(dims[i], eps=1e-6, data_format="channels_first"),
+                nn.Conv2d(dims[i], dims[i + 1], kernel_size=2, stride=2))
+            self.downsample_layers.append(downsample_layer)
+        self.stages = nn.ModuleList()
+        dp_rates = [x.item() for x in torch.linspace(0, drop_path_rate, sum(depths))]
+        cur = 0
+        for i in range(4):
+            stage = nn.Sequential(*[ConvNeXtV2Block(dim=dims[i], drop_path=dp_rates[cur + j])
+                                    for j in range(depths[i])])
+            self.stages.append(stage)
+            cur += depths[i]
+        self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        self.head = nn.Linear(dims[-1], num_classes)
+        # (the published init, trunc_normal_(std=.02) and zero biases, is left out: with
+        # it, and GRN's zero gamma / beta, the blocks barely change their input; the case
+        # below gives GRN random parameters, as a trained model has)
+        self.head.weight.data.mul_(head_init_scale)
+        self.head.bias.data.mul_(head_init_scale)
+
+    def forward_features(self, x):
+        for i in range(4):
+            x = self.downsample_layers[i](x)
+            x = self.stages[i](x)
+        return self.norm(x.mean([-2, -1]))
+
+    def forward(self, x):
+        x = self.forward_features(x)
+        x = self.head(x)
+        return x
+
+
+def convnextv2() -> ConvNeXtV2:
+    model = ConvNeXtV2()
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, GRN):
+                m.gamma.copy_(torch.randn(m.gamma.shape, generator=g))
+                m.beta.copy_(0.5 * torch.randn(m.beta.shape, generator=g))
+    return model
+
+
 # ============================================================================= the zoo
 
 
@@ -2277,6 +2396,13 @@ ZOO: dict[str, Case] = {
         "feature_extractor.conv_layers.1.conv", "feature_projection.layer_norm",
         "feature_projection.projection", "pos_conv_embed.conv", "layer_norm"}),
         fused=(("feature_extractor.conv_layers.1.conv", ("gelu",)),), pickles=False),
+    "convnext_v2": Case(convnextv2, _and_channels_last(2, 3, 32, 32), True, frozenset({
+        "downsample_layers.0.0", "downsample_layers.1.1", "downsample_layers.2.1",
+        "downsample_layers.3.1", "norm", "head",
+        *(f"stages.{b}.{m}" for b in ("0.0", "1.0", "2.0", "2.1", "3.0")
+          for m in ("dwconv", "pwconv1", "act", "pwconv2"))}),
+        fused=tuple((f"stages.{b}.pwconv1", ("gelu",)) for b in ("0.0", "1.0", "2.0", "2.1",
+                                                                   "3.0"))),
 }
 
 @pytest.fixture(autouse=True, scope="module")
