@@ -3,12 +3,12 @@ backend): GPT-2, BERT, T5, CLIP's text encoder, Swin, ConvNeXt, EfficientNet's M
 Stable Diffusion UNet up block, Whisper's encoder (as published, and a port on torch's own
 modules), Qwen2 / Mistral, DINOv2 with LayerScale, YOLO's SPPF, DETR's decoder,
 MobileNetV3's inverted residuals, a RegNetY stage, a DenseNet block and transition (also
-checkpointed), SegFormer's Mix Transformer, Wav2Vec2's front end and ConvNeXt V2. Each is
-written in plain torch after its published source (cited above it), at tiny sizes. For each:
-patched equals eager (eval and train, float32 and float64, every call form the model takes),
-the report says what ran where, unpatch restores the model exactly, a model validated,
-trained and validated again follows the steps, and weights loaded, deep copies, pickling,
-torch.jit.trace and torch.export behave as README promises."""
+checkpointed), SegFormer's Mix Transformer, Wav2Vec2's front end, ConvNeXt V2 and a timm
+DeiT-III block. Each is written in plain torch after its published source (cited above it),
+at tiny sizes. For each: patched equals eager (eval and train, float32 and float64, every
+call form the model takes), the report says what ran where, unpatch restores the model
+exactly, a model validated, trained and validated again follows the steps, and weights
+loaded, deep copies, pickling, torch.jit.trace and torch.export behave as README promises."""
 
 from __future__ import annotations
 
@@ -2166,6 +2166,142 @@ def convnextv2() -> ConvNeXtV2:
     return model
 
 
+# ----------------------------------------------------------------------------- timm ViT
+# huggingface/pytorch-image-models timm/models/vision_transformer.py (Block: DeiT, DeiT-III,
+# MAE and the other ViTs timm builds), timm/layers/attention.py (Attention, fused: F.scaled_
+# dot_product_attention), timm/layers/layer_scale.py (LayerScale), timm/layers/mlp.py (Mlp),
+# timm/layers/norm.py (LayerNorm, fast norm off as by default); DropPath above
+
+
+class TimmLayerNorm(nn.LayerNorm):
+    def __init__(self, num_channels, eps=1e-6, affine=True, **kwargs):
+        super().__init__(num_channels, eps=eps, elementwise_affine=affine, **kwargs)
+        self._fast_norm = False  # is_fast_norm(): off unless set_fast_norm()
+
+    def forward(self, x):
+        if self._fast_norm:
+            raise NotImplementedError  # (apex's fast_layer_norm)
+        else:
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return x
+
+
+class TimmLayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-5, inplace=False):
+        super().__init__()
+        self.init_values = init_values
+        self.inplace = inplace
+        self.gamma = nn.Parameter(torch.empty(dim))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        torch.nn.init.constant_(self.gamma, self.init_values)
+
+    def forward(self, x):
+        return x.mul_(self.gamma) if self.inplace else x * self.gamma
+
+
+class TimmMlp(nn.Module):
+    def __init__(self, in_features, hidden_features=None, out_features=None, act_layer=nn.GELU,
+                 norm_layer=None, bias=True, drop=0., use_conv=False):
+        super().__init__()
+        out_features = out_features or in_features
+        hidden_features = hidden_features or in_features
+        bias = (bias, bias)
+        drop_probs = (drop, drop)
+        linear_layer = partial(nn.Conv2d, kernel_size=1) if use_conv else nn.Linear
+        self.fc1 = linear_layer(in_features, hidden_features, bias=bias[0])
+        self.act = act_layer()
+        self.drop1 = nn.Dropout(drop_probs[0])
+        self.norm = norm_layer(hidden_features) if norm_layer is not None else nn.Identity()
+        self.fc2 = linear_layer(hidden_features, out_features, bias=bias[1])
+        self.drop2 = nn.Dropout(drop_probs[1])
+
+    def forward(self, x):
+        x = self.fc1(x)
+        x = self.act(x)
+        x = self.drop1(x)
+        x = self.norm(x)
+        x = self.fc2(x)
+        x = self.drop2(x)
+        return x
+
+
+class TimmAttention(nn.Module):
+    def __init__(self, dim, num_heads=8, attn_head_dim=None, dim_out=None, qkv_bias=False,
+                 qk_norm=False, scale_norm=False, proj_bias=True, attn_drop=0., proj_drop=0.,
+                 norm_layer=None):
+        super().__init__()
+        dim_out = dim_out or dim
+        head_dim = attn_head_dim
+        if head_dim is None:
+            assert dim % num_heads == 0, "dim should be divisible by num_heads"
+            head_dim = dim // num_heads
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.attn_dim = num_heads * head_dim
+        self.scale = head_dim ** -0.5
+        self.fused_attn = True  # use_fused_attn()
+        self.qkv = nn.Linear(dim, self.attn_dim * 3, bias=qkv_bias)
+        self.q_norm = norm_layer(head_dim) if qk_norm else nn.Identity()
+        self.k_norm = norm_layer(head_dim) if qk_norm else nn.Identity()
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.norm = norm_layer(self.attn_dim) if scale_norm else nn.Identity()
+        self.proj = nn.Linear(self.attn_dim, dim_out, bias=proj_bias)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask,
+                dropout_p=self.attn_drop.p if self.training else 0., is_causal=is_causal)
+        else:
+            raise NotImplementedError  # (the unfused path: q @ k^T, mask, softmax, @ v)
+        x = x.transpose(1, 2).reshape(B, N, self.attn_dim)
+        x = self.norm(x)
+        x = self.proj(x)
+        x = self.proj_drop(x)
+        return x
+
+
+class TimmBlock(nn.Module):
+    def __init__(self, dim, num_heads, mlp_ratio=4., qkv_bias=False, qk_norm=False,
+                 scale_attn_norm=False, scale_mlp_norm=False, proj_bias=True, proj_drop=0.,
+                 attn_drop=0., init_values=None, drop_path=0., act_layer=nn.GELU,
+                 norm_layer=TimmLayerNorm, mlp_layer=TimmMlp, attn_layer=TimmAttention):
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = attn_layer(dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm,
+                               scale_norm=scale_attn_norm, proj_bias=proj_bias,
+                               attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer)
+        self.ls1 = TimmLayerScale(dim, init_values=init_values) if init_values else nn.Identity()
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+        self.norm2 = norm_layer(dim)
+        self.mlp = mlp_layer(in_features=dim, hidden_features=int(dim * mlp_ratio),
+                             act_layer=act_layer,
+                             norm_layer=norm_layer if scale_mlp_norm else None, bias=proj_bias,
+                             drop=proj_drop)
+        self.ls2 = TimmLayerScale(dim, init_values=init_values) if init_values else nn.Identity()
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask,
+                                                   is_causal=is_causal)))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+
+def deit3_block() -> TimmBlock:
+    """A DeiT-III block (qkv bias, LayerScale), tiny, with attention dropout and drop path:
+    8 heads of 8, the head size dnnctl's attention takes."""
+    return TimmBlock(64, 8, mlp_ratio=2., qkv_bias=True, init_values=0.5, attn_drop=0.1,
+                     drop_path=0.1)
+
+
 # ============================================================================= the zoo
 
 
@@ -2253,6 +2389,13 @@ def _and_channels_last(*shape: int):
 def _segformer_calls(dtype):
     x = _randn(_g(), dtype, 2, 3, 16, 16)
     return [((x,), {}), ((x,), {"output_attentions": True, "output_hidden_states": True})]
+
+
+def _timm_block_calls(dtype):
+    x = _randn(_g(), dtype, 2, 5, 64)
+    allowed = torch.ones(5, 5, dtype=torch.bool)
+    allowed[:, 3:] = False  # (a padding mask: the last two tokens hidden)
+    return [((x,), {}), ((x,), {"attn_mask": allowed}), ((x, None, True), {})]
 
 
 @dataclass(frozen=True)
@@ -2403,6 +2546,11 @@ ZOO: dict[str, Case] = {
           for m in ("dwconv", "pwconv1", "act", "pwconv2"))}),
         fused=tuple((f"stages.{b}.pwconv1", ("gelu",)) for b in ("0.0", "1.0", "2.0", "2.1",
                                                                    "3.0"))),
+    "deit3": Case(deit3_block, _timm_block_calls, True, frozenset({
+        "attn.qkv", "scaled_dot_product_attention", "attn.proj", "mlp.fc1", "mlp.act",
+        "mlp.fc2"}),
+        skipped=(("norm1", "a subclass of LayerNorm"), ("norm2", "a subclass of LayerNorm")),
+        fused=(("mlp.fc1", ("gelu",)),)),
 }
 
 @pytest.fixture(autouse=True, scope="module")
