@@ -1557,7 +1557,8 @@ def regnet_y_stage() -> AnyStage:
 # ----------------------------------------------------------------------------- DenseNet
 # pytorch/vision torchvision/models/densenet.py (_DenseLayer, _DenseBlock, _Transition):
 # pre-activation BN-ReLU-conv on the concatenation of every earlier layer's features;
-# memory_efficient=True checkpoints the bottleneck (torch.utils.checkpoint, non-reentrant)
+# memory_efficient=True checkpoints the bottleneck (torch.utils.checkpoint, non-reentrant).
+# Left out: _DenseLayer's two @torch.jit._overload_method stubs of forward (TorchScript's)
 
 
 class _DenseLayer(nn.Module):
@@ -1654,7 +1655,7 @@ def densenet_stage(memory_efficient: bool = False) -> nn.Sequential:
 # (drop_path, SegformerDropPath, SegformerOverlapPatchEmbeddings,
 # SegformerEfficientSelfAttention, SegformerSelfOutput, SegformerAttention, SegformerDWConv,
 # SegformerMixFFN, SegformerLayer, SegformerEncoder; return_dict=False); ACT2FN["gelu"] is
-# GELUActivation (above)
+# GELUActivation (above). Left out: the heads-divide-hidden-size check, prune_heads
 
 
 def seg_drop_path(input, drop_prob=0.0, training=False):
@@ -1900,7 +1901,8 @@ def segformer_encoder() -> SegformerEncoder:
 # (Wav2Vec2NoLayerNormConvLayer, Wav2Vec2GroupNormConvLayer, Wav2Vec2SamePadLayer,
 # Wav2Vec2PositionalConvEmbedding: a grouped conv under torch's weight_norm
 # parametrization, Wav2Vec2FeatureEncoder, Wav2Vec2FeatureProjection; Wav2Vec2Model's
-# forward up to the transformer layers: no SpecAugment masking)
+# forward up to the transformer layers: no SpecAugment masking). Left out: DeepSpeed
+# ZeRO-3's gathering of the conv weight, feat_extract_norm="layer"'s conv layers
 
 
 class Wav2Vec2NoLayerNormConvLayer(nn.Module):
