@@ -116,14 +116,16 @@ class _Reader:
                             "snapshots hold plain values only")
 
     def value(self, node: yaml.Node, kind: str, where: str) -> Any:
-        """One typed field: str (exact text), int, bool, strlist or cc (compute capability)."""
+        """One typed field: str (exact text), int, bool, strlist, archlist (a list, or one
+        TORCH_CUDA_ARCH_LIST string such as "7.0;8.0+PTX") or cc (compute capability)."""
         self.check_tag(node, where)
         if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
             return None
+        if kind == "archlist":
+            if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":str"):
+                return [self.scalar_text(node, where)]
+            kind = "strlist"
         if kind == "strlist":
-            if where.endswith("arch_list") and isinstance(node, yaml.ScalarNode) \
-                    and node.tag.endswith(":str"):
-                return [self.scalar_text(node, where)]  # TORCH_CUDA_ARCH_LIST's "7.0;8.0+PTX"
             if not isinstance(node, yaml.SequenceNode):
                 raise self.fail(node, where, f"expected a list, got {_kind(node)}")
             return [self.scalar_text(n, f"{where}[{i}]") for i, n in enumerate(node.value)]

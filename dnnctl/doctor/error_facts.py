@@ -21,6 +21,7 @@ from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import stack
 from dnnctl.doctor.context import Context
 from dnnctl.doctor.parse import canonical_name
+from dnnctl.doctor.rules_requires import TORCH_FAMILY
 from dnnctl.doctor.rules_runtime import driver_fix
 
 YES, LIKELY, NO = "yes", "likely", "no"
@@ -273,9 +274,6 @@ def _needed_cuda(ctx: Context, m: ErrorMatch) -> tuple[Version | None, str]:
     return max(found, key=lambda x: x[0])
 
 
-_TORCH_FAMILY = {"torch", "torchvision", "torchaudio"}
-
-
 def origin(ctx: Context, m: ErrorMatch) -> str | None:
     """The installed package (other than torch's own) whose files the message names — a
     path segment such as ``.../ctransformers/models/ggml/ggml-cuda.cu`` or
@@ -284,7 +282,7 @@ def origin(ctx: Context, m: ErrorMatch) -> str | None:
     for seg in re.findall(r"[/\\]([A-Za-z][\w.-]*)(?=[/\\])", m.text):
         name = canonical_name(seg)
         for cand in (name, name + "-python"):
-            if cand in installed and cand not in _TORCH_FAMILY:
+            if cand in installed and cand not in TORCH_FAMILY:
                 return cand
     return None
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from dnnctl.compat.errors import ErrorMatch
-from dnnctl.compat.versions import Version
+from dnnctl.compat.versions import Version, parse_cudnn
 from dnnctl.doctor import stack, visible
 from dnnctl.doctor.context import Context
 from dnnctl.doctor.error_facts import (
@@ -182,18 +182,6 @@ def _lib(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     return Outcome(NO, f"no {name} is installed here ({have})")
 
 
-def _cudnn_version(text: str) -> Version | None:
-    """A cuDNN version as messages print it: "9.4.0", or cudnnGetVersion()'s number (7103 ->
-    7.1.3; 90400 -> 9.4.0 from cuDNN 9 on, major * 10000 + minor * 100 + patch)."""
-    text = text.strip().rstrip(".")
-    if text.isdigit():
-        n = int(text)
-        if n >= 10000:
-            return Version((n // 10000, n // 100 % 100, n % 100))
-        return Version((n // 1000, n // 100 % 10, n % 100))
-    return Version.maybe(text)
-
-
 @check("cudnn_compiled")
 def _cudnn_compiled(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     """``cudnn_compiled:absent``: no cuDNN copy here has the compiled major and a minor at
@@ -201,7 +189,7 @@ def _cudnn_compiled(ctx: Context, m: ErrorMatch, arg: str | None) -> Outcome:
     library = m.groups.get("library") or ("cuDNN" if "cudnn" in m.text.lower() else "")
     if library.lower() != "cudnn":
         return UNKNOWN  # (a version of another library)
-    want = _cudnn_version(m.groups.get("compiled", ""))
+    want = parse_cudnn(m.groups.get("compiled", "").rstrip("."))  # ("9.4.0." ends a sentence)
     known, copies = _copies(ctx, "cudnn")
     if want is None or not known:
         return UNKNOWN

@@ -214,18 +214,18 @@ ENVIRONMENT_FIELDS = {
 }
 _COMMON = {"version": "version", "source": "str", "cuda": "version", "cudnn": "version"}
 FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
-    "torch": {**_COMMON, "arch_list": "strlist", "local_tag": "str", "path": "str",
+    "torch": {**_COMMON, "arch_list": "archlist", "local_tag": "str", "path": "str",
               "cxx11_abi": "bool",  # torch._C._GLIBCXX_USE_CXX11_ABI
               "installer": "str", "cuda_build": "bool", "hip": "str", "rocm": "str",
               "xpu": "str", "cudnn_package": "str", "cudnn_runtime": "version",
               "cudnn_compiled": "version", "cudnn_loaded": "str", "cuda_available": "bool",
               "device_count": "int", "capability": "str"},
-    "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "strlist",
+    "tensorflow": {**_COMMON, "package": "str", "packages": "strlist", "arch_list": "archlist",
                    "cuda_build": "bool", "gpus_visible": "int"},
     # jax: cuda / cudnn are the build's (a jaxlib +cuda11.cudnn86 tag: "11" is the major only,
     # cuDNN 8.6 is what it was compiled with); cuda_runtime / cudnn_runtime are what it loads
     "jax": {**_COMMON, "jaxlib": "version", "plugin": "str", "plugin_version": "version",
-            "arch_list": "strlist",
+            "arch_list": "archlist",
             "plugins": "strlist", "cuda_runtime": "version", "cudnn_runtime": "version",
             "backend": "str"},
     # onnxruntime: the onnxruntime-gpu wheel; cuda is its build's (capi/build_and_package_info.py
@@ -238,9 +238,9 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     # native ggml builds: built with the CUDA backend (GGML_CUDA), the ggml backends compiled in
     # (cuda, cpu, metal, vulkan, ...), CMAKE_CUDA_ARCHITECTURES (86, 89-real, 90-virtual, sm_86)
     "llama-cpp-python": {**_COMMON, "cuda_build": "bool", "backends": "strlist",
-                         "arch_list": "strlist"},
+                         "arch_list": "archlist"},
     "pywhispercpp": {**_COMMON, "cuda_build": "bool", "backends": "strlist",
-                     "arch_list": "strlist"},
+                     "arch_list": "archlist"},
     # xformers: torch is the torch.__version__ it was built for (xformers/cpp_lib.json, else
     # the wheel's Requires-Dist torch==X pin), cuda the nvcc of its build ("12.4" for 1204)
     "xformers": {**_COMMON, "torch": "str", "python": "str"},
@@ -248,7 +248,7 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
     # (.engine / .plan) used here; version_compatible: they were built with that builder flag
     "tensorrt": {**_COMMON, "engines_built_with": "strlist", "version_compatible": "bool"},
     "cupy": {**_COMMON, "package": "str", "packages": "strlist", "runtime": "version",
-             "arch_list": "strlist",
+             "arch_list": "archlist",
              "local_runtime": "version", "driver": "version", "nvrtc": "version",
              "device_count": "int"},
 }
@@ -261,7 +261,7 @@ FRAMEWORK_FIELDS: dict[str, dict[str, str]] = {
 # machine by pip / setup.py (so for TORCH_CUDA_ARCH_LIST, else that machine's GPUs); path: the
 # library read. Detection fills it (dnnctl.doctor.probe_extensions, archs from the library's
 # .nv_fatbin headers); a snapshot may name it by hand.
-EXTENSION_FIELDS = {"version": "version", "arch_list": "strlist", "built_from_source": "bool",
+EXTENSION_FIELDS = {"version": "version", "arch_list": "archlist", "built_from_source": "bool",
                     "path": "str"}
 
 

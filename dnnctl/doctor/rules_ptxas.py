@@ -15,6 +15,7 @@ from dnnctl.compat.versions import CC, Version
 from dnnctl.doctor import rules_triton
 from dnnctl.doctor.context import Context, GpuInfo, finding, unknown
 from dnnctl.doctor.model import Component, Finding
+from dnnctl.doctor.rules_runtime import driver_fix
 
 SYMPTOM = ("JIT-compiled kernels (torch.compile / Triton, XLA) fail with 'ptxas fatal : Value "
            "'sm_{sm}' is not defined for option 'gpu-name''")
@@ -91,7 +92,7 @@ def _driver(ctx: Context, copy: Component, version: Version, where: str) -> list
     floor = need.full or need.minimum
     pin = (f"pip install 'nvidia-cuda-nvcc-cu{have.major}=={have}.*'"
            if "pip:" in (copy.source or "") else f"the ptxas of a CUDA {have} toolkit first")
-    drv = f"install NVIDIA driver >= {floor}" if floor else "a newer driver"
+    drv = driver_fix(ctx, floor) if floor else "a newer driver"
     if mine.major > have.major:
         what = (f"its cubins are CUDA {mine.major} code, which minor-version compatibility does "
                 f"not carry to a driver for CUDA {have}: kernels it assembles (XLA, Triton) can "

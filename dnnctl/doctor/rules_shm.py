@@ -44,13 +44,9 @@ def check(ctx: Context) -> list[Finding]:
     gpus = _gpu_count(ctx)
     if not users or gpus < 2 or (shm is not None and shm >= NEEDED_MIB):
         return []
-    kind = system.get("container")
-    if isinstance(kind, bool):
-        kind = "a container" if kind else None
-    elif kind:
-        kind = f"a {kind} container"
-    if kind is None and ctx.container and system.get("container") is None:
-        kind = "a container"
+    name = system.get("container")  # a runtime's name, True / False, or absent (ctx.container)
+    kind = None if not ctx.container else \
+        f"a {name} container" if isinstance(name, str) else "a container"
     if shm is None and kind is None:
         return []
     who = f"{', '.join(users)} with {gpus} GPUs"

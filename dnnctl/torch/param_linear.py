@@ -66,17 +66,10 @@ def _param(gm: fx.GraphModule, node: Any) -> bool:
     if not isinstance(node, fx.Node) or node.op != "get_attr":
         return False
     try:
-        value = _attr(gm, node.target)
+        value = operator.attrgetter(node.target)(gm)
     except AttributeError:
         return False
     return isinstance(value, torch.Tensor)
-
-
-def _attr(gm: fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _match(gm: fx.GraphModule, node: fx.Node) -> tuple[Any, bool, tuple] | None:

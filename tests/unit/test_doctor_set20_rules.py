@@ -30,9 +30,9 @@ def test_a_newer_copy_beside_it_leaves_the_cause_open(tmp_path: Path) -> None:
 @pytest.mark.parametrize("text, version", [("7103", "7.1.3"), ("90400", "9.4.0"),
                                            ("8.9.7", "8.9.7")])
 def test_cudnn_versions_as_messages_print_them(text: str, version: str) -> None:
-    from dnnctl.doctor.error_facts_env import _cudnn_version
+    from dnnctl.compat.versions import parse_cudnn
 
-    assert str(_cudnn_version(text)) == version
+    assert str(parse_cudnn(text)) == version
 
 
 @pytest.mark.parametrize("arch, ok", [('"7.0;8.0+PTX"', True), ('"7.0,8.0"', True),
